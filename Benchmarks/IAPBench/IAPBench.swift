@@ -1,0 +1,10 @@
+import ArgumentParser
+
+/// The suite's benchmark tool. Each scenario is a subcommand; see Benchmarks/README.md.
+@main
+struct IAPBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "iap-bench",
+        abstract: "Benchmarks for the in-app purchase suite.",
+        subcommands: [ServeFixture.self])
+}

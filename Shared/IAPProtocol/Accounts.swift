@@ -1,0 +1,122 @@
+import JSONRPC
+
+// accounts.* — users, password login, sessions, appAccountToken (DESIGN.md section 3).
+
+public struct SessionToken: Codable, Sendable, Equatable {
+    public var token: String
+    public var expiresAtMs: Int64
+    public init(token: String, expiresAtMs: Int64) { self.token = token; self.expiresAtMs = expiresAtMs }
+}
+
+public struct Credentials: Codable, Sendable, Equatable {
+    public var username: String
+    public var password: String
+    public var deviceName: String?
+    public init(username: String, password: String, deviceName: String? = nil) {
+        self.username = username; self.password = password; self.deviceName = deviceName
+    }
+}
+
+public struct SignedIn: Codable, Sendable, Equatable {
+    public var accountId: String
+    public var appAccountToken: String
+    public var session: SessionToken
+    public init(accountId: String, appAccountToken: String, session: SessionToken) {
+        self.accountId = accountId; self.appAccountToken = appAccountToken; self.session = session
+    }
+}
+
+public struct SessionParams: Codable, Sendable, Equatable {
+    public var session: String
+    public init(session: String) { self.session = session }
+}
+
+public enum AccountsRegister: RPCMethod {
+    public typealias Params = Credentials
+    public typealias Result = SignedIn
+    public static let name = "accounts.register"
+    public static let summary = "Create an account and sign in; returns the session token once."
+}
+
+public enum AccountsLogin: RPCMethod {
+    public typealias Params = Credentials
+    public typealias Result = SignedIn
+    public static let name = "accounts.login"
+    public static let summary = "Sign in with username and password; returns a new session token."
+}
+
+public enum AccountsLogout: RPCMethod {
+    public typealias Params = SessionParams
+    public typealias Result = EmptyResult
+    public static let name = "accounts.logout"
+    public static let summary = "Revoke this session."
+}
+
+public enum AccountsAuthenticate: RPCMethod {
+    public typealias Params = SessionParams
+    public typealias Result = AuthenticatedAccount
+    public static let name = "accounts.authenticate"
+    public static let summary = "Resolve a session token to its account (what other services call on every request)."
+}
+
+public struct AuthenticatedAccount: Codable, Sendable, Equatable {
+    public var accountId: String
+    public var username: String
+    public var appAccountToken: String
+    public var expiresAtMs: Int64
+    public init(accountId: String, username: String, appAccountToken: String, expiresAtMs: Int64) {
+        self.accountId = accountId; self.username = username; self.appAccountToken = appAccountToken; self.expiresAtMs = expiresAtMs
+    }
+}
+
+public enum AccountsChangePassword: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var session: String
+        public var currentPassword: String
+        public var newPassword: String
+        public init(session: String, currentPassword: String, newPassword: String) {
+            self.session = session; self.currentPassword = currentPassword; self.newPassword = newPassword
+        }
+    }
+    public typealias Result = EmptyResult
+    public static let name = "accounts.changePassword"
+    public static let summary = "Change the password; revokes every other session of the account."
+}
+
+public enum AccountsListSessions: RPCMethod {
+    public typealias Params = SessionParams
+    public struct Result: Codable, Sendable, Equatable {
+        public var sessions: [SessionInfo]
+        public init(sessions: [SessionInfo]) { self.sessions = sessions }
+    }
+    public static let name = "accounts.listSessions"
+    public static let summary = "The account's open sessions, per device name."
+}
+
+public struct SessionInfo: Codable, Sendable, Equatable {
+    public var deviceName: String?
+    public var createdAtMs: Int64
+    public var lastSeenAtMs: Int64
+    public var current: Bool
+    public init(deviceName: String?, createdAtMs: Int64, lastSeenAtMs: Int64, current: Bool) {
+        self.deviceName = deviceName; self.createdAtMs = createdAtMs; self.lastSeenAtMs = lastSeenAtMs; self.current = current
+    }
+}
+
+public enum AccountsFindByAppAccountToken: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var appAccountToken: String
+        /// The suite's internal service token.
+        public var internalToken: String
+        public init(appAccountToken: String, internalToken: String) {
+            self.appAccountToken = appAccountToken; self.internalToken = internalToken
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var accountId: String
+        public init(accountId: String) { self.accountId = accountId }
+    }
+    public static let name = "accounts.findByAppAccountToken"
+    public static let summary = "Internal: the account that owns an appAccountToken."
+    public static let access = RPCAccess.internal
+}

@@ -1,0 +1,33 @@
+import JSONRPC
+
+/// Every method of the v1 contract, by service: what the CLI and the contract tests enumerate.
+public enum ContractMethods {
+    public static let accounts: [OpenRPCMethodDescription] = [
+        .init(AccountsRegister.self), .init(AccountsLogin.self), .init(AccountsLogout.self),
+        .init(AccountsAuthenticate.self), .init(AccountsChangePassword.self), .init(AccountsListSessions.self),
+        .init(AccountsFindByAppAccountToken.self),
+    ]
+    public static let catalog: [OpenRPCMethodDescription] = [
+        .init(CatalogListProducts.self), .init(CatalogGetProducts.self), .init(CatalogUpsertProduct.self),
+        .init(CatalogSetPrices.self), .init(CatalogRetireProduct.self), .init(CatalogImportCatalog.self),
+    ]
+    public static let verification: [OpenRPCMethodDescription] = [
+        .init(VerificationVerifyReceipt.self), .init(VerificationVerifyTransaction.self),
+        .init(VerificationVerifyNotification.self),
+    ]
+    public static let fulfillment: [OpenRPCMethodDescription] = [
+        .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),
+        .init(FulfillmentGetBalance.self), .init(FulfillmentSpendCoins.self), .init(FulfillmentListLedger.self),
+        .init(FulfillmentListContent.self), .init(FulfillmentReadContent.self),
+        .init(FulfillmentApplyNotification.self), .init(FulfillmentRevokeTransaction.self),
+    ]
+    public static let simulator: [OpenRPCMethodDescription] = [
+        .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),
+        .init(SimRefund.self), .init(SimAdvanceClock.self), .init(SimReceipt.self),
+    ]
+    public static let builtin: [OpenRPCMethodDescription] = [
+        .init(RPCPing.self), .init(RPCDiscover.self), .init(HealthCheck.self),
+    ]
+
+    public static var all: [OpenRPCMethodDescription] { accounts + catalog + verification + fulfillment + simulator }
+}

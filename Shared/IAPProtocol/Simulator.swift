@@ -1,0 +1,115 @@
+import JSONRPC
+
+// sim.* — the local App Store simulator (development and tests only; DESIGN.md section 3).
+
+public enum SimTrustAnchor: RPCMethod {
+    public typealias Params = EmptyParams
+    public struct Result: Codable, Sendable, Equatable {
+        /// Base64 DER of the RSA root that signs receipt chains.
+        public var receiptRoot: String
+        /// Base64 DER of the ECDSA P-256 root of JWS chains.
+        public var jwsRoot: String
+        public init(receiptRoot: String, jwsRoot: String) { self.receiptRoot = receiptRoot; self.jwsRoot = jwsRoot }
+    }
+    public static let name = "sim.trustAnchor"
+    public static let summary = "The simulator's two roots, to configure a verification service with."
+}
+
+public enum SimPurchase: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var appleId: String
+        public var bundleId: String
+        public var productId: String
+        public var productType: ProductType
+        public var quantity: Int?
+        public var deviceIdentifier: String?
+        public var appAccountToken: String?
+        public init(appleId: String, bundleId: String, productId: String, productType: ProductType, quantity: Int? = nil,
+                    deviceIdentifier: String? = nil, appAccountToken: String? = nil) {
+            self.appleId = appleId; self.bundleId = bundleId; self.productId = productId; self.productType = productType
+            self.quantity = quantity; self.deviceIdentifier = deviceIdentifier; self.appAccountToken = appAccountToken
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var transactionId: String
+        public var originalTransactionId: String
+        public var receiptData: String
+        public var signedTransaction: String
+        public init(transactionId: String, originalTransactionId: String, receiptData: String, signedTransaction: String) {
+            self.transactionId = transactionId; self.originalTransactionId = originalTransactionId
+            self.receiptData = receiptData; self.signedTransaction = signedTransaction
+        }
+    }
+    public static let name = "sim.purchase"
+    public static let summary = "Buy a product as a simulated Apple ID; returns the receipt and the signed transaction."
+}
+
+public enum SimFinishTransaction: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var appleId: String
+        public var transactionId: String
+        public init(appleId: String, transactionId: String) { self.appleId = appleId; self.transactionId = transactionId }
+    }
+    public typealias Result = EmptyResult
+    public static let name = "sim.finishTransaction"
+    public static let summary = "Finish a transaction (a consumable then leaves the receipt)."
+}
+
+public enum SimRestore: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var appleId: String
+        public var bundleId: String
+        public init(appleId: String, bundleId: String) { self.appleId = appleId; self.bundleId = bundleId }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var receiptData: String
+        public var signedTransactions: [String]
+        public init(receiptData: String, signedTransactions: [String]) {
+            self.receiptData = receiptData; self.signedTransactions = signedTransactions
+        }
+    }
+    public static let name = "sim.restore"
+    public static let summary = "Restore purchases: new restored transactions pointing at the originals."
+}
+
+public enum SimRefund: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var appleId: String
+        public var transactionId: String
+        public init(appleId: String, transactionId: String) { self.appleId = appleId; self.transactionId = transactionId }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// The signed App Store Server Notification v2 announcing the refund.
+        public var signedPayload: String?
+        public init(signedPayload: String? = nil) { self.signedPayload = signedPayload }
+    }
+    public static let name = "sim.refund"
+    public static let summary = "Refund a transaction: sets its cancellation date."
+}
+
+public enum SimAdvanceClock: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var seconds: Int64
+        public init(seconds: Int64) { self.seconds = seconds }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var nowMs: Int64
+        public init(nowMs: Int64) { self.nowMs = nowMs }
+    }
+    public static let name = "sim.advanceClock"
+    public static let summary = "Move the simulator's clock forward; subscriptions renew as their periods pass."
+}
+
+public enum SimReceipt: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var appleId: String
+        public var bundleId: String
+        public init(appleId: String, bundleId: String) { self.appleId = appleId; self.bundleId = bundleId }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var receiptData: String
+        public init(receiptData: String) { self.receiptData = receiptData }
+    }
+    public static let name = "sim.receipt"
+    public static let summary = "The current app receipt of an Apple ID for a bundle."
+}

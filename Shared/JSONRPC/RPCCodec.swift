@@ -1,0 +1,74 @@
+import Foundation
+
+/// Decoding of params and results with the wire settings, turning `DecodingError`s into
+/// `-32602 Invalid params` errors that name the offending field.
+public enum RPCCodec {
+    // JSONDecoder is immutable once configured and documented thread-safe for decoding.
+    public static let decoder = JSONDecoder()
+    private static let emptyObject = Data("{}".utf8)
+
+    /// Decodes method params; absent params decode as `{}`.
+    public static func decodeParams<P: Decodable>(_ type: P.Type, from bytes: [UInt8]?) throws(RPCError) -> P {
+        do {
+            return try decoder.decode(P.self, from: bytes.map { Data($0) } ?? emptyObject)
+        } catch let error as DecodingError {
+            throw describe(error)
+        } catch {
+            throw RPCError.invalidParams("\(error)")
+        }
+    }
+
+    /// Decodes any JSON body; failures become `internalError` with reason `malformedResponse`
+    /// (a peer answered with something that does not match the contract).
+    public static func decodeResult<R: Decodable>(_ type: R.Type, from bytes: [UInt8]) throws(RPCError) -> R {
+        do {
+            return try decoder.decode(R.self, from: Data(bytes))
+        } catch {
+            let described = (error as? DecodingError).map(describe) ?? RPCError.internalError("\(error)")
+            throw RPCError(code: .internalError, message: "reply does not match the contract: \(described.message)",
+                           reason: "malformedResponse", retryable: false)
+        }
+    }
+
+    /// A readable, typed error for a params decoding failure, e.g.
+    /// `Invalid params: params.amount: expected an integer` with `data.field = "amount"`.
+    public static func describe(_ error: DecodingError) -> RPCError {
+        func path(_ keys: [any CodingKey]) -> String {
+            keys.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }
+                .reduce("") { acc, k in k.hasPrefix("[") || acc.isEmpty ? acc + k : acc + "." + k }
+        }
+        switch error {
+        case let .keyNotFound(key, ctx):
+            let field = path(ctx.codingPath + [key])
+            return .invalidParams("missing required field \"\(field)\"", field: field, reason: "missingField")
+        case let .typeMismatch(type, ctx):
+            let field = path(ctx.codingPath)
+            return .invalidParams("\(field.isEmpty ? "params" : field): expected \(jsonTypeName(type))",
+                                  field: field.isEmpty ? nil : field, reason: "wrongType")
+        case let .valueNotFound(type, ctx):
+            let field = path(ctx.codingPath)
+            return .invalidParams("\(field.isEmpty ? "params" : field): expected \(jsonTypeName(type)), found null",
+                                  field: field.isEmpty ? nil : field, reason: "wrongType")
+        case let .dataCorrupted(ctx):
+            let field = path(ctx.codingPath)
+            return .invalidParams("\(field.isEmpty ? "params" : field): \(ctx.debugDescription)",
+                                  field: field.isEmpty ? nil : field, reason: "invalidValue")
+        @unknown default:
+            return .invalidParams("\(error)")
+        }
+    }
+
+    private static func jsonTypeName(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: return "a string"
+        case is Bool.Type: return "a boolean"
+        case is Int.Type, is Int64.Type, is Int32.Type, is UInt.Type, is UInt64.Type: return "an integer"
+        case is Double.Type, is Float.Type: return "a number"
+        default:
+            let name = String(describing: type)
+            if name.hasPrefix("Array") { return "an array" }
+            if name.hasPrefix("Dictionary") { return "an object" }
+            return "an object"
+        }
+    }
+}

@@ -1,0 +1,89 @@
+import JSONRPC
+import Logging
+import Metrics
+import NIOCore
+
+/// The methods a server offers, each registered with its typed descriptor so params decoding,
+/// result encoding and the `rpc.discover` schema all come from the same types.
+public struct RPCRouter: Sendable {
+    typealias SyncBody = @Sendable ([UInt8]?, RequestContext) throws(RPCError) -> [UInt8]
+    typealias AsyncBody = @Sendable ([UInt8]?, RequestContext) async throws(RPCError) -> [UInt8]
+
+    enum Implementation: Sendable {
+        /// Runs on the connection's event loop, inline: for cheap, non-blocking work only.
+        case immediate(SyncBody)
+        /// Runs as a Swift task; the reply is written when it finishes (possibly out of order).
+        case async(AsyncBody)
+    }
+
+    struct Entry: Sendable {
+        let description: OpenRPCMethodDescription
+        let implementation: Implementation
+    }
+
+    private(set) var entries: [String: Entry] = [:]
+
+    public init() {}
+
+    /// Registers an async handler. Thrown `RPCError`s are sent as they are; any other error is
+    /// logged and answered as `-32603 internal error` without its details.
+    public mutating func register<M: RPCMethod>(
+        _ method: M.Type,
+        handler: @escaping @Sendable (M.Params, RequestContext) async throws -> M.Result
+    ) {
+        entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: .async { params, ctx throws(RPCError) in
+            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+            let result: M.Result
+            do {
+                result = try await handler(decoded, ctx)
+            } catch {
+                throw Self.wireError(error, ctx)
+            }
+            return try JSONWriter.encodeBodyOrThrow(result)
+        })
+    }
+
+    /// Registers a handler that runs inline on the event loop. It must not block, wait or do I/O:
+    /// use it for answers computed from memory (ping, cached documents, cache hits).
+    public mutating func registerImmediate<M: RPCMethod>(
+        _ method: M.Type,
+        handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
+    ) {
+        entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: .immediate { params, ctx throws(RPCError) in
+            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+            let result: M.Result
+            do {
+                result = try handler(decoded, ctx)
+            } catch {
+                throw Self.wireError(error, ctx)
+            }
+            return try JSONWriter.encodeBodyOrThrow(result)
+        })
+    }
+
+    /// Registers an immediate handler whose reply is already-encoded JSON (a cached document).
+    public mutating func registerImmediateEncoded<M: RPCMethod>(
+        _ method: M.Type,
+        handler: @escaping @Sendable (M.Params, RequestContext) throws -> [UInt8]
+    ) {
+        entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: .immediate { params, ctx throws(RPCError) in
+            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+            do {
+                return try handler(decoded, ctx)
+            } catch {
+                throw Self.wireError(error, ctx)
+            }
+        })
+    }
+
+    public var methodNames: [String] { entries.keys.sorted() }
+
+    public var descriptions: [OpenRPCMethodDescription] { entries.values.map(\.description) }
+
+    private static func wireError(_ error: any Error, _ ctx: RequestContext) -> RPCError {
+        if let rpc = error as? RPCError { return rpc }
+        if error is CancellationError { return RPCError(code: .requestTimeout, message: "request was cancelled", reason: "cancelled", retryable: true) }
+        ctx.logger.error("handler failed", metadata: ["error": "\(String(reflecting: error))"])
+        return .internalError()
+    }
+}
