@@ -53,7 +53,8 @@ let package = Package(
         .target(
             name: "RPCTestSupport",
             dependencies: ["JSONRPC", "RPCTransport", .product(name: "NIOCore", package: "swift-nio"),
-                           .product(name: "NIOPosix", package: "swift-nio")],
+                           .product(name: "NIOPosix", package: "swift-nio"),
+                           .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
             path: "Tests/Support"
         ),
         .testTarget(

@@ -51,11 +51,22 @@ public enum RPCCodec {
                                   field: field.isEmpty ? nil : field, reason: "wrongType")
         case let .dataCorrupted(ctx):
             let field = path(ctx.codingPath)
-            return .invalidParams("\(field.isEmpty ? "params" : field): \(ctx.debugDescription)",
+            // Foundation reports numbers that do not fit (1.5 or 1e30 for an integer) this way,
+            // with the useful part in the underlying error.
+            let detail = ctx.underlyingError.map { "\(ctx.debugDescription) (\(describeUnderlying($0)))" } ?? ctx.debugDescription
+            return .invalidParams("\(field.isEmpty ? "params" : field): \(detail)",
                                   field: field.isEmpty ? nil : field, reason: "invalidValue")
         @unknown default:
             return .invalidParams("\(error)")
         }
+    }
+
+    private static func describeUnderlying(_ error: any Error) -> String {
+        let text = "\(error)"
+        if let range = text.range(of: "NSDebugDescription=") {
+            return String(text[range.upperBound...].prefix { $0 != "}" && $0 != "," })
+        }
+        return text
     }
 
     private static func jsonTypeName(_ type: Any.Type) -> String {

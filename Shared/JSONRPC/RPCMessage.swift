@@ -106,7 +106,8 @@ public enum RPCMessageParser {
             default: idProblem = true
             }
         }
-        let replyID = id ?? .null
+        // With a duplicated member it is unclear which id the client meant: answer under null.
+        let replyID = duplicate == nil ? (id ?? .null) : .null
         func reject(_ detail: String, _ reason: String) -> Result<RPCRequest, RPCRejection> {
             .failure(RPCRejection(id: replyID, error: .invalidRequest(detail, reason: reason)))
         }

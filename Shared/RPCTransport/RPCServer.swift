@@ -153,8 +153,9 @@ public final class RPCServer: Service, Sendable {
             code: .serverBusy, message: "server is at its limit of \(shared.configuration.maxConnections) connections",
             reason: "tooManyConnections", retryable: true), into: &bytes)
         bytes.append(UInt8(ascii: "\n"))
-        let buffer = channel.allocator.buffer(bytes: bytes)
-        return channel.writeAndFlush(buffer).flatMap { channel.close() }
+        return channel.eventLoop.makeCompletedFuture {
+            try channel.pipeline.syncOperations.addHandler(RefusalHandler(reply: bytes))
+        }
     }
 
     private func drainConnections() async {
@@ -202,4 +203,24 @@ public final class RPCServer: Service, Sendable {
         let encoded = JSONWriter.encodeBody(document) ?? Array("{}".utf8)
         router.registerImmediateEncoded(RPCDiscover.self) { _, _ in encoded }
     }
+}
+
+/// Tells a connection over the limit why, once it is active, then closes it.
+private final class RefusalHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    private let reply: [UInt8]
+
+    init(reply: [UInt8]) {
+        self.reply = reply
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(bytes: reply))).whenComplete { _ in
+            channel.close(promise: nil)
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {}
 }

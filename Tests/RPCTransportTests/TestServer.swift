@@ -1,0 +1,196 @@
+import Foundation
+import JSONRPC
+import Logging
+import NIOCore
+import RPCTransport
+import RPCTestSupport
+
+/// Methods of the JSON-RPC 2.0 specification's examples, plus a few that exercise the transport
+/// (gates for ordering, a method that never ends for timeouts).
+enum Subtract: RPCMethod {
+    /// Positional `[minuend, subtrahend]` or named `{minuend, subtrahend}`, as in the spec.
+    struct Params: Codable, Sendable {
+        var minuend: Int64
+        var subtrahend: Int64
+        init(from decoder: any Decoder) throws {
+            if var list = try? decoder.unkeyedContainer() {
+                minuend = try list.decode(Int64.self)
+                subtrahend = try list.decode(Int64.self)
+            } else {
+                let c = try decoder.container(keyedBy: CodingKeys.self)
+                minuend = try c.decode(Int64.self, forKey: .minuend)
+                subtrahend = try c.decode(Int64.self, forKey: .subtrahend)
+            }
+        }
+    }
+    typealias Result = Int64
+    static let name = "subtract"
+    static let summary = "minuend - subtrahend"
+}
+
+enum Sum: RPCMethod {
+    typealias Params = [Int64]
+    typealias Result = Int64
+    static let name = "sum"
+    static let summary = "Sum of the positional params."
+}
+
+enum Update: RPCMethod {
+    typealias Params = JSONValue
+    typealias Result = EmptyResult
+    static let name = "update"
+    static let summary = "Accepts anything (spec notification example)."
+}
+
+enum NotifyHello: RPCMethod {
+    typealias Params = JSONValue
+    typealias Result = EmptyResult
+    static let name = "notify_hello"
+    static let summary = "Accepts anything (spec notification example)."
+}
+
+enum NotifySum: RPCMethod {
+    typealias Params = JSONValue
+    typealias Result = EmptyResult
+    static let name = "notify_sum"
+    static let summary = "Accepts anything (spec notification example)."
+}
+
+enum GetData: RPCMethod {
+    typealias Params = EmptyParams
+    typealias Result = JSONValue
+    static let name = "get_data"
+    static let summary = "[\"hello\", 5]"
+}
+
+enum Echo: RPCMethod {
+    typealias Params = JSONValue
+    typealias Result = JSONValue
+    static let name = "echo"
+    static let summary = "Answers its params."
+}
+
+enum EchoAsync: RPCMethod {
+    typealias Params = JSONValue
+    typealias Result = JSONValue
+    static let name = "echo.async"
+    static let summary = "Answers its params, from a task."
+}
+
+enum TypedAdd: RPCMethod {
+    struct Params: Codable, Sendable {
+        var a: Int64
+        var b: Int64
+        var label: String?
+    }
+    struct Result: Codable, Sendable {
+        var total: Int64
+        var label: String?
+    }
+    static let name = "typed.add"
+    static let summary = "a + b, to exercise typed params errors."
+}
+
+enum GateWait: RPCMethod {
+    struct Params: Codable, Sendable { var key: String }
+    typealias Result = String
+    static let name = "gate.wait"
+    static let summary = "Answers the key once gate.open is called with it."
+}
+
+enum GateOpen: RPCMethod {
+    struct Params: Codable, Sendable { var key: String }
+    typealias Result = EmptyResult
+    static let name = "gate.open"
+    static let summary = "Releases gate.wait calls for the key (and future ones)."
+}
+
+enum NeverEnds: RPCMethod {
+    typealias Params = EmptyParams
+    typealias Result = EmptyResult
+    static let name = "never.ends"
+    static let summary = "Waits until cancelled."
+}
+
+enum FailsInternally: RPCMethod {
+    typealias Params = EmptyParams
+    typealias Result = EmptyResult
+    static let name = "fails.internally"
+    static let summary = "Throws a non-RPC error (its details must not leak)."
+}
+
+/// Keys released by gate.open; waiters resume when theirs is.
+actor Gates {
+    private var open: Set<String> = []
+    private var waiters: [String: [CheckedContinuation<Void, Never>]] = [:]
+
+    func wait(_ key: String) async {
+        if open.contains(key) { return }
+        await withCheckedContinuation { waiters[key, default: []].append($0) }
+    }
+
+    func release(_ key: String) {
+        open.insert(key)
+        for w in waiters.removeValue(forKey: key) ?? [] { w.resume() }
+    }
+}
+
+struct SecretFailure: Error { let detail = "database password is hunter2" }
+
+enum TestServer {
+    static func router(gates: Gates = Gates()) -> RPCRouter {
+        var r = RPCRouter()
+        r.registerImmediate(Subtract.self) { p, _ in p.minuend - p.subtrahend }
+        r.registerImmediate(Sum.self) { p, _ in p.reduce(0, +) }
+        r.registerImmediate(Update.self) { _, _ in EmptyResult() }
+        r.registerImmediate(NotifyHello.self) { _, _ in EmptyResult() }
+        r.registerImmediate(NotifySum.self) { _, _ in EmptyResult() }
+        r.registerImmediate(GetData.self) { _, _ in ["hello", 5] }
+        r.registerImmediate(Echo.self) { p, _ in p }
+        r.register(EchoAsync.self) { p, _ in p }
+        r.registerImmediate(TypedAdd.self) { p, _ in .init(total: p.a + p.b, label: p.label) }
+        r.register(GateWait.self) { p, _ in
+            await gates.wait(p.key)
+            return p.key
+        }
+        r.register(GateOpen.self) { p, _ in
+            await gates.release(p.key)
+            return EmptyResult()
+        }
+        r.register(NeverEnds.self) { _, _ in
+            try await Task.sleep(nanoseconds: 3_600_000_000_000)  // ends only by cancellation
+            return EmptyResult()
+        }
+        r.register(FailsInternally.self) { _, _ in throw SecretFailure() }
+        return r
+    }
+
+    static var logger: Logger {
+        var l = Logger(label: "test")
+        l.logLevel = .critical
+        return l
+    }
+
+    /// A started server on a free port, configured by a script's `#!` settings.
+    static func start(settings: [String: String] = [:], router: RPCRouter? = nil,
+                      configure: (inout RPCServerConfiguration) -> Void = { _ in }) async throws -> RPCServer {
+        var config = RPCServerConfiguration(serviceName: "test")
+        for (k, v) in settings {
+            guard let n = Int(v) else { continue }
+            switch k {
+            case "maxLineBytes": config.maxLineBytes = n
+            case "maxBatchSize": config.maxBatchSize = n
+            case "maxInFlight": config.maxInFlightPerConnection = n
+            case "maxNestingDepth": config.maxNestingDepth = n
+            case "requestTimeoutMs": config.requestTimeout = .milliseconds(Int64(n))
+            case "idleTimeoutMs": config.idleTimeout = .milliseconds(Int64(n))
+            case "maxConnections": config.maxConnections = n
+            default: continue
+            }
+        }
+        configure(&config)
+        let server = RPCServer(configuration: config, router: router ?? self.router(), logger: logger)
+        try await server.start()
+        return server
+    }
+}
