@@ -7,6 +7,13 @@
 /// (structs, enums, strings, integers, booleans, arrays, string-keyed dictionaries, optionals):
 /// nil optionals are omitted, a value that encodes nothing is `{}`. `Data` and `Date` are not
 /// special-cased: wire types carry base64 strings and integer milliseconds instead.
+/// A type on a hot path can write itself without going through `Encoder` (whose generic containers
+/// cost a runtime metadata lookup each). Its output must equal its Codable encoding; a test per
+/// conforming type checks that (see EncodingTests).
+public protocol JSONStreamable: Encodable {
+    func writeJSON(to writer: JSONStreamWriter)
+}
+
 public enum JSONByteEncoder {
     public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
         let writer = JSONStreamWriter()
@@ -15,7 +22,7 @@ public enum JSONByteEncoder {
     }
 }
 
-final class JSONStreamWriter {
+public final class JSONStreamWriter {
     // Raw storage rather than [UInt8]: appends are the innermost loop of every reply, and an
     // array in a class pays a uniqueness check and retain/release on each one.
     private(set) var base: UnsafeMutablePointer<UInt8>
@@ -26,7 +33,7 @@ final class JSONStreamWriter {
     private var stackCapacity = 32
     private(set) var depthOpen = 0
 
-    init() {
+    public init() {
         capacity = 1024
         base = .allocate(capacity: capacity)
         stack = .allocate(capacity: stackCapacity)
@@ -37,7 +44,7 @@ final class JSONStreamWriter {
         stack.deallocate()
     }
 
-    var bytes: [UInt8] { Array(UnsafeBufferPointer(start: base, count: count)) }
+    public var bytes: [UInt8] { Array(UnsafeBufferPointer(start: base, count: count)) }
 
     @inline(__always)
     private func reserve(_ n: Int) {
@@ -107,18 +114,34 @@ final class JSONStreamWriter {
         depthOpen += 1
     }
 
-    func writeKey(_ key: String) {
+    /// Writes `{`; pair with `endObject()`. Members are written with `member(_:)` + a value.
+    public func beginObject() { append(UInt8(ascii: "{")) }
+    public func endObject() { append(UInt8(ascii: "}")) }
+    public func beginArray() { append(UInt8(ascii: "[")) }
+    public func endArray() { append(UInt8(ascii: "]")) }
+    public func comma() { append(UInt8(ascii: ",")) }
+
+    /// Writes `"key":` (preceded by a comma unless it is the object's first member). For hand-written
+    /// writers only: nested objects written this way must be complete before the next member.
+    public func member(_ key: StaticString, first: Bool) {
+        if !first { append(UInt8(ascii: ",")) }
+        append(UInt8(ascii: "\""))
+        append(key)
+        append("\":")
+    }
+
+    public func writeKey(_ key: String) {
         writeString(key)
         append(UInt8(ascii: ":"))
     }
 
-    func writeBool(_ value: Bool) {
+    public func writeBool(_ value: Bool) {
         if value { append("true") } else { append("false") }
     }
 
-    func writeNull() { append("null") }
+    public func writeNull() { append("null") }
 
-    func writeString(_ s: String) {
+    public func writeString(_ s: String) {
         append(UInt8(ascii: "\""))
         let done: Void? = s.utf8.withContiguousStorageIfAvailable { utf8 in writeStringContent(utf8) }
         if done == nil {
@@ -160,7 +183,7 @@ final class JSONStreamWriter {
     }
 
     @inline(__always)
-    func writeInteger<I: FixedWidthInteger>(_ value: I) {
+    public func writeInteger<I: FixedWidthInteger>(_ value: I) {
         if value == 0 { append(UInt8(ascii: "0")); return }
         var magnitude = UInt64(value.magnitude)
         if value < 0 { append(UInt8(ascii: "-")) }
@@ -197,6 +220,7 @@ final class JSONStreamWriter {
         if T.self == Int.self { writeInteger(value as! Int); return }
         if T.self == Bool.self { writeBool(value as! Bool); return }
         if T.self == Double.self { try writeDouble(value as! Double); return }
+        if let streamable = value as? any JSONStreamable { streamable.writeJSON(to: self); return }
         let before = count
         try value.encode(to: JSONStreamEncoder(writer: self, depth: depth))
         close(from: depth)

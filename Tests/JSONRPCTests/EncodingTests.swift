@@ -1,6 +1,6 @@
 import Foundation
+@testable import JSONRPC
 import IAPProtocol
-import JSONRPC
 import Testing
 
 @Suite struct EncodingTests {
@@ -44,4 +44,43 @@ import Testing
 
 extension JSONScanner {
     static func isValid(_ bytes: [UInt8]) -> Bool { (try? scan(bytes)) != nil }
+}
+
+@Suite struct StreamableParityTests {
+    /// What the type's synthesized Codable conformance writes, through the generic path.
+    private func viaEncoder<T: Encodable>(_ value: T) throws -> String {
+        let writer = JSONStreamWriter()
+        try value.encode(to: JSONStreamEncoder(writer: writer, depth: 0))
+        writer.close(from: 0)
+        return String(decoding: writer.bytes, as: UTF8.self)
+    }
+
+    private func viaStreamable<T: JSONStreamable>(_ value: T) -> String {
+        let writer = JSONStreamWriter()
+        value.writeJSON(to: writer)
+        return String(decoding: writer.bytes, as: UTF8.self)
+    }
+
+    @Test func handWrittenWritersMatchCodableByteForByte() throws {
+        let grants: [Grant] = [.coins(-5), .content(entitlement: "e\"", contentIds: []), .content(entitlement: "e", contentIds: ["a", "b"]),
+                               .subscription(entitlement: "s", subscriptionGroup: "g"), .timeLimited(entitlement: "t", durationDays: 30)]
+        for grant in grants {
+            #expect(try viaEncoder(grant) == viaStreamable(grant))
+        }
+        for price in [Price(storefront: "USA", currency: "USD", amount: "0.99"), Price(storefront: "JPN", currency: "JPY", amount: "120", formatted: "¥120")] {
+            #expect(try viaEncoder(price) == viaStreamable(price))
+        }
+        for product in [
+            Product(productId: "p\n", type: .autoRenewable, referenceName: "r", title: "t", description: "d", status: .retired,
+                    grant: grants[3], price: nil),
+            Product(productId: "p", type: .consumable, referenceName: "r", title: "ü", description: "", status: .active,
+                    grant: grants[0], price: Price(storefront: "USA", currency: "USD", amount: "1")),
+        ] {
+            #expect(try viaEncoder(product) == viaStreamable(product))
+            let list = CatalogListProducts.Result(etag: "\"e\"", notModified: false, products: [product, product])
+            #expect(try viaEncoder(list) == viaStreamable(list))
+        }
+        let empty = CatalogListProducts.Result(etag: "", notModified: true, products: [])
+        #expect(try viaEncoder(empty) == viaStreamable(empty))
+    }
 }
