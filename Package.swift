@@ -38,7 +38,10 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            path: "Shared/RPCTransport"
+            path: "Shared/RPCTransport",
+            // Connection handlers are event-loop confined; runtime exclusivity checks on their
+            // state showed up at ~3% of a ping's CPU (perf). Static checks still apply.
+            swiftSettings: [.unsafeFlags(["-enforce-exclusivity=unchecked"])]
         ),
         .executableTarget(
             name: "IAPBench",

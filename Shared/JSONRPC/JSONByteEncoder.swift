@@ -16,6 +16,7 @@ public protocol JSONStreamable: Encodable {
 
 public enum JSONByteEncoder {
     public static func encode<T: Encodable>(_ value: T) throws -> [UInt8] {
+        if T.self == String.self { return JSONWriter.quoted(value as! String) }
         let writer = JSONStreamWriter()
         try writer.encodeValue(value, depth: 0)
         return writer.bytes

@@ -9,6 +9,11 @@ public enum RPCCodec {
 
     /// Decodes method params; absent params decode as `{}`.
     public static func decodeParams<P: Decodable>(_ type: P.Type, from bytes: [UInt8]?) throws(RPCError) -> P {
+        // Methods without params (ping, discover, health) skip the decoder; the envelope parser has
+        // already checked that params, when present, are an object or an array.
+        if P.self == EmptyParams.self, bytes == nil || bytes?.first == UInt8(ascii: "{") {
+            return EmptyParams() as! P
+        }
         do {
             return try decoder.decode(P.self, from: bytes.map { Data($0) } ?? emptyObject)
         } catch let error as DecodingError {

@@ -135,18 +135,18 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
 
     private func makeContext(_ method: String) -> RequestContext {
         sequence &+= 1
-        return RequestContext(method: method, requestID: "\(connectionID)-\(sequence)",
+        return RequestContext(method: method, connectionID: connectionID, sequence: sequence,
                               remoteAddress: remoteAddress, logger: shared.logger)
     }
 
     private func dispatchSingle(_ request: RPCRequest) {
-        guard let entry = shared.router.entries[request.method] else {
+        guard let implementation = shared.router.implementations[request.method] else {
             shared.metrics.recordUnknownMethod()
             if let id = request.id { appendFailure(id, .methodNotFound(request.method)) }
             return
         }
         let ctx = makeContext(request.method)
-        switch entry.implementation {
+        switch implementation {
         case .immediate(let body):
             let start = NIODeadline.now()
             let outcome: Result<[UInt8], RPCError>
@@ -171,13 +171,13 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
             case .failure(let rejection):
                 batch.fill(index, failure(rejection.id, rejection.error))
             case .success(let request):
-                guard let entry = shared.router.entries[request.method] else {
+                guard let implementation = shared.router.implementations[request.method] else {
                     shared.metrics.recordUnknownMethod()
                     batch.fill(index, request.id.map { failure($0, .methodNotFound(request.method)) })
                     continue
                 }
                 let ctx = makeContext(request.method)
-                switch entry.implementation {
+                switch implementation {
                 case .immediate(let body):
                     let start = NIODeadline.now()
                     let outcome: Result<[UInt8], RPCError>

@@ -21,7 +21,11 @@ public struct RPCRouter: Sendable {
         let implementation: Implementation
     }
 
-    private(set) var entries: [String: Entry] = [:]
+    private(set) var entries: [String: Entry] = [:] {
+        didSet { implementations = entries.mapValues(\.implementation) }
+    }
+    /// What dispatch looks up: just the code, so a lookup does not copy schema descriptions.
+    private(set) var implementations: [String: Implementation] = [:]
 
     public init() {}
 
