@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "JSONRPC", targets: ["JSONRPC"]),
         .library(name: "IAPProtocol", targets: ["IAPProtocol"]),
         .library(name: "RPCTransport", targets: ["RPCTransport"]),
+        .executable(name: "accounts-service", targets: ["AccountsServiceMain"]),
         .executable(name: "iap-bench", targets: ["IAPBench"]),
     ],
     dependencies: [
@@ -18,6 +19,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
     ],
     targets: [
         // Wire types: JSON scanning, the JSON-RPC envelope, errors, method descriptors, schemas. No I/O.
@@ -43,6 +46,42 @@ let package = Package(
             // state showed up at ~3% of a ping's CPU (perf). Static checks still apply.
             swiftSettings: [.unsafeFlags(["-enforce-exclusivity=unchecked"])]
         ),
+        // Flags, environment and clocks shared by the service executables.
+        .target(
+            name: "ServiceSupport",
+            dependencies: [
+                "RPCTransport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            path: "Shared/ServiceSupport"
+        ),
+
+        // accounts: users, password login, sessions, appAccountToken.
+        .target(
+            name: "AccountsService",
+            dependencies: [
+                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Services/Accounts/AccountsService"
+        ),
+        .executableTarget(
+            name: "AccountsServiceMain",
+            dependencies: [
+                "AccountsService", "RPCTransport", "ServiceSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/Accounts/Main"
+        ),
+
         .executableTarget(
             name: "IAPBench",
             dependencies: [
@@ -76,6 +115,15 @@ let package = Package(
             ],
             path: "Tests/RPCTransportTests",
             exclude: ["Conformance"]
+        ),
+        .testTarget(
+            name: "AccountsServiceTests",
+            dependencies: [
+                "AccountsService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/AccountsServiceTests"
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -37,11 +37,11 @@ public enum ContractHarness {
                 failures.append("\(method.name): declared by the protocol module but not served by \(service)")
                 continue
             }
-            let declaredParams = JSONSchema(json: method.params.json)
-            if published.params != declaredParams {
+            // Both sides through their JSON form: property order carries no meaning.
+            if JSONSchema(json: published.params.json) != JSONSchema(json: method.params.json) {
                 failures.append("\(method.name): params schema differs from the protocol module's")
             }
-            if published.result != JSONSchema(json: method.result.json) {
+            if JSONSchema(json: published.result.json) != JSONSchema(json: method.result.json) {
                 failures.append("\(method.name): result schema differs from the protocol module's")
             }
         }

@@ -1,0 +1,21 @@
+import Foundation
+import ServiceSupport
+
+/// Settings of the accounts service, with production defaults.
+public struct AccountsConfiguration: Sendable {
+    /// How long a session lives without use; every use extends it (sliding expiry).
+    public var sessionLifetimeMs: Int64 = 30 * 24 * 3600 * 1000
+    /// A session's `lastSeenAtMs` and expiry are written at most this often, so the hot
+    /// `authenticate` path is a read, not a write, for a session in steady use.
+    public var sessionTouchIntervalMs: Int64 = 60 * 1000
+    /// Password hashing cost for new hashes; existing hashes are upgraded on the next login.
+    public var passwordHashing: ScryptParameters = .default
+    /// Password hashes computed at once (each takes tens of milliseconds of one core).
+    public var hashingConcurrency: Int = ProcessInfo.processInfo.activeProcessorCount
+    /// The suite's service-to-service token; internal methods refuse every call when nil.
+    public var internalToken: String?
+    public var throttle: LoginThrottlePolicy = .init()
+
+    public init() {}
+}
+

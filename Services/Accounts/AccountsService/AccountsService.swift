@@ -1,0 +1,217 @@
+import Crypto
+import Foundation
+import IAPProtocol
+import JSONRPC
+import Logging
+import ServiceSupport
+
+/// Users, password login and sessions. Every public method returns the contract's result type or
+/// throws an `RPCError` with the contract's code; nothing is changed by a call that fails.
+public final class AccountsService: Sendable {
+    private let store: AccountsStore
+    private let hasher: PasswordHasher
+    private let configuration: AccountsConfiguration
+    private let clock: ServiceClock
+    private let logger: Logger
+
+    public init(store: AccountsStore, configuration: AccountsConfiguration, clock: ServiceClock = .system, logger: Logger) {
+        self.store = store
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+        self.hasher = PasswordHasher(parameters: configuration.passwordHashing, concurrency: configuration.hashingConcurrency)
+    }
+
+    public func shutdown() async {
+        await hasher.shutdown()
+    }
+
+    // MARK: register / login
+
+    public func register(_ p: Credentials) async throws(RPCError) -> SignedIn {
+        let (display, key) = try UsernamePolicy.normalize(p.username)
+        try PasswordPolicy.check(p.password, username: display)
+        try DeviceNamePolicy.check(p.deviceName)
+        let hash = try await run { try await self.hasher.hash(p.password) }
+        let account = AccountsStore.AccountRow(id: UUID().uuidString.lowercased(), username: display, passwordHash: hash,
+                                               appAccountToken: UUID().uuidString.lowercased())
+        let now = clock.nowMs
+        let (token, session) = newSession(deviceName: p.deviceName, nowMs: now)
+        let outcome = try await run { try await self.store.createAccount(account, usernameKey: key, session: session, nowMs: now) }
+        guard outcome == .created else {
+            throw RPCError.conflict("username \"\(display)\" is taken", reason: "usernameTaken")
+        }
+        logger.info("account registered", metadata: ["accountId": "\(account.id)"])
+        return SignedIn(accountId: account.id, appAccountToken: account.appAccountToken,
+                        session: SessionToken(token: token, expiresAtMs: session.expiresAtMs))
+    }
+
+    /// Same reply, same error and the same work whether the username exists or not; failures count
+    /// towards the username's and the address's limits.
+    public func login(_ p: Credentials, clientAddress: String?) async throws(RPCError) -> SignedIn {
+        guard p.password.utf8.count <= PasswordPolicy.maxBytes else {
+            throw RPCError.invalidParams("password is longer than \(PasswordPolicy.maxBytes) bytes", field: "password", reason: "tooLong")
+        }
+        try DeviceNamePolicy.check(p.deviceName)
+        let (_, key) = try UsernamePolicy.normalize(p.username)
+        let throttleKeys = [LoginThrottlePolicy.usernameKey(key)] + (clientAddress.map { [LoginThrottlePolicy.addressKey($0)] } ?? [])
+        try await checkThrottle(throttleKeys)
+
+        let account = try await run { try await self.store.account(usernameKey: key) }
+        guard let account else {
+            await hasher.burnEquivalentWork(p.password)
+            try await recordFailure(throttleKeys)
+            throw Self.invalidCredentials
+        }
+        let verdict = try await run { try await self.hasher.verify(p.password, against: account.passwordHash) }
+        guard verdict.matches else {
+            try await recordFailure(throttleKeys)
+            throw Self.invalidCredentials
+        }
+        try await run { try await self.store.updateThrottle(keys: [throttleKeys[0]]) { _, _ in nil } }
+        if verdict.needsRehash {
+            // Raise the stored hash to the current parameters while the password is at hand.
+            let upgraded = try await run { try await self.hasher.hash(p.password) }
+            try await run { try await self.store.replacePasswordHash(accountId: account.id, expected: account.passwordHash, new: upgraded) }
+        }
+        let now = clock.nowMs
+        let (token, session) = newSession(deviceName: p.deviceName, nowMs: now)
+        try await run { try await self.store.addSession(session, accountId: account.id, nowMs: now) }
+        return SignedIn(accountId: account.id, appAccountToken: account.appAccountToken,
+                        session: SessionToken(token: token, expiresAtMs: session.expiresAtMs))
+    }
+
+    private static let invalidCredentials = RPCError(code: .unauthenticated, message: "invalid username or password",
+                                                     reason: "invalidCredentials")
+
+    private func checkThrottle(_ keys: [String]) async throws(RPCError) {
+        let now = clock.nowMs
+        let states = try await run { try await self.store.throttleStates(keys: keys) }
+        let wait = keys.map { configuration.throttle.retryAfterMs(states[$0], nowMs: now) }.max() ?? 0
+        if wait > 0 {
+            throw RPCError.rateLimited(retryAfterMs: wait, detail: "too many failed sign-in attempts")
+        }
+    }
+
+    private func recordFailure(_ keys: [String]) async throws(RPCError) {
+        let now = clock.nowMs
+        let policy = configuration.throttle
+        try await run { try await self.store.updateThrottle(keys: keys) { key, state in policy.recordingFailure(state, key: key, nowMs: now) } }
+    }
+
+    // MARK: sessions
+
+    /// Resolves a session token: one indexed read; a write at most once per touch interval.
+    public func authenticate(_ token: String) async throws(RPCError) -> AuthenticatedAccount {
+        let session = try await currentSession(token)
+        return AuthenticatedAccount(accountId: session.accountId, username: session.username,
+                                    appAccountToken: session.appAccountToken, expiresAtMs: session.expiresAtMs)
+    }
+
+    public func logout(_ token: String) async throws(RPCError) {
+        let session = try await currentSession(token)
+        try await run { try await self.store.deleteSession(tokenHash: session.tokenHash) }
+    }
+
+    public func changePassword(_ p: AccountsChangePassword.Params) async throws(RPCError) {
+        let session = try await currentSession(p.session)
+        try PasswordPolicy.check(p.newPassword, username: session.username, field: "newPassword")
+        guard p.currentPassword.utf8.count <= PasswordPolicy.maxBytes,
+              let account = try await run({ try await self.store.account(id: session.accountId) }) else {
+            throw Self.invalidCredentials
+        }
+        let throttleKeys = [LoginThrottlePolicy.usernameKey(account.username.lowercased())]
+        try await checkThrottle(throttleKeys)
+        let verdict = try await run { try await self.hasher.verify(p.currentPassword, against: account.passwordHash) }
+        guard verdict.matches else {
+            try await recordFailure(throttleKeys)
+            throw RPCError(code: .unauthenticated, message: "current password is wrong", reason: "invalidCredentials")
+        }
+        let newHash = try await run { try await self.hasher.hash(p.newPassword) }
+        let changed = try await run {
+            try await self.store.changePassword(accountId: account.id, expected: account.passwordHash, new: newHash,
+                                                keepSession: session.tokenHash)
+        }
+        guard changed else {
+            throw RPCError.conflict("the password was changed concurrently; sign in again", reason: "concurrentChange")
+        }
+        logger.info("password changed; other sessions revoked", metadata: ["accountId": "\(account.id)"])
+    }
+
+    public func listSessions(_ token: String) async throws(RPCError) -> [SessionInfo] {
+        let current = try await currentSession(token)
+        let now = clock.nowMs
+        let rows = try await run { try await self.store.sessions(accountId: current.accountId, nowMs: now) }
+        return rows.map {
+            SessionInfo(deviceName: $0.deviceName, createdAtMs: $0.createdAtMs, lastSeenAtMs: $0.lastSeenAtMs,
+                        current: $0.tokenHash == current.tokenHash)
+        }
+    }
+
+    public func findByAppAccountToken(_ p: AccountsFindByAppAccountToken.Params) async throws(RPCError) -> String {
+        guard let expected = configuration.internalToken else {
+            throw RPCError.forbidden("internal methods are disabled: no internal token is configured", reason: "internalTokenRequired")
+        }
+        guard SecretComparison.equal(p.internalToken, expected) else {
+            throw RPCError.forbidden("internal token is missing or wrong", reason: "internalTokenRequired")
+        }
+        guard let id = try await run({ try await self.store.accountId(appAccountToken: p.appAccountToken.lowercased()) }) else {
+            throw RPCError.notFound("no account has this appAccountToken", reason: "unknownAppAccountToken")
+        }
+        return id
+    }
+
+    /// The live session for a token, sliding its expiry; 1001 when unknown, expired or revoked.
+    private func currentSession(_ token: String) async throws(RPCError) -> AccountsStore.SessionRow {
+        guard let hash = SessionTokens.hash(token) else { throw RPCError.unauthenticated() }
+        let now = clock.nowMs
+        guard let session = try await run({ try await self.store.session(tokenHash: hash) }) else {
+            throw RPCError.unauthenticated()
+        }
+        guard session.expiresAtMs > now else {
+            throw RPCError(code: .unauthenticated, message: "session expired; sign in again", reason: "sessionExpired")
+        }
+        if now - session.lastSeenAtMs >= configuration.sessionTouchIntervalMs {
+            let expires = now + configuration.sessionLifetimeMs
+            try await run { try await self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }
+            return AccountsStore.SessionRow(tokenHash: session.tokenHash, accountId: session.accountId, username: session.username,
+                                            appAccountToken: session.appAccountToken, deviceName: session.deviceName,
+                                            createdAtMs: session.createdAtMs, lastSeenAtMs: now, expiresAtMs: expires)
+        }
+        return session
+    }
+
+    private func newSession(deviceName: String?, nowMs: Int64) -> (token: String, session: AccountsStore.NewSession) {
+        let token = SessionTokens.generate()
+        return (token, AccountsStore.NewSession(tokenHash: SessionTokens.hash(token)!, deviceName: deviceName,
+                                               createdAtMs: nowMs, expiresAtMs: nowMs + configuration.sessionLifetimeMs))
+    }
+
+    /// Storage and hashing failures are internal errors (logged here, details not sent).
+    private func run<T>(_ body: () async throws -> T) async throws(RPCError) -> T {
+        do {
+            return try await body()
+        } catch let error as RPCError {
+            throw error
+        } catch {
+            logger.error("accounts storage failure", metadata: ["error": "\(error)"])
+            throw RPCError.internalError()
+        }
+    }
+}
+
+/// Session tokens: 256 random bits, base64url, handed out once; only their SHA-256 is stored.
+public enum SessionTokens {
+    public static func generate() -> String {
+        let key = SymmetricKey(size: .bits256)
+        let bytes = key.withUnsafeBytes { Data($0) }
+        return bytes.base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    /// The stored form of a token; nil for strings that cannot be one of ours.
+    public static func hash(_ token: String) -> Data? {
+        guard token.utf8.count == 43 else { return nil }
+        return Data(SHA256.hash(data: Data(token.utf8)))
+    }
+}

@@ -1,0 +1,248 @@
+import Foundation
+import GRDB
+
+/// The accounts database: accounts, sessions (by token hash only), and login-throttle counters.
+/// All SQL of the service lives here, behind intention-named methods.
+public final class AccountsStore: Sendable {
+    private let writer: any DatabaseWriter
+
+    /// Opens (creating if needed) `accounts.sqlite` in `directory`, in WAL mode.
+    /// `synchronous=NORMAL` (GRDB's WAL default): a power cut may lose the last sessions created,
+    /// never corrupt the file; nothing here is money.
+    public static func open(directory: URL) throws -> AccountsStore {
+        var config = Configuration()
+        config.foreignKeysEnabled = true
+        config.busyMode = .timeout(5)
+        let pool = try DatabasePool(path: directory.appendingPathComponent("accounts.sqlite").path, configuration: config)
+        return try AccountsStore(writer: pool)
+    }
+
+    public init(writer: any DatabaseWriter) throws {
+        self.writer = writer
+        try Self.migrator.migrate(writer)
+    }
+
+    static var migrator: DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE account (
+                    id TEXT PRIMARY KEY NOT NULL,
+                    username TEXT NOT NULL,
+                    usernameKey TEXT NOT NULL UNIQUE,
+                    passwordHash TEXT NOT NULL,
+                    appAccountToken TEXT NOT NULL UNIQUE,
+                    createdAtMs INTEGER NOT NULL
+                );
+                CREATE TABLE session (
+                    tokenHash BLOB PRIMARY KEY NOT NULL CHECK (length(tokenHash) = 32),
+                    accountId TEXT NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                    deviceName TEXT,
+                    createdAtMs INTEGER NOT NULL,
+                    lastSeenAtMs INTEGER NOT NULL,
+                    expiresAtMs INTEGER NOT NULL
+                ) WITHOUT ROWID;
+                CREATE INDEX session_by_account ON session(accountId);
+                CREATE TABLE loginThrottle (
+                    key TEXT PRIMARY KEY NOT NULL,
+                    failures INTEGER NOT NULL CHECK (failures >= 0),
+                    windowStartMs INTEGER NOT NULL,
+                    lockedUntilMs INTEGER NOT NULL
+                ) WITHOUT ROWID;
+                """)
+        }
+        return m
+    }
+
+    // MARK: accounts
+
+    public struct AccountRow: Sendable, Equatable {
+        public let id: String
+        public let username: String
+        public let passwordHash: String
+        public let appAccountToken: String
+    }
+
+    public enum CreateOutcome: Sendable { case created, usernameTaken }
+
+    /// Creates the account and its first session in one transaction.
+    public func createAccount(_ account: AccountRow, usernameKey: String, session: NewSession, nowMs: Int64) async throws -> CreateOutcome {
+        try await writer.write { db in
+            do {
+                try db.execute(sql: """
+                    INSERT INTO account (id, username, usernameKey, passwordHash, appAccountToken, createdAtMs)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    """, arguments: [account.id, account.username, usernameKey, account.passwordHash, account.appAccountToken, nowMs])
+            } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+                return .usernameTaken
+            }
+            try Self.insert(session, accountId: account.id, db: db)
+            return .created
+        }
+    }
+
+    public func account(usernameKey: String) async throws -> AccountRow? {
+        try await writer.read { db in
+            try Row.fetchOne(db, sql: "SELECT id, username, passwordHash, appAccountToken FROM account WHERE usernameKey = ?",
+                             arguments: [usernameKey]).map(Self.accountRow)
+        }
+    }
+
+    public func account(id: String) async throws -> AccountRow? {
+        try await writer.read { db in
+            try Row.fetchOne(db, sql: "SELECT id, username, passwordHash, appAccountToken FROM account WHERE id = ?",
+                             arguments: [id]).map(Self.accountRow)
+        }
+    }
+
+    public func accountId(appAccountToken: String) async throws -> String? {
+        try await writer.read { db in
+            try String.fetchOne(db, sql: "SELECT id FROM account WHERE appAccountToken = ?", arguments: [appAccountToken])
+        }
+    }
+
+    /// Replaces a password hash only if it is still `expected` (a concurrent change wins otherwise).
+    public func replacePasswordHash(accountId: String, expected: String, new: String) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "UPDATE account SET passwordHash = ? WHERE id = ? AND passwordHash = ?",
+                           arguments: [new, accountId, expected])
+        }
+    }
+
+    /// Sets a new password hash and revokes every session of the account except `keep`, atomically.
+    /// Returns false if the hash changed since it was read (a concurrent password change).
+    public func changePassword(accountId: String, expected: String, new: String, keepSession keep: Data) async throws -> Bool {
+        try await writer.write { db in
+            try db.execute(sql: "UPDATE account SET passwordHash = ? WHERE id = ? AND passwordHash = ?",
+                           arguments: [new, accountId, expected])
+            guard db.changesCount == 1 else { return false }
+            try db.execute(sql: "DELETE FROM session WHERE accountId = ? AND tokenHash != ?", arguments: [accountId, keep])
+            return true
+        }
+    }
+
+    private static func accountRow(_ row: Row) -> AccountRow {
+        AccountRow(id: row["id"], username: row["username"], passwordHash: row["passwordHash"], appAccountToken: row["appAccountToken"])
+    }
+
+    // MARK: sessions
+
+    public struct NewSession: Sendable {
+        public let tokenHash: Data
+        public let deviceName: String?
+        public let createdAtMs: Int64
+        public let expiresAtMs: Int64
+    }
+
+    public struct SessionRow: Sendable, Equatable {
+        public let tokenHash: Data
+        public let accountId: String
+        public let username: String
+        public let appAccountToken: String
+        public let deviceName: String?
+        public let createdAtMs: Int64
+        public let lastSeenAtMs: Int64
+        public let expiresAtMs: Int64
+    }
+
+    /// Adds a session and drops the account's expired ones.
+    public func addSession(_ session: NewSession, accountId: String, nowMs: Int64) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "DELETE FROM session WHERE accountId = ? AND expiresAtMs <= ?", arguments: [accountId, nowMs])
+            try Self.insert(session, accountId: accountId, db: db)
+        }
+    }
+
+    private static func insert(_ s: NewSession, accountId: String, db: Database) throws {
+        try db.execute(sql: """
+            INSERT INTO session (tokenHash, accountId, deviceName, createdAtMs, lastSeenAtMs, expiresAtMs)
+            VALUES (?, ?, ?, ?, ?, ?)
+            """, arguments: [s.tokenHash, accountId, s.deviceName, s.createdAtMs, s.createdAtMs, s.expiresAtMs])
+    }
+
+    /// The session with this token hash, with its account (one indexed lookup).
+    public func session(tokenHash: Data) async throws -> SessionRow? {
+        try await writer.read { db in
+            try Row.fetchOne(db, sql: """
+                SELECT s.tokenHash, s.accountId, a.username, a.appAccountToken, s.deviceName, s.createdAtMs,
+                       s.lastSeenAtMs, s.expiresAtMs
+                FROM session s JOIN account a ON a.id = s.accountId
+                WHERE s.tokenHash = ?
+                """, arguments: [tokenHash]).map(Self.sessionRow)
+        }
+    }
+
+    /// Records use of a session and slides its expiry, unless it was revoked or expired meanwhile.
+    public func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "UPDATE session SET lastSeenAtMs = ?, expiresAtMs = ? WHERE tokenHash = ? AND expiresAtMs > ?",
+                           arguments: [nowMs, expiresAtMs, tokenHash, nowMs])
+        }
+    }
+
+    public func deleteSession(tokenHash: Data) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "DELETE FROM session WHERE tokenHash = ?", arguments: [tokenHash])
+        }
+    }
+
+    public func sessions(accountId: String, nowMs: Int64) async throws -> [SessionRow] {
+        try await writer.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT s.tokenHash, s.accountId, a.username, a.appAccountToken, s.deviceName, s.createdAtMs,
+                       s.lastSeenAtMs, s.expiresAtMs
+                FROM session s JOIN account a ON a.id = s.accountId
+                WHERE s.accountId = ? AND s.expiresAtMs > ?
+                ORDER BY s.createdAtMs, s.deviceName, s.tokenHash
+                """, arguments: [accountId, nowMs]).map(Self.sessionRow)
+        }
+    }
+
+    private static func sessionRow(_ row: Row) -> SessionRow {
+        SessionRow(tokenHash: row["tokenHash"], accountId: row["accountId"], username: row["username"],
+                   appAccountToken: row["appAccountToken"], deviceName: row["deviceName"], createdAtMs: row["createdAtMs"],
+                   lastSeenAtMs: row["lastSeenAtMs"], expiresAtMs: row["expiresAtMs"])
+    }
+
+    // MARK: login throttle
+
+    public struct ThrottleState: Sendable, Equatable {
+        public var failures: Int
+        public var windowStartMs: Int64
+        public var lockedUntilMs: Int64
+    }
+
+    public func throttleStates(keys: [String]) async throws -> [String: ThrottleState] {
+        try await writer.read { db in
+            var out: [String: ThrottleState] = [:]
+            for key in keys {
+                if let row = try Row.fetchOne(db, sql: "SELECT failures, windowStartMs, lockedUntilMs FROM loginThrottle WHERE key = ?",
+                                              arguments: [key]) {
+                    out[key] = ThrottleState(failures: row["failures"], windowStartMs: row["windowStartMs"], lockedUntilMs: row["lockedUntilMs"])
+                }
+            }
+            return out
+        }
+    }
+
+    /// Applies `update` to each key's state (nil when absent) in one transaction.
+    public func updateThrottle(keys: [String], _ update: @escaping @Sendable (String, ThrottleState?) -> ThrottleState?) async throws {
+        try await writer.write { db in
+            for key in keys {
+                let current = try Row.fetchOne(db, sql: "SELECT failures, windowStartMs, lockedUntilMs FROM loginThrottle WHERE key = ?",
+                                               arguments: [key]).map {
+                    ThrottleState(failures: $0["failures"], windowStartMs: $0["windowStartMs"], lockedUntilMs: $0["lockedUntilMs"])
+                }
+                if let next = update(key, current) {
+                    try db.execute(sql: """
+                        INSERT INTO loginThrottle (key, failures, windowStartMs, lockedUntilMs) VALUES (?, ?, ?, ?)
+                        ON CONFLICT(key) DO UPDATE SET failures = excluded.failures, windowStartMs = excluded.windowStartMs,
+                                                       lockedUntilMs = excluded.lockedUntilMs
+                        """, arguments: [key, next.failures, next.windowStartMs, next.lockedUntilMs])
+                } else {
+                    try db.execute(sql: "DELETE FROM loginThrottle WHERE key = ?", arguments: [key])
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,41 @@
+/// Failed-login limits per username and per client address.
+///
+/// Each key counts failures within a window; past a threshold, further attempts are refused for a
+/// delay that doubles with every further failure, capped at `maxLockMs`. The cap and the window mean
+/// an attacker can slow a real user down but never lock them out for good; a success clears the
+/// username's count (not the address's, or an attacker could clear their own with an account of theirs).
+public struct LoginThrottlePolicy: Sendable {
+    public var usernameThreshold = 5
+    public var addressThreshold = 20
+    public var windowMs: Int64 = 15 * 60 * 1000
+    public var baseLockMs: Int64 = 1_000
+    public var maxLockMs: Int64 = 15 * 60 * 1000
+
+    public init() {}
+
+    static func usernameKey(_ key: String) -> String { "user:\(key)" }
+    static func addressKey(_ address: String) -> String { "addr:\(address)" }
+
+    func threshold(for key: String) -> Int { key.hasPrefix("user:") ? usernameThreshold : addressThreshold }
+
+    /// Milliseconds until `state` allows another attempt (0: allowed now).
+    func retryAfterMs(_ state: AccountsStore.ThrottleState?, nowMs: Int64) -> Int64 {
+        guard let state else { return 0 }
+        return max(0, state.lockedUntilMs - nowMs)
+    }
+
+    /// The state after one more failure at `nowMs`.
+    func recordingFailure(_ state: AccountsStore.ThrottleState?, key: String, nowMs: Int64) -> AccountsStore.ThrottleState {
+        var s = state ?? .init(failures: 0, windowStartMs: nowMs, lockedUntilMs: 0)
+        if nowMs - s.windowStartMs > windowMs && nowMs >= s.lockedUntilMs {
+            s = .init(failures: 0, windowStartMs: nowMs, lockedUntilMs: 0)
+        }
+        s.failures += 1
+        let over = s.failures - threshold(for: key)
+        if over >= 0 {
+            let factor = Int64(1) << min(over, 30)
+            s.lockedUntilMs = nowMs + min(maxLockMs, baseLockMs.multipliedReportingOverflow(by: factor).partialValue)
+        }
+        return s
+    }
+}

@@ -1,0 +1,49 @@
+import AccountsService
+import ArgumentParser
+import Logging
+import RPCTransport
+import ServiceLifecycle
+import ServiceSupport
+
+@main
+struct AccountsServiceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "accounts-service",
+        abstract: "Users, password login, sessions and appAccountToken for the in-app purchase suite.")
+
+    @OptionGroup var options: ServiceOptions
+
+    @Option(name: .customLong("internal-token"), help: "Token other services present for internal methods (env IAP_INTERNAL_TOKEN).")
+    var internalToken: String?
+
+    @Option(name: .customLong("session-days"), help: "Days a session lives without use (sliding). Default 30.")
+    var sessionDays: Int = 30
+
+    @Option(name: .customLong("scrypt-log-n"), help: "log2 of scrypt's N for new password hashes. Default 15.")
+    var scryptLogN: Int = ScryptParameters.default.logN
+
+    func validate() throws {
+        guard sessionDays > 0 else { throw ValidationError("--session-days must be positive") }
+        guard (10...22).contains(scryptLogN) else { throw ValidationError("--scrypt-log-n must be between 10 and 22") }
+    }
+
+    func run() async throws {
+        let logger = options.logger(label: "accounts")
+        var config = AccountsConfiguration()
+        config.internalToken = Environment.resolve(internalToken, env: "IAP_INTERNAL_TOKEN")
+        config.sessionLifetimeMs = Int64(sessionDays) * 24 * 3600 * 1000
+        config.passwordHashing.logN = scryptLogN
+        if config.internalToken == nil {
+            logger.warning("no internal token configured (--internal-token or IAP_INTERNAL_TOKEN): internal methods will refuse every call")
+        }
+        let store = try AccountsStore.open(directory: options.resolvedDataDir())
+        let service = AccountsService(store: store, configuration: config, logger: logger)
+        let server = RPCServer(
+            configuration: .init(serviceName: "accounts", host: options.resolvedHost(),
+                                 port: options.resolvedPort(default: DefaultPorts.accounts)),
+            router: service.router(), logger: logger)
+        let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        try await group.run()
+        await service.shutdown()
+    }
+}

@@ -1,0 +1,62 @@
+import ArgumentParser
+import Foundation
+import Logging
+import RPCTransport
+
+/// Flags every service executable takes (DESIGN.md section 5). A flag wins over its environment
+/// variable, which wins over the default.
+public struct ServiceOptions: ParsableArguments, Sendable {
+    @Option(help: "Address to bind (default 127.0.0.1; env IAP_HOST).")
+    public var host: String?
+
+    @Option(help: "Port to listen on (default: the service's DESIGN.md port).")
+    public var port: Int?
+
+    @Option(name: .customLong("data-dir"), help: "Directory for the service's SQLite database (env IAP_DATA_DIR; default ./data).")
+    public var dataDir: String?
+
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (env IAP_LOG_LEVEL; default info).")
+    public var logLevel: String?
+
+    public init() {}
+
+    public func resolvedHost() -> String { host ?? Environment.value("IAP_HOST") ?? "127.0.0.1" }
+
+    public func resolvedPort(default defaultPort: Int) -> Int { port ?? defaultPort }
+
+    /// The data directory, created if missing.
+    public func resolvedDataDir() throws -> URL {
+        let path = dataDir ?? Environment.value("IAP_DATA_DIR") ?? "data"
+        let url = URL(fileURLWithPath: path, isDirectory: true)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+
+    public func logger(label: String) -> Logger {
+        var logger = Logger(label: label)
+        logger.logLevel = (logLevel ?? Environment.value("IAP_LOG_LEVEL")).flatMap(Logger.Level.init(rawValue:)) ?? .info
+        return logger
+    }
+}
+
+public enum Environment {
+    /// A non-empty environment variable.
+    public static func value(_ name: String) -> String? {
+        guard let v = ProcessInfo.processInfo.environment[name], !v.isEmpty else { return nil }
+        return v
+    }
+
+    /// A flag value, else the environment variable.
+    public static func resolve(_ flag: String?, env name: String) -> String? {
+        flag ?? value(name)
+    }
+}
+
+/// The suite's default ports (DESIGN.md section 1).
+public enum DefaultPorts {
+    public static let accounts = 7101
+    public static let catalog = 7102
+    public static let verification = 7103
+    public static let fulfillment = 7104
+    public static let simulator = 7105
+}

@@ -1,0 +1,14 @@
+import IAPProtocol
+import RPCTestSupport
+import Testing
+
+@Suite struct AccountsContractTests {
+    @Test func everyAccountsMethodKeepsItsContract() async throws {
+        // Contract files share one server (and client address): keep the per-address limit out of
+        // the way so each file's own failures are all that count.
+        let fixture = try await AccountsFixture.start { $0.throttle.addressThreshold = 10_000 }
+        defer { Task { await fixture.stop() } }
+        let failures = try await ContractHarness.run(service: "accounts", port: fixture.port, declared: ContractMethods.accounts)
+        #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
+    }
+}
