@@ -159,6 +159,12 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
                 if let id = request.id { appendOutcome(id, outcome) }
                 requestFinished()
             }
+        case .blocking(let body):
+            inFlight += 1
+            runBlocking(body, request: request, ctx: ctx) { [self] outcome in
+                if let id = request.id { appendOutcome(id, outcome) }
+                requestFinished()
+            }
         }
     }
 
@@ -187,6 +193,15 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
                 case .async(let body):
                     asyncCount += 1
                     runAsync(body, request: request, ctx: ctx) { [self] outcome in
+                        batch.fill(index, request.id.map { encode($0, outcome) })
+                        if batch.isComplete {
+                            writeBatch(batch)
+                            requestFinished()
+                        }
+                    }
+                case .blocking(let body):
+                    asyncCount += 1
+                    runBlocking(body, request: request, ctx: ctx) { [self] outcome in
                         batch.fill(index, request.id.map { encode($0, outcome) })
                         if batch.isComplete {
                             writeBatch(batch)
@@ -226,6 +241,41 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
         let timeout = shared.configuration.requestTimeout
         call.timer = loop.scheduleTask(in: timeout) {
             task.cancel()
+            ctx.logger.warning("request timed out", metadata: ["timeoutMs": "\(timeout.nanoseconds / 1_000_000)"])
+            bound.value.finish(.failure(RPCError(
+                code: .requestTimeout, message: "request did not finish within \(timeout.nanoseconds / 1_000_000) ms",
+                reason: "timeout", retryable: true)))
+        }
+    }
+
+    /// Runs a blocking handler on the server's pool; `completion` runs on the event loop exactly once,
+    /// with the outcome or the timeout error (a blocking handler cannot be cancelled, only abandoned).
+    private func runBlocking(
+        _ body: @escaping RPCRouter.SyncBody,
+        request: RPCRequest,
+        ctx: RequestContext,
+        completion: @escaping (Result<[UInt8], RPCError>) -> Void
+    ) {
+        let loop = context.eventLoop
+        let call = InFlightCall(completion: completion)
+        let bound = NIOLoopBound(call, eventLoop: loop)
+        let metrics = shared.metrics
+        let start = NIODeadline.now()
+        let params = request.params
+        shared.blockingPool.runIfActive(eventLoop: loop) { () -> Result<[UInt8], RPCError> in
+            do throws(RPCError) { return .success(try body(params, ctx)) } catch { return .failure(error) }
+        }.whenComplete { result in
+            let outcome: Result<[UInt8], RPCError>
+            switch result {
+            case .success(let o): outcome = o
+            case .failure: outcome = .failure(RPCError(code: .serverBusy, message: "server is shutting down",
+                                                       reason: "shuttingDown", retryable: true))
+            }
+            metrics.record(method: ctx.method, start: start, outcome: outcome)
+            bound.value.finish(outcome)
+        }
+        let timeout = shared.configuration.requestTimeout
+        call.timer = loop.scheduleTask(in: timeout) {
             ctx.logger.warning("request timed out", metadata: ["timeoutMs": "\(timeout.nanoseconds / 1_000_000)"])
             bound.value.finish(.failure(RPCError(
                 code: .requestTimeout, message: "request did not finish within \(timeout.nanoseconds / 1_000_000) ms",

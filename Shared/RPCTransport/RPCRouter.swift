@@ -14,6 +14,9 @@ public struct RPCRouter: Sendable {
         case immediate(SyncBody)
         /// Runs as a Swift task; the reply is written when it finishes (possibly out of order).
         case async(AsyncBody)
+        /// Runs on the server's thread pool for blocking work (synchronous SQLite), then replies from
+        /// the event loop: two thread hops, where a task that awaits a database queue takes four.
+        case blocking(SyncBody)
     }
 
     struct Entry: Sendable {
@@ -54,6 +57,24 @@ public struct RPCRouter: Sendable {
         handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
     ) {
         entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: .immediate { params, ctx throws(RPCError) in
+            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+            let result: M.Result
+            do {
+                result = try handler(decoded, ctx)
+            } catch {
+                throw Self.wireError(error, ctx)
+            }
+            return try JSONWriter.encodeBodyOrThrow(result)
+        })
+    }
+
+    /// Registers a handler that may block briefly (a synchronous SQLite read or write). It runs on the
+    /// server's blocking pool (`RPCServerConfiguration.blockingThreads`), never on an event loop.
+    public mutating func registerBlocking<M: RPCMethod>(
+        _ method: M.Type,
+        handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
+    ) {
+        entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: .blocking { params, ctx throws(RPCError) in
             let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
             let result: M.Result
             do {

@@ -12,6 +12,8 @@ final class ServerShared: Sendable {
     let logger: Logger
     let metrics: RPCServerMetrics
     let limits: RPCMessageLimits
+    /// Threads for `registerBlocking` handlers; started with the server, stopped after it drains.
+    let blockingPool: NIOThreadPool
 
     init(configuration: RPCServerConfiguration, router: RPCRouter, logger: Logger) {
         self.configuration = configuration
@@ -20,6 +22,7 @@ final class ServerShared: Sendable {
         self.metrics = RPCServerMetrics(service: configuration.serviceName, methods: router.methodNames)
         self.limits = RPCMessageLimits(maxNestingDepth: configuration.maxNestingDepth,
                                        maxBatchSize: configuration.maxBatchSize)
+        self.blockingPool = NIOThreadPool(numberOfThreads: max(1, configuration.blockingThreads))
     }
 }
 
@@ -99,6 +102,7 @@ public final class RPCServer: Service, Sendable {
     }
 
     private func bind() async throws -> any Channel {
+        shared.blockingPool.start()
         let config = shared.configuration
         let shared = self.shared
         let bootstrap = ServerBootstrap(group: group)
@@ -160,7 +164,10 @@ public final class RPCServer: Service, Sendable {
 
     private func drainConnections() async {
         let open = connections.withLockedValue { Array($0.open.values) }
-        guard !open.isEmpty else { return }
+        guard !open.isEmpty else {
+            try? await shared.blockingPool.shutdownGracefully()
+            return
+        }
         shared.logger.info("draining connections", metadata: ["count": "\(open.count)"])
         for channel in open {
             channel.pipeline.fireUserInboundEventTriggered(DrainConnectionEvent())
@@ -174,6 +181,7 @@ public final class RPCServer: Service, Sendable {
         }
         forced.cancel()
         state.withLockedValue { $0 = .stopped }
+        try? await shared.blockingPool.shutdownGracefully()
     }
 
     private static func registerBuiltins(into router: inout RPCRouter, configuration: RPCServerConfiguration, startedAt: NIODeadline) {

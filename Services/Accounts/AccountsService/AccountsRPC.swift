@@ -8,16 +8,16 @@ extension AccountsService {
         var r = RPCRouter()
         r.register(AccountsRegister.self) { p, _ in try await self.register(p) }
         r.register(AccountsLogin.self) { p, ctx in try await self.login(p, clientAddress: ctx.remoteAddress) }
-        r.register(AccountsLogout.self) { p, _ in
-            try await self.logout(p.session)
+        r.registerBlocking(AccountsLogout.self) { p, _ in
+            try self.logout(p.session)
             return EmptyResult()
         }
-        r.register(AccountsAuthenticate.self) { p, _ in try await self.authenticate(p.session) }
+        r.registerBlocking(AccountsAuthenticate.self) { p, _ in try self.authenticate(p.session) }
         r.register(AccountsChangePassword.self) { p, _ in
             try await self.changePassword(p)
             return EmptyResult()
         }
-        r.register(AccountsListSessions.self) { p, _ in .init(sessions: try await self.listSessions(p.session)) }
+        r.registerBlocking(AccountsListSessions.self) { p, _ in .init(sessions: try self.listSessions(p.session)) }
         r.register(AccountsFindByAppAccountToken.self) { p, _ in .init(accountId: try await self.findByAppAccountToken(p)) }
         return r
     }

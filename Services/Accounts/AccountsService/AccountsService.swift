@@ -55,7 +55,7 @@ public final class AccountsService: Sendable {
         try DeviceNamePolicy.check(p.deviceName)
         let (_, key) = try UsernamePolicy.normalize(p.username)
         let throttleKeys = [LoginThrottlePolicy.usernameKey(key)] + (clientAddress.map { [LoginThrottlePolicy.addressKey($0)] } ?? [])
-        try await checkThrottle(throttleKeys)
+        let throttled = try await checkThrottle(throttleKeys)
 
         let account = try await run { try await self.store.account(usernameKey: key) }
         guard let account else {
@@ -68,7 +68,9 @@ public final class AccountsService: Sendable {
             try await recordFailure(throttleKeys)
             throw Self.invalidCredentials
         }
-        try await run { try await self.store.updateThrottle(keys: [throttleKeys[0]]) { _, _ in nil } }
+        if throttled.contains(throttleKeys[0]) {
+            try await run { try await self.store.updateThrottle(keys: [throttleKeys[0]]) { _, _ in nil } }
+        }
         if verdict.needsRehash {
             // Raise the stored hash to the current parameters while the password is at hand.
             let upgraded = try await run { try await self.hasher.hash(p.password) }
@@ -84,13 +86,16 @@ public final class AccountsService: Sendable {
     private static let invalidCredentials = RPCError(code: .unauthenticated, message: "invalid username or password",
                                                      reason: "invalidCredentials")
 
-    private func checkThrottle(_ keys: [String]) async throws(RPCError) {
+    /// Refuses the attempt while any key is locked; returns the keys that have recorded failures.
+    @discardableResult
+    private func checkThrottle(_ keys: [String]) async throws(RPCError) -> Set<String> {
         let now = clock.nowMs
         let states = try await run { try await self.store.throttleStates(keys: keys) }
         let wait = keys.map { configuration.throttle.retryAfterMs(states[$0], nowMs: now) }.max() ?? 0
         if wait > 0 {
             throw RPCError.rateLimited(retryAfterMs: wait, detail: "too many failed sign-in attempts")
         }
+        return Set(states.keys)
     }
 
     private func recordFailure(_ keys: [String]) async throws(RPCError) {
@@ -102,19 +107,22 @@ public final class AccountsService: Sendable {
     // MARK: sessions
 
     /// Resolves a session token: one indexed read; a write at most once per touch interval.
-    public func authenticate(_ token: String) async throws(RPCError) -> AuthenticatedAccount {
-        let session = try await currentSession(token)
+    /// Synchronous: served from the server's blocking pool (the hot path of the whole suite).
+    public func authenticate(_ token: String) throws(RPCError) -> AuthenticatedAccount {
+        let session = try currentSession(token)
         return AuthenticatedAccount(accountId: session.accountId, username: session.username,
                                     appAccountToken: session.appAccountToken, expiresAtMs: session.expiresAtMs)
     }
 
-    public func logout(_ token: String) async throws(RPCError) {
-        let session = try await currentSession(token)
-        try await run { try await self.store.deleteSession(tokenHash: session.tokenHash) }
+    /// Synchronous (blocking pool), like `authenticate`.
+    public func logout(_ token: String) throws(RPCError) {
+        let session = try currentSession(token)
+        try runBlocking { try self.store.deleteSession(tokenHash: session.tokenHash) }
     }
 
     public func changePassword(_ p: AccountsChangePassword.Params) async throws(RPCError) {
-        let session = try await currentSession(p.session)
+        // A brief indexed read on this task's thread; the slow parts (two scrypt runs) are on the hasher's pool.
+        let session = try currentSession(p.session)
         try PasswordPolicy.check(p.newPassword, username: session.username, field: "newPassword")
         guard p.currentPassword.utf8.count <= PasswordPolicy.maxBytes,
               let account = try await run({ try await self.store.account(id: session.accountId) }) else {
@@ -138,10 +146,11 @@ public final class AccountsService: Sendable {
         logger.info("password changed; other sessions revoked", metadata: ["accountId": "\(account.id)"])
     }
 
-    public func listSessions(_ token: String) async throws(RPCError) -> [SessionInfo] {
-        let current = try await currentSession(token)
+    /// Synchronous (blocking pool), like `authenticate`.
+    public func listSessions(_ token: String) throws(RPCError) -> [SessionInfo] {
+        let current = try currentSession(token)
         let now = clock.nowMs
-        let rows = try await run { try await self.store.sessions(accountId: current.accountId, nowMs: now) }
+        let rows = try runBlocking { try self.store.sessions(accountId: current.accountId, nowMs: now) }
         return rows.map {
             SessionInfo(deviceName: $0.deviceName, createdAtMs: $0.createdAtMs, lastSeenAtMs: $0.lastSeenAtMs,
                         current: $0.tokenHash == current.tokenHash)
@@ -162,10 +171,11 @@ public final class AccountsService: Sendable {
     }
 
     /// The live session for a token, sliding its expiry; 1001 when unknown, expired or revoked.
-    private func currentSession(_ token: String) async throws(RPCError) -> AccountsStore.SessionRow {
+    /// Blocks on SQLite briefly (an indexed read; a write at most once per touch interval).
+    private func currentSession(_ token: String) throws(RPCError) -> AccountsStore.SessionRow {
         guard let hash = SessionTokens.hash(token) else { throw RPCError.unauthenticated() }
         let now = clock.nowMs
-        guard let session = try await run({ try await self.store.session(tokenHash: hash) }) else {
+        guard let session = try runBlocking({ try self.store.session(tokenHash: hash) }) else {
             throw RPCError.unauthenticated()
         }
         guard session.expiresAtMs > now else {
@@ -173,7 +183,7 @@ public final class AccountsService: Sendable {
         }
         if now - session.lastSeenAtMs >= configuration.sessionTouchIntervalMs {
             let expires = now + configuration.sessionLifetimeMs
-            try await run { try await self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }
+            try runBlocking { try self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }
             return AccountsStore.SessionRow(tokenHash: session.tokenHash, accountId: session.accountId, username: session.username,
                                             appAccountToken: session.appAccountToken, deviceName: session.deviceName,
                                             createdAtMs: session.createdAtMs, lastSeenAtMs: now, expiresAtMs: expires)
@@ -185,6 +195,15 @@ public final class AccountsService: Sendable {
         let token = SessionTokens.generate()
         return (token, AccountsStore.NewSession(tokenHash: SessionTokens.hash(token)!, deviceName: deviceName,
                                                createdAtMs: nowMs, expiresAtMs: nowMs + configuration.sessionLifetimeMs))
+    }
+
+    private func runBlocking<T>(_ body: () throws -> T) throws(RPCError) -> T {
+        do {
+            return try body()
+        } catch {
+            logger.error("accounts storage failure", metadata: ["error": "\(error)"])
+            throw RPCError.internalError()
+        }
     }
 
     /// Storage and hashing failures are internal errors (logged here, details not sent).

@@ -19,7 +19,7 @@ struct AccountsServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("session-days"), help: "Days a session lives without use (sliding). Default 30.")
     var sessionDays: Int = 30
 
-    @Option(name: .customLong("scrypt-log-n"), help: "log2 of scrypt's N for new password hashes. Default 15.")
+    @Option(name: .customLong("scrypt-log-n"), help: "log2 of scrypt's N for new password hashes (16 = 64 MiB per hash). Default 14.")
     var scryptLogN: Int = ScryptParameters.default.logN
 
     func validate() throws {
