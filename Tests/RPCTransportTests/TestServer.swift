@@ -105,6 +105,20 @@ enum GateOpen: RPCMethod {
     static let summary = "Releases gate.wait calls for the key (and future ones)."
 }
 
+enum EchoBlocking: RPCMethod {
+    typealias Params = JSONValue
+    typealias Result = JSONValue
+    static let name = "echo.blocking"
+    static let summary = "Answers its params, from the blocking pool."
+}
+
+enum BlockingWait: RPCMethod {
+    struct Params: Codable, Sendable { var key: String }
+    typealias Result = String
+    static let name = "blocking.wait"
+    static let summary = "Blocks a pool thread until gate.open is called with the key."
+}
+
 enum NeverEnds: RPCMethod {
     typealias Params = EmptyParams
     typealias Result = EmptyResult
@@ -135,11 +149,35 @@ actor Gates {
     }
 }
 
+/// Keys released by gate.open, for handlers that block a thread instead of awaiting.
+final class BlockingGates: Sendable {
+    private let condition = NSCondition()
+    private nonisolated(unsafe) var open: Set<String> = []  // guarded by `condition`
+
+    func wait(_ key: String) {
+        condition.lock()
+        while !open.contains(key) { condition.wait() }
+        condition.unlock()
+    }
+
+    func release(_ key: String) {
+        condition.lock()
+        open.insert(key)
+        condition.broadcast()
+        condition.unlock()
+    }
+}
+
 struct SecretFailure: Error { let detail = "database password is hunter2" }
 
 enum TestServer {
-    static func router(gates: Gates = Gates()) -> RPCRouter {
+    static func router(gates: Gates = Gates(), blockingGates: BlockingGates = BlockingGates()) -> RPCRouter {
         var r = RPCRouter()
+        r.registerBlocking(EchoBlocking.self) { p, _ in p }
+        r.registerBlocking(BlockingWait.self) { p, _ in
+            blockingGates.wait(p.key)
+            return p.key
+        }
         r.registerImmediate(Subtract.self) { p, _ in p.minuend - p.subtrahend }
         r.registerImmediate(Sum.self) { p, _ in p.reduce(0, +) }
         r.registerImmediate(Update.self) { _, _ in EmptyResult() }
@@ -154,6 +192,7 @@ enum TestServer {
             return p.key
         }
         r.register(GateOpen.self) { p, _ in
+            blockingGates.release(p.key)
             await gates.release(p.key)
             return EmptyResult()
         }
