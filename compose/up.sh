@@ -1,16 +1,87 @@
 #!/usr/bin/env bash
-# Starts the suite locally without Docker: builds, starts every service on its DESIGN.md port with its
-# data under $IAP_DATA_DIR (default ./data), waits for each health.check, and stops them all on exit.
+# Starts the suite locally without Docker, in the foreground:
+#   builds the services (release), starts each on its DESIGN.md port with its SQLite file under
+#   $IAP_DATA_DIR (default ./data), waits until every health.check answers ok, prints where
+#   everything is, and stops them all on Ctrl-C (SIGINT/SIGTERM: each drains and closes its database).
+# Tokens: IAP_INTERNAL_TOKEN and IAP_ADMIN_TOKEN if set, otherwise random ones kept (mode 0600) in
+# the data directory so they survive restarts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export IAP_DATA_DIR=${IAP_DATA_DIR:-$PWD/data}
-mkdir -p "$IAP_DATA_DIR"
+mkdir -p "$IAP_DATA_DIR/logs"
 
-# name:executable:port for each service that exists so far.
-services=()
+secret() {  # secret NAME: the env value, else the one kept in the data dir, else a new one
+  local file="$IAP_DATA_DIR/$1"
+  if [[ ! -s $file ]]; then
+    (umask 077; head -c 32 /dev/urandom | base64 | tr -d '/+=' > "$file")
+  fi
+  cat "$file"
+}
+export IAP_INTERNAL_TOKEN=${IAP_INTERNAL_TOKEN:-$(secret internal-token)}
+export IAP_ADMIN_TOKEN=${IAP_ADMIN_TOKEN:-$(secret admin-token)}
 
-if ((${#services[@]} == 0)); then
-  echo "No services are implemented yet; the transport benchmark fixture can be started with:"
-  echo "  swift run -c release iap-bench serve-fixture --port 7900"
-  exit 0
-fi
+# name executable port: the services implemented so far.
+services=(
+  "accounts accounts-service 7101"
+)
+
+echo "building (release)..."
+for entry in "${services[@]}"; do
+  read -r _ exe _ <<<"$entry"
+  swift build -c release --product "$exe" >/dev/null
+done
+bin=$(swift build -c release --show-bin-path)
+
+pids=()
+stopping=0
+stop() {
+  trap - INT TERM EXIT
+  stopping=1
+  echo "stopping..."
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait || true
+}
+trap stop INT TERM EXIT
+
+for entry in "${services[@]}"; do  # a port already taken would make a health check lie
+  read -r name _ port <<<"$entry"
+  if { exec 3<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null; then
+    exec 3>&-
+    echo "port $port ($name) is already in use: is the suite already running?" >&2
+    exit 1
+  fi
+done
+
+for entry in "${services[@]}"; do
+  read -r name exe port <<<"$entry"
+  "$bin/$exe" --port "$port" --data-dir "$IAP_DATA_DIR" >>"$IAP_DATA_DIR/logs/$name.log" 2>&1 &
+  pids+=($!)
+done
+
+health() {  # health PORT: prints the health.check reply line, or nothing
+  { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
+  printf '{"jsonrpc":"2.0","id":1,"method":"health.check"}\n' >&3
+  local line; read -r -t 2 line <&3 || true
+  exec 3>&-
+  printf '%s' "$line"
+}
+
+for i in "${!services[@]}"; do
+  read -r name _ port <<<"${services[$i]}"
+  for attempt in $(seq 1 100); do
+    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+      echo "$name exited during start-up; see $IAP_DATA_DIR/logs/$name.log" >&2
+      exit 1
+    fi
+    if [[ $(health "$port" || true) == *'"status":"ok"'* ]]; then break; fi
+    if ((attempt == 100)); then
+      echo "$name did not become healthy on port $port; see $IAP_DATA_DIR/logs/$name.log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  printf '  %-13s 127.0.0.1:%s  (log: %s)\n' "$name" "$port" "$IAP_DATA_DIR/logs/$name.log"
+done
+echo "suite is up; data in $IAP_DATA_DIR; tokens in $IAP_DATA_DIR/internal-token and admin-token. Ctrl-C stops it."
+wait -n || true  # returns when any service exits (or on Ctrl-C)
+((stopping)) || echo "a service exited; see the logs in $IAP_DATA_DIR/logs" >&2
