@@ -11,6 +11,7 @@ let package = Package(
         .library(name: "IAPProtocol", targets: ["IAPProtocol"]),
         .library(name: "RPCTransport", targets: ["RPCTransport"]),
         .executable(name: "accounts-service", targets: ["AccountsServiceMain"]),
+        .executable(name: "catalog-service", targets: ["CatalogServiceMain"]),
         .executable(name: "iap-bench", targets: ["IAPBench"]),
     ],
     dependencies: [
@@ -82,6 +83,28 @@ let package = Package(
             path: "Services/Accounts/Main"
         ),
 
+        // catalog: products, grants, localized text, prices per storefront, the price cache.
+        .target(
+            name: "CatalogService",
+            dependencies: [
+                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Services/Catalog/CatalogService"
+        ),
+        .executableTarget(
+            name: "CatalogServiceMain",
+            dependencies: [
+                "CatalogService", "IAPProtocol", "RPCTransport", "ServiceSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/Catalog/Main"
+        ),
+
         .executableTarget(
             name: "IAPBench",
             dependencies: [
@@ -124,6 +147,14 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/AccountsServiceTests"
+        ),
+        .testTarget(
+            name: "CatalogServiceTests",
+            dependencies: [
+                "CatalogService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/CatalogServiceTests"
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -86,6 +86,21 @@ public struct RPCRouter: Sendable {
         })
     }
 
+    /// Registers an async handler whose reply is already-encoded JSON of `M.Result` (a cached listing).
+    public mutating func registerEncoded<M: RPCMethod>(
+        _ method: M.Type,
+        handler: @escaping @Sendable (M.Params, RequestContext) async throws -> [UInt8]
+    ) {
+        entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: .async { params, ctx throws(RPCError) in
+            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+            do {
+                return try await handler(decoded, ctx)
+            } catch {
+                throw Self.wireError(error, ctx)
+            }
+        })
+    }
+
     /// Registers an immediate handler whose reply is already-encoded JSON (a cached document).
     public mutating func registerImmediateEncoded<M: RPCMethod>(
         _ method: M.Type,

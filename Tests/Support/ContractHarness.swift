@@ -12,6 +12,17 @@ import RPCTransport
 /// 3. every script passes;
 /// 4. every successful reply matches the published result schema, and the params of the request
 ///    that produced it match the published params schema.
+/// A server a contract script runs against, started fresh for it.
+public struct ContractTarget: Sendable {
+    public let port: Int
+    public let stop: @Sendable () async -> Void
+
+    public init(port: Int, stop: @escaping @Sendable () async -> Void) {
+        self.port = port
+        self.stop = stop
+    }
+}
+
 public enum ContractHarness {
     /// `Tests/Contracts` of this checkout.
     public static var contractsRoot: URL {
@@ -19,6 +30,7 @@ public enum ContractHarness {
             .appendingPathComponent("Contracts")
     }
 
+    /// Runs every script against one server (scripts must not depend on each other's changes).
     public static func run(
         service: String,
         port: Int,
@@ -26,10 +38,25 @@ public enum ContractHarness {
         declared: [OpenRPCMethodDescription],
         requireContractFor builtins: Bool = false
     ) async throws -> [String] {
+        try await run(service: service, declared: declared, requireContractFor: builtins) {
+            ContractTarget(port: port, stop: {})
+        }
+    }
+
+    /// Runs each script against a fresh server from `start` (for services whose scripts change state).
+    public static func run(
+        service: String,
+        declared: [OpenRPCMethodDescription],
+        requireContractFor builtins: Bool = false,
+        start: @Sendable () async throws -> ContractTarget
+    ) async throws -> [String] {
+        let host = "127.0.0.1"
         var failures: [String] = []
-        let client = RPCClient(host: host, port: port)
-        defer { Task { await client.close() } }
+        let first = try await start()
+        let client = RPCClient(host: host, port: first.port)
         let document = try await client.call(RPCDiscover.self, EmptyParams())
+        await client.close()
+        await first.stop()
 
         // 1. Protocol module vs server.
         for method in declared {
@@ -59,7 +86,9 @@ public enum ContractHarness {
 
         // 3 and 4. Run each script; check replies and params against the published schemas.
         for script in scripts {
-            let (scriptFailures, exchanges) = try await WireScriptRunner.run(script, port: port, host: host)
+            let target = try await start()
+            let (scriptFailures, exchanges) = try await WireScriptRunner.run(script, port: target.port, host: host)
+            await target.stop()
             failures += scriptFailures
             for exchange in exchanges {
                 guard let request = exchange.request, let method = request["method"]?.stringValue,

@@ -1,0 +1,26 @@
+import IAPProtocol
+import JSONRPC
+import RPCTransport
+
+extension CatalogService {
+    /// The `catalog.*` methods of the v1 contract, on this service.
+    public func router() -> RPCRouter {
+        var r = RPCRouter()
+        r.registerEncoded(CatalogListProducts.self) { p, _ in try await self.listProducts(p) }
+        r.register(CatalogGetProducts.self) { p, _ in try await self.getProducts(p) }
+        r.register(CatalogUpsertProduct.self) { p, _ in
+            try await self.upsertProduct(p)
+            return EmptyResult()
+        }
+        r.register(CatalogSetPrices.self) { p, _ in
+            try await self.setPrices(p)
+            return EmptyResult()
+        }
+        r.register(CatalogRetireProduct.self) { p, _ in
+            try await self.retireProduct(p)
+            return EmptyResult()
+        }
+        r.register(CatalogImportCatalog.self) { p, _ in .init(imported: try await self.importCatalog(p)) }
+        return r
+    }
+}

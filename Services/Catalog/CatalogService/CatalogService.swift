@@ -1,0 +1,258 @@
+import Crypto
+import Foundation
+import IAPProtocol
+import JSONRPC
+import Logging
+import NIOConcurrencyHelpers
+import ServiceSupport
+
+public struct CatalogConfiguration: Sendable {
+    /// Admin token for upsert/setPrices/retire/import; admin methods refuse every call when nil.
+    public var adminToken: String?
+    /// Storefront used when a request names none.
+    public var defaultStorefront = "USA"
+    public var priceCache = PriceCache.Settings()
+    /// How often the catalog checks the database for changes made by another instance.
+    public var catalogRecheckMs: Int64 = 60_000
+
+    public init() {}
+}
+
+/// What the app sells, at what price, in which language. Listings are built once per catalog
+/// revision, price-table version, storefront and locale, then served as pre-encoded bytes with an
+/// etag derived from their content.
+public final class CatalogService: Sendable {
+    private let store: CatalogStore
+    private let prices: PriceCache
+    private let source: any PriceSource
+    private let configuration: CatalogConfiguration
+    private let clock: ServiceClock
+    private let logger: Logger
+    private let state: NIOLockedValueBox<State>
+
+    private struct State {
+        var snapshot: CatalogStore.Snapshot
+        var checkedAtMs: Int64
+        var listings: [ListingKey: Listing] = [:]
+    }
+
+    struct ListingKey: Hashable {
+        let storefront: String
+        let locale: String?
+    }
+
+    struct Listing {
+        let revision: Int64
+        let priceVersion: Int
+        let etag: String
+        /// The full `catalog.listProducts` result, encoded.
+        let encoded: [UInt8]
+    }
+
+    public init(store: CatalogStore, source: any PriceSource, configuration: CatalogConfiguration,
+                clock: ServiceClock = .system, logger: Logger) async throws {
+        self.store = store
+        self.source = source
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+        self.prices = PriceCache(source: source, settings: configuration.priceCache, clock: clock, logger: logger)
+        self.state = NIOLockedValueBox(State(snapshot: try await store.snapshot(), checkedAtMs: clock.nowMs))
+    }
+
+    // MARK: reading
+
+    /// `catalog.listProducts`, encoded. Active products only.
+    public func listProducts(_ p: CatalogListProducts.Params) async throws(RPCError) -> [UInt8] {
+        let storefront = p.storefront ?? configuration.defaultStorefront
+        try Storefronts.check(storefront, field: "storefront")
+        if let locale = p.locale { try ProductValidation.checkLocale(locale, field: "locale") }
+        let snapshot = try await currentSnapshot()
+        let table = try await prices.table(for: storefront)
+        let key = ListingKey(storefront: storefront, locale: p.locale)
+        let listing = state.withLockedValue { s -> Listing? in
+            guard let l = s.listings[key], l.revision == snapshot.revision, l.priceVersion == table.version else { return nil }
+            return l
+        } ?? buildListing(key, snapshot: snapshot, table: table)
+        if let etag = p.ifNoneMatch, etag == listing.etag {
+            return JSONWriter.encodeBody(CatalogListProducts.Result(etag: etag, notModified: true, products: []))!
+        }
+        return listing.encoded
+    }
+
+    private func buildListing(_ key: ListingKey, snapshot: CatalogStore.Snapshot, table: PriceCache.Versioned) -> Listing {
+        let products = snapshot.products.filter { $0.status == .active }.map {
+            Self.present($0.definition, status: $0.status, locale: key.locale, table: table.table)
+        }
+        let productBytes = JSONWriter.encodeBody(products) ?? []
+        let digest = SHA256.hash(data: productBytes + Array(key.storefront.utf8))
+        let etag = "\"" + digest.prefix(12).map { String(format: "%02x", $0) }.joined() + "\""
+        let encoded = JSONWriter.encodeBody(CatalogListProducts.Result(etag: etag, notModified: false, products: products)) ?? []
+        let listing = Listing(revision: snapshot.revision, priceVersion: table.version, etag: etag, encoded: encoded)
+        if table.version != 0 {  // version 0: prices read around an invalidation; do not keep
+            state.withLockedValue { s in
+                if s.snapshot.revision == snapshot.revision { s.listings[key] = listing }
+            }
+        }
+        return listing
+    }
+
+    /// `catalog.getProducts`: retired products included; unknown ids listed in `missing`.
+    public func getProducts(_ p: CatalogGetProducts.Params) async throws(RPCError) -> CatalogGetProducts.Result {
+        guard p.productIds.count <= 1000 else {
+            throw RPCError.invalidParams("at most 1000 productIds per call", field: "productIds", reason: "tooMany")
+        }
+        let storefront = p.storefront ?? configuration.defaultStorefront
+        try Storefronts.check(storefront, field: "storefront")
+        if let locale = p.locale { try ProductValidation.checkLocale(locale, field: "locale") }
+        let snapshot = try await currentSnapshot()
+        // A price source that is down must not stop fulfillment from resolving what a product grants.
+        let table = try? await prices.table(for: storefront)
+        var byId: [String: (definition: ProductDefinition, status: ProductStatus)] = [:]
+        for entry in snapshot.products { byId[entry.definition.productId] = entry }
+        var found: [Product] = []
+        var missing: [String] = []
+        for id in p.productIds {
+            if let entry = byId[id] {
+                found.append(Self.present(entry.definition, status: entry.status, locale: p.locale, table: table?.table))
+            } else {
+                missing.append(id)
+            }
+        }
+        return .init(products: found, missing: missing)
+    }
+
+    /// A product as apps see it: text in the best locale (exact, then same language, then the product's
+    /// default), and the storefront's price if it has one.
+    static func present(_ d: ProductDefinition, status: ProductStatus, locale: String?, table: PriceTable?) -> Product {
+        let text = localization(d, locale: locale)
+        let price = table?.prices[d.productId].map {
+            Price(storefront: $0.storefront, currency: $0.currency, amount: Currencies.formatAmount($0.amountMinor, currency: $0.currency),
+                  formatted: Currencies.display($0.amountMinor, currency: $0.currency, locale: locale))
+        }
+        return Product(productId: d.productId, type: d.type, referenceName: d.referenceName, title: text.title,
+                       description: text.description, status: status, grant: d.grant, price: price)
+    }
+
+    static func localization(_ d: ProductDefinition, locale: String?) -> Localization {
+        if let locale {
+            if let exact = d.localizations[locale] { return exact }
+            let language = locale.split(separator: "-").first.map(String.init) ?? locale
+            if let sameLanguage = d.localizations.keys.sorted().first(where: { $0 == language || $0.hasPrefix(language + "-") }) {
+                return d.localizations[sameLanguage]!
+            }
+        }
+        return d.localizations[d.defaultLocale]!
+    }
+
+    // MARK: admin
+
+    public func upsertProduct(_ p: CatalogUpsertProduct.Params) async throws(RPCError) {
+        try checkAdmin(p.adminToken)
+        try await importProducts([p.product], field: "product")
+    }
+
+    public func importCatalog(_ p: CatalogImportCatalog.Params) async throws(RPCError) -> Int {
+        try checkAdmin(p.adminToken)
+        try await importProducts(p.products, field: "products")
+        return p.products.count
+    }
+
+    /// Validates every product first; writes all of them in one transaction, or none.
+    public func importProducts(_ products: [ProductDefinition], field: String) async throws(RPCError) {
+        guard products.count <= ProductValidation.maxProducts else {
+            throw RPCError.invalidParams("at most \(ProductValidation.maxProducts) products per import", field: field, reason: "tooMany")
+        }
+        var seen = Set<String>()
+        var validated: [(ProductDefinition, [StoredPrice]?)] = []
+        for (i, product) in products.enumerated() {
+            let path = products.count == 1 && field == "product" ? field : "\(field)[\(i)]"
+            try ProductValidation.check(product, field: path)
+            guard seen.insert(product.productId).inserted else {
+                throw RPCError.invalidParams("productId \(product.productId) appears twice", field: "\(path).productId",
+                                             reason: "duplicateProductId")
+            }
+            if product.prices != nil && !source.acceptsAdminPrices {
+                throw pricesFromFeed
+            }
+            validated.append((product, try product.prices.map { ps throws(RPCError) in
+                try ProductValidation.checkPrices(ps, field: "\(path).prices")
+            }))
+        }
+        let ready = validated
+        try await write { try await self.store.upsert(ready) }
+        logger.info("catalog updated", metadata: ["products": "\(products.count)"])
+    }
+
+    public func setPrices(_ p: CatalogSetPrices.Params) async throws(RPCError) {
+        try checkAdmin(p.adminToken)
+        guard source.acceptsAdminPrices else { throw pricesFromFeed }
+        try ProductValidation.checkProductId(p.productId, field: "productId")
+        let validated = try ProductValidation.checkPrices(p.prices, field: "prices")
+        let change = try await write { try await self.store.setPrices(productId: p.productId, validated) }
+        guard change == .done else { throw RPCError.notFound("no product \(p.productId)", reason: "unknownProduct") }
+    }
+
+    public func retireProduct(_ p: CatalogRetireProduct.Params) async throws(RPCError) {
+        try checkAdmin(p.adminToken)
+        let change = try await write { try await self.store.retire(productId: p.productId) }
+        guard change == .done else { throw RPCError.notFound("no product \(p.productId)", reason: "unknownProduct") }
+    }
+
+    private var pricesFromFeed: RPCError {
+        RPCError.conflict("prices come from the price feed (\(source.name)); change the feed file instead", reason: "pricesFromFeed")
+    }
+
+    private func checkAdmin(_ token: String) throws(RPCError) {
+        guard let expected = configuration.adminToken else {
+            throw RPCError.forbidden("admin methods are disabled: no admin token is configured", reason: "adminTokenRequired")
+        }
+        guard SecretComparison.equal(token, expected) else {
+            throw RPCError.forbidden("admin token is missing or wrong", reason: "adminTokenRequired")
+        }
+    }
+
+    /// Runs a database change, then reloads the snapshot and drops cached prices and listings.
+    private func write<T: Sendable>(_ body: @Sendable () async throws -> T) async throws(RPCError) -> T {
+        do {
+            let result = try await body()
+            let snapshot = try await store.snapshot()
+            state.withLockedValue { s in
+                s.snapshot = snapshot
+                s.checkedAtMs = clock.nowMs
+                s.listings.removeAll()
+            }
+            await prices.invalidate()
+            return result
+        } catch {
+            logger.error("catalog storage failure", metadata: ["error": "\(error)"])
+            throw RPCError.internalError()
+        }
+    }
+
+    /// The in-memory catalog, re-read when another instance changed the database (checked at most
+    /// once per `catalogRecheckMs`).
+    private func currentSnapshot() async throws(RPCError) -> CatalogStore.Snapshot {
+        let now = clock.nowMs
+        let (snapshot, due) = state.withLockedValue { s -> (CatalogStore.Snapshot, Bool) in
+            let due = now - s.checkedAtMs >= configuration.catalogRecheckMs
+            if due { s.checkedAtMs = now }
+            return (s.snapshot, due)
+        }
+        guard due else { return snapshot }
+        do {
+            guard try await store.revision() != snapshot.revision else { return snapshot }
+            let fresh = try await store.snapshot()
+            state.withLockedValue { s in
+                if fresh.revision > s.snapshot.revision {
+                    s.snapshot = fresh
+                    s.listings.removeAll()
+                }
+            }
+            return fresh
+        } catch {
+            logger.warning("could not re-read the catalog; serving the one in memory", metadata: ["error": "\(error)"])
+            return snapshot
+        }
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+import GRDB
+import IAPProtocol
+
+/// The catalog database: products with their localizations and grants, admin-set prices, and a
+/// revision number bumped by every change (so other instances notice within their cache TTL).
+public final class CatalogStore: Sendable {
+    private let writer: any DatabaseWriter
+
+    public static func open(directory: URL) throws -> CatalogStore {
+        var config = Configuration()
+        config.foreignKeysEnabled = true
+        config.busyMode = .timeout(5)
+        return try CatalogStore(writer: DatabasePool(path: directory.appendingPathComponent("catalog.sqlite").path, configuration: config))
+    }
+
+    public init(writer: any DatabaseWriter) throws {
+        self.writer = writer
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE product (
+                    productId TEXT PRIMARY KEY NOT NULL,
+                    definition TEXT NOT NULL,          -- ProductDefinition JSON (without prices)
+                    status TEXT NOT NULL CHECK (status IN ('active', 'retired'))
+                ) WITHOUT ROWID;
+                CREATE TABLE price (
+                    productId TEXT NOT NULL REFERENCES product(productId) ON DELETE CASCADE,
+                    storefront TEXT NOT NULL CHECK (length(storefront) = 3),
+                    currency TEXT NOT NULL CHECK (length(currency) = 3),
+                    amountMinor INTEGER NOT NULL CHECK (amountMinor >= 0),
+                    PRIMARY KEY (productId, storefront)
+                ) WITHOUT ROWID;
+                CREATE INDEX price_by_storefront ON price(storefront);
+                CREATE TABLE catalogRevision (id INTEGER PRIMARY KEY CHECK (id = 1), revision INTEGER NOT NULL);
+                INSERT INTO catalogRevision (id, revision) VALUES (1, 0);
+                """)
+        }
+        try m.migrate(writer)
+    }
+
+    public struct Snapshot: Sendable {
+        public let revision: Int64
+        /// Sorted by productId.
+        public let products: [(definition: ProductDefinition, status: ProductStatus)]
+    }
+
+    public func revision() async throws -> Int64 {
+        try await writer.read { db in try Int64.fetchOne(db, sql: "SELECT revision FROM catalogRevision")! }
+    }
+
+    public func snapshot() async throws -> Snapshot {
+        try await writer.read { db in
+            let revision = try Int64.fetchOne(db, sql: "SELECT revision FROM catalogRevision")!
+            let rows = try Row.fetchAll(db, sql: "SELECT definition, status FROM product ORDER BY productId")
+            let decoder = JSONDecoder()
+            let products = try rows.map { row -> (ProductDefinition, ProductStatus) in
+                let json: String = row["definition"]
+                let definition = try decoder.decode(ProductDefinition.self, from: Data(json.utf8))
+                return (definition, ProductStatus(rawValue: row["status"]) ?? .active)
+            }
+            return Snapshot(revision: revision, products: products)
+        }
+    }
+
+    /// Creates or replaces products (and, where given, their prices) in one transaction.
+    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)]) async throws {
+        try await writer.write { db in
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            for (definition, prices) in products {
+                var stored = definition
+                stored.prices = nil
+                let json = String(decoding: try encoder.encode(stored), as: UTF8.self)
+                try db.execute(sql: """
+                    INSERT INTO product (productId, definition, status) VALUES (?, ?, ?)
+                    ON CONFLICT(productId) DO UPDATE SET definition = excluded.definition, status = excluded.status
+                    """, arguments: [definition.productId, json, (definition.status ?? .active).rawValue])
+                if let prices { try Self.replacePrices(db, productId: definition.productId, prices) }
+            }
+            try Self.bumpRevision(db)
+        }
+    }
+
+    public enum Change: Sendable { case done, notFound }
+
+    public func setPrices(productId: String, _ prices: [StoredPrice]) async throws -> Change {
+        try await writer.write { db in
+            guard try Bool.fetchOne(db, sql: "SELECT 1 FROM product WHERE productId = ?", arguments: [productId]) == true else { return .notFound }
+            try Self.replacePrices(db, productId: productId, prices)
+            try Self.bumpRevision(db)
+            return .done
+        }
+    }
+
+    public func retire(productId: String) async throws -> Change {
+        try await writer.write { db in
+            try db.execute(sql: "UPDATE product SET status = 'retired' WHERE productId = ?", arguments: [productId])
+            guard db.changesCount == 1 else { return .notFound }
+            try Self.bumpRevision(db)
+            return .done
+        }
+    }
+
+    /// Admin-set prices of one storefront: productId -> price.
+    public func prices(storefront: String) async throws -> [String: StoredPrice] {
+        try await writer.read { db in
+            var out: [String: StoredPrice] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT productId, currency, amountMinor FROM price WHERE storefront = ?",
+                                        arguments: [storefront]) {
+                out[row["productId"]] = StoredPrice(storefront: storefront, currency: row["currency"], amountMinor: row["amountMinor"])
+            }
+            return out
+        }
+    }
+
+    private static func replacePrices(_ db: Database, productId: String, _ prices: [StoredPrice]) throws {
+        try db.execute(sql: "DELETE FROM price WHERE productId = ?", arguments: [productId])
+        for p in prices {
+            try db.execute(sql: "INSERT INTO price (productId, storefront, currency, amountMinor) VALUES (?, ?, ?, ?)",
+                           arguments: [productId, p.storefront, p.currency, p.amountMinor])
+        }
+    }
+
+    private static func bumpRevision(_ db: Database) throws {
+        try db.execute(sql: "UPDATE catalogRevision SET revision = revision + 1 WHERE id = 1")
+    }
+}

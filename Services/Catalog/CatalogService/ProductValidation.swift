@@ -1,0 +1,112 @@
+import IAPProtocol
+import JSONRPC
+
+/// Checks an admin's product definitions before anything is written: a bad product (or any bad
+/// product of an import) changes nothing.
+public enum ProductValidation {
+    public static let maxProducts = 10_000
+
+    public static func check(_ p: ProductDefinition, field: String) throws(RPCError) {
+        try checkProductId(p.productId, field: "\(field).productId")
+        try nonEmpty(p.referenceName, max: 200, field: "\(field).referenceName")
+        guard !p.localizations.isEmpty else {
+            throw RPCError.invalidParams("at least one localization is required", field: "\(field).localizations", reason: "missingLocalization")
+        }
+        for (locale, text) in p.localizations {
+            try checkLocale(locale, field: "\(field).localizations")
+            try nonEmpty(text.title, max: 200, field: "\(field).localizations.\(locale).title")
+            guard text.description.count <= 4000 else {
+                throw RPCError.invalidParams("description is longer than 4000 characters",
+                                             field: "\(field).localizations.\(locale).description", reason: "tooLong")
+            }
+        }
+        guard p.localizations[p.defaultLocale] != nil else {
+            throw RPCError.invalidParams("defaultLocale \"\(p.defaultLocale)\" has no localization", field: "\(field).defaultLocale",
+                                         reason: "missingLocalization")
+        }
+        try checkGrant(p.grant, type: p.type, field: "\(field).grant")
+        if let prices = p.prices { try checkPrices(prices, field: "\(field).prices") }
+    }
+
+    public static func checkProductId(_ id: String, field: String) throws(RPCError) {
+        let allowed = id.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0)) }
+        guard !id.isEmpty, id.count <= 100, allowed else {
+            throw RPCError.invalidParams("productId must be 1-100 characters of letters, digits, '.', '_' or '-'", field: field,
+                                         reason: "invalidProductId")
+        }
+    }
+
+    static func checkLocale(_ locale: String, field: String) throws(RPCError) {
+        let parts = locale.split(separator: "-", omittingEmptySubsequences: false)
+        let ok = (2...3).contains(parts[0].count) && parts[0].allSatisfy { $0.isASCII && $0.isLowercase }
+            && parts.dropFirst().allSatisfy { (2...8).contains($0.count) && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) } }
+        guard ok else {
+            throw RPCError.invalidParams("\"\(locale)\" is not a locale identifier like en-US", field: field, reason: "invalidLocale")
+        }
+    }
+
+    private static func nonEmpty(_ s: String, max: Int, field: String) throws(RPCError) {
+        guard !s.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw RPCError.invalidParams("\(field) must not be empty", field: field, reason: "emptyField")
+        }
+        guard s.count <= max else { throw RPCError.invalidParams("\(field) is longer than \(max) characters", field: field, reason: "tooLong") }
+    }
+
+    /// Each type grants its own kind of thing: coins for consumables, content for non-consumables, a
+    /// subscription group for auto-renewables, a duration for non-renewing subscriptions.
+    static func checkGrant(_ grant: Grant, type: ProductType, field: String) throws(RPCError) {
+        switch (type, grant) {
+        case (.consumable, .coins(let n)):
+            guard n > 0 else { throw RPCError.invalidParams("coins must be positive", field: "\(field).coins", reason: "invalidGrant") }
+        case (.nonConsumable, .content(let e, let ids)):
+            try nonEmpty(e, max: 100, field: "\(field).entitlement")
+            guard Set(ids).count == ids.count, ids.allSatisfy({ !$0.isEmpty && $0.count <= 200 }) else {
+                throw RPCError.invalidParams("content ids must be unique and non-empty", field: "\(field).content", reason: "invalidGrant")
+            }
+        case (.autoRenewable, .subscription(let e, let group)):
+            try nonEmpty(e, max: 100, field: "\(field).entitlement")
+            try nonEmpty(group, max: 100, field: "\(field).subscriptionGroup")
+        case (.nonRenewing, .timeLimited(let e, let days)):
+            try nonEmpty(e, max: 100, field: "\(field).entitlement")
+            guard (1...3660).contains(days) else {
+                throw RPCError.invalidParams("durationDays must be between 1 and 3660", field: "\(field).durationDays", reason: "invalidGrant")
+            }
+        default:
+            throw RPCError.invalidParams("a \(type.rawValue) product must grant \(expectedGrant(type))", field: field, reason: "grantMismatch")
+        }
+    }
+
+    private static func expectedGrant(_ type: ProductType) -> String {
+        switch type {
+        case .consumable: return "{coins}"
+        case .nonConsumable: return "{entitlement, content}"
+        case .autoRenewable: return "{entitlement, subscriptionGroup}"
+        case .nonRenewing: return "{entitlement, durationDays}"
+        }
+    }
+
+    /// Validated prices in minor units, one per storefront.
+    @discardableResult
+    public static func checkPrices(_ prices: [PriceEntry], field: String) throws(RPCError) -> [StoredPrice] {
+        var seen = Set<String>()
+        var out: [StoredPrice] = []
+        for (i, p) in prices.enumerated() {
+            try Storefronts.check(p.storefront, field: "\(field)[\(i)].storefront")
+            try Currencies.check(p.currency, field: "\(field)[\(i)].currency")
+            let minor = try Currencies.parseAmount(p.amount, currency: p.currency, field: "\(field)[\(i)].amount")
+            guard seen.insert(p.storefront).inserted else {
+                throw RPCError.invalidParams("storefront \(p.storefront) appears twice", field: "\(field)[\(i)].storefront",
+                                             reason: "duplicateStorefront")
+            }
+            out.append(StoredPrice(storefront: p.storefront, currency: p.currency, amountMinor: minor))
+        }
+        return out
+    }
+}
+
+/// A price as stored: integer minor units.
+public struct StoredPrice: Sendable, Equatable, Hashable {
+    public var storefront: String
+    public var currency: String
+    public var amountMinor: Int64
+}

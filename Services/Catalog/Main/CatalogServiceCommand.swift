@@ -1,0 +1,67 @@
+import ArgumentParser
+import CatalogService
+import Foundation
+import IAPProtocol
+import Logging
+import RPCTransport
+import ServiceLifecycle
+import ServiceSupport
+
+@main
+struct CatalogServiceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "catalog-service",
+        abstract: "Products, what each grants, localized text and prices per storefront for the in-app purchase suite.")
+
+    @OptionGroup var options: ServiceOptions
+
+    @Option(name: .customLong("admin-token"), help: "Token for the admin methods (env IAP_ADMIN_TOKEN).")
+    var adminToken: String?
+
+    @Option(help: "Import this catalog JSON ({\"products\": [...]}, as catalog.importCatalog) at start.")
+    var seed: String?
+
+    @Option(name: .customLong("price-feed"), help: "Take prices from this JSON price feed file instead of the database.")
+    var priceFeed: String?
+
+    @Option(name: .customLong("price-ttl-seconds"), help: "How long fetched prices are fresh. Default 60.")
+    var priceTTLSeconds: Int = 60
+
+    @Option(name: .customLong("default-storefront"), help: "Storefront for requests that name none. Default USA.")
+    var defaultStorefront: String = "USA"
+
+    func validate() throws {
+        guard priceTTLSeconds > 0 else { throw ValidationError("--price-ttl-seconds must be positive") }
+        guard Storefronts.all.contains(defaultStorefront) else { throw ValidationError("--default-storefront must be an ISO 3166-1 alpha-3 code") }
+    }
+
+    func run() async throws {
+        let logger = options.logger(label: "catalog")
+        var config = CatalogConfiguration()
+        config.adminToken = Environment.resolve(adminToken, env: "IAP_ADMIN_TOKEN")
+        config.defaultStorefront = defaultStorefront
+        config.priceCache.ttlMs = Int64(priceTTLSeconds) * 1000
+        if config.adminToken == nil {
+            logger.warning("no admin token configured (--admin-token or IAP_ADMIN_TOKEN): admin methods will refuse every call")
+        }
+        let store = try CatalogStore.open(directory: options.resolvedDataDir())
+        let source: any PriceSource = priceFeed.map { PriceFeedSource(path: $0) } ?? DatabasePriceSource(store: store)
+        let service = try await CatalogService(store: store, source: source, configuration: config, logger: logger)
+        if let seed {
+            struct SeedFile: Decodable { let products: [ProductDefinition] }
+            let file = try JSONDecoder().decode(SeedFile.self, from: Data(contentsOf: URL(fileURLWithPath: seed)))
+            do {
+                try await service.importProducts(file.products, field: "products")
+            } catch {
+                throw ValidationError("seed \(seed) was not imported: \(error.message)")
+            }
+            logger.info("seeded the catalog", metadata: ["file": "\(seed)", "products": "\(file.products.count)"])
+        }
+        let server = RPCServer(
+            configuration: .init(serviceName: "catalog", host: options.resolvedHost(),
+                                 port: options.resolvedPort(default: DefaultPorts.catalog)),
+            router: service.router(), logger: logger)
+        let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        try await group.run()
+    }
+}

@@ -1,0 +1,126 @@
+import CatalogService
+import Foundation
+import IAPProtocol
+import JSONRPC
+import Logging
+import NIOConcurrencyHelpers
+import RPCTestSupport
+import RPCTransport
+import ServiceSupport
+
+/// A real catalog service on a free port: SQLite in a temp directory, a manual clock, a price source
+/// of the test's choosing, seeded with `standardCatalog`.
+final class CatalogFixture: Sendable {
+    static let adminToken = "admin-secret-for-tests"
+    let directory: URL
+    let clock: ManualClock
+    let store: CatalogStore
+    let service: CatalogService
+    let server: RPCServer
+    let client: RPCClient
+    let logs: CapturedLogs
+
+    static func start(
+        seed: [ProductDefinition] = standardCatalog,
+        source makeSource: (CatalogStore) -> any PriceSource = { DatabasePriceSource(store: $0) },
+        configure: (inout CatalogConfiguration) -> Void = { _ in }
+    ) async throws -> CatalogFixture {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("catalog-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        var config = CatalogConfiguration()
+        config.adminToken = adminToken
+        configure(&config)
+        let clock = ManualClock()
+        let logs = CapturedLogs()
+        let logger = Logger(label: "catalog-test") { _ in logs.handler() }
+        let store = try CatalogStore.open(directory: dir)
+        let source = makeSource(store)
+        let service = try await CatalogService(store: store, source: source, configuration: config, clock: clock.clock, logger: logger)
+        if !seed.isEmpty {
+            try await service.importProducts(seed.map { p in
+                var p = p
+                if !source.acceptsAdminPrices { p.prices = nil }
+                return p
+            }, field: "products")
+        }
+        var quiet = Logger(label: "catalog-test-server")
+        quiet.logLevel = .critical
+        let server = RPCServer(configuration: .init(serviceName: "catalog"), router: service.router(), logger: quiet)
+        try await server.start()
+        return CatalogFixture(directory: dir, clock: clock, store: store, service: service, server: server,
+                              client: RPCClient(host: "127.0.0.1", port: server.localPort!), logs: logs)
+    }
+
+    private init(directory: URL, clock: ManualClock, store: CatalogStore, service: CatalogService, server: RPCServer,
+                 client: RPCClient, logs: CapturedLogs) {
+        self.directory = directory
+        self.clock = clock
+        self.store = store
+        self.service = service
+        self.server = server
+        self.client = client
+        self.logs = logs
+    }
+
+    var port: Int { server.localPort! }
+
+    func stop() async {
+        await client.close()
+        await server.shutdown()
+    }
+
+    var target: ContractTarget { ContractTarget(port: port, stop: { await self.stop() }) }
+
+    func list(_ storefront: String? = nil, locale: String? = nil, ifNoneMatch: String? = nil) async throws -> CatalogListProducts.Result {
+        try await client.call(CatalogListProducts.self, .init(storefront: storefront, locale: locale, ifNoneMatch: ifNoneMatch))
+    }
+
+    static let standardCatalog: [ProductDefinition] = [
+        ProductDefinition(productId: "coins.100", type: .consumable, referenceName: "100 coins",
+                          localizations: ["en-US": .init(title: "100 Coins", description: "A pouch of coins"),
+                                          "de-DE": .init(title: "100 Münzen", description: "Ein Beutel Münzen")],
+                          defaultLocale: "en-US", grant: .coins(100),
+                          prices: [.init(storefront: "USA", currency: "USD", amount: "0.99"),
+                                   .init(storefront: "DEU", currency: "EUR", amount: "1.09"),
+                                   .init(storefront: "JPN", currency: "JPY", amount: "160")]),
+        ProductDefinition(productId: "premium.unlock", type: .nonConsumable, referenceName: "Premium",
+                          localizations: ["en-US": .init(title: "Premium", description: "Everything, forever")],
+                          defaultLocale: "en-US", grant: .content(entitlement: "premium", contentIds: ["level-pack-1"]),
+                          prices: [.init(storefront: "USA", currency: "USD", amount: "4.99")]),
+        ProductDefinition(productId: "pro.monthly", type: .autoRenewable, referenceName: "Pro monthly",
+                          localizations: ["en-US": .init(title: "Pro", description: "Monthly"),
+                                          "fr-FR": .init(title: "Pro", description: "Mensuel")],
+                          defaultLocale: "en-US", grant: .subscription(entitlement: "pro", subscriptionGroup: "pro"),
+                          prices: [.init(storefront: "USA", currency: "USD", amount: "2.99")]),
+        ProductDefinition(productId: "season.pass", type: .nonRenewing, referenceName: "Season pass",
+                          localizations: ["en-US": .init(title: "Season Pass", description: "90 days")],
+                          defaultLocale: "en-US", grant: .timeLimited(entitlement: "season", durationDays: 90), prices: []),
+    ]
+}
+
+/// Log records kept in memory so tests can check what a service warned about.
+final class CapturedLogs: Sendable {
+    private let records = NIOLockedValueBox<[(Logger.Level, String)]>([])
+
+    func handler() -> some LogHandler { Handler(sink: self) }
+
+    func append(_ level: Logger.Level, _ message: String) { records.withLockedValue { $0.append((level, message)) } }
+
+    func contains(_ level: Logger.Level, _ fragment: String) -> Bool {
+        records.withLockedValue { $0.contains { $0.0 == level && $0.1.contains(fragment) } }
+    }
+
+    struct Handler: LogHandler {
+        let sink: CapturedLogs
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
+                 function: String, line: UInt) {
+            sink.append(level, message.description)
+        }
+    }
+}
