@@ -145,6 +145,11 @@ public final class CatalogService: Sendable {
         return d.localizations[d.defaultLocale]!
     }
 
+    /// Waits for background price refreshes (for tests that observe one landing).
+    public func settlePrices() async {
+        await prices.settle()
+    }
+
     // MARK: admin
 
     public func upsertProduct(_ p: CatalogUpsertProduct.Params) async throws(RPCError) {

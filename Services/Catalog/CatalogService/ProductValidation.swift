@@ -109,4 +109,10 @@ public struct StoredPrice: Sendable, Equatable, Hashable {
     public var storefront: String
     public var currency: String
     public var amountMinor: Int64
+
+    public init(storefront: String, currency: String, amountMinor: Int64) {
+        self.storefront = storefront
+        self.currency = currency
+        self.amountMinor = amountMinor
+    }
 }
