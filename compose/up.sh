@@ -20,9 +20,10 @@ secret() {  # secret NAME: the env value, else the one kept in the data dir, els
 export IAP_INTERNAL_TOKEN=${IAP_INTERNAL_TOKEN:-$(secret internal-token)}
 export IAP_ADMIN_TOKEN=${IAP_ADMIN_TOKEN:-$(secret admin-token)}
 
-# name executable port: the services implemented so far.
+# name executable port [flags]: the services implemented so far.
 services=(
   "accounts accounts-service 7101"
+  "catalog catalog-service 7102 --seed compose/demo-catalog.json"
 )
 
 echo "building (release)..."
@@ -44,7 +45,7 @@ stop() {
 trap stop INT TERM EXIT
 
 for entry in "${services[@]}"; do  # a port already taken would make a health check lie
-  read -r name _ port <<<"$entry"
+  read -r name _ port _ <<<"$entry"
   if { exec 3<>"/dev/tcp/127.0.0.1/$port"; } 2>/dev/null; then
     exec 3>&-
     echo "port $port ($name) is already in use: is the suite already running?" >&2
@@ -53,8 +54,9 @@ for entry in "${services[@]}"; do  # a port already taken would make a health ch
 done
 
 for entry in "${services[@]}"; do
-  read -r name exe port <<<"$entry"
-  "$bin/$exe" --port "$port" --data-dir "$IAP_DATA_DIR" >>"$IAP_DATA_DIR/logs/$name.log" 2>&1 &
+  read -r name exe port extra <<<"$entry"
+  # shellcheck disable=SC2086  # extra flags are words on purpose
+  "$bin/$exe" --port "$port" --data-dir "$IAP_DATA_DIR" $extra >>"$IAP_DATA_DIR/logs/$name.log" 2>&1 &
   pids+=($!)
 done
 
@@ -67,7 +69,7 @@ health() {  # health PORT: prints the health.check reply line, or nothing
 }
 
 for i in "${!services[@]}"; do
-  read -r name _ port <<<"${services[$i]}"
+  read -r name _ port _ <<<"${services[$i]}"
   for attempt in $(seq 1 100); do
     if ! kill -0 "${pids[$i]}" 2>/dev/null; then
       echo "$name exited during start-up; see $IAP_DATA_DIR/logs/$name.log" >&2
