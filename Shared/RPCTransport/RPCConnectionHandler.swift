@@ -153,15 +153,9 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
             do { outcome = .success(try body(request.params, ctx)) } catch { outcome = .failure(error) }
             shared.metrics.record(method: request.method, start: start, outcome: outcome)
             if let id = request.id { appendOutcome(id, outcome) }
-        case .async(let body):
+        case .async, .blocking:
             inFlight += 1
-            runAsync(body, request: request, ctx: ctx) { [self] outcome in
-                if let id = request.id { appendOutcome(id, outcome) }
-                requestFinished()
-            }
-        case .blocking(let body):
-            inFlight += 1
-            runBlocking(body, request: request, ctx: ctx) { [self] outcome in
+            runDeferred(implementation, request: request, ctx: ctx) { [self] outcome in
                 if let id = request.id { appendOutcome(id, outcome) }
                 requestFinished()
             }
@@ -190,18 +184,9 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
                     do { outcome = .success(try body(request.params, ctx)) } catch { outcome = .failure(error) }
                     shared.metrics.record(method: request.method, start: start, outcome: outcome)
                     batch.fill(index, request.id.map { encode($0, outcome) })
-                case .async(let body):
+                case .async, .blocking:
                     asyncCount += 1
-                    runAsync(body, request: request, ctx: ctx) { [self] outcome in
-                        batch.fill(index, request.id.map { encode($0, outcome) })
-                        if batch.isComplete {
-                            writeBatch(batch)
-                            requestFinished()
-                        }
-                    }
-                case .blocking(let body):
-                    asyncCount += 1
-                    runBlocking(body, request: request, ctx: ctx) { [self] outcome in
+                    runDeferred(implementation, request: request, ctx: ctx) { [self] outcome in
                         batch.fill(index, request.id.map { encode($0, outcome) })
                         if batch.isComplete {
                             writeBatch(batch)
@@ -218,10 +203,11 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    /// Runs an async handler as a task with the per-request timeout; `completion` runs on the
-    /// event loop exactly once, with the handler's outcome or the timeout error.
-    private func runAsync(
-        _ body: @escaping RPCRouter.AsyncBody,
+    /// Runs an async handler as a task, or a blocking one on the server's pool, under the per-request
+    /// timeout; `completion` runs on the event loop exactly once, with the handler's outcome or the
+    /// timeout error. A timed-out task is cancelled; a blocking handler can only be abandoned.
+    private func runDeferred(
+        _ implementation: RPCRouter.Implementation,
         request: RPCRequest,
         ctx: RequestContext,
         completion: @escaping (Result<[UInt8], RPCError>) -> Void
@@ -232,50 +218,29 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
         let metrics = shared.metrics
         let start = NIODeadline.now()
         let params = request.params
-        let task = Task {
-            let outcome: Result<[UInt8], RPCError>
-            do throws(RPCError) { outcome = .success(try await body(params, ctx)) } catch { outcome = .failure(error) }
+        let finish: @Sendable (Result<[UInt8], RPCError>) -> Void = { outcome in
             metrics.record(method: ctx.method, start: start, outcome: outcome)
             loop.execute { bound.value.finish(outcome) }
         }
-        let timeout = shared.configuration.requestTimeout
-        call.timer = loop.scheduleTask(in: timeout) {
-            task.cancel()
-            ctx.logger.warning("request timed out", metadata: ["timeoutMs": "\(timeout.nanoseconds / 1_000_000)"])
-            bound.value.finish(.failure(RPCError(
-                code: .requestTimeout, message: "request did not finish within \(timeout.nanoseconds / 1_000_000) ms",
-                reason: "timeout", retryable: true)))
-        }
-    }
-
-    /// Runs a blocking handler on the server's pool; `completion` runs on the event loop exactly once,
-    /// with the outcome or the timeout error (a blocking handler cannot be cancelled, only abandoned).
-    private func runBlocking(
-        _ body: @escaping RPCRouter.SyncBody,
-        request: RPCRequest,
-        ctx: RequestContext,
-        completion: @escaping (Result<[UInt8], RPCError>) -> Void
-    ) {
-        let loop = context.eventLoop
-        let call = InFlightCall(completion: completion)
-        let bound = NIOLoopBound(call, eventLoop: loop)
-        let metrics = shared.metrics
-        let start = NIODeadline.now()
-        let params = request.params
-        shared.blockingPool.runIfActive(eventLoop: loop) { () -> Result<[UInt8], RPCError> in
-            do throws(RPCError) { return .success(try body(params, ctx)) } catch { return .failure(error) }
-        }.whenComplete { result in
-            let outcome: Result<[UInt8], RPCError>
-            switch result {
-            case .success(let o): outcome = o
-            case .failure: outcome = .failure(RPCError(code: .serverBusy, message: "server is shutting down",
-                                                       reason: "shuttingDown", retryable: true))
+        var task: Task<Void, Never>?
+        switch implementation {
+        case .async(let body):
+            task = Task {
+                do throws(RPCError) { finish(.success(try await body(params, ctx))) } catch { finish(.failure(error)) }
             }
-            metrics.record(method: ctx.method, start: start, outcome: outcome)
-            bound.value.finish(outcome)
+        case .blocking(let body):
+            shared.blockingPool.runIfActive(eventLoop: loop) { () -> Result<[UInt8], RPCError> in
+                do throws(RPCError) { return .success(try body(params, ctx)) } catch { return .failure(error) }
+            }.whenComplete { result in
+                finish((try? result.get()) ?? .failure(RPCError(code: .serverBusy, message: "server is shutting down",
+                                                                reason: "shuttingDown", retryable: true)))
+            }
+        case .immediate:
+            preconditionFailure("immediate handlers run inline")
         }
         let timeout = shared.configuration.requestTimeout
-        call.timer = loop.scheduleTask(in: timeout) {
+        call.timer = loop.scheduleTask(in: timeout) { [task] in
+            task?.cancel()
             ctx.logger.warning("request timed out", metadata: ["timeoutMs": "\(timeout.nanoseconds / 1_000_000)"])
             bound.value.finish(.failure(RPCError(
                 code: .requestTimeout, message: "request did not finish within \(timeout.nanoseconds / 1_000_000) ms",

@@ -38,50 +38,10 @@ public struct RPCRouter: Sendable {
         _ method: M.Type,
         handler: @escaping @Sendable (M.Params, RequestContext) async throws -> M.Result
     ) {
-        entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: .async { params, ctx throws(RPCError) in
+        add(M.self, .async { params, ctx throws(RPCError) in
             let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
             let result: M.Result
-            do {
-                result = try await handler(decoded, ctx)
-            } catch {
-                throw Self.wireError(error, ctx)
-            }
-            return try JSONWriter.encodeBodyOrThrow(result)
-        })
-    }
-
-    /// Registers a handler that runs inline on the event loop. It must not block, wait or do I/O:
-    /// use it for answers computed from memory (ping, cached documents, cache hits).
-    public mutating func registerImmediate<M: RPCMethod>(
-        _ method: M.Type,
-        handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
-    ) {
-        entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: .immediate { params, ctx throws(RPCError) in
-            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
-            let result: M.Result
-            do {
-                result = try handler(decoded, ctx)
-            } catch {
-                throw Self.wireError(error, ctx)
-            }
-            return try JSONWriter.encodeBodyOrThrow(result)
-        })
-    }
-
-    /// Registers a handler that may block briefly (a synchronous SQLite read or write). It runs on the
-    /// server's blocking pool (`RPCServerConfiguration.blockingThreads`), never on an event loop.
-    public mutating func registerBlocking<M: RPCMethod>(
-        _ method: M.Type,
-        handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
-    ) {
-        entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: .blocking { params, ctx throws(RPCError) in
-            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
-            let result: M.Result
-            do {
-                result = try handler(decoded, ctx)
-            } catch {
-                throw Self.wireError(error, ctx)
-            }
+            do { result = try await handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
             return try JSONWriter.encodeBodyOrThrow(result)
         })
     }
@@ -91,14 +51,28 @@ public struct RPCRouter: Sendable {
         _ method: M.Type,
         handler: @escaping @Sendable (M.Params, RequestContext) async throws -> [UInt8]
     ) {
-        entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: .async { params, ctx throws(RPCError) in
+        add(M.self, .async { params, ctx throws(RPCError) in
             let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
-            do {
-                return try await handler(decoded, ctx)
-            } catch {
-                throw Self.wireError(error, ctx)
-            }
+            do { return try await handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
         })
+    }
+
+    /// Registers a handler that runs inline on the event loop. It must not block, wait or do I/O:
+    /// use it for answers computed from memory (ping, cached documents, cache hits).
+    public mutating func registerImmediate<M: RPCMethod>(
+        _ method: M.Type,
+        handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
+    ) {
+        add(M.self, .immediate(Self.syncBody(M.self, handler)))
+    }
+
+    /// Registers a handler that may block briefly (a synchronous SQLite read or write). It runs on the
+    /// server's blocking pool (`RPCServerConfiguration.blockingThreads`), never on an event loop.
+    public mutating func registerBlocking<M: RPCMethod>(
+        _ method: M.Type,
+        handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
+    ) {
+        add(M.self, .blocking(Self.syncBody(M.self, handler)))
     }
 
     /// Registers an immediate handler whose reply is already-encoded JSON (a cached document).
@@ -106,14 +80,27 @@ public struct RPCRouter: Sendable {
         _ method: M.Type,
         handler: @escaping @Sendable (M.Params, RequestContext) throws -> [UInt8]
     ) {
-        entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: .immediate { params, ctx throws(RPCError) in
+        add(M.self, .immediate { params, ctx throws(RPCError) in
             let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
-            do {
-                return try handler(decoded, ctx)
-            } catch {
-                throw Self.wireError(error, ctx)
-            }
+            do { return try handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
         })
+    }
+
+    private mutating func add<M: RPCMethod>(_ method: M.Type, _ implementation: Implementation) {
+        entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: implementation)
+    }
+
+    /// Decode params, run, encode the result; errors become wire errors.
+    private static func syncBody<M: RPCMethod>(
+        _ method: M.Type,
+        _ handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
+    ) -> SyncBody {
+        { params, ctx throws(RPCError) in
+            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+            let result: M.Result
+            do { result = try handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
+            return try JSONWriter.encodeBodyOrThrow(result)
+        }
     }
 
     public var methodNames: [String] { entries.keys.sorted() }

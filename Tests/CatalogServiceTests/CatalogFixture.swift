@@ -118,9 +118,8 @@ final class CapturedLogs: Sendable {
             get { metadata[key] }
             set { metadata[key] = newValue }
         }
-        func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
-                 function: String, line: UInt) {
-            sink.append(level, message.description)
+        func log(event: LogEvent) {
+            sink.append(event.level, event.message.description)
         }
     }
 }
