@@ -220,7 +220,8 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
         let params = request.params
         let finish: @Sendable (Result<[UInt8], RPCError>) -> Void = { outcome in
             metrics.record(method: ctx.method, start: start, outcome: outcome)
-            loop.execute { bound.value.finish(outcome) }
+            // The blocking pool's future completes on the loop already: no second trip through its queue.
+            if loop.inEventLoop { bound.value.finish(outcome) } else { loop.execute { bound.value.finish(outcome) } }
         }
         var task: Task<Void, Never>?
         switch implementation {
