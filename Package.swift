@@ -22,6 +22,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
     ],
     targets: [
         // Wire types: JSON scanning, the JSON-RPC envelope, errors, method descriptors, schemas. No I/O.
@@ -47,6 +49,20 @@ let package = Package(
             // state showed up at ~3% of a ping's CPU (perf). Static checks still apply.
             swiftSettings: [.unsafeFlags(["-enforce-exclusivity=unchecked"])]
         ),
+        // App receipts (PKCS#7) and StoreKit 2 JWS: parse, verify, build. Used by the verification
+        // service, the simulator and tests.
+        .target(
+            name: "Receipts",
+            dependencies: [
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            path: "Shared/Receipts"
+        ),
+
         // Flags, environment and clocks shared by the service executables.
         .target(
             name: "ServiceSupport",
@@ -147,6 +163,13 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/AccountsServiceTests"
+        ),
+        .testTarget(
+            name: "ReceiptsTests",
+            dependencies: ["Receipts", .product(name: "X509", package: "swift-certificates"),
+                           .product(name: "Crypto", package: "swift-crypto")],
+            path: "Tests/ReceiptsTests",
+            exclude: ["Fixtures"]
         ),
         .testTarget(
             name: "CatalogServiceTests",
