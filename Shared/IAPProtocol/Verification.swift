@@ -35,60 +35,75 @@ public struct VerifyReceiptResponse: Codable, Sendable, Equatable {
     }
 }
 
+/// The `receipt` object of a verifyReceipt answer, with Apple's key names. Like Apple, every value is
+/// a string; dates come as `2020-07-22 17:39:08 Etc/GMT` and as millisecond strings (`_ms`).
 public struct ReceiptBody: Codable, Sendable, Equatable {
     public var receiptType: String?
+    public var appItemId: String?
     public var bundleId: String
     public var applicationVersion: String?
     public var originalApplicationVersion: String?
+    public var receiptCreationDate: String?
     public var receiptCreationDateMs: String?
+    public var originalPurchaseDate: String?
+    public var originalPurchaseDateMs: String?
+    public var expirationDate: String?
+    public var expirationDateMs: String?
     public var inApp: [InAppPurchase]
 
     enum CodingKeys: String, CodingKey {
-        case receiptType = "receipt_type", bundleId = "bundle_id", applicationVersion = "application_version"
-        case originalApplicationVersion = "original_application_version"
-        case receiptCreationDateMs = "receipt_creation_date_ms", inApp = "in_app"
+        case receiptType = "receipt_type", appItemId = "app_item_id", bundleId = "bundle_id"
+        case applicationVersion = "application_version", originalApplicationVersion = "original_application_version"
+        case receiptCreationDate = "receipt_creation_date", receiptCreationDateMs = "receipt_creation_date_ms"
+        case originalPurchaseDate = "original_purchase_date", originalPurchaseDateMs = "original_purchase_date_ms"
+        case expirationDate = "expiration_date", expirationDateMs = "expiration_date_ms"
+        case inApp = "in_app"
     }
-    public init(receiptType: String?, bundleId: String, applicationVersion: String?, originalApplicationVersion: String?,
-                receiptCreationDateMs: String?, inApp: [InAppPurchase]) {
-        self.receiptType = receiptType; self.bundleId = bundleId; self.applicationVersion = applicationVersion
-        self.originalApplicationVersion = originalApplicationVersion; self.receiptCreationDateMs = receiptCreationDateMs
+
+    public init(bundleId: String, inApp: [InAppPurchase]) {
+        self.bundleId = bundleId
         self.inApp = inApp
     }
 }
 
-/// One `in_app[]` entry with Apple's key names; dates as millisecond strings, as Apple sends them.
+/// One `in_app[]` entry with Apple's key names and string values.
 public struct InAppPurchase: Codable, Sendable, Equatable {
     public var quantity: String
     public var productId: String
     public var transactionId: String
     public var originalTransactionId: String?
+    public var purchaseDate: String?
     public var purchaseDateMs: String?
+    public var originalPurchaseDate: String?
     public var originalPurchaseDateMs: String?
+    public var expiresDate: String?
     public var expiresDateMs: String?
+    public var cancellationDate: String?
     public var cancellationDateMs: String?
     public var webOrderLineItemId: String?
     public var isTrialPeriod: String?
     public var isInIntroOfferPeriod: String?
     public var promotionalOfferId: String?
+    /// Not an Apple key: the receipt's undocumented product type field 1707 (0 non-consumable,
+    /// 1 consumable, 2 non-renewing, 3 auto-renewable), when present.
+    public var productType: String?
 
     enum CodingKeys: String, CodingKey {
         case quantity, productId = "product_id", transactionId = "transaction_id"
-        case originalTransactionId = "original_transaction_id", purchaseDateMs = "purchase_date_ms"
-        case originalPurchaseDateMs = "original_purchase_date_ms", expiresDateMs = "expires_date_ms"
-        case cancellationDateMs = "cancellation_date_ms", webOrderLineItemId = "web_order_line_item_id"
-        case isTrialPeriod = "is_trial_period", isInIntroOfferPeriod = "is_in_intro_offer_period"
-        case promotionalOfferId = "promotional_offer_id"
+        case originalTransactionId = "original_transaction_id"
+        case purchaseDate = "purchase_date", purchaseDateMs = "purchase_date_ms"
+        case originalPurchaseDate = "original_purchase_date", originalPurchaseDateMs = "original_purchase_date_ms"
+        case expiresDate = "expires_date", expiresDateMs = "expires_date_ms"
+        case cancellationDate = "cancellation_date", cancellationDateMs = "cancellation_date_ms"
+        case webOrderLineItemId = "web_order_line_item_id", isTrialPeriod = "is_trial_period"
+        case isInIntroOfferPeriod = "is_in_intro_offer_period", promotionalOfferId = "promotional_offer_id"
+        case productType = "x_product_type"
     }
-    public init(quantity: String, productId: String, transactionId: String, originalTransactionId: String? = nil,
-                purchaseDateMs: String? = nil, originalPurchaseDateMs: String? = nil, expiresDateMs: String? = nil,
-                cancellationDateMs: String? = nil, webOrderLineItemId: String? = nil, isTrialPeriod: String? = nil,
-                isInIntroOfferPeriod: String? = nil, promotionalOfferId: String? = nil) {
-        self.quantity = quantity; self.productId = productId; self.transactionId = transactionId
-        self.originalTransactionId = originalTransactionId; self.purchaseDateMs = purchaseDateMs
-        self.originalPurchaseDateMs = originalPurchaseDateMs; self.expiresDateMs = expiresDateMs
-        self.cancellationDateMs = cancellationDateMs; self.webOrderLineItemId = webOrderLineItemId
-        self.isTrialPeriod = isTrialPeriod; self.isInIntroOfferPeriod = isInIntroOfferPeriod
-        self.promotionalOfferId = promotionalOfferId
+
+    public init(quantity: String, productId: String, transactionId: String) {
+        self.quantity = quantity
+        self.productId = productId
+        self.transactionId = transactionId
     }
 }
 

@@ -1,0 +1,142 @@
+import Crypto
+import Foundation
+import NIOConcurrencyHelpers
+import SwiftASN1
+@_spi(FixedExpiryValidationTime) import X509
+
+/// Why a StoreKit 2 signed payload (JWS) was refused.
+public enum JWSFailure: String, Error, Sendable, Equatable {
+    /// Not three base64url parts, unreadable JSON, oversized.
+    case malformed
+    /// `alg` other than ES256 (`none`, HS256, ES384, ...).
+    case wrongAlgorithm
+    /// x5c missing or not exactly three certificates.
+    case invalidChain
+    /// The x5c root is not one of the pinned roots, a link does not verify, a marker is missing, or a
+    /// certificate was not valid at `signedDate`.
+    case untrustedChain
+    case signatureInvalid
+
+    public var status: Int { self == .malformed ? 21002 : 21003 }
+}
+
+/// Verifies compact JWS from StoreKit 2 and App Store Server Notifications v2 (RECEIPTS.md section 4).
+public final class SignedPayloadVerifier: Sendable {
+    private let pinnedRoots: [[UInt8]]
+    private let roots: [Certificate]
+    public static let maxBytes = 64 * 1024
+
+    public init(roots: [Certificate]) {
+        self.roots = roots
+        self.pinnedRoots = roots.compactMap { cert in
+            var s = DER.Serializer()
+            return (try? s.serialize(cert)).map { s.serializedBytes }
+        }
+    }
+
+    struct Header: Decodable {
+        let alg: String
+        let x5c: [String]?
+    }
+
+    struct Dated: Decodable {
+        let signedDate: Int64?
+    }
+
+    /// The payload's JSON bytes, once everything checks out.
+    public func verify(_ jws: String) async -> Result<[UInt8], JWSFailure> {
+        guard jws.utf8.count <= Self.maxBytes else { return .failure(.malformed) }
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let headerBytes = Self.base64URL(parts[0]), let payload = Self.base64URL(parts[1]),
+              let signatureBytes = Self.base64URL(parts[2]),
+              let header = try? JSONDecoder().decode(Header.self, from: Data(headerBytes)) else { return .failure(.malformed) }
+        guard header.alg == "ES256" else { return .failure(.wrongAlgorithm) }
+        guard let x5c = header.x5c, x5c.count == 3 else { return .failure(.invalidChain) }
+        let ders = x5c.compactMap { Data(base64Encoded: $0).map { Array($0) } }
+        guard ders.count == 3, let chain = try? ders.map({ try Certificate(derEncoded: $0) }) else { return .failure(.malformed) }
+        guard pinnedRoots.contains(ders[2]) else { return .failure(.untrustedChain) }
+        guard let key = P256.Signing.PublicKey(chain[0].publicKey),
+              let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes) else { return .failure(.signatureInvalid) }
+        let signingInput = Array(parts[0].utf8) + [UInt8(ascii: ".")] + Array(parts[1].utf8)
+        guard key.isValidSignature(signature, for: SHA256.hash(data: signingInput)) else { return .failure(.signatureInvalid) }
+        guard let dated = try? JSONDecoder().decode(Dated.self, from: Data(payload)), let signedDate = dated.signedDate else {
+            return .failure(.malformed)
+        }
+        let at = Date(timeIntervalSince1970: Double(signedDate) / 1000)
+        var verifier = Verifier(rootCertificates: CertificateStore([chain[2]])) {
+            RFC5280Policy(fixedExpiryValidationTime: at)
+            AppleMarkerPolicy()
+        }
+        guard case .validCertificate = await verifier.validate(leaf: chain[0], intermediates: CertificateStore([chain[1]])) else {
+            return .failure(.untrustedChain)
+        }
+        return .success(payload)
+    }
+
+    static func base64URL(_ part: Substring) -> [UInt8]? {
+        var s = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while s.count % 4 != 0 { s += "=" }
+        return Data(base64Encoded: s).map { Array($0) }
+    }
+}
+
+/// An Apple-shaped ECDSA P-256 PKI for signing StoreKit 2 JWS: root, marked intermediate, marked leaf.
+public struct JWSSigningPKI: Sendable {
+    public let root: Certificate
+    public let intermediate: Certificate
+    public let leaf: Certificate
+    public let leafKey: P256.Signing.PrivateKey
+
+    public static func generate(name: String = "Simulated", notBefore: Date = Date(timeIntervalSince1970: 1_577_836_800),
+                                notAfter: Date = Date(timeIntervalSince1970: 2_524_608_000),
+                                markers: Bool = true) throws -> JWSSigningPKI {
+        let rootKey = P256.Signing.PrivateKey()
+        let intermediateKey = P256.Signing.PrivateKey()
+        let leafKey = P256.Signing.PrivateKey()
+        let rootName = try DistinguishedName { CommonName("\(name) Root CA - G3"); OrganizationName("\(name) Store") }
+        let intermediateName = try DistinguishedName { CommonName("\(name) WWDR CA - G6"); OrganizationName("\(name) Store") }
+        let leafName = try DistinguishedName { CommonName("\(name) StoreKit Signing"); OrganizationName("\(name) Store") }
+        let root = try Certificate(
+            version: .v3, serialNumber: .init(), publicKey: .init(rootKey.publicKey), notValidBefore: notBefore, notValidAfter: notAfter,
+            issuer: rootName, subject: rootName, signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: nil))
+                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+            }, issuerPrivateKey: .init(rootKey))
+        let intermediate = try Certificate(
+            version: .v3, serialNumber: .init(), publicKey: .init(intermediateKey.publicKey), notValidBefore: notBefore,
+            notValidAfter: notAfter, issuer: rootName, subject: intermediateName, signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
+                Critical(KeyUsage(keyCertSign: true, cRLSign: true))
+                if markers { Certificate.Extension(oid: AppleMarkers.wwdrIntermediate, critical: false, value: [0x05, 0x00]) }
+            }, issuerPrivateKey: .init(rootKey))
+        let leaf = try Certificate(
+            version: .v3, serialNumber: .init(), publicKey: .init(leafKey.publicKey), notValidBefore: notBefore, notValidAfter: notAfter,
+            issuer: intermediateName, subject: leafName, signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.notCertificateAuthority)
+                Critical(KeyUsage(digitalSignature: true))
+                if markers { Certificate.Extension(oid: AppleMarkers.receiptSigning, critical: false, value: [0x05, 0x00]) }
+            }, issuerPrivateKey: .init(intermediateKey))
+        return JWSSigningPKI(root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey)
+    }
+
+    /// A compact JWS of `payload` (JSON bytes) with `alg: ES256` and x5c [leaf, intermediate, root].
+    public func sign(payload: [UInt8], alg: String = "ES256", x5c chain: [Certificate]? = nil) throws -> String {
+        let certs = try (chain ?? [leaf, intermediate, root]).map { cert -> String in
+            var s = DER.Serializer()
+            try s.serialize(cert)
+            return Data(s.serializedBytes).base64EncodedString()
+        }
+        let header = try JSONSerialization.data(withJSONObject: ["alg": alg, "x5c": certs])
+        let input = Self.base64URL(Array(header)) + "." + Self.base64URL(payload)
+        let signature = try leafKey.signature(for: SHA256.hash(data: Array(input.utf8)))
+        return input + "." + Self.base64URL(Array(signature.rawRepresentation))
+    }
+
+    public static func base64URL(_ bytes: [UInt8]) -> String {
+        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+}
