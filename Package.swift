@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "RPCTransport", targets: ["RPCTransport"]),
         .executable(name: "accounts-service", targets: ["AccountsServiceMain"]),
         .executable(name: "catalog-service", targets: ["CatalogServiceMain"]),
+        .executable(name: "verification-service", targets: ["VerificationServiceMain"]),
         .executable(name: "iap-bench", targets: ["IAPBench"]),
     ],
     dependencies: [
@@ -121,6 +122,26 @@ let package = Package(
             path: "Services/Catalog/Main"
         ),
 
+        // verification: receipts and signed transactions, checked locally.
+        .target(
+            name: "VerificationService",
+            dependencies: [
+                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Services/Verification/VerificationService"
+        ),
+        .executableTarget(
+            name: "VerificationServiceMain",
+            dependencies: [
+                "VerificationService", "Receipts", "RPCTransport", "ServiceSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/Verification/Main"
+        ),
+
         .executableTarget(
             name: "IAPBench",
             dependencies: [
@@ -170,6 +191,15 @@ let package = Package(
                            .product(name: "Crypto", package: "swift-crypto")],
             path: "Tests/ReceiptsTests",
             exclude: ["Fixtures"]
+        ),
+        .testTarget(
+            name: "VerificationServiceTests",
+            dependencies: [
+                "VerificationService", "Receipts", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport",
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/VerificationServiceTests"
         ),
         .testTarget(
             name: "CatalogServiceTests",

@@ -36,9 +36,10 @@ public enum ContractHarness {
         port: Int,
         host: String = "127.0.0.1",
         declared: [OpenRPCMethodDescription],
-        requireContractFor builtins: Bool = false
+        requireContractFor builtins: Bool = false,
+        variables: [String: JSONValue] = [:]
     ) async throws -> [String] {
-        try await run(service: service, declared: declared, requireContractFor: builtins) {
+        try await run(service: service, declared: declared, requireContractFor: builtins, variables: variables) {
             ContractTarget(port: port, stop: {})
         }
     }
@@ -48,6 +49,7 @@ public enum ContractHarness {
         service: String,
         declared: [OpenRPCMethodDescription],
         requireContractFor builtins: Bool = false,
+        variables: [String: JSONValue] = [:],
         start: @Sendable () async throws -> ContractTarget
     ) async throws -> [String] {
         let host = "127.0.0.1"
@@ -87,7 +89,7 @@ public enum ContractHarness {
         // 3 and 4. Run each script; check replies and params against the published schemas.
         for script in scripts {
             let target = try await start()
-            let (scriptFailures, exchanges) = try await WireScriptRunner.run(script, port: target.port, host: host)
+            let (scriptFailures, exchanges) = try await WireScriptRunner.run(script, port: target.port, host: host, variables: variables)
             await target.stop()
             failures += scriptFailures
             for exchange in exchanges {

@@ -116,12 +116,14 @@ public struct ObservedExchange: Sendable {
 public enum WireScriptRunner {
     /// Runs `script` over a fresh connection to `port`; returns every failure (empty: passed) and
     /// the exchanges seen, for further checks (contract schemas).
-    public static func run(_ script: WireScript, port: Int, host: String = "127.0.0.1") async throws
+    /// `variables` are available to the script as `"${NAME}"` from the start (values a test mints).
+    public static func run(_ script: WireScript, port: Int, host: String = "127.0.0.1", variables: [String: JSONValue] = [:]) async throws
         -> (failures: [String], exchanges: [ObservedExchange])
     {
         let client = try await LineClient.connect(host: host, port: port)
         defer { Task { await client.close() } }
         var matcher = JSONMatcher()
+        matcher.captures = variables
         var failures: [String] = []
         var exchanges: [ObservedExchange] = []
         var sentByID: [JSONValue: JSONValue] = [:]
