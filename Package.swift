@@ -145,7 +145,9 @@ let package = Package(
         .executableTarget(
             name: "IAPBench",
             dependencies: [
-                "JSONRPC", "IAPProtocol", "RPCTransport",
+                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts",
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -58,10 +58,10 @@ extension Receipt {
             case 1: appItemId = try DERValue.integer(value)
             case 2:
                 bundleId = try DERValue.string(value)
-                bundleIdDER = value
+                bundleIdDER = Array(value)
             case 3: applicationVersion = try DERValue.string(value)
-            case 4: opaqueValue = value
-            case 5: sha1Hash = value
+            case 4: opaqueValue = Array(value)
+            case 5: sha1Hash = Array(value)
             case 12: creationDateMs = try DERValue.date(value)
             case 17: inApp.append(try InAppPurchaseReceipt(attributes: value))
             case 18: originalPurchaseDateMs = try DERValue.date(value)
@@ -72,7 +72,7 @@ extension Receipt {
         }
     }
 
-    static func attribute(_ reader: inout DERReader) throws(ReceiptPayloadError) -> (Int64, [UInt8]) {
+    static func attribute(_ reader: inout DERReader) throws(ReceiptPayloadError) -> (Int64, ArraySlice<UInt8>) {
         var seq = DERReader(try reader.read(expecting: 0x30, "receipt attribute"))
         let type = try DERValue.integerContent(try seq.read(expecting: 0x02, "attribute type"))
         _ = try seq.read(expecting: 0x02, "attribute version")
@@ -82,7 +82,7 @@ extension Receipt {
 }
 
 extension InAppPurchaseReceipt {
-    init(attributes bytes: [UInt8]) throws(ReceiptPayloadError) {
+    init(attributes bytes: ArraySlice<UInt8>) throws(ReceiptPayloadError) {
         self.init()
         var outer = DERReader(bytes)
         var attributes = DERReader(try outer.read(expecting: 0x31, "in-app purchase"))
@@ -108,40 +108,46 @@ extension InAppPurchaseReceipt {
     }
 }
 
-/// Reads definite-length DER TLVs from a byte array (the receipt payload is DER).
+/// Reads definite-length DER TLVs from bytes (the receipt payload is DER). Contents are slices of the
+/// input: nothing is copied while walking.
 struct DERReader {
-    private let bytes: [UInt8]
-    private var pos = 0
+    private let bytes: ArraySlice<UInt8>
+    private var pos: Int
 
     init(_ bytes: [UInt8]) {
-        self.bytes = bytes
+        self.init(bytes[...])
     }
 
-    var isAtEnd: Bool { pos >= bytes.count }
+    init(_ bytes: ArraySlice<UInt8>) {
+        self.bytes = bytes
+        self.pos = bytes.startIndex
+    }
+
+    var isAtEnd: Bool { pos >= bytes.endIndex }
 
     /// The next element: its tag and content.
-    mutating func next() throws(ReceiptPayloadError) -> (tag: UInt8, content: [UInt8]) {
-        guard pos + 2 <= bytes.count else { throw ReceiptPayloadError(description: "truncated element") }
+    mutating func next() throws(ReceiptPayloadError) -> (tag: UInt8, content: ArraySlice<UInt8>) {
+        guard pos + 2 <= bytes.endIndex else { throw ReceiptPayloadError(description: "truncated element") }
         let tag = bytes[pos]
         guard tag & 0x1F != 0x1F else { throw ReceiptPayloadError(description: "unexpected long-form tag") }
         var length = Int(bytes[pos + 1])
         pos += 2
         if length & 0x80 != 0 {
             let count = length & 0x7F
-            guard count >= 1, count <= 4, pos + count <= bytes.count else { throw ReceiptPayloadError(description: "bad length") }
+            guard count >= 1, count <= 4, pos + count <= bytes.endIndex else { throw ReceiptPayloadError(description: "bad length") }
             length = 0
             for _ in 0..<count {
                 length = length << 8 | Int(bytes[pos])
                 pos += 1
             }
         }
-        guard length <= bytes.count - pos else { throw ReceiptPayloadError(description: "truncated element") }
-        let content = Array(bytes[pos..<(pos + length)])
+        guard length <= bytes.endIndex - pos else { throw ReceiptPayloadError(description: "truncated element") }
+        let content = bytes[pos..<(pos + length)]
         pos += length
         return (tag, content)
     }
 
-    mutating func read(expecting tag: UInt8, _ what: String) throws(ReceiptPayloadError) -> [UInt8] {
+    mutating func read(expecting tag: UInt8, _ what: String) throws(ReceiptPayloadError) -> ArraySlice<UInt8> {
         let (found, content) = try next()
         guard found == tag else {
             throw ReceiptPayloadError(description: "\(what): expected tag \(tag), found \(found)")
@@ -152,7 +158,7 @@ struct DERReader {
 
 /// Attribute values: a DER UTF8String / IA5String / INTEGER inside the OCTET STRING.
 enum DERValue {
-    static func string(_ value: [UInt8]) throws(ReceiptPayloadError) -> String {
+    static func string(_ value: ArraySlice<UInt8>) throws(ReceiptPayloadError) -> String {
         var r = DERReader(value)
         let (tag, content) = try r.next()
         guard tag == 0x0C || tag == 0x16 || tag == 0x13 else {
@@ -164,20 +170,20 @@ enum DERValue {
         return s
     }
 
-    static func integer(_ value: [UInt8]) throws(ReceiptPayloadError) -> Int64 {
+    static func integer(_ value: ArraySlice<UInt8>) throws(ReceiptPayloadError) -> Int64 {
         var r = DERReader(value)
         return try integerContent(try r.read(expecting: 0x02, "integer"))
     }
 
-    static func integerContent(_ content: [UInt8]) throws(ReceiptPayloadError) -> Int64 {
+    static func integerContent(_ content: ArraySlice<UInt8>) throws(ReceiptPayloadError) -> Int64 {
         guard !content.isEmpty, content.count <= 8 else { throw ReceiptPayloadError(description: "integer out of range") }
-        var v = Int64(Int8(bitPattern: content[0]))
+        var v = Int64(Int8(bitPattern: content[content.startIndex]))
         for b in content.dropFirst() { v = v << 8 | Int64(b) }
         return v
     }
 
     /// An IA5String date; the empty string means "no date" (nil), not an error.
-    static func date(_ value: [UInt8]) throws(ReceiptPayloadError) -> Int64? {
+    static func date(_ value: ArraySlice<UInt8>) throws(ReceiptPayloadError) -> Int64? {
         let text = try string(value)
         if text.isEmpty { return nil }
         guard let ms = ReceiptDate.parse(text) else { throw ReceiptPayloadError(description: "unreadable date \"\(text)\"") }

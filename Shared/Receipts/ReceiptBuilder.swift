@@ -152,12 +152,21 @@ enum DERWriter {
 extension ReceiptDate {
     /// Unix milliseconds -> `2023-10-19T01:45:40Z` (the form receipts carry).
     public static func format(_ ms: Int64) -> String {
+        format(ms, dateTimeSeparator: "T", zone: "Z")
+    }
+
+    /// Unix milliseconds -> `2023-10-19 01:45:40 Etc/GMT` (verifyReceipt's JSON form).
+    public static func formatAppleGMT(_ ms: Int64) -> String {
+        format(ms, dateTimeSeparator: " ", zone: " Etc/GMT")
+    }
+
+    static func format(_ ms: Int64, dateTimeSeparator: String, zone: String) -> String {
         let seconds = Int(ms.dividedReportingOverflow(by: 1000).partialValue - (ms % 1000 < 0 ? 1 : 0))
         let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
         let secondOfDay = seconds - days * 86_400
         let (y, m, d) = civilFromDays(days)
         func two(_ v: Int) -> String { v < 10 ? "0\(v)" : "\(v)" }
-        return "\(y)-\(two(m))-\(two(d))T\(two(secondOfDay / 3600)):\(two(secondOfDay % 3600 / 60)):\(two(secondOfDay % 60))Z"
+        return "\(y)-\(two(m))-\(two(d))\(dateTimeSeparator)\(two(secondOfDay / 3600)):\(two(secondOfDay % 3600 / 60)):\(two(secondOfDay % 60))\(zone)"
     }
 
     static func civilFromDays(_ z0: Int) -> (Int, Int, Int) {

@@ -81,6 +81,8 @@ public final class ReceiptVerifier: Sendable {
     private let trust: ReceiptTrust
     private let limits: ASN1Limits
     private let chainCache = NIOLockedValueBox<[Data: ValidityWindow]>([:])
+    /// Parsed certificates by their DER: receipts carry the same few chains over and over.
+    private let certificateCache = NIOLockedValueBox<[[UInt8]: Certificate]>([:])
 
     struct ValidityWindow {
         let notBefore: Date
@@ -121,7 +123,7 @@ public final class ReceiptVerifier: Sendable {
         }
         let certificates: [Certificate]
         do {
-            certificates = try container.certificates.map { try Certificate(derEncoded: $0) }
+            certificates = try container.certificates.map(certificate)
         } catch {
             return .failure(.malformed)
         }
@@ -139,7 +141,7 @@ public final class ReceiptVerifier: Sendable {
             if let failure = Self.checkSignature(container, key: leaf.publicKey) { return .failure(failure) }
             guard let created = receipt.creationDateMs else { return .failure(.malformed) }
             let at = Date(timeIntervalSince1970: Double(created) / 1000)
-            guard await chainIsTrusted(leaf: leaf, others: certificates.filter { $0 != leaf }, at: at) else {
+            guard await chainIsTrusted(leaf: leaf, others: certificates.filter { $0 != leaf }, ders: container.certificates, at: at) else {
                 return .failure(.untrustedChain)
             }
             environment = receipt.receiptType == "Production" ? "Production" : "Sandbox"
@@ -186,14 +188,19 @@ public final class ReceiptVerifier: Sendable {
         return ok ? nil : .signatureInvalid
     }
 
-    private func chainIsTrusted(leaf: Certificate, others: [Certificate], at date: Date) async -> Bool {
-        var keyBytes = Data()
-        for cert in [leaf] + others {
-            var serializer = DER.Serializer()
-            guard (try? serializer.serialize(cert)) != nil else { return false }
-            keyBytes.append(contentsOf: SHA256.hash(data: serializer.serializedBytes))
+    private func certificate(_ der: [UInt8]) throws -> Certificate {
+        if let cached = certificateCache.withLockedValue({ $0[der] }) { return cached }
+        let parsed = try Certificate(derEncoded: der)
+        certificateCache.withLockedValue { cache in
+            if cache.count > 1_000 { cache.removeAll() }  // a handful of real chains; bound hostile variety
+            cache[der] = parsed
         }
-        let key = Data(SHA256.hash(data: keyBytes))
+        return parsed
+    }
+
+    /// `ders`: the container's certificates as carried, which identify the chain for the cache.
+    private func chainIsTrusted(leaf: Certificate, others: [Certificate], ders: [[UInt8]], at date: Date) async -> Bool {
+        let key = Data(SHA256.hash(data: ders.flatMap { $0 }))
         if let window = chainCache.withLockedValue({ $0[key] }) {
             return window.notBefore <= date && date <= window.notAfter
         }

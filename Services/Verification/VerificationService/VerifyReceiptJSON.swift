@@ -33,8 +33,6 @@ enum VerifyReceiptJSON {
     /// Apple's two forms: `2020-07-22 17:39:08 Etc/GMT` and `"1595439548000"`.
     static func date(_ ms: Int64?) -> (String?, String?) {
         guard let ms else { return (nil, nil) }
-        let iso = ReceiptDate.format(ms)  // 2020-07-22T17:39:08Z
-        let text = iso.replacingOccurrences(of: "T", with: " ").replacingOccurrences(of: "Z", with: " Etc/GMT")
-        return (text, String(ms))
+        return (ReceiptDate.formatAppleGMT(ms), String(ms))
     }
 }
