@@ -13,6 +13,7 @@ let package = Package(
         .executable(name: "accounts-service", targets: ["AccountsServiceMain"]),
         .executable(name: "catalog-service", targets: ["CatalogServiceMain"]),
         .executable(name: "verification-service", targets: ["VerificationServiceMain"]),
+        .executable(name: "iap", targets: ["IAPCLI"]),
         .executable(name: "iap-bench", targets: ["IAPBench"]),
     ],
     dependencies: [
@@ -142,6 +143,16 @@ let package = Package(
             path: "Services/Verification/Main"
         ),
 
+        // The `iap` client CLI.
+        .executableTarget(
+            name: "IAPCLI",
+            dependencies: [
+                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport", "VerificationService",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Tools/iap"
+        ),
+
         .executableTarget(
             name: "IAPBench",
             dependencies: [
@@ -202,6 +213,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/VerificationServiceTests"
+        ),
+        .testTarget(
+            name: "CLITests",
+            dependencies: ["JSONRPC", "IAPProtocol", "VerificationService"],
+            path: "Tests/CLITests"
         ),
         .testTarget(
             name: "CatalogServiceTests",

@@ -1,0 +1,50 @@
+import ArgumentParser
+import Foundation
+import JSONRPC
+import RPCTransport
+import ServiceSupport
+
+/// `iap call SERVICE METHOD '{params}'`: any method of any service, printing the raw result.
+struct CallCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "call", abstract: "Call any method of a service with JSON params; prints the result as JSON.")
+
+    @Argument(help: "accounts, catalog, verification, fulfillment, sim, or HOST:PORT.") var service: String
+    @Argument(help: "Method name, e.g. catalog.listProducts.") var method: String
+    @Argument(help: "Params as a JSON object.") var params: String = "{}"
+    @Option(help: "Service address HOST:PORT (default: IAP_<SERVICE>_ADDR, else 127.0.0.1 and the DESIGN.md port).")
+    var addr: String?
+
+    func run() async throws {
+        guard let scanned = try? JSONScanner.scan(Array(params.utf8)), scanned.root.kind == .object else {
+            throw ValidationError("params must be a JSON object, e.g. '{\"storefront\":\"USA\"}'")
+        }
+        let address = try Self.address(service: service, flag: addr)
+        let client = try RPCClient(address: address)
+        defer { Task { await client.close() } }
+        do {
+            let result = try await client.callRaw(method: method, params: Array(params.utf8))
+            print(String(decoding: result, as: UTF8.self))
+        } catch {
+            FileHandle.standardError.write(Data("error \(error.code): \(error.message)\n".utf8))
+            if error.knownCode == .unavailable && ["connectFailed", "connectionLost"].contains(error.reason) {
+                FileHandle.standardError.write(Data("is the suite running? start it with compose/up.sh\n".utf8))
+                throw ExitCodes.unreachable
+            }
+            throw ExitCodes.refused
+        }
+    }
+
+    static func address(service: String, flag: String?) throws -> String {
+        if let flag { return flag }
+        let ports = ["accounts": DefaultPorts.accounts, "catalog": DefaultPorts.catalog, "verification": DefaultPorts.verification,
+                     "fulfillment": DefaultPorts.fulfillment, "sim": DefaultPorts.simulator]
+        if let port = ports[service] {
+            return Environment.value("IAP_\(service.uppercased())_ADDR") ?? "127.0.0.1:\(port)"
+        }
+        guard service.contains(":") else {
+            throw ValidationError("unknown service \"\(service)\": use one of \(ports.keys.sorted().joined(separator: ", ")) or HOST:PORT")
+        }
+        return service
+    }
+}
