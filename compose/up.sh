@@ -24,6 +24,7 @@ export IAP_ADMIN_TOKEN=${IAP_ADMIN_TOKEN:-$(secret admin-token)}
 services=(
   "accounts accounts-service 7101"
   "catalog catalog-service 7102 --seed compose/demo-catalog.json"
+  "verification verification-service 7103"
 )
 
 echo "building (release)..."
