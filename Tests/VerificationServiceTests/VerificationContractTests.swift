@@ -18,7 +18,7 @@ enum VerificationFixture {
 
     static func start(allowXcode: Bool = true) async throws -> ContractTarget {
         var config = VerificationConfiguration()
-        config.roots += [receiptPKI.root, jwsPKI.root]
+        config.extraRoots = [receiptPKI.root, jwsPKI.root]
         config.allowXcode = allowXcode
         var logger = Logger(label: "verification-test")
         logger.logLevel = .critical
@@ -101,5 +101,20 @@ enum VerificationFixture {
         #expect(answer.reason == "xcodeNotAllowed")
         #expect(answer.receipt == nil)
         await client.close()
+    }
+}
+
+@Suite struct SignedPayloadRootTests {
+    @Test func signedPayloadsAnchorOnlyAtG3ByDefault() async throws {
+        // A JWS chained to Apple's RSA root (or G2) is not accepted: StoreKit 2 chains end at G3.
+        let config = VerificationConfiguration()
+        #expect(config.signedPayloadRoots.count == 1)
+        #expect(config.signedPayloadRoots.first == ShippedTrust.certificate(ShippedTrust.appleRootCAG3DER))
+        #expect(config.receiptRoots.count == 3)
+        let service = VerificationService(configuration: config)
+        let jws = try VerificationFixture.jwsPKI.sign(payload: Array(#"{"signedDate":1772366401000}"#.utf8))
+        let answer = await service.verifyTransaction(.init(signedTransaction: jws))
+        #expect(answer.status == 21003)
+        #expect(answer.reason == "untrustedChain")
     }
 }

@@ -40,7 +40,7 @@ struct ReceiptCommand: AsyncParsableCommand {
                       let cert = try? ReceiptTrust.certificate(from: Array(bytes)) else {
                     throw ValidationError("--trust-anchor \(path): not a readable DER or PEM certificate")
                 }
-                config.roots.append(cert)
+                config.extraRoots.append(cert)
             }
             let answer = try await VerificationService(configuration: config).verifyReceipt(
                 .init(receiptData: base64, expectedBundleId: bundleId, deviceIdentifier: deviceIdentifier))

@@ -29,7 +29,7 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         var config = VerificationConfiguration()
         for path in trustAnchors {
             do {
-                config.roots.append(try ReceiptTrust.certificate(from: Array(Data(contentsOf: URL(fileURLWithPath: path)))))
+                config.extraRoots.append(try ReceiptTrust.certificate(from: Array(Data(contentsOf: URL(fileURLWithPath: path)))))
             } catch {
                 throw ValidationError("--trust-anchor \(path): not a readable DER or PEM certificate (\(error))")
             }

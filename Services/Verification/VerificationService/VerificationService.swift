@@ -7,8 +7,12 @@ import RPCTransport
 import X509
 
 public struct VerificationConfiguration: Sendable {
-    /// Roots for receipts and signed payloads: Apple's shipped roots plus any `--trust-anchor`.
-    public var roots: [Certificate] = ShippedTrust.appleRoots
+    /// Roots for app receipts: Apple's shipped roots.
+    public var receiptRoots: [Certificate] = ShippedTrust.appleRoots
+    /// Roots for StoreKit 2 JWS: Apple Root CA - G3 only, as Apple's chains use.
+    public var signedPayloadRoots: [Certificate] = [ShippedTrust.certificate(ShippedTrust.appleRootCAG3DER)]
+    /// Operator-added anchors (`--trust-anchor`), trusted for both.
+    public var extraRoots: [Certificate] = []
     /// Also accept receipts whose environment is `Xcode`, signed by the StoreKit test certificate.
     public var allowXcode = false
     /// Expected bundle ids; empty accepts any (logged at start). A call's `expectedBundleId` wins.
@@ -28,9 +32,9 @@ public final class VerificationService: Sendable {
     public init(configuration: VerificationConfiguration) {
         self.configuration = configuration
         receipts = ReceiptVerifier(trust: ReceiptTrust(
-            roots: configuration.roots,
+            roots: configuration.receiptRoots + configuration.extraRoots,
             xcodeCertificate: configuration.allowXcode ? ShippedTrust.certificate(ShippedTrust.storeKitTestDER) : nil))
-        payloads = SignedPayloadVerifier(roots: configuration.roots)
+        payloads = SignedPayloadVerifier(roots: configuration.signedPayloadRoots + configuration.extraRoots)
     }
 
     public func verifyReceipt(_ p: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {
