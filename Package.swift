@@ -13,6 +13,7 @@ let package = Package(
         .executable(name: "accounts-service", targets: ["AccountsServiceMain"]),
         .executable(name: "catalog-service", targets: ["CatalogServiceMain"]),
         .executable(name: "verification-service", targets: ["VerificationServiceMain"]),
+        .executable(name: "appstore-sim", targets: ["AppStoreSimulatorMain"]),
         .executable(name: "iap", targets: ["IAPCLI"]),
         .executable(name: "iap-bench", targets: ["IAPBench"]),
     ],
@@ -143,6 +144,31 @@ let package = Package(
             path: "Services/Verification/Main"
         ),
 
+        // appstore-sim: the local App Store stand-in (development and tests).
+        .target(
+            name: "AppStoreSimulator",
+            dependencies: [
+                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            path: "Services/AppStoreSimulator/AppStoreSimulator"
+        ),
+        .executableTarget(
+            name: "AppStoreSimulatorMain",
+            dependencies: [
+                "AppStoreSimulator", "RPCTransport", "ServiceSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Services/AppStoreSimulator/Main"
+        ),
+
         // The `iap` client CLI.
         .executableTarget(
             name: "IAPCLI",
@@ -218,6 +244,15 @@ let package = Package(
             name: "CLITests",
             dependencies: ["JSONRPC", "IAPProtocol", "VerificationService"],
             path: "Tests/CLITests"
+        ),
+        .testTarget(
+            name: "AppStoreSimulatorTests",
+            dependencies: [
+                "AppStoreSimulator", "VerificationService", "Receipts", "IAPProtocol", "JSONRPC", "RPCTransport",
+                "RPCTestSupport", "ServiceSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/AppStoreSimulatorTests"
         ),
         .testTarget(
             name: "CatalogServiceTests",

@@ -15,6 +15,27 @@ public enum SimTrustAnchor: RPCMethod {
     public static let summary = "The simulator's two roots, to configure a verification service with."
 }
 
+/// How the simulator signs a receipt: its normal chain, or a broken one for negative tests.
+public enum SimSigning: String, Codable, Sendable, JSONSchemaEnum {
+    /// The simulator's own chain (trusted by a verification service given `sim.trustAnchor`).
+    case valid
+    /// A chain whose leaf expired before the receipt was created.
+    case expiredChain
+    /// A chain to a root the simulator never hands out.
+    case untrustedChain
+}
+
+public enum SimDigest: String, Codable, Sendable, JSONSchemaEnum {
+    case sha256, sha1
+}
+
+/// How the receipt returned by a `sim.*` call is signed (defaults: sha256, valid).
+public struct SimReceiptOptions: Codable, Sendable, Equatable {
+    public var digest: SimDigest?
+    public var signing: SimSigning?
+    public init(digest: SimDigest? = nil, signing: SimSigning? = nil) { self.digest = digest; self.signing = signing }
+}
+
 public enum SimPurchase: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var appleId: String
@@ -24,10 +45,15 @@ public enum SimPurchase: RPCMethod {
         public var quantity: Int?
         public var deviceIdentifier: String?
         public var appAccountToken: String?
+        /// Auto-renewables: the subscription period (default 30 days).
+        public var subscriptionPeriodDays: Int?
+        public var receipt: SimReceiptOptions?
         public init(appleId: String, bundleId: String, productId: String, productType: ProductType, quantity: Int? = nil,
-                    deviceIdentifier: String? = nil, appAccountToken: String? = nil) {
+                    deviceIdentifier: String? = nil, appAccountToken: String? = nil, subscriptionPeriodDays: Int? = nil,
+                    receipt: SimReceiptOptions? = nil) {
             self.appleId = appleId; self.bundleId = bundleId; self.productId = productId; self.productType = productType
             self.quantity = quantity; self.deviceIdentifier = deviceIdentifier; self.appAccountToken = appAccountToken
+            self.subscriptionPeriodDays = subscriptionPeriodDays; self.receipt = receipt
         }
     }
     public struct Result: Codable, Sendable, Equatable {
@@ -59,7 +85,10 @@ public enum SimRestore: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var appleId: String
         public var bundleId: String
-        public init(appleId: String, bundleId: String) { self.appleId = appleId; self.bundleId = bundleId }
+        public var receipt: SimReceiptOptions?
+        public init(appleId: String, bundleId: String, receipt: SimReceiptOptions? = nil) {
+            self.appleId = appleId; self.bundleId = bundleId; self.receipt = receipt
+        }
     }
     public struct Result: Codable, Sendable, Equatable {
         public var receiptData: String
@@ -94,7 +123,9 @@ public enum SimAdvanceClock: RPCMethod {
     }
     public struct Result: Codable, Sendable, Equatable {
         public var nowMs: Int64
-        public init(nowMs: Int64) { self.nowMs = nowMs }
+        /// Renewal transactions created because their periods passed.
+        public var renewals: Int
+        public init(nowMs: Int64, renewals: Int) { self.nowMs = nowMs; self.renewals = renewals }
     }
     public static let name = "sim.advanceClock"
     public static let summary = "Move the simulator's clock forward; subscriptions renew as their periods pass."
@@ -104,7 +135,10 @@ public enum SimReceipt: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var appleId: String
         public var bundleId: String
-        public init(appleId: String, bundleId: String) { self.appleId = appleId; self.bundleId = bundleId }
+        public var receipt: SimReceiptOptions?
+        public init(appleId: String, bundleId: String, receipt: SimReceiptOptions? = nil) {
+            self.appleId = appleId; self.bundleId = bundleId; self.receipt = receipt
+        }
     }
     public struct Result: Codable, Sendable, Equatable {
         public var receiptData: String

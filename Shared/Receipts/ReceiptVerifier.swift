@@ -219,7 +219,7 @@ public final class ReceiptVerifier: Sendable {
     }
 
     /// UUID string -> its 16 bytes; otherwise hex, otherwise base64 (a MAC address).
-    static func deviceBytes(_ text: String) -> [UInt8]? {
+    public static func deviceBytes(_ text: String) -> [UInt8]? {
         if let uuid = UUID(uuidString: text) {
             return withUnsafeBytes(of: uuid.uuid) { Array($0) }
         }

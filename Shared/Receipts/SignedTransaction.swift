@@ -87,6 +87,13 @@ public struct JWSSigningPKI: Sendable {
     public let leaf: Certificate
     public let leafKey: P256.Signing.PrivateKey
 
+    public init(root: Certificate, intermediate: Certificate, leaf: Certificate, leafKey: P256.Signing.PrivateKey) {
+        self.root = root
+        self.intermediate = intermediate
+        self.leaf = leaf
+        self.leafKey = leafKey
+    }
+
     public static func generate(name: String = "Simulated", notBefore: Date = Date(timeIntervalSince1970: 1_577_836_800),
                                 notAfter: Date = Date(timeIntervalSince1970: 2_524_608_000),
                                 markers: Bool = true) throws -> JWSSigningPKI {

@@ -12,6 +12,32 @@ public struct ReceiptSigningPKI: Sendable {
     public let intermediate: Certificate
     public let leaf: Certificate
     public let leafKey: _RSA.Signing.PrivateKey
+    /// Kept so more leaves can be issued under the same chain (an expired one for negative tests).
+    public let intermediateKey: _RSA.Signing.PrivateKey
+
+    public init(root: Certificate, intermediate: Certificate, leaf: Certificate, leafKey: _RSA.Signing.PrivateKey,
+                intermediateKey: _RSA.Signing.PrivateKey) {
+        self.root = root
+        self.intermediate = intermediate
+        self.leaf = leaf
+        self.leafKey = leafKey
+        self.intermediateKey = intermediateKey
+    }
+
+    /// The same chain with a new receipt-signing leaf valid only in `notBefore...notAfter`.
+    public func withLeaf(notBefore: Date, notAfter: Date) throws -> ReceiptSigningPKI {
+        let key = try _RSA.Signing.PrivateKey(keySize: .bits2048)
+        let leaf = try Certificate(
+            version: .v3, serialNumber: .init(), publicKey: .init(key.publicKey), notValidBefore: notBefore, notValidAfter: notAfter,
+            issuer: intermediate.subject, subject: self.leaf.subject, signatureAlgorithm: .sha256WithRSAEncryption,
+            extensions: try Certificate.Extensions {
+                Critical(BasicConstraints.notCertificateAuthority)
+                Critical(KeyUsage(digitalSignature: true))
+                Certificate.Extension(oid: AppleMarkers.receiptSigning, critical: false, value: [0x05, 0x00])
+            },
+            issuerPrivateKey: .init(intermediateKey))
+        return ReceiptSigningPKI(root: root, intermediate: intermediate, leaf: leaf, leafKey: key, intermediateKey: intermediateKey)
+    }
 
     public struct Options: Sendable {
         public var name = "Simulated"
@@ -72,7 +98,7 @@ public struct ReceiptSigningPKI: Sendable {
                 if o.leafMarker { Certificate.Extension(oid: AppleMarkers.receiptSigning, critical: false, value: [0x05, 0x00]) }
             },
             issuerPrivateKey: .init(intermediateKey))
-        return ReceiptSigningPKI(root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey)
+        return ReceiptSigningPKI(root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey, intermediateKey: intermediateKey)
     }
 
     /// A signed receipt file for `receipt`, carrying the leaf and the intermediate (not the root).

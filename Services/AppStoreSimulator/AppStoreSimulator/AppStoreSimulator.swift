@@ -1,0 +1,297 @@
+import Crypto
+import Foundation
+import GRDB
+import IAPProtocol
+import JSONRPC
+import NIOConcurrencyHelpers
+import Receipts
+import RPCTransport
+import ServiceSupport
+
+/// A local stand-in for the App Store (development and tests only): simulated Apple IDs buy, finish,
+/// restore and get refunds; subscriptions renew as the simulated clock advances; every answer carries
+/// the app receipt and StoreKit 2 signed transactions made with the simulator's own Apple-shaped PKI.
+///
+/// The rules it follows are RECEIPTS.md section 5's: consumables stay in the receipt only until finished;
+/// re-buying an owned non-consumable is a new regular transaction with the same original id; restores
+/// and renewals get new transaction ids and keep the original id; a refund sets a cancellation date.
+public final class AppStoreSimulator: Sendable {
+    private let store: SimulatorStore
+    private let pki: SimulatorPKI
+    private let clock: ServiceClock
+    private let negativePKIs = NIOLockedValueBox<[SimSigning: ReceiptSigningPKI]>([:])
+    public static let defaultPeriodDays = 30
+
+    public init(directory: URL, clock: ServiceClock = .system) throws {
+        self.store = try SimulatorStore(directory: directory)
+        self.pki = try SimulatorPKI.loadOrCreate(directory: directory)
+        self.clock = clock
+    }
+
+    /// Simulated now: the wall clock plus every `advanceClock` so far.
+    private func now(_ db: Database) throws -> Int64 {
+        clock.nowMs + (try Int64.fetchOne(db, sql: "SELECT clockOffsetMs FROM simState")!)
+    }
+
+    public func trustAnchor() throws -> SimTrustAnchor.Result {
+        .init(receiptRoot: Data(try SimulatorPKI.der(pki.receipts.root)).base64EncodedString(),
+              jwsRoot: Data(try SimulatorPKI.der(pki.signedPayloads.root)).base64EncodedString())
+    }
+
+    // MARK: purchases
+
+    public func purchase(_ p: SimPurchase.Params) throws -> SimPurchase.Result {
+        guard !p.appleId.isEmpty, !p.bundleId.isEmpty, !p.productId.isEmpty else {
+            throw RPCError.invalidParams("appleId, bundleId and productId must not be empty", reason: "emptyField")
+        }
+        let quantity = p.quantity ?? 1
+        guard (1...10).contains(quantity), p.productType == .consumable || quantity == 1 else {
+            throw RPCError.invalidParams("quantity must be 1-10 (and 1 for anything but consumables)", field: "quantity",
+                                         reason: "invalidQuantity")
+        }
+        if let token = p.appAccountToken, UUID(uuidString: token) == nil {
+            throw RPCError.invalidParams("appAccountToken must be a UUID", field: "appAccountToken", reason: "invalidValue")
+        }
+        let period = p.subscriptionPeriodDays ?? Self.defaultPeriodDays
+        guard (1...366).contains(period) else {
+            throw RPCError.invalidParams("subscriptionPeriodDays must be 1-366", field: "subscriptionPeriodDays", reason: "invalidValue")
+        }
+        let (transaction, receipt) = try write { db -> (SimTransaction, Receipt) in
+            let now = try self.now(db)
+            if let device = p.deviceIdentifier {
+                try db.execute(sql: "INSERT OR REPLACE INTO simDevice (appleId, bundleId, deviceIdentifier) VALUES (?, ?, ?)",
+                               arguments: [p.appleId, p.bundleId, device])
+            }
+            let id = try SimulatorStore.nextTransactionId(db)
+            let history = try SimulatorStore.transactions(appleId: p.appleId, bundleId: p.bundleId, db: db)
+            // Buying an owned non-consumable again: a new regular transaction for the same original, no charge.
+            let owned = p.productType == .nonConsumable
+                ? history.first { $0.productId == p.productId && $0.cancellationDateMs == nil && $0.transactionId == $0.originalTransactionId }
+                : nil
+            let t = SimTransaction(
+                transactionId: id, appleId: p.appleId, bundleId: p.bundleId, productId: p.productId, productType: p.productType,
+                quantity: quantity, originalTransactionId: owned?.originalTransactionId ?? id, purchaseDateMs: now,
+                originalPurchaseDateMs: owned?.originalPurchaseDateMs ?? now,
+                expiresDateMs: p.productType == .autoRenewable ? now + Int64(period) * 86_400_000 : nil,
+                cancellationDateMs: nil, finished: false, reason: "PURCHASE",
+                webOrderLineItemId: p.productType == .autoRenewable ? Int64(id)! : 0, appAccountToken: p.appAccountToken,
+                periodDays: p.productType == .autoRenewable ? period : nil)
+            try SimulatorStore.insert(t, db: db)
+            return (t, try self.receipt(appleId: p.appleId, bundleId: p.bundleId, db: db))
+        }
+        return .init(transactionId: transaction.transactionId, originalTransactionId: transaction.originalTransactionId,
+                     receiptData: try sign(receipt, p.receipt), signedTransaction: try signedTransaction(transaction))
+    }
+
+    public func finish(_ p: SimFinishTransaction.Params) throws {
+        try write { db in
+            guard let t = try SimulatorStore.transaction(p.transactionId, db: db), t.appleId == p.appleId else {
+                throw RPCError.notFound("no transaction \(p.transactionId) for this Apple ID", reason: "unknownTransaction")
+            }
+            try db.execute(sql: "UPDATE simTransaction SET finished = 1 WHERE transactionId = ?", arguments: [t.transactionId])
+        }
+    }
+
+    /// New restored transactions for every owned non-consumable and subscription (consumables and
+    /// non-renewing subscriptions are not restored by the system).
+    public func restore(_ p: SimRestore.Params) throws -> SimRestore.Result {
+        let (restored, receipt) = try write { db -> ([SimTransaction], Receipt) in
+            let now = try self.now(db)
+            let history = try SimulatorStore.transactions(appleId: p.appleId, bundleId: p.bundleId, db: db)
+            var latestByOriginal: [String: SimTransaction] = [:]
+            for t in history where t.productType == .nonConsumable || t.productType == .autoRenewable {
+                latestByOriginal[t.originalTransactionId] = t
+            }
+            var restored: [SimTransaction] = []
+            for original in latestByOriginal.values.sorted(by: { $0.originalTransactionId < $1.originalTransactionId })
+            where original.cancellationDateMs == nil {
+                var t = original
+                t.transactionId = try SimulatorStore.nextTransactionId(db)
+                t.purchaseDateMs = now
+                t.reason = "RESTORE"
+                t.finished = false
+                try SimulatorStore.insert(t, db: db)
+                restored.append(t)
+            }
+            return (restored, try self.receipt(appleId: p.appleId, bundleId: p.bundleId, db: db))
+        }
+        return .init(receiptData: try sign(receipt, p.receipt), signedTransactions: try restored.map(signedTransaction))
+    }
+
+    /// Sets the transaction's cancellation date; answers the REFUND notification the App Store would send.
+    public func refund(_ p: SimRefund.Params) throws -> SimRefund.Result {
+        let refunded = try write { db -> SimTransaction in
+            guard var t = try SimulatorStore.transaction(p.transactionId, db: db), t.appleId == p.appleId else {
+                throw RPCError.notFound("no transaction \(p.transactionId) for this Apple ID", reason: "unknownTransaction")
+            }
+            guard t.cancellationDateMs == nil else {
+                throw RPCError.conflict("transaction \(p.transactionId) is already refunded", reason: "alreadyRefunded")
+            }
+            t.cancellationDateMs = try self.now(db)
+            try db.execute(sql: "UPDATE simTransaction SET cancellationDateMs = ? WHERE transactionId = ?",
+                           arguments: [t.cancellationDateMs, t.transactionId])
+            return t
+        }
+        let notification: [String: Any] = [
+            "notificationType": "REFUND", "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
+            "signedDate": refunded.cancellationDateMs!,
+            "data": ["bundleId": refunded.bundleId, "environment": "Sandbox", "signedTransactionInfo": try signedTransaction(refunded)],
+        ]
+        return .init(signedPayload: try pki.signedPayloads.sign(payload: Array(try JSONSerialization.data(withJSONObject: notification,
+                                                                                                          options: [.sortedKeys]))))
+    }
+
+    /// Moves the simulated clock; every subscription whose period passes renews (a new transaction
+    /// with the same original id and the next expiry), unless it was refunded.
+    public func advanceClock(_ p: SimAdvanceClock.Params) throws -> SimAdvanceClock.Result {
+        guard p.seconds >= 0, p.seconds <= 10 * 366 * 86_400 else {
+            throw RPCError.invalidParams("seconds must be 0 to ten years", field: "seconds", reason: "invalidValue")
+        }
+        return try write { db in
+            try db.execute(sql: "UPDATE simState SET clockOffsetMs = clockOffsetMs + ?", arguments: [p.seconds * 1000])
+            let now = try self.now(db)
+            var latest: [String: SimTransaction] = [:]
+            for t in try SimulatorStore.allAutoRenewables(db) where t.reason != "RESTORE" {
+                if let current = latest[t.originalTransactionId], (current.expiresDateMs ?? 0) >= (t.expiresDateMs ?? 0) { continue }
+                latest[t.originalTransactionId] = t
+            }
+            var renewals = 0
+            for var t in latest.values.sorted(by: { $0.originalTransactionId < $1.originalTransactionId }) where t.cancellationDateMs == nil {
+                while let expires = t.expiresDateMs, expires <= now {
+                    t.transactionId = try SimulatorStore.nextTransactionId(db)
+                    t.purchaseDateMs = expires
+                    t.expiresDateMs = expires + Int64(t.periodDays ?? Self.defaultPeriodDays) * 86_400_000
+                    t.webOrderLineItemId += 1
+                    t.reason = "RENEWAL"
+                    t.finished = false
+                    try SimulatorStore.insert(t, db: db)
+                    renewals += 1
+                }
+            }
+            return .init(nowMs: now, renewals: renewals)
+        }
+    }
+
+    public func currentReceipt(_ p: SimReceipt.Params) throws -> SimReceipt.Result {
+        let receipt = try write { db in try self.receipt(appleId: p.appleId, bundleId: p.bundleId, db: db) }
+        return .init(receiptData: try sign(receipt, p.receipt))
+    }
+
+    // MARK: receipts and signed transactions
+
+    /// The app receipt now: every transaction of this Apple ID for the bundle, except finished consumables.
+    private func receipt(appleId: String, bundleId: String, db: Database) throws -> Receipt {
+        let now = try self.now(db)
+        var r = Receipt()
+        r.receiptType = "ProductionSandbox"
+        r.appItemId = 0
+        r.bundleId = bundleId
+        r.bundleIdDER = [0x0C, UInt8(bundleId.utf8.count)] + Array(bundleId.utf8)
+        r.applicationVersion = "1"
+        r.originalApplicationVersion = "1.0"
+        var opaque = [UInt8](repeating: 0, count: 16)
+        var rng = SystemRandomNumberGenerator()
+        for i in opaque.indices { opaque[i] = rng.next() }
+        r.opaqueValue = opaque
+        let device = try String.fetchOne(db, sql: "SELECT deviceIdentifier FROM simDevice WHERE appleId = ? AND bundleId = ?",
+                                         arguments: [appleId, bundleId])
+        let deviceBytes = device.flatMap(ReceiptVerifier.deviceBytes) ?? [UInt8](repeating: 0, count: 16)
+        r.sha1Hash = Array(Insecure.SHA1.hash(data: deviceBytes + opaque + r.bundleIdDER))
+        r.creationDateMs = now
+        let transactions = try SimulatorStore.transactions(appleId: appleId, bundleId: bundleId, db: db)
+        r.originalPurchaseDateMs = transactions.first?.purchaseDateMs ?? now
+        r.inApp = transactions.filter { !($0.productType == .consumable && $0.finished) }.map { t in
+            var p = InAppPurchaseReceipt()
+            p.quantity = Int64(t.quantity)
+            p.productId = t.productId
+            p.transactionId = t.transactionId
+            p.originalTransactionId = t.originalTransactionId
+            p.purchaseDateMs = t.purchaseDateMs
+            p.originalPurchaseDateMs = t.originalPurchaseDateMs
+            p.productType = [.nonConsumable: 0, .consumable: 1, .nonRenewing: 2, .autoRenewable: 3][t.productType]
+            p.expiresDateMs = t.expiresDateMs
+            p.cancellationDateMs = t.cancellationDateMs
+            p.webOrderLineItemId = t.webOrderLineItemId
+            p.isTrialPeriod = false
+            p.isInIntroOfferPeriod = false
+            return p
+        }
+        return r
+    }
+
+    private func sign(_ receipt: Receipt, _ options: SimReceiptOptions?) throws -> String {
+        let digest: ReceiptBuilder.Digest = options?.digest == .sha1 ? .sha1 : .sha256
+        let signer: ReceiptSigningPKI
+        switch options?.signing ?? .valid {
+        case .valid: signer = pki.receipts
+        case .expiredChain: signer = try negative(.expiredChain) {
+            try self.pki.receipts.withLeaf(notBefore: Date(timeIntervalSince1970: 1_577_836_800),
+                                           notAfter: Date(timeIntervalSince1970: 1_609_459_200))  // 2020
+        }
+        case .untrustedChain: signer = try negative(.untrustedChain) {
+            try ReceiptSigningPKI.generate({ var o = ReceiptSigningPKI.Options(); o.name = "Untrusted"; return o }())
+        }
+        }
+        return Data(try signer.sign(receipt, digest: digest)).base64EncodedString()
+    }
+
+    private func negative(_ kind: SimSigning, _ make: () throws -> ReceiptSigningPKI) throws -> ReceiptSigningPKI {
+        if let existing = negativePKIs.withLockedValue({ $0[kind] }) { return existing }
+        let made = try make()
+        negativePKIs.withLockedValue { $0[kind] = made }
+        return made
+    }
+
+    /// The StoreKit 2 JWS of a transaction, with Apple's field names.
+    func signedTransaction(_ t: SimTransaction) throws -> String {
+        var payload: [String: Any] = [
+            "transactionId": t.transactionId, "originalTransactionId": t.originalTransactionId, "bundleId": t.bundleId,
+            "productId": t.productId, "purchaseDate": t.purchaseDateMs, "originalPurchaseDate": t.originalPurchaseDateMs,
+            "quantity": t.quantity, "type": Self.appleType(t.productType), "inAppOwnershipType": "PURCHASED",
+            "signedDate": t.cancellationDateMs ?? t.purchaseDateMs, "environment": "Sandbox", "transactionReason":
+                t.reason == "RENEWAL" ? "RENEWAL" : "PURCHASE", "storefront": "USA", "storefrontId": "143441",
+            "webOrderLineItemId": String(t.webOrderLineItemId),
+        ]
+        if let e = t.expiresDateMs { payload["expiresDate"] = e }
+        if let c = t.cancellationDateMs {
+            payload["revocationDate"] = c
+            payload["revocationReason"] = 0
+        }
+        if let token = t.appAccountToken { payload["appAccountToken"] = token.lowercased() }
+        if t.productType == .autoRenewable { payload["subscriptionGroupIdentifier"] = "sim-group" }
+        return try pki.signedPayloads.sign(payload: Array(try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys])))
+    }
+
+    static func appleType(_ type: ProductType) -> String {
+        switch type {
+        case .consumable: return "Consumable"
+        case .nonConsumable: return "Non-Consumable"
+        case .autoRenewable: return "Auto-Renewable Subscription"
+        case .nonRenewing: return "Non-Renewing Subscription"
+        }
+    }
+
+    private func write<T>(_ body: (Database) throws -> T) throws -> T {
+        do {
+            return try store.writer.write(body)
+        } catch let error as RPCError {
+            throw error
+        }
+    }
+
+    /// The `sim.*` methods. They block on SQLite and on RSA signing: run on the blocking pool.
+    public func router() -> RPCRouter {
+        var r = RPCRouter()
+        r.registerBlocking(SimTrustAnchor.self) { _, _ in try self.trustAnchor() }
+        r.registerBlocking(SimPurchase.self) { p, _ in try self.purchase(p) }
+        r.registerBlocking(SimFinishTransaction.self) { p, _ in
+            try self.finish(p)
+            return EmptyResult()
+        }
+        r.registerBlocking(SimRestore.self) { p, _ in try self.restore(p) }
+        r.registerBlocking(SimRefund.self) { p, _ in try self.refund(p) }
+        r.registerBlocking(SimAdvanceClock.self) { p, _ in try self.advanceClock(p) }
+        r.registerBlocking(SimReceipt.self) { p, _ in try self.currentReceipt(p) }
+        return r
+    }
+}

@@ -1,0 +1,95 @@
+import Foundation
+import GRDB
+import IAPProtocol
+
+/// One simulated transaction, as the App Store would record it.
+public struct SimTransaction: Sendable, Equatable {
+    public var transactionId: String
+    public var appleId: String
+    public var bundleId: String
+    public var productId: String
+    public var productType: ProductType
+    public var quantity: Int
+    public var originalTransactionId: String
+    public var purchaseDateMs: Int64
+    public var originalPurchaseDateMs: Int64
+    public var expiresDateMs: Int64?
+    public var cancellationDateMs: Int64?
+    public var finished: Bool
+    /// PURCHASE, RENEWAL or RESTORE.
+    public var reason: String
+    public var webOrderLineItemId: Int64
+    public var appAccountToken: String?
+    public var periodDays: Int?
+}
+
+/// The simulator's database: transactions, the device of each Apple ID's app, the simulated clock.
+final class SimulatorStore: Sendable {
+    let writer: any DatabaseWriter
+
+    init(directory: URL) throws {
+        var config = Configuration()
+        config.busyMode = .timeout(5)
+        writer = try DatabasePool(path: directory.appendingPathComponent("appstore-sim.sqlite").path, configuration: config)
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE simTransaction (
+                    transactionId TEXT PRIMARY KEY NOT NULL,
+                    seq INTEGER NOT NULL UNIQUE,
+                    appleId TEXT NOT NULL, bundleId TEXT NOT NULL, productId TEXT NOT NULL, productType TEXT NOT NULL,
+                    quantity INTEGER NOT NULL, originalTransactionId TEXT NOT NULL,
+                    purchaseDateMs INTEGER NOT NULL, originalPurchaseDateMs INTEGER NOT NULL,
+                    expiresDateMs INTEGER, cancellationDateMs INTEGER, finished INTEGER NOT NULL,
+                    reason TEXT NOT NULL, webOrderLineItemId INTEGER NOT NULL, appAccountToken TEXT, periodDays INTEGER
+                );
+                CREATE INDEX simTransaction_by_app ON simTransaction(appleId, bundleId, seq);
+                CREATE TABLE simDevice (appleId TEXT NOT NULL, bundleId TEXT NOT NULL, deviceIdentifier TEXT NOT NULL,
+                                        PRIMARY KEY (appleId, bundleId)) WITHOUT ROWID;
+                CREATE TABLE simState (id INTEGER PRIMARY KEY CHECK (id = 1), clockOffsetMs INTEGER NOT NULL, nextSeq INTEGER NOT NULL);
+                INSERT INTO simState (id, clockOffsetMs, nextSeq) VALUES (1, 0, 1);
+                """)
+        }
+        try m.migrate(writer)
+    }
+
+    static func insert(_ t: SimTransaction, db: Database) throws {
+        let seq = try Int64.fetchOne(db, sql: "SELECT nextSeq FROM simState")!
+        try db.execute(sql: "UPDATE simState SET nextSeq = nextSeq + 1")
+        try db.execute(sql: """
+            INSERT INTO simTransaction (transactionId, seq, appleId, bundleId, productId, productType, quantity, originalTransactionId,
+                purchaseDateMs, originalPurchaseDateMs, expiresDateMs, cancellationDateMs, finished, reason, webOrderLineItemId,
+                appAccountToken, periodDays)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, arguments: [t.transactionId, seq, t.appleId, t.bundleId, t.productId, t.productType.rawValue, t.quantity,
+                             t.originalTransactionId, t.purchaseDateMs, t.originalPurchaseDateMs, t.expiresDateMs,
+                             t.cancellationDateMs, t.finished, t.reason, t.webOrderLineItemId, t.appAccountToken, t.periodDays])
+    }
+
+    /// A new transaction id, Apple-sandbox-like (2000000000 + sequence).
+    static func nextTransactionId(_ db: Database) throws -> String {
+        String(2_000_000_000 + (try Int64.fetchOne(db, sql: "SELECT nextSeq FROM simState")!))
+    }
+
+    static func transactions(appleId: String, bundleId: String, db: Database) throws -> [SimTransaction] {
+        try Row.fetchAll(db, sql: "SELECT * FROM simTransaction WHERE appleId = ? AND bundleId = ? ORDER BY seq",
+                         arguments: [appleId, bundleId]).map(row)
+    }
+
+    static func transaction(_ id: String, db: Database) throws -> SimTransaction? {
+        try Row.fetchOne(db, sql: "SELECT * FROM simTransaction WHERE transactionId = ?", arguments: [id]).map(row)
+    }
+
+    static func allAutoRenewables(_ db: Database) throws -> [SimTransaction] {
+        try Row.fetchAll(db, sql: "SELECT * FROM simTransaction WHERE productType = 'autoRenewable' ORDER BY seq").map(row)
+    }
+
+    static func row(_ r: Row) -> SimTransaction {
+        SimTransaction(transactionId: r["transactionId"], appleId: r["appleId"], bundleId: r["bundleId"], productId: r["productId"],
+                       productType: ProductType(rawValue: r["productType"]) ?? .consumable, quantity: r["quantity"],
+                       originalTransactionId: r["originalTransactionId"], purchaseDateMs: r["purchaseDateMs"],
+                       originalPurchaseDateMs: r["originalPurchaseDateMs"], expiresDateMs: r["expiresDateMs"],
+                       cancellationDateMs: r["cancellationDateMs"], finished: r["finished"], reason: r["reason"],
+                       webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"])
+    }
+}

@@ -1,0 +1,244 @@
+import AppStoreSimulator
+import Foundation
+import IAPProtocol
+import JSONRPC
+import Logging
+import Receipts
+import RPCTestSupport
+import RPCTransport
+import ServiceSupport
+import Testing
+import VerificationService
+import X509
+
+/// A simulator and two verification services (one trusting the simulator's roots via
+/// sim.trustAnchor, one trusting only Apple's), all over real TCP.
+final class SimulatorFixture: Sendable {
+    let directory: URL
+    let sim: RPCServer
+    let client: RPCClient
+    let trusting: RPCClient
+    let appleOnly: RPCClient
+    private let servers: [RPCServer]
+
+    static func start(directory: URL? = nil) async throws -> SimulatorFixture {
+        let dir = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("sim-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        var quiet = Logger(label: "sim-test")
+        quiet.logLevel = .critical
+        let simulator = try AppStoreSimulator(directory: dir)
+        let sim = RPCServer(configuration: .init(serviceName: "appstore-sim"), router: simulator.router(), logger: quiet)
+        try await sim.start()
+        let client = RPCClient(host: "127.0.0.1", port: sim.localPort!)
+        let anchors = try await client.call(SimTrustAnchor.self, EmptyParams())
+        var trustingConfig = VerificationConfiguration()
+        trustingConfig.extraRoots = try [anchors.receiptRoot, anchors.jwsRoot].map {
+            try Certificate(derEncoded: Array(Data(base64Encoded: $0)!))
+        }
+        let trusting = RPCServer(configuration: .init(serviceName: "verification"),
+                                 router: VerificationService(configuration: trustingConfig).router(), logger: quiet)
+        let appleOnly = RPCServer(configuration: .init(serviceName: "verification"),
+                                  router: VerificationService(configuration: .init()).router(), logger: quiet)
+        try await trusting.start()
+        try await appleOnly.start()
+        return SimulatorFixture(directory: dir, sim: sim, client: client, servers: [sim, trusting, appleOnly],
+                                trusting: RPCClient(host: "127.0.0.1", port: trusting.localPort!),
+                                appleOnly: RPCClient(host: "127.0.0.1", port: appleOnly.localPort!))
+    }
+
+    private init(directory: URL, sim: RPCServer, client: RPCClient, servers: [RPCServer], trusting: RPCClient, appleOnly: RPCClient) {
+        self.directory = directory
+        self.sim = sim
+        self.client = client
+        self.servers = servers
+        self.trusting = trusting
+        self.appleOnly = appleOnly
+    }
+
+    func stop() async {
+        for c in [client, trusting, appleOnly] { await c.close() }
+        for s in servers { await s.shutdown() }
+    }
+
+    func buy(_ product: String, _ type: ProductType, appleId: String = "alice@example.com", device: String? = nil,
+             token: String? = nil, receipt: SimReceiptOptions? = nil) async throws -> SimPurchase.Result {
+        try await client.call(SimPurchase.self, .init(appleId: appleId, bundleId: "com.example.game", productId: product,
+                                                      productType: type, deviceIdentifier: device, appAccountToken: token,
+                                                      receipt: receipt))
+    }
+
+    /// The receipt's in-app entries as the trusting verification service decodes them.
+    func inApp(_ receiptData: String, device: String? = nil) async throws -> [InAppPurchase] {
+        let answer = try await trusting.call(VerificationVerifyReceipt.self, .init(receiptData: receiptData, deviceIdentifier: device))
+        #expect(answer.status == 0, "receipt refused: \(answer.reason ?? "")")
+        return answer.receipt?.inApp ?? []
+    }
+}
+
+@Suite struct SimulatorTests {
+    @Test func receiptsAndJWSVerifyWithTheSimulatorsRootsOnly() async throws {
+        let f = try await SimulatorFixture.start()
+        defer { Task { await f.stop() } }
+        let device = "E621E1F8-C36C-495A-93FC-0C247A3E6E5F"
+        let token = "7e3fb20b-4cdb-47cc-936d-99d65f608138"
+        let bought = try await f.buy("coins.100", .consumable, device: device, token: token)
+        let trusted = try await f.trusting.call(VerificationVerifyReceipt.self,
+                                                .init(receiptData: bought.receiptData, expectedBundleId: "com.example.game",
+                                                      deviceIdentifier: device))
+        #expect(trusted.status == 0)
+        #expect(trusted.environment == "Sandbox")
+        #expect(trusted.receipt?.inApp.map(\.transactionId) == [bought.transactionId])
+        // The device identifier flowed into the receipt's hash: another device fails.
+        let otherDevice = try await f.trusting.call(VerificationVerifyReceipt.self,
+                                                    .init(receiptData: bought.receiptData, deviceIdentifier: UUID().uuidString))
+        #expect(otherDevice.reason == "deviceMismatch")
+        let refused = try await f.appleOnly.call(VerificationVerifyReceipt.self, .init(receiptData: bought.receiptData))
+        #expect(refused.status == 21003)
+        #expect(refused.reason == "untrustedChain")
+
+        let jws = try await f.trusting.call(VerificationVerifyTransaction.self, .init(signedTransaction: bought.signedTransaction))
+        #expect(jws.status == 0)
+        #expect(jws.transaction?["transactionId"]?.stringValue == bought.transactionId)
+        #expect(jws.transaction?["appAccountToken"]?.stringValue == token)
+        #expect(jws.transaction?["type"]?.stringValue == "Consumable")
+        let jwsRefused = try await f.appleOnly.call(VerificationVerifyTransaction.self, .init(signedTransaction: bought.signedTransaction))
+        #expect(jwsRefused.reason == "untrustedChain")
+    }
+
+    @Test func signingOptionsForNegativeTests() async throws {
+        let f = try await SimulatorFixture.start()
+        defer { Task { await f.stop() } }
+        let sha1 = try await f.buy("coins.100", .consumable, receipt: .init(digest: .sha1))
+        let container = try ReceiptContainer.parse(Array(Data(base64Encoded: sha1.receiptData)!))
+        #expect(container.signer.digestAlgorithm == "1.3.14.3.2.26")
+        _ = try await f.inApp(sha1.receiptData)
+        let expired = try await f.buy("coins.100", .consumable, receipt: .init(signing: .expiredChain))
+        #expect(try await f.trusting.call(VerificationVerifyReceipt.self, .init(receiptData: expired.receiptData)).reason == "untrustedChain")
+        let untrusted = try await f.buy("coins.100", .consumable, receipt: .init(signing: .untrustedChain))
+        #expect(try await f.trusting.call(VerificationVerifyReceipt.self, .init(receiptData: untrusted.receiptData)).reason == "untrustedChain")
+    }
+
+    @Test func aConsumableVanishesFromTheReceiptOnceFinished() async throws {
+        let f = try await SimulatorFixture.start()
+        defer { Task { await f.stop() } }
+        let coins = try await f.buy("coins.100", .consumable)
+        let pack = try await f.buy("levels.pack1", .nonConsumable)
+        #expect(Set(try await f.inApp(pack.receiptData).map(\.transactionId)) == [coins.transactionId, pack.transactionId])
+        _ = try await f.client.call(SimFinishTransaction.self, .init(appleId: "alice@example.com", transactionId: coins.transactionId))
+        _ = try await f.client.call(SimFinishTransaction.self, .init(appleId: "alice@example.com", transactionId: pack.transactionId))
+        let receipt = try await f.client.call(SimReceipt.self, .init(appleId: "alice@example.com", bundleId: "com.example.game"))
+        // The finished non-consumable stays; the finished consumable is gone.
+        #expect(try await f.inApp(receipt.receiptData).map(\.transactionId) == [pack.transactionId])
+        // Another Apple ID cannot finish (or see) Alice's transactions.
+        let error = await rpcError { try await f.client.call(SimFinishTransaction.self, .init(appleId: "mallory@example.com", transactionId: coins.transactionId)) }
+        #expect(error?.knownCode == .notFound)
+    }
+
+    @Test func restoreCreatesNewTransactionsForTheSameOriginals() async throws {
+        let f = try await SimulatorFixture.start()
+        defer { Task { await f.stop() } }
+        let pack = try await f.buy("levels.pack1", .nonConsumable)
+        let sub = try await f.buy("pro.monthly", .autoRenewable)
+        _ = try await f.buy("coins.100", .consumable)
+        _ = try await f.buy("season.pass", .nonRenewing)
+        let restored = try await f.client.call(SimRestore.self, .init(appleId: "alice@example.com", bundleId: "com.example.game"))
+        #expect(restored.signedTransactions.count == 2)  // not the consumable, not the non-renewing pass
+        var originals: Set<String> = []
+        for jws in restored.signedTransactions {
+            let t = try await f.trusting.call(VerificationVerifyTransaction.self, .init(signedTransaction: jws)).transaction!
+            #expect(![pack.transactionId, sub.transactionId].contains(t["transactionId"]!.stringValue!))
+            originals.insert(t["originalTransactionId"]!.stringValue!)
+        }
+        #expect(originals == [pack.originalTransactionId, sub.originalTransactionId])
+        // Restoring twice: yet more new ids, still the same originals.
+        let again = try await f.client.call(SimRestore.self, .init(appleId: "alice@example.com", bundleId: "com.example.game"))
+        let entries = try await f.inApp(again.receiptData)
+        #expect(Set(entries.filter { $0.productId == "levels.pack1" }.map(\.originalTransactionId)) == [pack.originalTransactionId])
+        #expect(entries.filter { $0.productId == "levels.pack1" }.count == 3)
+    }
+
+    @Test func rebuyingAnOwnedNonConsumableIsARegularTransactionForTheSameOriginal() async throws {
+        let f = try await SimulatorFixture.start()
+        defer { Task { await f.stop() } }
+        let first = try await f.buy("levels.pack1", .nonConsumable)
+        let second = try await f.buy("levels.pack1", .nonConsumable)
+        #expect(second.transactionId != first.transactionId)
+        #expect(second.originalTransactionId == first.originalTransactionId)
+        let t = try await f.trusting.call(VerificationVerifyTransaction.self, .init(signedTransaction: second.signedTransaction)).transaction!
+        #expect(t["transactionReason"]?.stringValue == "PURCHASE")
+        // Another Apple ID buying it gets its own original.
+        let bob = try await f.buy("levels.pack1", .nonConsumable, appleId: "bob@example.com")
+        #expect(bob.originalTransactionId == bob.transactionId)
+    }
+
+    @Test func subscriptionsRenewAsTheClockPassesTheirPeriod() async throws {
+        let f = try await SimulatorFixture.start()
+        defer { Task { await f.stop() } }
+        let sub = try await f.buy("pro.monthly", .autoRenewable)
+        let firstExpiry = try await f.inApp(sub.receiptData).first!.expiresDateMs.flatMap { Int64($0) }!
+        let early = try await f.client.call(SimAdvanceClock.self, .init(seconds: 29 * 86_400))
+        #expect(early.renewals == 0)
+        let passed = try await f.client.call(SimAdvanceClock.self, .init(seconds: 32 * 86_400))  // day 61: two periods
+        #expect(passed.renewals == 2)
+        let receipt = try await f.client.call(SimReceipt.self, .init(appleId: "alice@example.com", bundleId: "com.example.game"))
+        let entries = try await f.inApp(receipt.receiptData)
+        #expect(entries.count == 3)
+        #expect(Set(entries.map(\.originalTransactionId)) == [sub.originalTransactionId])
+        #expect(Set(entries.map(\.transactionId)).count == 3)
+        let expiries = entries.compactMap { $0.expiresDateMs.flatMap { Int64($0) } }.sorted()
+        #expect(expiries == [firstExpiry, firstExpiry + 30 * 86_400_000, firstExpiry + 60 * 86_400_000])
+    }
+
+    @Test func aRefundSetsTheCancellationDateAndStopsRenewals() async throws {
+        let f = try await SimulatorFixture.start()
+        defer { Task { await f.stop() } }
+        let sub = try await f.buy("pro.monthly", .autoRenewable)
+        let refund = try await f.client.call(SimRefund.self, .init(appleId: "alice@example.com", transactionId: sub.transactionId))
+        let receipt = try await f.client.call(SimReceipt.self, .init(appleId: "alice@example.com", bundleId: "com.example.game"))
+        #expect(try await f.inApp(receipt.receiptData).first?.cancellationDateMs != nil)
+        let notification = try await f.trusting.call(VerificationVerifyNotification.self, .init(signedPayload: refund.signedPayload!))
+        #expect(notification.status == 0)
+        #expect(notification.notification?["notificationType"]?.stringValue == "REFUND")
+        #expect(notification.notification?["data"]?["transactionInfo"]?["revocationDate"]?.intValue != nil)
+        #expect(try await f.client.call(SimAdvanceClock.self, .init(seconds: 90 * 86_400)).renewals == 0)
+        #expect(await rpcError { try await f.client.call(SimRefund.self, .init(appleId: "alice@example.com", transactionId: sub.transactionId)) }?
+            .reason == "alreadyRefunded")
+    }
+
+    @Test func thePKIOutlivesARestart() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("sim-\(UUID().uuidString)")
+        let first = try await SimulatorFixture.start(directory: dir)
+        let anchors = try await first.client.call(SimTrustAnchor.self, EmptyParams())
+        let bought = try await first.buy("coins.100", .consumable)
+        await first.stop()
+        let second = try await SimulatorFixture.start(directory: dir)
+        defer { Task { await second.stop() } }
+        #expect(try await second.client.call(SimTrustAnchor.self, EmptyParams()) == anchors)
+        #expect(try await second.inApp(bought.receiptData).map(\.transactionId) == [bought.transactionId])
+        // The history survived too.
+        let receipt = try await second.client.call(SimReceipt.self, .init(appleId: "alice@example.com", bundleId: "com.example.game"))
+        #expect(try await second.inApp(receipt.receiptData).map(\.transactionId) == [bought.transactionId])
+        let keyMode = try FileManager.default.attributesOfItem(atPath: dir.appendingPathComponent("sim-pki/receipt-leaf.key").path)[.posixPermissions] as? Int
+        #expect(keyMode == 0o600)
+    }
+
+    @Test func badInputIsRefused() async throws {
+        let f = try await SimulatorFixture.start()
+        defer { Task { await f.stop() } }
+        #expect(await rpcError { try await f.buy("", .consumable) }?.knownCode == .invalidParams)
+        #expect(await rpcError { try await f.buy("coins", .consumable, token: "not-a-uuid") }?.reason == "invalidValue")
+        #expect(await rpcError { try await f.client.call(SimAdvanceClock.self, .init(seconds: -1)) }?.knownCode == .invalidParams)
+        #expect(await rpcError { try await f.client.call(SimRefund.self, .init(appleId: "a", transactionId: "404")) }?.knownCode == .notFound)
+    }
+}
+
+func rpcError<T>(_ body: () async throws -> T) async -> RPCError? {
+    do {
+        _ = try await body()
+        return nil
+    } catch let error as RPCError {
+        return error
+    } catch {
+        return RPCError.internalError("\(error)")
+    }
+}
