@@ -21,10 +21,12 @@ export IAP_INTERNAL_TOKEN=${IAP_INTERNAL_TOKEN:-$(secret internal-token)}
 export IAP_ADMIN_TOKEN=${IAP_ADMIN_TOKEN:-$(secret admin-token)}
 
 # name executable port [flags]: the services implemented so far.
+# In start order: the simulator first, since verification trusts the roots it writes on first start.
 services=(
+  "appstore-sim appstore-sim 7105"
   "accounts accounts-service 7101"
   "catalog catalog-service 7102 --seed compose/demo-catalog.json"
-  "verification verification-service 7103"
+  "verification verification-service 7103 --trust-anchor $IAP_DATA_DIR/sim-pki/receipt-root.der --trust-anchor $IAP_DATA_DIR/sim-pki/jws-root.der"
 )
 
 echo "building (release)..."
@@ -54,13 +56,6 @@ for entry in "${services[@]}"; do  # a port already taken would make a health ch
   fi
 done
 
-for entry in "${services[@]}"; do
-  read -r name exe port extra <<<"$entry"
-  # shellcheck disable=SC2086  # extra flags are words on purpose
-  "$bin/$exe" --port "$port" --data-dir "$IAP_DATA_DIR" $extra >>"$IAP_DATA_DIR/logs/$name.log" 2>&1 &
-  pids+=($!)
-done
-
 health() {  # health PORT: prints the health.check reply line, or nothing
   { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
   printf '{"jsonrpc":"2.0","id":1,"method":"health.check"}\n' >&3
@@ -69,10 +64,14 @@ health() {  # health PORT: prints the health.check reply line, or nothing
   printf '%s' "$line"
 }
 
-for i in "${!services[@]}"; do
-  read -r name _ port _ <<<"${services[$i]}"
+for entry in "${services[@]}"; do  # start each, and wait until it is healthy before the next
+  read -r name exe port extra <<<"$entry"
+  # shellcheck disable=SC2086  # extra flags are words on purpose
+  "$bin/$exe" --port "$port" --data-dir "$IAP_DATA_DIR" $extra >>"$IAP_DATA_DIR/logs/$name.log" 2>&1 &
+  pid=$!
+  pids+=("$pid")
   for attempt in $(seq 1 100); do
-    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+    if ! kill -0 "$pid" 2>/dev/null; then
       echo "$name exited during start-up; see $IAP_DATA_DIR/logs/$name.log" >&2
       exit 1
     fi

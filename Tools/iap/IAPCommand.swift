@@ -7,7 +7,7 @@ struct IAPCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "iap",
         abstract: "Command-line client for the in-app purchase suite.",
-        subcommands: [ReceiptCommand.self, CallCommand.self])
+        subcommands: [ReceiptCommand.self, SimCommand.self, CallCommand.self])
 }
 
 enum ExitCodes {

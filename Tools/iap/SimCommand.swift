@@ -1,0 +1,123 @@
+import ArgumentParser
+import Foundation
+import IAPProtocol
+import JSONRPC
+import RPCTransport
+
+/// `iap sim ...`: drive the App Store simulator (buy, finish, restore, refund, advance the clock, receipt).
+struct SimCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sim", abstract: "Drive the local App Store simulator.",
+        subcommands: [Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self])
+
+    struct Common: ParsableArguments {
+        @Option(help: "Simulator address (default IAP_SIM_ADDR, else 127.0.0.1:7105).") var addr: String?
+        @Option(name: .customLong("apple-id"), help: "Simulated Apple ID.") var appleId = "tester@example.com"
+        @Option(name: .customLong("bundle-id"), help: "App bundle id.") var bundleId = "com.example.game"
+        @Flag(help: "Print the simulator's answer as JSON.") var json = false
+
+        func client() throws -> RPCClient { try RPCClient(address: try CallCommand.address(service: "sim", flag: addr)) }
+    }
+
+    /// Calls, prints (JSON or a short human form), and maps failures to exit codes.
+    static func run<M: RPCMethod>(_ method: M.Type, _ params: M.Params, _ common: Common,
+                                  human: (M.Result) -> String) async throws {
+        let client = try common.client()
+        defer { Task { await client.close() } }
+        let result: M.Result
+        do {
+            result = try await client.call(M.self, params)
+        } catch {
+            FileHandle.standardError.write(Data("error \(error.code): \(error.message)\n".utf8))
+            if error.knownCode == .unavailable {
+                FileHandle.standardError.write(Data("is the simulator running? start the suite with compose/up.sh\n".utf8))
+                throw ExitCodes.unreachable
+            }
+            throw ExitCodes.refused
+        }
+        print(common.json ? String(decoding: try JSONByteEncoder.encode(result), as: UTF8.self) : human(result))
+    }
+
+    struct Buy: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Buy a product; prints the transaction ids (receipt and JWS with --json).")
+        @OptionGroup var common: Common
+        @Argument(help: "Product id.") var productId: String
+        @Option(help: "consumable, nonConsumable, autoRenewable or nonRenewing.") var type: String = "consumable"
+        @Option(help: "Quantity (consumables).") var quantity: Int = 1
+        @Option(name: .customLong("app-account-token"), help: "The account's appAccountToken (UUID).") var appAccountToken: String?
+        @Option(name: .customLong("device-identifier"), help: "identifierForVendor (UUID) for the receipt's device hash.")
+        var deviceIdentifier: String?
+
+        func run() async throws {
+            guard let productType = ProductType(rawValue: type) else {
+                throw ValidationError("--type must be consumable, nonConsumable, autoRenewable or nonRenewing")
+            }
+            try await SimCommand.run(SimPurchase.self, .init(appleId: common.appleId, bundleId: common.bundleId, productId: productId,
+                                                             productType: productType, quantity: quantity,
+                                                             deviceIdentifier: deviceIdentifier, appAccountToken: appAccountToken),
+                                     common) { "bought \(productId): transaction \($0.transactionId) (original \($0.originalTransactionId))" }
+        }
+    }
+
+    struct Finish: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Finish a transaction (a consumable then leaves the receipt).")
+        @OptionGroup var common: Common
+        @Argument(help: "Transaction id.") var transactionId: String
+        func run() async throws {
+            try await SimCommand.run(SimFinishTransaction.self, .init(appleId: common.appleId, transactionId: transactionId), common) { _ in
+                "finished \(transactionId)"
+            }
+        }
+    }
+
+    struct Restore: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Restore purchases (new transactions for the same originals).")
+        @OptionGroup var common: Common
+        func run() async throws {
+            try await SimCommand.run(SimRestore.self, .init(appleId: common.appleId, bundleId: common.bundleId), common) {
+                "restored \($0.signedTransactions.count) transaction(s)"
+            }
+        }
+    }
+
+    struct Refund: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Refund a transaction (sets its cancellation date).")
+        @OptionGroup var common: Common
+        @Argument(help: "Transaction id.") var transactionId: String
+        func run() async throws {
+            try await SimCommand.run(SimRefund.self, .init(appleId: common.appleId, transactionId: transactionId), common) { _ in
+                "refunded \(transactionId)"
+            }
+        }
+    }
+
+    struct AdvanceClock: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "advance-clock",
+                                                        abstract: "Move the simulated clock; subscriptions renew as periods pass.")
+        @OptionGroup var common: Common
+        @Option(help: "Days to move forward.") var days: Int64 = 0
+        @Option(help: "Seconds to move forward.") var seconds: Int64 = 0
+        func run() async throws {
+            try await SimCommand.run(SimAdvanceClock.self, .init(seconds: days * 86_400 + seconds), common) {
+                "now \($0.nowMs); \($0.renewals) renewal(s)"
+            }
+        }
+    }
+
+    struct Receipt: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the current app receipt (base64).")
+        @OptionGroup var common: Common
+        func run() async throws {
+            try await SimCommand.run(SimReceipt.self, .init(appleId: common.appleId, bundleId: common.bundleId), common) { $0.receiptData }
+        }
+    }
+
+    struct TrustAnchor: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "trust-anchor",
+                                                        abstract: "Print the simulator's roots (base64 DER): receipts, then JWS.")
+        @OptionGroup var common: Common
+        func run() async throws {
+            try await SimCommand.run(SimTrustAnchor.self, EmptyParams(), common) { "receiptRoot \($0.receiptRoot)\njwsRoot \($0.jwsRoot)" }
+        }
+    }
+}
