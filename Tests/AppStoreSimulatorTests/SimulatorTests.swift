@@ -242,3 +242,19 @@ func rpcError<T>(_ body: () async throws -> T) async -> RPCError? {
         return RPCError.internalError("\(error)")
     }
 }
+
+@Suite struct SimulatorContractTests {
+    @Test func everySimMethodKeepsItsContract() async throws {
+        let failures = try await ContractHarness.run(service: "appstore-sim", declared: ContractMethods.simulator) {
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("sim-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            var quiet = Logger(label: "sim-contract")
+            quiet.logLevel = .critical
+            let server = RPCServer(configuration: .init(serviceName: "appstore-sim"), router: try AppStoreSimulator(directory: dir).router(),
+                                   logger: quiet)
+            try await server.start()
+            return ContractTarget(port: server.localPort!, stop: { await server.shutdown() })
+        }
+        #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
+    }
+}
