@@ -27,6 +27,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "4.5.2"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1", from: "1.7.4"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // Wire types: JSON scanning, the JSON-RPC envelope, errors, method descriptors, schemas. No I/O.
@@ -129,6 +131,7 @@ let package = Package(
             name: "VerificationService",
             dependencies: [
                 "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -148,7 +151,8 @@ let package = Package(
         .target(
             name: "AppStoreSimulator",
             dependencies: [
-                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport",
+                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport", "VerificationService",
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
@@ -250,6 +254,8 @@ let package = Package(
             dependencies: [
                 "AppStoreSimulator", "VerificationService", "Receipts", "IAPProtocol", "JSONRPC", "RPCTransport",
                 "RPCTestSupport", "ServiceSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/AppStoreSimulatorTests"

@@ -29,11 +29,45 @@ public enum SimDigest: String, Codable, Sendable, JSONSchemaEnum {
     case sha256, sha1
 }
 
-/// How the receipt returned by a `sim.*` call is signed (defaults: sha256, valid).
+public enum SimEnvironment: String, Codable, Sendable, JSONSchemaEnum {
+    case sandbox, production
+}
+
+/// How the receipt returned by a `sim.*` call is made (defaults: sha256, valid, sandbox).
 public struct SimReceiptOptions: Codable, Sendable, Equatable {
     public var digest: SimDigest?
     public var signing: SimSigning?
-    public init(digest: SimDigest? = nil, signing: SimSigning? = nil) { self.digest = digest; self.signing = signing }
+    /// The receipt's environment field: `ProductionSandbox` (sandbox) or `Production`.
+    public var environment: SimEnvironment?
+    public init(digest: SimDigest? = nil, signing: SimSigning? = nil, environment: SimEnvironment? = nil) {
+        self.digest = digest; self.signing = signing; self.environment = environment
+    }
+}
+
+public enum SimFaultMode: String, Codable, Sendable, JSONSchemaEnum {
+    /// Normal answers.
+    case none
+    /// `{"status": 21005, "is-retryable": true}` (receipt server temporarily unavailable).
+    case status21005
+    /// HTTP 503 with no JSON.
+    case http503
+    /// A normal answer after `delayMs`.
+    case slow
+}
+
+public enum SimSetFault: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var mode: SimFaultMode
+        /// How many verifyReceipt requests the fault applies to (default: until changed).
+        public var count: Int?
+        public var delayMs: Int?
+        public init(mode: SimFaultMode, count: Int? = nil, delayMs: Int? = nil) {
+            self.mode = mode; self.count = count; self.delayMs = delayMs
+        }
+    }
+    public typealias Result = EmptyResult
+    public static let name = "sim.setFault"
+    public static let summary = "Make the HTTP verifyReceipt endpoints fail (21005, HTTP 503, slow) for resilience tests."
 }
 
 public enum SimPurchase: RPCMethod {

@@ -250,7 +250,9 @@ func rpcError<T>(_ body: () async throws -> T) async -> RPCError? {
             try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
             var quiet = Logger(label: "sim-contract")
             quiet.logLevel = .critical
-            let server = RPCServer(configuration: .init(serviceName: "appstore-sim"), router: try AppStoreSimulator(directory: dir).router(),
+            let simulator = try AppStoreSimulator(directory: dir)
+            let endpoint = try VerifyReceiptEndpoint(simulator: simulator, sharedSecret: nil)
+            let server = RPCServer(configuration: .init(serviceName: "appstore-sim"), router: simulator.router(endpoint: endpoint),
                                    logger: quiet)
             try await server.start()
             return ContractTarget(port: server.localPort!, stop: { await server.shutdown() })

@@ -7,6 +7,7 @@ import NIOConcurrencyHelpers
 import Receipts
 import RPCTransport
 import ServiceSupport
+import X509
 
 /// A local stand-in for the App Store (development and tests only): simulated Apple IDs buy, finish,
 /// restore and get refunds; subscriptions renew as the simulated clock advances; every answer carries
@@ -32,6 +33,9 @@ public final class AppStoreSimulator: Sendable {
     private func now(_ db: Database) throws -> Int64 {
         clock.nowMs + (try Int64.fetchOne(db, sql: "SELECT clockOffsetMs FROM simState")!)
     }
+
+    /// The root of the receipt-signing chain (what the HTTP endpoint trusts).
+    public var receiptRoot: Certificate { pki.receipts.root }
 
     public func trustAnchor() throws -> SimTrustAnchor.Result {
         .init(receiptRoot: Data(try SimulatorPKI.der(pki.receipts.root)).base64EncodedString(),
@@ -221,6 +225,8 @@ public final class AppStoreSimulator: Sendable {
 
     private func sign(_ receipt: Receipt, _ options: SimReceiptOptions?) throws -> String {
         let digest: ReceiptBuilder.Digest = options?.digest == .sha1 ? .sha1 : .sha256
+        var receipt = receipt
+        if options?.environment == .production { receipt.receiptType = "Production" }
         let signer: ReceiptSigningPKI
         switch options?.signing ?? .valid {
         case .valid: signer = pki.receipts
@@ -280,8 +286,15 @@ public final class AppStoreSimulator: Sendable {
     }
 
     /// The `sim.*` methods. They block on SQLite and on RSA signing: run on the blocking pool.
-    public func router() -> RPCRouter {
+    /// `endpoint` adds `sim.setFault` for the HTTP verifyReceipt endpoints.
+    public func router(endpoint: VerifyReceiptEndpoint? = nil) -> RPCRouter {
         var r = RPCRouter()
+        if let endpoint {
+            r.registerImmediate(SimSetFault.self) { p, _ in
+                try endpoint.setFault(p)
+                return EmptyResult()
+            }
+        }
         r.registerBlocking(SimTrustAnchor.self) { _, _ in try self.trustAnchor() }
         r.registerBlocking(SimPurchase.self) { p, _ in try self.purchase(p) }
         r.registerBlocking(SimFinishTransaction.self) { p, _ in

@@ -1,5 +1,6 @@
 import AppStoreSimulator
 import ArgumentParser
+import Hummingbird
 import Logging
 import RPCTransport
 import ServiceLifecycle
@@ -13,15 +14,24 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
 
     @OptionGroup var options: ServiceOptions
 
+    @Option(name: .customLong("http-port"), help: "Port of the HTTP verifyReceipt endpoints. Default 7180.")
+    var httpPort = 7180
+
+    @Option(name: .customLong("shared-secret"), help: "App-specific shared secret the verifyReceipt endpoints require (env IAP_SIM_SHARED_SECRET).")
+    var sharedSecret: String?
+
     func run() async throws {
         let logger = options.logger(label: "appstore-sim")
         let simulator = try AppStoreSimulator(directory: options.resolvedDataDir())
+        let endpoint = try VerifyReceiptEndpoint(simulator: simulator,
+                                                 sharedSecret: Environment.resolve(sharedSecret, env: "IAP_SIM_SHARED_SECRET"))
         logger.warning("this is the App Store SIMULATOR: its receipts are signed by its own test PKI (see sim.trustAnchor)")
         var config = RPCServerConfiguration(serviceName: "appstore-sim", host: options.resolvedHost(),
                                             port: options.resolvedPort(default: DefaultPorts.simulator))
         config.blockingThreads = 2  // RSA signing per call
-        let server = RPCServer(configuration: config, router: simulator.router(), logger: logger)
-        let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        let server = RPCServer(configuration: config, router: simulator.router(endpoint: endpoint), logger: logger)
+        let http = endpoint.application(host: options.resolvedHost(), port: httpPort, logger: logger)
+        let group = ServiceGroup(services: [server, http], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         try await group.run()
     }
 }

@@ -24,6 +24,15 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("bundle-id"), help: "Accept only receipts of this bundle id. Repeatable; none accepts any.")
     var bundleIds: [String] = []
 
+    @Option(name: .customLong("verify-receipt-url"), help: "Production verifyReceipt URL, for mode remote/auto.")
+    var verifyReceiptURL: String?
+
+    @Option(name: .customLong("sandbox-verify-receipt-url"), help: "Sandbox verifyReceipt URL (21007 fallback).")
+    var sandboxVerifyReceiptURL: String?
+
+    @Option(name: .customLong("shared-secret"), help: "App-specific shared secret sent to verifyReceipt (env IAP_SHARED_SECRET). Never logged.")
+    var sharedSecret: String?
+
     func run() async throws {
         let logger = options.logger(label: "verification")
         var config = VerificationConfiguration()
@@ -36,9 +45,17 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         }
         config.allowXcode = allowXcode
         config.bundleIds = Set(bundleIds)
+        if let production = verifyReceiptURL {
+            guard let sandbox = sandboxVerifyReceiptURL else {
+                throw ValidationError("--verify-receipt-url needs --sandbox-verify-receipt-url too")
+            }
+            config.remote = RemoteVerification(productionURL: production, sandboxURL: sandbox,
+                                               sharedSecret: Environment.resolve(sharedSecret, env: "IAP_SHARED_SECRET"))
+            logger.info("remote verifyReceipt configured", metadata: ["production": "\(production)", "sandbox": "\(sandbox)"])
+        }
         if bundleIds.isEmpty { logger.warning("no --bundle-id given: receipts of any bundle are accepted") }
         if allowXcode { logger.warning("--allow-xcode: Xcode StoreKit-testing receipts are accepted (never in production)") }
-        let service = VerificationService(configuration: config)
+        let service = VerificationService(configuration: config, logger: logger)
         let server = RPCServer(
             configuration: .init(serviceName: "verification", host: options.resolvedHost(),
                                  port: options.resolvedPort(default: DefaultPorts.verification)),

@@ -17,6 +17,11 @@ public struct VerificationConfiguration: Sendable {
     public var allowXcode = false
     /// Expected bundle ids; empty accepts any (logged at start). A call's `expectedBundleId` wins.
     public var bundleIds: Set<String> = []
+    /// A verifyReceipt endpoint for `mode: remote` and `auto`; nil refuses remote mode.
+    public var remote: RemoteVerification?
+    /// In `auto` mode, the local refusals that are handed to the remote endpoint to decide (a chain the
+    /// local trust store does not know, an Xcode receipt). Anything else local decides for good.
+    public var autoRemoteReasons: Set<String> = ["untrustedChain", "xcodeNotAllowed"]
 
     public init() {}
 }
@@ -28,9 +33,11 @@ public final class VerificationService: Sendable {
     private let receipts: ReceiptVerifier
     private let payloads: SignedPayloadVerifier
     private let configuration: VerificationConfiguration
+    private let remote: RemoteReceiptVerifier?
 
-    public init(configuration: VerificationConfiguration) {
+    public init(configuration: VerificationConfiguration, logger: Logger = Logger(label: "verification")) {
         self.configuration = configuration
+        self.remote = configuration.remote.map { RemoteReceiptVerifier(configuration: $0, logger: logger) }
         receipts = ReceiptVerifier(trust: ReceiptTrust(
             roots: configuration.receiptRoots + configuration.extraRoots,
             xcodeCertificate: configuration.allowXcode ? ShippedTrust.certificate(ShippedTrust.storeKitTestDER) : nil))
@@ -38,10 +45,29 @@ public final class VerificationService: Sendable {
     }
 
     public func verifyReceipt(_ p: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {
-        if p.mode == .remote {
-            throw RPCError.invalidParams("remote verification (verifyReceipt URL) is not available in this version; use mode local",
+        // `auto` without an endpoint is simply local.
+        if p.mode == .remote, remote == nil {
+            throw RPCError.invalidParams("no verifyReceipt URL is configured (--verify-receipt-url); use mode local",
                                          field: "mode", reason: "remoteNotConfigured")
         }
+        if p.mode == .remote, let remote {
+            return checkBundle(try await remote.verify(receiptData: p.receiptData), p)
+        }
+        let local = try await verifyLocally(p)
+        if p.mode == .auto, let remote, local.status != 0, let reason = local.reason, configuration.autoRemoteReasons.contains(reason) {
+            return checkBundle(try await remote.verify(receiptData: p.receiptData), p)
+        }
+        return local
+    }
+
+    /// A remote answer gets the same bundle check as a local one.
+    private func checkBundle(_ answer: VerifyReceiptResponse, _ p: VerificationVerifyReceipt.Params) -> VerifyReceiptResponse {
+        let expected = p.expectedBundleId.map { Set([$0]) } ?? configuration.bundleIds
+        guard answer.status == 0, !expected.isEmpty, let bundle = answer.receipt?.bundleId, !expected.contains(bundle) else { return answer }
+        return VerifyReceiptResponse(status: 21003, reason: "bundleMismatch")
+    }
+
+    private func verifyLocally(_ p: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {
         let expected = p.expectedBundleId.map { Set([$0]) } ?? configuration.bundleIds
         switch await receipts.verify(base64: p.receiptData, options: .init(bundleIds: expected, deviceIdentifier: p.deviceIdentifier)) {
         case .success(let verified):
