@@ -21,12 +21,13 @@ export IAP_INTERNAL_TOKEN=${IAP_INTERNAL_TOKEN:-$(secret internal-token)}
 export IAP_ADMIN_TOKEN=${IAP_ADMIN_TOKEN:-$(secret admin-token)}
 
 # name executable port [flags]: the services implemented so far.
-# In start order: the simulator first, since verification trusts the roots it writes on first start.
+# In start order: the simulator first, since verification trusts the roots it writes on first start
+# (and uses its HTTP verifyReceipt endpoints, on 7180, for mode remote/auto).
 services=(
   "appstore-sim appstore-sim 7105"
   "accounts accounts-service 7101"
   "catalog catalog-service 7102 --seed compose/demo-catalog.json"
-  "verification verification-service 7103 --trust-anchor $IAP_DATA_DIR/sim-pki/receipt-root.der --trust-anchor $IAP_DATA_DIR/sim-pki/jws-root.der"
+  "verification verification-service 7103 --trust-anchor $IAP_DATA_DIR/sim-pki/receipt-root.der --trust-anchor $IAP_DATA_DIR/sim-pki/jws-root.der --verify-receipt-url http://127.0.0.1:7180/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:7180/sandbox/verifyReceipt"
 )
 
 echo "building (release)..."

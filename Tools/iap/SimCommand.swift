@@ -8,7 +8,7 @@ import RPCTransport
 struct SimCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sim", abstract: "Drive the local App Store simulator.",
-        subcommands: [Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self])
+        subcommands: [Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self, Fault.self])
 
     struct Common: ParsableArguments {
         @Option(help: "Simulator address (default IAP_SIM_ADDR, else 127.0.0.1:7105).") var addr: String?
@@ -109,6 +109,23 @@ struct SimCommand: AsyncParsableCommand {
         @OptionGroup var common: Common
         func run() async throws {
             try await SimCommand.run(SimReceipt.self, .init(appleId: common.appleId, bundleId: common.bundleId), common) { $0.receiptData }
+        }
+    }
+
+    struct Fault: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Make the HTTP verifyReceipt endpoints fail: none, status21005, http503 or slow.")
+        @OptionGroup var common: Common
+        @Argument(help: "none, status21005, http503 or slow.") var mode: String
+        @Option(help: "Requests affected (default: until changed).") var count: Int?
+        @Option(name: .customLong("delay-ms"), help: "Delay for slow.") var delayMs: Int?
+        func run() async throws {
+            guard let faultMode = SimFaultMode(rawValue: mode) else {
+                throw ValidationError("mode must be none, status21005, http503 or slow")
+            }
+            try await SimCommand.run(SimSetFault.self, .init(mode: faultMode, count: count, delayMs: delayMs), common) { _ in
+                "verifyReceipt endpoints: \(mode)"
+            }
         }
     }
 
