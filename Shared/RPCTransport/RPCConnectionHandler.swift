@@ -148,10 +148,7 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
         let ctx = makeContext(request.method)
         switch implementation {
         case .immediate(let body):
-            let start = NIODeadline.now()
-            let outcome: Result<[UInt8], RPCError>
-            do { outcome = .success(try body(request.params, ctx)) } catch { outcome = .failure(error) }
-            shared.metrics.record(method: request.method, start: start, outcome: outcome)
+            let outcome = runImmediate(body, request, ctx)
             if let id = request.id { appendOutcome(id, outcome) }
         case .async, .blocking:
             inFlight += 1
@@ -179,10 +176,7 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
                 let ctx = makeContext(request.method)
                 switch implementation {
                 case .immediate(let body):
-                    let start = NIODeadline.now()
-                    let outcome: Result<[UInt8], RPCError>
-                    do { outcome = .success(try body(request.params, ctx)) } catch { outcome = .failure(error) }
-                    shared.metrics.record(method: request.method, start: start, outcome: outcome)
+                    let outcome = runImmediate(body, request, ctx)
                     batch.fill(index, request.id.map { encode($0, outcome) })
                 case .async, .blocking:
                     asyncCount += 1
@@ -201,6 +195,15 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
         } else {
             writeBatch(batch)
         }
+    }
+
+    /// Runs an immediate handler inline, timed.
+    private func runImmediate(_ body: RPCRouter.SyncBody, _ request: RPCRequest, _ ctx: RequestContext) -> Result<[UInt8], RPCError> {
+        let start = NIODeadline.now()
+        let outcome: Result<[UInt8], RPCError>
+        do { outcome = .success(try body(request.params, ctx)) } catch { outcome = .failure(error) }
+        shared.metrics.record(method: request.method, start: start, outcome: outcome)
+        return outcome
     }
 
     /// Runs an async handler as a task, or a blocking one on the server's pool, under the per-request

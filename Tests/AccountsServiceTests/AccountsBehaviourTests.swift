@@ -3,6 +3,7 @@ import Foundation
 import GRDB
 import IAPProtocol
 import JSONRPC
+import RPCTestSupport
 import Testing
 
 @Suite struct AccountsBehaviourTests {

@@ -3,6 +3,7 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import Logging
+import RPCTestSupport
 import RPCTransport
 import ServiceSupport
 
@@ -64,17 +65,5 @@ final class AccountsFixture: Sendable {
 
     func authenticate(_ token: String) async throws(RPCError) -> AuthenticatedAccount {
         try await client.call(AccountsAuthenticate.self, .init(session: token))
-    }
-}
-
-/// Runs `body` and returns the RPCError it throws (nil if it succeeds).
-func rpcError<T>(_ body: () async throws -> T) async -> RPCError? {
-    do {
-        _ = try await body()
-        return nil
-    } catch let error as RPCError {
-        return error
-    } catch {
-        return RPCError.internalError("\(error)")
     }
 }

@@ -85,7 +85,7 @@ final class RemoteFixture: Sendable {
         let receipt = try f.receipt()
         try f.endpoint.setFault(.init(mode: .status21005, count: 2))
         #expect(try await f.verification().verifyReceipt(.init(receiptData: receipt, mode: .remote)).status == 0)
-        try f.endpoint.setFault(.init(mode: .http503, count: 3))
+        try f.endpoint.setFault(.init(mode: .http503, count: 2))
         #expect(try await f.verification().verifyReceipt(.init(receiptData: receipt, mode: .remote)).status == 0)
         // Unending 21005: retryable unavailable, not an invalid receipt.
         try f.endpoint.setFault(.init(mode: .status21005))

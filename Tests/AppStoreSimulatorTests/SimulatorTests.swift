@@ -232,17 +232,6 @@ final class SimulatorFixture: Sendable {
     }
 }
 
-func rpcError<T>(_ body: () async throws -> T) async -> RPCError? {
-    do {
-        _ = try await body()
-        return nil
-    } catch let error as RPCError {
-        return error
-    } catch {
-        return RPCError.internalError("\(error)")
-    }
-}
-
 @Suite struct SimulatorContractTests {
     @Test func everySimMethodKeepsItsContract() async throws {
         let failures = try await ContractHarness.run(service: "appstore-sim", declared: ContractMethods.simulator) {

@@ -98,19 +98,30 @@ import Testing
     }
 
     @Test func idleTimeoutSparesConnectionsWithWorkInFlight() async throws {
-        let server = try await TestServer.start(settings: ["idleTimeoutMs": "2000"])  // generous: a loaded CI machine may take a while to write the first line
+        let server = try await TestServer.start(settings: ["idleTimeoutMs": "500"])
         defer { Task { await server.shutdown() } }
-        let client = try await LineClient.connect(port: server.localPort!)
-        // One write: once the ping is answered, the wait (read before it) is surely in flight.
-        try await client.send(line: #"{"jsonrpc":"2.0","method":"gate.wait","params":{"key":"later"},"id":1}"# + "\n"
-            + #"{"jsonrpc":"2.0","method":"rpc.ping","id":0}"#)
-        #expect(try await client.next() == .line(#"{"jsonrpc":"2.0","id":0,"result":"pong"}"#))
+        // The idle timer starts at accept; on a starved machine it can fire before our first write.
+        // Retry until the wait is known to be in flight: once the ping (sent after it, in the same
+        // write) is answered, the wait was read first.
+        var inFlight: LineClient?
+        for _ in 0..<20 where inFlight == nil {
+            let c = try await LineClient.connect(port: server.localPort!)
+            let sent = (try? await c.send(line: #"{"jsonrpc":"2.0","method":"gate.wait","params":{"key":"later"},"id":1}"# + "\n"
+                + #"{"jsonrpc":"2.0","method":"rpc.ping","id":0}"#)) != nil
+            if sent, try await c.next() == .line(#"{"jsonrpc":"2.0","id":0,"result":"pong"}"#) { inFlight = c } else { await c.close() }
+        }
+        guard let client = inFlight else { Issue.record("could not get a request in flight"); return }
         // An idle period passes while the request is in flight: a second, silent connection opened
         // later idles out, so the first connection's own idle timer has fired too.
         let witness = try await LineClient.connect(port: server.localPort!)
         #expect(try await witness.next(within: 10) == .closed)
-        let opener = try await LineClient.connect(port: server.localPort!)
-        try await opener.send(line: #"{"jsonrpc":"2.0","method":"gate.open","params":{"key":"later"},"id":2}"#)
+        var opened = false
+        for _ in 0..<20 where !opened {  // the opener races the idle timer too
+            let opener = try await LineClient.connect(port: server.localPort!)
+            if (try? await opener.send(line: #"{"jsonrpc":"2.0","method":"gate.open","params":{"key":"later"},"id":2}"#)) != nil,
+               try await opener.next() == .line(#"{"jsonrpc":"2.0","id":2,"result":{}}"#) { opened = true }
+            await opener.close()
+        }
         #expect(try await client.next() == .line(#"{"jsonrpc":"2.0","id":1,"result":"later"}"#))
     }
 

@@ -95,3 +95,15 @@ extension JSONValue {
         try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
     }
 }
+
+/// Runs `body` and returns the RPCError it throws (nil if it succeeds).
+public func rpcError<T>(_ body: () async throws -> T) async -> RPCError? {
+    do {
+        _ = try await body()
+        return nil
+    } catch let error as RPCError {
+        return error
+    } catch {
+        return RPCError.internalError("\(error)")
+    }
+}
