@@ -1,4 +1,5 @@
 import JSONRPC
+import CoreMetrics
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
@@ -12,20 +13,23 @@ final class RPCServerMetrics: Sendable {
     private let timers: [String: Timer]
     private let errors: NIOLockedValueBox<[String: Counter]> = .init([:])
     private let unknownMethods: Counter
+    private let factory: any MetricsFactory
 
-    init(service: String, methods: [String]) {
+    init(service: String, methods: [String], factory: (any MetricsFactory)?) {
         self.service = service
+        let factory = factory ?? MetricsSystem.factory
+        self.factory = factory
         var timers: [String: Timer] = [:]
         for m in methods {
             timers[m] = Timer(label: "rpc.server.duration", dimensions: [
                 ("rpc.system", "jsonrpc"), ("rpc.service", service), ("rpc.method", m),
-            ])
+            ], factory: factory)
         }
         self.timers = timers
         self.unknownMethods = Counter(label: "rpc.server.errors", dimensions: [
             ("rpc.system", "jsonrpc"), ("rpc.service", service), ("rpc.method", "_OTHER"),
             ("rpc.jsonrpc.error_code", "\(RPCErrorCode.methodNotFound.rawValue)"),
-        ])
+        ], factory: factory)
     }
 
     func record(method: String, start: NIODeadline, outcome: Result<[UInt8], RPCError>) {
@@ -42,7 +46,7 @@ final class RPCServerMetrics: Sendable {
             let c = Counter(label: "rpc.server.errors", dimensions: [
                 ("rpc.system", "jsonrpc"), ("rpc.service", service), ("rpc.method", method),
                 ("rpc.jsonrpc.error_code", "\(code)"),
-            ])
+            ], factory: factory)
             cache[key] = c
             return c
         }

@@ -19,7 +19,8 @@ final class ServerShared: Sendable {
         self.configuration = configuration
         self.router = router
         self.logger = logger
-        self.metrics = RPCServerMetrics(service: configuration.serviceName, methods: router.methodNames)
+        self.metrics = RPCServerMetrics(service: configuration.serviceName, methods: router.methodNames,
+                                        factory: configuration.metricsFactory)
         self.limits = RPCMessageLimits(maxNestingDepth: configuration.maxNestingDepth,
                                        maxBatchSize: configuration.maxBatchSize)
         self.blockingPool = NIOThreadPool(numberOfThreads: max(1, configuration.blockingThreads))

@@ -1,3 +1,4 @@
+import CoreMetrics
 import NIOCore
 
 /// How a server listens and what it will put up with. The defaults suit a service on a laptop or
@@ -30,6 +31,8 @@ public struct RPCServerConfiguration: Sendable {
     /// the 2-core reference VM one thread served `accounts.authenticate` at 24k/s against 19k/s with
     /// two and 19k/s with four (fewer sleeps and wake-ups). Raise it for handlers that wait on fsync.
     public var blockingThreads: Int = max(1, System.coreCount / 2)
+    /// Where metrics go; nil uses the process-wide `MetricsSystem` (what a deployment bootstraps).
+    public var metricsFactory: (any MetricsFactory)?
     /// Probes of the services this one calls, reported by `health.check`.
     public var healthProbes: [HealthProbe] = []
 
