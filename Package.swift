@@ -77,6 +77,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Shared/ServiceSupport"
         ),
@@ -248,7 +249,8 @@ let package = Package(
         ),
         .testTarget(
             name: "CLITests",
-            dependencies: ["JSONRPC", "IAPProtocol", "VerificationService"],
+            dependencies: ["JSONRPC", "IAPProtocol", "VerificationService", "AppStoreSimulator", "RPCTransport",
+                           .product(name: "Logging", package: "swift-log")],
             path: "Tests/CLITests"
         ),
         .testTarget(

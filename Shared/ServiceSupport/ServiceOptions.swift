@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import RPCTransport
+import ServiceLifecycle
 
 /// Flags every service executable takes (DESIGN.md section 5). A flag wins over its environment
 /// variable, which wins over the default.
@@ -36,6 +37,19 @@ public struct ServiceOptions: ParsableArguments, Sendable {
         var logger = Logger(label: label)
         logger.logLevel = (logLevel ?? Environment.value("IAP_LOG_LEVEL")).flatMap(Logger.Level.init(rawValue:)) ?? .info
         return logger
+    }
+}
+
+extension ServiceOptions {
+    /// The server settings every service starts from: `--host`/`--port` (or their defaults) and its name.
+    public func serverConfiguration(serviceName: String, defaultPort: Int) -> RPCServerConfiguration {
+        RPCServerConfiguration(serviceName: serviceName, host: resolvedHost(), port: resolvedPort(default: defaultPort))
+    }
+
+    /// Runs the services until SIGTERM or SIGINT, then shuts them down gracefully (in reverse order).
+    public static func runUntilSignalled(_ services: [any Service], logger: Logger) async throws {
+        let group = ServiceGroup(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        try await group.run()
     }
 }
 

@@ -38,12 +38,9 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         }
         let store = try AccountsStore.open(directory: options.resolvedDataDir())
         let service = AccountsService(store: store, configuration: config, logger: logger)
-        let server = RPCServer(
-            configuration: .init(serviceName: "accounts", host: options.resolvedHost(),
-                                 port: options.resolvedPort(default: DefaultPorts.accounts)),
-            router: service.router(), logger: logger)
-        let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        try await group.run()
+        let server = RPCServer(configuration: options.serverConfiguration(serviceName: "accounts", defaultPort: DefaultPorts.accounts),
+                               router: service.router(), logger: logger)
+        try await ServiceOptions.runUntilSignalled([server], logger: logger)
         await service.shutdown()
     }
 }

@@ -26,12 +26,10 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
         let endpoint = try VerifyReceiptEndpoint(simulator: simulator,
                                                  sharedSecret: Environment.resolve(sharedSecret, env: "IAP_SIM_SHARED_SECRET"))
         logger.warning("this is the App Store SIMULATOR: its receipts are signed by its own test PKI (see sim.trustAnchor)")
-        var config = RPCServerConfiguration(serviceName: "appstore-sim", host: options.resolvedHost(),
-                                            port: options.resolvedPort(default: DefaultPorts.simulator))
+        var config = options.serverConfiguration(serviceName: "appstore-sim", defaultPort: DefaultPorts.simulator)
         config.blockingThreads = 2  // RSA signing per call
         let server = RPCServer(configuration: config, router: simulator.router(endpoint: endpoint), logger: logger)
         let http = endpoint.application(host: options.resolvedHost(), port: httpPort, logger: logger)
-        let group = ServiceGroup(services: [server, http], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        try await group.run()
+        try await ServiceOptions.runUntilSignalled([server, http], logger: logger)
     }
 }

@@ -57,11 +57,8 @@ struct CatalogServiceCommand: AsyncParsableCommand {
             }
             logger.info("seeded the catalog", metadata: ["file": "\(seed)", "products": "\(file.products.count)"])
         }
-        let server = RPCServer(
-            configuration: .init(serviceName: "catalog", host: options.resolvedHost(),
-                                 port: options.resolvedPort(default: DefaultPorts.catalog)),
-            router: service.router(), logger: logger)
-        let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        try await group.run()
+        let server = RPCServer(configuration: options.serverConfiguration(serviceName: "catalog", defaultPort: DefaultPorts.catalog),
+                               router: service.router(), logger: logger)
+        try await ServiceOptions.runUntilSignalled([server], logger: logger)
     }
 }

@@ -57,10 +57,8 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         if allowXcode { logger.warning("--allow-xcode: Xcode StoreKit-testing receipts are accepted (never in production)") }
         let service = VerificationService(configuration: config, logger: logger)
         let server = RPCServer(
-            configuration: .init(serviceName: "verification", host: options.resolvedHost(),
-                                 port: options.resolvedPort(default: DefaultPorts.verification)),
+            configuration: options.serverConfiguration(serviceName: "verification", defaultPort: DefaultPorts.verification),
             router: service.router(), logger: logger)
-        let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
-        try await group.run()
+        try await ServiceOptions.runUntilSignalled([server], logger: logger)
     }
 }

@@ -93,9 +93,10 @@ public final class VerificationService: Sendable {
     /// App Store Server Notifications v2: the outer payload, and the signed transaction and renewal
     /// info inside it, each verified; decoded copies are added as `transactionInfo` / `renewalInfo`.
     public func verifyNotification(_ p: VerificationVerifyNotification.Params) async -> VerificationVerifyNotification.Result {
-        guard case .success(let notification) = await decode(p.signedPayload) else {
-            if case .failure(let f) = await decode(p.signedPayload) { return .init(status: f.status, reason: f.rawValue) }
-            return .init(status: 21002, reason: "malformed")
+        let notification: JSONValue
+        switch await decode(p.signedPayload) {
+        case .success(let value): notification = value
+        case .failure(let f): return .init(status: f.status, reason: f.rawValue)
         }
         guard case .object(var root) = notification, case .object(var data)? = root["data"] else {
             return .init(status: 0, notification: notification)  // e.g. TEST notifications carry no data
