@@ -13,6 +13,7 @@ let package = Package(
         .executable(name: "accounts-service", targets: ["AccountsServiceMain"]),
         .executable(name: "catalog-service", targets: ["CatalogServiceMain"]),
         .executable(name: "verification-service", targets: ["VerificationServiceMain"]),
+        .executable(name: "fulfillment-service", targets: ["FulfillmentServiceMain"]),
         .executable(name: "appstore-sim", targets: ["AppStoreSimulatorMain"]),
         .executable(name: "iap", targets: ["IAPCLI"]),
         .executable(name: "iap-bench", targets: ["IAPBench"]),
@@ -150,6 +151,30 @@ let package = Package(
         ),
 
         // appstore-sim: the local App Store stand-in (development and tests).
+        // fulfillment: exactly-once grants, the coin ledger, entitlements, restores, content.
+        .target(
+            name: "FulfillmentService",
+            dependencies: [
+                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Services/Fulfillment/FulfillmentService"
+        ),
+        .executableTarget(
+            name: "FulfillmentServiceMain",
+            dependencies: [
+                "FulfillmentService", "RPCTransport", "ServiceSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "Services/Fulfillment/Main"
+        ),
+
         .target(
             name: "AppStoreSimulator",
             dependencies: [
@@ -271,6 +296,20 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/CatalogServiceTests"
+        ),
+        .testTarget(
+            name: "FulfillmentServiceTests",
+            dependencies: [
+                "FulfillmentService", "AccountsService", "CatalogService", "VerificationService", "AppStoreSimulator",
+                "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/FulfillmentServiceTests"
         ),
     ],
     swiftLanguageModes: [.v6]

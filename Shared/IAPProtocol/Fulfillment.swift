@@ -105,7 +105,7 @@ public enum FulfillmentSpendCoins: RPCMethod {
 }
 
 public enum LedgerKind: String, Codable, Sendable, JSONSchemaEnum {
-    case grant, spend, reversal, transferOut, transferIn
+    case grant, spend, reversal
 }
 
 public struct LedgerEntry: Codable, Sendable, Equatable {
@@ -115,6 +115,8 @@ public struct LedgerEntry: Codable, Sendable, Equatable {
     public var kind: LedgerKind
     public var transactionId: String?
     public var memo: String?
+    /// Reversals only: coins the refund could not take back because they were already spent (owed).
+    public var shortfall: Int64?
     public var createdAtMs: Int64
     public init(id: Int64, delta: Int64, balance: Int64, kind: LedgerKind, transactionId: String? = nil, memo: String? = nil, createdAtMs: Int64) {
         self.id = id; self.delta = delta; self.balance = balance; self.kind = kind

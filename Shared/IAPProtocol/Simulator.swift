@@ -159,7 +159,11 @@ public enum SimAdvanceClock: RPCMethod {
         public var nowMs: Int64
         /// Renewal transactions created because their periods passed.
         public var renewals: Int
-        public init(nowMs: Int64, renewals: Int) { self.nowMs = nowMs; self.renewals = renewals }
+        /// The signed DID_RENEW App Store Server Notifications v2 for those renewals, oldest first.
+        public var notifications: [String]
+        public init(nowMs: Int64, renewals: Int, notifications: [String] = []) {
+            self.nowMs = nowMs; self.renewals = renewals; self.notifications = notifications
+        }
     }
     public static let name = "sim.advanceClock"
     public static let summary = "Move the simulator's clock forward; subscriptions renew as their periods pass."

@@ -136,13 +136,7 @@ public final class AppStoreSimulator: Sendable {
                            arguments: [t.cancellationDateMs, t.transactionId])
             return t
         }
-        let notification: [String: Any] = [
-            "notificationType": "REFUND", "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
-            "signedDate": refunded.cancellationDateMs!,
-            "data": ["bundleId": refunded.bundleId, "environment": "Sandbox", "signedTransactionInfo": try signedTransaction(refunded)],
-        ]
-        return .init(signedPayload: try pki.signedPayloads.sign(payload: Array(try JSONSerialization.data(withJSONObject: notification,
-                                                                                                          options: [.sortedKeys]))))
+        return .init(signedPayload: try notification("REFUND", refunded, signedDate: refunded.cancellationDateMs!))
     }
 
     /// Moves the simulated clock; every subscription whose period passes renews (a new transaction
@@ -151,7 +145,7 @@ public final class AppStoreSimulator: Sendable {
         guard p.seconds >= 0, p.seconds <= 10 * 366 * 86_400 else {
             throw RPCError.invalidParams("seconds must be 0 to ten years", field: "seconds", reason: "invalidValue")
         }
-        return try write { db in
+        let (now, renewed) = try write { db -> (Int64, [SimTransaction]) in
             try db.execute(sql: "UPDATE simState SET clockOffsetMs = clockOffsetMs + ?", arguments: [p.seconds * 1000])
             let now = try self.now(db)
             var latest: [String: SimTransaction] = [:]
@@ -159,7 +153,7 @@ public final class AppStoreSimulator: Sendable {
                 if let current = latest[t.originalTransactionId], (current.expiresDateMs ?? 0) >= (t.expiresDateMs ?? 0) { continue }
                 latest[t.originalTransactionId] = t
             }
-            var renewals = 0
+            var renewed: [SimTransaction] = []
             for var t in latest.values.sorted(by: { $0.originalTransactionId < $1.originalTransactionId }) where t.cancellationDateMs == nil {
                 while let expires = t.expiresDateMs, expires <= now {
                     t.transactionId = try SimulatorStore.nextTransactionId(db)
@@ -169,11 +163,24 @@ public final class AppStoreSimulator: Sendable {
                     t.reason = "RENEWAL"
                     t.finished = false
                     try SimulatorStore.insert(t, db: db)
-                    renewals += 1
+                    renewed.append(t)
                 }
             }
-            return .init(nowMs: now, renewals: renewals)
+            return (now, renewed)
         }
+        return .init(nowMs: now, renewals: renewed.count,
+                     notifications: try renewed.map { try notification("DID_RENEW", $0, signedDate: $0.purchaseDateMs) })
+    }
+
+    /// An App Store Server Notification v2 about one transaction, signed with the JWS chain.
+    private func notification(_ type: String, subtype: String? = nil, _ t: SimTransaction, signedDate: Int64) throws -> String {
+        var notification: [String: Any] = [
+            "notificationType": type, "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
+            "signedDate": signedDate,
+            "data": ["bundleId": t.bundleId, "environment": "Sandbox", "signedTransactionInfo": try signedTransaction(t)],
+        ]
+        if let subtype { notification["subtype"] = subtype }
+        return try pki.signedPayloads.sign(payload: Array(try JSONSerialization.data(withJSONObject: notification, options: [.sortedKeys])))
     }
 
     public func currentReceipt(_ p: SimReceipt.Params) throws -> SimReceipt.Result {

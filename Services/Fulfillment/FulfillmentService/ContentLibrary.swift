@@ -1,0 +1,75 @@
+import Crypto
+import Foundation
+import IAPProtocol
+import JSONRPC
+import NIOConcurrencyHelpers
+
+/// Downloadable content: one file per catalog content id in `<data-dir>/content/`. Reads are ranged so
+/// a client can resume an interrupted download; each answer carries the file's size and SHA-256 so
+/// the client can check what it assembled.
+public final class ContentLibrary: Sendable {
+    public let directory: URL
+    private struct Digest: Sendable { var size: Int64; var modified: Date; var sha256: String }
+    private let digests = NIOLockedValueBox<[String: Digest]>([:])
+
+    public init(directory: URL) {
+        self.directory = directory
+    }
+
+    /// Content ids are file names: letters, digits, `.`, `_`, `-`, not starting with a dot.
+    public static func isValidId(_ id: String) -> Bool {
+        guard (1...128).contains(id.utf8.count), let first = id.utf8.first, first != UInt8(ascii: ".") else { return false }
+        return id.utf8.allSatisfy { c in
+            (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
+                || c == UInt8(ascii: ".") || c == UInt8(ascii: "_") || c == UInt8(ascii: "-")
+        }
+    }
+
+    /// Size and SHA-256 (hex) of a content file; nil when it is not installed. The digest is cached
+    /// until the file's size or modification time changes.
+    public func info(_ contentId: String) throws(RPCError) -> (size: Int64, sha256: String)? {
+        guard Self.isValidId(contentId) else { return nil }
+        let path = directory.appendingPathComponent(contentId).path
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+              (attributes[.type] as? FileAttributeType) == .typeRegular,
+              let size = (attributes[.size] as? NSNumber)?.int64Value,
+              let modified = attributes[.modificationDate] as? Date
+        else { return nil }
+        if let cached = digests.withLockedValue({ $0[contentId] }), cached.size == size, cached.modified == modified {
+            return (size, cached.sha256)
+        }
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        var hasher = SHA256()
+        do {
+            while let chunk = try handle.read(upToCount: 1 << 20), !chunk.isEmpty { hasher.update(data: chunk) }
+        } catch {
+            throw RPCError.internalError("reading content \(contentId) failed")
+        }
+        let sha = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        digests.withLockedValue { $0[contentId] = Digest(size: size, modified: modified, sha256: sha) }
+        return (size, sha)
+    }
+
+    /// Up to `length` bytes from `offset`; an offset equal to the size reads nothing (the end).
+    public func read(_ contentId: String, offset: Int64, length: Int) throws(RPCError) -> FulfillmentReadContent.Result {
+        guard let (size, sha) = try info(contentId) else {
+            throw RPCError.notFound("content \(contentId) is not installed on this server", reason: "contentMissing")
+        }
+        guard offset <= size else {
+            throw RPCError.invalidParams("offset \(offset) is past the end (size \(size))", field: "offset", reason: "outOfRange")
+        }
+        guard let handle = FileHandle(forReadingAtPath: directory.appendingPathComponent(contentId).path) else {
+            throw RPCError.notFound("content \(contentId) is not installed on this server", reason: "contentMissing")
+        }
+        defer { try? handle.close() }
+        let bytes: Data
+        do {
+            try handle.seek(toOffset: UInt64(offset))
+            bytes = try handle.read(upToCount: Int(min(Int64(length), size - offset))) ?? Data()
+        } catch {
+            throw RPCError.internalError("reading content \(contentId) failed")
+        }
+        return .init(data: bytes.base64EncodedString(), offset: offset, size: size, sha256: sha)
+    }
+}

@@ -1,0 +1,76 @@
+import IAPProtocol
+import JSONRPC
+import NIOCore
+import RPCTransport
+
+/// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
+/// down, slow or failing makes the request fail with `unavailable` (retryable) before anything is
+/// written; a dependency's verdict about the caller (an unknown session) is passed through.
+public struct Dependencies: Sendable {
+    public let accounts: RPCClient
+    public let verification: RPCClient
+    public let catalog: RPCClient
+    /// The longest one call to a dependency may take.
+    public let deadline: TimeAmount
+
+    public init(accounts: RPCClient, verification: RPCClient, catalog: RPCClient, deadline: TimeAmount = .seconds(3)) {
+        self.accounts = accounts
+        self.verification = verification
+        self.catalog = catalog
+        self.deadline = deadline
+    }
+
+    /// Addresses as `host:port` (IAP_ACCOUNTS_ADDR and friends); a pool of `connections` per peer.
+    public init(accounts: String, verification: String, catalog: String, connections: Int = 4,
+                deadline: TimeAmount = .seconds(3)) throws(RPCError) {
+        let config = RPCClientConfiguration(connections: connections, callTimeout: deadline)
+        self.init(accounts: try RPCClient(address: accounts, configuration: config),
+                  verification: try RPCClient(address: verification, configuration: config),
+                  catalog: try RPCClient(address: catalog, configuration: config), deadline: deadline)
+    }
+
+    public func authenticate(_ session: String) async throws(RPCError) -> AuthenticatedAccount {
+        try await call("accounts", accounts, AccountsAuthenticate.self, .init(session: session), passThrough: [.unauthenticated])
+    }
+
+    public func verifyReceipt(_ params: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {
+        try await call("verification", verification, VerificationVerifyReceipt.self, params)
+    }
+
+    public func verifyTransaction(_ jws: String) async throws(RPCError) -> VerificationVerifyTransaction.Result {
+        try await call("verification", verification, VerificationVerifyTransaction.self, .init(signedTransaction: jws))
+    }
+
+    public func verifyNotification(_ payload: String) async throws(RPCError) -> VerificationVerifyNotification.Result {
+        try await call("verification", verification, VerificationVerifyNotification.self, .init(signedPayload: payload))
+    }
+
+    public func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result {
+        try await call("catalog", catalog, CatalogGetProducts.self, .init(productIds: ids))
+    }
+
+    /// Health probes of the three, for `health.check`.
+    public var probes: [HealthProbe] {
+        [accounts.healthProbe(name: "accounts"), verification.healthProbe(name: "verification"), catalog.healthProbe(name: "catalog")]
+    }
+
+    public func close() async {
+        await accounts.close()
+        await verification.close()
+        await catalog.close()
+    }
+
+    private func call<M: RPCMethod>(_ name: String, _ client: RPCClient, _ method: M.Type, _ params: M.Params,
+                                    passThrough: Set<RPCErrorCode> = []) async throws(RPCError) -> M.Result {
+        do {
+            return try await client.call(method, params, timeout: deadline)
+        } catch {
+            if let code = error.knownCode, passThrough.contains(code) { throw error }
+            var failure = RPCError.unavailable("\(name) could not answer (\(error.message)); nothing was changed, retry later",
+                                               reason: "dependencyUnavailable")
+            failure.data.extra["dependency"] = .string(name)
+            failure.data.extra["dependencyCode"] = .int(Int64(error.code))
+            throw failure
+        }
+    }
+}

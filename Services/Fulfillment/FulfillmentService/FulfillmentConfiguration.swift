@@ -1,0 +1,22 @@
+import Foundation
+
+public struct FulfillmentConfiguration: Sendable {
+    /// Token for `fulfillment.revokeTransaction`; nil refuses every admin call.
+    public var adminToken: String?
+    /// What happens when a purchase's original transaction is bound to another account.
+    public var ownershipPolicy: FulfillmentStore.OwnershipPolicy = .refuse
+    /// Largest `readContent` chunk (its base64 must fit well inside a 4 MiB line).
+    public var maxContentChunk = 1 << 20
+    /// Largest single spend.
+    public var maxSpend: Int64 = 1_000_000_000_000
+    /// Longest idempotency key and memo.
+    public var maxIdempotencyKeyBytes = 200
+    public var maxMemoBytes = 500
+    /// Ledger page size: default and upper bound.
+    public var defaultLedgerPage = 50
+    public var maxLedgerPage = 500
+    /// Most signed transactions in one redeem.
+    public var maxSignedTransactions = 100
+
+    public init() {}
+}

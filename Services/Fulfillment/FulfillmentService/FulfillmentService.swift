@@ -1,0 +1,316 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import Logging
+import ServiceSupport
+
+/// Turns verified purchases into what the person bought, exactly once: coins in the ledger,
+/// entitlements, content. Asks accounts who the caller is, verification whether the purchase is real
+/// and catalog what each product grants, then commits everything in one SQLite transaction.
+///
+/// Nothing is written until every dependency has answered; a dependency that cannot answer makes the
+/// call fail with `unavailable` (retryable). Every write is safe to retry: transactions are unique,
+/// spends carry idempotency keys.
+public final class FulfillmentService: Sendable {
+    private let store: FulfillmentStore
+    private let dependencies: Dependencies
+    private let content: ContentLibrary
+    private let configuration: FulfillmentConfiguration
+    private let clock: ServiceClock
+    private let logger: Logger
+
+    public init(store: FulfillmentStore, dependencies: Dependencies, content: ContentLibrary,
+                configuration: FulfillmentConfiguration = .init(), clock: ServiceClock = .system, logger: Logger) {
+        self.store = store
+        self.dependencies = dependencies
+        self.content = content
+        self.configuration = configuration
+        self.clock = clock
+        self.logger = logger
+    }
+
+    // MARK: redeem / restore
+
+    public func redeem(_ p: RedeemParams, mode: FulfillmentStore.Mode) async throws(RPCError) -> RedeemResult {
+        let receipt = p.receiptData.flatMap { $0.isEmpty ? nil : $0 }
+        let signed = p.signedTransactions ?? []
+        guard receipt != nil || !signed.isEmpty else {
+            throw RPCError.invalidParams("receiptData or signedTransactions is required", field: "receiptData", reason: "missingField")
+        }
+        guard signed.count <= configuration.maxSignedTransactions else {
+            throw RPCError.invalidParams("at most \(configuration.maxSignedTransactions) signed transactions per call",
+                                         field: "signedTransactions", reason: "tooMany")
+        }
+        // Who first: an unknown session costs no verification work.
+        let account = try await dependencies.authenticate(p.session)
+        var purchases: [VerifiedPurchase] = []
+        var rejected: [TransactionResult] = []
+        if let receipt {
+            purchases += try await verifiedReceipt(receipt, deviceIdentifier: p.deviceIdentifier)
+        }
+        if !signed.isEmpty {
+            let (verified, refused) = try await verifiedTransactions(signed)
+            purchases += verified
+            rejected += refused
+        }
+        let rules = try await grantRules(for: purchases.map(\.productId))
+        let planned = purchases.map { FulfillmentStore.Planned(purchase: $0, rule: rules[$0.productId]) }
+        let applied = try await storeCall {
+            try await self.store.apply(planned, accountId: account.accountId, appAccountToken: account.appAccountToken, mode: mode,
+                                       policy: self.configuration.ownershipPolicy, nowMs: self.clock.nowMs)
+        }
+        for t in applied.transfers {
+            logger.notice("entitlement transferred under the transfer policy", metadata: [
+                "originalTransactionId": "\(t.originalTransactionId)", "fromAccountId": "\(t.from)", "toAccountId": "\(account.accountId)"])
+        }
+        return RedeemResult(accountId: account.accountId, results: rejected + applied.results, balance: applied.balance,
+                            entitlements: applied.entitlements)
+    }
+
+    private func verifiedReceipt(_ receiptData: String, deviceIdentifier: String?) async throws(RPCError) -> [VerifiedPurchase] {
+        let answer = try await dependencies.verifyReceipt(.init(receiptData: receiptData, deviceIdentifier: deviceIdentifier))
+        guard answer.status == 0 else {
+            if Self.isAppleOutage(answer.status) {
+                throw RPCError.unavailable("the receipt could not be verified right now (status \(answer.status)); retry later",
+                                           reason: "verificationUnavailable")
+            }
+            throw RPCError.invalidReceipt(status: answer.status, reason: answer.reason ?? "invalidReceipt",
+                                          detail: "the receipt failed verification (status \(answer.status)\(answer.reason.map { ", \($0)" } ?? ""))")
+        }
+        return try VerifiedPurchase.fromReceipt(answer)
+    }
+
+    /// 21005 and 21100-21199 are Apple's "try again" statuses.
+    static func isAppleOutage(_ status: Int) -> Bool { status == 21005 || (21100...21199).contains(status) }
+
+    /// Verifies every JWS concurrently. One that fails verification is `rejected` (not finishable),
+    /// the others go on.
+    private func verifiedTransactions(_ jwsList: [String]) async throws(RPCError) -> ([VerifiedPurchase], [TransactionResult]) {
+        let answers = await withTaskGroup(of: (Int, Result<VerificationVerifyTransaction.Result, RPCError>).self) { group in
+            for (i, jws) in jwsList.enumerated() {
+                group.addTask {
+                    do throws(RPCError) { return (i, .success(try await self.dependencies.verifyTransaction(jws))) }
+                    catch { return (i, .failure(error)) }
+                }
+            }
+            var out = [Result<VerificationVerifyTransaction.Result, RPCError>?](repeating: nil, count: jwsList.count)
+            for await (i, r) in group { out[i] = r }
+            return out
+        }
+        var verified: [VerifiedPurchase] = []
+        var rejected: [TransactionResult] = []
+        for (i, answer) in answers.enumerated() {
+            let result = try answer!.get()  // a dependency failure fails the whole call: nothing is written
+            if result.status == 0, let payload = result.transaction,
+               let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: result.environment) {
+                verified.append(purchase)
+            } else {
+                // Ids shown only to help the caller match its queue; nothing unverified is acted upon.
+                let claimed = UnverifiedClaims(jws: jwsList[i])
+                rejected.append(TransactionResult(transactionId: claimed.transactionId, originalTransactionId: claimed.originalTransactionId,
+                                                  productId: claimed.productId, outcome: .rejected, finishable: false))
+            }
+        }
+        return (verified.sorted { ($0.purchaseDateMs, $0.transactionId) < ($1.purchaseDateMs, $1.transactionId) }, rejected)
+    }
+
+    /// What the catalog says each product grants; products it does not know map to nil.
+    private func grantRules(for productIds: [String]) async throws(RPCError) -> [String: GrantRule] {
+        let unique = Array(Set(productIds)).sorted()
+        guard !unique.isEmpty else { return [:] }
+        let answer = try await dependencies.products(unique)
+        var rules: [String: GrantRule] = [:]
+        for product in answer.products { rules[product.productId] = GrantRule(product) }
+        return rules
+    }
+
+    // MARK: reads
+
+    public func entitlements(_ session: String) async throws(RPCError) -> FulfillmentGetEntitlements.Result {
+        let account = try await dependencies.authenticate(session)
+        let (entitlements, balance) = try await storeCall { try await self.store.entitlements(accountId: account.accountId, nowMs: self.clock.nowMs) }
+        return .init(entitlements: entitlements, balance: balance)
+    }
+
+    public func balance(_ session: String) async throws(RPCError) -> BalanceResult {
+        let account = try await dependencies.authenticate(session)
+        return .init(balance: try await storeCall { try await self.store.balance(accountId: account.accountId) })
+    }
+
+    public func ledger(_ p: FulfillmentListLedger.Params) async throws(RPCError) -> FulfillmentListLedger.Result {
+        let after = p.after ?? 0
+        guard after >= 0 else { throw RPCError.invalidParams("after must not be negative", field: "after", reason: "invalidValue") }
+        let limit = p.limit ?? configuration.defaultLedgerPage
+        guard (1...configuration.maxLedgerPage).contains(limit) else {
+            throw RPCError.invalidParams("limit must be 1-\(configuration.maxLedgerPage)", field: "limit", reason: "invalidValue")
+        }
+        let account = try await dependencies.authenticate(p.session)
+        let page = try await storeCall { try await self.store.ledger(accountId: account.accountId, after: after, limit: limit) }
+        return .init(entries: page.entries, next: page.next)
+    }
+
+    // MARK: coins
+
+    public func spend(_ p: FulfillmentSpendCoins.Params) async throws(RPCError) -> BalanceResult {
+        guard p.amount > 0, p.amount <= configuration.maxSpend else {
+            throw RPCError.invalidParams("amount must be 1-\(configuration.maxSpend)", field: "amount", reason: "invalidValue")
+        }
+        guard !p.idempotencyKey.isEmpty, p.idempotencyKey.utf8.count <= configuration.maxIdempotencyKeyBytes else {
+            throw RPCError.invalidParams("idempotencyKey must be 1-\(configuration.maxIdempotencyKeyBytes) bytes",
+                                         field: "idempotencyKey", reason: "invalidValue")
+        }
+        if let memo = p.memo, memo.utf8.count > configuration.maxMemoBytes {
+            throw RPCError.invalidParams("memo is longer than \(configuration.maxMemoBytes) bytes", field: "memo", reason: "tooLong")
+        }
+        let account = try await dependencies.authenticate(p.session)
+        let outcome = try await storeCall {
+            try await self.store.spend(accountId: account.accountId, amount: p.amount, idempotencyKey: p.idempotencyKey, memo: p.memo,
+                                       nowMs: self.clock.nowMs)
+        }
+        switch outcome {
+        case .spent(let balance), .replayed(let balance): return .init(balance: balance)
+        case .insufficient(let balance): throw RPCError.insufficientFunds(balance: balance, requested: p.amount)
+        case .keyConflict:
+            throw RPCError.conflict("idempotency key \"\(p.idempotencyKey)\" was already used with other params", reason: "idempotencyKeyReused")
+        }
+    }
+
+    // MARK: content
+
+    public func listContent(_ session: String) async throws(RPCError) -> FulfillmentListContent.Result {
+        let account = try await dependencies.authenticate(session)
+        var items: [ContentItem] = []
+        for (contentId, productId) in try await entitledContent(accountId: account.accountId) {
+            guard let info = try content.info(contentId) else {
+                logger.warning("entitled content is not installed", metadata: ["contentId": "\(contentId)"])
+                continue
+            }
+            items.append(ContentItem(contentId: contentId, productId: productId, size: info.size, sha256: info.sha256))
+        }
+        return .init(content: items)
+    }
+
+    public func readContent(_ p: FulfillmentReadContent.Params) async throws(RPCError) -> FulfillmentReadContent.Result {
+        guard p.offset >= 0 else { throw RPCError.invalidParams("offset must not be negative", field: "offset", reason: "invalidValue") }
+        guard (1...configuration.maxContentChunk).contains(p.length) else {
+            throw RPCError.invalidParams("length must be 1-\(configuration.maxContentChunk)", field: "length", reason: "invalidValue")
+        }
+        let account = try await dependencies.authenticate(p.session)
+        guard try await entitledContent(accountId: account.accountId).contains(where: { $0.contentId == p.contentId }) else {
+            // The same answer whether the content exists or not: no probing of what others bought.
+            throw RPCError.forbidden("this account is not entitled to content \(p.contentId)", reason: "notEntitled")
+        }
+        return try content.read(p.contentId, offset: p.offset, length: p.length)
+    }
+
+    /// (contentId, productId) for every content id granted by the account's active entitlements,
+    /// as the catalog defines the products now.
+    private func entitledContent(accountId: String) async throws(RPCError) -> [(contentId: String, productId: String)] {
+        let (entitlements, _) = try await storeCall { try await self.store.entitlements(accountId: accountId, nowMs: self.clock.nowMs) }
+        let productIds = Array(Set(entitlements.map(\.productId))).sorted()
+        guard !productIds.isEmpty else { return [] }
+        let products = try await dependencies.products(productIds).products
+        var out: [(String, String)] = []
+        for product in products {
+            if case .content(_, let ids) = product.grant { out += ids.map { ($0, product.productId) } }
+        }
+        return out
+    }
+
+    // MARK: notifications and admin
+
+    /// App Store Server Notifications v2: REFUND and REVOKE revoke the transaction; DID_RENEW,
+    /// DID_RECOVER and SUBSCRIBED extend the subscription of the original's owner. `applied` is false
+    /// for types this server does not act on and for transactions it has never seen.
+    public func applyNotification(_ p: FulfillmentApplyNotification.Params) async throws(RPCError) -> FulfillmentApplyNotification.Result {
+        let answer = try await dependencies.verifyNotification(p.signedPayload)
+        guard answer.status == 0, let notification = answer.notification else {
+            throw RPCError.invalidReceipt(status: answer.status, reason: answer.reason ?? "invalidNotification",
+                                          detail: "the notification failed verification (status \(answer.status))")
+        }
+        let type = notification["notificationType"]?.stringValue ?? ""
+        let data = notification["data"]
+        guard let info = data?["transactionInfo"],
+              let purchase = VerifiedPurchase.fromSignedTransaction(info, environment: data?["environment"]?.stringValue)
+        else { return .init(applied: false) }
+        let now = clock.nowMs
+        let applied: Bool
+        switch type {
+        case "REFUND", "REVOKE":
+            let outcome = try await storeCall {
+                try await self.store.revoke(transactionId: purchase.transactionId, environment: purchase.environment,
+                                            reason: type == "REFUND" ? "refunded" : "revoked", nowMs: now)
+            }
+            applied = outcome != .notFound
+        case "DID_RENEW", "DID_RECOVER", "SUBSCRIBED":
+            guard let rule = try await grantRules(for: [purchase.productId])[purchase.productId], case .subscription = rule else {
+                return .init(applied: false)
+            }
+            let outcome = try await storeCall { try await self.store.applyRenewal(purchase, rule: rule, nowMs: now) }
+            applied = outcome != .unknownOriginal
+        default:
+            applied = false
+        }
+        if applied, let uuid = notification["notificationUUID"]?.stringValue {
+            _ = try await storeCall { try await self.store.markNotificationApplied(uuid, type: type, nowMs: now) }
+        }
+        logger.info("notification", metadata: ["type": "\(type)", "transactionId": "\(purchase.transactionId)", "applied": "\(applied)"])
+        return .init(applied: applied)
+    }
+
+    public func revokeTransaction(_ p: FulfillmentRevokeTransaction.Params) async throws(RPCError) {
+        guard let token = configuration.adminToken, SecretComparison.equal(p.adminToken, token) else {
+            throw RPCError.forbidden("a valid admin token is required", reason: "adminTokenRequired")
+        }
+        guard !p.reason.isEmpty, p.reason.utf8.count <= configuration.maxMemoBytes else {
+            throw RPCError.invalidParams("reason must be 1-\(configuration.maxMemoBytes) bytes", field: "reason", reason: "invalidValue")
+        }
+        let outcome = try await storeCall {
+            try await self.store.revoke(transactionId: p.transactionId, environment: nil, reason: p.reason, nowMs: self.clock.nowMs)
+        }
+        guard outcome != .notFound else {
+            throw RPCError.notFound("transaction \(p.transactionId) was never processed here", reason: "unknownTransaction")
+        }
+        logger.notice("transaction revoked by an administrator", metadata: ["transactionId": "\(p.transactionId)", "reason": "\(p.reason)"])
+    }
+
+    // MARK: helpers
+
+    /// Runs a store call; a database failure is an internal error (retryable: nothing was committed).
+    private func storeCall<T: Sendable>(_ body: @Sendable () async throws -> T) async throws(RPCError) -> T {
+        do {
+            return try await body()
+        } catch let error as RPCError {
+            throw error
+        } catch {
+            logger.error("database call failed", metadata: ["error": "\(error)"])
+            throw RPCError.internalError("the ledger database failed; nothing was committed, retry")
+        }
+    }
+}
+
+/// The ids a JWS claims, read without trusting it (for `rejected` results only).
+struct UnverifiedClaims {
+    var transactionId = ""
+    var originalTransactionId = ""
+    var productId = ""
+
+    init(jws: String) {
+        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[1].utf8.count <= 64 * 1024 else { return }
+        var b64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while b64.utf8.count % 4 != 0 { b64 += "=" }
+        guard let data = Data(base64Encoded: b64),
+              let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return }
+        func text(_ key: String) -> String {
+            switch object[key] {
+            case let s as String: return String(s.prefix(64))
+            case let n as NSNumber: return n.stringValue
+            default: return ""
+            }
+        }
+        transactionId = text("transactionId")
+        originalTransactionId = text("originalTransactionId")
+        productId = text("productId")
+    }
+}

@@ -1,0 +1,107 @@
+import IAPProtocol
+import JSONRPC
+
+/// One purchase as verification vouched for it: from an app receipt's `in_app` entry or a StoreKit 2
+/// signed transaction. Only verified data becomes a `VerifiedPurchase`.
+public struct VerifiedPurchase: Sendable, Equatable {
+    /// `Production`, `Sandbox`, `Xcode`: transaction ids are unique only within one environment.
+    public var environment: String
+    public var transactionId: String
+    public var originalTransactionId: String
+    public var productId: String
+    public var quantity: Int64
+    public var purchaseDateMs: Int64
+    public var expiresDateMs: Int64?
+    /// Set when Apple refunded or revoked the transaction.
+    public var cancellationDateMs: Int64?
+    /// StoreKit 2 only: the account token the app passed at purchase.
+    public var appAccountToken: String?
+
+    public init(environment: String, transactionId: String, originalTransactionId: String, productId: String,
+                quantity: Int64 = 1, purchaseDateMs: Int64, expiresDateMs: Int64? = nil, cancellationDateMs: Int64? = nil,
+                appAccountToken: String? = nil) {
+        self.environment = environment; self.transactionId = transactionId
+        self.originalTransactionId = originalTransactionId; self.productId = productId; self.quantity = quantity
+        self.purchaseDateMs = purchaseDateMs; self.expiresDateMs = expiresDateMs
+        self.cancellationDateMs = cancellationDateMs; self.appAccountToken = appAccountToken
+    }
+
+    /// The purchases of a verified receipt (status 0), oldest first.
+    static func fromReceipt(_ response: VerifyReceiptResponse) throws(RPCError) -> [VerifiedPurchase] {
+        guard let receipt = response.receipt else { return [] }
+        let environment = response.environment ?? "Production"
+        var purchases: [VerifiedPurchase] = []
+        for entry in receipt.inApp {
+            guard !entry.transactionId.isEmpty, !entry.productId.isEmpty else {
+                throw RPCError.invalidReceipt(status: 21002, reason: "incompleteTransaction",
+                                              detail: "a receipt entry has no transaction or product id")
+            }
+            purchases.append(VerifiedPurchase(
+                environment: environment, transactionId: entry.transactionId,
+                originalTransactionId: entry.originalTransactionId ?? entry.transactionId, productId: entry.productId,
+                quantity: max(1, Int64(entry.quantity) ?? 1), purchaseDateMs: entry.purchaseDateMs.flatMap { Int64($0) } ?? 0,
+                expiresDateMs: entry.expiresDateMs.flatMap { Int64($0) },
+                cancellationDateMs: entry.cancellationDateMs.flatMap { Int64($0) }))
+        }
+        return purchases.sorted { ($0.purchaseDateMs, $0.transactionId) < ($1.purchaseDateMs, $1.transactionId) }
+    }
+
+    /// A verified StoreKit 2 transaction payload (Apple's field names; dates in ms).
+    static func fromSignedTransaction(_ payload: JSONValue, environment: String?) -> VerifiedPurchase? {
+        guard let transactionId = Self.string(payload["transactionId"]), let productId = payload["productId"]?.stringValue,
+              !transactionId.isEmpty, !productId.isEmpty
+        else { return nil }
+        return VerifiedPurchase(
+            environment: environment ?? payload["environment"]?.stringValue ?? "Production",
+            transactionId: transactionId,
+            originalTransactionId: Self.string(payload["originalTransactionId"]) ?? transactionId,
+            productId: productId,
+            quantity: max(1, payload["quantity"]?.intValue ?? 1),
+            purchaseDateMs: payload["purchaseDate"]?.intValue ?? 0,
+            expiresDateMs: payload["expiresDate"]?.intValue,
+            cancellationDateMs: payload["revocationDate"]?.intValue,
+            appAccountToken: payload["appAccountToken"]?.stringValue?.lowercased())
+    }
+
+    /// Apple sends ids as strings; accept numbers too.
+    private static func string(_ value: JSONValue?) -> String? {
+        switch value {
+        case .string(let s)?: return s
+        case .int(let i)?: return String(i)
+        default: return nil
+        }
+    }
+}
+
+/// What a product grants, as the catalog defines it, reduced to what fulfillment acts on.
+public enum GrantRule: Sendable, Equatable {
+    case coins(perUnit: Int64)
+    case permanent(entitlement: String)
+    case subscription(entitlement: String)
+    case timeLimited(entitlement: String, durationDays: Int)
+
+    init(_ product: Product) {
+        switch product.grant {
+        case .coins(let n): self = .coins(perUnit: n)
+        case .content(let e, _): self = .permanent(entitlement: e)
+        case .subscription(let e, _): self = .subscription(entitlement: e)
+        case .timeLimited(let e, let days): self = .timeLimited(entitlement: e, durationDays: days)
+        }
+    }
+
+    var entitlement: String? {
+        switch self {
+        case .coins: return nil
+        case .permanent(let e), .subscription(let e), .timeLimited(let e, _): return e
+        }
+    }
+
+    var kind: String {
+        switch self {
+        case .coins: return "coins"
+        case .permanent: return "permanent"
+        case .subscription: return "subscription"
+        case .timeLimited: return "timeLimited"
+        }
+    }
+}

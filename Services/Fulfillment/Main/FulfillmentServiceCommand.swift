@@ -1,0 +1,72 @@
+import ArgumentParser
+import Foundation
+import FulfillmentService
+import Logging
+import NIOCore
+import RPCTransport
+import ServiceLifecycle
+import ServiceSupport
+
+@main
+struct FulfillmentServiceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fulfillment-service",
+        abstract: "Exactly-once grants, the coin ledger, entitlements, restores and content for the in-app purchase suite.")
+
+    @OptionGroup var options: ServiceOptions
+
+    @Option(name: .customLong("accounts-addr"), help: "accounts-service HOST:PORT (env IAP_ACCOUNTS_ADDR; default 127.0.0.1:7101).")
+    var accountsAddr: String?
+
+    @Option(name: .customLong("verification-addr"), help: "verification-service HOST:PORT (env IAP_VERIFICATION_ADDR; default 127.0.0.1:7103).")
+    var verificationAddr: String?
+
+    @Option(name: .customLong("catalog-addr"), help: "catalog-service HOST:PORT (env IAP_CATALOG_ADDR; default 127.0.0.1:7102).")
+    var catalogAddr: String?
+
+    @Option(name: .customLong("admin-token"), help: "Token for fulfillment.revokeTransaction (env IAP_ADMIN_TOKEN).")
+    var adminToken: String?
+
+    @Option(name: .customLong("ownership-policy"),
+            help: "When another account presents a purchase already bound to an account: refuse (default) or transfer (moves the entitlement, never coins).")
+    var ownershipPolicy: String = "refuse"
+
+    @Option(name: .customLong("dependency-timeout-ms"), help: "Deadline for each call to accounts, verification or catalog. Default 3000.")
+    var dependencyTimeoutMs: Int64 = 3000
+
+    @Option(name: .customLong("content-dir"), help: "Directory of downloadable content files named by content id. Default DATA_DIR/content.")
+    var contentDir: String?
+
+    func validate() throws {
+        guard FulfillmentStore.OwnershipPolicy(rawValue: ownershipPolicy) != nil else {
+            throw ValidationError("--ownership-policy must be refuse or transfer")
+        }
+        guard (50...60_000).contains(dependencyTimeoutMs) else { throw ValidationError("--dependency-timeout-ms must be 50-60000") }
+    }
+
+    func run() async throws {
+        let logger = options.logger(label: "fulfillment")
+        var config = FulfillmentConfiguration()
+        config.adminToken = Environment.resolve(adminToken, env: "IAP_ADMIN_TOKEN")
+        config.ownershipPolicy = FulfillmentStore.OwnershipPolicy(rawValue: ownershipPolicy)!
+        if config.adminToken == nil {
+            logger.warning("no admin token configured (--admin-token or IAP_ADMIN_TOKEN): revokeTransaction will refuse every call")
+        }
+        let dataDir = try options.resolvedDataDir()
+        let contentURL = contentDir.map { URL(fileURLWithPath: $0, isDirectory: true) } ?? dataDir.appendingPathComponent("content")
+        try FileManager.default.createDirectory(at: contentURL, withIntermediateDirectories: true)
+        let dependencies = try Dependencies(
+            accounts: Environment.resolve(accountsAddr, env: "IAP_ACCOUNTS_ADDR") ?? "127.0.0.1:\(DefaultPorts.accounts)",
+            verification: Environment.resolve(verificationAddr, env: "IAP_VERIFICATION_ADDR") ?? "127.0.0.1:\(DefaultPorts.verification)",
+            catalog: Environment.resolve(catalogAddr, env: "IAP_CATALOG_ADDR") ?? "127.0.0.1:\(DefaultPorts.catalog)",
+            deadline: .milliseconds(dependencyTimeoutMs))
+        let service = FulfillmentService(store: try FulfillmentStore.open(directory: dataDir), dependencies: dependencies,
+                                         content: ContentLibrary(directory: contentURL), configuration: config, logger: logger)
+        var serverConfig = options.serverConfiguration(serviceName: "fulfillment", defaultPort: DefaultPorts.fulfillment)
+        serverConfig.healthProbes = dependencies.probes
+        let server = RPCServer(configuration: serverConfig, router: service.router(), logger: logger)
+        logger.info("fulfillment ready", metadata: ["policy": "\(config.ownershipPolicy.rawValue)", "content": "\(contentURL.path)"])
+        try await ServiceOptions.runUntilSignalled([server], logger: logger)
+        await dependencies.close()
+    }
+}

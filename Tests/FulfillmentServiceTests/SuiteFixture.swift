@@ -1,0 +1,203 @@
+import AccountsService
+import AppStoreSimulator
+import CatalogService
+import Crypto
+import Foundation
+import FulfillmentService
+import GRDB
+import IAPProtocol
+import JSONRPC
+import Logging
+import NIOConcurrencyHelpers
+import RPCTransport
+import ServiceSupport
+import VerificationService
+import X509
+
+/// The whole suite in one process, every service on its own real TCP port with its own SQLite file:
+/// the App Store simulator, accounts, catalog, verification (trusting the simulator's roots) and
+/// fulfillment, which reaches the other three only through RPC clients.
+final class SuiteFixture: Sendable {
+    static let adminToken = "admin-token-for-tests"
+    static let bundleId = "com.example.game"
+    static let contentId = "castle-pack.bin"
+
+    let directory: URL
+    let clock: ManualClock
+    let simulator: RPCClient
+    let accounts: RPCClient
+    let catalog: RPCClient
+    let fulfillment: RPCClient
+    let store: FulfillmentStore
+    let content: [UInt8]
+    private let servers: NIOLockedValueBox<[String: RPCServer]>
+    private let verificationRouter: RPCRouter
+    let verificationPort: Int
+
+    static let products: [ProductDefinition] = [
+        product("coins.100", .consumable, .coins(100)),
+        product("pack.castle", .nonConsumable, .content(entitlement: "castle", contentIds: [contentId])),
+        product("sub.premium", .autoRenewable, .subscription(entitlement: "premium", subscriptionGroup: "premium")),
+        product("pass.season", .nonRenewing, .timeLimited(entitlement: "season-pass", durationDays: 30)),
+    ]
+
+    static func product(_ id: String, _ type: ProductType, _ grant: Grant) -> ProductDefinition {
+        ProductDefinition(productId: id, type: type, referenceName: id, localizations: ["en-US": .init(title: id, description: id)],
+                          defaultLocale: "en-US", grant: grant, prices: [.init(storefront: "USA", currency: "USD", amount: "0.99")])
+    }
+
+    static func start(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: TimeAmountMs = 2_000) async throws -> SuiteFixture {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("suite-\(UUID().uuidString)")
+        for sub in ["sim", "accounts", "catalog", "fulfillment/content"] {
+            try FileManager.default.createDirectory(at: dir.appendingPathComponent(sub), withIntermediateDirectories: true)
+        }
+        var quiet = Logger(label: "suite-test")
+        quiet.logLevel = .critical
+        var servers: [String: RPCServer] = [:]
+        func serve(_ name: String, _ router: RPCRouter, port: Int = 0) async throws -> Int {
+            let server = RPCServer(configuration: .init(serviceName: name, port: port), router: router, logger: quiet)
+            try await server.start()
+            servers[name] = server
+            return server.localPort!
+        }
+
+        let sim = try AppStoreSimulator(directory: dir.appendingPathComponent("sim"))
+        let simClient = RPCClient(host: "127.0.0.1", port: try await serve("appstore-sim", sim.router()))
+
+        var accountsConfig = AccountsConfiguration()
+        accountsConfig.passwordHashing = .testing
+        let accounts = AccountsService(store: try AccountsStore.open(directory: dir.appendingPathComponent("accounts")),
+                                       configuration: accountsConfig, logger: quiet)
+        let accountsPort = try await serve("accounts", accounts.router())
+
+        var catalogConfig = CatalogConfiguration()
+        catalogConfig.adminToken = adminToken
+        let catalogStore = try CatalogStore.open(directory: dir.appendingPathComponent("catalog"))
+        let catalog = try await CatalogService(store: catalogStore, source: DatabasePriceSource(store: catalogStore),
+                                               configuration: catalogConfig, logger: quiet)
+        try await catalog.importProducts(products, field: "products")
+        let catalogPort = try await serve("catalog", catalog.router())
+
+        let anchors = try await simClient.call(SimTrustAnchor.self, EmptyParams())
+        var verificationConfig = VerificationConfiguration()
+        verificationConfig.extraRoots = try [anchors.receiptRoot, anchors.jwsRoot].map {
+            try Certificate(derEncoded: Array(Data(base64Encoded: $0)!))
+        }
+        verificationConfig.bundleIds = [bundleId]
+        let verificationRouter = VerificationService(configuration: verificationConfig, logger: quiet).router()
+        let verificationPort = try await serve("verification", verificationRouter)
+
+        var content = [UInt8](repeating: 0, count: 300_001)
+        var rng = SystemRandomNumberGenerator()
+        for i in content.indices { content[i] = rng.next() }
+        try Data(content).write(to: dir.appendingPathComponent("fulfillment/content/\(contentId)"))
+
+        var config = FulfillmentConfiguration()
+        config.adminToken = adminToken
+        configure(&config)
+        let clock = ManualClock(startMs: ServiceClock.system.nowMs)
+        let dependencies = try Dependencies(accounts: "127.0.0.1:\(accountsPort)", verification: "127.0.0.1:\(verificationPort)",
+                                            catalog: "127.0.0.1:\(catalogPort)", connections: 2,
+                                            deadline: .milliseconds(dependencyDeadline))
+        let store = try FulfillmentStore.open(directory: dir.appendingPathComponent("fulfillment"))
+        let service = FulfillmentService(store: store, dependencies: dependencies,
+                                         content: ContentLibrary(directory: dir.appendingPathComponent("fulfillment/content")),
+                                         configuration: config, clock: clock.clock, logger: quiet)
+        let fulfillmentPort = try await serve("fulfillment", service.router())
+        return SuiteFixture(directory: dir, clock: clock, simulator: simClient,
+                            accounts: RPCClient(host: "127.0.0.1", port: accountsPort),
+                            catalog: RPCClient(host: "127.0.0.1", port: catalogPort),
+                            fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort),
+                            store: store, content: content, servers: servers, verificationRouter: verificationRouter,
+                            verificationPort: verificationPort)
+    }
+
+    typealias TimeAmountMs = Int64
+
+    private init(directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
+                 store: FulfillmentStore, content: [UInt8], servers: [String: RPCServer], verificationRouter: RPCRouter, verificationPort: Int) {
+        self.directory = directory
+        self.clock = clock
+        self.simulator = simulator
+        self.accounts = accounts
+        self.catalog = catalog
+        self.fulfillment = fulfillment
+        self.store = store
+        self.content = content
+        self.servers = NIOLockedValueBox(servers)
+        self.verificationRouter = verificationRouter
+        self.verificationPort = verificationPort
+    }
+
+    func stop() async {
+        for server in servers.withLockedValue({ Array($0.values) }) { await server.shutdown() }
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    // MARK: dependency faults
+
+    func stopVerification() async {
+        let server = servers.withLockedValue { $0.removeValue(forKey: "verification") }
+        await server?.shutdown()
+    }
+
+    /// Starts verification again on the port fulfillment knows.
+    func restartVerification() async throws {
+        var quiet = Logger(label: "suite-test")
+        quiet.logLevel = .critical
+        let server = RPCServer(configuration: .init(serviceName: "verification", port: verificationPort), router: verificationRouter,
+                               logger: quiet)
+        try await server.start()
+        servers.withLockedValue { $0["verification"] = server }
+    }
+
+    // MARK: story helpers
+
+    /// Registers a user; answers the session token and account id.
+    func register(_ username: String) async throws -> (session: String, accountId: String, appAccountToken: String) {
+        let signed = try await accounts.call(AccountsRegister.self, .init(username: username, password: "correct horse \(username)"))
+        return (signed.session.token, signed.accountId, signed.appAccountToken)
+    }
+
+    /// A second session for the same user (another device).
+    func login(_ username: String) async throws -> String {
+        try await accounts.call(AccountsLogin.self, .init(username: username, password: "correct horse \(username)", deviceName: "second device"))
+            .session.token
+    }
+
+    func buy(_ appleId: String, _ productId: String, quantity: Int? = nil, appAccountToken: String? = nil,
+             receipt: SimReceiptOptions? = nil) async throws -> SimPurchase.Result {
+        let type = Self.products.first { $0.productId == productId }?.type ?? .consumable
+        return try await simulator.call(SimPurchase.self, .init(appleId: appleId, bundleId: Self.bundleId, productId: productId,
+                                                                productType: type, quantity: quantity, appAccountToken: appAccountToken,
+                                                                receipt: receipt))
+    }
+
+    func redeem(_ session: String, receipt: String? = nil, signed: [String]? = nil) async throws -> RedeemResult {
+        try await fulfillment.call(FulfillmentRedeem.self, .init(session: session, receiptData: receipt, signedTransactions: signed))
+    }
+
+    func balance(_ session: String) async throws -> Int64 {
+        try await fulfillment.call(FulfillmentGetBalance.self, .init(session: session)).balance
+    }
+
+    func entitlements(_ session: String) async throws -> [Entitlement] {
+        try await fulfillment.call(FulfillmentGetEntitlements.self, .init(session: session)).entitlements
+    }
+
+    func ledger(_ session: String) async throws -> [LedgerEntry] {
+        try await fulfillment.call(FulfillmentListLedger.self, .init(session: session, limit: 500)).entries
+    }
+
+    // MARK: the database, read directly (the real file)
+
+    func count(_ sql: String) async throws -> Int {
+        let queue = try DatabaseQueue(path: directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path)
+        return try await queue.read { db in try Int.fetchOne(db, sql: sql) ?? 0 }
+    }
+
+    /// Every account's wallet equals the sum of its ledger; no wallet is negative.
+    func ledgerIsConsistent() async throws -> Bool {
+        try await store.ledgerMismatches().isEmpty
+    }
+}
