@@ -21,10 +21,9 @@ public final class FulfillmentStore: Sendable {
         var config = Configuration()
         config.foreignKeysEnabled = true
         config.busyMode = .timeout(10)
-        config.prepareDatabase { db in
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-        }
         let pool = try DatabasePool(path: directory.appendingPathComponent("fulfillment.sqlite").path, configuration: config)
+        // After GRDB's WAL setup (which sets NORMAL) on the pool's one writing connection.
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         return try FulfillmentStore(writer: pool)
     }
 
@@ -379,6 +378,11 @@ public final class FulfillmentStore: Sendable {
                 SELECT l.accountId FROM ledger l LEFT JOIN wallet w ON w.accountId = l.accountId WHERE w.accountId IS NULL
                 """)
         }
+    }
+
+    /// `PRAGMA synchronous` of the writing connection (2 = FULL).
+    public func synchronousMode() async throws -> Int {
+        try await writer.write { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
     }
 
     // MARK: statements (inside a write)
