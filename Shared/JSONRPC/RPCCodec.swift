@@ -17,10 +17,37 @@ public enum RPCCodec {
         do {
             return try decoder.decode(P.self, from: bytes.map { Data($0) } ?? emptyObject)
         } catch let error as DecodingError {
+            if case .dataCorrupted(let ctx) = error, ctx.codingPath.isEmpty, let bytes,
+               let field = firstNonIntegerNumber(in: bytes) {
+                // Linux Foundation reports an integer field given 1.5 or 1e30 as "not valid JSON"
+                // with no path; the envelope parser already proved the JSON valid, and the protocol
+                // has no floating-point params, so the first such number is the culprit.
+                throw RPCError.invalidParams("\(field): expected an integer", field: field, reason: "wrongType")
+            }
             throw describe(error)
         } catch {
             throw RPCError.invalidParams("\(error)")
         }
+    }
+
+    /// The dotted path of the first number in `bytes` that is not a whole Int64 (fraction, exponent, overflow).
+    static func firstNonIntegerNumber(in bytes: [UInt8]) -> String? {
+        guard let value = try? decoder.decode(JSONValue.self, from: Data(bytes)) else { return nil }
+        func walk(_ v: JSONValue, _ path: String) -> String? {
+            switch v {
+            case .double: return path
+            case .object(let o):
+                for key in o.keys.sorted() {
+                    if let found = walk(o[key]!, path.isEmpty ? key : path + "." + key) { return found }
+                }
+                return nil
+            case .array(let a):
+                for (i, item) in a.enumerated() { if let found = walk(item, path + "[\(i)]") { return found } }
+                return nil
+            default: return nil
+            }
+        }
+        return walk(value, "")
     }
 
     /// Decodes any JSON body; failures become `internalError` with reason `malformedResponse`
