@@ -214,6 +214,8 @@ let package = Package(
             name: "IAPBench",
             dependencies: [
                 "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),

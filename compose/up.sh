@@ -20,7 +20,7 @@ secret() {  # secret NAME: the env value, else the one kept in the data dir, els
 export IAP_INTERNAL_TOKEN=${IAP_INTERNAL_TOKEN:-$(secret internal-token)}
 export IAP_ADMIN_TOKEN=${IAP_ADMIN_TOKEN:-$(secret admin-token)}
 
-# name executable port [flags]: the services implemented so far.
+# name executable port [flags]: every service of DESIGN.md section 1.
 # In start order: the simulator first, since verification trusts the roots it writes on first start
 # (and uses its HTTP verifyReceipt endpoints, on 7180, for mode remote/auto).
 services=(
@@ -28,7 +28,15 @@ services=(
   "accounts accounts-service 7101"
   "catalog catalog-service 7102 --seed compose/demo-catalog.json"
   "verification verification-service 7103 --trust-anchor $IAP_DATA_DIR/sim-pki/receipt-root.der --trust-anchor $IAP_DATA_DIR/sim-pki/jws-root.der --verify-receipt-url http://127.0.0.1:7180/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:7180/sandbox/verifyReceipt"
+  "fulfillment fulfillment-service 7104"
 )
+
+# The demo catalog's downloadable content (levels.pack1 grants levels-pack-1.zip): 4 MiB, so a
+# download shows progress and can be resumed; its SHA-256 is checked by the client.
+mkdir -p "$IAP_DATA_DIR/content"
+if [[ ! -s $IAP_DATA_DIR/content/levels-pack-1.zip ]]; then
+  head -c $((4 << 20)) /dev/urandom >"$IAP_DATA_DIR/content/levels-pack-1.zip"
+fi
 
 echo "building (release)..."
 for entry in "${services[@]}"; do

@@ -6,5 +6,5 @@ struct IAPBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "iap-bench",
         abstract: "Benchmarks for the in-app purchase suite.",
-        subcommands: [ServeFixture.self, LoginLatency.self, MintReceipt.self, FuzzReceipts.self])
+        subcommands: [RedeemBenchmark.self, SpendBenchmark.self, ServeFixture.self, LoginLatency.self, MintReceipt.self, FuzzReceipts.self])
 }

@@ -13,6 +13,7 @@ import JSONRPC
 /// its purchase was processed.
 public final class FulfillmentStore: Sendable {
     let writer: any DatabaseWriter
+    private let commits: GroupCommit
 
     /// Opens (creating if needed) `fulfillment.sqlite` in `directory`: WAL with `synchronous=FULL`, so
     /// a grant acknowledged with `finishable: true` survives a power cut, not only a process crash (in
@@ -29,6 +30,7 @@ public final class FulfillmentStore: Sendable {
 
     public init(writer: any DatabaseWriter) throws {
         self.writer = writer
+        self.commits = GroupCommit(writer: writer)
         try Self.migrator.migrate(writer)
     }
 
@@ -158,7 +160,7 @@ public final class FulfillmentStore: Sendable {
     /// token belongs to another account.
     public func apply(_ planned: [Planned], accountId: String, appAccountToken: String?, mode: Mode, policy: OwnershipPolicy,
                       nowMs: Int64) async throws -> Applied {
-        try await writer.write { db in
+        try await commits.write { db in
             var results: [TransactionResult] = []
             var transfers: [(String, String)] = []
             for item in planned {
@@ -176,8 +178,7 @@ public final class FulfillmentStore: Sendable {
                     result(.ownedByAnotherAccount)
                     continue
                 }
-                let owner = try String.fetchOne(db, sql: "SELECT accountId FROM ownership WHERE environment = ? AND originalTransactionId = ?",
-                                                arguments: [p.environment, p.originalTransactionId])
+                let owner = try String.fetchOne(db.cachedStatement(sql: "SELECT accountId FROM ownership WHERE environment = ? AND originalTransactionId = ?"), arguments: [p.environment, p.originalTransactionId])
                 if let owner, owner != accountId {
                     guard policy == .transfer, rule.entitlement != nil, p.cancellationDateMs == nil else {
                         result(.ownedByAnotherAccount)
@@ -245,10 +246,10 @@ public final class FulfillmentStore: Sendable {
                     try Self.recordProcessed(p, accountId: accountId, rule: rule, coins: 0, nowMs: nowMs, db: db)
                     if owner == nil {
                         // Back-to-back purchases stack: start from the later of now and the current end.
-                        let currentEnd = try Int64.fetchOne(db, sql: """
+                        let currentEnd = try Int64.fetchOne(db.cachedStatement(sql: """
                             SELECT MAX(expiresAtMs) FROM entitlement
                             WHERE accountId = ? AND entitlement = ? AND revokedAtMs IS NULL AND expiresAtMs IS NOT NULL
-                            """, arguments: [accountId, name]) ?? 0
+                            """), arguments: [accountId, name]) ?? 0
                         let start = max(nowMs, currentEnd)
                         try Self.insertEntitlement(p, accountId: accountId, name: name, startsAtMs: start,
                                                    expiresAtMs: start + Int64(days) * 86_400_000, db: db)
@@ -271,10 +272,10 @@ public final class FulfillmentStore: Sendable {
     /// Revokes one processed transaction: its coins are reversed (floored at zero, the shortfall
     /// recorded) or its entitlement removed, with a reversal ledger row either way.
     public func revoke(transactionId: String, environment: String?, reason: String, nowMs: Int64) async throws -> RevokeOutcome {
-        try await writer.write { db in
-            let environments = try String.fetchAll(db, sql: """
+        try await commits.write { db in
+            let environments = try String.fetchAll(db.cachedStatement(sql: """
                 SELECT environment FROM processedTransaction WHERE transactionId = ? AND (? IS NULL OR environment = ?)
-                """, arguments: [transactionId, environment, environment])
+                """), arguments: [transactionId, environment, environment])
             guard !environments.isEmpty else { return .notFound }
             var any = false
             for env in environments {
@@ -289,9 +290,8 @@ public final class FulfillmentStore: Sendable {
     /// A renewal announced by a notification: recorded for the original's owner and the entitlement
     /// extended. Unknown originals are left for the app's next redeem (the account is not known).
     public func applyRenewal(_ p: VerifiedPurchase, rule: GrantRule, nowMs: Int64) async throws -> RenewalOutcome {
-        try await writer.write { db in
-            guard let owner = try String.fetchOne(db, sql: "SELECT accountId FROM ownership WHERE environment = ? AND originalTransactionId = ?",
-                                                  arguments: [p.environment, p.originalTransactionId]) else { return .unknownOriginal }
+        try await commits.write { db in
+            guard let owner = try String.fetchOne(db.cachedStatement(sql: "SELECT accountId FROM ownership WHERE environment = ? AND originalTransactionId = ?"), arguments: [p.environment, p.originalTransactionId]) else { return .unknownOriginal }
             if try Self.isProcessed(p, db) { return .unchanged }
             try Self.recordProcessed(p, accountId: owner, rule: rule, coins: 0, nowMs: nowMs, db: db)
             return try Self.extendSubscription(p, db: db) ? .extended : .unchanged
@@ -300,9 +300,8 @@ public final class FulfillmentStore: Sendable {
 
     /// Records a notification id; false if it was already applied (App Store retries deliver twice).
     public func markNotificationApplied(_ uuid: String, type: String, nowMs: Int64) async throws -> Bool {
-        try await writer.write { db in
-            try db.execute(sql: "INSERT OR IGNORE INTO appliedNotification (notificationUUID, notificationType, appliedAtMs) VALUES (?, ?, ?)",
-                           arguments: [uuid, type, nowMs])
+        try await commits.write { db in
+            try db.cachedStatement(sql: "INSERT OR IGNORE INTO appliedNotification (notificationUUID, notificationType, appliedAtMs) VALUES (?, ?, ?)").execute(arguments: [uuid, type, nowMs])
             return db.changesCount == 1
         }
     }
@@ -319,9 +318,8 @@ public final class FulfillmentStore: Sendable {
     /// Spends once per (account, idempotency key). The same key with the same amount and memo answers
     /// the first result; with other params it is a conflict.
     public func spend(accountId: String, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64) async throws -> SpendOutcome {
-        try await writer.write { db in
-            if let row = try Row.fetchOne(db, sql: "SELECT delta, balance, memo FROM ledger WHERE accountId = ? AND idempotencyKey = ?",
-                                          arguments: [accountId, idempotencyKey]) {
+        try await commits.write { db in
+            if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT delta, balance, memo FROM ledger WHERE accountId = ? AND idempotencyKey = ?"), arguments: [accountId, idempotencyKey]) {
                 let delta: Int64 = row["delta"], memoThen: String? = row["memo"]
                 return delta == -amount && memoThen == memo ? .replayed(balance: row["balance"]) : .keyConflict
             }
@@ -344,10 +342,10 @@ public final class FulfillmentStore: Sendable {
     /// Ledger rows after `after` (an entry id), oldest first; `next` when more remain.
     public func ledger(accountId: String, after: Int64, limit: Int) async throws -> (entries: [LedgerEntry], next: Int64?) {
         try await writer.read { db in
-            let rows = try Row.fetchAll(db, sql: """
+            let rows = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT id, delta, balance, kind, transactionId, memo, shortfall, createdAtMs FROM ledger
                 WHERE accountId = ? AND id > ? ORDER BY id LIMIT ?
-                """, arguments: [accountId, after, limit + 1])
+                """), arguments: [accountId, after, limit + 1])
             let entries = rows.prefix(limit).map { row -> LedgerEntry in
                 var e = LedgerEntry(id: row["id"], delta: row["delta"], balance: row["balance"],
                                     kind: LedgerKind(rawValue: row["kind"]) ?? .grant, transactionId: row["transactionId"],
@@ -362,7 +360,7 @@ public final class FulfillmentStore: Sendable {
 
     /// Owed coins (refunded after being spent) for an account.
     public func shortfall(accountId: String) async throws -> Int64 {
-        try await writer.read { db in try Int64.fetchOne(db, sql: "SELECT shortfall FROM wallet WHERE accountId = ?", arguments: [accountId]) ?? 0 }
+        try await writer.read { db in try Int64.fetchOne(db.cachedStatement(sql: "SELECT shortfall FROM wallet WHERE accountId = ?"), arguments: [accountId]) ?? 0 }
     }
 
     // MARK: invariants (tests, benchmarks, the crash harness)
@@ -388,75 +386,72 @@ public final class FulfillmentStore: Sendable {
     // MARK: statements (inside a write)
 
     private static func isProcessed(_ p: VerifiedPurchase, _ db: Database) throws -> Bool {
-        try Bool.fetchOne(db, sql: "SELECT 1 FROM processedTransaction WHERE environment = ? AND transactionId = ?",
+        try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM processedTransaction WHERE environment = ? AND transactionId = ?"),
                           arguments: [p.environment, p.transactionId]) ?? false
     }
 
     private struct ProcessedRow { var revokedAtMs: Int64? }
 
     private static func processed(_ p: VerifiedPurchase, _ db: Database) throws -> ProcessedRow? {
-        try Row.fetchOne(db, sql: "SELECT revokedAtMs FROM processedTransaction WHERE environment = ? AND transactionId = ?",
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT revokedAtMs FROM processedTransaction WHERE environment = ? AND transactionId = ?"),
                          arguments: [p.environment, p.transactionId]).map { ProcessedRow(revokedAtMs: $0["revokedAtMs"]) }
     }
 
     private static func recordProcessed(_ p: VerifiedPurchase, accountId: String, rule: GrantRule, coins: Int64, nowMs: Int64, db: Database) throws {
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, productId, grantKind,
                                               coinsGranted, purchaseDateMs, expiresDateMs, processedAtMs)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, arguments: [p.environment, p.transactionId, p.originalTransactionId, accountId, p.productId, rule.kind,
+            """).execute(arguments: [p.environment, p.transactionId, p.originalTransactionId, accountId, p.productId, rule.kind,
                              coins, p.purchaseDateMs, p.expiresDateMs, nowMs])
     }
 
     private static func bind(_ p: VerifiedPurchase, accountId: String, nowMs: Int64, db: Database) throws {
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO ownership (environment, originalTransactionId, accountId, productId, boundAtMs) VALUES (?, ?, ?, ?, ?)
-            """, arguments: [p.environment, p.originalTransactionId, accountId, p.productId, nowMs])
+            """).execute(arguments: [p.environment, p.originalTransactionId, accountId, p.productId, nowMs])
     }
 
     private static func transfer(_ p: VerifiedPurchase, from: String, to: String, nowMs: Int64, db: Database) throws {
-        try db.execute(sql: "UPDATE ownership SET accountId = ?, boundAtMs = ? WHERE environment = ? AND originalTransactionId = ?",
-                       arguments: [to, nowMs, p.environment, p.originalTransactionId])
-        try db.execute(sql: "UPDATE entitlement SET accountId = ? WHERE environment = ? AND originalTransactionId = ?",
-                       arguments: [to, p.environment, p.originalTransactionId])
-        try db.execute(sql: """
+        try db.cachedStatement(sql: "UPDATE ownership SET accountId = ?, boundAtMs = ? WHERE environment = ? AND originalTransactionId = ?").execute(arguments: [to, nowMs, p.environment, p.originalTransactionId])
+        try db.cachedStatement(sql: "UPDATE entitlement SET accountId = ? WHERE environment = ? AND originalTransactionId = ?").execute(arguments: [to, p.environment, p.originalTransactionId])
+        try db.cachedStatement(sql: """
             INSERT INTO ownershipTransfer (environment, originalTransactionId, fromAccountId, toAccountId, transferredAtMs)
             VALUES (?, ?, ?, ?, ?)
-            """, arguments: [p.environment, p.originalTransactionId, from, to, nowMs])
+            """).execute(arguments: [p.environment, p.originalTransactionId, from, to, nowMs])
     }
 
     private static func insertEntitlement(_ p: VerifiedPurchase, accountId: String, name: String, startsAtMs: Int64,
                                           expiresAtMs: Int64?, db: Database) throws {
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO entitlement (environment, originalTransactionId, accountId, entitlement, productId, startsAtMs, expiresAtMs)
             VALUES (?, ?, ?, ?, ?, ?, ?)
-            """, arguments: [p.environment, p.originalTransactionId, accountId, name, p.productId, startsAtMs, expiresAtMs])
+            """).execute(arguments: [p.environment, p.originalTransactionId, accountId, name, p.productId, startsAtMs, expiresAtMs])
     }
 
     /// Moves a subscription's end to this transaction's expiry if that is later (a renewal); a renewal
     /// bought after a revocation reinstates access. True if anything changed.
     private static func extendSubscription(_ p: VerifiedPurchase, db: Database) throws -> Bool {
         guard let expires = p.expiresDateMs else { return false }
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             UPDATE entitlement SET expiresAtMs = ?, revokedAtMs = NULL
             WHERE environment = ? AND originalTransactionId = ?
               AND (expiresAtMs IS NULL OR expiresAtMs < ?)
               AND (revokedAtMs IS NULL OR revokedAtMs < ?)
-            """, arguments: [expires, p.environment, p.originalTransactionId, expires, p.purchaseDateMs])
+            """).execute(arguments: [expires, p.environment, p.originalTransactionId, expires, p.purchaseDateMs])
         return db.changesCount > 0
     }
 
     /// Revokes inside a write; false if it was already revoked.
     @discardableResult
     private static func revoke(environment: String, transactionId: String, reason: String, nowMs: Int64, db: Database) throws -> Bool {
-        guard let row = try Row.fetchOne(db, sql: """
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: """
             SELECT accountId, originalTransactionId, productId, coinsGranted, revokedAtMs FROM processedTransaction
             WHERE environment = ? AND transactionId = ?
-            """, arguments: [environment, transactionId]) else { return false }
+            """), arguments: [environment, transactionId]) else { return false }
         let revokedAt: Int64? = row["revokedAtMs"]
         guard revokedAt == nil else { return false }
-        try db.execute(sql: "UPDATE processedTransaction SET revokedAtMs = ?, revokeReason = ? WHERE environment = ? AND transactionId = ?",
-                       arguments: [nowMs, reason, environment, transactionId])
+        try db.cachedStatement(sql: "UPDATE processedTransaction SET revokedAtMs = ?, revokeReason = ? WHERE environment = ? AND transactionId = ?").execute(arguments: [nowMs, reason, environment, transactionId])
         let accountId: String = row["accountId"], original: String = row["originalTransactionId"], productId: String = row["productId"]
         let coins: Int64 = row["coinsGranted"]
         if coins > 0 {
@@ -465,9 +460,9 @@ public final class FulfillmentStore: Sendable {
             try appendLedger(accountId: accountId, delta: -taken, kind: "reversal", environment: environment, transactionId: transactionId,
                              memo: "\(reason): \(productId)", shortfall: coins - taken, nowMs: nowMs, db: db)
         } else {
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 UPDATE entitlement SET revokedAtMs = ? WHERE environment = ? AND originalTransactionId = ? AND revokedAtMs IS NULL
-                """, arguments: [nowMs, environment, original])
+                """).execute(arguments: [nowMs, environment, original])
             try appendLedger(accountId: accountId, delta: 0, kind: "reversal", environment: environment, transactionId: transactionId,
                              memo: "\(reason): \(productId)", nowMs: nowMs, db: db)
         }
@@ -479,28 +474,27 @@ public final class FulfillmentStore: Sendable {
     private static func appendLedger(accountId: String, delta: Int64, kind: String, environment: String? = nil, transactionId: String? = nil,
                                      idempotencyKey: String? = nil, memo: String?, shortfall: Int64 = 0, nowMs: Int64,
                                      db: Database) throws -> Int64 {
-        try db.execute(sql: "INSERT OR IGNORE INTO wallet (accountId) VALUES (?)", arguments: [accountId])
-        try db.execute(sql: "UPDATE wallet SET balance = balance + ?, shortfall = shortfall + ? WHERE accountId = ?",
-                       arguments: [delta, shortfall, accountId])
+        try db.cachedStatement(sql: "INSERT OR IGNORE INTO wallet (accountId) VALUES (?)").execute(arguments: [accountId])
+        try db.cachedStatement(sql: "UPDATE wallet SET balance = balance + ?, shortfall = shortfall + ? WHERE accountId = ?").execute(arguments: [delta, shortfall, accountId])
         let balance = try Self.balance(accountId, db)
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO ledger (accountId, delta, balance, kind, environment, transactionId, idempotencyKey, memo, shortfall, createdAtMs)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, arguments: [accountId, delta, balance, kind, environment, transactionId, idempotencyKey, memo, shortfall, nowMs])
+            """).execute(arguments: [accountId, delta, balance, kind, environment, transactionId, idempotencyKey, memo, shortfall, nowMs])
         return balance
     }
 
     private static func balance(_ accountId: String, _ db: Database) throws -> Int64 {
-        try Int64.fetchOne(db, sql: "SELECT balance FROM wallet WHERE accountId = ?", arguments: [accountId]) ?? 0
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT balance FROM wallet WHERE accountId = ?"), arguments: [accountId]) ?? 0
     }
 
     /// Active entitlements, one per entitlement name: a permanent one wins, else the latest end.
     private static func activeEntitlements(_ accountId: String, nowMs: Int64, _ db: Database) throws -> [Entitlement] {
-        let rows = try Row.fetchAll(db, sql: """
+        let rows = try Row.fetchAll(db.cachedStatement(sql: """
             SELECT entitlement, productId, expiresAtMs, originalTransactionId FROM entitlement
             WHERE accountId = ? AND revokedAtMs IS NULL AND (expiresAtMs IS NULL OR expiresAtMs > ?)
             ORDER BY entitlement, expiresAtMs IS NOT NULL, expiresAtMs DESC, originalTransactionId
-            """, arguments: [accountId, nowMs])
+            """), arguments: [accountId, nowMs])
         var seen = Set<String>()
         var out: [Entitlement] = []
         for row in rows {

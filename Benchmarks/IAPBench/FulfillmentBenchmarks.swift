@@ -1,0 +1,167 @@
+import ArgumentParser
+import Foundation
+import IAPProtocol
+import JSONRPC
+import NIOConcurrencyHelpers
+import RPCTransport
+
+/// Addresses of a running suite (compose/up.sh), shared by the end-to-end scenarios.
+struct SuiteAddresses: ParsableArguments {
+    @Option(help: "fulfillment-service address.") var fulfillment = Self.env("IAP_FULFILLMENT_ADDR", "127.0.0.1:7104")
+    @Option(help: "accounts-service address.") var accounts = Self.env("IAP_ACCOUNTS_ADDR", "127.0.0.1:7101")
+    @Option(help: "appstore-sim address.") var sim = Self.env("IAP_SIM_ADDR", "127.0.0.1:7105")
+    @Option(name: .customLong("bundle-id"), help: "Bundle id of the simulated purchases.") var bundleId = "com.example.game"
+    @Option(help: "Signed-in accounts the load is spread over.") var users = 32
+
+    static func env(_ name: String, _ fallback: String) -> String {
+        ProcessInfo.processInfo.environment[name].flatMap { $0.isEmpty ? nil : $0 } ?? fallback
+    }
+
+    /// Registers `users` fresh accounts; returns their session tokens.
+    func signIn(run: String) async throws -> [String] {
+        let client = try RPCClient(address: accounts, configuration: .init(connections: 2, callTimeout: .seconds(60)))
+        defer { Task { await client.close() } }
+        return try await withThrowingTaskGroup(of: String.self) { group in
+            for i in 0..<users {
+                group.addTask {
+                    try await client.call(AccountsRegister.self, .init(username: "bench-\(run)-\(i)", password: "benchmark passphrase \(i)"))
+                        .session.token
+                }
+            }
+            var out: [String] = []
+            for try await s in group { out.append(s) }
+            return out
+        }
+    }
+
+    /// Buys `count` purchases in the simulator, each by its own Apple ID (so every receipt holds one).
+    func mint(count: Int, productId: String, type: ProductType, quantity: Int? = nil, run: String) async throws -> [SimPurchase.Result] {
+        let client = try RPCClient(address: sim, configuration: .init(connections: 4, callTimeout: .seconds(60)))
+        defer { Task { await client.close() } }
+        let next = NIOLockedValueBox(0)
+        return try await withThrowingTaskGroup(of: [(Int, SimPurchase.Result)].self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    var out: [(Int, SimPurchase.Result)] = []
+                    while true {
+                        let i = next.withLockedValue { v in defer { v += 1 }; return v }
+                        guard i < count else { return out }
+                        out.append((i, try await client.call(SimPurchase.self, .init(
+                            appleId: "bench-\(run)-\(i)@icloud", bundleId: bundleId, productId: productId, productType: type,
+                            quantity: quantity))))
+                    }
+                }
+            }
+            var all: [(Int, SimPurchase.Result)] = []
+            for try await part in group { all += part }
+            return all.sorted { $0.0 < $1.0 }.map(\.1)
+        }
+    }
+
+    func fulfillmentClients(_ n: Int) throws -> [RPCClient] {
+        try (0..<n).map { _ in try RPCClient(address: fulfillment, configuration: .init(connections: 1, callTimeout: .seconds(30))) }
+    }
+}
+
+/// `fulfillment.redeem` end to end (accounts + verification + catalog + one SQLite commit per call),
+/// every call a new purchase minted in the simulator before timing starts.
+struct RedeemBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "redeem",
+                                                    abstract: "Redeems/s and latency, every redeem a new transaction (needs the running suite).")
+    @OptionGroup var suite: SuiteAddresses
+    @OptionGroup var load: LoadOptions
+    @Option(help: "Purchases to mint before timing (the run stops early if it uses them all).") var purchases = 15_000
+    @Option(help: "Redeem the app receipt (receipt) or the StoreKit 2 signed transaction (jws).") var via = "receipt"
+    @Option(help: "Consumable product to buy (must be in the catalog).") var product = "coins.100"
+
+    func validate() throws {
+        guard ["receipt", "jws"].contains(via) else { throw ValidationError("--via must be receipt or jws") }
+    }
+
+    func run() async throws {
+        let runId = String(UUID().uuidString.prefix(8)).lowercased()
+        FileHandle.standardError.write(Data("signing in \(suite.users) accounts, minting \(purchases) purchases...\n".utf8))
+        let sessions = try await suite.signIn(run: runId)
+        let minted = try await suite.mint(count: purchases, productId: product, type: .consumable, run: runId)
+        let clients = try suite.fulfillmentClients(load.connections)
+        let granted = NIOLockedValueBox(0)
+        let viaJWS = via == "jws"
+        let driver = LoadDriver(options: load)
+        let report = try await driver.run(scenario: "redeem (\(via))", clients: clients,
+                                          notes: ["synchronous": "FULL (fulfillment.sqlite, WAL)"]) { client, i in
+            guard i < minted.count else { return nil }
+            let p = minted[i]
+            do {
+                let result = try await client.call(FulfillmentRedeem.self, .init(
+                    session: sessions[i % sessions.count], receiptData: viaJWS ? nil : p.receiptData,
+                    signedTransactions: viaJWS ? [p.signedTransaction] : nil))
+                guard result.results.first?.outcome == .granted else { return .failed(code: 0) }
+                granted.withLockedValue { $0 += 1 }
+                return .ok
+            } catch let error as RPCError {
+                return .failed(code: error.code)
+            } catch {
+                return .failed(code: -1)
+            }
+        }
+        var withCheck = report
+        withCheck.notes["check"] = try await balanceCheck(sessions: sessions, expected: Int64(granted.withLockedValue { $0 }) * 100)
+        driver.print(withCheck)
+        for c in clients { await c.close() }
+    }
+
+    /// Every granted redeem (warm-up included) shows in the balances exactly once.
+    private func balanceCheck(sessions: [String], expected: Int64) async throws -> String {
+        let client = try RPCClient(address: suite.fulfillment)
+        var total: Int64 = 0
+        for s in sessions { total += try await client.call(FulfillmentGetBalance.self, .init(session: s)).balance }
+        await client.close()
+        return total == expected ? "balances sum to 100 x granted redeems (\(total))" : "MISMATCH: balances \(total), expected \(expected)"
+    }
+}
+
+/// `fulfillment.spendCoins`: one coin per call, every call a new idempotency key.
+struct SpendBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "spend",
+                                                    abstract: "Spends/s and latency, each with its own idempotency key (needs the running suite).")
+    @OptionGroup var suite: SuiteAddresses
+    @OptionGroup var load: LoadOptions
+    @Option(help: "Consumable that funds each account (bought 10 times over in one purchase).") var fundProduct = "coins.1000"
+
+    func run() async throws {
+        let runId = String(UUID().uuidString.prefix(8)).lowercased()
+        FileHandle.standardError.write(Data("signing in and funding \(suite.users) accounts...\n".utf8))
+        let sessions = try await suite.signIn(run: runId)
+        let funding = try await suite.mint(count: sessions.count, productId: fundProduct, type: .consumable, quantity: 10, run: runId)
+        let setup = try RPCClient(address: suite.fulfillment)
+        var funded: Int64 = 0
+        for (session, purchase) in zip(sessions, funding) {
+            funded += try await setup.call(FulfillmentRedeem.self, .init(session: session, receiptData: purchase.receiptData)).balance
+        }
+        let clients = try suite.fulfillmentClients(load.connections)
+        let spent = NIOLockedValueBox(0)
+        let driver = LoadDriver(options: load)
+        let report = try await driver.run(scenario: "spend", clients: clients,
+                                          notes: ["synchronous": "FULL (fulfillment.sqlite, WAL)"]) { client, i in
+            do {
+                _ = try await client.call(FulfillmentSpendCoins.self, .init(
+                    session: sessions[i % sessions.count], amount: 1, idempotencyKey: "bench-\(runId)-\(i)"))
+                spent.withLockedValue { $0 += 1 }
+                return .ok
+            } catch let error as RPCError {
+                return .failed(code: error.code)
+            } catch {
+                return .failed(code: -1)
+            }
+        }
+        var total: Int64 = 0
+        for s in sessions { total += try await setup.call(FulfillmentGetBalance.self, .init(session: s)).balance }
+        let expected = funded - Int64(spent.withLockedValue { $0 })
+        var withCheck = report
+        withCheck.notes["check"] = total == expected ? "balances = funded - successful spends (\(total))"
+            : "MISMATCH: balances \(total), expected \(expected)"
+        driver.print(withCheck)
+        await setup.close()
+        for c in clients { await c.close() }
+    }
+}
