@@ -80,14 +80,7 @@ public struct VerifiedReceipt: Sendable {
 public final class ReceiptVerifier: Sendable {
     private let trust: ReceiptTrust
     private let limits: ASN1Limits
-    private let chainCache = NIOLockedValueBox<[Data: ValidityWindow]>([:])
-    /// Parsed certificates by their DER: receipts carry the same few chains over and over.
-    private let certificateCache = NIOLockedValueBox<[[UInt8]: Certificate]>([:])
-
-    struct ValidityWindow {
-        let notBefore: Date
-        let notAfter: Date
-    }
+    private let cache = TrustedChainCache()
 
     public init(trust: ReceiptTrust, limits: ASN1Limits = .init()) {
         self.trust = trust
@@ -123,7 +116,7 @@ public final class ReceiptVerifier: Sendable {
         }
         let certificates: [Certificate]
         do {
-            certificates = try container.certificates.map(certificate)
+            certificates = try container.certificates.map(cache.certificate)
         } catch {
             return .failure(.malformed)
         }
@@ -188,34 +181,12 @@ public final class ReceiptVerifier: Sendable {
         return ok ? nil : .signatureInvalid
     }
 
-    private func certificate(_ der: [UInt8]) throws -> Certificate {
-        if let cached = certificateCache.withLockedValue({ $0[der] }) { return cached }
-        let parsed = try Certificate(derEncoded: der)
-        certificateCache.withLockedValue { cache in
-            if cache.count > 1_000 { cache.removeAll() }  // a handful of real chains; bound hostile variety
-            cache[der] = parsed
-        }
-        return parsed
-    }
-
     /// `ders`: the container's certificates as carried, which identify the chain for the cache.
     private func chainIsTrusted(leaf: Certificate, others: [Certificate], ders: [[UInt8]], at date: Date) async -> Bool {
-        let key = Data(SHA256.hash(data: ders.flatMap { $0 }))
-        if let window = chainCache.withLockedValue({ $0[key] }) {
-            return window.notBefore <= date && date <= window.notAfter
-        }
-        var verifier = Verifier(rootCertificates: CertificateStore(trust.roots)) {
+        await cache.isTrusted(leaf: leaf, intermediates: others, roots: trust.roots, ders: ders, at: date) {
             RFC5280Policy(fixedExpiryValidationTime: date)
             AppleMarkerPolicy()
         }
-        let result = await verifier.validate(leaf: leaf, intermediates: CertificateStore(others))
-        guard case .validCertificate(let chain) = result else { return false }
-        let window = ValidityWindow(notBefore: chain.map(\.notValidBefore).max()!, notAfter: chain.map(\.notValidAfter).min()!)
-        chainCache.withLockedValue { cache in
-            if cache.count > 1_000 { cache.removeAll() }  // a handful of real chains; bound hostile variety
-            cache[key] = window
-        }
-        return true
     }
 
     /// UUID string -> its 16 bytes; otherwise hex, otherwise base64 (a MAC address).

@@ -24,6 +24,7 @@ public enum JWSFailure: String, Error, Sendable, Equatable {
 public final class SignedPayloadVerifier: Sendable {
     private let pinnedRoots: [[UInt8]]
     private let roots: [Certificate]
+    private let cache = TrustedChainCache()
     public static let maxBytes = 64 * 1024
 
     public init(roots: [Certificate]) {
@@ -53,7 +54,7 @@ public final class SignedPayloadVerifier: Sendable {
         guard header.alg == "ES256" else { return .failure(.wrongAlgorithm) }
         guard let x5c = header.x5c, x5c.count == 3 else { return .failure(.invalidChain) }
         let ders = x5c.compactMap { Data(base64Encoded: $0).map { Array($0) } }
-        guard ders.count == 3, let chain = try? ders.map({ try Certificate(derEncoded: $0) }) else { return .failure(.malformed) }
+        guard ders.count == 3, let chain = try? ders.map({ try cache.certificate($0) }) else { return .failure(.malformed) }
         guard pinnedRoots.contains(ders[2]) else { return .failure(.untrustedChain) }
         guard let key = P256.Signing.PublicKey(chain[0].publicKey),
               let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes) else { return .failure(.signatureInvalid) }
@@ -63,13 +64,11 @@ public final class SignedPayloadVerifier: Sendable {
             return .failure(.malformed)
         }
         let at = Date(timeIntervalSince1970: Double(signedDate) / 1000)
-        var verifier = Verifier(rootCertificates: CertificateStore([chain[2]])) {
+        let trusted = await cache.isTrusted(leaf: chain[0], intermediates: [chain[1]], roots: [chain[2]], ders: ders, at: at) {
             RFC5280Policy(fixedExpiryValidationTime: at)
             AppleMarkerPolicy()
         }
-        guard case .validCertificate = await verifier.validate(leaf: chain[0], intermediates: CertificateStore([chain[1]])) else {
-            return .failure(.untrustedChain)
-        }
+        guard trusted else { return .failure(.untrustedChain) }
         return .success(payload)
     }
 

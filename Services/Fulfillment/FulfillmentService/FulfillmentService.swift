@@ -86,21 +86,27 @@ public final class FulfillmentService: Sendable {
     /// Verifies every JWS concurrently. One that fails verification is `rejected` (not finishable),
     /// the others go on.
     private func verifiedTransactions(_ jwsList: [String]) async throws(RPCError) -> ([VerifiedPurchase], [TransactionResult]) {
-        let answers = await withTaskGroup(of: (Int, Result<VerificationVerifyTransaction.Result, RPCError>).self) { group in
-            for (i, jws) in jwsList.enumerated() {
-                group.addTask {
-                    do throws(RPCError) { return (i, .success(try await self.dependencies.verifyTransaction(jws))) }
-                    catch { return (i, .failure(error)) }
+        var answers: [VerifyAnswer]
+        if jwsList.count == 1 {
+            answers = [await verifyOne(jwsList[0])]
+        } else {
+            answers = await withTaskGroup(of: (Int, VerifyAnswer).self) { group in
+                for (i, jws) in jwsList.enumerated() {
+                    group.addTask { (i, await self.verifyOne(jws)) }
                 }
+                var out = [VerifyAnswer](repeating: .failed(RPCError.internalError()), count: jwsList.count)
+                for await (i, answer) in group { out[i] = answer }
+                return out
             }
-            var out = [Result<VerificationVerifyTransaction.Result, RPCError>?](repeating: nil, count: jwsList.count)
-            for await (i, r) in group { out[i] = r }
-            return out
         }
         var verified: [VerifiedPurchase] = []
         var rejected: [TransactionResult] = []
         for (i, answer) in answers.enumerated() {
-            let result = try answer!.get()  // a dependency failure fails the whole call: nothing is written
+            let result: VerificationVerifyTransaction.Result
+            switch answer {
+            case .verified(let r): result = r
+            case .failed(let error): throw error  // a dependency failure fails the whole call: nothing is written
+            }
             if result.status == 0, let payload = result.transaction,
                let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: result.environment) {
                 verified.append(purchase)
@@ -112,6 +118,19 @@ public final class FulfillmentService: Sendable {
             }
         }
         return (verified.sorted { ($0.purchaseDateMs, $0.transactionId) < ($1.purchaseDateMs, $1.transactionId) }, rejected)
+    }
+
+    private enum VerifyAnswer: Sendable {
+        case verified(VerificationVerifyTransaction.Result)
+        case failed(RPCError)
+    }
+
+    private func verifyOne(_ jws: String) async -> VerifyAnswer {
+        do {
+            return .verified(try await dependencies.verifyTransaction(jws))
+        } catch {
+            return .failed(error)
+        }
     }
 
     /// What the catalog says each product grants; products it does not know map to nil.
