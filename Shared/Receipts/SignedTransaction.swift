@@ -47,7 +47,8 @@ public final class SignedPayloadVerifier: Sendable {
     /// The payload's JSON bytes, once everything checks out.
     public func verify(_ jws: String) async -> Result<[UInt8], JWSFailure> {
         guard jws.utf8.count <= Self.maxBytes else { return .failure(.malformed) }
-        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
+        let bytes = Array(jws.utf8)
+        let parts = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3, let headerBytes = Self.base64URL(parts[0]), let payload = Self.base64URL(parts[1]),
               let signatureBytes = Self.base64URL(parts[2]),
               let header = try? JSONDecoder().decode(Header.self, from: Data(headerBytes)) else { return .failure(.malformed) }
@@ -58,7 +59,7 @@ public final class SignedPayloadVerifier: Sendable {
         guard pinnedRoots.contains(ders[2]) else { return .failure(.untrustedChain) }
         guard let key = P256.Signing.PublicKey(chain[0].publicKey),
               let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes) else { return .failure(.signatureInvalid) }
-        let signingInput = Array(parts[0].utf8) + [UInt8(ascii: ".")] + Array(parts[1].utf8)
+        let signingInput = bytes[..<(parts[0].count + 1 + parts[1].count)]
         guard key.isValidSignature(signature, for: SHA256.hash(data: signingInput)) else { return .failure(.signatureInvalid) }
         guard let dated = try? JSONDecoder().decode(Dated.self, from: Data(payload)), let signedDate = dated.signedDate else {
             return .failure(.malformed)
@@ -72,10 +73,32 @@ public final class SignedPayloadVerifier: Sendable {
         return .success(payload)
     }
 
-    static func base64URL(_ part: Substring) -> [UInt8]? {
-        var s = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while s.count % 4 != 0 { s += "=" }
-        return Data(base64Encoded: s).map { Array($0) }
+    /// Unpadded base64url (RFC 4648 section 5) to bytes, straight from the UTF-8 (no string copies);
+    /// nil on any character outside the alphabet or an impossible length.
+    static func base64URL(_ part: ArraySlice<UInt8>) -> [UInt8]? {
+        guard part.count % 4 != 1 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(part.count * 3 / 4)
+        var accumulator: UInt32 = 0
+        var bits = 0
+        for c in part {
+            let v: UInt8
+            switch c {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): v = c - UInt8(ascii: "A")
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): v = c - UInt8(ascii: "a") + 26
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = c - UInt8(ascii: "0") + 52
+            case UInt8(ascii: "-"): v = 62
+            case UInt8(ascii: "_"): v = 63
+            default: return nil
+            }
+            accumulator = (accumulator << 6) | UInt32(v)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                out.append(UInt8(truncatingIfNeeded: accumulator >> UInt32(bits)))
+            }
+        }
+        return out
     }
 }
 
