@@ -95,13 +95,13 @@ struct RedeemBenchmark: AsyncParsableCommand {
                 let result = try await client.call(FulfillmentRedeem.self, .init(
                     session: sessions[i % sessions.count], receiptData: viaJWS ? nil : p.receiptData,
                     signedTransactions: viaJWS ? [p.signedTransaction] : nil))
-                guard result.results.first?.outcome == .granted else { return .failed(code: 0) }
+                guard result.results.first?.outcome == .granted else { return .failed(code: CallOutcome.unexpectedResult) }
                 granted.withLockedValue { $0 += 1 }
                 return .ok
             } catch let error as RPCError {
                 return .failed(code: error.code)
             } catch {
-                return .failed(code: -1)
+                return .failed(code: CallOutcome.otherError)
             }
         }
         var withCheck = report
@@ -151,7 +151,7 @@ struct SpendBenchmark: AsyncParsableCommand {
             } catch let error as RPCError {
                 return .failed(code: error.code)
             } catch {
-                return .failed(code: -1)
+                return .failed(code: CallOutcome.otherError)
             }
         }
         var total: Int64 = 0

@@ -22,6 +22,11 @@ struct LoadOptions: ParsableArguments {
 enum CallOutcome: Sendable {
     case ok
     case failed(code: Int)
+
+    /// Pseudo-codes for failures that are not JSON-RPC errors.
+    static let unexpectedResult = 0
+    static let noRequestsLeft = -2
+    static let otherError = -1
 }
 
 /// Runs a scenario's calls closed-loop (connections x in-flight workers, each sending its next call
@@ -55,10 +60,12 @@ struct LoadDriver {
         let nextIndex: @Sendable () -> Int = { counter.withLockedValue { v in defer { v += 1 }; return v } }
 
         if options.warmup > 0 {
-            _ = await closedLoop(clients: clients, seconds: options.warmup, next: nextIndex, call: call)
+            _ = options.rate > 0
+                ? await openLoop(clients: clients, seconds: options.warmup, next: nextIndex, call: call)
+                : await closedLoop(clients: clients, seconds: options.warmup, next: nextIndex, call: call)
         }
         let measured = options.rate > 0
-            ? await openLoop(clients: clients, next: nextIndex, call: call)
+            ? await openLoop(clients: clients, seconds: options.duration, next: nextIndex, call: call)
             : await closedLoop(clients: clients, seconds: options.duration, next: nextIndex, call: call)
         sampler.stop()
 
@@ -68,7 +75,12 @@ struct LoadDriver {
             latencies.isEmpty ? 0 : Double(latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))]) / 1000
         }
         var errors: [String: Int] = [:]
-        for (code, n) in measured.errors { errors[RPCErrorCode(rawValue: code).map { "\(code) \($0.name)" } ?? "\(code)"] = n }
+        for (code, n) in measured.errors {
+            let name = RPCErrorCode(rawValue: code).map { "\(code) \($0.name)" }
+                ?? [CallOutcome.unexpectedResult: "unexpected result", CallOutcome.noRequestsLeft: "no prepared requests left",
+                    CallOutcome.otherError: "other error"][code] ?? "\(code)"
+            errors[name] = n
+        }
         return Report(
             scenario: scenario, mode: options.rate > 0 ? "open" : "closed", connections: clients.count, inFlight: options.inFlight,
             targetRate: options.rate > 0 ? options.rate : nil, seconds: measured.seconds, requests: latencies.count,
@@ -142,9 +154,9 @@ struct LoadDriver {
 
     /// Sends request i at start + i/rate whatever happened to earlier ones; latency counts from that
     /// intended time, so a stall shows up in every request it delayed (no coordinated omission).
-    private func openLoop(clients: [RPCClient], next: @escaping @Sendable () -> Int,
+    private func openLoop(clients: [RPCClient], seconds: Double, next: @escaping @Sendable () -> Int,
                           call: @escaping @Sendable (RPCClient, Int) async -> CallOutcome?) async -> Measured {
-        let total = Int(options.rate * options.duration)
+        let total = Int(options.rate * seconds)
         let interval = 1e9 / options.rate
         let start = DispatchTime.now().uptimeNanoseconds
         let results = await withTaskGroup(of: (UInt64, CallOutcome?).self) { group in
@@ -167,7 +179,7 @@ struct LoadDriver {
             switch outcome {
             case .ok?: m.latenciesUs.append(UInt32(min(us, UInt64(UInt32.max))))
             case .failed(let code)?: m.errors[code, default: 0] += 1
-            case nil: m.errors[0, default: 0] += 1  // ran out of prepared requests
+            case nil: m.errors[CallOutcome.noRequestsLeft, default: 0] += 1
             }
         }
         m.seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
