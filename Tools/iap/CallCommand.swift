@@ -36,14 +36,10 @@ struct CallCommand: AsyncParsableCommand {
     }
 
     static func address(service: String, flag: String?) throws -> String {
+        if let known = SuiteService(rawValue: service) { return known.address(flag: flag) }
         if let flag { return flag }
-        let ports = ["accounts": DefaultPorts.accounts, "catalog": DefaultPorts.catalog, "verification": DefaultPorts.verification,
-                     "fulfillment": DefaultPorts.fulfillment, "sim": DefaultPorts.simulator]
-        if let port = ports[service] {
-            return Environment.value("IAP_\(service.uppercased())_ADDR") ?? "127.0.0.1:\(port)"
-        }
         guard service.contains(":") else {
-            throw ValidationError("unknown service \"\(service)\": use one of \(ports.keys.sorted().joined(separator: ", ")) or HOST:PORT")
+            throw ValidationError("unknown service \"\(service)\": use one of \(SuiteService.allCases.map(\.rawValue).joined(separator: ", ")) or HOST:PORT")
         }
         return service
     }

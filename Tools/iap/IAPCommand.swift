@@ -1,16 +1,19 @@
 import ArgumentParser
 
-/// `iap`: the suite's command-line client. Exit codes: 0 success; 1 the service (or check) refused
-/// (e.g. an invalid receipt); 2 a service could not be reached; 64 usage errors.
+/// `iap`: the suite's command-line client. Exit codes: 0 success; 1 the service (or a check) refused;
+/// 2 a service could not be reached; 64 usage errors.
 @main
 struct IAPCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "iap",
         abstract: "Command-line client for the in-app purchase suite.",
-        subcommands: [ReceiptCommand.self, SimCommand.self, CallCommand.self])
-}
-
-enum ExitCodes {
-    static let refused = ExitCode(1)
-    static let unreachable = ExitCode(2)
+        discussion: """
+            Addresses: --addr, else IAP_ACCOUNTS_ADDR / IAP_CATALOG_ADDR / IAP_VERIFICATION_ADDR / IAP_FULFILLMENT_ADDR / \
+            IAP_SIM_ADDR, else the config file's "addresses", else 127.0.0.1 and the DESIGN.md ports. \
+            `iap accounts login` saves the session (mode 0600) in $IAP_CONFIG or ~/.config/iap/config.json. \
+            Exit codes: 0 ok, 1 refused by a service, 2 a service unreachable, 64 usage.
+            """,
+        subcommands: [AccountsCommand.self, CatalogCommand.self, ReceiptCommand.self, RedeemCommand.self, RestoreCommand.self,
+                      BalanceCommand.self, LedgerCommand.self, SpendCommand.self, EntitlementsCommand.self, ContentCommand.self,
+                      SimCommand.self, HealthCommand.self, MethodsCommand.self, CallCommand.self, DemoCommand.self])
 }

@@ -7,7 +7,7 @@ import VerificationService
 
 struct ReceiptCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "receipt", abstract: "Work with app receipt files.", subcommands: [Inspect.self])
+        commandName: "receipt", abstract: "Work with app receipt files.", subcommands: [Inspect.self, Verify.self])
 
     struct Inspect: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -75,6 +75,28 @@ struct ReceiptCommand: AsyncParsableCommand {
                 }
             }
             return lines.joined(separator: "\n")
+        }
+    }
+
+    struct Verify: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Ask the running verification service about a receipt (verification.verifyReceipt).",
+            discussion: "Exit code 1 when the receipt is refused.")
+        @Argument(help: "Receipt file (base64 or binary; - for standard input).") var file: String
+        @Option(name: .customLong("bundle-id"), help: "Expected bundle id.") var bundleId: String?
+        @Option(name: .customLong("device-identifier"), help: "Check the device hash against this identifier.") var deviceIdentifier: String?
+        @Option(help: "local (default), remote or auto.") var mode: String?
+        @OptionGroup var client: ClientOptions
+
+        func run() async throws {
+            let verificationMode = try mode.map { m -> VerificationMode in
+                guard let parsed = VerificationMode(rawValue: m) else { throw ValidationError("--mode must be local, remote or auto") }
+                return parsed
+            }
+            let answer = await ServiceCall(options: client).run(.verification, VerificationVerifyReceipt.self, .init(
+                receiptData: try receiptBase64(file), expectedBundleId: bundleId, deviceIdentifier: deviceIdentifier, mode: verificationMode),
+                human: Inspect.summary)
+            if answer.status != 0 { throw ExitCodes.refused }
         }
     }
 }

@@ -1,0 +1,82 @@
+import ArgumentParser
+import Foundation
+import IAPProtocol
+import JSONRPC
+
+/// `iap accounts register|login|logout|whoami|sessions`. Signing in saves the session in the config file.
+struct AccountsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "accounts", abstract: "Register, sign in and out, and see who you are.",
+        subcommands: [Register.self, Login.self, Logout.self, WhoAmI.self, Sessions.self])
+
+    struct SignInOptions: ParsableArguments {
+        @Argument(help: "Username.") var username: String
+        @Option(help: "Password (default: IAP_PASSWORD, else asked for).") var password: String?
+        @Option(name: .customLong("device-name"), help: "A name for this device in `iap accounts sessions`.") var deviceName = "iap CLI"
+    }
+
+    static func signIn<M: RPCMethod>(_ method: M.Type, _ options: SignInOptions, client: ClientOptions, verb: String) async throws
+        where M.Params == Credentials, M.Result == SignedIn {
+        let password = try readSecret(options.password, env: "IAP_PASSWORD", prompt: "password for \(options.username): ")
+        let call = ServiceCall(options: client)
+        let (signed, raw) = await call.call(.accounts, method, Credentials(username: options.username, password: password,
+                                                                            deviceName: options.deviceName))
+        var config = CLIConfig.load()
+        config.session = signed.session.token
+        config.username = options.username
+        config.accountId = signed.accountId
+        try config.save()
+        print(client.json ? String(decoding: raw, as: UTF8.self)
+              : "\(verb) as \(options.username) (account \(signed.accountId)); session saved in \(CLIConfig.path.path)")
+    }
+
+    struct Register: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create an account and sign in.")
+        @OptionGroup var account: SignInOptions
+        @OptionGroup var client: ClientOptions
+        func run() async throws { try await signIn(AccountsRegister.self, account, client: client, verb: "registered and signed in") }
+    }
+
+    struct Login: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Sign in; the session is saved for the other commands.")
+        @OptionGroup var account: SignInOptions
+        @OptionGroup var client: ClientOptions
+        func run() async throws { try await signIn(AccountsLogin.self, account, client: client, verb: "signed in") }
+    }
+
+    struct Logout: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke the session and forget it.")
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            let session = try client.requireSession()
+            await ServiceCall(options: client).run(.accounts, AccountsLogout.self, .init(session: session)) { _ in "signed out" }
+            var config = CLIConfig.load()
+            if config.session == session {
+                config.session = nil
+                try config.save()
+            }
+        }
+    }
+
+    struct WhoAmI: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "whoami", abstract: "Who the saved session belongs to.")
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(.accounts, AccountsAuthenticate.self, .init(session: try client.requireSession())) {
+                "\($0.username) (account \($0.accountId), appAccountToken \($0.appAccountToken)); session valid until \(isoTime($0.expiresAtMs))"
+            }
+        }
+    }
+
+    struct Sessions: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "The account's signed-in devices.")
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(.accounts, AccountsListSessions.self, .init(session: try client.requireSession())) {
+                table(["device", "signed in", "last seen", ""], $0.sessions.map {
+                    [$0.deviceName ?? "-", isoTime($0.createdAtMs), isoTime($0.lastSeenAtMs), $0.current ? "(this one)" : ""]
+                })
+            }
+        }
+    }
+}

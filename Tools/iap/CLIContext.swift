@@ -1,0 +1,215 @@
+import ArgumentParser
+import Foundation
+import IAPProtocol
+import JSONRPC
+import RPCTransport
+import ServiceSupport
+
+/// The services `iap` talks to, with their DESIGN.md ports and environment variables.
+enum SuiteService: String, CaseIterable, ExpressibleByArgument {
+    case accounts, catalog, verification, fulfillment, sim
+
+    var defaultPort: Int {
+        switch self {
+        case .accounts: return DefaultPorts.accounts
+        case .catalog: return DefaultPorts.catalog
+        case .verification: return DefaultPorts.verification
+        case .fulfillment: return DefaultPorts.fulfillment
+        case .sim: return DefaultPorts.simulator
+        }
+    }
+
+    var environmentVariable: String { "IAP_\(rawValue.uppercased())_ADDR" }
+
+    /// The flag, else the environment variable, else the config file, else 127.0.0.1 and the DESIGN.md port.
+    func address(flag: String?) -> String {
+        if let flag { return flag }
+        if let env = Environment.value(environmentVariable) { return env }
+        if let configured = CLIConfig.load().addresses?[rawValue] { return configured }
+        return "127.0.0.1:\(defaultPort)"
+    }
+}
+
+/// The per-user config file: the session after `iap accounts login`, and optional addresses.
+/// `$IAP_CONFIG`, else `$XDG_CONFIG_HOME/iap/config.json`, else `~/.config/iap/config.json`; mode 0600.
+struct CLIConfig: Codable {
+    var session: String?
+    var username: String?
+    var accountId: String?
+    var addresses: [String: String]?
+
+    static var path: URL {
+        if let explicit = Environment.value("IAP_CONFIG") { return URL(fileURLWithPath: explicit) }
+        let base = Environment.value("XDG_CONFIG_HOME").map { URL(fileURLWithPath: $0) }
+            ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".config")
+        return base.appendingPathComponent("iap/config.json")
+    }
+
+    static func load() -> CLIConfig {
+        guard let data = FileManager.default.contents(atPath: path.path),
+              let config = try? JSONDecoder().decode(CLIConfig.self, from: data) else { return CLIConfig() }
+        return config
+    }
+
+    /// Written to a temporary file created 0600 and renamed over the old one.
+    func save() throws {
+        let url = Self.path
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let temporary = url.deletingLastPathComponent().appendingPathComponent(".config.json.\(getpid())")
+        guard FileManager.default.createFile(atPath: temporary.path, contents: try encoder.encode(self),
+                                             attributes: [.posixPermissions: 0o600]) else {
+            throw CLIError.message("cannot write \(temporary.path)")
+        }
+        _ = try FileManager.default.replaceItemAt(url, withItemAt: temporary)
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path)
+    }
+}
+
+enum CLIError: Error, CustomStringConvertible {
+    case message(String)
+    var description: String { if case .message(let m) = self { return m } else { return "" } }
+}
+
+/// Options every service command takes: where the services are, which session, output format.
+struct ClientOptions: ParsableArguments {
+    @Option(help: "Service address HOST:PORT (default: IAP_<SERVICE>_ADDR, the config file, else 127.0.0.1 and the DESIGN.md port).")
+    var addr: String?
+    @Option(help: "Session token (default: IAP_SESSION, else the one saved by `iap accounts login`).") var session: String?
+    @Flag(help: "Print exactly the service's result as JSON.") var json = false
+
+    func address(_ service: SuiteService) -> String { service.address(flag: addr) }
+
+    func requireSession() throws -> String {
+        if let session { return session }
+        if let env = Environment.value("IAP_SESSION") { return env }
+        if let saved = CLIConfig.load().session { return saved }
+        fail("not signed in: run `iap accounts login USERNAME` (or `iap accounts register USERNAME`) first", exit: ExitCodes.refused)
+    }
+}
+
+enum ExitCodes {
+    /// A service (or check) refused: an RPC error, an invalid receipt, a checksum mismatch.
+    static let refused = ExitCode(1)
+    /// A service could not be reached.
+    static let unreachable = ExitCode(2)
+    /// Bad command line (ArgumentParser's own code for validation errors).
+    static let usage = ExitCode(64)
+}
+
+func printError(_ text: String) {
+    FileHandle.standardError.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
+}
+
+func fail(_ text: String, exit code: ExitCode) -> Never {
+    printError(text)
+    Foundation.exit(code.rawValue)
+}
+
+/// One RPC from the CLI: typed params in, typed result and the raw result bytes out. Failures print what
+/// happened and what to do, and exit 1 (the service refused) or 2 (unreachable).
+struct ServiceCall {
+    /// `--addr` (applies to the command's one service) and `--json`.
+    let addr: String?
+    let json: Bool
+
+    init(options: ClientOptions) {
+        addr = options.addr
+        json = options.json
+    }
+
+    init(addr: String? = nil, json: Bool = false) {
+        self.addr = addr
+        self.json = json
+    }
+
+    func call<M: RPCMethod>(_ service: SuiteService, _ method: M.Type, _ params: M.Params, timeoutSeconds: Int64 = 30)
+        async -> (result: M.Result, raw: [UInt8]) {
+        let address = service.address(flag: addr)
+        let client: RPCClient
+        do {
+            client = try RPCClient(address: address, configuration: .init(connections: 1, callTimeout: .seconds(timeoutSeconds)))
+        } catch {
+            fail("\(service.rawValue) address: \(error.message)", exit: ExitCodes.usage)
+        }
+        defer { Task { await client.close() } }
+        do {
+            let raw = try await client.callRaw(method: M.name, params: try JSONWriter.encodeBodyOrThrow(params))
+            return (try RPCCodec.decodeResult(M.Result.self, from: raw), raw)
+        } catch {
+            report(error, service: service, address: address)
+        }
+    }
+
+    /// Calls and prints: the raw result with --json, else `human(result)`.
+    @discardableResult
+    func run<M: RPCMethod>(_ service: SuiteService, _ method: M.Type, _ params: M.Params, human: (M.Result) -> String) async -> M.Result {
+        let (result, raw) = await call(service, method, params)
+        print(json ? String(decoding: raw, as: UTF8.self) : human(result))
+        return result
+    }
+
+    func report(_ error: RPCError, service: SuiteService, address: String) -> Never {
+        if error.knownCode == .unavailable, ["connectFailed", "connectionLost"].contains(error.reason) {
+            fail("cannot reach \(service.rawValue) at \(address): is the suite running? start it with compose/up.sh "
+                 + "(or point \(service.environmentVariable) / --addr at it)", exit: ExitCodes.unreachable)
+        }
+        fail("error \(error.code): \(error.message)\(Self.hint(error).map { "\n\($0)" } ?? "")", exit: ExitCodes.refused)
+    }
+
+    static func hint(_ error: RPCError) -> String? {
+        switch error.knownCode {
+        case .unauthenticated? where error.reason != "invalidCredentials":
+            return "sign in again: iap accounts login USERNAME"
+        case .forbidden? where error.reason == "adminTokenRequired":
+            return "admin methods need --admin-token (or IAP_ADMIN_TOKEN; compose/up.sh keeps it in data/admin-token)"
+        case .insufficientFunds?: return "check the balance with: iap balance"
+        case .rateLimited?: return "wait and try again"
+        case .unavailable?: return "a service behind this one is down or slow; nothing was changed, so it is safe to retry"
+        case .invalidReceipt?: return "the purchase could not be verified (status \(error.data.extra["status"]?.intValue.map(String.init) ?? "?"))"
+        case .invalidParams?: return error.data.extra["field"]?.stringValue.map { "check the value given for \($0)" }
+        default: return nil
+        }
+    }
+}
+
+/// Admin token: flag, IAP_ADMIN_TOKEN, else the file compose/up.sh keeps in the data directory.
+func resolveAdminToken(_ flag: String?) -> String? {
+    if let flag { return flag }
+    if let env = Environment.value("IAP_ADMIN_TOKEN") { return env }
+    let dir = Environment.value("IAP_DATA_DIR") ?? "data"
+    return (try? String(contentsOfFile: dir + "/admin-token", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+}
+
+/// A plain text table: columns padded to their widest cell, trailing spaces trimmed.
+func table(_ header: [String], _ rows: [[String]]) -> String {
+    let all = [header] + rows
+    let widths = header.indices.map { c in all.map { $0[c].count }.max() ?? 0 }
+    return all.map { row in
+        let line = row.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  ")
+        return String(line.reversed().drop { $0 == " " }.reversed())
+    }.joined(separator: "\n")
+}
+
+/// Milliseconds since the epoch as an ISO 8601 UTC time.
+func isoTime(_ ms: Int64?) -> String {
+    guard let ms else { return "-" }
+    let formatter = ISO8601DateFormatter()
+    return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+}
+
+/// Reads a secret: the flag, else the environment variable, else a prompt without echo on a terminal,
+/// else one line of standard input.
+func readSecret(_ flag: String?, env: String, prompt: String) throws -> String {
+    if let flag { return flag }
+    if let value = Environment.value(env) { return value }
+    if isatty(STDIN_FILENO) != 0, let typed = getpass(prompt) {
+        return String(cString: typed)
+    }
+    guard let line = readLine(strippingNewline: true), !line.isEmpty else {
+        throw ValidationError("no password given: use --password, \(env), or type it when asked")
+    }
+    return line
+}

@@ -1,0 +1,250 @@
+import ArgumentParser
+import Crypto
+import Foundation
+import IAPProtocol
+import JSONRPC
+
+/// Reads a receipt argument: a file of base64 text or raw PKCS#7 bytes, or `-` for standard input.
+func receiptBase64(_ path: String) throws -> String {
+    let data: Data
+    if path == "-" {
+        data = FileHandle.standardInput.readDataToEndOfFile()
+    } else {
+        guard let contents = FileManager.default.contents(atPath: path) else { throw ValidationError("cannot read \(path)") }
+        data = contents
+    }
+    let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    return !text.isEmpty && Data(base64Encoded: text) != nil ? text : data.base64EncodedString()
+}
+
+func redeemSummary(_ r: RedeemResult) -> String {
+    var out = table(["transaction", "original", "product", "outcome", "finish?"], r.results.map {
+        [$0.transactionId, $0.originalTransactionId, $0.productId, $0.outcome.rawValue, $0.finishable ? "yes" : "no"]
+    })
+    out += "\nbalance \(r.balance) coins"
+    if !r.entitlements.isEmpty { out += "\n" + entitlementsTable(r.entitlements) }
+    return out
+}
+
+func entitlementsTable(_ entitlements: [Entitlement]) -> String {
+    table(["entitlement", "product", "expires", "original transaction"], entitlements.map {
+        [$0.entitlement, $0.productId, $0.expiresAtMs.map { isoTime($0) } ?? "never", $0.originalTransactionId]
+    })
+}
+
+struct PurchaseInput: ParsableArguments {
+    @Option(help: "App receipt file (base64 or binary; - for standard input).") var receipt: String?
+    @Option(name: .customLong("signed-transaction"), help: "A StoreKit 2 signed transaction (JWS). Repeatable.")
+    var signedTransactions: [String] = []
+    @Option(name: .customLong("device-identifier"), help: "identifierForVendor, to check the receipt's device hash.")
+    var deviceIdentifier: String?
+
+    func validate() throws {
+        guard receipt != nil || !signedTransactions.isEmpty else {
+            throw ValidationError("give --receipt FILE or --signed-transaction JWS (e.g. from `iap sim buy --json`)")
+        }
+    }
+
+    func params(session: String) throws -> RedeemParams {
+        RedeemParams(session: session, receiptData: try receipt.map(receiptBase64),
+                     signedTransactions: signedTransactions.isEmpty ? nil : signedTransactions, deviceIdentifier: deviceIdentifier)
+    }
+}
+
+struct RedeemCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "redeem", abstract: "Redeem a receipt or signed transactions: each purchase is granted exactly once.")
+    @OptionGroup var input: PurchaseInput
+    @OptionGroup var client: ClientOptions
+    func run() async throws {
+        await ServiceCall(options: client).run(.fulfillment, FulfillmentRedeem.self,
+                                               try input.params(session: try client.requireSession()), human: redeemSummary)
+    }
+}
+
+struct RestoreCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "restore", abstract: "Restore entitlements from a receipt on this device (never coins).")
+    @OptionGroup var input: PurchaseInput
+    @OptionGroup var client: ClientOptions
+    func run() async throws {
+        await ServiceCall(options: client).run(.fulfillment, FulfillmentRestore.self,
+                                               try input.params(session: try client.requireSession()), human: redeemSummary)
+    }
+}
+
+struct BalanceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "balance", abstract: "Your coin balance.")
+    @OptionGroup var client: ClientOptions
+    func run() async throws {
+        await ServiceCall(options: client).run(.fulfillment, FulfillmentGetBalance.self, .init(session: try client.requireSession())) {
+            "\($0.balance) coins"
+        }
+    }
+}
+
+struct EntitlementsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "entitlements", abstract: "What you own now, and your balance.")
+    @OptionGroup var client: ClientOptions
+    func run() async throws {
+        await ServiceCall(options: client).run(.fulfillment, FulfillmentGetEntitlements.self, .init(session: try client.requireSession())) {
+            ($0.entitlements.isEmpty ? "no entitlements" : entitlementsTable($0.entitlements)) + "\nbalance \($0.balance) coins"
+        }
+    }
+}
+
+struct LedgerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ledger", abstract: "Your coin ledger, oldest first.")
+    @Option(help: "Show entries after this entry id.") var after: Int64?
+    @Option(help: "Entries per page (1-500).") var limit: Int = 50
+    @OptionGroup var client: ClientOptions
+    func run() async throws {
+        await ServiceCall(options: client).run(.fulfillment, FulfillmentListLedger.self,
+                                               .init(session: try client.requireSession(), after: after, limit: limit)) { page in
+            table(["id", "when", "kind", "delta", "balance", "transaction", "memo"], page.entries.map {
+                [String($0.id), isoTime($0.createdAtMs), $0.kind.rawValue, $0.delta > 0 ? "+\($0.delta)" : String($0.delta), String($0.balance),
+                 $0.transactionId ?? "-", ($0.memo ?? "") + ($0.shortfall.map { " (shortfall \($0))" } ?? "")]
+            }) + (page.next.map { "\nmore: iap ledger --after \($0)" } ?? "")
+        }
+    }
+}
+
+struct SpendCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "spend", abstract: "Spend coins. Retrying with the same --key never spends twice.")
+    @Argument(help: "Coins to spend.") var amount: Int64
+    @Option(help: "Idempotency key (default: a new random one; pass your own to retry safely).") var key: String?
+    @Option(help: "What the coins are for.") var memo: String?
+    @OptionGroup var client: ClientOptions
+    func run() async throws {
+        let key = self.key ?? UUID().uuidString.lowercased()
+        await ServiceCall(options: client).run(.fulfillment, FulfillmentSpendCoins.self,
+                                               .init(session: try client.requireSession(), amount: amount, idempotencyKey: key, memo: memo)) {
+            "spent \(amount) coins (key \(key)); balance \($0.balance)"
+        }
+    }
+}
+
+struct ContentCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "content", abstract: "Downloadable content you are entitled to.", subcommands: [List.self, Download.self])
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Content you may download, with size and SHA-256.")
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(.fulfillment, FulfillmentListContent.self, .init(session: try client.requireSession())) {
+                $0.content.isEmpty ? "no downloadable content" : table(["content", "product", "bytes", "sha256"], $0.content.map {
+                    [$0.contentId, $0.productId, String($0.size), $0.sha256]
+                })
+            }
+        }
+    }
+
+    struct Download: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Download content in chunks, resuming from OUTPUT.part, and check its SHA-256.",
+            discussion: "A progress bar on a terminal; plain progress lines otherwise. Exit 1 if the checksum does not match.")
+        @Argument(help: "Content id (see `iap content list`).") var contentId: String
+        @Option(help: "Where to write it (default: the content id, in the current directory).") var output: String?
+        @Option(help: "Bytes per request (up to 1 MiB).") var chunk: Int = 256 * 1024
+        @OptionGroup var client: ClientOptions
+
+        func run() async throws {
+            let destination = output ?? contentId
+            let summary = try await ContentDownload(call: ServiceCall(options: client), session: try client.requireSession(),
+                                                    contentId: contentId, destination: destination, chunk: chunk).run()
+            if client.json {
+                let object: [String: Any] = ["contentId": contentId, "path": destination, "size": summary.size, "sha256": summary.sha256,
+                                             "resumedFrom": summary.resumedFrom]
+                print(String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self))
+            } else {
+                print("saved \(destination) (\(summary.size) bytes, sha256 \(summary.sha256) verified)")
+            }
+        }
+    }
+}
+
+/// A resumable, checked download: bytes go to `destination.part` as they arrive; a later run resumes
+/// from its size; the file is renamed into place only when its SHA-256 matches the server's.
+struct ContentDownload {
+    let call: ServiceCall
+    let session: String
+    let contentId: String
+    let destination: String
+    let chunk: Int
+    var progress: (Int64, Int64, Double) -> Void = ContentDownload.showProgress
+
+    struct Summary { var size: Int64; var sha256: String; var resumedFrom: Int64 }
+
+    func run() async throws -> Summary {
+        let partial = destination + ".part"
+        if !FileManager.default.fileExists(atPath: partial) {
+            FileManager.default.createFile(atPath: partial, contents: nil, attributes: [.posixPermissions: 0o644])
+        }
+        guard let handle = FileHandle(forUpdatingAtPath: partial) else { throw CLIError.message("cannot write \(partial)") }
+        var offset = Int64(try handle.seekToEnd())
+        let resumedFrom = offset
+        if offset > 0 { printError("resuming \(contentId) from byte \(offset) of \(partial)") }
+        let started = Date()
+        var size: Int64 = -1
+        var sha = ""
+        repeat {
+            let (piece, _) = await call.call(.fulfillment, FulfillmentReadContent.self,
+                                             .init(session: session, contentId: contentId, offset: offset, length: min(chunk, 1 << 20)))
+            if size >= 0, piece.sha256 != sha {
+                try handle.close()
+                try? FileManager.default.removeItem(atPath: partial)
+                throw CLIError.message("\(contentId) changed on the server during the download; run the command again")
+            }
+            size = piece.size
+            sha = piece.sha256
+            guard offset <= size else {
+                try handle.close()
+                try? FileManager.default.removeItem(atPath: partial)
+                throw CLIError.message("\(partial) is longer than \(contentId); removed it, run the command again")
+            }
+            guard let bytes = Data(base64Encoded: piece.data) else { throw CLIError.message("the server sent invalid base64") }
+            try handle.write(contentsOf: bytes)
+            offset += Int64(bytes.count)
+            progress(offset - resumedFrom, size - resumedFrom, Date().timeIntervalSince(started))
+            if bytes.isEmpty && offset < size { throw CLIError.message("the server sent no bytes at offset \(offset)") }
+        } while offset < size
+        try handle.close()
+        if isatty(STDERR_FILENO) != 0 { printError("") }
+        let actual = try Self.sha256(ofFile: partial)
+        guard actual == sha else {
+            try? FileManager.default.removeItem(atPath: partial)
+            fail("checksum mismatch for \(contentId): expected \(sha), got \(actual); the partial file was removed, run the command again",
+                 exit: ExitCodes.refused)
+        }
+        if FileManager.default.fileExists(atPath: destination) { try FileManager.default.removeItem(atPath: destination) }
+        try FileManager.default.moveItem(atPath: partial, toPath: destination)
+        return Summary(size: size, sha256: sha, resumedFrom: resumedFrom)
+    }
+
+    static func sha256(ofFile path: String) throws -> String {
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw CLIError.message("cannot read \(path)") }
+        defer { try? handle.close() }
+        var hasher = SHA256()
+        while let data = try handle.read(upToCount: 1 << 20), !data.isEmpty { hasher.update(data: data) }
+        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// A bar with bytes, rate and ETA on a terminal (redrawn in place); one plain line per chunk otherwise.
+    static func showProgress(done: Int64, total: Int64, seconds: Double) {
+        let rate = seconds > 0 ? Double(done) / seconds : 0
+        let fraction = total > 0 ? Double(done) / Double(total) : 1
+        let eta = rate > 0 ? Double(total - done) / rate : 0
+        func mib(_ v: Double) -> String { String(format: "%.1f MiB", v / 1_048_576) }
+        let figures = "\(mib(Double(done)))/\(mib(Double(total)))  \(mib(rate))/s  ETA \(String(format: "%.0f", eta)) s"
+        if isatty(STDERR_FILENO) != 0 {
+            let width = 30
+            let filled = Int(fraction * Double(width))
+            let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
+            FileHandle.standardError.write(Data("\r[\(bar)] \(String(format: "%3.0f", fraction * 100))%  \(figures)  ".utf8))
+        } else {
+            printError("downloaded \(String(format: "%.0f", fraction * 100))%  \(figures)")
+        }
+    }
+}

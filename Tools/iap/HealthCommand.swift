@@ -1,0 +1,67 @@
+import ArgumentParser
+import Foundation
+import JSONRPC
+import RPCTransport
+
+/// `iap health`: every service's `health.check` at once, with the status of what each depends on.
+struct HealthCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "health", abstract: "Check every service of the suite and what each depends on.",
+        discussion: "Exit code 0 when every service answers ok, 1 when any is degraded or down.")
+    @Flag(help: "Print {service: health report or null} as JSON.") var json = false
+
+    func run() async throws {
+        var reports: [(SuiteService, String, HealthReport?, String?)] = []
+        for service in SuiteService.allCases {
+            let address = service.address(flag: nil)
+            let client = try RPCClient(address: address, configuration: .init(connections: 1, callTimeout: .seconds(5)))
+            do {
+                reports.append((service, address, try await client.call(HealthCheck.self, EmptyParams()), nil))
+            } catch {
+                reports.append((service, address, nil, error.message))
+            }
+            await client.close()
+        }
+        if json {
+            var object: [String: JSONValue] = [:]
+            for (service, _, report, _) in reports {
+                object[service.rawValue] = try report.map { try JSONDecoder().decode(JSONValue.self, from: Data(try JSONByteEncoder.encode($0))) } ?? .null
+            }
+            print(String(decoding: try JSONByteEncoder.encode(JSONValue.object(object)), as: UTF8.self))
+        } else {
+            print(table(["service", "address", "status", "uptime", "depends on"], reports.map { service, address, report, error in
+                guard let report else { return [service.rawValue, address, "down", "-", error ?? ""] }
+                let deps = report.dependencies.map { "\($0.name) \($0.status.rawValue)\($0.latencyMs.map { " \($0) ms" } ?? "")" }
+                return [service.rawValue, address, report.status.rawValue, "\(report.uptimeMs / 1000) s", deps.joined(separator: ", ")]
+            }))
+        }
+        if reports.contains(where: { $0.2?.status != .ok }) {
+            if !json { printError("not every service is ok; start the suite with compose/up.sh, or see its logs in data/logs") }
+            throw ExitCodes.refused
+        }
+    }
+}
+
+/// `iap methods SERVICE`: the service's methods from its `rpc.discover` document.
+struct MethodsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "methods", abstract: "List a service's methods with their params (from rpc.discover).")
+    @Argument(help: "accounts, catalog, verification, fulfillment or sim.") var service: SuiteService
+    @OptionGroup var client: ClientOptions
+
+    func run() async throws {
+        let (document, raw) = await ServiceCall(options: client).call(service, RPCDiscover.self, EmptyParams())
+        if client.json {
+            print(String(decoding: raw, as: UTF8.self))
+            return
+        }
+        let methods = document["methods"]?.arrayValue ?? []
+        print(table(["method", "params", "summary"], methods.map { m in
+            let params = (m["params"]?.arrayValue ?? []).compactMap { p -> String? in
+                guard let name = p["name"]?.stringValue else { return nil }
+                return p["required"]?.boolValue == true ? name : name + "?"
+            }
+            return [m["name"]?.stringValue ?? "?", params.joined(separator: ", "), m["summary"]?.stringValue ?? ""]
+        }))
+    }
+}
