@@ -17,7 +17,6 @@ struct DemoCommand: AsyncParsableCommand {
     @Option(help: "Coins to spend.") var spend: Int64 = 30
 
     func run() async throws {
-        setvbuf(stdout, nil, _IOLBF, 0)  // steps and progress lines stay in order when piped
         let call = ServiceCall()
         let id = String(UUID().uuidString.prefix(8)).lowercased()
         let username = "demo-\(id)"

@@ -233,6 +233,7 @@ struct ContentDownload {
 
     /// A bar with bytes, rate and ETA on a terminal (redrawn in place); one plain line per chunk otherwise.
     static func showProgress(done: Int64, total: Int64, seconds: Double) {
+        fflush(nil)  // what was printed to stdout comes first, also when both are piped
         let rate = seconds > 0 ? Double(done) / seconds : 0
         let fraction = total > 0 ? Double(done) / Double(total) : 1
         let eta = rate > 0 ? Double(total - done) / rate : 0
