@@ -313,6 +313,11 @@ let package = Package(
             ],
             path: "Tests/FulfillmentServiceTests"
         ),
+        .testTarget(
+            name: "ComposeTests",
+            dependencies: ["ServiceSupport"],
+            path: "Tests/ComposeTests"
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -7,6 +7,14 @@
 # the data directory so they survive restarts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Ports: compose/.env, the same file compose.yaml takes them from.
+set -a
+# shellcheck source=compose/.env
+source compose/.env
+set +a
+export IAP_ACCOUNTS_ADDR=127.0.0.1:$IAP_ACCOUNTS_PORT IAP_CATALOG_ADDR=127.0.0.1:$IAP_CATALOG_PORT
+export IAP_VERIFICATION_ADDR=127.0.0.1:$IAP_VERIFICATION_PORT IAP_FULFILLMENT_ADDR=127.0.0.1:$IAP_FULFILLMENT_PORT
+export IAP_SIM_ADDR=127.0.0.1:$IAP_SIM_PORT
 export IAP_DATA_DIR=${IAP_DATA_DIR:-$PWD/data}
 mkdir -p "$IAP_DATA_DIR/logs"
 
@@ -22,13 +30,14 @@ export IAP_ADMIN_TOKEN=${IAP_ADMIN_TOKEN:-$(secret admin-token)}
 
 # name executable port [flags]: every service of DESIGN.md section 1.
 # In start order: the simulator first, since verification trusts the roots it writes on first start
-# (and uses its HTTP verifyReceipt endpoints, on 7180, for mode remote/auto).
+# (and uses its HTTP verifyReceipt endpoints for mode remote/auto). The same services, commands and
+# flags as compose/compose.yaml (Tests/ComposeTests checks that they agree).
 services=(
-  "appstore-sim appstore-sim 7105"
-  "accounts accounts-service 7101"
-  "catalog catalog-service 7102 --seed compose/demo-catalog.json"
-  "verification verification-service 7103 --trust-anchor $IAP_DATA_DIR/sim-pki/receipt-root.der --trust-anchor $IAP_DATA_DIR/sim-pki/jws-root.der --verify-receipt-url http://127.0.0.1:7180/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:7180/sandbox/verifyReceipt"
-  "fulfillment fulfillment-service 7104"
+  "appstore-sim appstore-sim $IAP_SIM_PORT --http-port $IAP_SIM_HTTP_PORT"
+  "accounts accounts-service $IAP_ACCOUNTS_PORT"
+  "catalog catalog-service $IAP_CATALOG_PORT --seed compose/demo-catalog.json"
+  "verification verification-service $IAP_VERIFICATION_PORT --trust-anchor-dir $IAP_DATA_DIR/sim-pki --verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox/verifyReceipt"
+  "fulfillment fulfillment-service $IAP_FULFILLMENT_PORT --dependency-timeout-ms $IAP_DEPENDENCY_TIMEOUT_MS --content-dir $IAP_DATA_DIR/content"
 )
 
 # The demo catalog's downloadable content (levels.pack1 grants levels-pack-1.zip): 4 MiB, so a
@@ -94,5 +103,23 @@ for entry in "${services[@]}"; do  # start each, and wait until it is healthy be
   printf '  %-13s 127.0.0.1:%s  (log: %s)\n' "$name" "$port" "$IAP_DATA_DIR/logs/$name.log"
 done
 echo "suite is up; data in $IAP_DATA_DIR; tokens in $IAP_DATA_DIR/internal-token and admin-token. Ctrl-C stops it."
+echo "try: swift run iap demo    (or .build/debug/iap demo after swift build)"
+
+# Stream every service's log, each line prefixed with its service (IAP_STREAM_LOGS=0 to keep quiet).
+if [[ ${IAP_STREAM_LOGS:-1} != 0 ]]; then
+  logs=()
+  for entry in "${services[@]}"; do
+    read -r name _ <<<"$entry"
+    logs+=("$IAP_DATA_DIR/logs/$name.log")
+  done
+  header='^==> .*/([^/]+)[.]log <==$'
+  tail -n 0 -F "${logs[@]}" 2>/dev/null > >(
+    name=""
+    while IFS= read -r line; do
+      if [[ $line =~ $header ]]; then name=${BASH_REMATCH[1]}; continue; fi
+      [[ -n $line ]] && printf '%-13s| %s\n' "$name" "$line"
+    done) &
+  pids+=("$!")
+fi
 wait -n || true  # returns when any service exits (or on Ctrl-C)
 ((stopping)) || echo "a service exited; see the logs in $IAP_DATA_DIR/logs" >&2

@@ -63,8 +63,10 @@ struct CLIConfig: Codable {
                                              attributes: [.posixPermissions: 0o600]) else {
             throw CLIError.message("cannot write \(temporary.path)")
         }
-        _ = try FileManager.default.replaceItemAt(url, withItemAt: temporary)
-        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path)
+        guard rename(temporary.path, url.path) == 0 else {
+            try? FileManager.default.removeItem(at: temporary)
+            throw CLIError.message("cannot write \(url.path): \(String(cString: strerror(errno)))")
+        }
     }
 }
 

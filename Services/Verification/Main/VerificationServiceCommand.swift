@@ -18,6 +18,10 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("trust-anchor"), help: "Also trust this root certificate (DER or PEM file). Repeatable.")
     var trustAnchors: [String] = []
 
+    @Option(name: .customLong("trust-anchor-dir"),
+            help: "Also trust every *-root.der / *-root.pem certificate in this directory, if it exists (env IAP_TRUST_ANCHOR_DIR; e.g. a simulator's sim-pki).")
+    var trustAnchorDir: String?
+
     @Flag(name: .customLong("allow-xcode"), help: "Accept Xcode StoreKit-testing receipts (development only).")
     var allowXcode = false
 
@@ -36,7 +40,14 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = options.logger(label: "verification")
         var config = VerificationConfiguration()
-        for path in trustAnchors {
+        var anchorFiles = trustAnchors
+        if let dir = Environment.resolve(trustAnchorDir, env: "IAP_TRUST_ANCHOR_DIR") {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
+            let roots = names.filter { $0.hasSuffix("-root.der") || $0.hasSuffix("-root.pem") }.sorted()
+            if roots.isEmpty { logger.warning("no *-root.der or *-root.pem in the trust anchor directory", metadata: ["dir": "\(dir)"]) }
+            anchorFiles += roots.map { dir + "/" + $0 }
+        }
+        for path in anchorFiles {
             do {
                 config.extraRoots.append(try ReceiptTrust.certificate(from: Array(Data(contentsOf: URL(fileURLWithPath: path)))))
             } catch {

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Checks compose/compose.yaml: valid against the Compose Specification's JSON Schema, and in agreement
+with compose/up.sh (the same services, executables, ports and flags) and compose/.env (every port it
+uses defined there, with the DESIGN.md values).
+
+    python3 compose/check_compose.py ../shared/schemas/compose-spec.json [SERVICE=PORT ...]
+
+Exit 0 when everything agrees; otherwise one line per problem and exit 1. Needs PyYAML and jsonschema.
+"""
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+root = Path(__file__).resolve().parent
+problems = []
+
+schema = json.load(open(sys.argv[1]))
+compose = yaml.safe_load((root / "compose.yaml").read_text())
+for error in jsonschema.Draft7Validator(schema).iter_errors(compose):
+    problems.append(f"schema: {'/'.join(map(str, error.path))}: {error.message}")
+
+env = {}
+for line in (root / ".env").read_text().splitlines():
+    line = line.strip()
+    if line and not line.startswith("#"):
+        key, _, value = line.partition("=")
+        env[key] = value
+
+# up.sh's services array: "name executable port [flags...]"
+up = (root / "up.sh").read_text()
+block = re.search(r"^services=\(\n(.*?)^\)", up, re.S | re.M)
+local = {}
+for entry in re.findall(r'^\s*"(.*)"\s*$', block.group(1), re.M):
+    name, exe, port, *flags = shlex.split(entry)
+    local[name] = (exe, port, flags)
+
+def variable(text):
+    """The variable a port refers to: $NAME or ${NAME}."""
+    m = re.fullmatch(r"\$\{?([A-Z_]+)\}?", text)
+    return m.group(1) if m else None
+
+def flag_names(words):
+    return sorted(w for w in words if w.startswith("--"))
+
+services = compose.get("services", {})
+if set(services) != set(local):
+    problems.append(f"services differ: compose {sorted(services)}, up.sh {sorted(local)}")
+for name, service in services.items():
+    if name not in local:
+        continue
+    exe, port, flags = local[name]
+    command = service.get("command", [])
+    if not command or command[0] != exe:
+        problems.append(f"{name}: compose runs {command[:1]}, up.sh runs {exe}")
+        continue
+    args = command[1:]
+    compose_port = args[args.index("--port") + 1] if "--port" in args else None
+    if compose_port is None or variable(compose_port) != variable(port):
+        problems.append(f"{name}: port {compose_port} in compose, {port} in up.sh")
+    elif variable(port) not in env:
+        problems.append(f"{name}: {variable(port)} is not in compose/.env")
+    if flag_names(args) != flag_names(["--port"] + flags):
+        problems.append(f"{name}: flags {flag_names(args)} in compose, {flag_names(['--port'] + flags)} in up.sh")
+    published = [p for p in service.get("ports", []) if compose_port and compose_port in str(p)]
+    if not published or not all(str(p).startswith("127.0.0.1:") for p in service.get("ports", [])):
+        problems.append(f"{name}: its port must be published, and only on 127.0.0.1")
+    if "healthcheck" not in service:
+        problems.append(f"{name}: no healthcheck")
+    if not any(str(v).endswith(":/data") for v in service.get("volumes", [])):
+        problems.append(f"{name}: no named volume on /data for its SQLite file")
+    for used in re.findall(r"\$\{([A-Z_]+)\}", json.dumps(service)):
+        if used not in env and used not in ("IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN", "IAP_LOG_LEVEL"):
+            problems.append(f"{name}: uses ${{{used}}}, which compose/.env does not define")
+
+if services.get("appstore-sim", {}).get("profiles") != ["dev"]:
+    problems.append("appstore-sim must be under the dev profile only")
+
+for pair in sys.argv[2:]:  # the DESIGN.md ports, as the Swift code has them
+    name, _, port = pair.partition("=")
+    key = f"IAP_{name.upper()}_PORT"
+    if env.get(key) != port:
+        problems.append(f"compose/.env: {key}={env.get(key)}, DESIGN.md says {port}")
+
+print("\n".join(problems))
+sys.exit(1 if problems else 0)
