@@ -276,7 +276,7 @@ let package = Package(
         ),
         .testTarget(
             name: "CLITests",
-            dependencies: ["JSONRPC", "IAPProtocol", "VerificationService", "AppStoreSimulator", "RPCTransport",
+            dependencies: ["JSONRPC", "IAPProtocol", "VerificationService", "AppStoreSimulator", "RPCTransport", "SuiteTestSupport",
                            .product(name: "Logging", package: "swift-log")],
             path: "Tests/CLITests"
         ),
@@ -299,10 +299,25 @@ let package = Package(
             ],
             path: "Tests/CatalogServiceTests"
         ),
+        // Test support: the whole suite in one process, each service on its own port.
+        .target(
+            name: "SuiteTestSupport",
+            dependencies: [
+                "FulfillmentService", "AccountsService", "CatalogService", "VerificationService", "AppStoreSimulator",
+                "IAPProtocol", "JSONRPC", "RPCTransport", "ServiceSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/SuiteSupport"
+        ),
         .testTarget(
             name: "FulfillmentServiceTests",
             dependencies: [
-                "FulfillmentService", "AccountsService", "CatalogService", "VerificationService", "AppStoreSimulator",
+                "FulfillmentService", "SuiteTestSupport",
                 "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -2,6 +2,7 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import RPCTestSupport
+import SuiteTestSupport
 import Testing
 
 /// `Tests/Contracts/fulfillment/*.contract` against one live suite. Each script works on accounts and

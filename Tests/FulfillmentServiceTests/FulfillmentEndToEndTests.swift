@@ -5,6 +5,7 @@ import IAPProtocol
 import JSONRPC
 import RPCTestSupport
 import RPCTransport
+import SuiteTestSupport
 import Testing
 
 /// The purchase lifecycle end to end: the simulator sells, the client redeems through fulfillment,

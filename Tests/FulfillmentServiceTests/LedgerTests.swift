@@ -5,6 +5,7 @@ import IAPProtocol
 import JSONRPC
 import RPCTestSupport
 import RPCTransport
+import SuiteTestSupport
 import Testing
 
 /// Spending, idempotency, paging, admin revocation, and the invariants the schema itself enforces.

@@ -14,39 +14,45 @@ import ServiceSupport
 import VerificationService
 import X509
 
-/// The whole suite in one process, every service on its own real TCP port with its own SQLite file:
+/// The whole suite in one process (for fulfillment and CLI tests), every service on its own real TCP port with its own SQLite file:
 /// the App Store simulator, accounts, catalog, verification (trusting the simulator's roots) and
 /// fulfillment, which reaches the other three only through RPC clients.
-final class SuiteFixture: Sendable {
-    static let adminToken = "admin-token-for-tests"
-    static let bundleId = "com.example.game"
-    static let contentId = "castle-pack.bin"
+public final class SuiteFixture: Sendable {
+    /// Addresses for `IAP_*_ADDR`, to point the CLI (or anything else) at this suite.
+    public var environment: [String: String] {
+        ["IAP_ACCOUNTS_ADDR": accounts.address, "IAP_CATALOG_ADDR": catalog.address, "IAP_VERIFICATION_ADDR": "127.0.0.1:\(verificationPort)",
+         "IAP_FULFILLMENT_ADDR": fulfillment.address, "IAP_SIM_ADDR": simulator.address, "IAP_ADMIN_TOKEN": Self.adminToken]
+    }
 
-    let directory: URL
-    let clock: ManualClock
-    let simulator: RPCClient
-    let accounts: RPCClient
-    let catalog: RPCClient
-    let fulfillment: RPCClient
-    let store: FulfillmentStore
-    let content: [UInt8]
+    public static let adminToken = "admin-token-for-tests"
+    public static let bundleId = "com.example.game"
+    public static let contentId = "castle-pack.bin"
+
+    public let directory: URL
+    public let clock: ManualClock
+    public let simulator: RPCClient
+    public let accounts: RPCClient
+    public let catalog: RPCClient
+    public let fulfillment: RPCClient
+    public let store: FulfillmentStore
+    public let content: [UInt8]
     private let servers: NIOLockedValueBox<[String: RPCServer]>
     private let verificationRouter: RPCRouter
-    let verificationPort: Int
+    public let verificationPort: Int
 
-    static let products: [ProductDefinition] = [
+    public static let products: [ProductDefinition] = [
         product("coins.100", .consumable, .coins(100)),
         product("pack.castle", .nonConsumable, .content(entitlement: "castle", contentIds: [contentId])),
         product("sub.premium", .autoRenewable, .subscription(entitlement: "premium", subscriptionGroup: "premium")),
         product("pass.season", .nonRenewing, .timeLimited(entitlement: "season-pass", durationDays: 30)),
     ]
 
-    static func product(_ id: String, _ type: ProductType, _ grant: Grant) -> ProductDefinition {
+    public static func product(_ id: String, _ type: ProductType, _ grant: Grant) -> ProductDefinition {
         ProductDefinition(productId: id, type: type, referenceName: id, localizations: ["en-US": .init(title: id, description: id)],
                           defaultLocale: "en-US", grant: grant, prices: [.init(storefront: "USA", currency: "USD", amount: "0.99")])
     }
 
-    static func start(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: TimeAmountMs = 2_000) async throws -> SuiteFixture {
+    public static func start(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: TimeAmountMs = 2_000) async throws -> SuiteFixture {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("suite-\(UUID().uuidString)")
         for sub in ["sim", "accounts", "catalog", "fulfillment/content"] {
             try FileManager.default.createDirectory(at: dir.appendingPathComponent(sub), withIntermediateDirectories: true)
@@ -112,7 +118,7 @@ final class SuiteFixture: Sendable {
                             verificationPort: verificationPort)
     }
 
-    typealias TimeAmountMs = Int64
+    public typealias TimeAmountMs = Int64
 
     private init(directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
                  store: FulfillmentStore, content: [UInt8], servers: [String: RPCServer], verificationRouter: RPCRouter, verificationPort: Int) {
@@ -129,20 +135,20 @@ final class SuiteFixture: Sendable {
         self.verificationPort = verificationPort
     }
 
-    func stop() async {
+    public func stop() async {
         for server in servers.withLockedValue({ Array($0.values) }) { await server.shutdown() }
         try? FileManager.default.removeItem(at: directory)
     }
 
     // MARK: dependency faults
 
-    func stopVerification() async {
+    public func stopVerification() async {
         let server = servers.withLockedValue { $0.removeValue(forKey: "verification") }
         await server?.shutdown()
     }
 
     /// Starts verification again on the port fulfillment knows.
-    func restartVerification() async throws {
+    public func restartVerification() async throws {
         var quiet = Logger(label: "suite-test")
         quiet.logLevel = .critical
         let server = RPCServer(configuration: .init(serviceName: "verification", port: verificationPort), router: verificationRouter,
@@ -154,18 +160,18 @@ final class SuiteFixture: Sendable {
     // MARK: story helpers
 
     /// Registers a user; answers the session token and account id.
-    func register(_ username: String) async throws -> (session: String, accountId: String, appAccountToken: String) {
+    public func register(_ username: String) async throws -> (session: String, accountId: String, appAccountToken: String) {
         let signed = try await accounts.call(AccountsRegister.self, .init(username: username, password: "correct horse \(username)"))
         return (signed.session.token, signed.accountId, signed.appAccountToken)
     }
 
     /// A second session for the same user (another device).
-    func login(_ username: String) async throws -> String {
+    public func login(_ username: String) async throws -> String {
         try await accounts.call(AccountsLogin.self, .init(username: username, password: "correct horse \(username)", deviceName: "second device"))
             .session.token
     }
 
-    func buy(_ appleId: String, _ productId: String, quantity: Int? = nil, appAccountToken: String? = nil,
+    public func buy(_ appleId: String, _ productId: String, quantity: Int? = nil, appAccountToken: String? = nil,
              receipt: SimReceiptOptions? = nil) async throws -> SimPurchase.Result {
         let type = Self.products.first { $0.productId == productId }?.type ?? .consumable
         return try await simulator.call(SimPurchase.self, .init(appleId: appleId, bundleId: Self.bundleId, productId: productId,
@@ -173,31 +179,31 @@ final class SuiteFixture: Sendable {
                                                                 receipt: receipt))
     }
 
-    func redeem(_ session: String, receipt: String? = nil, signed: [String]? = nil) async throws -> RedeemResult {
+    public func redeem(_ session: String, receipt: String? = nil, signed: [String]? = nil) async throws -> RedeemResult {
         try await fulfillment.call(FulfillmentRedeem.self, .init(session: session, receiptData: receipt, signedTransactions: signed))
     }
 
-    func balance(_ session: String) async throws -> Int64 {
+    public func balance(_ session: String) async throws -> Int64 {
         try await fulfillment.call(FulfillmentGetBalance.self, .init(session: session)).balance
     }
 
-    func entitlements(_ session: String) async throws -> [Entitlement] {
+    public func entitlements(_ session: String) async throws -> [Entitlement] {
         try await fulfillment.call(FulfillmentGetEntitlements.self, .init(session: session)).entitlements
     }
 
-    func ledger(_ session: String) async throws -> [LedgerEntry] {
+    public func ledger(_ session: String) async throws -> [LedgerEntry] {
         try await fulfillment.call(FulfillmentListLedger.self, .init(session: session, limit: 500)).entries
     }
 
     // MARK: the database, read directly (the real file)
 
-    func count(_ sql: String) async throws -> Int {
+    public func count(_ sql: String) async throws -> Int {
         let queue = try DatabaseQueue(path: directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path)
         return try await queue.read { db in try Int.fetchOne(db, sql: sql) ?? 0 }
     }
 
     /// Every account's wallet equals the sum of its ledger; no wallet is negative.
-    func ledgerIsConsistent() async throws -> Bool {
+    public func ledgerIsConsistent() async throws -> Bool {
         try await store.ledgerMismatches().isEmpty
     }
 }

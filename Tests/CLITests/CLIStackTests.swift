@@ -1,0 +1,166 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import SuiteTestSupport
+import Testing
+
+/// The built `iap` binary as a subprocess against a live suite (every service on a real port): each
+/// command's `--json` output is exactly the service's result, and exit codes tell refusals (1),
+/// unreachable services (2) and usage errors (64) apart.
+@Suite struct CLIStackTests {
+    struct Run {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+        func decode<T: Decodable>(_ type: T.Type) throws -> T { try JSONDecoder().decode(T.self, from: Data(stdout.utf8)) }
+    }
+
+    /// Runs `iap` on its own thread (never blocking the test's cooperative threads, which the in-process
+    /// services need), with the suite's addresses and a private config file.
+    static func iap(_ args: [String], env: [String: String]) async throws -> Run {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread {
+                do {
+                    let binDir = ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
+                        ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+                    let out = FileManager.default.temporaryDirectory.appendingPathComponent("iap-out-\(UUID().uuidString)")
+                    let err = FileManager.default.temporaryDirectory.appendingPathComponent("iap-err-\(UUID().uuidString)")
+                    FileManager.default.createFile(atPath: out.path, contents: nil)
+                    FileManager.default.createFile(atPath: err.path, contents: nil)
+                    defer {
+                        try? FileManager.default.removeItem(at: out)
+                        try? FileManager.default.removeItem(at: err)
+                    }
+                    let process = Process()
+                    process.executableURL = binDir.appendingPathComponent("iap")
+                    process.arguments = args
+                    var environment = ProcessInfo.processInfo.environment
+                    for key in environment.keys where key.hasPrefix("IAP_") && key != "IAP_BIN_DIR" { environment[key] = nil }
+                    environment.merge(env) { _, new in new }
+                    process.environment = environment
+                    process.standardOutput = try FileHandle(forWritingTo: out)
+                    process.standardError = try FileHandle(forWritingTo: err)
+                    process.standardInput = FileHandle.nullDevice
+                    try process.run()
+                    process.waitUntilExit()
+                    continuation.resume(returning: Run(status: process.terminationStatus,
+                                                       stdout: try String(contentsOf: out, encoding: .utf8),
+                                                       stderr: try String(contentsOf: err, encoding: .utf8)))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }.start()
+        }
+    }
+
+    @Test func everyCommandAgainstALiveSuite() async throws {
+        let suite = try await SuiteFixture.start()
+        let home = FileManager.default.temporaryDirectory.appendingPathComponent("cli-home-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+        let configPath = home.appendingPathComponent("iap/config.json").path
+        var env = suite.environment
+        env["IAP_CONFIG"] = configPath
+        env["HOME"] = home.path
+        func iap(_ args: String...) async throws -> Run { try await Self.iap(args, env: env) }
+
+        // accounts: the session is saved 0600 and used by every later command.
+        let registered = try await iap("accounts", "register", "alice", "--password", "correct horse battery", "--json")
+        #expect(registered.status == 0, "\(registered.stderr)")
+        let signedIn = try registered.decode(SignedIn.self)
+        let permissions = try FileManager.default.attributesOfItem(atPath: configPath)[.posixPermissions] as? Int
+        #expect(permissions == 0o600)
+        #expect(try String(contentsOfFile: configPath, encoding: .utf8).contains(signedIn.session.token))
+        #expect(try await iap("accounts", "whoami", "--json").decode(AuthenticatedAccount.self).accountId == signedIn.accountId)
+        #expect(try await iap("accounts", "sessions", "--json").decode(AccountsListSessions.Result.self).sessions.count == 1)
+        let wrongPassword = try await iap("accounts", "login", "alice", "--password", "not it at all", "--json")
+        #expect(wrongPassword.status == 1 && wrongPassword.stderr.contains("error 1001"))
+
+        // catalog
+        let listed = try await iap("catalog", "list", "--json").decode(CatalogListProducts.Result.self)
+        #expect(Set(listed.products.map(\.productId)) == Set(SuiteFixture.products.map(\.productId)))
+        let got = try await iap("catalog", "get", "coins.100", "nope", "--json").decode(CatalogGetProducts.Result.self)
+        #expect(got.products.map(\.productId) == ["coins.100"] && got.missing == ["nope"])
+        #expect(try await iap("catalog", "set-price", "coins.100", "USA:USD:1.99", "--json").stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "{}")
+        #expect(try await iap("catalog", "get", "coins.100", "--json").decode(CatalogGetProducts.Result.self).products.first?.price?.amount == "1.99")
+        #expect(try await iap("catalog", "set-price", "coins.100", "USA-USD-1.99").status == 64)
+        let noToken = try await Self.iap(["catalog", "retire", "pass.season", "--admin-token", "wrong"], env: env)
+        #expect(noToken.status == 1 && noToken.stderr.contains("admin"))
+
+        // buy, redeem, spend
+        let bought = try await iap("sim", "buy", "coins.100", "--apple-id", "alice@icloud", "--json").decode(SimPurchase.Result.self)
+        let receiptFile = home.appendingPathComponent("receipt.b64")
+        try bought.receiptData.write(to: receiptFile, atomically: true, encoding: .utf8)
+        let verified = try await iap("receipt", "verify", receiptFile.path, "--json").decode(VerifyReceiptResponse.self)
+        #expect(verified.status == 0 && verified.receipt?.inApp.first?.transactionId == bought.transactionId)
+        let redeemed = try await iap("redeem", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self)
+        #expect(redeemed.results.map(\.outcome) == [.granted] && redeemed.balance == 100)
+        #expect(try await iap("redeem", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self).results.map(\.outcome) == [.alreadyGranted])
+        #expect(try await iap("balance", "--json").decode(BalanceResult.self).balance == 100)
+        #expect(try await iap("spend", "30", "--key", "sword", "--json").decode(BalanceResult.self).balance == 70)
+        #expect(try await iap("spend", "30", "--key", "sword", "--json").decode(BalanceResult.self).balance == 70)
+        let tooMuch = try await iap("spend", "1000", "--json")
+        #expect(tooMuch.status == 1 && tooMuch.stderr.contains("error 1005"))
+        let ledger = try await iap("ledger", "--json").decode(FulfillmentListLedger.Result.self)
+        #expect(ledger.entries.map(\.kind) == [.grant, .spend])
+        #expect(try await iap("redeem").status == 64)
+
+        // content: a resumed download, and a corrupt partial file refused
+        let pack = try await iap("sim", "buy", "pack.castle", "--type", "nonConsumable", "--apple-id", "alice@icloud", "--json")
+            .decode(SimPurchase.Result.self)
+        let packRedeemed = try await iap("redeem", "--signed-transaction", pack.signedTransaction, "--json").decode(RedeemResult.self)
+        #expect(packRedeemed.results.map(\.outcome) == [.granted])
+        #expect(try await iap("entitlements", "--json").decode(FulfillmentGetEntitlements.Result.self).entitlements.map(\.entitlement) == ["castle"])
+        let content = try await iap("content", "list", "--json").decode(FulfillmentListContent.Result.self).content
+        #expect(content.map(\.contentId) == [SuiteFixture.contentId])
+        let target = home.appendingPathComponent("castle.bin").path
+        try Data(suite.content.prefix(1000)).write(to: URL(fileURLWithPath: target + ".part"))
+        let download = try await iap("content", "download", SuiteFixture.contentId, "--output", target, "--chunk", "65536", "--json")
+        #expect(download.status == 0, "\(download.stderr)")
+        #expect(download.stderr.contains("resuming"))
+        let summary = try JSONValue.parseJSON(download.stdout)
+        #expect(summary["resumedFrom"] == .int(1000) && summary["sha256"] == .string(content[0].sha256))
+        #expect(Array(try Data(contentsOf: URL(fileURLWithPath: target))) == suite.content)
+        try Data(repeating: 0xAA, count: 1000).write(to: URL(fileURLWithPath: target + ".part"))
+        let corrupt = try await iap("content", "download", SuiteFixture.contentId, "--output", target)
+        #expect(corrupt.status == 1 && corrupt.stderr.contains("checksum mismatch"))
+        #expect(!FileManager.default.fileExists(atPath: target + ".part"))
+
+        // restore on this device
+        let restore = try await iap("sim", "restore", "--apple-id", "alice@icloud", "--json").decode(SimRestore.Result.self)
+        try restore.receiptData.write(to: receiptFile, atomically: true, encoding: .utf8)
+        let restored = try await iap("restore", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self)
+        #expect(restored.entitlements.map(\.entitlement) == ["castle"] && restored.balance == 70)
+
+        // the whole suite at once, and a service's methods
+        let health = try await iap("health", "--json")
+        #expect(health.status == 0, "\(health.stdout)\(health.stderr)")
+        let reports = try JSONValue.parseJSON(health.stdout)
+        #expect(Set(reports.objectValue?.keys.map { $0 } ?? []) == ["accounts", "catalog", "verification", "fulfillment", "sim"])
+        #expect(reports["fulfillment"]?["status"] == .string("ok"))
+        let methods = try JSONValue.parseJSON(try await iap("methods", "fulfillment", "--json").stdout)
+        let names = Set(methods["methods"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? [])
+        #expect(names.isSuperset(of: Set(ContractMethods.fulfillment.map(\.name))))
+        #expect(try await iap("methods", "fulfillment").stdout.contains("fulfillment.spendCoins"))
+
+        // the demo walks the whole story
+        let demo = try await iap("demo", "--coins-product", "coins.100", "--content-product", "pack.castle",
+                                 "--download-dir", home.appendingPathComponent("demo").path)
+        #expect(demo.status == 0, "\(demo.stdout)\n\(demo.stderr)")
+        #expect(demo.stdout.contains("demo complete"))
+        #expect(demo.stdout.contains("reversal"))
+
+        // signing out forgets the session; unreachable services are exit 2
+        #expect(try await iap("accounts", "logout", "--json").stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "{}")
+        let signedOut = try await iap("balance")
+        #expect(signedOut.status == 1 && signedOut.stderr.contains("iap accounts login"))
+        let unreachable = try await iap("catalog", "list", "--addr", "127.0.0.1:1")
+        #expect(unreachable.status == 2 && unreachable.stderr.contains("compose/up.sh"))
+        await suite.stop()
+    }
+}
+
+extension JSONValue {
+    static func parseJSON(_ text: String) throws -> JSONValue {
+        try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+    }
+}
