@@ -52,6 +52,7 @@ for entry in "${services[@]}"; do
   read -r _ exe _ <<<"$entry"
   swift build -c release --product "$exe" >/dev/null
 done
+swift build -c release --product iap >/dev/null  # the client, for the demo and for trying things
 bin=$(swift build -c release --show-bin-path)
 
 pids=()
@@ -103,7 +104,7 @@ for entry in "${services[@]}"; do  # start each, and wait until it is healthy be
   printf '  %-13s 127.0.0.1:%s  (log: %s)\n' "$name" "$port" "$IAP_DATA_DIR/logs/$name.log"
 done
 echo "suite is up; data in $IAP_DATA_DIR; tokens in $IAP_DATA_DIR/internal-token and admin-token. Ctrl-C stops it."
-echo "try: swift run iap demo    (or .build/debug/iap demo after swift build)"
+echo "try, in another terminal: .build/release/iap demo"
 
 # Stream every service's log, each line prefixed with its service (IAP_STREAM_LOGS=0 to keep quiet).
 if [[ ${IAP_STREAM_LOGS:-1} != 0 ]]; then
