@@ -333,6 +333,17 @@ let package = Package(
             dependencies: ["ServiceSupport"],
             path: "Tests/ComposeTests"
         ),
+        .testTarget(
+            name: "ReliabilityTests",
+            dependencies: [
+                "SuiteTestSupport", "FulfillmentService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/ReliabilityTests"
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -105,6 +105,13 @@ enum GateOpen: RPCMethod {
     static let summary = "Releases gate.wait calls for the key (and future ones)."
 }
 
+enum BlockingRelease: RPCMethod {
+    struct Params: Codable, Sendable { var key: String }
+    typealias Result = EmptyResult
+    static let name = "blocking.release"
+    static let summary = "Releases blocking.wait calls for the key, from the event loop (so a busy task pool cannot delay it)."
+}
+
 enum EchoBlocking: RPCMethod {
     typealias Params = JSONValue
     typealias Result = JSONValue
@@ -190,6 +197,10 @@ enum TestServer {
         r.register(GateWait.self) { p, _ in
             await gates.wait(p.key)
             return p.key
+        }
+        r.registerImmediate(BlockingRelease.self) { p, _ in
+            blockingGates.release(p.key)
+            return EmptyResult()
         }
         r.register(GateOpen.self) { p, _ in
             blockingGates.release(p.key)

@@ -39,6 +39,8 @@ public final class SuiteFixture: Sendable {
     private let servers: NIOLockedValueBox<[String: RPCServer]>
     private let verificationRouter: RPCRouter
     public let verificationPort: Int
+    /// With `proxied`: the proxy in front of each dependency ("accounts", "verification", "catalog").
+    public let proxies: [String: FaultProxy]
 
     public static let products: [ProductDefinition] = [
         product("coins.100", .consumable, .coins(100)),
@@ -52,13 +54,20 @@ public final class SuiteFixture: Sendable {
                           defaultLocale: "en-US", grant: grant, prices: [.init(storefront: "USA", currency: "USD", amount: "0.99")])
     }
 
-    public static func start(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: TimeAmountMs = 2_000) async throws -> SuiteFixture {
+    /// `proxied`: fulfillment reaches accounts, verification and catalog through a `FaultProxy` each
+    /// (`proxies[name]`), so a test can slow or cut the network to one of them.
+    public static func start(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: TimeAmountMs = 2_000,
+                             proxied: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil) async throws -> SuiteFixture {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("suite-\(UUID().uuidString)")
         for sub in ["sim", "accounts", "catalog", "fulfillment/content"] {
             try FileManager.default.createDirectory(at: dir.appendingPathComponent(sub), withIntermediateDirectories: true)
         }
         var quiet = Logger(label: "suite-test")
         quiet.logLevel = .critical
+        if let logs {
+            quiet = Logger(label: "suite-test", factory: logs)
+            quiet.logLevel = .trace
+        }
         var servers: [String: RPCServer] = [:]
         func serve(_ name: String, _ router: RPCRouter, port: Int = 0) async throws -> Int {
             let server = RPCServer(configuration: .init(serviceName: name, port: port), router: router, logger: quiet)
@@ -102,8 +111,16 @@ public final class SuiteFixture: Sendable {
         config.adminToken = adminToken
         configure(&config)
         let clock = ManualClock(startMs: ServiceClock.system.nowMs)
-        let dependencies = try Dependencies(accounts: "127.0.0.1:\(accountsPort)", verification: "127.0.0.1:\(verificationPort)",
-                                            catalog: "127.0.0.1:\(catalogPort)", connections: 2,
+        var proxies: [String: FaultProxy] = [:]
+        func route(_ name: String, _ port: Int) async throws -> Int {
+            guard proxied else { return port }
+            let proxy = FaultProxy(targetPort: port)
+            proxies[name] = proxy
+            return try await proxy.start()
+        }
+        let dependencies = try Dependencies(accounts: "127.0.0.1:\(try await route("accounts", accountsPort))",
+                                            verification: "127.0.0.1:\(try await route("verification", verificationPort))",
+                                            catalog: "127.0.0.1:\(try await route("catalog", catalogPort))", connections: 2,
                                             deadline: .milliseconds(dependencyDeadline))
         let store = try FulfillmentStore.open(directory: dir.appendingPathComponent("fulfillment"))
         let service = FulfillmentService(store: store, dependencies: dependencies,
@@ -115,13 +132,15 @@ public final class SuiteFixture: Sendable {
                             catalog: RPCClient(host: "127.0.0.1", port: catalogPort),
                             fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort),
                             store: store, content: content, servers: servers, verificationRouter: verificationRouter,
-                            verificationPort: verificationPort)
+                            verificationPort: verificationPort, proxies: proxies)
     }
 
     public typealias TimeAmountMs = Int64
 
     private init(directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
-                 store: FulfillmentStore, content: [UInt8], servers: [String: RPCServer], verificationRouter: RPCRouter, verificationPort: Int) {
+                 store: FulfillmentStore, content: [UInt8], servers: [String: RPCServer], verificationRouter: RPCRouter, verificationPort: Int,
+                 proxies: [String: FaultProxy]) {
+        self.proxies = proxies
         self.directory = directory
         self.clock = clock
         self.simulator = simulator
@@ -136,6 +155,7 @@ public final class SuiteFixture: Sendable {
     }
 
     public func stop() async {
+        for proxy in proxies.values { await proxy.stop() }
         for server in servers.withLockedValue({ Array($0.values) }) { await server.shutdown() }
         try? FileManager.default.removeItem(at: directory)
     }

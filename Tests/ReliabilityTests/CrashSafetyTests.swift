@@ -1,0 +1,192 @@
+import Foundation
+import GRDB
+import IAPProtocol
+import JSONRPC
+import NIOConcurrencyHelpers
+import RPCTransport
+import SuiteTestSupport
+import Testing
+
+/// The real `fulfillment-service` executable, killed with SIGKILL at random moments while clients redeem
+/// and spend, restarted, and the clients retrying whatever was not acknowledged. Afterwards its SQLite
+/// file must show every purchase granted exactly once, every idempotency key applied at most once, and
+/// every balance equal to the sum of its ledger.
+///
+/// Bounded for CI (20 kills). The long version: `IAP_CRASH_KILLS=200 IAP_CRASH_PURCHASES=3000 swift test
+/// --filter CrashSafetyTests`.
+@Suite(.serialized) struct CrashSafetyTests {
+    /// One fulfillment-service process on a fixed port and data directory.
+    final class FulfillmentProcess: Sendable {
+        let port: Int
+        let arguments: [String]
+        private let current = NIOLockedValueBox<Process?>(nil)
+
+        init(port: Int, dataDir: URL, suite: SuiteFixture) {
+            self.port = port
+            let env = suite.environment
+            arguments = ["--port", "\(port)", "--data-dir", dataDir.path, "--log-level", "error",
+                         "--accounts-addr", env["IAP_ACCOUNTS_ADDR"]!, "--verification-addr", env["IAP_VERIFICATION_ADDR"]!,
+                         "--catalog-addr", env["IAP_CATALOG_ADDR"]!, "--admin-token", SuiteFixture.adminToken,
+                         "--dependency-timeout-ms", "5000"]
+        }
+
+        static var executable: URL {
+            (ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
+                ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent())
+                .appendingPathComponent("fulfillment-service")
+        }
+
+        /// Starts it and waits (polling, bounded) until it answers rpc.ping.
+        func start() async throws {
+            let process = Process()
+            process.executableURL = Self.executable
+            process.arguments = arguments
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            current.withLockedValue { $0 = process }
+            let probe = RPCClient(host: "127.0.0.1", port: port, configuration: .init(connections: 1, callTimeout: .milliseconds(500)))
+            defer { Task { await probe.close() } }
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline {
+                if (try? await probe.call(RPCPing.self, EmptyParams())) != nil { return }
+                guard process.isRunning else { throw CLIFailure("fulfillment-service exited during start-up") }
+                try await Task.sleep(nanoseconds: 20_000_000)  // polling for readiness, bounded by the deadline
+            }
+            throw CLIFailure("fulfillment-service did not answer within 30 s")
+        }
+
+        /// SIGKILL: no drain, no clean close of the database.
+        func kill() async {
+            guard let process = current.withLockedValue({ $0 }) else { return }
+            Foundation.kill(process.processIdentifier, SIGKILL)
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                Thread { process.waitUntilExit(); c.resume() }.start()
+            }
+        }
+    }
+
+    struct CLIFailure: Error, CustomStringConvertible {
+        let description: String
+        init(_ d: String) { description = d }
+    }
+
+    enum Op: Sendable {
+        case redeem(session: Int, receipt: String, transactionId: String)
+        case spend(session: Int, key: String, amount: Int64)
+    }
+
+    static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = 0
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        return Int(UInt16(bigEndian: addr.sin_port))
+    }
+
+    @Test func killedAtRandomMomentsItLosesNothingAndGrantsNothingTwice() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let kills = Int(environment["IAP_CRASH_KILLS"] ?? "") ?? 20
+        let purchases = Int(environment["IAP_CRASH_PURCHASES"] ?? "") ?? 240
+        let spends = purchases
+        let suite = try await SuiteFixture.start()
+        let dataDir = suite.directory.appendingPathComponent("crash-fulfillment")
+        let service = FulfillmentProcess(port: try Self.freePort(), dataDir: dataDir, suite: suite)
+        try await service.start()
+
+        var sessions: [String] = []
+        for i in 0..<8 { sessions.append(try await suite.register("crash-\(i)").session) }
+        var ops: [Op] = []
+        for i in 0..<purchases {
+            let bought = try await suite.buy("crash-\(i)@icloud", "coins.100")
+            ops.append(.redeem(session: i % sessions.count, receipt: bought.receiptData, transactionId: bought.transactionId))
+        }
+        for i in 0..<spends { ops.append(.spend(session: i % sessions.count, key: "spend-\(i)", amount: 7)) }
+        ops.shuffle()
+        let allOps = ops
+        let redeemIds = ops.compactMap { op -> String? in if case let .redeem(_, _, t) = op { return t } else { return nil } }
+
+        // Clients: each op is retried until acknowledged (a reply, success or refusal). Acknowledged
+        // spends keep the balance they were answered with.
+        let client = RPCClient(host: "127.0.0.1", port: service.port, configuration: .init(connections: 4, callTimeout: .seconds(10)))
+        let next = NIOLockedValueBox(0)
+        let acknowledgedSpends = NIOLockedValueBox<[String: Int64]>([:])
+        let attempts = NIOLockedValueBox(0)
+        let sessionsCopy = sessions
+        let load = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<12 {
+                    group.addTask {
+                        while true {
+                            let index = next.withLockedValue { v in defer { v += 1 }; return v }
+                            guard index < allOps.count else { return }
+                            while true {
+                                attempts.withLockedValue { $0 += 1 }
+                                do {
+                                    switch allOps[index] {
+                                    case let .redeem(s, receipt, _):
+                                        _ = try await client.call(FulfillmentRedeem.self, .init(session: sessionsCopy[s], receiptData: receipt))
+                                    case let .spend(s, key, amount):
+                                        let balance = try await client.call(FulfillmentSpendCoins.self,
+                                                                            .init(session: sessionsCopy[s], amount: amount, idempotencyKey: key))
+                                        acknowledgedSpends.withLockedValue { $0[key] = balance.balance }
+                                    }
+                                    break
+                                } catch let error as RPCError where error.knownCode == .unavailable || error.knownCode == .internalError {
+                                    try await Task.sleep(nanoseconds: 5_000_000)  // the service is down: try again shortly
+                                } catch let error as RPCError where error.knownCode == .insufficientFunds {
+                                    break  // acknowledged: refused, nothing changed
+                                }
+                            }
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
+
+        // Kill it at random moments while the load runs, and bring it back.
+        var performed = 0
+        while performed < kills {
+            try await Task.sleep(nanoseconds: UInt64.random(in: 30_000_000...250_000_000))  // a random moment, not a sync point
+            await service.kill()
+            performed += 1
+            try await service.start()
+        }
+        try await load.value
+        await client.close()
+        await service.kill()
+
+        // The database as the last crash left it.
+        let db = try DatabaseQueue(path: dataDir.appendingPathComponent("fulfillment.sqlite").path)
+        try await db.read { db in
+            let grants = try [String: Int](uniqueKeysWithValues: Row.fetchAll(db, sql: """
+                SELECT transactionId, COUNT(*) AS n FROM ledger WHERE kind = 'grant' GROUP BY transactionId
+                """).map { ($0["transactionId"], $0["n"]) })
+            #expect(grants.count == redeemIds.count, "every purchase granted")
+            #expect(redeemIds.allSatisfy { grants[$0] == 1 }, "each exactly once")
+            #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM processedTransaction") == redeemIds.count)
+            let spendRows = try [String: Int64](uniqueKeysWithValues: Row.fetchAll(db, sql: """
+                SELECT idempotencyKey, balance FROM ledger WHERE kind = 'spend'
+                """).map { ($0["idempotencyKey"], $0["balance"]) })
+            let acknowledged = acknowledgedSpends.withLockedValue { $0 }
+            #expect(acknowledged.allSatisfy { spendRows[$0.key] == $0.value }, "every acknowledged spend is there, once, as answered")
+            #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ledger WHERE kind = 'spend'") == spendRows.count)
+            let mismatched = try Int.fetchOne(db, sql: """
+                SELECT COUNT(*) FROM wallet w LEFT JOIN (SELECT accountId, SUM(delta) AS total FROM ledger GROUP BY accountId) l
+                ON l.accountId = w.accountId WHERE w.balance != COALESCE(l.total, 0)
+                """)
+            #expect(mismatched == 0, "balance = sum of ledger for every account")
+            let total = try Int64.fetchOne(db, sql: "SELECT SUM(balance) FROM wallet") ?? 0
+            #expect(total == Int64(redeemIds.count) * 100 - Int64(spendRows.count) * 7)
+            #expect(try String.fetchOne(db, sql: "PRAGMA integrity_check") == "ok")
+        }
+        print("crash safety: \(performed) SIGKILLs, \(allOps.count) operations, \(attempts.withLockedValue { $0 }) attempts")
+        await suite.stop()
+    }
+}
