@@ -81,11 +81,15 @@ public final class RPCClient: Sendable {
         JSONWriter.request(id: RPCID(id), method: method, params: params ?? Array("{}".utf8), into: &line)
         line.append(UInt8(ascii: "\n"))
         let channel = try await connection()
-        let promise = channel.eventLoop.makePromise(of: [UInt8].self)
+        let completion = CallCompletion(channel.eventLoop.makePromise(of: [UInt8].self))
         let deadline = NIODeadline.now() + (timeout ?? configuration.callTimeout)
-        channel.writeAndFlush(OutgoingCall(id: id, line: line, deadline: deadline, promise: promise), promise: nil)
+        // A write to a connection that closed meanwhile never reaches the handler: fail the call here
+        // (whichever side completes it first wins; the other is ignored).
+        channel.writeAndFlush(OutgoingCall(id: id, line: line, deadline: deadline, completion: completion)).whenFailure { [address] error in
+            completion.fail(RPCError.unavailable("call to \(address) failed: \(error)", reason: "connectionLost"))
+        }
         do {
-            return try await promise.futureResult.get()
+            return try await completion.promise.futureResult.get()
         } catch let error as RPCError {
             throw error
         } catch {
@@ -211,7 +215,27 @@ struct OutgoingCall {
     let id: Int64
     let line: [UInt8]
     let deadline: NIODeadline
+    let completion: CallCompletion
+}
+
+/// A call's promise, completed at most once whoever gets there first (the reply, the timeout, a dropped
+/// connection, or a write that failed before the handler saw the call).
+final class CallCompletion: Sendable {
     let promise: EventLoopPromise<[UInt8]>
+    private let done = NIOLockedValueBox(false)
+
+    init(_ promise: EventLoopPromise<[UInt8]>) { self.promise = promise }
+
+    private func claim() -> Bool {
+        done.withLockedValue { d in
+            if d { return false }
+            d = true
+            return true
+        }
+    }
+
+    func succeed(_ bytes: [UInt8]) { if claim() { promise.succeed(bytes) } }
+    func fail(_ error: any Error) { if claim() { promise.fail(error) } }
 }
 
 /// Matches replies to calls by id; fails calls on timeout or when the connection drops.
@@ -222,7 +246,7 @@ final class RPCClientHandler: ChannelDuplexHandler {
     typealias OutboundOut = ByteBuffer
 
     private let peer: String
-    private var pending: [Int64: (promise: EventLoopPromise<[UInt8]>, timer: Scheduled<Void>)] = [:]
+    private var pending: [Int64: (promise: CallCompletion, timer: Scheduled<Void>)] = [:]
 
     init(peer: String) {
         self.peer = peer
@@ -236,7 +260,7 @@ final class RPCClientHandler: ChannelDuplexHandler {
             guard let entry = bound.value.pending.removeValue(forKey: id) else { return }
             entry.promise.fail(RPCError.unavailable("no reply from \(peer) in time", reason: "timeout"))
         }
-        pending[id] = (call.promise, timer)
+        pending[id] = (call.completion, timer)
         context.write(wrapOutboundOut(context.channel.allocator.buffer(bytes: call.line)), promise: promise)
     }
 

@@ -1,0 +1,72 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import RPCTestSupport
+import RPCTransport
+import SuiteTestSupport
+import Testing
+
+/// Accounts, verification and catalog each cut off and slowed past fulfillment's deadline (through a
+/// TCP proxy in front of the real service), then restored: fulfillment answers `unavailable` quickly,
+/// writes nothing for those requests, and recovers by itself once the dependency is back.
+@Suite struct DependencyFaultTests {
+    static let deadlineMs: Int64 = 400
+
+    /// Redeem a fresh purchase while `dependency` misbehaves; then heal it and redeem again.
+    func exercise(_ dependency: String, _ fault: FaultProxy.Mode) async throws {
+        let suite = try await SuiteFixture.start(dependencyDeadline: Self.deadlineMs, proxied: true)
+        let alice = try await suite.register("alice")
+        let bought = try await suite.buy("alice@icloud", "coins.100")
+        _ = try await suite.balance(alice.session)  // every connection is up before the fault
+        let proxy = try #require(suite.proxies[dependency])
+
+        proxy.mode = fault
+        for _ in 0..<3 {
+            let started = Date()
+            let failure = await rpcError { try await suite.redeem(alice.session, receipt: bought.receiptData) }
+            let elapsedMs = Date().timeIntervalSince(started) * 1000
+            #expect(failure?.code == RPCErrorCode.unavailable.rawValue, "\(dependency) \(fault): \(String(describing: failure))")
+            #expect(failure?.retryable == true)
+            #expect(failure?.data.extra["dependency"] == .string(dependency))
+            #expect(elapsedMs < Double(Self.deadlineMs) + 1_000, "answered within the deadline, not hung: \(elapsedMs) ms")
+        }
+        #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 0)
+        #expect(try await suite.count("SELECT COUNT(*) FROM ledger") == 0)
+
+        proxy.mode = .pass
+        let healed = try await suite.redeem(alice.session, receipt: bought.receiptData)
+        #expect(healed.results.map(\.outcome) == [.granted])
+        #expect(healed.balance == 100)
+        let replay = try await suite.redeem(alice.session, receipt: bought.receiptData)
+        #expect(replay.results.map(\.outcome) == [.alreadyGranted] && replay.balance == 100)
+        await suite.stop()
+    }
+
+    @Test(arguments: ["accounts", "verification", "catalog"])
+    func aDependencyThatIsDownMeansUnavailableAndNothingWritten(_ dependency: String) async throws {
+        try await exercise(dependency, .down)
+    }
+
+    @Test(arguments: ["accounts", "verification", "catalog"])
+    func aDependencySlowerThanTheDeadlineMeansUnavailableAndNothingWritten(_ dependency: String) async throws {
+        try await exercise(dependency, .slow(milliseconds: 3 * Self.deadlineMs))
+    }
+
+    @Test func spendsDuringAnAccountsOutageChangeNothingAndResumeAfterwards() async throws {
+        let suite = try await SuiteFixture.start(dependencyDeadline: Self.deadlineMs, proxied: true)
+        let alice = try await suite.register("alice")
+        let bought = try await suite.buy("alice@icloud", "coins.100")
+        _ = try await suite.redeem(alice.session, receipt: bought.receiptData)
+        let accounts = try #require(suite.proxies["accounts"])
+        accounts.mode = .down
+        let spend = FulfillmentSpendCoins.Params(session: alice.session, amount: 40, idempotencyKey: "potion")
+        let failure = await rpcError { try await suite.fulfillment.call(FulfillmentSpendCoins.self, spend) }
+        #expect(failure?.code == RPCErrorCode.unavailable.rawValue)
+        accounts.mode = .pass
+        // The client retries the same key: applied once.
+        #expect(try await suite.fulfillment.call(FulfillmentSpendCoins.self, spend).balance == 60)
+        #expect(try await suite.fulfillment.call(FulfillmentSpendCoins.self, spend).balance == 60)
+        #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'spend'") == 1)
+        await suite.stop()
+    }
+}
