@@ -214,6 +214,7 @@ let package = Package(
             name: "IAPBench",
             dependencies: [
                 "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

@@ -6,5 +6,6 @@ struct IAPBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "iap-bench",
         abstract: "Benchmarks for the in-app purchase suite.",
-        subcommands: [RedeemBenchmark.self, SpendBenchmark.self, ServeFixture.self, LoginLatency.self, MintReceipt.self, FuzzReceipts.self])
+        subcommands: [PingBenchmark.self, CatalogListBenchmark.self, AuthenticateBenchmark.self, VerifyReceiptBenchmark.self,
+                      RedeemBenchmark.self, SpendBenchmark.self, MixedBenchmark.self, PreloadBenchmark.self, ServeFixture.self, LoginLatency.self, MintReceipt.self, FuzzReceipts.self])
 }

@@ -17,15 +17,17 @@ final class TrustedChainCache: Sendable {
     }
 
     private let chains = NIOLockedValueBox<[Data: ValidityWindow]>([:])
-    private let certificates = NIOLockedValueBox<[[UInt8]: Certificate]>([:])
+    /// Keyed by `Data`, which hashes its bytes in bulk (an `[UInt8]` key hashes them one at a time).
+    private let certificates = NIOLockedValueBox<[Data: Certificate]>([:])
     private let limit = 1_000
 
     func certificate(_ der: [UInt8]) throws -> Certificate {
-        if let cached = certificates.withLockedValue({ $0[der] }) { return cached }
+        let key = Data(der)
+        if let cached = certificates.withLockedValue({ $0[key] }) { return cached }
         let parsed = try Certificate(derEncoded: der)
         certificates.withLockedValue { cache in
             if cache.count > limit { cache.removeAll() }
-            cache[der] = parsed
+            cache[key] = parsed
         }
         return parsed
     }
