@@ -7,5 +7,5 @@ struct IAPBench: AsyncParsableCommand {
         commandName: "iap-bench",
         abstract: "Benchmarks for the in-app purchase suite.",
         subcommands: [PingBenchmark.self, CatalogListBenchmark.self, AuthenticateBenchmark.self, VerifyReceiptBenchmark.self,
-                      RedeemBenchmark.self, SpendBenchmark.self, MixedBenchmark.self, PreloadBenchmark.self, ServeFixture.self, LoginLatency.self, MintReceipt.self, FuzzReceipts.self])
+                      RedeemBenchmark.self, SpendBenchmark.self, MixedBenchmark.self, PreloadBenchmark.self, HostileBenchmark.self, ServeFixture.self, LoginLatency.self, MintReceipt.self, FuzzReceipts.self])
 }

@@ -51,26 +51,34 @@ struct PurchaseInput: ParsableArguments {
     }
 }
 
-struct RedeemCommand: AsyncParsableCommand {
+/// `iap redeem` and `iap restore`: the same input, two methods.
+protocol PurchaseCommand: AsyncParsableCommand {
+    associatedtype Method: RPCMethod where Method.Params == RedeemParams, Method.Result == RedeemResult
+    var input: PurchaseInput { get }
+    var client: ClientOptions { get }
+}
+
+extension PurchaseCommand {
+    func run() async throws {
+        await ServiceCall(options: client).run(.fulfillment, Method.self, try input.params(session: try client.requireSession()),
+                                               human: redeemSummary)
+    }
+}
+
+struct RedeemCommand: PurchaseCommand {
+    typealias Method = FulfillmentRedeem
     static let configuration = CommandConfiguration(
         commandName: "redeem", abstract: "Redeem a receipt or signed transactions: each purchase is granted exactly once.")
     @OptionGroup var input: PurchaseInput
     @OptionGroup var client: ClientOptions
-    func run() async throws {
-        await ServiceCall(options: client).run(.fulfillment, FulfillmentRedeem.self,
-                                               try input.params(session: try client.requireSession()), human: redeemSummary)
-    }
 }
 
-struct RestoreCommand: AsyncParsableCommand {
+struct RestoreCommand: PurchaseCommand {
+    typealias Method = FulfillmentRestore
     static let configuration = CommandConfiguration(
         commandName: "restore", abstract: "Restore entitlements from a receipt on this device (never coins).")
     @OptionGroup var input: PurchaseInput
     @OptionGroup var client: ClientOptions
-    func run() async throws {
-        await ServiceCall(options: client).run(.fulfillment, FulfillmentRestore.self,
-                                               try input.params(session: try client.requireSession()), human: redeemSummary)
-    }
 }
 
 struct BalanceCommand: AsyncParsableCommand {
