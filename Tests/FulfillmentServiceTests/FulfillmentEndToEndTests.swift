@@ -348,4 +348,36 @@ import Testing
         #expect(byBob.results.map(\.outcome) == [.granted] && byBob.balance == 100)
         await suite.stop()
     }
+
+    @Test func aRenewalNotificationGrantsAPurchaseTheAppNeverRedeemed() async throws {
+        let suite = try await SuiteFixture.start()
+        let alice = try await suite.register("alice")
+        // Bought with alice's appAccountToken, but the app never redeemed it.
+        let sub = try await suite.buy("alice@icloud", "sub.premium", appAccountToken: alice.appAccountToken)
+        let stranger = try await suite.buy("stranger@icloud", "sub.premium", appAccountToken: UUID().uuidString.lowercased())
+        let advanced = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400))
+        #expect(advanced.notifications.count == 2)
+        var applied: [Bool] = []
+        for payload in advanced.notifications {
+            applied.append(try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: payload)).applied)
+        }
+        // Alice's renewal found her through the token; the stranger's token belongs to nobody here.
+        #expect(applied.sorted { !$0 && $1 } == [false, true])
+        let entitlements = try await suite.entitlements(alice.session)
+        #expect(entitlements.map(\.entitlement) == ["premium"] && entitlements.first?.originalTransactionId == sub.originalTransactionId)
+        // The first purchase, redeemed later, is already accounted for: its original is alice's.
+        let redeemed = try await suite.redeem(alice.session, signed: [sub.signedTransaction])
+        #expect(redeemed.results.map(\.outcome) == [.restored])
+        #expect(try await suite.count("SELECT COUNT(*) FROM ownership") == 1)
+        _ = stranger
+        // Without the internal token, the same kind of notification is not applied.
+        let noToken = try await SuiteFixture.start(configure: { $0.internalToken = nil })
+        let bob = try await noToken.register("bob")
+        _ = try await noToken.buy("bob@icloud", "sub.premium", appAccountToken: bob.appAccountToken)
+        let renewal = try await noToken.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400)).notifications[0]
+        #expect(try await noToken.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: renewal)).applied == false)
+        #expect(try await noToken.entitlements(bob.session).isEmpty)
+        await noToken.stop()
+        await suite.stop()
+    }
 }

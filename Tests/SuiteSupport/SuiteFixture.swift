@@ -25,6 +25,7 @@ public final class SuiteFixture: Sendable {
     }
 
     public static let adminToken = "admin-token-for-tests"
+    public static let internalToken = "internal-token-for-tests"
     public static let bundleId = "com.example.game"
     public static let contentId = "castle-pack.bin"
 
@@ -81,6 +82,7 @@ public final class SuiteFixture: Sendable {
 
         var accountsConfig = AccountsConfiguration()
         accountsConfig.passwordHashing = .testing
+        accountsConfig.internalToken = internalToken
         let accounts = AccountsService(store: try AccountsStore.open(directory: dir.appendingPathComponent("accounts")),
                                        configuration: accountsConfig, logger: quiet)
         let accountsPort = try await serve("accounts", accounts.router())
@@ -109,6 +111,7 @@ public final class SuiteFixture: Sendable {
 
         var config = FulfillmentConfiguration()
         config.adminToken = adminToken
+        config.internalToken = internalToken
         configure(&config)
         let clock = ManualClock(startMs: ServiceClock.system.nowMs)
         var proxies: [String: FaultProxy] = [:]

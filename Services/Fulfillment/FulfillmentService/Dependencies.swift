@@ -33,6 +33,18 @@ public struct Dependencies: Sendable {
         try await call("accounts", accounts, AccountsAuthenticate.self, .init(session: session), passThrough: [.unauthenticated])
     }
 
+    /// The account an appAccountToken belongs to (internal method); nil when no account has it.
+    public func account(appAccountToken: String, internalToken: String) async throws(RPCError) -> String? {
+        do {
+            return try await accounts.call(AccountsFindByAppAccountToken.self,
+                                                  .init(appAccountToken: appAccountToken, internalToken: internalToken), timeout: deadline).accountId
+        } catch where error.knownCode == .notFound {
+            return nil
+        } catch {
+            throw Self.unavailable("accounts", error)
+        }
+    }
+
     public func verifyReceipt(_ params: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {
         try await call("verification", verification, VerificationVerifyReceipt.self, params)
     }
@@ -66,11 +78,15 @@ public struct Dependencies: Sendable {
             return try await client.call(method, params, timeout: deadline)
         } catch {
             if let code = error.knownCode, passThrough.contains(code) { throw error }
-            var failure = RPCError.unavailable("\(name) could not answer (\(error.message)); nothing was changed, retry later",
-                                               reason: "dependencyUnavailable")
-            failure.data.extra["dependency"] = .string(name)
-            failure.data.extra["dependencyCode"] = .int(Int64(error.code))
-            throw failure
+            throw Self.unavailable(name, error)
         }
+    }
+
+    private static func unavailable(_ name: String, _ error: RPCError) -> RPCError {
+        var failure = RPCError.unavailable("\(name) could not answer (\(error.message)); nothing was changed, retry later",
+                                           reason: "dependencyUnavailable")
+        failure.data.extra["dependency"] = .string(name)
+        failure.data.extra["dependencyCode"] = .int(Int64(error.code))
+        return failure
     }
 }

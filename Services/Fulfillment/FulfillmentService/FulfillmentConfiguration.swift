@@ -3,6 +3,9 @@ import Foundation
 public struct FulfillmentConfiguration: Sendable {
     /// Token for `fulfillment.revokeTransaction`; nil refuses every admin call.
     public var adminToken: String?
+    /// Token for accounts' internal methods: lets a notification about a purchase never redeemed find its
+    /// account through the purchase's appAccountToken. Nil: such notifications are not applied.
+    public var internalToken: String?
     /// What happens when a purchase's original transaction is bound to another account.
     public var ownershipPolicy: FulfillmentStore.OwnershipPolicy = .refuse
     /// Largest `readContent` chunk (its base64 must fit well inside a 4 MiB line).

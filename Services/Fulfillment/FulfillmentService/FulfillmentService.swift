@@ -238,9 +238,12 @@ public final class FulfillmentService: Sendable {
 
     // MARK: notifications and admin
 
-    /// App Store Server Notifications v2: REFUND and REVOKE revoke the transaction; DID_RENEW,
-    /// DID_RECOVER and SUBSCRIBED extend the subscription of the original's owner. `applied` is false
-    /// for types this server does not act on and for transactions it has never seen.
+    /// App Store Server Notifications v2: REFUND and REVOKE revoke the transaction; DID_RENEW, DID_RECOVER,
+    /// SUBSCRIBED and ONE_TIME_CHARGE record the purchase for its account exactly as a redeem would (a
+    /// renewal extends the subscription). The account is the original's owner, else the one whose
+    /// appAccountToken the purchase carries (asked of accounts with the internal token), so a purchase the
+    /// app never redeemed is still granted. `applied` is false for types this server does not act on and
+    /// for purchases whose account cannot be known.
     public func applyNotification(_ p: FulfillmentApplyNotification.Params) async throws(RPCError) -> FulfillmentApplyNotification.Result {
         let answer = try await dependencies.verifyNotification(p.signedPayload)
         guard answer.status == 0, let notification = answer.notification else {
@@ -261,12 +264,8 @@ public final class FulfillmentService: Sendable {
                                             reason: type == "REFUND" ? "refunded" : "revoked", nowMs: now)
             }
             applied = outcome != .notFound
-        case "DID_RENEW", "DID_RECOVER", "SUBSCRIBED":
-            guard let rule = try await grantRules(for: [purchase.productId])[purchase.productId], case .subscription = rule else {
-                return .init(applied: false)
-            }
-            let outcome = try await storeCall { try await self.store.applyRenewal(purchase, rule: rule, nowMs: now) }
-            applied = outcome != .unknownOriginal
+        case "DID_RENEW", "DID_RECOVER", "SUBSCRIBED", "ONE_TIME_CHARGE":
+            applied = try await recordFromNotification(purchase, nowMs: now)
         default:
             applied = false
         }
@@ -275,6 +274,25 @@ public final class FulfillmentService: Sendable {
         }
         logger.info("notification", metadata: ["type": "\(type)", "transactionId": "\(purchase.transactionId)", "applied": "\(applied)"])
         return .init(applied: applied)
+    }
+
+    private func recordFromNotification(_ purchase: VerifiedPurchase, nowMs: Int64) async throws(RPCError) -> Bool {
+        var accountId = try await storeCall {
+            try await self.store.owner(environment: purchase.environment, originalTransactionId: purchase.originalTransactionId)
+        }
+        var token: String?
+        if accountId == nil, let appAccountToken = purchase.appAccountToken, let internalToken = configuration.internalToken {
+            accountId = try await dependencies.account(appAccountToken: appAccountToken, internalToken: internalToken)
+            token = appAccountToken
+        }
+        guard let accountId else { return false }
+        let rules = try await grantRules(for: [purchase.productId])
+        let appAccountToken = token
+        let applied = try await storeCall {
+            try await self.store.apply([.init(purchase: purchase, rule: rules[purchase.productId])], accountId: accountId,
+                                       appAccountToken: appAccountToken, mode: .redeem, policy: .refuse, nowMs: nowMs)
+        }
+        return applied.results.contains { [.granted, .restored, .alreadyGranted].contains($0.outcome) }
     }
 
     public func revokeTransaction(_ p: FulfillmentRevokeTransaction.Params) async throws(RPCError) {

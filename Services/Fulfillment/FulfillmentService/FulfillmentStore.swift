@@ -285,16 +285,11 @@ public final class FulfillmentStore: Sendable {
         }
     }
 
-    public enum RenewalOutcome: Sendable, Equatable { case extended, unchanged, unknownOriginal }
-
-    /// A renewal announced by a notification: recorded for the original's owner and the entitlement
-    /// extended. Unknown originals are left for the app's next redeem (the account is not known).
-    public func applyRenewal(_ p: VerifiedPurchase, rule: GrantRule, nowMs: Int64) async throws -> RenewalOutcome {
-        try await commits.write { db in
-            guard let owner = try String.fetchOne(db.cachedStatement(sql: "SELECT accountId FROM ownership WHERE environment = ? AND originalTransactionId = ?"), arguments: [p.environment, p.originalTransactionId]) else { return .unknownOriginal }
-            if try Self.isProcessed(p, db) { return .unchanged }
-            try Self.recordProcessed(p, accountId: owner, rule: rule, coins: 0, nowMs: nowMs, db: db)
-            return try Self.extendSubscription(p, db: db) ? .extended : .unchanged
+    /// The account an original transaction is bound to, if any.
+    public func owner(environment: String, originalTransactionId: String) async throws -> String? {
+        try await writer.read { db in
+            try String.fetchOne(db.cachedStatement(sql: "SELECT accountId FROM ownership WHERE environment = ? AND originalTransactionId = ?"),
+                                arguments: [environment, originalTransactionId])
         }
     }
 

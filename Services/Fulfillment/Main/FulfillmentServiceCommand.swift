@@ -27,6 +27,10 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("admin-token"), help: "Token for fulfillment.revokeTransaction (env IAP_ADMIN_TOKEN).")
     var adminToken: String?
 
+    @Option(name: .customLong("internal-token"),
+            help: "Token for accounts' internal methods (env IAP_INTERNAL_TOKEN): notifications about purchases never redeemed find their account by appAccountToken.")
+    var internalToken: String?
+
     @Option(name: .customLong("ownership-policy"),
             help: "When another account presents a purchase already bound to an account: refuse (default) or transfer (moves the entitlement, never coins).")
     var ownershipPolicy: String = "refuse"
@@ -49,6 +53,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         var config = FulfillmentConfiguration()
         config.adminToken = Environment.resolve(adminToken, env: "IAP_ADMIN_TOKEN")
         config.ownershipPolicy = FulfillmentStore.OwnershipPolicy(rawValue: ownershipPolicy)!
+        config.internalToken = Environment.resolve(internalToken, env: "IAP_INTERNAL_TOKEN")
         if config.adminToken == nil {
             logger.warning("no admin token configured (--admin-token or IAP_ADMIN_TOKEN): revokeTransaction will refuse every call")
         }
