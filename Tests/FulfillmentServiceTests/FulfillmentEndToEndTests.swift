@@ -172,6 +172,21 @@ import Testing
         #expect(two.results.map(\.outcome) == [.granted])
         #expect(two.entitlements.map(\.entitlement) == ["season-pass"])
         #expect(two.entitlements.first?.expiresAtMs == now + 60 * 86_400_000)
+        // The first pass refunded: the second moves up and ends 30 days after its new start.
+        let refunded = try await SuiteFixture.start()
+        let bob = try await refunded.register("bob")
+        let t0 = refunded.clock.nowMs
+        let p1 = try await refunded.buy("bob@icloud", "pass.season")
+        let p2 = try await refunded.buy("bob@icloud", "pass.season")
+        _ = try await refunded.redeem(bob.session, signed: [p1.signedTransaction, p2.signedTransaction])
+        #expect(try await refunded.entitlements(bob.session).first?.expiresAtMs == t0 + 60 * 86_400_000)
+        refunded.clock.advance(ms: 10 * 86_400_000)
+        _ = try await refunded.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken,
+                                                                                         transactionId: p1.transactionId, reason: "refund"))
+        let moved = try await refunded.entitlements(bob.session)
+        #expect(moved.first?.originalTransactionId == p2.originalTransactionId)
+        #expect(moved.first?.expiresAtMs == refunded.clock.nowMs + 30 * 86_400_000)
+        await refunded.stop()
         // After both run out, a new pass starts from now.
         suite.clock.advance(ms: 100 * 86_400_000)
         #expect(try await suite.entitlements(alice.session).isEmpty)

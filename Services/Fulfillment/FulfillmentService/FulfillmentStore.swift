@@ -441,7 +441,7 @@ public final class FulfillmentStore: Sendable {
     @discardableResult
     private static func revoke(environment: String, transactionId: String, reason: String, nowMs: Int64, db: Database) throws -> Bool {
         guard let row = try Row.fetchOne(db.cachedStatement(sql: """
-            SELECT accountId, originalTransactionId, productId, coinsGranted, revokedAtMs FROM processedTransaction
+            SELECT accountId, originalTransactionId, productId, grantKind, coinsGranted, revokedAtMs FROM processedTransaction
             WHERE environment = ? AND transactionId = ?
             """), arguments: [environment, transactionId]) else { return false }
         let revokedAt: Int64? = row["revokedAtMs"]
@@ -455,13 +455,43 @@ public final class FulfillmentStore: Sendable {
             try appendLedger(accountId: accountId, delta: -taken, kind: "reversal", environment: environment, transactionId: transactionId,
                              memo: "\(reason): \(productId)", shortfall: coins - taken, nowMs: nowMs, db: db)
         } else {
+            let name = try String.fetchOne(db.cachedStatement(sql: """
+                SELECT entitlement FROM entitlement WHERE environment = ? AND originalTransactionId = ? AND revokedAtMs IS NULL
+                """), arguments: [environment, original])
             try db.cachedStatement(sql: """
                 UPDATE entitlement SET revokedAtMs = ? WHERE environment = ? AND originalTransactionId = ? AND revokedAtMs IS NULL
                 """).execute(arguments: [nowMs, environment, original])
+            if let name, (row["grantKind"] as String?) == GrantRule.timeLimited(entitlement: "", durationDays: 0).kind {
+                try restack(accountId: accountId, entitlement: name, nowMs: nowMs, db: db)
+            }
             try appendLedger(accountId: accountId, delta: 0, kind: "reversal", environment: environment, transactionId: transactionId,
                              memo: "\(reason): \(productId)", nowMs: nowMs, db: db)
         }
         return true
+    }
+
+    /// After a stacked pass is revoked, the passes queued behind it move up: each one not yet started
+    /// starts at the later of now and the end of the one before it, keeping its own length.
+    private static func restack(accountId: String, entitlement: String, nowMs: Int64, db: Database) throws {
+        let rows = try Row.fetchAll(db.cachedStatement(sql: """
+            SELECT environment, originalTransactionId, startsAtMs, expiresAtMs FROM entitlement
+            WHERE accountId = ? AND entitlement = ? AND revokedAtMs IS NULL AND expiresAtMs IS NOT NULL ORDER BY startsAtMs
+            """), arguments: [accountId, entitlement])
+        var cursor = nowMs
+        for row in rows {
+            let start: Int64 = row["startsAtMs"], end: Int64 = row["expiresAtMs"]
+            guard start > nowMs else {
+                cursor = max(cursor, end)  // running or over: stays as it is
+                continue
+            }
+            let newStart = min(start, max(nowMs, cursor))  // passes only ever move earlier
+            if newStart < start {
+                try db.cachedStatement(sql: """
+                    UPDATE entitlement SET startsAtMs = ?, expiresAtMs = ? WHERE environment = ? AND originalTransactionId = ?
+                    """).execute(arguments: [newStart, newStart + (end - start), row["environment"] as String, row["originalTransactionId"] as String])
+            }
+            cursor = newStart + (end - start)
+        }
     }
 
     /// Appends a ledger row and moves the wallet by the same delta; returns the new balance.
