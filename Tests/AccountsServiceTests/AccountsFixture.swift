@@ -33,7 +33,8 @@ final class AccountsFixture: Sendable {
         let server = RPCServer(configuration: .init(serviceName: "accounts"), router: service.router(), logger: logger)
         try await server.start()
         return AccountsFixture(directory: dir, clock: clock, service: service, server: server, configuration: config,
-                               client: RPCClient(host: "127.0.0.1", port: server.localPort!))
+                               client: RPCClient(host: "127.0.0.1", port: server.localPort!,
+                                                 configuration: .init(connections: 1, callTimeout: .seconds(60))))
     }
 
     private init(directory: URL, clock: ManualClock, service: AccountsService, server: RPCServer,

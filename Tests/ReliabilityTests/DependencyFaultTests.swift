@@ -10,7 +10,8 @@ import Testing
 /// TCP proxy in front of the real service), then restored: fulfillment answers `unavailable` quickly,
 /// writes nothing for those requests, and recovers by itself once the dependency is back.
 @Suite struct DependencyFaultTests {
-    static let deadlineMs: Int64 = 1_500  // generous: the healthy dependencies must answer within it on a loaded CI machine
+    /// Generous: the healthy dependencies must answer within it while CI runs every suite at once.
+    static let deadlineMs: Int64 = 3_000
 
     /// Redeem a fresh purchase while `dependency` misbehaves; then heal it and redeem again.
     func exercise(_ dependency: String, _ fault: FaultProxy.Mode) async throws {
@@ -28,7 +29,8 @@ import Testing
             #expect(failure?.code == RPCErrorCode.unavailable.rawValue, "\(dependency) \(fault): \(String(describing: failure))")
             #expect(failure?.retryable == true)
             #expect(failure?.data.extra["dependency"] == .string(dependency))
-            #expect(elapsedMs < Double(Self.deadlineMs) + 1_000, "answered within the deadline, not hung: \(elapsedMs) ms")
+            // Well before the slow proxy would have delivered the reply (or a hang): the deadline cut it off.
+            #expect(elapsedMs < Double(Self.deadlineMs) + 7_000, "answered at the deadline, not hung: \(elapsedMs) ms")
         }
         #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 0)
         #expect(try await suite.count("SELECT COUNT(*) FROM ledger") == 0)
@@ -49,7 +51,7 @@ import Testing
 
     @Test(arguments: ["accounts", "verification", "catalog"])
     func aDependencySlowerThanTheDeadlineMeansUnavailableAndNothingWritten(_ dependency: String) async throws {
-        try await exercise(dependency, .slow(milliseconds: 2 * Self.deadlineMs))
+        try await exercise(dependency, .slow(milliseconds: 20_000))
     }
 
     @Test func spendsDuringAnAccountsOutageChangeNothingAndResumeAfterwards() async throws {

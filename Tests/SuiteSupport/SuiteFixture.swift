@@ -57,12 +57,15 @@ public final class SuiteFixture: Sendable {
 
     /// `proxied`: fulfillment reaches accounts, verification and catalog through a `FaultProxy` each
     /// (`proxies[name]`), so a test can slow or cut the network to one of them.
-    public static func start(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: TimeAmountMs = 2_000,
+    public static func start(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: TimeAmountMs = 15_000,
                              proxied: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil) async throws -> SuiteFixture {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("suite-\(UUID().uuidString)")
         for sub in ["sim", "accounts", "catalog", "fulfillment/content"] {
             try FileManager.default.createDirectory(at: dir.appendingPathComponent(sub), withIntermediateDirectories: true)
         }
+        // The test's own clients wait long: these tests check outcomes, not speed, and CI runs every
+        // suite at once on two cores.
+        let patient = RPCClientConfiguration(connections: 1, callTimeout: .seconds(60))
         var quiet = Logger(label: "suite-test")
         quiet.logLevel = .critical
         if let logs {
@@ -78,7 +81,7 @@ public final class SuiteFixture: Sendable {
         }
 
         let sim = try AppStoreSimulator(directory: dir.appendingPathComponent("sim"))
-        let simClient = RPCClient(host: "127.0.0.1", port: try await serve("appstore-sim", sim.router()))
+        let simClient = RPCClient(host: "127.0.0.1", port: try await serve("appstore-sim", sim.router()), configuration: patient)
 
         var accountsConfig = AccountsConfiguration()
         accountsConfig.passwordHashing = .testing
@@ -131,9 +134,9 @@ public final class SuiteFixture: Sendable {
                                          configuration: config, clock: clock.clock, logger: quiet)
         let fulfillmentPort = try await serve("fulfillment", service.router())
         return SuiteFixture(directory: dir, clock: clock, simulator: simClient,
-                            accounts: RPCClient(host: "127.0.0.1", port: accountsPort),
-                            catalog: RPCClient(host: "127.0.0.1", port: catalogPort),
-                            fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort),
+                            accounts: RPCClient(host: "127.0.0.1", port: accountsPort, configuration: patient),
+                            catalog: RPCClient(host: "127.0.0.1", port: catalogPort, configuration: patient),
+                            fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort, configuration: patient),
                             store: store, content: content, servers: servers, verificationRouter: verificationRouter,
                             verificationPort: verificationPort, proxies: proxies)
     }
