@@ -71,4 +71,56 @@ import Testing
         #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'spend'") == 1)
         await suite.stop()
     }
+
+    @Test func faultsDuringLoadLoseNothingAndGrantNothingTwice() async throws {
+        let suite = try await SuiteFixture.start(dependencyDeadline: 1_000, proxied: true)
+        var sessions: [String] = []
+        for i in 0..<4 { sessions.append(try await suite.register("load-\(i)").session) }
+        var receipts: [String] = []
+        for i in 0..<60 { receipts.append(try await suite.buy("load-\(i)@icloud", "coins.100").receiptData) }
+        let work = receipts
+        let people = sessions
+        // Clients redeem every purchase, retrying whatever comes back unavailable.
+        let load = Task {
+            try await withThrowingTaskGroup(of: Int.self) { group in
+                for worker in 0..<6 {
+                    group.addTask {
+                        var unavailable = 0
+                        for i in stride(from: worker, to: work.count, by: 6) {
+                            while true {
+                                do {
+                                    let result = try await suite.redeem(people[i % people.count], receipt: work[i])
+                                    #expect([.granted, .alreadyGranted].contains(result.results.first?.outcome))
+                                    break
+                                } catch let error as RPCError where error.knownCode == .unavailable {
+                                    unavailable += 1
+                                }
+                            }
+                        }
+                        return unavailable
+                    }
+                }
+                var total = 0
+                for try await n in group { total += n }
+                return total
+            }
+        }
+        // Meanwhile each dependency in turn goes down, comes back, turns slow, comes back.
+        for name in ["verification", "catalog", "accounts", "verification"] {
+            let proxy = try #require(suite.proxies[name])
+            for mode in [FaultProxy.Mode.down, .pass, .slow(milliseconds: 3_000), .pass] {
+                proxy.mode = mode
+                try await Task.sleep(nanoseconds: 150_000_000)  // fault timing, not synchronization
+            }
+        }
+        let unavailable = try await load.value
+        #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'grant'") == work.count)
+        #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == work.count)
+        #expect(try await suite.ledgerIsConsistent())
+        var total: Int64 = 0
+        for session in people { total += try await suite.balance(session) }
+        #expect(total == Int64(work.count) * 100)
+        print("dependency faults under load: \(work.count) purchases granted once, \(unavailable) unavailable answers retried")
+        await suite.stop()
+    }
 }
