@@ -75,6 +75,18 @@ import Testing
         let wrongPassword = try await iap("accounts", "login", "alice", "--password", "not it at all", "--json")
         #expect(wrongPassword.status == 1 && wrongPassword.stderr.contains("error 1001"))
 
+        // Addresses may come from the config file instead of the environment.
+        var config = try JSONValue.parseJSON(try String(contentsOfFile: configPath, encoding: .utf8)).objectValue ?? [:]
+        config["addresses"] = .object(["catalog": .string(env["IAP_CATALOG_ADDR"]!)])
+        try Data(JSONByteEncoder.encode(JSONValue.object(config))).write(to: URL(fileURLWithPath: configPath))
+        var withoutCatalogVariable = env
+        withoutCatalogVariable["IAP_CATALOG_ADDR"] = nil
+        let fromConfig = try await Self.iap(["catalog", "list", "--json"], env: withoutCatalogVariable)
+        #expect(fromConfig.status == 0, "\(fromConfig.stderr)")
+        // ...and a later login keeps them.
+        #expect(try await iap("accounts", "login", "alice", "--password", "correct horse battery").status == 0)
+        #expect(try await Self.iap(["catalog", "list"], env: withoutCatalogVariable).status == 0)
+
         // catalog
         let listed = try await iap("catalog", "list", "--json").decode(CatalogListProducts.Result.self)
         #expect(Set(listed.products.map(\.productId)) == Set(SuiteFixture.products.map(\.productId)))

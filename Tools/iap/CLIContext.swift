@@ -141,7 +141,23 @@ struct ServiceCall {
             let raw = try await client.callRaw(method: M.name, params: try JSONWriter.encodeBodyOrThrow(params))
             return (try RPCCodec.decodeResult(M.Result.self, from: raw), raw)
         } catch {
-            report(error, service: service, address: address)
+            report(error, target: service.rawValue, address: address, addressVariable: service.environmentVariable)
+        }
+    }
+
+    /// Any method by name with raw JSON params (`iap call`); returns the raw result.
+    func callRaw(method: String, params: [UInt8], address: String, target: String) async -> [UInt8] {
+        let client: RPCClient
+        do {
+            client = try RPCClient(address: address, configuration: .init(connections: 1, callTimeout: .seconds(30)))
+        } catch {
+            fail("address: \(error.message)", exit: ExitCodes.usage)
+        }
+        defer { Task { await client.close() } }
+        do {
+            return try await client.callRaw(method: method, params: params)
+        } catch {
+            report(error, target: target, address: address, addressVariable: nil)
         }
     }
 
@@ -153,10 +169,10 @@ struct ServiceCall {
         return result
     }
 
-    func report(_ error: RPCError, service: SuiteService, address: String) -> Never {
+    func report(_ error: RPCError, target: String, address: String, addressVariable: String?) -> Never {
         if error.knownCode == .unavailable, ["connectFailed", "connectionLost"].contains(error.reason) {
-            fail("cannot reach \(service.rawValue) at \(address): is the suite running? start it with compose/up.sh "
-                 + "(or point \(service.environmentVariable) / --addr at it)", exit: ExitCodes.unreachable)
+            fail("cannot reach \(target) at \(address): is the suite running? start it with compose/up.sh "
+                 + "(or point \(addressVariable.map { "\($0) / " } ?? "")--addr at it)", exit: ExitCodes.unreachable)
         }
         fail("error \(error.code): \(error.message)\(Self.hint(error).map { "\n\($0)" } ?? "")", exit: ExitCodes.refused)
     }

@@ -20,19 +20,8 @@ struct CallCommand: AsyncParsableCommand {
             throw ValidationError("params must be a JSON object, e.g. '{\"storefront\":\"USA\"}'")
         }
         let address = try Self.address(service: service, flag: addr)
-        let client = try RPCClient(address: address)
-        defer { Task { await client.close() } }
-        do {
-            let result = try await client.callRaw(method: method, params: Array(params.utf8))
-            print(String(decoding: result, as: UTF8.self))
-        } catch {
-            FileHandle.standardError.write(Data("error \(error.code): \(error.message)\n".utf8))
-            if error.knownCode == .unavailable && ["connectFailed", "connectionLost"].contains(error.reason) {
-                FileHandle.standardError.write(Data("is the suite running? start it with compose/up.sh\n".utf8))
-                throw ExitCodes.unreachable
-            }
-            throw ExitCodes.refused
-        }
+        let result = await ServiceCall().callRaw(method: method, params: Array(params.utf8), address: address, target: service)
+        print(String(decoding: result, as: UTF8.self))
     }
 
     static func address(service: String, flag: String?) throws -> String {

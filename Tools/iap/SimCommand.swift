@@ -16,26 +16,12 @@ struct SimCommand: AsyncParsableCommand {
         @Option(name: .customLong("bundle-id"), help: "App bundle id.") var bundleId = "com.example.game"
         @Flag(help: "Print the simulator's answer as JSON.") var json = false
 
-        func client() throws -> RPCClient { try RPCClient(address: try CallCommand.address(service: "sim", flag: addr)) }
     }
 
-    /// Calls, prints (JSON or a short human form), and maps failures to exit codes.
+    /// Calls, prints (the raw JSON answer, or a short human form), and maps failures to exit codes.
     static func run<M: RPCMethod>(_ method: M.Type, _ params: M.Params, _ common: Common,
                                   human: (M.Result) -> String) async throws {
-        let client = try common.client()
-        defer { Task { await client.close() } }
-        let result: M.Result
-        do {
-            result = try await client.call(M.self, params)
-        } catch {
-            FileHandle.standardError.write(Data("error \(error.code): \(error.message)\n".utf8))
-            if error.knownCode == .unavailable {
-                FileHandle.standardError.write(Data("is the simulator running? start the suite with compose/up.sh\n".utf8))
-                throw ExitCodes.unreachable
-            }
-            throw ExitCodes.refused
-        }
-        print(common.json ? String(decoding: try JSONByteEncoder.encode(result), as: UTF8.self) : human(result))
+        await ServiceCall(addr: common.addr, json: common.json).run(.sim, M.self, params, human: human)
     }
 
     struct Buy: AsyncParsableCommand {
