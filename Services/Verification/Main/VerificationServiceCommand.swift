@@ -42,17 +42,14 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         var config = VerificationConfiguration()
         var anchorFiles = trustAnchors
         if let dir = Environment.resolve(trustAnchorDir, env: "IAP_TRUST_ANCHOR_DIR") {
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
-            let roots = names.filter { $0.hasSuffix("-root.der") || $0.hasSuffix("-root.pem") }.sorted()
+            let roots = TrustAnchors.rootFiles(in: dir)
             if roots.isEmpty { logger.warning("no *-root.der or *-root.pem in the trust anchor directory", metadata: ["dir": "\(dir)"]) }
-            anchorFiles += roots.map { dir + "/" + $0 }
+            anchorFiles += roots
         }
-        for path in anchorFiles {
-            do {
-                config.extraRoots.append(try ReceiptTrust.certificate(from: Array(Data(contentsOf: URL(fileURLWithPath: path)))))
-            } catch {
-                throw ValidationError("--trust-anchor \(path): not a readable DER or PEM certificate (\(error))")
-            }
+        do {
+            config.extraRoots = try TrustAnchors.load(anchorFiles)
+        } catch {
+            throw ValidationError("--trust-anchor \(error)")
         }
         config.allowXcode = allowXcode
         config.bundleIds = Set(bundleIds)
