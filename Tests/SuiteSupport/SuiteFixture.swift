@@ -57,7 +57,7 @@ public final class SuiteFixture: Sendable {
 
     /// `proxied`: fulfillment reaches accounts, verification and catalog through a `FaultProxy` each
     /// (`proxies[name]`), so a test can slow or cut the network to one of them.
-    public static func start(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: TimeAmountMs = 15_000,
+    public static func start(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
                              proxied: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil) async throws -> SuiteFixture {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("suite-\(UUID().uuidString)")
         for sub in ["sim", "accounts", "catalog", "fulfillment/content"] {
@@ -141,7 +141,6 @@ public final class SuiteFixture: Sendable {
                             verificationPort: verificationPort, proxies: proxies)
     }
 
-    public typealias TimeAmountMs = Int64
 
     private init(directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
                  store: FulfillmentStore, content: [UInt8], servers: [String: RPCServer], verificationRouter: RPCRouter, verificationPort: Int,

@@ -461,7 +461,7 @@ public final class FulfillmentStore: Sendable {
             try db.cachedStatement(sql: """
                 UPDATE entitlement SET revokedAtMs = ? WHERE environment = ? AND originalTransactionId = ? AND revokedAtMs IS NULL
                 """).execute(arguments: [nowMs, environment, original])
-            if let name, (row["grantKind"] as String?) == GrantRule.timeLimited(entitlement: "", durationDays: 0).kind {
+            if let name, (row["grantKind"] as String?) == GrantRule.timeLimitedKind {
                 try restack(accountId: accountId, entitlement: name, nowMs: nowMs, db: db)
             }
             try appendLedger(accountId: accountId, delta: 0, kind: "reversal", environment: environment, transactionId: transactionId,

@@ -96,12 +96,15 @@ public enum GrantRule: Sendable, Equatable {
         }
     }
 
+    /// Stored in `processedTransaction.grantKind`.
     var kind: String {
         switch self {
         case .coins: return "coins"
         case .permanent: return "permanent"
         case .subscription: return "subscription"
-        case .timeLimited: return "timeLimited"
+        case .timeLimited: return Self.timeLimitedKind
         }
     }
+
+    static let timeLimitedKind = "timeLimited"
 }
