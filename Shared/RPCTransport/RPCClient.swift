@@ -194,16 +194,16 @@ private final class ConnectionSlot: Sendable {
         }
         if started {
             future.whenComplete { [state] result in
-                state.withLockedValue { s in
-                    switch result {
-                    case .success(let channel):
-                        s = .connected(channel)
-                        channel.closeFuture.whenComplete { [state] _ in
-                            state.withLockedValue { if case .connected(let c) = $0, c === channel { $0 = .idle } }
-                        }
-                    case .failure:
-                        s = .idle
+                switch result {
+                case .success(let channel):
+                    state.withLockedValue { $0 = .connected(channel) }
+                    // Outside the lock: a channel that is already closed runs this callback at once, on
+                    // this thread, and it takes the lock itself.
+                    channel.closeFuture.whenComplete { [state] _ in
+                        state.withLockedValue { if case .connected(let c) = $0, c === channel { $0 = .idle } }
                     }
+                case .failure:
+                    state.withLockedValue { $0 = .idle }
                 }
             }
         }
