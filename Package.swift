@@ -277,8 +277,8 @@ let package = Package(
         ),
         .testTarget(
             name: "CLITests",
-            dependencies: ["JSONRPC", "IAPProtocol", "VerificationService", "AppStoreSimulator", "RPCTransport", "SuiteTestSupport",
-                           .product(name: "Logging", package: "swift-log")],
+            dependencies: ["JSONRPC", "IAPProtocol", "VerificationService", "AppStoreSimulator", "RPCTransport", "RPCTestSupport",
+                           "SuiteTestSupport", .product(name: "Logging", package: "swift-log")],
             path: "Tests/CLITests"
         ),
         .testTarget(
@@ -331,7 +331,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ComposeTests",
-            dependencies: ["ServiceSupport"],
+            dependencies: ["ServiceSupport", "RPCTestSupport"],
             path: "Tests/ComposeTests"
         ),
         .testTarget(

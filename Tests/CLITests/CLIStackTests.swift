@@ -1,6 +1,7 @@
 import Foundation
 import IAPProtocol
 import JSONRPC
+import RPCTestSupport
 import SuiteTestSupport
 import Testing
 
@@ -15,42 +16,16 @@ import Testing
         func decode<T: Decodable>(_ type: T.Type) throws -> T { try JSONDecoder().decode(T.self, from: Data(stdout.utf8)) }
     }
 
-    /// Runs `iap` on its own thread (never blocking the test's cooperative threads, which the in-process
-    /// services need), with the suite's addresses and a private config file.
+    /// Runs the built `iap` with the suite's addresses and a private config file; no IAP_* variable of
+    /// this process leaks into it.
     static func iap(_ args: [String], env: [String: String]) async throws -> Run {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread {
-                do {
-                    let binDir = ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
-                        ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-                    let out = FileManager.default.temporaryDirectory.appendingPathComponent("iap-out-\(UUID().uuidString)")
-                    let err = FileManager.default.temporaryDirectory.appendingPathComponent("iap-err-\(UUID().uuidString)")
-                    FileManager.default.createFile(atPath: out.path, contents: nil)
-                    FileManager.default.createFile(atPath: err.path, contents: nil)
-                    defer {
-                        try? FileManager.default.removeItem(at: out)
-                        try? FileManager.default.removeItem(at: err)
-                    }
-                    let process = Process()
-                    process.executableURL = binDir.appendingPathComponent("iap")
-                    process.arguments = args
-                    var environment = ProcessInfo.processInfo.environment
-                    for key in environment.keys where key.hasPrefix("IAP_") && key != "IAP_BIN_DIR" { environment[key] = nil }
-                    environment.merge(env) { _, new in new }
-                    process.environment = environment
-                    process.standardOutput = try FileHandle(forWritingTo: out)
-                    process.standardError = try FileHandle(forWritingTo: err)
-                    process.standardInput = FileHandle.nullDevice
-                    try process.run()
-                    process.waitUntilExit()
-                    continuation.resume(returning: Run(status: process.terminationStatus,
-                                                       stdout: try String(contentsOf: out, encoding: .utf8),
-                                                       stderr: try String(contentsOf: err, encoding: .utf8)))
-                } catch {
-                    continuation.resume(throwing: error)
-                }
-            }.start()
-        }
+        let binDir = ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
+            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        var environment = ProcessInfo.processInfo.environment
+        for key in environment.keys where key.hasPrefix("IAP_") && key != "IAP_BIN_DIR" { environment[key] = nil }
+        environment.merge(env) { _, new in new }
+        let run = try await Subprocess.run(binDir.appendingPathComponent("iap").path, args, environment: environment)
+        return Run(status: run.status, stdout: run.stdout, stderr: run.stderr)
     }
 
     @Test func everyCommandAgainstALiveSuite() async throws {

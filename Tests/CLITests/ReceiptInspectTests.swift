@@ -9,24 +9,14 @@ import VerificationService
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
     static let fixtures = root.appendingPathComponent("Tests/ReceiptsTests/Fixtures")
 
-    static func iap(_ args: [String]) throws -> (status: Int32, output: String) {
-        let binDir = ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
-            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        let process = Process()
-        process.executableURL = binDir.appendingPathComponent("iap")
-        process.arguments = args
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, output)
+    static func iap(_ args: [String]) async throws -> (status: Int32, output: String) {
+        let run = try await CLIStackTests.iap(args, env: [:])
+        return (run.status, run.stdout + run.stderr)
     }
 
     @Test func inspectPrintsWhatTheServiceWouldAnswer() async throws {
         let file = Self.fixtures.appendingPathComponent("xcode-subscription.receipt")
-        let (status, output) = try Self.iap(["receipt", "inspect", file.path, "--allow-xcode", "--json"])
+        let (status, output) = try await Self.iap(["receipt", "inspect", file.path, "--allow-xcode", "--json"])
         #expect(status == 0)
         var config = VerificationConfiguration()
         config.allowXcode = true
@@ -37,16 +27,16 @@ import VerificationService
         #expect(printed.receipt?.inApp.first?.productId == "com.rd.eehelper.pro_subscription")
     }
 
-    @Test func inspectSummarizesAndRefusesWithExitCodeOne() throws {
+    @Test func inspectSummarizesAndRefusesWithExitCodeOne() async throws {
         let file = Self.fixtures.appendingPathComponent("xcode-with-transaction.receipt").path
-        let valid = try Self.iap(["receipt", "inspect", file, "--allow-xcode"])
+        let valid = try await Self.iap(["receipt", "inspect", file, "--allow-xcode"])
         #expect(valid.status == 0)
         #expect(valid.output.hasPrefix("VALID    environment Xcode"))
         #expect(valid.output.contains("pass.premium"))
-        let refused = try Self.iap(["receipt", "inspect", file])
+        let refused = try await Self.iap(["receipt", "inspect", file])
         #expect(refused.status == 1)
         #expect(refused.output.contains("REFUSED  status 21003 (xcodeNotAllowed)"))
-        let missing = try Self.iap(["receipt", "inspect", "/nonexistent/receipt"])
+        let missing = try await Self.iap(["receipt", "inspect", "/nonexistent/receipt"])
         #expect(missing.status == 64)
     }
 }

@@ -25,35 +25,35 @@ import Testing
         let server = try await Self.startSimulator()
         defer { Task { await server.shutdown() } }
         let addr = "127.0.0.1:\(server.localPort!)"
-        let bought = try ReceiptInspectTests.iap(["sim", "buy", "coins.100", "--addr", addr, "--json"])
+        let bought = try await ReceiptInspectTests.iap(["sim", "buy", "coins.100", "--addr", addr, "--json"])
         #expect(bought.status == 0)
         let purchase = try JSONDecoder().decode(SimPurchase.Result.self, from: Data(bought.output.utf8))
         #expect(purchase.transactionId == "2000000001")
-        let finished = try ReceiptInspectTests.iap(["sim", "finish", purchase.transactionId, "--addr", addr])
+        let finished = try await ReceiptInspectTests.iap(["sim", "finish", purchase.transactionId, "--addr", addr])
         #expect(finished.status == 0)
         #expect(finished.output.contains("finished 2000000001"))
         // Another Apple ID may not finish it: the service refuses, exit code 1.
-        let refused = try ReceiptInspectTests.iap(["sim", "finish", purchase.transactionId, "--addr", addr, "--apple-id", "x@example.com"])
+        let refused = try await ReceiptInspectTests.iap(["sim", "finish", purchase.transactionId, "--addr", addr, "--apple-id", "x@example.com"])
         #expect(refused.status == 1)
         #expect(refused.output.contains("error 1003"))
-        let clock = try ReceiptInspectTests.iap(["sim", "advance-clock", "--days", "1", "--addr", addr])
+        let clock = try await ReceiptInspectTests.iap(["sim", "advance-clock", "--days", "1", "--addr", addr])
         #expect(clock.status == 0)
         #expect(clock.output.contains("0 renewal(s)"))
-        #expect(try ReceiptInspectTests.iap(["sim", "fault", "explode", "--addr", addr]).status == 64)
+        #expect(try await ReceiptInspectTests.iap(["sim", "fault", "explode", "--addr", addr]).status == 64)
     }
 
     @Test func callReachesAnyMethodAndReportsUnreachableServices() async throws {
         let server = try await Self.startSimulator()
         let addr = "127.0.0.1:\(server.localPort!)"
-        let ping = try ReceiptInspectTests.iap(["call", addr, "rpc.ping"])
+        let ping = try await ReceiptInspectTests.iap(["call", addr, "rpc.ping"])
         #expect(ping.status == 0)
         #expect(ping.output.trimmingCharacters(in: .whitespacesAndNewlines) == "\"pong\"")
-        let unknown = try ReceiptInspectTests.iap(["call", addr, "no.such.method"])
+        let unknown = try await ReceiptInspectTests.iap(["call", addr, "no.such.method"])
         #expect(unknown.status == 1)
-        #expect(try ReceiptInspectTests.iap(["call", addr, "rpc.ping", "[1]"]).status == 64)
+        #expect(try await ReceiptInspectTests.iap(["call", addr, "rpc.ping", "[1]"]).status == 64)
         await server.shutdown()
         // Not the port just freed: a server of a test running alongside may be given it. Port 1 is never ours.
-        let gone = try ReceiptInspectTests.iap(["call", "127.0.0.1:1", "rpc.ping"])
+        let gone = try await ReceiptInspectTests.iap(["call", "127.0.0.1:1", "rpc.ping"])
         #expect(gone.status == 2)
         #expect(gone.output.contains("compose/up.sh"))
     }

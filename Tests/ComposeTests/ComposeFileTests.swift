@@ -1,4 +1,5 @@
 import Foundation
+import RPCTestSupport
 import ServiceSupport
 import Testing
 
@@ -8,30 +9,21 @@ import Testing
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
-    static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = arguments
-        process.currentDirectoryURL = repository
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, output)
+    static func run(_ program: String, _ arguments: [String]) async throws -> (status: Int32, output: String) {
+        let run = try await Subprocess.run(program, arguments, currentDirectory: repository.path)
+        return (run.status, run.stdout + run.stderr)
     }
 
-    @Test func composeFileIsValidAndAgreesWithTheLocalRunner() throws {
+    @Test func composeFileIsValidAndAgreesWithTheLocalRunner() async throws {
         let schema = Self.repository.deletingLastPathComponent().appendingPathComponent("shared/schemas/compose-spec.json")
         let ports = ["accounts=\(DefaultPorts.accounts)", "catalog=\(DefaultPorts.catalog)", "verification=\(DefaultPorts.verification)",
                      "fulfillment=\(DefaultPorts.fulfillment)", "sim=\(DefaultPorts.simulator)"]
-        let (status, output) = try Self.run(["python3", "compose/check_compose.py", schema.path] + ports)
+        let (status, output) = try await Self.run("python3", ["compose/check_compose.py", schema.path] + ports)
         #expect(status == 0, "\(output)")
     }
 
-    @Test func theLocalRunnerIsValidBash() throws {
-        let (status, output) = try Self.run(["bash", "-n", "compose/up.sh"])
+    @Test func theLocalRunnerIsValidBash() async throws {
+        let (status, output) = try await Self.run("bash", ["-n", "compose/up.sh"])
         #expect(status == 0, "\(output)")
     }
 }

@@ -11,16 +11,14 @@ import Testing
     /// The meta-schema `$ref`s json-schema.tools' meta-schema for the embedded schemas; with no network
     /// that reference is served by a permissive local stand-in, and every embedded schema is checked
     /// against JSON Schema draft 7 itself instead.
-    static func validateAgainstMetaSchema(_ document: JSONValue) throws -> String? {
+    static func validateAgainstMetaSchema(_ document: JSONValue) async throws -> String? {
         let metaSchema = URL(fileURLWithPath: #filePath)
             .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("shared/schemas/openrpc-meta-schema.json")
         let docFile = FileManager.default.temporaryDirectory.appendingPathComponent("openrpc-\(UUID().uuidString).json")
         try Data(JSONByteEncoder.encode(document)).write(to: docFile)
         defer { try? FileManager.default.removeItem(at: docFile) }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", """
+        let run = try await Subprocess.run("python3", ["-c", """
             import json, sys, jsonschema
             from referencing import Registry
             from referencing.jsonschema import DRAFT7
@@ -35,14 +33,8 @@ import Testing
                     try: jsonschema.Draft7Validator.check_schema(s)
                     except jsonschema.SchemaError as e: errors.append(f"{m['name']}: {e.message}")
             print("\\n".join(errors[:10])); sys.exit(1 if errors else 0)
-            """, metaSchema.path, docFile.path]
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        process.waitUntilExit()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        return process.terminationStatus == 0 ? nil : output
+            """, metaSchema.path, docFile.path])
+        return run.termination == .exited(0) ? nil : run.stdout + run.stderr
     }
 
     @Test func discoverIsAValidOpenRPCDocumentListingEveryMethod() async throws {
@@ -53,7 +45,7 @@ import Testing
         let names = Set(document["methods"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? [])
         #expect(names == Set(server.methodNames))
         #expect(names.isSuperset(of: ["rpc.ping", "rpc.discover", "health.check", "typed.add"]))
-        let problems = try Self.validateAgainstMetaSchema(document)
+        let problems = try await Self.validateAgainstMetaSchema(document)
         #expect(problems == nil, "\(problems ?? "")")
         // Params come from the Params type: required `a`, `b`, optional `label`.
         let typed = OpenRPCDocument.schemas(of: "typed.add", in: document)
@@ -63,9 +55,9 @@ import Testing
         ]))
     }
 
-    @Test func aDocumentOfTheWholeV1ContractIsValidOpenRPC() throws {
+    @Test func aDocumentOfTheWholeV1ContractIsValidOpenRPC() async throws {
         let document = OpenRPCDocument.make(title: "v1", version: "1", methods: ContractMethods.all + ContractMethods.builtin)
-        let problems = try Self.validateAgainstMetaSchema(document)
+        let problems = try await Self.validateAgainstMetaSchema(document)
         #expect(problems == nil, "\(problems ?? "")")
     }
 

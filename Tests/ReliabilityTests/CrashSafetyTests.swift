@@ -3,6 +3,7 @@ import GRDB
 import IAPProtocol
 import JSONRPC
 import NIOConcurrencyHelpers
+import RPCTestSupport
 import RPCTransport
 import SuiteTestSupport
 import Testing
@@ -19,7 +20,7 @@ import Testing
     final class FulfillmentProcess: Sendable {
         let port: Int
         let arguments: [String]
-        private let current = NIOLockedValueBox<Process?>(nil)
+        private let current = NIOLockedValueBox<Subprocess?>(nil)
 
         init(port: Int, dataDir: URL, suite: SuiteFixture) {
             self.port = port
@@ -38,12 +39,7 @@ import Testing
 
         /// Starts it and waits (polling, bounded) until it answers rpc.ping.
         func start() async throws {
-            let process = Process()
-            process.executableURL = Self.executable
-            process.arguments = arguments
-            process.standardOutput = FileHandle.nullDevice
-            process.standardError = FileHandle.nullDevice
-            try process.run()
+            let process = try Subprocess.spawn(Self.executable.path, arguments)
             current.withLockedValue { $0 = process }
             let probe = RPCClient(host: "127.0.0.1", port: port, configuration: .init(connections: 1, callTimeout: .milliseconds(500)))
             defer { Task { await probe.close() } }
@@ -59,10 +55,8 @@ import Testing
         /// SIGKILL: no drain, no clean close of the database.
         func kill() async {
             guard let process = current.withLockedValue({ $0 }) else { return }
-            Foundation.kill(process.processIdentifier, SIGKILL)
-            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-                Thread { process.waitUntilExit(); c.resume() }.start()
-            }
+            process.kill(SIGKILL)
+            _ = await process.wait()
         }
     }
 
