@@ -229,7 +229,8 @@ let package = Package(
             name: "RPCTestSupport",
             dependencies: ["JSONRPC", "RPCTransport", .product(name: "NIOCore", package: "swift-nio"),
                            .product(name: "NIOPosix", package: "swift-nio"),
-                           .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
+                           .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                           .product(name: "Logging", package: "swift-log")],
             path: "Tests/Support"
         ),
         .testTarget(
@@ -305,7 +306,7 @@ let package = Package(
             name: "SuiteTestSupport",
             dependencies: [
                 "FulfillmentService", "AccountsService", "CatalogService", "VerificationService", "AppStoreSimulator",
-                "IAPProtocol", "JSONRPC", "RPCTransport", "ServiceSupport",
+                "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),

@@ -5,6 +5,7 @@ import IAPProtocol
 import JSONRPC
 import Logging
 import NIOConcurrencyHelpers
+import RPCTestSupport
 import RPCTransport
 import ServiceSupport
 import Testing
@@ -117,9 +118,8 @@ final class RemoteFixture: Sendable {
         let f = try await RemoteFixture.start(sharedSecret: "correct-app-secret")
         defer { f.stop() }
         let receipt = try f.receipt()
-        let logs = NIOLockedValueBox<[String]>([])
-        var logger = Logger(label: "remote") { _ in LineCollector(lines: logs) }
-        logger.logLevel = .trace
+        let logs = LogCapture()
+        let logger = logs.logger(label: "remote")
         let wrong = try await f.verification(secret: "wrong-app-secret", logger: logger).verifyReceipt(.init(receiptData: receipt, mode: .remote))
         #expect(wrong.status == 21004)
         #expect(wrong.reason == "sharedSecretMismatch")
@@ -127,8 +127,8 @@ final class RemoteFixture: Sendable {
         // Failures with retries log; the secret never appears.
         try f.endpoint.setFault(.init(mode: .http503, count: 2))
         _ = try await f.verification(secret: "wrong-app-secret", logger: logger).verifyReceipt(.init(receiptData: receipt, mode: .remote))
-        #expect(!logs.withLockedValue { $0 }.isEmpty)
-        #expect(logs.withLockedValue { $0 }.allSatisfy { !$0.contains("app-secret") })
+        #expect(!logs.all.isEmpty)
+        #expect(logs.all.allSatisfy { !$0.contains("app-secret") })
     }
 
     @Test func autoModeAsksTheEndpointOnlyWhenLocalCannotDecide() async throws {
@@ -141,18 +141,5 @@ final class RemoteFixture: Sendable {
         // Malformed is decided locally, without asking.
         try f.endpoint.setFault(.init(mode: .http503))
         #expect(try await service.verifyReceipt(.init(receiptData: "garbage", mode: .auto)).reason == "malformed")
-    }
-}
-
-struct LineCollector: LogHandler {
-    let lines: NIOLockedValueBox<[String]>
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .trace
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-    func log(event: LogEvent) {
-        lines.withLockedValue { $0.append("\(event.message) \(event.metadata ?? [:]) \(metadata)") }
     }
 }

@@ -18,7 +18,7 @@ final class CatalogFixture: Sendable {
     let service: CatalogService
     let server: RPCServer
     let client: RPCClient
-    let logs: CapturedLogs
+    let logs: LogCapture
 
     static func start(
         seed: [ProductDefinition] = standardCatalog,
@@ -31,8 +31,8 @@ final class CatalogFixture: Sendable {
         config.adminToken = adminToken
         configure(&config)
         let clock = ManualClock()
-        let logs = CapturedLogs()
-        let logger = Logger(label: "catalog-test") { _ in logs.handler() }
+        let logs = LogCapture()
+        let logger = logs.logger(label: "catalog-test")
         let store = try CatalogStore.open(directory: dir)
         let source = makeSource(store)
         let service = try await CatalogService(store: store, source: source, configuration: config, clock: clock.clock, logger: logger)
@@ -52,7 +52,7 @@ final class CatalogFixture: Sendable {
     }
 
     private init(directory: URL, clock: ManualClock, store: CatalogStore, service: CatalogService, server: RPCServer,
-                 client: RPCClient, logs: CapturedLogs) {
+                 client: RPCClient, logs: LogCapture) {
         self.directory = directory
         self.clock = clock
         self.store = store
@@ -96,30 +96,4 @@ final class CatalogFixture: Sendable {
                           localizations: ["en-US": .init(title: "Season Pass", description: "90 days")],
                           defaultLocale: "en-US", grant: .timeLimited(entitlement: "season", durationDays: 90), prices: []),
     ]
-}
-
-/// Log records kept in memory so tests can check what a service warned about.
-final class CapturedLogs: Sendable {
-    private let records = NIOLockedValueBox<[(Logger.Level, String)]>([])
-
-    func handler() -> some LogHandler { Handler(sink: self) }
-
-    func append(_ level: Logger.Level, _ message: String) { records.withLockedValue { $0.append((level, message)) } }
-
-    func contains(_ level: Logger.Level, _ fragment: String) -> Bool {
-        records.withLockedValue { $0.contains { $0.0 == level && $0.1.contains(fragment) } }
-    }
-
-    struct Handler: LogHandler {
-        let sink: CapturedLogs
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(event: LogEvent) {
-            sink.append(event.level, event.message.description)
-        }
-    }
 }
