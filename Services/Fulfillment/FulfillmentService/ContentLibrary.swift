@@ -3,10 +3,13 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import NIOConcurrencyHelpers
+import NIOPosix
 
 /// Downloadable content: one file per catalog content id in `<data-dir>/content/`. Reads are ranged so
 /// a client can resume an interrupted download; each answer carries the file's size and SHA-256 so
-/// the client can check what it assembled.
+/// the client can check what it assembled. File reads and hashing (a whole file, the first time it
+/// is asked for) run on NIO's shared blocking-I/O thread pool, never on the cooperative threads that
+/// answer every other request.
 public final class ContentLibrary: Sendable {
     public let directory: URL
     private struct Digest: Sendable { var size: Int64; var modified: Date; var sha256: String }
@@ -27,7 +30,32 @@ public final class ContentLibrary: Sendable {
 
     /// Size and SHA-256 (hex) of a content file; nil when it is not installed. The digest is cached
     /// until the file's size or modification time changes.
-    public func info(_ contentId: String) throws(RPCError) -> (size: Int64, sha256: String)? {
+    public func info(_ contentId: String) async throws(RPCError) -> (size: Int64, sha256: String)? {
+        try await Self.offload { () throws(RPCError) in try self.infoNow(contentId).map { Installed(size: $0.size, sha256: $0.sha256) } }
+            .map { ($0.size, $0.sha256) }
+    }
+
+    /// Up to `length` bytes from `offset`; an offset equal to the size reads nothing (the end).
+    public func read(_ contentId: String, offset: Int64, length: Int) async throws(RPCError) -> FulfillmentReadContent.Result {
+        try await Self.offload { () throws(RPCError) in try self.readNow(contentId, offset: offset, length: length) }
+    }
+
+    private struct Installed: Sendable { var size: Int64; var sha256: String }
+
+    /// Runs blocking file work on the shared I/O pool and hands back its answer or its RPCError.
+    private static func offload<T: Sendable>(_ work: @escaping @Sendable () throws(RPCError) -> T) async throws(RPCError) -> T {
+        let outcome: Result<T, RPCError>
+        do {
+            outcome = try await NIOThreadPool.singleton.runIfActive {
+                Result<T, any Error> { try work() }.mapError { $0 as? RPCError ?? .internalError("reading content failed") }
+            }
+        } catch {
+            throw RPCError.internalError("the content reader is not running")
+        }
+        return try outcome.get()
+    }
+
+    private func infoNow(_ contentId: String) throws(RPCError) -> (size: Int64, sha256: String)? {
         guard Self.isValidId(contentId) else { return nil }
         let path = directory.appendingPathComponent(contentId).path
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
@@ -51,9 +79,8 @@ public final class ContentLibrary: Sendable {
         return (size, sha)
     }
 
-    /// Up to `length` bytes from `offset`; an offset equal to the size reads nothing (the end).
-    public func read(_ contentId: String, offset: Int64, length: Int) throws(RPCError) -> FulfillmentReadContent.Result {
-        guard let (size, sha) = try info(contentId) else {
+    private func readNow(_ contentId: String, offset: Int64, length: Int) throws(RPCError) -> FulfillmentReadContent.Result {
+        guard let (size, sha) = try infoNow(contentId) else {
             throw RPCError.notFound("content \(contentId) is not installed on this server", reason: "contentMissing")
         }
         guard offset <= size else {

@@ -200,7 +200,7 @@ public final class FulfillmentService: Sendable {
         let account = try await dependencies.authenticate(session)
         var items: [ContentItem] = []
         for (contentId, productId) in try await entitledContent(accountId: account.accountId) {
-            guard let info = try content.info(contentId) else {
+            guard let info = try await content.info(contentId) else {
                 logger.warning("entitled content is not installed", metadata: ["contentId": "\(contentId)"])
                 continue
             }
@@ -219,7 +219,7 @@ public final class FulfillmentService: Sendable {
             // The same answer whether the content exists or not: no probing of what others bought.
             throw RPCError.forbidden("this account is not entitled to content \(p.contentId)", reason: "notEntitled")
         }
-        return try content.read(p.contentId, offset: p.offset, length: p.length)
+        return try await content.read(p.contentId, offset: p.offset, length: p.length)
     }
 
     /// (contentId, productId) for every content id granted by the account's active entitlements,
