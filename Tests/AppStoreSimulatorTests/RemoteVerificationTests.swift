@@ -43,7 +43,9 @@ final class RemoteFixture: Sendable {
 
     func stop() { app.cancel() }
 
-    func verification(secret: String? = nil, startWithSandbox: Bool = false, attemptMs: Int64 = 2_000, deadlineMs: Int64 = 8_000,
+    /// The default time limits are generous: these tests check outcomes (retries, statuses), and a
+    /// starved machine (CI, a sanitizer build) must not turn a retry into a deadline.
+    func verification(secret: String? = nil, startWithSandbox: Bool = false, attemptMs: Int64 = 10_000, deadlineMs: Int64 = 30_000,
                       logger: Logger = Logger(label: "verification-remote")) -> VerificationService {
         var remote = RemoteVerification(productionURL: "http://127.0.0.1:\(httpPort)/verifyReceipt",
                                         sandboxURL: "http://127.0.0.1:\(httpPort)/sandbox/verifyReceipt", sharedSecret: secret)
