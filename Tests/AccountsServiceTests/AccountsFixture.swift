@@ -34,7 +34,7 @@ final class AccountsFixture: Sendable {
         try await server.start()
         return AccountsFixture(directory: dir, clock: clock, service: service, server: server, configuration: config,
                                client: RPCClient(host: "127.0.0.1", port: server.localPort!,
-                                                 configuration: .init(connections: 1, callTimeout: .seconds(60))))
+                                                 configuration: .patient))
     }
 
     private init(directory: URL, clock: ManualClock, service: AccountsService, server: RPCServer,

@@ -29,7 +29,7 @@ final class SimulatorFixture: Sendable {
         let simulator = try AppStoreSimulator(directory: dir)
         let sim = RPCServer(configuration: .init(serviceName: "appstore-sim"), router: simulator.router(), logger: quiet)
         try await sim.start()
-        let client = RPCClient(host: "127.0.0.1", port: sim.localPort!)
+        let client = RPCClient(host: "127.0.0.1", port: sim.localPort!, configuration: .patient)
         let anchors = try await client.call(SimTrustAnchor.self, EmptyParams())
         var trustingConfig = VerificationConfiguration()
         trustingConfig.extraRoots = try [anchors.receiptRoot, anchors.jwsRoot].map {
@@ -42,8 +42,8 @@ final class SimulatorFixture: Sendable {
         try await trusting.start()
         try await appleOnly.start()
         return SimulatorFixture(directory: dir, sim: sim, client: client, servers: [sim, trusting, appleOnly],
-                                trusting: RPCClient(host: "127.0.0.1", port: trusting.localPort!),
-                                appleOnly: RPCClient(host: "127.0.0.1", port: appleOnly.localPort!))
+                                trusting: RPCClient(host: "127.0.0.1", port: trusting.localPort!, configuration: .patient),
+                                appleOnly: RPCClient(host: "127.0.0.1", port: appleOnly.localPort!, configuration: .patient))
     }
 
     private init(directory: URL, sim: RPCServer, client: RPCClient, servers: [RPCServer], trusting: RPCClient, appleOnly: RPCClient) {

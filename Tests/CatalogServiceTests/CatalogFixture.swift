@@ -48,7 +48,8 @@ final class CatalogFixture: Sendable {
         let server = RPCServer(configuration: .init(serviceName: "catalog"), router: service.router(), logger: quiet)
         try await server.start()
         return CatalogFixture(directory: dir, clock: clock, store: store, service: service, server: server,
-                              client: RPCClient(host: "127.0.0.1", port: server.localPort!), logs: logs)
+                              client: RPCClient(host: "127.0.0.1", port: server.localPort!, configuration: .patient),
+                              logs: logs)
     }
 
     private init(directory: URL, clock: ManualClock, store: CatalogStore, service: CatalogService, server: RPCServer,

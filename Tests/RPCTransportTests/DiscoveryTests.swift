@@ -40,7 +40,7 @@ import Testing
     @Test func discoverIsAValidOpenRPCDocumentListingEveryMethod() async throws {
         let server = try await TestServer.start()
         defer { Task { await server.shutdown() } }
-        let client = RPCClient(host: "127.0.0.1", port: server.localPort!)
+        let client = RPCClient(host: "127.0.0.1", port: server.localPort!, configuration: .patient)
         let document = try await client.call(RPCDiscover.self, EmptyParams())
         let names = Set(document["methods"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? [])
         #expect(names == Set(server.methodNames))
@@ -74,7 +74,7 @@ import Testing
             ]
         }
         defer { Task { await server.shutdown() } }
-        let report = try await RPCClient(host: "127.0.0.1", port: server.localPort!).call(HealthCheck.self, EmptyParams())
+        let report = try await RPCClient(host: "127.0.0.1", port: server.localPort!, configuration: .patient).call(HealthCheck.self, EmptyParams())
         #expect(report.status == .degraded)
         #expect(report.service == "test")
         #expect(report.dependencies.map(\.name) == ["up", "down"])

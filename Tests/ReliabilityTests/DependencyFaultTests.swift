@@ -10,8 +10,10 @@ import Testing
 /// TCP proxy in front of the real service), then restored: fulfillment answers `unavailable` quickly,
 /// writes nothing for those requests, and recovers by itself once the dependency is back.
 @Suite struct DependencyFaultTests {
-    /// Generous: the healthy dependencies must answer within it while CI runs every suite at once.
-    static let deadlineMs: Int64 = 3_000
+    /// Generous: the healthy dependencies must answer within it while CI runs every suite at once
+    /// (3 s was too short with the machine four times oversubscribed). The slow proxy holds replies
+    /// for 30 s, so an answer within deadline + 15 s still tells a deadline from a hang.
+    static let deadlineMs: Int64 = 5_000
 
     /// Redeem a fresh purchase while `dependency` misbehaves; then heal it and redeem again.
     func exercise(_ dependency: String, _ fault: FaultProxy.Mode) async throws {
@@ -30,7 +32,7 @@ import Testing
             #expect(failure?.retryable == true)
             #expect(failure?.data.extra["dependency"] == .string(dependency))
             // Well before the slow proxy would have delivered the reply (or a hang): the deadline cut it off.
-            #expect(elapsedMs < Double(Self.deadlineMs) + 7_000, "answered at the deadline, not hung: \(elapsedMs) ms")
+            #expect(elapsedMs < Double(Self.deadlineMs) + 15_000, "answered at the deadline, not hung: \(elapsedMs) ms")
         }
         #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 0)
         #expect(try await suite.count("SELECT COUNT(*) FROM ledger") == 0)
@@ -51,7 +53,7 @@ import Testing
 
     @Test(arguments: ["accounts", "verification", "catalog"])
     func aDependencySlowerThanTheDeadlineMeansUnavailableAndNothingWritten(_ dependency: String) async throws {
-        try await exercise(dependency, .slow(milliseconds: 20_000))
+        try await exercise(dependency, .slow(milliseconds: 30_000))
     }
 
     @Test func spendsDuringAnAccountsOutageChangeNothingAndResumeAfterwards() async throws {

@@ -9,6 +9,7 @@ import IAPProtocol
 import JSONRPC
 import Logging
 import NIOConcurrencyHelpers
+import RPCTestSupport
 import RPCTransport
 import ServiceSupport
 import VerificationService
@@ -65,7 +66,7 @@ public final class SuiteFixture: Sendable {
         }
         // The test's own clients wait long: these tests check outcomes, not speed, and CI runs every
         // suite at once on two cores.
-        let patient = RPCClientConfiguration(connections: 1, callTimeout: .seconds(60))
+        let patient = RPCClientConfiguration.patient
         var quiet = Logger(label: "suite-test")
         quiet.logLevel = .critical
         if let logs {

@@ -55,7 +55,7 @@ public enum ContractHarness {
         let host = "127.0.0.1"
         var failures: [String] = []
         let first = try await start()
-        let client = RPCClient(host: host, port: first.port)
+        let client = RPCClient(host: host, port: first.port, configuration: .patient)
         let document = try await client.call(RPCDiscover.self, EmptyParams())
         await client.close()
         await first.stop()

@@ -46,7 +46,7 @@ public final class LineClient: Sendable {
 
     /// The next reply line, or `.closed` once the server closed the connection.
     /// `within` only bounds how long a broken server can hang a test; it never orders events.
-    public func next(within seconds: Double = 10) async throws -> Event {
+    public func next(within seconds: Double = 60) async throws -> Event {
         try await events.next(within: seconds)
     }
 

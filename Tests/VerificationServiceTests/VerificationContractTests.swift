@@ -94,7 +94,7 @@ enum VerificationFixture {
     @Test func xcodeReceiptsAreRefusedUnlessAllowed() async throws {
         let target = try await VerificationFixture.start(allowXcode: false)
         defer { Task { await target.stop() } }
-        let client = RPCClient(host: "127.0.0.1", port: target.port)
+        let client = RPCClient(host: "127.0.0.1", port: target.port, configuration: .patient)
         let xcode = try VerificationFixture.variables()["xcodeReceipt"]!.stringValue!
         let answer = try await client.call(VerificationVerifyReceipt.self, .init(receiptData: xcode))
         #expect(answer.status == 21003)
