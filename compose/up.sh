@@ -56,12 +56,27 @@ swift build -c release --product iap >/dev/null  # the client, for the demo and 
 bin=$(swift build -c release --show-bin-path)
 
 pids=()
+names=()
 stopping=0
 stop() {
   trap - INT TERM EXIT
   stopping=1
   echo "stopping..."
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  # Each service drains for at most its drain timeout (10 s). One still running 20 s after SIGTERM is
+  # killed, so Ctrl-C never leaves a process holding a port; its SQLite file is safe (every commit is
+  # durable: see CrashSafetyTests).
+  local alive=() i
+  for _ in $(seq 1 200); do
+    alive=()
+    for i in "${!pids[@]}"; do kill -0 "${pids[$i]}" 2>/dev/null && alive+=("$i"); done
+    ((${#alive[@]})) || break
+    sleep 0.1
+  done
+  for i in "${alive[@]}"; do
+    echo "${names[$i]} (pid ${pids[$i]}) did not stop within 20 s of SIGTERM; killing it" >&2
+    kill -KILL "${pids[$i]}" 2>/dev/null || true
+  done
   wait || true
 }
 trap stop INT TERM EXIT
@@ -89,6 +104,7 @@ for entry in "${services[@]}"; do  # start each, and wait until it is healthy be
   "$bin/$exe" --port "$port" --data-dir "$IAP_DATA_DIR" $extra >>"$IAP_DATA_DIR/logs/$name.log" 2>&1 &
   pid=$!
   pids+=("$pid")
+  names+=("$name")
   for attempt in $(seq 1 100); do
     if ! kill -0 "$pid" 2>/dev/null; then
       echo "$name exited during start-up; see $IAP_DATA_DIR/logs/$name.log" >&2
@@ -121,6 +137,7 @@ if [[ ${IAP_STREAM_LOGS:-1} != 0 ]]; then
       [[ -n $line ]] && printf '%-13s| %s\n' "$name" "$line"
     done) &
   pids+=("$!")
+  names+=("log stream")
 fi
 wait -n || true  # returns when any service exits (or on Ctrl-C)
 ((stopping)) || echo "a service exited; see the logs in $IAP_DATA_DIR/logs" >&2
