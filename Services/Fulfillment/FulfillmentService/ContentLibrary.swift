@@ -30,9 +30,8 @@ public final class ContentLibrary: Sendable {
 
     /// Size and SHA-256 (hex) of a content file; nil when it is not installed. The digest is cached
     /// until the file's size or modification time changes.
-    public func info(_ contentId: String) async throws(RPCError) -> (size: Int64, sha256: String)? {
-        try await Self.offload { () throws(RPCError) in try self.infoNow(contentId).map { Installed(size: $0.size, sha256: $0.sha256) } }
-            .map { ($0.size, $0.sha256) }
+    public func info(_ contentId: String) async throws(RPCError) -> Installed? {
+        try await Self.offload { () throws(RPCError) in try self.infoNow(contentId) }
     }
 
     /// Up to `length` bytes from `offset`; an offset equal to the size reads nothing (the end).
@@ -40,7 +39,11 @@ public final class ContentLibrary: Sendable {
         try await Self.offload { () throws(RPCError) in try self.readNow(contentId, offset: offset, length: length) }
     }
 
-    private struct Installed: Sendable { var size: Int64; var sha256: String }
+    /// An installed content file: its size and SHA-256 (hex).
+    public struct Installed: Sendable, Equatable {
+        public var size: Int64
+        public var sha256: String
+    }
 
     /// Runs blocking file work on the shared I/O pool and hands back its answer or its RPCError.
     private static func offload<T: Sendable>(_ work: @escaping @Sendable () throws(RPCError) -> T) async throws(RPCError) -> T {
@@ -55,7 +58,7 @@ public final class ContentLibrary: Sendable {
         return try outcome.get()
     }
 
-    private func infoNow(_ contentId: String) throws(RPCError) -> (size: Int64, sha256: String)? {
+    private func infoNow(_ contentId: String) throws(RPCError) -> Installed? {
         guard Self.isValidId(contentId) else { return nil }
         let path = directory.appendingPathComponent(contentId).path
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
@@ -64,7 +67,7 @@ public final class ContentLibrary: Sendable {
               let modified = attributes[.modificationDate] as? Date
         else { return nil }
         if let cached = digests.withLockedValue({ $0[contentId] }), cached.size == size, cached.modified == modified {
-            return (size, cached.sha256)
+            return Installed(size: size, sha256: cached.sha256)
         }
         guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
         defer { try? handle.close() }
@@ -76,13 +79,14 @@ public final class ContentLibrary: Sendable {
         }
         let sha = hasher.finalize().map { String(format: "%02x", $0) }.joined()
         digests.withLockedValue { $0[contentId] = Digest(size: size, modified: modified, sha256: sha) }
-        return (size, sha)
+        return Installed(size: size, sha256: sha)
     }
 
     private func readNow(_ contentId: String, offset: Int64, length: Int) throws(RPCError) -> FulfillmentReadContent.Result {
-        guard let (size, sha) = try infoNow(contentId) else {
+        guard let installed = try infoNow(contentId) else {
             throw RPCError.notFound("content \(contentId) is not installed on this server", reason: "contentMissing")
         }
+        let size = installed.size
         guard offset <= size else {
             throw RPCError.invalidParams("offset \(offset) is past the end (size \(size))", field: "offset", reason: "outOfRange")
         }
@@ -97,6 +101,6 @@ public final class ContentLibrary: Sendable {
         } catch {
             throw RPCError.internalError("reading content \(contentId) failed")
         }
-        return .init(data: bytes.base64EncodedString(), offset: offset, size: size, sha256: sha)
+        return .init(data: bytes.base64EncodedString(), offset: offset, size: size, sha256: installed.sha256)
     }
 }
