@@ -46,10 +46,10 @@ import Testing
             let deadline = Date().addingTimeInterval(30)
             while Date() < deadline {
                 if (try? await probe.call(RPCPing.self, EmptyParams())) != nil { return }
-                guard process.isRunning else { throw CLIFailure("fulfillment-service exited during start-up") }
+                guard process.isRunning else { throw HarnessFailure("fulfillment-service exited during start-up") }
                 try await Task.sleep(nanoseconds: 20_000_000)  // polling for readiness, bounded by the deadline
             }
-            throw CLIFailure("fulfillment-service did not answer within 30 s")
+            throw HarnessFailure("fulfillment-service did not answer within 30 s")
         }
 
         /// SIGKILL: no drain, no clean close of the database.
@@ -60,7 +60,7 @@ import Testing
         }
     }
 
-    struct CLIFailure: Error, CustomStringConvertible {
+    struct HarnessFailure: Error, CustomStringConvertible {
         let description: String
         init(_ d: String) { description = d }
     }
