@@ -136,6 +136,8 @@ let package = Package(
                 "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Services/Verification/VerificationService"

@@ -4,6 +4,24 @@ import JSONRPC
 
 public enum RedeemOutcome: String, Codable, Sendable, JSONSchemaEnum {
     case granted, alreadyGranted, restored, ownedByAnotherAccount, unknownProduct, revoked, rejected
+    /// The purchase's environment is not accepted here (`--sandbox-policy refuse` and a Sandbox or Xcode
+    /// purchase). Nothing is granted and it is not finishable: a server configured to accept it can still grant it.
+    case wrongEnvironment
+}
+
+/// Which of an account's two scopes a call reads or spends (DESIGN.md section 6). Production is real
+/// money; under the default sandbox policy (`isolate`) Sandbox, TestFlight, App Review and Xcode
+/// purchases grant into the account's Sandbox scope, with its own balance, ledger and entitlements.
+public enum AccountScope: String, Codable, Sendable, JSONSchemaEnum, CaseIterable {
+    case production = "Production"
+    case sandbox = "Sandbox"
+}
+
+/// A session and, optionally, the scope to read (default Production).
+public struct ScopedSessionParams: Codable, Sendable, Equatable {
+    public var session: String
+    public var environment: AccountScope?
+    public init(session: String, environment: AccountScope? = nil) { self.session = session; self.environment = environment }
 }
 
 public struct RedeemParams: Codable, Sendable, Equatable {
@@ -11,9 +29,13 @@ public struct RedeemParams: Codable, Sendable, Equatable {
     public var receiptData: String?
     public var signedTransactions: [String]?
     public var deviceIdentifier: String?
-    public init(session: String, receiptData: String? = nil, signedTransactions: [String]? = nil, deviceIdentifier: String? = nil) {
+    /// The scope whose balance and entitlements the answer shows; default: the scope the purchases
+    /// went to (Production when there were none).
+    public var environment: AccountScope?
+    public init(session: String, receiptData: String? = nil, signedTransactions: [String]? = nil, deviceIdentifier: String? = nil,
+                environment: AccountScope? = nil) {
         self.session = session; self.receiptData = receiptData
-        self.signedTransactions = signedTransactions; self.deviceIdentifier = deviceIdentifier
+        self.signedTransactions = signedTransactions; self.deviceIdentifier = deviceIdentifier; self.environment = environment
     }
 }
 
@@ -46,8 +68,14 @@ public struct RedeemResult: Codable, Sendable, Equatable {
     public var results: [TransactionResult]
     public var balance: Int64
     public var entitlements: [Entitlement]
-    public init(accountId: String, results: [TransactionResult], balance: Int64, entitlements: [Entitlement]) {
+    /// Coins owed for refunds of spent coins (repaid by later grants before anything can be spent).
+    public var owed: Int64
+    /// The scope `balance`, `owed` and `entitlements` belong to.
+    public var environment: AccountScope
+    public init(accountId: String, results: [TransactionResult], balance: Int64, entitlements: [Entitlement], owed: Int64 = 0,
+                environment: AccountScope = .production) {
         self.accountId = accountId; self.results = results; self.balance = balance; self.entitlements = entitlements
+        self.owed = owed; self.environment = environment
     }
 }
 
@@ -66,11 +94,15 @@ public enum FulfillmentRestore: RPCMethod {
 }
 
 public enum FulfillmentGetEntitlements: RPCMethod {
-    public typealias Params = SessionParams
+    public typealias Params = ScopedSessionParams
     public struct Result: Codable, Sendable, Equatable {
         public var entitlements: [Entitlement]
         public var balance: Int64
-        public init(entitlements: [Entitlement], balance: Int64) { self.entitlements = entitlements; self.balance = balance }
+        public var owed: Int64
+        public var environment: AccountScope
+        public init(entitlements: [Entitlement], balance: Int64, owed: Int64 = 0, environment: AccountScope = .production) {
+            self.entitlements = entitlements; self.balance = balance; self.owed = owed; self.environment = environment
+        }
     }
     public static let name = "fulfillment.getEntitlements"
     public static let summary = "The account's active entitlements and coin balance."
@@ -78,11 +110,16 @@ public enum FulfillmentGetEntitlements: RPCMethod {
 
 public struct BalanceResult: Codable, Sendable, Equatable {
     public var balance: Int64
-    public init(balance: Int64) { self.balance = balance }
+    /// Coins owed for refunds of spent coins; spends are refused while this is above zero.
+    public var owed: Int64
+    public var environment: AccountScope
+    public init(balance: Int64, owed: Int64 = 0, environment: AccountScope = .production) {
+        self.balance = balance; self.owed = owed; self.environment = environment
+    }
 }
 
 public enum FulfillmentGetBalance: RPCMethod {
-    public typealias Params = SessionParams
+    public typealias Params = ScopedSessionParams
     public typealias Result = BalanceResult
     public static let name = "fulfillment.getBalance"
     public static let summary = "The account's coin balance."
@@ -95,8 +132,10 @@ public enum FulfillmentSpendCoins: RPCMethod {
         /// Applied at most once; reused with other params it is a conflict (1004).
         public var idempotencyKey: String
         public var memo: String?
-        public init(session: String, amount: Int64, idempotencyKey: String, memo: String? = nil) {
+        public var environment: AccountScope?
+        public init(session: String, amount: Int64, idempotencyKey: String, memo: String? = nil, environment: AccountScope? = nil) {
             self.session = session; self.amount = amount; self.idempotencyKey = idempotencyKey; self.memo = memo
+            self.environment = environment
         }
     }
     public typealias Result = BalanceResult
@@ -106,6 +145,8 @@ public enum FulfillmentSpendCoins: RPCMethod {
 
 public enum LedgerKind: String, Codable, Sendable, JSONSchemaEnum {
     case grant, spend, reversal
+    /// Part of a grant that repaid owed coins (its own row, right after the grant).
+    case recovery
 }
 
 public struct LedgerEntry: Codable, Sendable, Equatable {
@@ -115,8 +156,12 @@ public struct LedgerEntry: Codable, Sendable, Equatable {
     public var kind: LedgerKind
     public var transactionId: String?
     public var memo: String?
-    /// Reversals only: coins the refund could not take back because they were already spent (owed).
+    /// Reversals only: coins the refund could not take back because they were already spent (now owed).
     public var shortfall: Int64?
+    /// Recoveries only: owed coins this row repaid.
+    public var recovered: Int64?
+    /// Coins owed after this row (present when above zero or when this row changed it).
+    public var owed: Int64?
     public var createdAtMs: Int64
     public init(id: Int64, delta: Int64, balance: Int64, kind: LedgerKind, transactionId: String? = nil, memo: String? = nil, createdAtMs: Int64) {
         self.id = id; self.delta = delta; self.balance = balance; self.kind = kind
@@ -129,7 +174,10 @@ public enum FulfillmentListLedger: RPCMethod {
         public var session: String
         public var after: Int64?
         public var limit: Int?
-        public init(session: String, after: Int64? = nil, limit: Int? = nil) { self.session = session; self.after = after; self.limit = limit }
+        public var environment: AccountScope?
+        public init(session: String, after: Int64? = nil, limit: Int? = nil, environment: AccountScope? = nil) {
+            self.session = session; self.after = after; self.limit = limit; self.environment = environment
+        }
     }
     public struct Result: Codable, Sendable, Equatable {
         public var entries: [LedgerEntry]
@@ -151,7 +199,7 @@ public struct ContentItem: Codable, Sendable, Equatable {
 }
 
 public enum FulfillmentListContent: RPCMethod {
-    public typealias Params = SessionParams
+    public typealias Params = ScopedSessionParams
     public struct Result: Codable, Sendable, Equatable {
         public var content: [ContentItem]
         public init(content: [ContentItem]) { self.content = content }
@@ -166,8 +214,10 @@ public enum FulfillmentReadContent: RPCMethod {
         public var contentId: String
         public var offset: Int64
         public var length: Int
-        public init(session: String, contentId: String, offset: Int64, length: Int) {
+        public var environment: AccountScope?
+        public init(session: String, contentId: String, offset: Int64, length: Int, environment: AccountScope? = nil) {
             self.session = session; self.contentId = contentId; self.offset = offset; self.length = length
+            self.environment = environment
         }
     }
     public struct Result: Codable, Sendable, Equatable {
@@ -211,3 +261,14 @@ public enum FulfillmentRevokeTransaction: RPCMethod {
     public static let summary = "Admin: revoke a transaction's grant (a reversal ledger entry; entitlement removed)."
     public static let access = RPCAccess.admin
 }
+
+/// Bounds on coin amounts: every balance change is checked against them, so no arithmetic traps or wraps.
+public enum CoinLimits {
+    /// The most coins one purchase may grant (coins per unit x quantity). The catalog refuses products
+    /// granting more per unit than `maxPerUnit`.
+    public static let maxGrant: Int64 = 10_000_000_000
+    public static let maxPerUnit: Int64 = 1_000_000_000
+    /// The most a wallet may hold.
+    public static let maxBalance: Int64 = 1_000_000_000_000_000
+}
+

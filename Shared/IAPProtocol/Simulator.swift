@@ -29,15 +29,24 @@ public enum SimDigest: String, Codable, Sendable, JSONSchemaEnum {
     case sha256, sha1
 }
 
+/// The App Store environment a simulated purchase is made in, fixed when it is made: every receipt and
+/// JWS that later shows it says the same.
 public enum SimEnvironment: String, Codable, Sendable, JSONSchemaEnum {
     case sandbox, production
+
+    /// As Apple writes it in JWS payloads and notifications.
+    public var appleName: String { self == .production ? "Production" : "Sandbox" }
+    /// The app receipt's `receipt_type`.
+    public var receiptType: String { self == .production ? "Production" : "ProductionSandbox" }
 }
 
-/// How the receipt returned by a `sim.*` call is made (defaults: sha256, valid, sandbox).
+/// How the receipt returned by a `sim.*` call is made (defaults: sha256, valid, and the environment of
+/// the purchase just made, else production).
 public struct SimReceiptOptions: Codable, Sendable, Equatable {
     public var digest: SimDigest?
     public var signing: SimSigning?
-    /// The receipt's environment field: `ProductionSandbox` (sandbox) or `Production`.
+    /// Which environment's receipt: a receipt holds only that environment's purchases and says so
+    /// (`receipt_type` `Production` or `ProductionSandbox`).
     public var environment: SimEnvironment?
     public init(digest: SimDigest? = nil, signing: SimSigning? = nil, environment: SimEnvironment? = nil) {
         self.digest = digest; self.signing = signing; self.environment = environment
@@ -82,12 +91,14 @@ public enum SimPurchase: RPCMethod {
         /// Auto-renewables: the subscription period (default 30 days).
         public var subscriptionPeriodDays: Int?
         public var receipt: SimReceiptOptions?
+        /// The environment of the purchase (default production), fixed for good.
+        public var environment: SimEnvironment?
         public init(appleId: String, bundleId: String, productId: String, productType: ProductType, quantity: Int? = nil,
                     deviceIdentifier: String? = nil, appAccountToken: String? = nil, subscriptionPeriodDays: Int? = nil,
-                    receipt: SimReceiptOptions? = nil) {
+                    receipt: SimReceiptOptions? = nil, environment: SimEnvironment? = nil) {
             self.appleId = appleId; self.bundleId = bundleId; self.productId = productId; self.productType = productType
             self.quantity = quantity; self.deviceIdentifier = deviceIdentifier; self.appAccountToken = appAccountToken
-            self.subscriptionPeriodDays = subscriptionPeriodDays; self.receipt = receipt
+            self.subscriptionPeriodDays = subscriptionPeriodDays; self.receipt = receipt; self.environment = environment
         }
     }
     public struct Result: Codable, Sendable, Equatable {
@@ -95,9 +106,12 @@ public enum SimPurchase: RPCMethod {
         public var originalTransactionId: String
         public var receiptData: String
         public var signedTransaction: String
-        public init(transactionId: String, originalTransactionId: String, receiptData: String, signedTransaction: String) {
+        /// `Production` or `Sandbox`, as Apple writes it.
+        public var environment: String
+        public init(transactionId: String, originalTransactionId: String, receiptData: String, signedTransaction: String,
+                    environment: String) {
             self.transactionId = transactionId; self.originalTransactionId = originalTransactionId
-            self.receiptData = receiptData; self.signedTransaction = signedTransaction
+            self.receiptData = receiptData; self.signedTransaction = signedTransaction; self.environment = environment
         }
     }
     public static let name = "sim.purchase"

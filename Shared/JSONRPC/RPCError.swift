@@ -142,6 +142,12 @@ extension RPCError {
         RPCError(code: .insufficientFunds, message: "spend of \(requested) exceeds the balance of \(balance)",
                  reason: "insufficientFunds", extra: ["balance": .int(balance)])
     }
+    /// Coins refunded after they were spent are owed; nothing can be spent until later grants repay them.
+    public static func debtOutstanding(owed: Int64, balance: Int64) -> RPCError {
+        RPCError(code: .insufficientFunds,
+                 message: "\(owed) coins are owed for purchases refunded after they were spent; new grants repay them before anything can be spent",
+                 reason: "debtOutstanding", extra: ["balance": .int(balance), "owed": .int(owed)])
+    }
     public static func rateLimited(retryAfterMs: Int64, detail: String = "too many attempts") -> RPCError {
         RPCError(code: .rateLimited, message: "\(detail); retry after \(retryAfterMs) ms", reason: "rateLimited",
                  retryable: true, extra: ["retryAfterMs": .int(retryAfterMs)])

@@ -15,10 +15,36 @@ public enum ReceiptFailure: String, Error, Sendable, Equatable {
     case deviceMismatch
     case xcodeNotAllowed
     case unsupportedAlgorithm
+    /// A `receipt_type` that is none of Apple's (so no environment can be given to its purchases).
+    case unknownEnvironment
 
     /// verifyReceipt's status for this failure: 21002 for unreadable data, 21003 for anything that
     /// could not be authenticated.
-    public var status: Int { self == .malformed ? 21002 : 21003 }
+    public var status: Int { self == .malformed || self == .unknownEnvironment ? 21002 : 21003 }
+}
+
+/// The environment of a purchase, from an app receipt's `receipt_type` or a JWS payload's
+/// `environment` (DESIGN.md section 6). Unknown values have none: they are refused, never defaulted.
+public enum PurchaseEnvironment {
+    /// `Production`, `Sandbox` or `Xcode`.
+    public static func fromReceiptType(_ type: String?) -> String? {
+        switch type {
+        case "Production", "ProductionVPP": return "Production"
+        case "ProductionSandbox", "ProductionVPPSandbox": return "Sandbox"
+        case "Xcode": return "Xcode"
+        default: return nil
+        }
+    }
+
+    /// A JWS `environment` (`LocalTesting` is Xcode's StoreKit testing).
+    public static func fromSignedPayload(_ value: String?) -> String? {
+        switch value {
+        case "Production": return "Production"
+        case "Sandbox": return "Sandbox"
+        case "Xcode", "LocalTesting": return "Xcode"
+        default: return nil
+        }
+    }
 }
 
 /// The certificates a verifier trusts.
@@ -137,7 +163,10 @@ public final class ReceiptVerifier: Sendable {
             guard await chainIsTrusted(leaf: leaf, others: certificates.filter { $0 != leaf }, ders: container.certificates, at: at) else {
                 return .failure(.untrustedChain)
             }
-            environment = receipt.receiptType == "Production" ? "Production" : "Sandbox"
+            guard let known = PurchaseEnvironment.fromReceiptType(receipt.receiptType), known != "Xcode" else {
+                return .failure(.unknownEnvironment)
+            }
+            environment = known
         }
         if !options.bundleIds.isEmpty && !options.bundleIds.contains(receipt.bundleId) {
             return .failure(.bundleMismatch)

@@ -64,6 +64,26 @@ public enum Environment {
     public static func resolve(_ flag: String?, env name: String) -> String? {
         flag ?? value(name)
     }
+
+    /// The shortest admin or internal token a service starts with: guessable tokens are refused, not warned about.
+    public static let minimumTokenBytes = 32
+
+    /// A secret token from its flag, else its environment variable; nil when neither is set. One that is
+    /// set but empty or shorter than `minimumTokenBytes` stops the start with a message saying what to pass.
+    public static func token(_ flag: String?, flagName: String, env name: String) throws -> String? {
+        let given = flag ?? ProcessInfo.processInfo.environment[name]
+        guard let given else { return nil }
+        guard given.utf8.count >= minimumTokenBytes else {
+            throw ValidationError("\(flagName) / \(name) must be at least \(minimumTokenBytes) bytes (it is \(given.utf8.count)); "
+                                  + "make one with: head -c 32 /dev/urandom | base64")
+        }
+        return given
+    }
+
+    /// A comma-separated list from the environment, blanks dropped.
+    public static func list(_ name: String) -> [String] {
+        (value(name) ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+    }
 }
 
 /// The suite's default ports (DESIGN.md section 1).

@@ -25,8 +25,9 @@ public final class SuiteFixture: Sendable {
          "IAP_FULFILLMENT_ADDR": fulfillment.address, "IAP_SIM_ADDR": simulator.address, "IAP_ADMIN_TOKEN": Self.adminToken]
     }
 
-    public static let adminToken = "admin-token-for-tests"
-    public static let internalToken = "internal-token-for-tests"
+    /// At least 32 bytes: the service executables refuse shorter tokens.
+    public static let adminToken = "admin-token-for-tests-0123456789abcdef"
+    public static let internalToken = "internal-token-for-tests-0123456789abcdef"
     public static let bundleId = "com.example.game"
     public static let contentId = "castle-pack.bin"
 
@@ -87,6 +88,8 @@ public final class SuiteFixture: Sendable {
         var accountsConfig = AccountsConfiguration()
         accountsConfig.passwordHashing = .testing
         accountsConfig.internalToken = internalToken
+        // Every test client registers from 127.0.0.1; the per-address registration limit has its own test.
+        accountsConfig.throttle.registrationThreshold = 1_000_000
         let accounts = AccountsService(store: try AccountsStore.open(directory: dir.appendingPathComponent("accounts")),
                                        configuration: accountsConfig, logger: quiet)
         let accountsPort = try await serve("accounts", accounts.router())

@@ -11,12 +11,14 @@ struct DemoCommand: AsyncParsableCommand {
         discussion: "Needs the suite running (compose/up.sh). Uses a fresh account and simulated Apple ID; your saved session is left alone.")
     @Option(name: .customLong("coins-product"), help: "Consumable to buy.") var coinsProduct = "coins.100"
     @Option(name: .customLong("content-product"), help: "Non-consumable with downloadable content.") var contentProduct = "levels.pack1"
-    @Option(name: .customLong("bundle-id"), help: "App bundle id.") var bundleId = "com.example.game"
+    @Option(name: .customLong("bundle-id"), help: "App bundle id (default: the first of IAP_BUNDLE_IDS, else com.example.game).")
+    var bundleIdOption: String?
     @Option(name: .customLong("download-dir"), help: "Where to save the downloaded content (default: a temporary directory).")
     var downloadDir: String?
     @Option(help: "Coins to spend.") var spend: Int64 = 30
 
     func run() async throws {
+        let bundleId = bundleIdOption ?? defaultBundleId()
         let call = ServiceCall()
         let id = String(UUID().uuidString.prefix(8)).lowercased()
         let username = "demo-\(id)"
@@ -44,10 +46,11 @@ struct DemoCommand: AsyncParsableCommand {
                  + "(iap catalog import compose/demo-catalog.json) or pass --coins-product / --content-product", exit: ExitCodes.refused)
         }
 
-        heading("buy \(coins.title) in the App Store simulator")
+        heading("buy \(coins.title) in the App Store simulator (app \(bundleId), Production)")
         let (coinPurchase, _) = await call.call(.sim, SimPurchase.self, .init(
-            appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken))
-        print("transaction \(coinPurchase.transactionId)")
+            appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
+            environment: .production))
+        print("transaction \(coinPurchase.transactionId), environment \(coinPurchase.environment)")
 
         heading("redeem the receipt (fulfillment.redeem)")
         let (redeemed, _) = await call.call(.fulfillment, FulfillmentRedeem.self, .init(session: phone, receiptData: coinPurchase.receiptData))
@@ -59,6 +62,16 @@ struct DemoCommand: AsyncParsableCommand {
         let (again, _) = await call.call(.fulfillment, FulfillmentRedeem.self, .init(session: phone, receiptData: coinPurchase.receiptData))
         print(again.results.isEmpty ? "no unfinished purchases in the receipt; balance \(again.balance)"
               : "outcomes: \(again.results.map(\.outcome.rawValue).joined(separator: ", ")); balance \(again.balance)")
+
+        heading("a TestFlight (Sandbox) purchase: free to make, so it never becomes production coins")
+        let (sandboxPurchase, _) = await call.call(.sim, SimPurchase.self, .init(
+            appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
+            environment: .sandbox))
+        let (sandboxRedeemed, _) = await call.call(.fulfillment, FulfillmentRedeem.self,
+                                                   .init(session: phone, signedTransactions: [sandboxPurchase.signedTransaction]))
+        print(redeemSummary(sandboxRedeemed))
+        let (production, _) = await call.call(.fulfillment, FulfillmentGetBalance.self, .init(session: phone))
+        print("production: \(production.balance) coins (unchanged; the Sandbox scope has its own balance)")
 
         heading("buy \(pack.title) and redeem it")
         let (packPurchase, _) = await call.call(.sim, SimPurchase.self, .init(
@@ -86,18 +99,28 @@ struct DemoCommand: AsyncParsableCommand {
         heading("spend \(spend) coins on the second device")
         let (spent, _) = await call.call(.fulfillment, FulfillmentSpendCoins.self, .init(
             session: tablet.session.token, amount: spend, idempotencyKey: "demo-\(id)-spend", memo: "demo purchase"))
-        print("balance \(spent.balance)")
+        print("balance \(spent.balance) (\(spent.environment.rawValue))")
 
         heading("Apple refunds the coins: the App Store notification reaches fulfillment")
         let (refund, _) = await call.call(.sim, SimRefund.self, .init(appleId: appleId, transactionId: coinPurchase.transactionId))
         guard let payload = refund.signedPayload else { fail("the simulator sent no notification", exit: ExitCodes.refused) }
         let (applied, _) = await call.call(.fulfillment, FulfillmentApplyNotification.self, .init(signedPayload: payload))
         print("notification applied: \(applied.applied)")
+        let (afterRefund, _) = await call.call(.fulfillment, FulfillmentGetBalance.self, .init(session: phone))
+        print(balanceLine(afterRefund.balance, owed: afterRefund.owed, afterRefund.environment))
+
+        heading("buy coins again: what is owed is repaid before anything is spendable")
+        let (rebuy, _) = await call.call(.sim, SimPurchase.self, .init(
+            appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
+            environment: .production))
+        let (rebought, _) = await call.call(.fulfillment, FulfillmentRedeem.self, .init(session: phone, signedTransactions: [rebuy.signedTransaction]))
+        print(redeemSummary(rebought))
         let (ledger, _) = await call.call(.fulfillment, FulfillmentListLedger.self, .init(session: phone, limit: 100))
-        print(table(["id", "kind", "delta", "balance", "memo"], ledger.entries.map {
-            [String($0.id), $0.kind.rawValue, String($0.delta), String($0.balance), ($0.memo ?? "") + ($0.shortfall.map { " (shortfall \($0))" } ?? "")]
+        print(table(["id", "kind", "delta", "balance", "owed", "memo"], ledger.entries.map {
+            [String($0.id), $0.kind.rawValue, String($0.delta), String($0.balance), String($0.owed ?? 0), $0.memo ?? ""]
         }))
 
-        print("\ndemo complete: \(username) bought, redeemed once, downloaded, restored on a second device, spent, and was refunded.")
+        print("\ndemo complete: \(username) bought, redeemed once, kept a Sandbox purchase apart, downloaded, restored on a second device, "
+              + "spent, was refunded, and repaid the refunded coins from the next purchase.")
     }
 }

@@ -21,9 +21,28 @@ func redeemSummary(_ r: RedeemResult) -> String {
     var out = table(["transaction", "original", "product", "outcome", "finish?"], r.results.map {
         [$0.transactionId, $0.originalTransactionId, $0.productId, $0.outcome.rawValue, $0.finishable ? "yes" : "no"]
     })
-    out += "\nbalance \(r.balance) coins"
+    out += "\n" + balanceLine(r.balance, owed: r.owed, r.environment)
     if !r.entitlements.isEmpty { out += "\n" + entitlementsTable(r.entitlements) }
     return out
+}
+
+/// `balance 70 coins (Production)`, with what is owed when anything is.
+func balanceLine(_ balance: Int64, owed: Int64, _ scope: AccountScope) -> String {
+    "balance \(balance) coins (\(scope.rawValue))" + (owed > 0 ? "; \(owed) owed for refunded coins (repaid from the next grants; spending is blocked until then)" : "")
+}
+
+/// `--environment`: which scope of the account a command reads or spends.
+struct ScopeOption: ParsableArguments {
+    @Option(help: "Production (default) or Sandbox: Sandbox, TestFlight and Xcode purchases have their own balance, ledger and entitlements.")
+    var environment: String?
+
+    func validate() throws {
+        if let environment, AccountScope(rawValue: environment) == nil {
+            throw ValidationError("--environment must be Production or Sandbox")
+        }
+    }
+
+    var scope: AccountScope? { environment.flatMap(AccountScope.init(rawValue:)) }
 }
 
 func entitlementsTable(_ entitlements: [Entitlement]) -> String {
@@ -38,16 +57,22 @@ struct PurchaseInput: ParsableArguments {
     var signedTransactions: [String] = []
     @Option(name: .customLong("device-identifier"), help: "identifierForVendor, to check the receipt's device hash.")
     var deviceIdentifier: String?
+    @Option(help: "Which scope's balance and entitlements to show after: Production or Sandbox (default: where the purchases went).")
+    var environment: String?
 
     func validate() throws {
         guard receipt != nil || !signedTransactions.isEmpty else {
             throw ValidationError("give --receipt FILE or --signed-transaction JWS (e.g. from `iap sim buy --json`)")
         }
+        if let environment, AccountScope(rawValue: environment) == nil {
+            throw ValidationError("--environment must be Production or Sandbox")
+        }
     }
 
     func params(session: String) throws -> RedeemParams {
         RedeemParams(session: session, receiptData: try receipt.map(receiptBase64),
-                     signedTransactions: signedTransactions.isEmpty ? nil : signedTransactions, deviceIdentifier: deviceIdentifier)
+                     signedTransactions: signedTransactions.isEmpty ? nil : signedTransactions, deviceIdentifier: deviceIdentifier,
+                     environment: environment.flatMap(AccountScope.init(rawValue:)))
     }
 }
 
@@ -83,20 +108,25 @@ struct RestoreCommand: PurchaseCommand {
 
 struct BalanceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "balance", abstract: "Your coin balance.")
+    @OptionGroup var scope: ScopeOption
     @OptionGroup var client: ClientOptions
     func run() async throws {
-        await ServiceCall(options: client).run(.fulfillment, FulfillmentGetBalance.self, .init(session: try client.requireSession())) {
-            "\($0.balance) coins"
+        await ServiceCall(options: client).run(.fulfillment, FulfillmentGetBalance.self,
+                                               .init(session: try client.requireSession(), environment: scope.scope)) {
+            "\($0.balance) coins (\($0.environment.rawValue))" + ($0.owed > 0 ? "; \($0.owed) owed for refunded coins" : "")
         }
     }
 }
 
 struct EntitlementsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "entitlements", abstract: "What you own now, and your balance.")
+    @OptionGroup var scope: ScopeOption
     @OptionGroup var client: ClientOptions
     func run() async throws {
-        await ServiceCall(options: client).run(.fulfillment, FulfillmentGetEntitlements.self, .init(session: try client.requireSession())) {
-            ($0.entitlements.isEmpty ? "no entitlements" : entitlementsTable($0.entitlements)) + "\nbalance \($0.balance) coins"
+        await ServiceCall(options: client).run(.fulfillment, FulfillmentGetEntitlements.self,
+                                               .init(session: try client.requireSession(), environment: scope.scope)) {
+            ($0.entitlements.isEmpty ? "no entitlements" : entitlementsTable($0.entitlements)) + "\n"
+                + balanceLine($0.balance, owed: $0.owed, $0.environment)
         }
     }
 }
@@ -105,13 +135,17 @@ struct LedgerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "ledger", abstract: "Your coin ledger, oldest first.")
     @Option(help: "Show entries after this entry id.") var after: Int64?
     @Option(help: "Entries per page (1-500).") var limit: Int = 50
+    @OptionGroup var scope: ScopeOption
     @OptionGroup var client: ClientOptions
     func run() async throws {
         await ServiceCall(options: client).run(.fulfillment, FulfillmentListLedger.self,
-                                               .init(session: try client.requireSession(), after: after, limit: limit)) { page in
-            table(["id", "when", "kind", "delta", "balance", "transaction", "memo"], page.entries.map {
+                                               .init(session: try client.requireSession(), after: after, limit: limit,
+                                                     environment: scope.scope)) { page in
+            table(["id", "when", "kind", "delta", "balance", "owed", "transaction", "memo"], page.entries.map {
                 [String($0.id), isoTime($0.createdAtMs), $0.kind.rawValue, $0.delta > 0 ? "+\($0.delta)" : String($0.delta), String($0.balance),
-                 $0.transactionId ?? "-", ($0.memo ?? "") + ($0.shortfall.map { " (shortfall \($0))" } ?? "")]
+                 String($0.owed ?? 0), $0.transactionId ?? "-",
+                 ($0.memo ?? "") + ($0.shortfall.map { " (\($0) could not be taken back: owed)" } ?? "")
+                    + ($0.recovered.map { " (repaid \($0) owed)" } ?? "")]
             }) + (page.next.map { "\nmore: iap ledger --after \($0)" } ?? "")
         }
     }
@@ -123,12 +157,14 @@ struct SpendCommand: AsyncParsableCommand {
     @Argument(help: "Coins to spend.") var amount: Int64
     @Option(help: "Idempotency key (default: a new random one; pass your own to retry safely).") var key: String?
     @Option(help: "What the coins are for.") var memo: String?
+    @OptionGroup var scope: ScopeOption
     @OptionGroup var client: ClientOptions
     func run() async throws {
         let key = self.key ?? UUID().uuidString.lowercased()
         await ServiceCall(options: client).run(.fulfillment, FulfillmentSpendCoins.self,
-                                               .init(session: try client.requireSession(), amount: amount, idempotencyKey: key, memo: memo)) {
-            "spent \(amount) coins (key \(key)); balance \($0.balance)"
+                                               .init(session: try client.requireSession(), amount: amount, idempotencyKey: key, memo: memo,
+                                                     environment: scope.scope)) {
+            "spent \(amount) coins (key \(key)); balance \($0.balance) (\($0.environment.rawValue))"
         }
     }
 }
@@ -139,9 +175,11 @@ struct ContentCommand: AsyncParsableCommand {
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Content you may download, with size and SHA-256.")
+        @OptionGroup var scope: ScopeOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            await ServiceCall(options: client).run(.fulfillment, FulfillmentListContent.self, .init(session: try client.requireSession())) {
+            await ServiceCall(options: client).run(.fulfillment, FulfillmentListContent.self,
+                                                   .init(session: try client.requireSession(), environment: scope.scope)) {
                 $0.content.isEmpty ? "no downloadable content" : table(["content", "product", "bytes", "sha256"], $0.content.map {
                     [$0.contentId, $0.productId, String($0.size), $0.sha256]
                 })
@@ -156,12 +194,13 @@ struct ContentCommand: AsyncParsableCommand {
         @Argument(help: "Content id (see `iap content list`).") var contentId: String
         @Option(help: "Where to write it (default: the content id, in the current directory).") var output: String?
         @Option(help: "Bytes per request (up to 1 MiB).") var chunk: Int = 256 * 1024
+        @OptionGroup var scope: ScopeOption
         @OptionGroup var client: ClientOptions
 
         func run() async throws {
             let destination = output ?? contentId
             let summary = try await ContentDownload(call: ServiceCall(options: client), session: try client.requireSession(),
-                                                    contentId: contentId, destination: destination, chunk: chunk).run()
+                                                    contentId: contentId, destination: destination, chunk: chunk, scope: scope.scope).run()
             if client.json {
                 let object: [String: Any] = ["contentId": contentId, "path": destination, "size": summary.size, "sha256": summary.sha256,
                                              "resumedFrom": summary.resumedFrom]
@@ -181,6 +220,7 @@ struct ContentDownload {
     let contentId: String
     let destination: String
     let chunk: Int
+    var scope: AccountScope? = nil
     var progress: (Int64, Int64, Double) -> Void = ContentDownload.showProgress
 
     struct Summary { var size: Int64; var sha256: String; var resumedFrom: Int64 }
@@ -199,7 +239,8 @@ struct ContentDownload {
         var sha = ""
         repeat {
             let (piece, _) = await call.call(.fulfillment, FulfillmentReadContent.self,
-                                             .init(session: session, contentId: contentId, offset: offset, length: min(chunk, 1 << 20)))
+                                             .init(session: session, contentId: contentId, offset: offset, length: min(chunk, 1 << 20),
+                                                   environment: scope))
             if size >= 0, piece.sha256 != sha {
                 try handle.close()
                 try? FileManager.default.removeItem(atPath: partial)

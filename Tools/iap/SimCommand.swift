@@ -13,8 +13,20 @@ struct SimCommand: AsyncParsableCommand {
     struct Common: ParsableArguments {
         @Option(help: "Simulator address (default IAP_SIM_ADDR, else 127.0.0.1:7105).") var addr: String?
         @Option(name: .customLong("apple-id"), help: "Simulated Apple ID.") var appleId = "tester@example.com"
-        @Option(name: .customLong("bundle-id"), help: "App bundle id.") var bundleId = "com.example.game"
+        @Option(name: .customLong("bundle-id"), help: "App bundle id (default: the first of IAP_BUNDLE_IDS, else com.example.game).")
+        var bundleIdOption: String?
+        @Option(help: "production (default) or sandbox: the App Store environment of purchases, receipts and restores.")
+        var environment: String = "production"
         @Flag(help: "Print the simulator's answer as JSON.") var json = false
+
+        var bundleId: String { bundleIdOption ?? defaultBundleId() }
+
+        func validate() throws {
+            guard SimEnvironment(rawValue: environment) != nil else { throw ValidationError("--environment must be production or sandbox") }
+        }
+
+        var simEnvironment: SimEnvironment { SimEnvironment(rawValue: environment) ?? .production }
+        var receiptOptions: SimReceiptOptions { SimReceiptOptions(environment: simEnvironment) }
 
     }
 
@@ -40,8 +52,11 @@ struct SimCommand: AsyncParsableCommand {
             }
             try await SimCommand.run(SimPurchase.self, .init(appleId: common.appleId, bundleId: common.bundleId, productId: productId,
                                                              productType: productType, quantity: quantity,
-                                                             deviceIdentifier: deviceIdentifier, appAccountToken: appAccountToken),
-                                     common) { "bought \(productId): transaction \($0.transactionId) (original \($0.originalTransactionId))" }
+                                                             deviceIdentifier: deviceIdentifier, appAccountToken: appAccountToken,
+                                                             environment: common.simEnvironment),
+                                     common) {
+                "bought \(productId) (\($0.environment)): transaction \($0.transactionId) (original \($0.originalTransactionId))"
+            }
         }
     }
 
@@ -60,8 +75,9 @@ struct SimCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Restore purchases (new transactions for the same originals).")
         @OptionGroup var common: Common
         func run() async throws {
-            try await SimCommand.run(SimRestore.self, .init(appleId: common.appleId, bundleId: common.bundleId), common) {
-                "restored \($0.signedTransactions.count) transaction(s)"
+            try await SimCommand.run(SimRestore.self, .init(appleId: common.appleId, bundleId: common.bundleId,
+                                                            receipt: common.receiptOptions), common) {
+                "restored \($0.signedTransactions.count) transaction(s) (\(common.simEnvironment.appleName))"
             }
         }
     }
@@ -94,7 +110,8 @@ struct SimCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Print the current app receipt (base64).")
         @OptionGroup var common: Common
         func run() async throws {
-            try await SimCommand.run(SimReceipt.self, .init(appleId: common.appleId, bundleId: common.bundleId), common) { $0.receiptData }
+            try await SimCommand.run(SimReceipt.self, .init(appleId: common.appleId, bundleId: common.bundleId,
+                                                            receipt: common.receiptOptions), common) { $0.receiptData }
         }
     }
 
@@ -123,4 +140,10 @@ struct SimCommand: AsyncParsableCommand {
             try await SimCommand.run(SimTrustAnchor.self, EmptyParams(), common) { "receiptRoot \($0.receiptRoot)\njwsRoot \($0.jwsRoot)" }
         }
     }
+}
+
+/// The bundle id the local stack was started with: the first of `IAP_BUNDLE_IDS`, else the demo's.
+func defaultBundleId() -> String {
+    ProcessInfo.processInfo.environment["IAP_BUNDLE_IDS"]?.split(separator: ",").first
+        .map { $0.trimmingCharacters(in: .whitespaces) }.flatMap { $0.isEmpty ? nil : $0 } ?? "com.example.game"
 }

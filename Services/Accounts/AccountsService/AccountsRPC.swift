@@ -6,7 +6,7 @@ extension AccountsService {
     /// The `accounts.*` methods of the v1 contract, on this service.
     public func router() -> RPCRouter {
         var r = RPCRouter()
-        r.register(AccountsRegister.self) { p, _ in try await self.register(p) }
+        r.register(AccountsRegister.self) { p, ctx in try await self.register(p, clientAddress: ctx.remoteAddress) }
         r.register(AccountsLogin.self) { p, ctx in try await self.login(p, clientAddress: ctx.remoteAddress) }
         r.registerBlocking(AccountsLogout.self) { p, _ in
             try self.logout(p.session)

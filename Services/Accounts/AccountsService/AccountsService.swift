@@ -19,8 +19,12 @@ public final class AccountsService: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
-        self.hasher = PasswordHasher(parameters: configuration.passwordHashing, concurrency: configuration.hashingConcurrency)
+        self.hasher = PasswordHasher(parameters: configuration.passwordHashing, concurrency: configuration.hashingConcurrency,
+                                     maxPending: configuration.hashingQueueLimit)
     }
+
+    /// scrypt derivations run so far (tests read it to count password guesses).
+    package var passwordDerivations: Int { hasher.derivations }
 
     public func shutdown() async {
         await hasher.shutdown()
@@ -28,10 +32,13 @@ public final class AccountsService: Sendable {
 
     // MARK: register / login
 
-    public func register(_ p: Credentials) async throws(RPCError) -> SignedIn {
+    public func register(_ p: Credentials, clientAddress: String? = nil) async throws(RPCError) -> SignedIn {
         let (display, key) = try UsernamePolicy.normalize(p.username)
         try PasswordPolicy.check(p.password, username: display)
         try DeviceNamePolicy.check(p.deviceName)
+        if let clientAddress {
+            try await admit([LoginThrottlePolicy.registrationKey(clientAddress)], detail: "too many registrations from this address")
+        }
         let hash = try await run { try await self.hasher.hash(p.password) }
         let account = AccountsStore.AccountRow(id: UUID().uuidString.lowercased(), username: display, passwordHash: hash,
                                                appAccountToken: UUID().uuidString.lowercased())
@@ -55,21 +62,22 @@ public final class AccountsService: Sendable {
         try DeviceNamePolicy.check(p.deviceName)
         let (_, key) = try UsernamePolicy.normalize(p.username)
         let throttleKeys = [LoginThrottlePolicy.usernameKey(key)] + (clientAddress.map { [LoginThrottlePolicy.addressKey($0)] } ?? [])
-        let throttled = try await checkThrottle(throttleKeys)
+        // Counted before any password is checked: a batch or many connections cannot race the limit.
+        try await admit(throttleKeys, detail: "too many failed sign-in attempts")
 
         let account = try await run { try await self.store.account(usernameKey: key) }
         guard let account else {
-            await hasher.burnEquivalentWork(p.password)
-            try await recordFailure(throttleKeys)
+            try await run { try await self.hasher.burnEquivalentWork(p.password) }
             throw Self.invalidCredentials
         }
         let verdict = try await run { try await self.hasher.verify(p.password, against: account.passwordHash) }
-        guard verdict.matches else {
-            try await recordFailure(throttleKeys)
-            throw Self.invalidCredentials
-        }
-        if throttled.contains(throttleKeys[0]) {
-            try await run { try await self.store.updateThrottle(keys: [throttleKeys[0]]) { _, _ in nil } }
+        guard verdict.matches else { throw Self.invalidCredentials }
+        // A success clears the username's count and takes its own attempt back from the address's.
+        let policy = configuration.throttle
+        try await run {
+            try await self.store.updateThrottle(keys: throttleKeys) { key, state in
+                key.hasPrefix("user:") ? nil : policy.returningAttempt(state, key: key)
+            }
         }
         if verdict.needsRehash {
             // Raise the stored hash to the current parameters while the password is at hand.
@@ -78,7 +86,8 @@ public final class AccountsService: Sendable {
         }
         let now = clock.nowMs
         let (token, session) = newSession(deviceName: p.deviceName, nowMs: now)
-        try await run { try await self.store.addSession(session, accountId: account.id, nowMs: now) }
+        let cap = configuration.maxSessionsPerAccount
+        try await run { try await self.store.addSession(session, accountId: account.id, nowMs: now, cap: cap) }
         return SignedIn(accountId: account.id, appAccountToken: account.appAccountToken,
                         session: SessionToken(token: token, expiresAtMs: session.expiresAtMs))
     }
@@ -86,22 +95,15 @@ public final class AccountsService: Sendable {
     private static let invalidCredentials = RPCError(code: .unauthenticated, message: "invalid username or password",
                                                      reason: "invalidCredentials")
 
-    /// Refuses the attempt while any key is locked; returns the keys that have recorded failures.
-    @discardableResult
-    private func checkThrottle(_ keys: [String]) async throws(RPCError) -> Set<String> {
-        let now = clock.nowMs
-        let states = try await run { try await self.store.throttleStates(keys: keys) }
-        let wait = keys.map { configuration.throttle.retryAfterMs(states[$0], nowMs: now) }.max() ?? 0
-        if wait > 0 {
-            throw RPCError.rateLimited(retryAfterMs: wait, detail: "too many failed sign-in attempts")
-        }
-        return Set(states.keys)
-    }
-
-    private func recordFailure(_ keys: [String]) async throws(RPCError) {
+    /// Refuses the attempt while any key is locked; otherwise counts it against every key, atomically.
+    private func admit(_ keys: [String], detail: String) async throws(RPCError) {
         let now = clock.nowMs
         let policy = configuration.throttle
-        try await run { try await self.store.updateThrottle(keys: keys) { key, state in policy.recordingFailure(state, key: key, nowMs: now) } }
+        let wait = try await run {
+            try await self.store.admitAttempt(keys: keys, wait: { _, state in policy.retryAfterMs(state, nowMs: now) },
+                                              record: { key, state in policy.recordingFailure(state, key: key, nowMs: now) })
+        }
+        if wait > 0 { throw RPCError.rateLimited(retryAfterMs: wait, detail: detail) }
     }
 
     // MARK: sessions
@@ -129,12 +131,12 @@ public final class AccountsService: Sendable {
             throw Self.invalidCredentials
         }
         let throttleKeys = [LoginThrottlePolicy.usernameKey(account.username.lowercased())]
-        try await checkThrottle(throttleKeys)
+        try await admit(throttleKeys, detail: "too many failed sign-in attempts")
         let verdict = try await run { try await self.hasher.verify(p.currentPassword, against: account.passwordHash) }
         guard verdict.matches else {
-            try await recordFailure(throttleKeys)
             throw RPCError(code: .unauthenticated, message: "current password is wrong", reason: "invalidCredentials")
         }
+        try await run { try await self.store.updateThrottle(keys: throttleKeys) { _, _ in nil } }
         let newHash = try await run { try await self.hasher.hash(p.newPassword) }
         let changed = try await run {
             try await self.store.changePassword(accountId: account.id, expected: account.passwordHash, new: newHash,
@@ -178,11 +180,11 @@ public final class AccountsService: Sendable {
         guard let session = try runBlocking({ try self.store.session(tokenHash: hash) }) else {
             throw RPCError.unauthenticated()
         }
-        guard session.expiresAtMs > now else {
+        guard session.expiresAtMs > now, now - session.createdAtMs < configuration.sessionAbsoluteLifetimeMs else {
             throw RPCError(code: .unauthenticated, message: "session expired; sign in again", reason: "sessionExpired")
         }
         if now - session.lastSeenAtMs >= configuration.sessionTouchIntervalMs {
-            let expires = now + configuration.sessionLifetimeMs
+            let expires = sessionExpiry(createdAtMs: session.createdAtMs, nowMs: now)
             try runBlocking { try self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }
             return AccountsStore.SessionRow(tokenHash: session.tokenHash, accountId: session.accountId, username: session.username,
                                             appAccountToken: session.appAccountToken, deviceName: session.deviceName,
@@ -194,7 +196,12 @@ public final class AccountsService: Sendable {
     private func newSession(deviceName: String?, nowMs: Int64) -> (token: String, session: AccountsStore.NewSession) {
         let token = SessionTokens.generate()
         return (token, AccountsStore.NewSession(tokenHash: SessionTokens.hash(token)!, deviceName: deviceName,
-                                               createdAtMs: nowMs, expiresAtMs: nowMs + configuration.sessionLifetimeMs))
+                                               createdAtMs: nowMs, expiresAtMs: sessionExpiry(createdAtMs: nowMs, nowMs: nowMs)))
+    }
+
+    /// Sliding expiry, never past the absolute lifetime.
+    private func sessionExpiry(createdAtMs: Int64, nowMs: Int64) -> Int64 {
+        min(nowMs + configuration.sessionLifetimeMs, createdAtMs + configuration.sessionAbsoluteLifetimeMs)
     }
 
     private func runBlocking<T>(_ body: () throws -> T) throws(RPCError) -> T {
@@ -212,6 +219,8 @@ public final class AccountsService: Sendable {
             return try await body()
         } catch let error as RPCError {
             throw error
+        } catch is PasswordHasher.Busy {
+            throw RPCError.rateLimited(retryAfterMs: 1_000, detail: "the server is busy checking passwords")
         } catch {
             logger.error("accounts storage failure", metadata: ["error": "\(error)"])
             throw RPCError.internalError()

@@ -145,11 +145,17 @@ public final class AccountsStore: Sendable {
         public let expiresAtMs: Int64
     }
 
-    /// Adds a session and drops the account's expired ones.
-    public func addSession(_ session: NewSession, accountId: String, nowMs: Int64) async throws {
+    /// Adds a session, drops the account's expired ones, and evicts the oldest beyond `cap`.
+    public func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int = .max) async throws {
         try await writer.write { db in
             try db.execute(sql: "DELETE FROM session WHERE accountId = ? AND expiresAtMs <= ?", arguments: [accountId, nowMs])
             try Self.insert(session, accountId: accountId, db: db)
+            // The new session always stays; of the others, the newest cap - 1 do.
+            try db.execute(sql: """
+                DELETE FROM session WHERE tokenHash IN (
+                    SELECT tokenHash FROM session WHERE accountId = ? AND tokenHash != ?
+                    ORDER BY createdAtMs DESC, lastSeenAtMs DESC LIMIT -1 OFFSET ?)
+                """, arguments: [accountId, session.tokenHash, max(0, cap - 1)])
         }
     }
 
@@ -229,24 +235,43 @@ public final class AccountsStore: Sendable {
         }
     }
 
+    /// In one write transaction: when `wait` says any key is locked, answers the longest wait and changes
+    /// nothing; otherwise counts this attempt against every key (`record`) and answers 0. Counting before
+    /// the password is checked is what stops a batch or many connections from racing the limit.
+    public func admitAttempt(keys: [String], wait: @escaping @Sendable (String, ThrottleState?) -> Int64,
+                             record: @escaping @Sendable (String, ThrottleState?) -> ThrottleState) async throws -> Int64 {
+        try await writer.write { db in
+            var states: [String: ThrottleState] = [:]
+            for key in keys { states[key] = try Self.throttleState(key, db) }
+            let longest = keys.map { wait($0, states[$0]) }.max() ?? 0
+            guard longest == 0 else { return longest }
+            for key in keys { try Self.saveThrottle(key, record(key, states[key]), db) }
+            return 0
+        }
+    }
+
+    private static func throttleState(_ key: String, _ db: Database) throws -> ThrottleState? {
+        try Row.fetchOne(db, sql: "SELECT failures, windowStartMs, lockedUntilMs FROM loginThrottle WHERE key = ?", arguments: [key]).map {
+            ThrottleState(failures: $0["failures"], windowStartMs: $0["windowStartMs"], lockedUntilMs: $0["lockedUntilMs"])
+        }
+    }
+
+    private static func saveThrottle(_ key: String, _ next: ThrottleState?, _ db: Database) throws {
+        if let next {
+            try db.execute(sql: """
+                INSERT INTO loginThrottle (key, failures, windowStartMs, lockedUntilMs) VALUES (?, ?, ?, ?)
+                ON CONFLICT(key) DO UPDATE SET failures = excluded.failures, windowStartMs = excluded.windowStartMs,
+                                               lockedUntilMs = excluded.lockedUntilMs
+                """, arguments: [key, next.failures, next.windowStartMs, next.lockedUntilMs])
+        } else {
+            try db.execute(sql: "DELETE FROM loginThrottle WHERE key = ?", arguments: [key])
+        }
+    }
+
     /// Applies `update` to each key's state (nil when absent) in one transaction.
     public func updateThrottle(keys: [String], _ update: @escaping @Sendable (String, ThrottleState?) -> ThrottleState?) async throws {
         try await writer.write { db in
-            for key in keys {
-                let current = try Row.fetchOne(db, sql: "SELECT failures, windowStartMs, lockedUntilMs FROM loginThrottle WHERE key = ?",
-                                               arguments: [key]).map {
-                    ThrottleState(failures: $0["failures"], windowStartMs: $0["windowStartMs"], lockedUntilMs: $0["lockedUntilMs"])
-                }
-                if let next = update(key, current) {
-                    try db.execute(sql: """
-                        INSERT INTO loginThrottle (key, failures, windowStartMs, lockedUntilMs) VALUES (?, ?, ?, ?)
-                        ON CONFLICT(key) DO UPDATE SET failures = excluded.failures, windowStartMs = excluded.windowStartMs,
-                                                       lockedUntilMs = excluded.lockedUntilMs
-                        """, arguments: [key, next.failures, next.windowStartMs, next.lockedUntilMs])
-                } else {
-                    try db.execute(sql: "DELETE FROM loginThrottle WHERE key = ?", arguments: [key])
-                }
-            }
+            for key in keys { try Self.saveThrottle(key, update(key, try Self.throttleState(key, db)), db) }
         }
     }
 }

@@ -4,9 +4,18 @@
 /// delay that doubles with every further failure, capped at `maxLockMs`. The cap and the window mean
 /// an attacker can slow a real user down but never lock them out for good; a success clears the
 /// username's count (not the address's, or an attacker could clear their own with an account of theirs).
+///
+/// Attempts are counted before the password is checked (`AccountsStore.admitAttempt`), so concurrent
+/// attempts cannot race the limit: at most `usernameThreshold` passwords are checked per username before
+/// it locks, however the attempts arrive. A success clears the username's count and takes its own
+/// attempt back from the address's.
+///
+/// Registrations count per client address too (`register:` keys), success or not.
 public struct LoginThrottlePolicy: Sendable {
     public var usernameThreshold = 5
     public var addressThreshold = 20
+    /// Registrations per address per window before registering from it is delayed.
+    public var registrationThreshold = 30
     public var windowMs: Int64 = 15 * 60 * 1000
     public var baseLockMs: Int64 = 1_000
     public var maxLockMs: Int64 = 15 * 60 * 1000
@@ -15,8 +24,21 @@ public struct LoginThrottlePolicy: Sendable {
 
     static func usernameKey(_ key: String) -> String { "user:\(key)" }
     static func addressKey(_ address: String) -> String { "addr:\(address)" }
+    static func registrationKey(_ address: String) -> String { "register:\(address)" }
 
-    func threshold(for key: String) -> Int { key.hasPrefix("user:") ? usernameThreshold : addressThreshold }
+    func threshold(for key: String) -> Int {
+        if key.hasPrefix("user:") { return usernameThreshold }
+        if key.hasPrefix("register:") { return registrationThreshold }
+        return addressThreshold
+    }
+
+    /// The state after a successful sign-in took its counted attempt back (an address key).
+    func returningAttempt(_ state: AccountsStore.ThrottleState?, key: String) -> AccountsStore.ThrottleState? {
+        guard var s = state else { return nil }
+        s.failures = max(0, s.failures - 1)
+        if s.failures < threshold(for: key) { s.lockedUntilMs = 0 }
+        return s.failures == 0 && s.lockedUntilMs == 0 ? nil : s
+    }
 
     /// Milliseconds until `state` allows another attempt (0: allowed now).
     func retryAfterMs(_ state: AccountsStore.ThrottleState?, nowMs: Int64) -> Int64 {

@@ -2,6 +2,7 @@ import Crypto
 import CryptoExtras
 import Foundation
 import JSONRPC
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import ServiceSupport
@@ -37,16 +38,43 @@ public struct ScryptParameters: Sendable, Equatable {
 /// blocks the event loops nor runs more hashes at once than there are threads (which bounds memory).
 ///
 /// Stored format (PHC-like): `scrypt$ln=15,r=8,p=1$<salt base64>$<hash base64>`.
+///
+/// The queue is bounded: past `maxPending` hashes waiting or running, a request fails at once with
+/// `Busy` (answered as `rateLimited`) instead of joining an unbounded backlog.
 public final class PasswordHasher: Sendable {
     private let parameters: ScryptParameters
     private let pool: NIOThreadPool
+    private let maxPending: Int
+    /// (waiting or running, scrypt derivations run so far)
+    private let counters = NIOLockedValueBox((pending: 0, derivations: 0))
     private static let saltBytes = 16
     private static let hashBytes = 32
 
-    public init(parameters: ScryptParameters, concurrency: Int) {
+    /// The hasher's queue is full; retry later.
+    public struct Busy: Error, Sendable {}
+
+    public init(parameters: ScryptParameters, concurrency: Int, maxPending: Int = 64) {
         self.parameters = parameters
         self.pool = NIOThreadPool(numberOfThreads: max(1, concurrency))
+        self.maxPending = max(1, maxPending)
         pool.start()
+    }
+
+    /// scrypt derivations run so far (hashes, verifications and equivalent work): what an attacker's
+    /// guesses cost, for tests and metrics.
+    public var derivations: Int { counters.withLockedValue { $0.derivations } }
+
+    /// Runs `work` on the pool if the queue has room; counts it as one derivation.
+    private func derivation<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        let admitted = counters.withLockedValue { c -> Bool in
+            guard c.pending < maxPending else { return false }
+            c.pending += 1
+            c.derivations += 1
+            return true
+        }
+        guard admitted else { throw Busy() }
+        defer { counters.withLockedValue { $0.pending -= 1 } }
+        return try await pool.runIfActive(work)
     }
 
     public func shutdown() async {
@@ -56,7 +84,7 @@ public final class PasswordHasher: Sendable {
     /// A new salted hash of `password` with the current parameters.
     public func hash(_ password: String) async throws -> String {
         let parameters = self.parameters
-        return try await pool.runIfActive {
+        return try await derivation {
             var salt = [UInt8](repeating: 0, count: Self.saltBytes)
             var rng = SystemRandomNumberGenerator()
             for i in salt.indices { salt[i] = rng.next() }
@@ -76,7 +104,7 @@ public final class PasswordHasher: Sendable {
     public func verify(_ password: String, against stored: String) async throws -> Verdict {
         guard let parsed = Self.parse(stored) else { return Verdict(matches: false, needsRehash: true) }
         let current = self.parameters
-        return try await pool.runIfActive {
+        return try await derivation {
             let derived = try Self.derive(password, salt: parsed.salt, parsed.parameters)
             return Verdict(matches: SecretComparison.equal(derived, parsed.hash), needsRehash: parsed.parameters != current)
         }
@@ -84,9 +112,9 @@ public final class PasswordHasher: Sendable {
 
     /// Spends the same work as a real verification (for unknown usernames), so response times do not
     /// tell whether an account exists.
-    public func burnEquivalentWork(_ password: String) async {
+    public func burnEquivalentWork(_ password: String) async throws {
         let parameters = self.parameters
-        _ = try? await pool.runIfActive {
+        _ = try await derivation {
             try Self.derive(password, salt: [UInt8](repeating: 0, count: Self.saltBytes), parameters)
         }
     }

@@ -30,7 +30,7 @@ struct AccountsServiceCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = options.logger(label: "accounts")
         var config = AccountsConfiguration()
-        config.internalToken = Environment.resolve(internalToken, env: "IAP_INTERNAL_TOKEN")
+        config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
         config.sessionLifetimeMs = Int64(sessionDays) * 24 * 3600 * 1000
         config.passwordHashing.logN = scryptLogN
         if config.internalToken == nil {

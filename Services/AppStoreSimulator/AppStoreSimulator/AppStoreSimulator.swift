@@ -60,6 +60,7 @@ public final class AppStoreSimulator: Sendable {
         guard (1...366).contains(period) else {
             throw RPCError.invalidParams("subscriptionPeriodDays must be 1-366", field: "subscriptionPeriodDays", reason: "invalidValue")
         }
+        let environment = p.environment ?? .production
         let (transaction, receipt) = try write { db -> (SimTransaction, Receipt) in
             let now = try self.now(db)
             if let device = p.deviceIdentifier {
@@ -67,7 +68,7 @@ public final class AppStoreSimulator: Sendable {
                                arguments: [p.appleId, p.bundleId, device])
             }
             let id = try SimulatorStore.nextTransactionId(db)
-            let history = try SimulatorStore.transactions(appleId: p.appleId, bundleId: p.bundleId, db: db)
+            let history = try SimulatorStore.transactions(appleId: p.appleId, bundleId: p.bundleId, environment: environment, db: db)
             // Buying an owned non-consumable again: a new regular transaction for the same original, no charge.
             let owned = p.productType == .nonConsumable
                 ? history.first { $0.productId == p.productId && $0.cancellationDateMs == nil && $0.transactionId == $0.originalTransactionId }
@@ -79,12 +80,13 @@ public final class AppStoreSimulator: Sendable {
                 expiresDateMs: p.productType == .autoRenewable ? now + Int64(period) * 86_400_000 : nil,
                 cancellationDateMs: nil, finished: false, reason: "PURCHASE",
                 webOrderLineItemId: p.productType == .autoRenewable ? Int64(id)! : 0, appAccountToken: p.appAccountToken,
-                periodDays: p.productType == .autoRenewable ? period : nil)
+                periodDays: p.productType == .autoRenewable ? period : nil, environment: environment)
             try SimulatorStore.insert(t, db: db)
-            return (t, try self.receipt(appleId: p.appleId, bundleId: p.bundleId, db: db))
+            return (t, try self.receipt(appleId: p.appleId, bundleId: p.bundleId, environment: p.receipt?.environment ?? environment, db: db))
         }
         return .init(transactionId: transaction.transactionId, originalTransactionId: transaction.originalTransactionId,
-                     receiptData: try sign(receipt, p.receipt), signedTransaction: try signedTransaction(transaction))
+                     receiptData: try sign(receipt, p.receipt), signedTransaction: try signedTransaction(transaction),
+                     environment: environment.appleName)
     }
 
     public func finish(_ p: SimFinishTransaction.Params) throws {
@@ -99,9 +101,10 @@ public final class AppStoreSimulator: Sendable {
     /// New restored transactions for every owned non-consumable and subscription (consumables and
     /// non-renewing subscriptions are not restored by the system).
     public func restore(_ p: SimRestore.Params) throws -> SimRestore.Result {
+        let environment = p.receipt?.environment ?? .production
         let (restored, receipt) = try write { db -> ([SimTransaction], Receipt) in
             let now = try self.now(db)
-            let history = try SimulatorStore.transactions(appleId: p.appleId, bundleId: p.bundleId, db: db)
+            let history = try SimulatorStore.transactions(appleId: p.appleId, bundleId: p.bundleId, environment: environment, db: db)
             var latestByOriginal: [String: SimTransaction] = [:]
             for t in history where t.productType == .nonConsumable || t.productType == .autoRenewable {
                 latestByOriginal[t.originalTransactionId] = t
@@ -117,7 +120,7 @@ public final class AppStoreSimulator: Sendable {
                 try SimulatorStore.insert(t, db: db)
                 restored.append(t)
             }
-            return (restored, try self.receipt(appleId: p.appleId, bundleId: p.bundleId, db: db))
+            return (restored, try self.receipt(appleId: p.appleId, bundleId: p.bundleId, environment: environment, db: db))
         }
         return .init(receiptData: try sign(receipt, p.receipt), signedTransactions: try restored.map(signedTransaction))
     }
@@ -177,24 +180,27 @@ public final class AppStoreSimulator: Sendable {
         var notification: [String: Any] = [
             "notificationType": type, "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
             "signedDate": signedDate,
-            "data": ["bundleId": t.bundleId, "environment": "Sandbox", "signedTransactionInfo": try signedTransaction(t)],
+            "data": ["bundleId": t.bundleId, "environment": t.environment.appleName, "signedTransactionInfo": try signedTransaction(t)],
         ]
         if let subtype { notification["subtype"] = subtype }
         return try pki.signedPayloads.sign(payload: Array(try JSONSerialization.data(withJSONObject: notification, options: [.sortedKeys])))
     }
 
     public func currentReceipt(_ p: SimReceipt.Params) throws -> SimReceipt.Result {
-        let receipt = try write { db in try self.receipt(appleId: p.appleId, bundleId: p.bundleId, db: db) }
+        let receipt = try write { db in
+            try self.receipt(appleId: p.appleId, bundleId: p.bundleId, environment: p.receipt?.environment ?? .production, db: db)
+        }
         return .init(receiptData: try sign(receipt, p.receipt))
     }
 
     // MARK: receipts and signed transactions
 
-    /// The app receipt now: every transaction of this Apple ID for the bundle, except finished consumables.
-    private func receipt(appleId: String, bundleId: String, db: Database) throws -> Receipt {
+    /// The app receipt now: every transaction of this Apple ID for the bundle in one environment, except
+    /// finished consumables.
+    private func receipt(appleId: String, bundleId: String, environment: SimEnvironment, db: Database) throws -> Receipt {
         let now = try self.now(db)
         var r = Receipt()
-        r.receiptType = "ProductionSandbox"
+        r.receiptType = environment.receiptType
         r.appItemId = 0
         r.bundleId = bundleId
         r.bundleIdDER = [0x0C, UInt8(bundleId.utf8.count)] + Array(bundleId.utf8)
@@ -209,7 +215,7 @@ public final class AppStoreSimulator: Sendable {
         let deviceBytes = device.flatMap(ReceiptVerifier.deviceBytes) ?? [UInt8](repeating: 0, count: 16)
         r.sha1Hash = Array(Insecure.SHA1.hash(data: deviceBytes + opaque + r.bundleIdDER))
         r.creationDateMs = now
-        let transactions = try SimulatorStore.transactions(appleId: appleId, bundleId: bundleId, db: db)
+        let transactions = try SimulatorStore.transactions(appleId: appleId, bundleId: bundleId, environment: environment, db: db)
         r.originalPurchaseDateMs = transactions.first?.purchaseDateMs ?? now
         r.inApp = transactions.filter { !($0.productType == .consumable && $0.finished) }.map { t in
             var p = InAppPurchaseReceipt()
@@ -232,8 +238,6 @@ public final class AppStoreSimulator: Sendable {
 
     private func sign(_ receipt: Receipt, _ options: SimReceiptOptions?) throws -> String {
         let digest: ReceiptBuilder.Digest = options?.digest == .sha1 ? .sha1 : .sha256
-        var receipt = receipt
-        if options?.environment == .production { receipt.receiptType = "Production" }
         let signer: ReceiptSigningPKI
         switch options?.signing ?? .valid {
         case .valid: signer = pki.receipts
@@ -261,7 +265,7 @@ public final class AppStoreSimulator: Sendable {
             "transactionId": t.transactionId, "originalTransactionId": t.originalTransactionId, "bundleId": t.bundleId,
             "productId": t.productId, "purchaseDate": t.purchaseDateMs, "originalPurchaseDate": t.originalPurchaseDateMs,
             "quantity": t.quantity, "type": Self.appleType(t.productType), "inAppOwnershipType": "PURCHASED",
-            "signedDate": t.cancellationDateMs ?? t.purchaseDateMs, "environment": "Sandbox", "transactionReason":
+            "signedDate": t.cancellationDateMs ?? t.purchaseDateMs, "environment": t.environment.appleName, "transactionReason":
                 t.reason == "RENEWAL" ? "RENEWAL" : "PURCHASE", "storefront": "USA", "storefrontId": "143441",
             "webOrderLineItemId": String(t.webOrderLineItemId),
         ]

@@ -21,6 +21,8 @@ public struct SimTransaction: Sendable, Equatable {
     public var webOrderLineItemId: Int64
     public var appAccountToken: String?
     public var periodDays: Int?
+    /// Fixed when the purchase is made; renewals and restores inherit it.
+    public var environment: SimEnvironment
 }
 
 /// The simulator's database: transactions, the device of each Apple ID's app, the simulated clock.
@@ -50,6 +52,10 @@ final class SimulatorStore: Sendable {
                 INSERT INTO simState (id, clockOffsetMs, nextSeq) VALUES (1, 0, 1);
                 """)
         }
+        m.registerMigration("v2-environment") { db in
+            // Purchases made before environments were fixed were shown as Sandbox.
+            try db.execute(sql: "ALTER TABLE simTransaction ADD COLUMN environment TEXT NOT NULL DEFAULT 'sandbox'")
+        }
         try m.migrate(writer)
     }
 
@@ -59,11 +65,11 @@ final class SimulatorStore: Sendable {
         try db.execute(sql: """
             INSERT INTO simTransaction (transactionId, seq, appleId, bundleId, productId, productType, quantity, originalTransactionId,
                 purchaseDateMs, originalPurchaseDateMs, expiresDateMs, cancellationDateMs, finished, reason, webOrderLineItemId,
-                appAccountToken, periodDays)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                appAccountToken, periodDays, environment)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [t.transactionId, seq, t.appleId, t.bundleId, t.productId, t.productType.rawValue, t.quantity,
                              t.originalTransactionId, t.purchaseDateMs, t.originalPurchaseDateMs, t.expiresDateMs,
-                             t.cancellationDateMs, t.finished, t.reason, t.webOrderLineItemId, t.appAccountToken, t.periodDays])
+                             t.cancellationDateMs, t.finished, t.reason, t.webOrderLineItemId, t.appAccountToken, t.periodDays, t.environment.rawValue])
     }
 
     /// A new transaction id, Apple-sandbox-like (2000000000 + sequence).
@@ -71,9 +77,9 @@ final class SimulatorStore: Sendable {
         String(2_000_000_000 + (try Int64.fetchOne(db, sql: "SELECT nextSeq FROM simState")!))
     }
 
-    static func transactions(appleId: String, bundleId: String, db: Database) throws -> [SimTransaction] {
-        try Row.fetchAll(db, sql: "SELECT * FROM simTransaction WHERE appleId = ? AND bundleId = ? ORDER BY seq",
-                         arguments: [appleId, bundleId]).map(row)
+    static func transactions(appleId: String, bundleId: String, environment: SimEnvironment, db: Database) throws -> [SimTransaction] {
+        try Row.fetchAll(db, sql: "SELECT * FROM simTransaction WHERE appleId = ? AND bundleId = ? AND environment = ? ORDER BY seq",
+                         arguments: [appleId, bundleId, environment.rawValue]).map(row)
     }
 
     static func transaction(_ id: String, db: Database) throws -> SimTransaction? {
@@ -90,6 +96,7 @@ final class SimulatorStore: Sendable {
                        originalTransactionId: r["originalTransactionId"], purchaseDateMs: r["purchaseDateMs"],
                        originalPurchaseDateMs: r["originalPurchaseDateMs"], expiresDateMs: r["expiresDateMs"],
                        cancellationDateMs: r["cancellationDateMs"], finished: r["finished"], reason: r["reason"],
-                       webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"])
+                       webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"],
+                       environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox)
     }
 }

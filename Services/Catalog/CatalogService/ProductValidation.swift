@@ -57,7 +57,9 @@ public enum ProductValidation {
     static func checkGrant(_ grant: Grant, type: ProductType, field: String) throws(RPCError) {
         switch (type, grant) {
         case (.consumable, .coins(let n)):
-            guard n > 0 else { throw RPCError.invalidParams("coins must be positive", field: "\(field).coins", reason: "invalidGrant") }
+            guard n > 0, n <= CoinLimits.maxPerUnit else {
+                throw RPCError.invalidParams("coins must be 1-\(CoinLimits.maxPerUnit)", field: "\(field).coins", reason: "invalidGrant")
+            }
         case (.nonConsumable, .content(let e, let ids)):
             try nonEmpty(e, max: 100, field: "\(field).entitlement")
             guard Set(ids).count == ids.count, ids.allSatisfy({ !$0.isEmpty && $0.count <= 200 }) else {

@@ -38,7 +38,7 @@ struct CatalogServiceCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = options.logger(label: "catalog")
         var config = CatalogConfiguration()
-        config.adminToken = Environment.resolve(adminToken, env: "IAP_ADMIN_TOKEN")
+        config.adminToken = try Environment.token(adminToken, flagName: "--admin-token", env: "IAP_ADMIN_TOKEN")
         config.defaultStorefront = defaultStorefront
         config.priceCache.ttlMs = Int64(priceTTLSeconds) * 1000
         if config.adminToken == nil {

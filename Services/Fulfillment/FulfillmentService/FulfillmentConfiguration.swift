@@ -1,4 +1,26 @@
 import Foundation
+import IAPProtocol
+
+/// What Sandbox (TestFlight, App Review, sandbox testers) and Xcode purchases are worth here (DESIGN.md
+/// section 6). They cost nothing, so by default they never create production value.
+public enum SandboxPolicy: String, Sendable, CaseIterable {
+    /// Default: they grant into the account's Sandbox scope (its own balance, ledger, entitlements).
+    case isolate
+    /// Development only: they grant into Production like real purchases.
+    case grant
+    /// They grant nothing (outcome `wrongEnvironment`).
+    case refuse
+
+    /// The scope a purchase of `environment` grants into; nil: refused.
+    public func scope(forEnvironment environment: String) -> AccountScope? {
+        if environment == "Production" { return .production }
+        switch self {
+        case .isolate: return .sandbox
+        case .grant: return .production
+        case .refuse: return nil
+        }
+    }
+}
 
 public struct FulfillmentConfiguration: Sendable {
     /// Token for `fulfillment.revokeTransaction`; nil refuses every admin call.
@@ -8,6 +30,8 @@ public struct FulfillmentConfiguration: Sendable {
     public var internalToken: String?
     /// What happens when a purchase's original transaction is bound to another account.
     public var ownershipPolicy: FulfillmentStore.OwnershipPolicy = .refuse
+    /// What Sandbox and Xcode purchases grant.
+    public var sandboxPolicy: SandboxPolicy = .isolate
     /// Largest `readContent` chunk (its base64 must fit well inside a 4 MiB line).
     public var maxContentChunk = 1 << 20
     /// Largest single spend.

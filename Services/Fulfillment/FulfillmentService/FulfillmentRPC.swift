@@ -8,11 +8,11 @@ extension FulfillmentService {
         var r = RPCRouter()
         r.register(FulfillmentRedeem.self) { p, _ in try await self.redeem(p, mode: .redeem) }
         r.register(FulfillmentRestore.self) { p, _ in try await self.redeem(p, mode: .restore) }
-        r.register(FulfillmentGetEntitlements.self) { p, _ in try await self.entitlements(p.session) }
-        r.register(FulfillmentGetBalance.self) { p, _ in try await self.balance(p.session) }
+        r.register(FulfillmentGetEntitlements.self) { p, _ in try await self.entitlements(p) }
+        r.register(FulfillmentGetBalance.self) { p, _ in try await self.balance(p) }
         r.register(FulfillmentSpendCoins.self) { p, _ in try await self.spend(p) }
         r.register(FulfillmentListLedger.self) { p, _ in try await self.ledger(p) }
-        r.register(FulfillmentListContent.self) { p, _ in try await self.listContent(p.session) }
+        r.register(FulfillmentListContent.self) { p, _ in try await self.listContent(p) }
         r.register(FulfillmentReadContent.self) { p, _ in try await self.readContent(p) }
         r.register(FulfillmentApplyNotification.self) { p, _ in try await self.applyNotification(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in

@@ -54,17 +54,27 @@ public final class FulfillmentService: Sendable {
             rejected += refused
         }
         let rules = try await grantRules(for: purchases.map(\.productId))
-        let planned = purchases.map { FulfillmentStore.Planned(purchase: $0, rule: rules[$0.productId]) }
+        var planned: [FulfillmentStore.Planned] = []
+        for purchase in purchases {
+            guard let scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment) else {
+                rejected.append(TransactionResult(transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
+                                                  productId: purchase.productId, outcome: .wrongEnvironment, finishable: false))
+                continue
+            }
+            planned.append(.init(purchase: purchase, rule: rules[purchase.productId], scope: scope))
+        }
+        let answerScope = p.environment ?? planned.first?.scope ?? .production
+        let toApply = planned
         let applied = try await storeCall {
-            try await self.store.apply(planned, accountId: account.accountId, appAccountToken: account.appAccountToken, mode: mode,
-                                       policy: self.configuration.ownershipPolicy, nowMs: self.clock.nowMs)
+            try await self.store.apply(toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, mode: mode,
+                                       policy: self.configuration.ownershipPolicy, answerScope: answerScope, nowMs: self.clock.nowMs)
         }
         for t in applied.transfers {
             logger.notice("entitlement transferred under the transfer policy", metadata: [
                 "originalTransactionId": "\(t.originalTransactionId)", "fromAccountId": "\(t.from)", "toAccountId": "\(account.accountId)"])
         }
         return RedeemResult(accountId: account.accountId, results: rejected + applied.results, balance: applied.balance,
-                            entitlements: applied.entitlements)
+                            entitlements: applied.entitlements, owed: applied.owed, environment: answerScope)
     }
 
     private func verifiedReceipt(_ receiptData: String, deviceIdentifier: String?) async throws(RPCError) -> [VerifiedPurchase] {
@@ -145,15 +155,20 @@ public final class FulfillmentService: Sendable {
 
     // MARK: reads
 
-    public func entitlements(_ session: String) async throws(RPCError) -> FulfillmentGetEntitlements.Result {
-        let account = try await dependencies.authenticate(session)
-        let (entitlements, balance) = try await storeCall { try await self.store.entitlements(accountId: account.accountId, nowMs: self.clock.nowMs) }
-        return .init(entitlements: entitlements, balance: balance)
+    public func entitlements(_ p: ScopedSessionParams) async throws(RPCError) -> FulfillmentGetEntitlements.Result {
+        let account = try await dependencies.authenticate(p.session)
+        let scope = p.environment ?? .production
+        let read = try await storeCall {
+            try await self.store.entitlements(accountId: account.accountId, scope: scope, nowMs: self.clock.nowMs)
+        }
+        return .init(entitlements: read.entitlements, balance: read.balance, owed: read.owed, environment: scope)
     }
 
-    public func balance(_ session: String) async throws(RPCError) -> BalanceResult {
-        let account = try await dependencies.authenticate(session)
-        return .init(balance: try await storeCall { try await self.store.balance(accountId: account.accountId) })
+    public func balance(_ p: ScopedSessionParams) async throws(RPCError) -> BalanceResult {
+        let account = try await dependencies.authenticate(p.session)
+        let scope = p.environment ?? .production
+        let read = try await storeCall { try await self.store.balance(accountId: account.accountId, scope: scope) }
+        return .init(balance: read.balance, owed: read.owed, environment: scope)
     }
 
     public func ledger(_ p: FulfillmentListLedger.Params) async throws(RPCError) -> FulfillmentListLedger.Result {
@@ -164,7 +179,9 @@ public final class FulfillmentService: Sendable {
             throw RPCError.invalidParams("limit must be 1-\(configuration.maxLedgerPage)", field: "limit", reason: "invalidValue")
         }
         let account = try await dependencies.authenticate(p.session)
-        let page = try await storeCall { try await self.store.ledger(accountId: account.accountId, after: after, limit: limit) }
+        let page = try await storeCall {
+            try await self.store.ledger(accountId: account.accountId, scope: p.environment ?? .production, after: after, limit: limit)
+        }
         return .init(entries: page.entries, next: page.next)
     }
 
@@ -182,13 +199,15 @@ public final class FulfillmentService: Sendable {
             throw RPCError.invalidParams("memo is longer than \(configuration.maxMemoBytes) bytes", field: "memo", reason: "tooLong")
         }
         let account = try await dependencies.authenticate(p.session)
+        let scope = p.environment ?? .production
         let outcome = try await storeCall {
-            try await self.store.spend(accountId: account.accountId, amount: p.amount, idempotencyKey: p.idempotencyKey, memo: p.memo,
-                                       nowMs: self.clock.nowMs)
+            try await self.store.spend(accountId: account.accountId, scope: scope, amount: p.amount, idempotencyKey: p.idempotencyKey,
+                                       memo: p.memo, nowMs: self.clock.nowMs)
         }
         switch outcome {
-        case .spent(let balance), .replayed(let balance): return .init(balance: balance)
+        case .spent(let balance), .replayed(let balance): return .init(balance: balance, environment: scope)
         case .insufficient(let balance): throw RPCError.insufficientFunds(balance: balance, requested: p.amount)
+        case .owes(let owed, let balance): throw RPCError.debtOutstanding(owed: owed, balance: balance)
         case .keyConflict:
             throw RPCError.conflict("idempotency key \"\(p.idempotencyKey)\" was already used with other params", reason: "idempotencyKeyReused")
         }
@@ -196,10 +215,10 @@ public final class FulfillmentService: Sendable {
 
     // MARK: content
 
-    public func listContent(_ session: String) async throws(RPCError) -> FulfillmentListContent.Result {
-        let account = try await dependencies.authenticate(session)
+    public func listContent(_ p: ScopedSessionParams) async throws(RPCError) -> FulfillmentListContent.Result {
+        let account = try await dependencies.authenticate(p.session)
         var items: [ContentItem] = []
-        for (contentId, productId) in try await entitledContent(accountId: account.accountId) {
+        for (contentId, productId) in try await entitledContent(accountId: account.accountId, scope: p.environment ?? .production) {
             guard let info = try await content.info(contentId) else {
                 logger.warning("entitled content is not installed", metadata: ["contentId": "\(contentId)"])
                 continue
@@ -215,7 +234,9 @@ public final class FulfillmentService: Sendable {
             throw RPCError.invalidParams("length must be 1-\(configuration.maxContentChunk)", field: "length", reason: "invalidValue")
         }
         let account = try await dependencies.authenticate(p.session)
-        guard try await entitledContent(accountId: account.accountId).contains(where: { $0.contentId == p.contentId }) else {
+        guard try await entitledContent(accountId: account.accountId, scope: p.environment ?? .production)
+            .contains(where: { $0.contentId == p.contentId })
+        else {
             // The same answer whether the content exists or not: no probing of what others bought.
             throw RPCError.forbidden("this account is not entitled to content \(p.contentId)", reason: "notEntitled")
         }
@@ -224,8 +245,10 @@ public final class FulfillmentService: Sendable {
 
     /// (contentId, productId) for every content id granted by the account's active entitlements,
     /// as the catalog defines the products now.
-    private func entitledContent(accountId: String) async throws(RPCError) -> [(contentId: String, productId: String)] {
-        let (entitlements, _) = try await storeCall { try await self.store.entitlements(accountId: accountId, nowMs: self.clock.nowMs) }
+    private func entitledContent(accountId: String, scope: AccountScope) async throws(RPCError) -> [(contentId: String, productId: String)] {
+        let entitlements = try await storeCall {
+            try await self.store.entitlements(accountId: accountId, scope: scope, nowMs: self.clock.nowMs).entitlements
+        }
         let productIds = Array(Set(entitlements.map(\.productId))).sorted()
         guard !productIds.isEmpty else { return [] }
         let products = try await dependencies.products(productIds).products
@@ -255,13 +278,15 @@ public final class FulfillmentService: Sendable {
         guard let info = data?["transactionInfo"],
               let purchase = VerifiedPurchase.fromSignedTransaction(info, environment: data?["environment"]?.stringValue)
         else { return .init(applied: false) }
+        // A refund or revocation applies whatever environment the purchase was recorded under (a purchase
+        // is recorded once); a grant follows the sandbox policy like a redeem.
         let now = clock.nowMs
         let applied: Bool
         switch type {
         case "REFUND", "REVOKE":
             let outcome = try await storeCall {
-                try await self.store.revoke(transactionId: purchase.transactionId, environment: purchase.environment,
-                                            reason: type == "REFUND" ? "refunded" : "revoked", nowMs: now)
+                try await self.store.revoke(transactionId: purchase.transactionId, reason: type == "REFUND" ? "refunded" : "revoked",
+                                            nowMs: now)
             }
             applied = outcome != .notFound
         case "DID_RENEW", "DID_RECOVER", "SUBSCRIBED", "ONE_TIME_CHARGE":
@@ -277,9 +302,8 @@ public final class FulfillmentService: Sendable {
     }
 
     private func recordFromNotification(_ purchase: VerifiedPurchase, nowMs: Int64) async throws(RPCError) -> Bool {
-        var accountId = try await storeCall {
-            try await self.store.owner(environment: purchase.environment, originalTransactionId: purchase.originalTransactionId)
-        }
+        guard let scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment) else { return false }
+        var accountId = try await storeCall { try await self.store.owner(originalTransactionId: purchase.originalTransactionId)?.accountId }
         var token: String?
         if accountId == nil, let appAccountToken = purchase.appAccountToken, let internalToken = configuration.internalToken {
             accountId = try await dependencies.account(appAccountToken: appAccountToken, internalToken: internalToken)
@@ -289,7 +313,7 @@ public final class FulfillmentService: Sendable {
         let rules = try await grantRules(for: [purchase.productId])
         let appAccountToken = token
         let applied = try await storeCall {
-            try await self.store.apply([.init(purchase: purchase, rule: rules[purchase.productId])], accountId: accountId,
+            try await self.store.apply([.init(purchase: purchase, rule: rules[purchase.productId], scope: scope)], accountId: accountId,
                                        appAccountToken: appAccountToken, mode: .redeem, policy: .refuse, nowMs: nowMs)
         }
         return applied.results.contains { [.granted, .restored, .alreadyGranted].contains($0.outcome) }
@@ -303,7 +327,7 @@ public final class FulfillmentService: Sendable {
             throw RPCError.invalidParams("reason must be 1-\(configuration.maxMemoBytes) bytes", field: "reason", reason: "invalidValue")
         }
         let outcome = try await storeCall {
-            try await self.store.revoke(transactionId: p.transactionId, environment: nil, reason: p.reason, nowMs: self.clock.nowMs)
+            try await self.store.revoke(transactionId: p.transactionId, reason: p.reason, nowMs: self.clock.nowMs)
         }
         guard outcome != .notFound else {
             throw RPCError.notFound("transaction \(p.transactionId) was never processed here", reason: "unknownTransaction")
@@ -319,6 +343,10 @@ public final class FulfillmentService: Sendable {
             return try await body()
         } catch let error as RPCError {
             throw error
+        } catch let limit as LedgerLimit {
+            logger.error("a coin amount is outside the ledger's bounds; nothing was committed", metadata: ["limit": "\(limit)"])
+            throw RPCError.conflict("a coin amount would exceed the ledger's bounds (CoinLimits); nothing was committed",
+                                    reason: "coinLimitExceeded")
         } catch {
             logger.error("database call failed", metadata: ["error": "\(error)"])
             throw RPCError.internalError("the ledger database failed; nothing was committed, retry")

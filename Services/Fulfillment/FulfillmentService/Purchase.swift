@@ -29,7 +29,10 @@ public struct VerifiedPurchase: Sendable, Equatable {
     /// The purchases of a verified receipt (status 0), oldest first.
     static func fromReceipt(_ response: VerifyReceiptResponse) throws(RPCError) -> [VerifiedPurchase] {
         guard let receipt = response.receipt else { return [] }
-        let environment = response.environment ?? "Production"
+        // Verification names the environment of every verified receipt; without one nothing is granted.
+        guard let environment = response.environment, ["Production", "Sandbox", "Xcode"].contains(environment) else {
+            throw RPCError.invalidReceipt(status: 21002, reason: "unknownEnvironment", detail: "the verified receipt names no known environment")
+        }
         var purchases: [VerifiedPurchase] = []
         for entry in receipt.inApp {
             guard !entry.transactionId.isEmpty, !entry.productId.isEmpty else {
@@ -47,12 +50,16 @@ public struct VerifiedPurchase: Sendable, Equatable {
     }
 
     /// A verified StoreKit 2 transaction payload (Apple's field names; dates in ms).
+    /// nil when it lacks ids or a known environment (`Production`, `Sandbox`, `Xcode`/`LocalTesting`).
     static func fromSignedTransaction(_ payload: JSONValue, environment: String?) -> VerifiedPurchase? {
         guard let transactionId = Self.string(payload["transactionId"]), let productId = payload["productId"]?.stringValue,
               !transactionId.isEmpty, !productId.isEmpty
         else { return nil }
+        let claimed = environment ?? payload["environment"]?.stringValue
+        let known = ["Production": "Production", "Sandbox": "Sandbox", "Xcode": "Xcode", "LocalTesting": "Xcode"]
+        guard let environment = claimed.flatMap({ known[$0] }) else { return nil }
         return VerifiedPurchase(
-            environment: environment ?? payload["environment"]?.stringValue ?? "Production",
+            environment: environment,
             transactionId: transactionId,
             originalTransactionId: Self.string(payload["originalTransactionId"]) ?? transactionId,
             productId: productId,

@@ -35,6 +35,10 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
             help: "When another account presents a purchase already bound to an account: refuse (default) or transfer (moves the entitlement, never coins).")
     var ownershipPolicy: String = "refuse"
 
+    @Option(name: .customLong("sandbox-policy"),
+            help: "What Sandbox, TestFlight and Xcode purchases grant: isolate (default: a separate Sandbox balance, ledger and entitlements per account), refuse (nothing: outcome wrongEnvironment) or grant (into Production like real purchases: development only, never in production).")
+    var sandboxPolicy: String = "isolate"
+
     @Option(name: .customLong("dependency-timeout-ms"), help: "Deadline for each call to accounts, verification or catalog. Default 3000.")
     var dependencyTimeoutMs: Int64 = 3000
 
@@ -45,15 +49,22 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         guard FulfillmentStore.OwnershipPolicy(rawValue: ownershipPolicy) != nil else {
             throw ValidationError("--ownership-policy must be refuse or transfer")
         }
+        guard SandboxPolicy(rawValue: sandboxPolicy) != nil else {
+            throw ValidationError("--sandbox-policy must be isolate, refuse or grant")
+        }
         guard (50...60_000).contains(dependencyTimeoutMs) else { throw ValidationError("--dependency-timeout-ms must be 50-60000") }
     }
 
     func run() async throws {
         let logger = options.logger(label: "fulfillment")
         var config = FulfillmentConfiguration()
-        config.adminToken = Environment.resolve(adminToken, env: "IAP_ADMIN_TOKEN")
+        config.adminToken = try Environment.token(adminToken, flagName: "--admin-token", env: "IAP_ADMIN_TOKEN")
         config.ownershipPolicy = FulfillmentStore.OwnershipPolicy(rawValue: ownershipPolicy)!
-        config.internalToken = Environment.resolve(internalToken, env: "IAP_INTERNAL_TOKEN")
+        config.sandboxPolicy = SandboxPolicy(rawValue: sandboxPolicy)!
+        if config.sandboxPolicy == .grant {
+            logger.critical("--sandbox-policy grant: Sandbox, TestFlight and Xcode purchases (free to make) grant real coins and entitlements. Development only")
+        }
+        config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
         if config.adminToken == nil {
             logger.warning("no admin token configured (--admin-token or IAP_ADMIN_TOKEN): revokeTransaction will refuse every call")
         }
@@ -70,7 +81,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         var serverConfig = options.serverConfiguration(serviceName: "fulfillment", defaultPort: DefaultPorts.fulfillment)
         serverConfig.healthProbes = dependencies.probes
         let server = RPCServer(configuration: serverConfig, router: service.router(), logger: logger)
-        logger.info("fulfillment ready", metadata: ["policy": "\(config.ownershipPolicy.rawValue)", "content": "\(contentURL.path)"])
+        logger.info("fulfillment ready", metadata: ["policy": "\(config.ownershipPolicy.rawValue)", "sandboxPolicy": "\(config.sandboxPolicy.rawValue)", "content": "\(contentURL.path)"])
         try await ServiceOptions.runUntilSignalled([server], logger: logger)
         await dependencies.close()
     }

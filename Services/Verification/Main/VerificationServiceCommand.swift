@@ -19,14 +19,19 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     var trustAnchors: [String] = []
 
     @Option(name: .customLong("trust-anchor-dir"),
-            help: "Also trust every *-root.der / *-root.pem certificate in this directory, if it exists (env IAP_TRUST_ANCHOR_DIR; e.g. a simulator's sim-pki).")
+            help: "Also trust every *-root.der / *-root.pem certificate in this directory (e.g. a simulator's sim-pki; development only). A missing or empty directory stops the start.")
     var trustAnchorDir: String?
 
     @Flag(name: .customLong("allow-xcode"), help: "Accept Xcode StoreKit-testing receipts (development only).")
     var allowXcode = false
 
-    @Option(name: .customLong("bundle-id"), help: "Accept only receipts of this bundle id. Repeatable; none accepts any.")
+    @Option(name: .customLong("bundle-id"),
+            help: "Your app's bundle id: only its receipts, transactions and notifications are accepted. Repeatable (env IAP_BUNDLE_IDS, comma-separated). Required unless --any-bundle-id.")
     var bundleIds: [String] = []
+
+    @Flag(name: .customLong("any-bundle-id"),
+          help: "Development only: accept purchases of ANY app. Anyone who ships an app with your product ids would get value for free.")
+    var anyBundleId = false
 
     @Option(name: .customLong("verify-receipt-url"), help: "Production verifyReceipt URL, for mode remote/auto.")
     var verifyReceiptURL: String?
@@ -37,13 +42,31 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("shared-secret"), help: "App-specific shared secret sent to verifyReceipt (env IAP_SHARED_SECRET). Never logged.")
     var sharedSecret: String?
 
+    /// `--bundle-id`, else `IAP_BUNDLE_IDS`.
+    var resolvedBundleIds: [String] { bundleIds.isEmpty ? Environment.list("IAP_BUNDLE_IDS") : bundleIds }
+
+    func validate() throws {
+        if resolvedBundleIds.isEmpty && !anyBundleId {
+            throw ValidationError("""
+                no expected bundle id: pass --bundle-id YOUR.APP.BUNDLE.ID (repeatable) or set IAP_BUNDLE_IDS=id1,id2. \
+                Without one, purchases made in any app with your product ids would be accepted; \
+                --any-bundle-id allows that, for development only.
+                """)
+        }
+        if anyBundleId && !resolvedBundleIds.isEmpty {
+            throw ValidationError("--any-bundle-id and --bundle-id / IAP_BUNDLE_IDS contradict each other: pass one")
+        }
+    }
+
     func run() async throws {
         let logger = options.logger(label: "verification")
         var config = VerificationConfiguration()
         var anchorFiles = trustAnchors
-        if let dir = Environment.resolve(trustAnchorDir, env: "IAP_TRUST_ANCHOR_DIR") {
+        if let dir = trustAnchorDir {
             let roots = TrustAnchors.rootFiles(in: dir)
-            if roots.isEmpty { logger.warning("no *-root.der or *-root.pem in the trust anchor directory", metadata: ["dir": "\(dir)"]) }
+            guard !roots.isEmpty else {
+                throw ValidationError("--trust-anchor-dir \(dir) holds no *-root.der or *-root.pem certificate")
+            }
             anchorFiles += roots
         }
         do {
@@ -52,7 +75,8 @@ struct VerificationServiceCommand: AsyncParsableCommand {
             throw ValidationError("--trust-anchor \(error)")
         }
         config.allowXcode = allowXcode
-        config.bundleIds = Set(bundleIds)
+        config.bundleIds = Set(resolvedBundleIds)
+        config.acceptAnyBundleId = anyBundleId
         if let production = verifyReceiptURL {
             guard let sandbox = sandboxVerifyReceiptURL else {
                 throw ValidationError("--verify-receipt-url needs --sandbox-verify-receipt-url too")
@@ -61,7 +85,20 @@ struct VerificationServiceCommand: AsyncParsableCommand {
                                                sharedSecret: Environment.resolve(sharedSecret, env: "IAP_SHARED_SECRET"))
             logger.info("remote verifyReceipt configured", metadata: ["production": "\(production)", "sandbox": "\(sandbox)"])
         }
-        if bundleIds.isEmpty { logger.warning("no --bundle-id given: receipts of any bundle are accepted") }
+        if anyBundleId {
+            logger.critical("--any-bundle-id: purchases of ANY app are accepted. Development only: in production anyone who builds an app with your product ids gets value for free")
+        } else {
+            logger.info("accepting purchases of", metadata: ["bundleIds": "\(config.bundleIds.sorted().joined(separator: ","))"])
+        }
+        for (use, roots) in [("receipts", config.receiptRoots), ("signed payloads", config.signedPayloadRoots), ("both (operator-added)", config.extraRoots)] {
+            for root in roots {
+                logger.notice("trusted root", metadata: ["for": "\(use)", "subject": "\(root.subject)",
+                                                         "sha256": "\(TrustAnchors.fingerprint(root))"])
+            }
+        }
+        if !config.extraRoots.isEmpty {
+            logger.warning("operator-added roots are trusted (--trust-anchor / --trust-anchor-dir): never a simulator's in production")
+        }
         if allowXcode { logger.warning("--allow-xcode: Xcode StoreKit-testing receipts are accepted (never in production)") }
         let service = VerificationService(configuration: config, logger: logger)
         let server = RPCServer(

@@ -1,5 +1,7 @@
+import Crypto
 import Foundation
 import Receipts
+import SwiftASN1
 import X509
 
 /// Operator-added roots: `--trust-anchor FILE` (repeatable) and `--trust-anchor-dir DIR`, where every
@@ -15,6 +17,13 @@ public enum TrustAnchors {
     public static func rootFiles(in directory: String) -> [String] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         return names.filter { $0.hasSuffix("-root.der") || $0.hasSuffix("-root.pem") }.sorted().map { directory + "/" + $0 }
+    }
+
+    /// The SHA-256 of a certificate's DER, as colon-separated hex (what `openssl x509 -fingerprint -sha256` prints).
+    public static func fingerprint(_ certificate: Certificate) -> String {
+        var serializer = DER.Serializer()
+        guard (try? serializer.serialize(certificate)) != nil else { return "unserializable" }
+        return SHA256.hash(data: serializer.serializedBytes).map { String(format: "%02X", $0) }.joined(separator: ":")
     }
 
     /// Every certificate of `files`, in order; the first unreadable one is an error.

@@ -15,8 +15,12 @@ public struct VerificationConfiguration: Sendable {
     public var extraRoots: [Certificate] = []
     /// Also accept receipts whose environment is `Xcode`, signed by the StoreKit test certificate.
     public var allowXcode = false
-    /// Expected bundle ids; empty accepts any (logged at start). A call's `expectedBundleId` wins.
+    /// Expected bundle ids (DESIGN.md section 6). Empty refuses every receipt and payload unless
+    /// `acceptAnyBundleId` is set. A call's `expectedBundleId` can only narrow this set, never widen it.
     public var bundleIds: Set<String> = []
+    /// Development only (`--any-bundle-id`): accept purchases of any app. With it, anyone who builds an app
+    /// with this server's product ids gets value for purchases made in that app.
+    public var acceptAnyBundleId = false
     /// A verifyReceipt endpoint for `mode: remote` and `auto`; nil refuses remote mode.
     public var remote: RemoteVerification?
     /// In `auto` mode, the local refusals that are handed to the remote endpoint to decide (a chain the
@@ -60,16 +64,40 @@ public final class VerificationService: Sendable {
         return local
     }
 
-    /// A remote answer gets the same bundle check as a local one.
+    /// The bundle ids a call accepts: the configured ones, narrowed to the call's `expectedBundleId`.
+    /// nil accepts any (`acceptAnyBundleId` and no expectation); an empty set accepts none.
+    private func acceptedBundles(_ expected: String?) -> Set<String>? {
+        if configuration.acceptAnyBundleId { return expected.map { [$0] } }
+        guard let expected else { return configuration.bundleIds }
+        return configuration.bundleIds.contains(expected) ? [expected] : []
+    }
+
+    /// True when `bundleId` may be accepted for a call expecting `expected`.
+    private func bundleAccepted(_ bundleId: String?, expected: String? = nil) -> Bool {
+        guard let accepted = acceptedBundles(expected) else { return true }
+        guard let bundleId else { return false }
+        return accepted.contains(bundleId)
+    }
+
+    /// A remote answer gets the same bundle and environment checks as a local one.
     private func checkBundle(_ answer: VerifyReceiptResponse, _ p: VerificationVerifyReceipt.Params) -> VerifyReceiptResponse {
-        let expected = p.expectedBundleId.map { Set([$0]) } ?? configuration.bundleIds
-        guard answer.status == 0, !expected.isEmpty, let bundle = answer.receipt?.bundleId, !expected.contains(bundle) else { return answer }
-        return VerifyReceiptResponse(status: 21003, reason: "bundleMismatch")
+        guard answer.status == 0 else { return answer }
+        guard bundleAccepted(answer.receipt?.bundleId, expected: p.expectedBundleId) else {
+            return VerifyReceiptResponse(status: 21003, reason: "bundleMismatch")
+        }
+        guard let environment = PurchaseEnvironment.fromSignedPayload(answer.environment), environment != "Xcode" else {
+            return VerifyReceiptResponse(status: 21002, reason: "unknownEnvironment")
+        }
+        var checked = answer
+        checked.environment = environment
+        return checked
     }
 
     private func verifyLocally(_ p: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {
-        let expected = p.expectedBundleId.map { Set([$0]) } ?? configuration.bundleIds
-        switch await receipts.verify(base64: p.receiptData, options: .init(bundleIds: expected, deviceIdentifier: p.deviceIdentifier)) {
+        // An empty set refuses every bundle in the verifier; nil (any) is the verifier's empty set.
+        let accepted = acceptedBundles(p.expectedBundleId)
+        if let accepted, accepted.isEmpty { return VerifyReceiptResponse(status: 21003, reason: "bundleMismatch") }
+        switch await receipts.verify(base64: p.receiptData, options: .init(bundleIds: accepted ?? [], deviceIdentifier: p.deviceIdentifier)) {
         case .success(let verified):
             return VerifyReceiptResponse(status: 0, environment: verified.environment, receipt: VerifyReceiptJSON.body(verified.receipt))
         case .failure(let failure):
@@ -82,11 +110,14 @@ public final class VerificationService: Sendable {
         case .failure(let f):
             return .init(status: f.status, reason: f.rawValue)
         case .success(let transaction):
-            let expected = p.expectedBundleId.map { Set([$0]) } ?? configuration.bundleIds
-            if !expected.isEmpty, !expected.contains(transaction["bundleId"]?.stringValue ?? "") {
+            guard bundleAccepted(transaction["bundleId"]?.stringValue, expected: p.expectedBundleId) else {
                 return .init(status: 21003, reason: "bundleMismatch")
             }
-            return .init(status: 0, environment: transaction["environment"]?.stringValue, transaction: transaction)
+            guard let environment = PurchaseEnvironment.fromSignedPayload(transaction["environment"]?.stringValue) else {
+                return .init(status: 21002, reason: "unknownEnvironment")
+            }
+            if environment == "Xcode", !configuration.allowXcode { return .init(status: 21003, reason: "xcodeNotAllowed") }
+            return .init(status: 0, environment: environment, transaction: transaction)
         }
     }
 
@@ -98,20 +129,37 @@ public final class VerificationService: Sendable {
         case .success(let value): notification = value
         case .failure(let f): return .init(status: f.status, reason: f.rawValue)
         }
-        guard case .object(var root) = notification, case .object(var data)? = root["data"] else {
-            return .init(status: 0, notification: notification)  // e.g. TEST notifications carry no data
+        guard case .object(var root) = notification else { return .init(status: 21002, reason: "malformed") }
+        // Apple puts the app's bundle id in `data`, or in `summary` (mass renewal extensions), or in
+        // `externalPurchaseToken`; a notification naming none is not known to be for this app.
+        let section = ["data", "summary", "externalPurchaseToken"].first { root[$0]?.objectValue != nil }
+        guard let section, case .object(var data)? = root[section] else {
+            return .init(status: 21003, reason: "bundleMismatch")
+        }
+        guard bundleAccepted(data["bundleId"]?.stringValue) else { return .init(status: 21003, reason: "bundleMismatch") }
+        let environment = data["environment"]?.stringValue
+        if section == "data", environment != nil, PurchaseEnvironment.fromSignedPayload(environment) == nil {
+            return .init(status: 21002, reason: "unknownEnvironment")
         }
         for (signedKey, decodedKey) in [("signedTransactionInfo", "transactionInfo"), ("signedRenewalInfo", "renewalInfo")] {
             guard let nested = data[signedKey]?.stringValue else { continue }
             switch await decode(nested) {
-            case .success(let value): data[decodedKey] = value
+            case .success(let value):
+                // The nested payloads must be about the same app and the same environment as the notification.
+                if let bundle = value["bundleId"]?.stringValue, !bundleAccepted(bundle) || bundle != data["bundleId"]?.stringValue {
+                    return .init(status: 21003, reason: "\(signedKey): bundleMismatch")
+                }
+                if decodedKey == "transactionInfo", value["bundleId"]?.stringValue == nil {
+                    return .init(status: 21003, reason: "\(signedKey): bundleMismatch")
+                }
+                if let nestedEnvironment = value["environment"]?.stringValue, nestedEnvironment != environment {
+                    return .init(status: 21003, reason: "\(signedKey): environmentMismatch")
+                }
+                data[decodedKey] = value
             case .failure(let f): return .init(status: f.status, reason: "\(signedKey): \(f.rawValue)")
             }
         }
-        if !configuration.bundleIds.isEmpty, let bundle = data["bundleId"]?.stringValue, !configuration.bundleIds.contains(bundle) {
-            return .init(status: 21003, reason: "bundleMismatch")
-        }
-        root["data"] = .object(data)
+        root[section] = .object(data)
         return .init(status: 0, notification: .object(root))
     }
 
