@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Checks compose/compose.yaml: valid against the Compose Specification's JSON Schema, and in agreement
-with compose/up.sh (the same services, executables, ports and flags) and compose/.env (every port it
-uses defined there, with the DESIGN.md values).
+"""Checks compose/compose.yaml and compose/compose.dev.yaml: each valid against the Compose
+Specification's JSON Schema; the two together in agreement with compose/up.sh (the same services,
+executables, ports and flags) and compose/.env (every port defined there, with the DESIGN.md values);
+and compose.yaml alone a production deployment: no simulator, no simulator roots trusted, no
+development flags, bundle ids required.
 
     python3 compose/check_compose.py ../shared/schemas/compose-spec.json [SERVICE=PORT ...]
 
@@ -20,9 +22,47 @@ root = Path(__file__).resolve().parent
 problems = []
 
 schema = json.load(open(sys.argv[1]))
-compose = yaml.safe_load((root / "compose.yaml").read_text())
-for error in jsonschema.Draft7Validator(schema).iter_errors(compose):
-    problems.append(f"schema: {'/'.join(map(str, error.path))}: {error.message}")
+production = yaml.safe_load((root / "compose.yaml").read_text())
+dev = yaml.safe_load((root / "compose.dev.yaml").read_text())
+for label, document in (("compose.yaml", production), ("compose.dev.yaml", dev)):
+    for error in jsonschema.Draft7Validator(schema).iter_errors(document):
+        problems.append(f"schema: {label}: {'/'.join(map(str, error.path))}: {error.message}")
+
+
+def merged(base, override):
+    """Compose's merge of an override file: mappings merge, command replaces, volumes and ports add up."""
+    out = dict(base)
+    for key, value in override.items():
+        if key in out and isinstance(out[key], dict) and isinstance(value, dict):
+            out[key] = merged(out[key], value)
+        elif key in ("volumes", "ports") and isinstance(out.get(key), list):
+            out[key] = out[key] + [v for v in value if v not in out[key]]
+        else:
+            out[key] = value
+    return out
+
+
+compose = merged(production, dev)
+
+# compose.yaml alone is what gets deployed: Apple's roots only, every check on.
+prod_services = production.get("services", {})
+if "appstore-sim" in prod_services:
+    problems.append("compose.yaml: the simulator belongs in compose.dev.yaml only")
+dev_only_flags = {"--trust-anchor", "--trust-anchor-dir", "--any-bundle-id", "--allow-xcode", "--verify-receipt-url",
+                  "--sandbox-verify-receipt-url"}
+for name, service in prod_services.items():
+    used = dev_only_flags & set(service.get("command", []))
+    if used:
+        problems.append(f"compose.yaml: {name} passes development flags {sorted(used)}")
+    if any("sim" in str(v).split(":")[0] for v in service.get("volumes", [])):
+        problems.append(f"compose.yaml: {name} mounts the simulator's data (its PKI)")
+    if "--sandbox-policy" in service.get("command", []):
+        policy = service["command"][service["command"].index("--sandbox-policy") + 1]
+        if policy == "grant":
+            problems.append(f"compose.yaml: {name} grants sandbox purchases as real value")
+bundle_ids = str(prod_services.get("verification", {}).get("environment", {}).get("IAP_BUNDLE_IDS", ""))
+if ":?" not in bundle_ids:
+    problems.append("compose.yaml: verification must require IAP_BUNDLE_IDS (${IAP_BUNDLE_IDS:?...})")
 
 env = {}
 for line in (root / ".env").read_text().splitlines():
@@ -74,11 +114,9 @@ for name, service in services.items():
     if not any(str(v).endswith(":/data") for v in service.get("volumes", [])):
         problems.append(f"{name}: no named volume on /data for its SQLite file")
     for used in re.findall(r"\$\{([A-Z_]+)\}", json.dumps(service)):
-        if used not in env and used not in ("IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN", "IAP_LOG_LEVEL"):
+        if used not in env and used not in ("IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN", "IAP_LOG_LEVEL", "IAP_BUNDLE_IDS"):
             problems.append(f"{name}: uses ${{{used}}}, which compose/.env does not define")
 
-if services.get("appstore-sim", {}).get("profiles") != ["dev"]:
-    problems.append("appstore-sim must be under the dev profile only")
 
 for pair in sys.argv[2:]:  # the DESIGN.md ports, as the Swift code has them
     name, _, port = pair.partition("=")

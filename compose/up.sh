@@ -16,6 +16,9 @@ export IAP_ACCOUNTS_ADDR=127.0.0.1:$IAP_ACCOUNTS_PORT IAP_CATALOG_ADDR=127.0.0.1
 export IAP_VERIFICATION_ADDR=127.0.0.1:$IAP_VERIFICATION_PORT IAP_FULFILLMENT_ADDR=127.0.0.1:$IAP_FULFILLMENT_PORT
 export IAP_SIM_ADDR=127.0.0.1:$IAP_SIM_PORT
 export IAP_DATA_DIR=${IAP_DATA_DIR:-$PWD/data}
+# The app whose purchases the local stack accepts (verification refuses every other bundle id); the
+# simulator, the demo and `iap sim` use the first one.
+export IAP_BUNDLE_IDS=${IAP_BUNDLE_IDS:-com.example.game}
 mkdir -p "$IAP_DATA_DIR/logs"
 
 secret() {  # secret NAME: the env value, else the one kept in the data dir, else a new one
@@ -30,8 +33,9 @@ export IAP_ADMIN_TOKEN=${IAP_ADMIN_TOKEN:-$(secret admin-token)}
 
 # name executable port [flags]: every service of DESIGN.md section 1.
 # In start order: the simulator first, since verification trusts the roots it writes on first start
-# (and uses its HTTP verifyReceipt endpoints for mode remote/auto). The same services, commands and
-# flags as compose/compose.yaml (Tests/ComposeTests checks that they agree).
+# (and uses its HTTP verifyReceipt endpoints for mode remote/auto). This is the development stack: the
+# same services, commands and flags as compose/compose.yaml with compose/compose.dev.yaml on top
+# (Tests/ComposeTests checks that they agree).
 services=(
   "appstore-sim appstore-sim $IAP_SIM_PORT --http-port $IAP_SIM_HTTP_PORT"
   "accounts accounts-service $IAP_ACCOUNTS_PORT"
@@ -119,6 +123,7 @@ for entry in "${services[@]}"; do  # start each, and wait until it is healthy be
   done
   printf '  %-13s 127.0.0.1:%s  (log: %s)\n' "$name" "$port" "$IAP_DATA_DIR/logs/$name.log"
 done
+echo "accepting purchases of: $IAP_BUNDLE_IDS (development stack: verification trusts the simulator's roots)"
 echo "suite is up; data in $IAP_DATA_DIR; tokens in $IAP_DATA_DIR/internal-token and admin-token. Ctrl-C stops it."
 echo "try, in another terminal: .build/release/iap demo"
 

@@ -42,7 +42,7 @@ public final class RPCServer: Service, Sendable {
     private let shared: ServerShared
     private let group: any EventLoopGroup
     private let state = NIOLockedValueBox<State>(.idle)
-    private let connections = NIOLockedValueBox<(nextID: Int, open: [Int: any Channel])>((0, [:]))
+    private let connections = NIOLockedValueBox<(nextID: Int, open: [Int: any Channel], perAddress: [String: Int])>((0, [:], [:]))
     private let startedAt = NIODeadline.now()
 
     public init(
@@ -113,13 +113,17 @@ public final class RPCServer: Service, Sendable {
             .childChannelOption(.autoRead, value: true)
             .childChannelOption(.maxMessagesPerRead, value: 4)
             .childChannelInitializer { [self] channel in
-                guard let connectionID = self.admit(channel) else {
-                    return self.refuseBusy(channel)
+                let address = channel.remoteAddress?.ipAddress
+                let connectionID: Int
+                switch self.admit(channel, address: address) {
+                case .admitted(let id): connectionID = id
+                case .refused(let error): return self.refuse(channel, error)
                 }
-                channel.closeFuture.whenComplete { _ in self.forget(connectionID) }
+                channel.closeFuture.whenComplete { _ in self.forget(connectionID, address: address) }
                 do {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(IdleStateHandler(readTimeout: config.idleTimeout))
+                    try sync.addHandler(PartialLineDeadlineHandler(deadline: config.partialLineTimeout, logger: shared.logger))
                     try sync.addHandler(ByteToMessageHandler(LineFrameDecoder(maxLineBytes: config.maxLineBytes)))
                     try sync.addHandler(RPCConnectionHandler(
                         shared: shared, connectionID: connectionID, remoteAddress: channel.remoteAddress?.ipAddress))
@@ -137,26 +141,45 @@ public final class RPCServer: Service, Sendable {
         return channel
     }
 
-    private func admit(_ channel: any Channel) -> Int? {
-        connections.withLockedValue { c in
-            guard c.open.count < shared.configuration.maxConnections else { return nil }
+    private enum Admission {
+        case admitted(Int)
+        case refused(RPCError)
+    }
+
+    private func admit(_ channel: any Channel, address: String?) -> Admission {
+        let config = shared.configuration
+        return connections.withLockedValue { c in
+            guard c.open.count < config.maxConnections else {
+                return .refused(RPCError(code: .serverBusy, message: "server is at its limit of \(config.maxConnections) connections",
+                                         reason: "tooManyConnections", retryable: true))
+            }
+            if let address {
+                guard c.perAddress[address, default: 0] < config.maxConnectionsPerAddress else {
+                    return .refused(RPCError(code: .serverBusy,
+                                             message: "this address has \(config.maxConnectionsPerAddress) connections open, the most allowed",
+                                             reason: "tooManyConnectionsFromAddress", retryable: true))
+                }
+                c.perAddress[address, default: 0] += 1
+            }
             c.nextID += 1
             c.open[c.nextID] = channel
-            return c.nextID
+            return .admitted(c.nextID)
         }
     }
 
-    private func forget(_ id: Int) {
-        _ = connections.withLockedValue { $0.open.removeValue(forKey: id) }
+    private func forget(_ id: Int, address: String?) {
+        connections.withLockedValue { c in
+            c.open.removeValue(forKey: id)
+            if let address, let count = c.perAddress[address] {
+                c.perAddress[address] = count > 1 ? count - 1 : nil
+            }
+        }
     }
 
-    private func refuseBusy(_ channel: any Channel) -> EventLoopFuture<Void> {
-        shared.logger.warning("connection refused: at the connection limit",
-                              metadata: ["limit": "\(shared.configuration.maxConnections)"])
+    private func refuse(_ channel: any Channel, _ error: RPCError) -> EventLoopFuture<Void> {
+        shared.logger.warning("connection refused", metadata: ["reason": "\(error.data.reason)", "peer": "\(channel.remoteAddress?.ipAddress ?? "?")"])
         var bytes: [UInt8] = []
-        JSONWriter.failure(id: .null, error: RPCError(
-            code: .serverBusy, message: "server is at its limit of \(shared.configuration.maxConnections) connections",
-            reason: "tooManyConnections", retryable: true), into: &bytes)
+        JSONWriter.failure(id: .null, error: error, into: &bytes)
         bytes.append(UInt8(ascii: "\n"))
         return channel.eventLoop.makeCompletedFuture {
             try channel.pipeline.syncOperations.addHandler(RefusalHandler(reply: bytes))

@@ -21,6 +21,12 @@ public struct RPCServerConfiguration: Sendable {
     public var maxInFlightPerConnection: Int = 64
     /// Open connections at once; more are answered with a `serverBusy` error and closed.
     public var maxConnections: Int = 4096
+    /// Open connections at once from one client address (so one host cannot take them all); more are
+    /// answered with a `serverBusy` error and closed. Service-to-service clients hold a few each.
+    public var maxConnectionsPerAddress: Int = 512
+    /// A line must be finished within this long of its first byte, or the connection is closed (a
+    /// client trickling bytes resets the idle timer, not this one). 4 MiB at 1 Mbit/s takes 32 s.
+    public var partialLineTimeout: TimeAmount = .seconds(60)
     /// A connection with nothing in flight that sends nothing for this long is closed.
     public var idleTimeout: TimeAmount = .seconds(300)
     /// A request still running after this long is answered with `requestTimeout` and cancelled.

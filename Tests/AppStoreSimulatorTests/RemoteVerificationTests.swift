@@ -54,13 +54,14 @@ final class RemoteFixture: Sendable {
         remote.deadlineMs = deadlineMs
         remote.backoffBaseMs = 20
         var config = VerificationConfiguration()
+        config.bundleIds = ["com.example.game"]
         config.remote = remote
         return VerificationService(configuration: config, logger: logger)
     }
 
     func receipt(_ environment: SimEnvironment = .sandbox) throws -> String {
         try simulator.purchase(.init(appleId: "remote@example.com", bundleId: "com.example.game", productId: "coins.100",
-                                     productType: .consumable, receipt: .init(environment: environment))).receiptData
+                                     productType: .consumable, environment: environment)).receiptData
     }
 }
 

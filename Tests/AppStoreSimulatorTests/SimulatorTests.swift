@@ -32,13 +32,14 @@ final class SimulatorFixture: Sendable {
         let client = RPCClient(host: "127.0.0.1", port: sim.localPort!, configuration: .patient)
         let anchors = try await client.call(SimTrustAnchor.self, EmptyParams())
         var trustingConfig = VerificationConfiguration()
+        trustingConfig.bundleIds = ["com.example.game"]
         trustingConfig.extraRoots = try [anchors.receiptRoot, anchors.jwsRoot].map {
             try Certificate(derEncoded: Array(Data(base64Encoded: $0)!))
         }
         let trusting = RPCServer(configuration: .init(serviceName: "verification"),
                                  router: VerificationService(configuration: trustingConfig).router(), logger: quiet)
         let appleOnly = RPCServer(configuration: .init(serviceName: "verification"),
-                                  router: VerificationService(configuration: .init()).router(), logger: quiet)
+                                  router: VerificationService(configuration: { var c = VerificationConfiguration(); c.bundleIds = ["com.example.game"]; return c }()).router(), logger: quiet)
         try await trusting.start()
         try await appleOnly.start()
         return SimulatorFixture(directory: dir, sim: sim, client: client, servers: [sim, trusting, appleOnly],
@@ -86,7 +87,7 @@ final class SimulatorFixture: Sendable {
                                                 .init(receiptData: bought.receiptData, expectedBundleId: "com.example.game",
                                                       deviceIdentifier: device))
         #expect(trusted.status == 0)
-        #expect(trusted.environment == "Sandbox")
+        #expect(trusted.environment == "Production")  // the simulator's default purchases are Production
         #expect(trusted.receipt?.inApp.map(\.transactionId) == [bought.transactionId])
         // The device identifier flowed into the receipt's hash: another device fails.
         let otherDevice = try await f.trusting.call(VerificationVerifyReceipt.self,

@@ -18,6 +18,7 @@ import VerificationService
         let bought = try simulator.purchase(.init(appleId: "a@x", bundleId: "com.example.game", productId: "coins.100",
                                                   productType: .consumable))
         var trusting = VerificationConfiguration()
+        trusting.bundleIds = ["com.example.game"]
         trusting.extraRoots = try TrustAnchors.load(files)
         let verdict = try await VerificationService(configuration: trusting).verifyReceipt(.init(receiptData: bought.receiptData))
         #expect(verdict.status == 0)

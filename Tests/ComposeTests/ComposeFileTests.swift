@@ -27,3 +27,32 @@ import Testing
         #expect(status == 0, "\(output)")
     }
 }
+
+/// The production compose file is checked, not just parsed: a copy that trusts the simulator's roots,
+/// runs the simulator, or leaves bundle ids optional is refused.
+@Suite struct ComposeProductionChecks {
+    static func check(after edit: (String) -> String) async throws -> (status: Int32, output: String) {
+        let copy = FileManager.default.temporaryDirectory.appendingPathComponent("compose-\(UUID().uuidString)")
+        try FileManager.default.copyItem(at: ComposeFileTests.repository.appendingPathComponent("compose"), to: copy)
+        defer { try? FileManager.default.removeItem(at: copy) }
+        let file = copy.appendingPathComponent("compose.yaml")
+        try edit(try String(contentsOf: file, encoding: .utf8)).write(to: file, atomically: true, encoding: .utf8)
+        let schema = ComposeFileTests.repository.deletingLastPathComponent().appendingPathComponent("shared/schemas/compose-spec.json")
+        let run = try await Subprocess.run("python3", [copy.appendingPathComponent("check_compose.py").path, schema.path])
+        return (run.status, run.stdout + run.stderr)
+    }
+
+    @Test func productionComposeThatTrustsTheSimulatorIsRefused() async throws {
+        let mounted = try await Self.check {
+            $0.replacingOccurrences(of: #"volumes: ["verification-data:/data"]"#, with: #"volumes: ["verification-data:/data", "sim-data:/sim:ro"]"#)
+        }
+        #expect(mounted.status == 1 && mounted.output.contains("mounts the simulator's data"), "\(mounted.output)")
+        let trusted = try await Self.check {
+            $0.replacingOccurrences(of: #"      - "${IAP_VERIFICATION_PORT}"\#n"#,
+                                    with: #"      - "${IAP_VERIFICATION_PORT}"\#n      - "--trust-anchor-dir"\#n      - "/sim/sim-pki"\#n"#)
+        }
+        #expect(trusted.status == 1 && trusted.output.contains("development flags"), "\(trusted.output)")
+        let optional = try await Self.check { $0.replacingOccurrences(of: "${IAP_BUNDLE_IDS:?", with: "${IAP_BUNDLE_IDS:-") }
+        #expect(optional.status == 1 && optional.output.contains("must require IAP_BUNDLE_IDS"), "\(optional.output)")
+    }
+}

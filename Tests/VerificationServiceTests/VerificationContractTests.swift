@@ -18,6 +18,7 @@ enum VerificationFixture {
 
     static func start(allowXcode: Bool = true) async throws -> ContractTarget {
         var config = VerificationConfiguration()
+        config.bundleIds = ["com.example.game", "com.example.naturelab.backyardbirds.example"]
         config.extraRoots = [receiptPKI.root, jwsPKI.root]
         config.allowXcode = allowXcode
         var logger = Logger(label: "verification-test")

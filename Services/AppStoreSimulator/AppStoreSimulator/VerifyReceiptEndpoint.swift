@@ -22,6 +22,7 @@ public final class VerifyReceiptEndpoint: Sendable {
 
     public init(simulator: AppStoreSimulator, sharedSecret: String?) throws {
         var config = VerificationConfiguration()
+        config.acceptAnyBundleId = true  // Apple's endpoint answers for every app; the caller checks the bundle id
         config.receiptRoots = [simulator.receiptRoot]
         config.signedPayloadRoots = []
         self.verifier = VerificationService(configuration: config)
