@@ -24,6 +24,8 @@ final class AccountsFixture: Sendable {
         var config = AccountsConfiguration()
         config.passwordHashing = .testing
         config.internalToken = internalToken
+        // Tests register from 127.0.0.1 freely; the registration limit has its own test.
+        config.throttle.registrationThreshold = 1_000_000
         configure(&config)
         let clock = ManualClock()
         var logger = Logger(label: "accounts-test")

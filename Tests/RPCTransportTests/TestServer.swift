@@ -235,6 +235,8 @@ enum TestServer {
             case "requestTimeoutMs": config.requestTimeout = .milliseconds(Int64(n))
             case "idleTimeoutMs": config.idleTimeout = .milliseconds(Int64(n))
             case "maxConnections": config.maxConnections = n
+            case "maxConnectionsPerAddress": config.maxConnectionsPerAddress = n
+            case "partialLineTimeoutMs": config.partialLineTimeout = .milliseconds(Int64(n))
             default: continue
             }
         }

@@ -201,27 +201,28 @@ public final class SuiteFixture: Sendable {
     }
 
     public func buy(_ appleId: String, _ productId: String, quantity: Int? = nil, appAccountToken: String? = nil,
-             receipt: SimReceiptOptions? = nil) async throws -> SimPurchase.Result {
+                    receipt: SimReceiptOptions? = nil, environment: SimEnvironment? = nil,
+                    bundleId: String = SuiteFixture.bundleId) async throws -> SimPurchase.Result {
         let type = Self.products.first { $0.productId == productId }?.type ?? .consumable
-        return try await simulator.call(SimPurchase.self, .init(appleId: appleId, bundleId: Self.bundleId, productId: productId,
+        return try await simulator.call(SimPurchase.self, .init(appleId: appleId, bundleId: bundleId, productId: productId,
                                                                 productType: type, quantity: quantity, appAccountToken: appAccountToken,
-                                                                receipt: receipt))
+                                                                receipt: receipt, environment: environment))
     }
 
     public func redeem(_ session: String, receipt: String? = nil, signed: [String]? = nil) async throws -> RedeemResult {
         try await fulfillment.call(FulfillmentRedeem.self, .init(session: session, receiptData: receipt, signedTransactions: signed))
     }
 
-    public func balance(_ session: String) async throws -> Int64 {
-        try await fulfillment.call(FulfillmentGetBalance.self, .init(session: session)).balance
+    public func balance(_ session: String, _ scope: AccountScope? = nil) async throws -> Int64 {
+        try await fulfillment.call(FulfillmentGetBalance.self, .init(session: session, environment: scope)).balance
     }
 
     public func entitlements(_ session: String) async throws -> [Entitlement] {
         try await fulfillment.call(FulfillmentGetEntitlements.self, .init(session: session)).entitlements
     }
 
-    public func ledger(_ session: String) async throws -> [LedgerEntry] {
-        try await fulfillment.call(FulfillmentListLedger.self, .init(session: session, limit: 500)).entries
+    public func ledger(_ session: String, _ scope: AccountScope? = nil) async throws -> [LedgerEntry] {
+        try await fulfillment.call(FulfillmentListLedger.self, .init(session: session, limit: 500, environment: scope)).entries
     }
 
     // MARK: the database, read directly (the real file)

@@ -16,9 +16,13 @@ public final class LineClient: Sendable {
     private let channel: any Channel
     private let events: EventQueue
 
-    public static func connect(host: String = "127.0.0.1", port: Int) async throws -> LineClient {
+    /// `from`: the local address to connect from (another loopback address, e.g. 127.0.0.2, is another
+    /// client host as far as per-address limits go).
+    public static func connect(host: String = "127.0.0.1", port: Int, from source: String? = nil) async throws -> LineClient {
         let events = EventQueue()
-        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        if let source { bootstrap = bootstrap.bind(to: try SocketAddress(ipAddress: source, port: 0)) }
+        let channel = try await bootstrap
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(

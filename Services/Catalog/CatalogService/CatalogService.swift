@@ -14,6 +14,9 @@ public struct CatalogConfiguration: Sendable {
     public var priceCache = PriceCache.Settings()
     /// How often the catalog checks the database for changes made by another instance.
     public var catalogRecheckMs: Int64 = 60_000
+    /// Most encoded listings kept (storefront x known locale). Keys are normalized to known values
+    /// first, so this is a backstop: past it the cache starts over.
+    public var maxCachedListings = 1_024
 
     public init() {}
 }
@@ -69,7 +72,8 @@ public final class CatalogService: Sendable {
         if let locale = p.locale { try ProductValidation.checkLocale(locale, field: "locale") }
         let snapshot = try await currentSnapshot()
         let table = try await prices.table(for: storefront)
-        let key = ListingKey(storefront: storefront, locale: p.locale)
+        // A caller's locale becomes a cache key only as one of the catalog's own (DESIGN.md section 6).
+        let key = ListingKey(storefront: storefront, locale: Self.knownLocale(p.locale, in: snapshot))
         let listing = state.withLockedValue { s -> Listing? in
             guard let l = s.listings[key], l.revision == snapshot.revision, l.priceVersion == table.version else { return nil }
             return l
@@ -90,8 +94,11 @@ public final class CatalogService: Sendable {
         let encoded = JSONWriter.encodeBody(CatalogListProducts.Result(etag: etag, notModified: false, products: products)) ?? []
         let listing = Listing(revision: snapshot.revision, priceVersion: table.version, etag: etag, encoded: encoded)
         if table.version != 0 {  // version 0: prices read around an invalidation; do not keep
+            let bound = configuration.maxCachedListings
             state.withLockedValue { s in
-                if s.snapshot.revision == snapshot.revision { s.listings[key] = listing }
+                guard s.snapshot.revision == snapshot.revision else { return }
+                if s.listings[key] == nil && s.listings.count >= bound { s.listings.removeAll(keepingCapacity: true) }
+                s.listings[key] = listing
             }
         }
         return listing
@@ -120,6 +127,22 @@ public final class CatalogService: Sendable {
             }
         }
         return .init(products: found, missing: missing)
+    }
+
+    /// Listings cached now (tests check the bound).
+    package var cachedListingCount: Int { state.withLockedValue { $0.listings.count } }
+
+    /// The catalog's own locale closest to `requested`: the same one (any letter case), else the first
+    /// (sorted) of the same language, else nil (each product's default). Unknown locales therefore
+    /// share a listing instead of each making one.
+    static func knownLocale(_ requested: String?, in snapshot: CatalogStore.Snapshot) -> String? {
+        guard let requested else { return nil }
+        var known = Set<String>()
+        for product in snapshot.products { known.formUnion(product.definition.localizations.keys) }
+        let wanted = requested.lowercased()
+        if let exact = known.first(where: { $0.lowercased() == wanted }) { return exact }
+        let language = wanted.split(separator: "-").first.map(String.init) ?? wanted
+        return known.sorted().first { ($0.lowercased().split(separator: "-").first.map(String.init) ?? "") == language }
     }
 
     /// A product as apps see it: text in the best locale (exact, then same language, then the product's
