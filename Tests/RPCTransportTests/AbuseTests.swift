@@ -45,7 +45,7 @@ import Testing
     }
 
     @Test func aClientTricklingBytesIsClosedAtThePartialLineDeadline() async throws {
-        let server = try await TestServer.start(settings: ["partialLineTimeoutMs": "300", "idleTimeoutMs": "60000"])
+        let server = try await TestServer.start(settings: ["partialLineTimeoutMs": "1000", "idleTimeoutMs": "60000"])
         defer { Task { await server.shutdown() } }
         let loris = try await LineClient.connect(port: server.localPort!)
         let started = ContinuousClock.now

@@ -127,7 +127,9 @@ import Testing
 
     @Test func gracefulShutdownFinishesInFlightRequestsThenStopsAccepting() async throws {
         let gates = Gates()
-        let server = try await TestServer.start(router: TestServer.router(gates: gates))
+        // A drain deadline far beyond the test's own steps: on a loaded CI machine the connect loop below
+        // can take seconds, and the in-flight request must still be answered rather than cut at 10 s.
+        let server = try await TestServer.start(router: TestServer.router(gates: gates)) { $0.drainTimeout = .seconds(120) }
         let port = server.localPort!
         let client = try await LineClient.connect(port: port)
         try await client.send(line: #"{"jsonrpc":"2.0","method":"gate.wait","params":{"key":"drain"},"id":1}"#)

@@ -1,0 +1,131 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import Receipts
+import RPCTestSupport
+import Testing
+import VerificationService
+
+/// Trust boundaries in verification (DESIGN.md section 6): only the configured apps' purchases, receipt
+/// types mapped to environments without defaults, notifications checked down to their nested payloads,
+/// and an executable that will not start without knowing its app.
+@Suite struct BundleAndEnvironmentTests {
+    static let ours = "com.example.game"
+    static let theirs = "com.attacker.freecoins"
+
+    static func service(_ configure: (inout VerificationConfiguration) -> Void = { $0.bundleIds = [ours] }) -> VerificationService {
+        var config = VerificationConfiguration()
+        config.extraRoots = [VerificationFixture.receiptPKI.root, VerificationFixture.jwsPKI.root]
+        configure(&config)
+        return VerificationService(configuration: config)
+    }
+
+    static func transaction(bundle: String = ours, environment: String = "Production", id: String = "2000000123") throws -> String {
+        try VerificationFixture.jwsPKI.sign(payload: Array(#"{"transactionId":"\#(id)","originalTransactionId":"\#(id)","bundleId":"\#(bundle)","productId":"coins.100","type":"Consumable","purchaseDate":1772366400000,"quantity":1,"environment":"\#(environment)","signedDate":1772366401000}"#.utf8))
+    }
+
+    static func notification(_ data: [String: Any]?, section: String = "data") throws -> String {
+        var root: [String: Any] = ["notificationType": "REFUND", "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
+                                   "signedDate": 1_772_366_500_000]
+        if let data { root[section] = data }
+        return try VerificationFixture.jwsPKI.sign(payload: Array(try JSONSerialization.data(withJSONObject: root, options: [.sortedKeys])))
+    }
+
+    static func receipt(type: String?, bundle: String = ours) throws -> String {
+        var r = VerificationFixture.receipt(purchases: 1)
+        r.receiptType = type
+        r.bundleId = bundle
+        r.bundleIdDER = [0x0C, UInt8(bundle.utf8.count)] + Array(bundle.utf8)
+        return Data(try VerificationFixture.receiptPKI.sign(r)).base64EncodedString()
+    }
+
+    @Test func anotherAppsTransactionIsRefusedAndACallerCannotWidenTheBundleSet() async throws {
+        let service = Self.service()
+        let foreign = try Self.transaction(bundle: Self.theirs)
+        #expect(await service.verifyTransaction(.init(signedTransaction: foreign)).reason == "bundleMismatch")
+        #expect(await service.verifyTransaction(.init(signedTransaction: foreign, expectedBundleId: Self.theirs)).reason == "bundleMismatch")
+        #expect(await service.verifyTransaction(.init(signedTransaction: try Self.transaction())).status == 0)
+        let foreignReceipt = try Self.receipt(type: "Production", bundle: Self.theirs)
+        #expect(try await service.verifyReceipt(.init(receiptData: foreignReceipt)).reason == "bundleMismatch")
+        #expect(try await service.verifyReceipt(.init(receiptData: foreignReceipt, expectedBundleId: Self.theirs)).reason == "bundleMismatch")
+    }
+
+    @Test func withoutABundleIdNothingIsAcceptedUnlessAnyIsAskedFor() async throws {
+        let unconfigured = Self.service { _ in }
+        #expect(await unconfigured.verifyTransaction(.init(signedTransaction: try Self.transaction())).reason == "bundleMismatch")
+        #expect(try await unconfigured.verifyReceipt(.init(receiptData: try Self.receipt(type: "Production"))).reason == "bundleMismatch")
+        let any = Self.service { $0.acceptAnyBundleId = true }
+        #expect(await any.verifyTransaction(.init(signedTransaction: try Self.transaction(bundle: Self.theirs))).status == 0)
+    }
+
+    @Test func receiptTypesMapToEnvironmentsAndUnknownOnesAreRefused() async throws {
+        let service = Self.service()
+        for (type, environment) in [("Production", "Production"), ("ProductionVPP", "Production"), ("ProductionSandbox", "Sandbox"),
+                                    ("ProductionVPPSandbox", "Sandbox")] {
+            let answer = try await service.verifyReceipt(.init(receiptData: try Self.receipt(type: type)))
+            #expect(answer.status == 0 && answer.environment == environment, "\(type)")
+        }
+        for type in ["Staging", "production", nil] as [String?] {
+            let answer = try await service.verifyReceipt(.init(receiptData: try Self.receipt(type: type)))
+            #expect(answer.status == 21002 && answer.reason == "unknownEnvironment", "\(type ?? "none")")
+        }
+        #expect(await service.verifyTransaction(.init(signedTransaction: try Self.transaction(environment: "Staging"))).reason
+                == "unknownEnvironment")
+    }
+
+    @Test func notificationsAreCheckedDownToTheirNestedPayloads() async throws {
+        let service = Self.service()
+        let ok = try Self.notification(["bundleId": Self.ours, "environment": "Production", "signedTransactionInfo": try Self.transaction()])
+        #expect(await service.verifyNotification(.init(signedPayload: ok)).status == 0)
+        // About another app.
+        let foreign = try Self.notification(["bundleId": Self.theirs, "environment": "Production",
+                                             "signedTransactionInfo": try Self.transaction(bundle: Self.theirs)])
+        #expect(await service.verifyNotification(.init(signedPayload: foreign)).reason == "bundleMismatch")
+        // Ours on the outside, another app's transaction inside.
+        let smuggled = try Self.notification(["bundleId": Self.ours, "environment": "Production",
+                                              "signedTransactionInfo": try Self.transaction(bundle: Self.theirs)])
+        #expect(await service.verifyNotification(.init(signedPayload: smuggled)).reason == "signedTransactionInfo: bundleMismatch")
+        // A Sandbox transaction inside a notification that says Production.
+        let relabelled = try Self.notification(["bundleId": Self.ours, "environment": "Production",
+                                                "signedTransactionInfo": try Self.transaction(environment: "Sandbox")])
+        #expect(await service.verifyNotification(.init(signedPayload: relabelled)).reason == "signedTransactionInfo: environmentMismatch")
+        // Renewal info about another app.
+        let renewal = try VerificationFixture.jwsPKI.sign(payload: Array(#"{"bundleId":"\#(Self.theirs)","environment":"Production","productId":"sub"}"#.utf8))
+        let foreignRenewal = try Self.notification(["bundleId": Self.ours, "environment": "Production", "signedRenewalInfo": renewal])
+        #expect(await service.verifyNotification(.init(signedPayload: foreignRenewal)).reason == "signedRenewalInfo: bundleMismatch")
+        // Naming no app at all.
+        #expect(await service.verifyNotification(.init(signedPayload: try Self.notification(nil))).reason == "bundleMismatch")
+        // A summary notification (mass renewal extension) names its app in `summary`.
+        let summary = try Self.notification(["bundleId": Self.ours, "environment": "Production", "requestIdentifier": "r"], section: "summary")
+        #expect(await service.verifyNotification(.init(signedPayload: summary)).status == 0)
+    }
+
+    static var binDir: URL {
+        ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
+            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    }
+
+    static func start(_ executable: String, _ arguments: [String], env: [String: String] = [:]) async throws -> Subprocess.Output {
+        var environment = ProcessInfo.processInfo.environment
+        for key in environment.keys where key.hasPrefix("IAP_") && key != "IAP_BIN_DIR" { environment[key] = nil }
+        environment.merge(env) { _, new in new }
+        return try await Subprocess.run(binDir.appendingPathComponent(executable).path, arguments, environment: environment)
+    }
+
+    @Test func theExecutablesRefuseToStartWithoutABundleIdOrWithShortTokens() async throws {
+        let data = FileManager.default.temporaryDirectory.appendingPathComponent("start-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: data) }
+        let noBundle = try await Self.start("verification-service", ["--port", "0", "--data-dir", data])
+        #expect(noBundle.status != 0)
+        #expect(noBundle.stderr.contains("--bundle-id"), "\(noBundle.stderr)")
+        let missingDir = try await Self.start("verification-service", ["--port", "0", "--bundle-id", Self.ours, "--trust-anchor-dir", data + "/none"])
+        #expect(missingDir.status != 0)
+        #expect(missingDir.stderr.contains("holds no"), "\(missingDir.stderr)")
+        let shortToken = try await Self.start("fulfillment-service", ["--port", "0", "--data-dir", data], env: ["IAP_ADMIN_TOKEN": "hunter2"])
+        #expect(shortToken.status != 0)
+        #expect(shortToken.stderr.contains("at least 32 bytes"), "\(shortToken.stderr)")
+        let emptyToken = try await Self.start("accounts-service", ["--port", "0", "--data-dir", data, "--internal-token", ""])
+        #expect(emptyToken.status != 0)
+        #expect(emptyToken.stderr.contains("at least 32 bytes"), "\(emptyToken.stderr)")
+    }
+}
