@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every iap-bench scenario against a running suite (compose/up.sh), in one go, then the scale scenario:
 #   Benchmarks/run-suite.sh [SECONDS]          (default 10 s per measurement)
-# Needs the suite running with its data directory at $IAP_DATA_DIR (default ./data). The preload writes
+# Needs the suite running with its data directory at $IAP_DATA_DIR (default ./data), started with
+# IAP_REGISTRATIONS_PER_ADDRESS=1000000 (the benchmarks register many accounts from 127.0.0.1). The preload writes
 # 1,000,000 ledger rows into that fulfillment database: use a throwaway data directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -17,23 +17,30 @@ struct LoginLatency: AsyncParsableCommand {
 
     func run() async throws {
         let client = try RPCClient(address: accounts, configuration: .init(connections: 2, callTimeout: .seconds(60)))
-        let username = "bench-\(UUID().uuidString.prefix(8))"
+        // One account per worker: sign-in attempts are counted before the hash, so more concurrent
+        // attempts on one username than the throttle allows are refused even when correct.
+        let run = UUID().uuidString.prefix(8)
         let password = "benchmark passphrase"
-        _ = try await client.call(AccountsRegister.self, .init(username: username, password: password))
-        let login = Credentials(username: username, password: password, deviceName: "bench")
-        func timed() async throws -> Double {
+        var registered: [Credentials] = []
+        for worker in 0..<concurrency {
+            let username = "bench-\(run)-\(worker)"
+            _ = try await client.call(AccountsRegister.self, .init(username: username, password: password))
+            registered.append(Credentials(username: username, password: password, deviceName: "bench"))
+        }
+        let logins = registered
+        func timed(_ worker: Int) async throws -> Double {
             let start = DispatchTime.now().uptimeNanoseconds
-            _ = try await client.call(AccountsLogin.self, login)
+            _ = try await client.call(AccountsLogin.self, logins[worker])
             return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e6
         }
-        for _ in 0..<(2 * concurrency) { _ = try await timed() }
+        for i in 0..<(2 * concurrency) { _ = try await timed(i % concurrency) }
         let started = DispatchTime.now().uptimeNanoseconds
         let latencies = try await withThrowingTaskGroup(of: [Double].self) { group in
             let perWorker = count / concurrency
-            for _ in 0..<concurrency {
+            for worker in 0..<concurrency {
                 group.addTask {
                     var out: [Double] = []
-                    for _ in 0..<perWorker { out.append(try await timed()) }
+                    for _ in 0..<perWorker { out.append(try await timed(worker)) }
                     return out
                 }
             }

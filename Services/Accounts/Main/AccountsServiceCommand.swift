@@ -19,11 +19,23 @@ struct AccountsServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("session-days"), help: "Days a session lives without use (sliding). Default 30.")
     var sessionDays: Int = 30
 
+    @Option(name: .customLong("registrations-per-address"),
+            help: "Registrations from one client address per 15 minutes before it is slowed down (env IAP_REGISTRATIONS_PER_ADDRESS; default 30).")
+    var registrationsPerAddress: Int?
+
+    @Option(name: .customLong("session-max-days"), help: "Days a session lives at most, however much it is used. Default 90.")
+    var sessionMaxDays: Int = 90
+
+    @Option(name: .customLong("sessions-per-account"), help: "Sessions an account may hold; signing in past it ends the oldest. Default 20.")
+    var sessionsPerAccount: Int = 20
+
     @Option(name: .customLong("scrypt-log-n"), help: "log2 of scrypt's N for new password hashes (16 = 64 MiB per hash). Default 14.")
     var scryptLogN: Int = ScryptParameters.default.logN
 
     func validate() throws {
         guard sessionDays > 0 else { throw ValidationError("--session-days must be positive") }
+        guard sessionMaxDays >= sessionDays else { throw ValidationError("--session-max-days must be at least --session-days") }
+        guard sessionsPerAccount > 0 else { throw ValidationError("--sessions-per-account must be positive") }
         guard (10...22).contains(scryptLogN) else { throw ValidationError("--scrypt-log-n must be between 10 and 22") }
     }
 
@@ -32,6 +44,12 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         var config = AccountsConfiguration()
         config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
         config.sessionLifetimeMs = Int64(sessionDays) * 24 * 3600 * 1000
+        config.sessionAbsoluteLifetimeMs = Int64(sessionMaxDays) * 24 * 3600 * 1000
+        config.maxSessionsPerAccount = sessionsPerAccount
+        if let limit = registrationsPerAddress ?? Environment.value("IAP_REGISTRATIONS_PER_ADDRESS").flatMap({ Int($0) }) {
+            guard limit > 0 else { throw ValidationError("--registrations-per-address must be positive") }
+            config.throttle.registrationThreshold = limit
+        }
         config.passwordHashing.logN = scryptLogN
         if config.internalToken == nil {
             logger.warning("no internal token configured (--internal-token or IAP_INTERNAL_TOKEN): internal methods will refuse every call")
