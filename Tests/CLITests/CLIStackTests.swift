@@ -135,6 +135,8 @@ import Testing
         #expect(demo.status == 0, "\(demo.stdout)\n\(demo.stderr)")
         #expect(demo.stdout.contains("demo complete"))
         #expect(demo.stdout.contains("reversal"))
+        #expect(demo.stdout.contains("recovery"), "the demo shows the refunded coins repaid by the next purchase")
+        #expect(demo.stdout.contains("(Sandbox)"), "the demo shows the Sandbox purchase in its own scope")
 
         // signing out forgets the session; unreachable services are exit 2
         #expect(try await iap("accounts", "logout", "--json").stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "{}")
