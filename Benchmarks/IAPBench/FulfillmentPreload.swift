@@ -15,25 +15,26 @@ enum FulfillmentPreload {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         try queue.inTransaction(.immediate) { db in
             let processed = try db.makeStatement(sql: """
-                INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, productId, grantKind,
+                INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, scope, productId, grantKind,
                                                   coinsGranted, purchaseDateMs, processedAtMs)
-                VALUES ('Sandbox', ?, ?, ?, 'coins.1000', 'coins', 1000000, ?, ?)
+                VALUES ('Production', ?, ?, ?, 'Production', 'coins.1000', 'coins', 1000000, ?, ?)
                 """)
             let ownership = try db.makeStatement(sql: """
-                INSERT INTO ownership (environment, originalTransactionId, accountId, productId, boundAtMs) VALUES ('Sandbox', ?, ?, 'coins.1000', ?)
+                INSERT INTO ownership (environment, originalTransactionId, accountId, scope, productId, boundAtMs)
+                VALUES ('Production', ?, ?, 'Production', 'coins.1000', ?)
                 """)
             let ledger = try db.makeStatement(sql: """
-                INSERT INTO ledger (accountId, delta, balance, kind, environment, transactionId, idempotencyKey, memo, createdAtMs)
-                VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)
+                INSERT INTO ledger (accountId, scope, delta, balance, kind, environment, transactionId, idempotencyKey, memo, createdAtMs)
+                VALUES (?, 'Production', ?, ?, ?, ?, ?, ?, NULL, ?)
                 """)
-            let wallet = try db.makeStatement(sql: "INSERT INTO wallet (accountId, balance) VALUES (?, ?)")
+            let wallet = try db.makeStatement(sql: "INSERT INTO wallet (accountId, scope, balance) VALUES (?, 'Production', ?)")
             for a in 0..<accounts {
                 let account = "preload-\(run)-\(a)"
                 let transaction = "9\(run.hashValue & 0xffff)\(a)"
                 try processed.execute(arguments: [transaction, transaction, account, now, now])
                 try ownership.execute(arguments: [transaction, account, now])
                 var balance: Int64 = 1_000_000
-                try ledger.execute(arguments: [account, balance, balance, "grant", "Sandbox", transaction, nil, now])
+                try ledger.execute(arguments: [account, balance, balance, "grant", "Production", transaction, nil, now])
                 inserted += 1
                 var spends = perAccount - 1
                 if extra > 0 { spends += 1; extra -= 1 }

@@ -34,7 +34,7 @@ public final class FulfillmentStore: Sendable {
         try Self.migrator.migrate(writer)
     }
 
-    static var migrator: DatabaseMigrator {
+    package static var migrator: DatabaseMigrator {
         var m = DatabaseMigrator()
         m.registerMigration("v1") { db in
             try db.execute(sql: """
