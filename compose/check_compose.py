@@ -5,7 +5,7 @@ executables, ports and flags) and compose/.env (every port defined there, with t
 and compose.yaml alone a production deployment: no simulator, no simulator roots trusted, no
 development flags, bundle ids required.
 
-    python3 compose/check_compose.py ../shared/schemas/compose-spec.json [SERVICE=PORT ...]
+    python3 compose/check_compose.py Tests/Schemas/compose-spec.json [SERVICE=PORT ...]
 
 Exit 0 when everything agrees; otherwise one line per problem and exit 1. Needs PyYAML and jsonschema.
 """

@@ -206,6 +206,32 @@ final class SimulatorFixture: Sendable {
             .reason == "alreadyRefunded")
     }
 
+    /// A purchase's environment is fixed when it is made: its JWS, its receipt and its refund notification
+    /// all say the same, and a receipt of the other environment does not hold it.
+    @Test func aPurchasesEnvironmentIsFixedWhenItIsMade() async throws {
+        let f = try await SimulatorFixture.start()
+        defer { Task { await f.stop() } }
+        for environment in [SimEnvironment.production, .sandbox] {
+            let appleId = "env-\(environment.rawValue)@example.com"
+            let bought = try await f.client.call(SimPurchase.self, .init(appleId: appleId, bundleId: "com.example.game", productId: "levels.pack1",
+                                                                          productType: .nonConsumable, environment: environment))
+            #expect(bought.environment == environment.appleName)
+            let jws = try await f.trusting.call(VerificationVerifyTransaction.self, .init(signedTransaction: bought.signedTransaction))
+            #expect(jws.environment == environment.appleName)
+            let own = try await f.trusting.call(VerificationVerifyReceipt.self, .init(receiptData: bought.receiptData))
+            #expect(own.environment == environment.appleName)
+            #expect(own.receipt?.inApp.map(\.transactionId) == [bought.transactionId])
+            let other: SimEnvironment = environment == .production ? .sandbox : .production
+            let otherReceipt = try await f.client.call(SimReceipt.self, .init(appleId: appleId, bundleId: "com.example.game",
+                                                                              receipt: .init(environment: other)))
+            #expect(try await f.inApp(otherReceipt.receiptData).isEmpty)
+            let refund = try await f.client.call(SimRefund.self, .init(appleId: appleId, transactionId: bought.transactionId))
+            let notification = try await f.trusting.call(VerificationVerifyNotification.self, .init(signedPayload: refund.signedPayload!))
+            #expect(notification.notification?["data"]?["environment"]?.stringValue == environment.appleName)
+            #expect(notification.notification?["data"]?["transactionInfo"]?["environment"]?.stringValue == environment.appleName)
+        }
+    }
+
     @Test func thePKIOutlivesARestart() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("sim-\(UUID().uuidString)")
         let first = try await SimulatorFixture.start(directory: dir)

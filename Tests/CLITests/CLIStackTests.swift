@@ -146,6 +146,24 @@ import Testing
         #expect(unreachable.status == 2 && unreachable.stderr.contains("compose/up.sh"))
         await suite.stop()
     }
+
+    /// Without `IAP_CONFIG` the session goes under `$XDG_CONFIG_HOME`, else `$HOME/.config`, as the
+    /// environment says (not the passwd entry's home).
+    @Test func theConfigFileFollowsXDGConfigHomeThenHome() async throws {
+        let suite = try await SuiteFixture.start()
+        defer { Task { await suite.stop() } }
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("cli-xdg-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: root) }
+        var env = suite.environment
+        env["HOME"] = root.appendingPathComponent("home").path
+        let viaHome = try await Self.iap(["accounts", "register", "homer", "--password", "correct horse battery"], env: env)
+        #expect(viaHome.status == 0, "\(viaHome.stderr)")
+        #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent("home/.config/iap/config.json").path))
+        env["XDG_CONFIG_HOME"] = root.appendingPathComponent("xdg").path
+        let viaXDG = try await Self.iap(["accounts", "register", "xavier", "--password", "correct horse battery"], env: env)
+        #expect(viaXDG.status == 0, "\(viaXDG.stderr)")
+        #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent("xdg/iap/config.json").path))
+    }
 }
 
 extension JSONValue {

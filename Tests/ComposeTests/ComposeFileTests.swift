@@ -15,7 +15,7 @@ import Testing
     }
 
     @Test func composeFileIsValidAndAgreesWithTheLocalRunner() async throws {
-        let schema = Self.repository.deletingLastPathComponent().appendingPathComponent("shared/schemas/compose-spec.json")
+        let schema = Self.repository.appendingPathComponent("Tests/Schemas/compose-spec.json")
         let ports = ["accounts=\(DefaultPorts.accounts)", "catalog=\(DefaultPorts.catalog)", "verification=\(DefaultPorts.verification)",
                      "fulfillment=\(DefaultPorts.fulfillment)", "sim=\(DefaultPorts.simulator)"]
         let (status, output) = try await Self.run("python3", ["compose/check_compose.py", schema.path] + ports)
@@ -37,7 +37,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: copy) }
         let file = copy.appendingPathComponent("compose.yaml")
         try edit(try String(contentsOf: file, encoding: .utf8)).write(to: file, atomically: true, encoding: .utf8)
-        let schema = ComposeFileTests.repository.deletingLastPathComponent().appendingPathComponent("shared/schemas/compose-spec.json")
+        let schema = ComposeFileTests.repository.appendingPathComponent("Tests/Schemas/compose-spec.json")
         let run = try await Subprocess.run("python3", [copy.appendingPathComponent("check_compose.py").path, schema.path])
         return (run.status, run.stdout + run.stderr)
     }

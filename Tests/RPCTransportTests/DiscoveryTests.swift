@@ -13,8 +13,7 @@ import Testing
     /// against JSON Schema draft 7 itself instead.
     static func validateAgainstMetaSchema(_ document: JSONValue) async throws -> String? {
         let metaSchema = URL(fileURLWithPath: #filePath)
-            .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("shared/schemas/openrpc-meta-schema.json")
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Schemas/openrpc-meta-schema.json")
         let docFile = FileManager.default.temporaryDirectory.appendingPathComponent("openrpc-\(UUID().uuidString).json")
         try Data(JSONByteEncoder.encode(document)).write(to: docFile)
         defer { try? FileManager.default.removeItem(at: docFile) }

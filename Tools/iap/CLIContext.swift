@@ -31,7 +31,7 @@ enum SuiteService: String, CaseIterable, ExpressibleByArgument {
 }
 
 /// The per-user config file: the session after `iap accounts login`, and optional addresses.
-/// `$IAP_CONFIG`, else `$XDG_CONFIG_HOME/iap/config.json`, else `~/.config/iap/config.json`; mode 0600.
+/// `$IAP_CONFIG`, else `$XDG_CONFIG_HOME/iap/config.json`, else `$HOME/.config/iap/config.json`; mode 0600.
 struct CLIConfig: Codable {
     var session: String?
     var username: String?
@@ -40,8 +40,9 @@ struct CLIConfig: Codable {
 
     static var path: URL {
         if let explicit = Environment.value("IAP_CONFIG") { return URL(fileURLWithPath: explicit) }
-        let base = Environment.value("XDG_CONFIG_HOME").map { URL(fileURLWithPath: $0) }
-            ?? FileManager.default.homeDirectoryForCurrentUser.appendingPathComponent(".config")
+        // HOME as the environment says (Foundation's home directory on Linux is the passwd entry's).
+        let home = Environment.value("HOME").map { URL(fileURLWithPath: $0) } ?? FileManager.default.homeDirectoryForCurrentUser
+        let base = Environment.value("XDG_CONFIG_HOME").map { URL(fileURLWithPath: $0) } ?? home.appendingPathComponent(".config")
         return base.appendingPathComponent("iap/config.json")
     }
 
