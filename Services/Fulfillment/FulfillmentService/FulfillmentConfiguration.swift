@@ -29,7 +29,7 @@ public struct FulfillmentConfiguration: Sendable {
     /// account through the purchase's appAccountToken. Nil: such notifications are not applied.
     public var internalToken: String?
     /// What happens when a purchase's original transaction is bound to another account.
-    public var ownershipPolicy: FulfillmentStore.OwnershipPolicy = .refuse
+    public var ownershipPolicy: OwnershipPolicy = .refuse
     /// What Sandbox and Xcode purchases grant.
     public var sandboxPolicy: SandboxPolicy = .isolate
     /// Largest `readContent` chunk (its base64 must fit well inside a 4 MiB line).

@@ -31,7 +31,7 @@ public final class FulfillmentService: Sendable {
 
     // MARK: redeem / restore
 
-    public func redeem(_ p: RedeemParams, mode: FulfillmentStore.Mode) async throws(RPCError) -> RedeemResult {
+    public func redeem(_ p: RedeemParams, mode: FulfillmentMode) async throws(RPCError) -> RedeemResult {
         let receipt = p.receiptData.flatMap { $0.isEmpty ? nil : $0 }
         let signed = p.signedTransactions ?? []
         guard receipt != nil || !signed.isEmpty else {
@@ -54,7 +54,7 @@ public final class FulfillmentService: Sendable {
             rejected += refused
         }
         let rules = try await grantRules(for: purchases.map(\.productId))
-        var planned: [FulfillmentStore.Planned] = []
+        var planned: [PlannedPurchase] = []
         for purchase in purchases {
             guard let scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment) else {
                 rejected.append(TransactionResult(transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
@@ -167,8 +167,8 @@ public final class FulfillmentService: Sendable {
     public func balance(_ p: ScopedSessionParams) async throws(RPCError) -> BalanceResult {
         let account = try await dependencies.authenticate(p.session)
         let scope = p.environment ?? .production
-        let read = try await storeCall { try await self.store.balance(accountId: account.accountId, scope: scope) }
-        return .init(balance: read.balance, owed: read.owed, environment: scope)
+        let wallet = try await storeCall { try await self.store.balance(accountId: account.accountId, scope: scope) }
+        return .init(balance: wallet.balance, owed: wallet.owed, environment: scope)
     }
 
     public func ledger(_ p: FulfillmentListLedger.Params) async throws(RPCError) -> FulfillmentListLedger.Result {

@@ -197,178 +197,34 @@ public final class FulfillmentStore: Sendable {
         return m
     }
 
-    // MARK: redeem
+    // MARK: writes: the grant rules over this database
 
-    public enum Mode: Sendable { case redeem, restore }
-
-    /// What happens when a purchase's original transaction is bound to another account.
-    public enum OwnershipPolicy: String, Sendable, CaseIterable {
-        /// The purchase stays with the first account (`ownedByAnotherAccount`).
-        case refuse
-        /// The entitlement moves to the presenting account (never coins); the move is recorded.
-        case transfer
-    }
-
-    /// A purchase to process, with the catalog's rule for its product (nil: unknown product) and the
-    /// account scope it grants into (from its environment and the sandbox policy).
-    public struct Planned: Sendable {
-        public var purchase: VerifiedPurchase
-        public var rule: GrantRule?
-        public var scope: AccountScope
-        public init(purchase: VerifiedPurchase, rule: GrantRule?, scope: AccountScope = .production) {
-            self.purchase = purchase; self.rule = rule; self.scope = scope
-        }
-    }
-
-    public struct Applied: Sendable {
-        public var results: [TransactionResult]
-        public var balance: Int64
-        public var owed: Int64
-        public var entitlements: [Entitlement]
-        public var transfers: [(originalTransactionId: String, from: String)]
-    }
-
-    /// Records and grants every purchase in ONE write transaction; the answer is what was committed,
-    /// with the balance and entitlements of `answerScope`. `appAccountToken` is the account's token from
-    /// accounts: a StoreKit 2 purchase made with another token belongs to another account.
-    ///
-    /// A purchase is recorded once, under the environment and scope it was first seen with: a later copy
-    /// that claims another environment finds the same record (its transaction id is unique).
-    public func apply(_ planned: [Planned], accountId: String, appAccountToken: String?, mode: Mode, policy: OwnershipPolicy,
-                      answerScope: AccountScope = .production, nowMs: Int64) async throws -> Applied {
+    /// Records and grants every purchase in ONE write transaction (`GrantRules.apply`); the answer is
+    /// what was committed, with the balance and entitlements of `answerScope`.
+    public func apply(_ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
+                      policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64) async throws -> AppliedPurchases {
         try await commits.write { db in
-            var results: [TransactionResult] = []
-            var transfers: [(String, String)] = []
-            for item in planned {
-                let p = item.purchase
-                func result(_ outcome: RedeemOutcome, finishable: Bool = true) {
-                    results.append(TransactionResult(transactionId: p.transactionId, originalTransactionId: p.originalTransactionId,
-                                                     productId: p.productId, outcome: outcome, finishable: finishable))
-                }
-                guard let rule = item.rule else {
-                    result(.unknownProduct, finishable: false)  // kept unfinished: retried after a catalog update
-                    continue
-                }
-                if let token = p.appAccountToken, let own = appAccountToken?.lowercased(), token != own {
-                    // The app bound this purchase to a different account at purchase time.
-                    result(.ownedByAnotherAccount)
-                    continue
-                }
-                let owner = try Self.owner(p.originalTransactionId, db)
-                // The scope an original was first bound to is where all of its transactions land.
-                let holder = Holder(accountId: accountId, scope: owner?.scope ?? item.scope)
-                if let owner, owner.accountId != accountId {
-                    guard policy == .transfer, rule.entitlement != nil, p.cancellationDateMs == nil else {
-                        result(.ownedByAnotherAccount)
-                        continue
-                    }
-                    try Self.transfer(p, from: owner.accountId, to: holder, nowMs: nowMs, db: db)
-                    transfers.append((p.originalTransactionId, owner.accountId))
-                    if try Self.processed(p.transactionId, db) == nil {
-                        try Self.recordProcessed(p, holder: holder, rule: rule, coins: 0, nowMs: nowMs, db: db)
-                    }
-                    result(.restored)
-                    continue
-                }
-                if let processed = try Self.processed(p.transactionId, db) {
-                    if processed.revokedAtMs != nil {
-                        result(.revoked)
-                    } else if p.cancellationDateMs != nil {
-                        try Self.revoke(transactionId: p.transactionId, reason: "refunded", nowMs: nowMs, db: db)
-                        result(.revoked)
-                    } else {
-                        result(.alreadyGranted)
-                    }
-                    continue
-                }
-                if case .coins = rule, mode == .restore {
-                    continue  // restore never grants consumables; an unredeemed one is left for redeem
-                }
-                if p.cancellationDateMs != nil {
-                    // Refunded before we ever saw it: record it, grant nothing, and take back what its
-                    // original granted (a refunded renewal or re-purchase revokes the entitlement).
-                    if owner == nil { try Self.bind(p, holder: holder, nowMs: nowMs, db: db) }
-                    try Self.recordProcessed(p, holder: holder, rule: rule, coins: 0, nowMs: nowMs, db: db)
-                    try Self.revoke(transactionId: p.transactionId, reason: "refunded", nowMs: nowMs, db: db)
-                    result(.revoked)
-                    continue
-                }
-                if owner == nil { try Self.bind(p, holder: holder, nowMs: nowMs, db: db) }
-                switch rule {
-                case .coins(let perUnit):
-                    let (coins, overflow) = perUnit.multipliedReportingOverflow(by: p.quantity)
-                    guard !overflow, coins > 0, coins <= CoinLimits.maxGrant else { throw LedgerLimit.grantTooLarge }
-                    try Self.recordProcessed(p, holder: holder, rule: rule, coins: coins, nowMs: nowMs, db: db)
-                    try Self.appendLedger(holder, delta: coins, kind: .grant, environment: p.environment,
-                                          transactionId: p.transactionId, memo: p.productId, nowMs: nowMs, db: db)
-                    // Owed coins (refunds of spent coins) are repaid first, in their own row.
-                    let wallet = try Self.wallet(holder, db)
-                    if wallet.owed > 0 {
-                        let repaid = min(wallet.owed, wallet.balance)
-                        try Self.appendLedger(holder, delta: -repaid, kind: .recovery, environment: p.environment,
-                                              transactionId: p.transactionId, memo: "repays refunded coins", recovered: repaid,
-                                              nowMs: nowMs, db: db)
-                    }
-                    result(.granted)
-                case .permanent(let name):
-                    try Self.recordProcessed(p, holder: holder, rule: rule, coins: 0, nowMs: nowMs, db: db)
-                    if owner == nil {
-                        try Self.insertEntitlement(p, holder: holder, name: name, startsAtMs: p.purchaseDateMs, expiresAtMs: nil, db: db)
-                        result(.granted)
-                    } else {
-                        result(.restored)  // a restore or a free re-purchase of what the account owns
-                    }
-                case .subscription(let name):
-                    try Self.recordProcessed(p, holder: holder, rule: rule, coins: 0, nowMs: nowMs, db: db)
-                    if owner == nil {
-                        try Self.insertEntitlement(p, holder: holder, name: name, startsAtMs: p.purchaseDateMs,
-                                                   expiresAtMs: p.expiresDateMs, db: db)
-                        result(.granted)
-                    } else if try Self.extendSubscription(p, db: db) {
-                        result(.granted)  // a renewal: the entitlement now ends later
-                    } else {
-                        result(.restored)
-                    }
-                case .timeLimited(let name, let days):
-                    try Self.recordProcessed(p, holder: holder, rule: rule, coins: 0, nowMs: nowMs, db: db)
-                    if owner == nil {
-                        // Back-to-back purchases stack: start from the later of now and the current end.
-                        let currentEnd = try Int64.fetchOne(db.cachedStatement(sql: """
-                            SELECT MAX(expiresAtMs) FROM entitlement
-                            WHERE accountId = ? AND scope = ? AND entitlement = ? AND revokedAtMs IS NULL AND expiresAtMs IS NOT NULL
-                            """), arguments: [holder.accountId, holder.scope.rawValue, name]) ?? 0
-                        let start = max(nowMs, currentEnd)
-                        try Self.insertEntitlement(p, holder: holder, name: name, startsAtMs: start,
-                                                   expiresAtMs: start + Int64(days) * 86_400_000, db: db)
-                        result(.granted)
-                    } else {
-                        result(.restored)
-                    }
-                }
-            }
-            let answer = Holder(accountId: accountId, scope: answerScope)
-            let wallet = try Self.wallet(answer, db)
-            return Applied(results: results, balance: wallet.balance, owed: wallet.owed,
-                           entitlements: try Self.activeEntitlements(answer, nowMs: nowMs, db), transfers: transfers)
+            try GrantRules.apply(planned, accountId: accountId, appAccountToken: appAccountToken, mode: mode, policy: policy,
+                                 answerScope: answerScope, nowMs: nowMs, in: SQLiteFulfillmentTransaction(db: db))
         }
     }
 
-    // MARK: revocation and renewal (notifications, admin)
-
-    public enum RevokeOutcome: Sendable, Equatable { case revoked, alreadyRevoked, notFound }
-
-    /// Revokes one processed transaction, whatever environment it was recorded under: its coins are
-    /// reversed (floored at zero, the rest owed) or its entitlement removed, with a reversal ledger row either way.
+    /// Revokes one processed transaction, whatever environment it was recorded under (`GrantRules.revoke`).
     public func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome {
         try await commits.write { db in
-            guard try Self.processed(transactionId, db) != nil else { return .notFound }
-            return try Self.revoke(transactionId: transactionId, reason: reason, nowMs: nowMs, db: db) ? .revoked : .alreadyRevoked
+            let tx = SQLiteFulfillmentTransaction(db: db)
+            guard try tx.processed(transactionId) != nil else { return .notFound }
+            return try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: tx) ? .revoked : .alreadyRevoked
         }
     }
 
-    /// The account an original transaction is bound to, if any, and the scope it grants into.
-    public func owner(originalTransactionId: String) async throws -> (accountId: String, scope: AccountScope)? {
-        try await writer.read { db in try Self.owner(originalTransactionId, db).map { ($0.accountId, $0.scope) } }
+    /// Spends once per (account, scope, idempotency key) (`GrantRules.spend`).
+    public func spend(accountId: String, scope: AccountScope = .production, amount: Int64, idempotencyKey: String, memo: String?,
+                      nowMs: Int64) async throws -> SpendOutcome {
+        try await commits.write { db in
+            try GrantRules.spend(Holder(accountId: accountId, scope: scope), amount: amount, idempotencyKey: idempotencyKey, memo: memo,
+                                 nowMs: nowMs, in: SQLiteFulfillmentTransaction(db: db))
+        }
     }
 
     /// Records a notification id; false if it was already applied (App Store retries deliver twice).
@@ -379,52 +235,25 @@ public final class FulfillmentStore: Sendable {
         }
     }
 
-    // MARK: coins
+    // MARK: reads
 
-    public enum SpendOutcome: Sendable, Equatable {
-        case spent(balance: Int64)
-        case replayed(balance: Int64)
-        case keyConflict
-        case insufficient(balance: Int64)
-        /// Refunded coins are owed: nothing can be spent until later grants repay them.
-        case owes(owed: Int64, balance: Int64)
+    /// The account an original transaction is bound to, if any, and the scope it grants into.
+    public func owner(originalTransactionId: String) async throws -> Holder? {
+        try await writer.read { db in try SQLiteFulfillmentTransaction(db: db).owner(original: originalTransactionId) }
     }
 
-    /// Spends once per (account, scope, idempotency key). The same key with the same amount and memo
-    /// answers the first result; with other params it is a conflict.
-    public func spend(accountId: String, scope: AccountScope = .production, amount: Int64, idempotencyKey: String, memo: String?,
-                      nowMs: Int64) async throws -> SpendOutcome {
-        let holder = Holder(accountId: accountId, scope: scope)
-        return try await commits.write { db in
-            if let row = try Row.fetchOne(db.cachedStatement(sql: """
-                SELECT delta, balance, memo FROM ledger WHERE accountId = ? AND scope = ? AND idempotencyKey = ?
-                """), arguments: [accountId, scope.rawValue, idempotencyKey]) {
-                let delta: Int64 = row["delta"], memoThen: String? = row["memo"]
-                return delta == -amount && memoThen == memo ? .replayed(balance: row["balance"]) : .keyConflict
-            }
-            let wallet = try Self.wallet(holder, db)
-            guard wallet.owed == 0 else { return .owes(owed: wallet.owed, balance: wallet.balance) }
-            guard wallet.balance >= amount else { return .insufficient(balance: wallet.balance) }
-            let after = try Self.appendLedger(holder, delta: -amount, kind: .spend, idempotencyKey: idempotencyKey, memo: memo,
-                                              nowMs: nowMs, db: db)
-            return .spent(balance: after)
-        }
-    }
-
-    public func balance(accountId: String, scope: AccountScope = .production) async throws -> (balance: Int64, owed: Int64) {
-        try await writer.read { db in
-            let w = try Self.wallet(Holder(accountId: accountId, scope: scope), db)
-            return (w.balance, w.owed)
-        }
+    public func balance(accountId: String, scope: AccountScope = .production) async throws -> Wallet {
+        try await writer.read { db in try SQLiteFulfillmentTransaction(db: db).wallet(Holder(accountId: accountId, scope: scope)) }
     }
 
     public func entitlements(accountId: String, scope: AccountScope = .production, nowMs: Int64) async throws
         -> (entitlements: [Entitlement], balance: Int64, owed: Int64)
     {
         try await writer.read { db in
+            let tx = SQLiteFulfillmentTransaction(db: db)
             let holder = Holder(accountId: accountId, scope: scope)
-            let w = try Self.wallet(holder, db)
-            return (try Self.activeEntitlements(holder, nowMs: nowMs, db), w.balance, w.owed)
+            let wallet = try tx.wallet(holder)
+            return (GrantRules.activeEntitlements(try tx.entitlements(holder, activeAtMs: nowMs)), wallet.balance, wallet.owed)
         }
     }
 
@@ -451,16 +280,11 @@ public final class FulfillmentStore: Sendable {
         }
     }
 
-    /// Owed coins (refunded after being spent) for an account's scope.
-    public func shortfall(accountId: String, scope: AccountScope = .production) async throws -> Int64 {
-        try await balance(accountId: accountId, scope: scope).owed
-    }
-
     // MARK: invariants (tests, benchmarks, the crash harness)
 
     /// Accounts whose wallet differs from their ledger, in any scope: `balance` must be the sum of the
     /// deltas and `owed` the sum of debts less the sum of recoveries.
-    public func ledgerMismatches() async throws -> [String] {
+    package func ledgerMismatches() async throws -> [String] {
         try await writer.read { db in
             try String.fetchAll(db, sql: """
                 SELECT w.accountId FROM wallet w
@@ -476,195 +300,123 @@ public final class FulfillmentStore: Sendable {
     }
 
     /// `PRAGMA synchronous` of the writing connection (2 = FULL).
-    public func synchronousMode() async throws -> Int {
+    package func synchronousMode() async throws -> Int {
         try await writer.write { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
     }
+}
 
-    // MARK: statements (inside a write)
+/// `FulfillmentTransaction` over one GRDB write (or read) on `fulfillment.sqlite`: every statement the
+/// grant rules need, and nothing else.
+struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
+    let db: Database
 
-    /// Whose wallet, ledger and entitlements a write touches: an account's Production or Sandbox scope.
-    struct Holder {
-        var accountId: String
-        var scope: AccountScope
-    }
-
-    private static func owner(_ originalTransactionId: String, _ db: Database) throws -> Holder? {
+    func owner(original: String) throws -> Holder? {
         try Row.fetchOne(db.cachedStatement(sql: "SELECT accountId, scope FROM ownership WHERE originalTransactionId = ?"),
-                         arguments: [originalTransactionId]).map {
-            Holder(accountId: $0["accountId"], scope: AccountScope(rawValue: $0["scope"]) ?? .production)
-        }
+                         arguments: [original]).map { Holder(accountId: $0["accountId"], scope: Self.scope($0["scope"])) }
     }
 
-    private struct ProcessedRow { var revokedAtMs: Int64? }
-
-    private static func processed(_ transactionId: String, _ db: Database) throws -> ProcessedRow? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT revokedAtMs FROM processedTransaction WHERE transactionId = ?"),
-                         arguments: [transactionId]).map { ProcessedRow(revokedAtMs: $0["revokedAtMs"]) }
-    }
-
-    private static func recordProcessed(_ p: VerifiedPurchase, holder: Holder, rule: GrantRule, coins: Int64, nowMs: Int64,
-                                        db: Database) throws {
-        try db.cachedStatement(sql: """
-            INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, scope, productId, grantKind,
-                                              coinsGranted, purchaseDateMs, expiresDateMs, processedAtMs)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [p.environment, p.transactionId, p.originalTransactionId, holder.accountId, holder.scope.rawValue,
-                                     p.productId, rule.kind, coins, p.purchaseDateMs, p.expiresDateMs, nowMs])
-    }
-
-    private static func bind(_ p: VerifiedPurchase, holder: Holder, nowMs: Int64, db: Database) throws {
+    func bind(_ p: VerifiedPurchase, to holder: Holder, nowMs: Int64) throws {
         try db.cachedStatement(sql: """
             INSERT INTO ownership (environment, originalTransactionId, accountId, scope, productId, boundAtMs) VALUES (?, ?, ?, ?, ?, ?)
             """).execute(arguments: [p.environment, p.originalTransactionId, holder.accountId, holder.scope.rawValue, p.productId, nowMs])
     }
 
-    private static func transfer(_ p: VerifiedPurchase, from: String, to: Holder, nowMs: Int64, db: Database) throws {
-        try db.cachedStatement(sql: "UPDATE ownership SET accountId = ?, boundAtMs = ? WHERE originalTransactionId = ?")
-            .execute(arguments: [to.accountId, nowMs, p.originalTransactionId])
-        try db.cachedStatement(sql: "UPDATE entitlement SET accountId = ? WHERE originalTransactionId = ?")
-            .execute(arguments: [to.accountId, p.originalTransactionId])
+    func transfer(_ p: VerifiedPurchase, from accountId: String, to holder: Holder, nowMs: Int64) throws {
+        try db.cachedStatement(sql: "UPDATE ownership SET accountId = ?, scope = ?, boundAtMs = ? WHERE originalTransactionId = ?")
+            .execute(arguments: [holder.accountId, holder.scope.rawValue, nowMs, p.originalTransactionId])
+        try db.cachedStatement(sql: "UPDATE entitlement SET accountId = ?, scope = ? WHERE originalTransactionId = ?")
+            .execute(arguments: [holder.accountId, holder.scope.rawValue, p.originalTransactionId])
         try db.cachedStatement(sql: """
             INSERT INTO ownershipTransfer (environment, originalTransactionId, fromAccountId, toAccountId, transferredAtMs)
             VALUES (?, ?, ?, ?, ?)
-            """).execute(arguments: [p.environment, p.originalTransactionId, from, to.accountId, nowMs])
+            """).execute(arguments: [p.environment, p.originalTransactionId, accountId, holder.accountId, nowMs])
     }
 
-    private static func insertEntitlement(_ p: VerifiedPurchase, holder: Holder, name: String, startsAtMs: Int64,
-                                          expiresAtMs: Int64?, db: Database) throws {
-        try db.cachedStatement(sql: """
-            INSERT INTO entitlement (environment, originalTransactionId, accountId, scope, entitlement, productId, startsAtMs, expiresAtMs)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [p.environment, p.originalTransactionId, holder.accountId, holder.scope.rawValue, name, p.productId,
-                                     startsAtMs, expiresAtMs])
-    }
-
-    /// Moves a subscription's end to this transaction's expiry if that is later (a renewal); a renewal
-    /// bought after a revocation reinstates access. True if anything changed.
-    private static func extendSubscription(_ p: VerifiedPurchase, db: Database) throws -> Bool {
-        guard let expires = p.expiresDateMs else { return false }
-        try db.cachedStatement(sql: """
-            UPDATE entitlement SET expiresAtMs = ?, revokedAtMs = NULL
-            WHERE originalTransactionId = ?
-              AND (expiresAtMs IS NULL OR expiresAtMs < ?)
-              AND (revokedAtMs IS NULL OR revokedAtMs < ?)
-            """).execute(arguments: [expires, p.originalTransactionId, expires, p.purchaseDateMs])
-        return db.changesCount > 0
-    }
-
-    /// Revokes inside a write; false if it was already revoked.
-    @discardableResult
-    private static func revoke(transactionId: String, reason: String, nowMs: Int64, db: Database) throws -> Bool {
-        guard let row = try Row.fetchOne(db.cachedStatement(sql: """
+    func processed(_ transactionId: String) throws -> ProcessedTransaction? {
+        try Row.fetchOne(db.cachedStatement(sql: """
             SELECT environment, accountId, scope, originalTransactionId, productId, grantKind, coinsGranted, revokedAtMs
             FROM processedTransaction WHERE transactionId = ?
-            """), arguments: [transactionId]) else { return false }
-        let revokedAt: Int64? = row["revokedAtMs"]
-        guard revokedAt == nil else { return false }
+            """), arguments: [transactionId]).map {
+            ProcessedTransaction(environment: $0["environment"], holder: Holder(accountId: $0["accountId"], scope: Self.scope($0["scope"])),
+                                 originalTransactionId: $0["originalTransactionId"], productId: $0["productId"], grantKind: $0["grantKind"],
+                                 coinsGranted: $0["coinsGranted"], revokedAtMs: $0["revokedAtMs"])
+        }
+    }
+
+    func recordProcessed(_ p: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) throws {
+        try db.cachedStatement(sql: """
+            INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, scope, productId, grantKind,
+                                              coinsGranted, purchaseDateMs, expiresDateMs, processedAtMs)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """).execute(arguments: [p.environment, p.transactionId, p.originalTransactionId, holder.accountId, holder.scope.rawValue,
+                                     p.productId, grantKind, coins, p.purchaseDateMs, p.expiresDateMs, nowMs])
+    }
+
+    func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws {
         try db.cachedStatement(sql: "UPDATE processedTransaction SET revokedAtMs = ?, revokeReason = ? WHERE transactionId = ?")
             .execute(arguments: [nowMs, reason, transactionId])
-        let holder = Holder(accountId: row["accountId"], scope: AccountScope(rawValue: row["scope"]) ?? .production)
-        let environment: String = row["environment"], original: String = row["originalTransactionId"], productId: String = row["productId"]
-        let coins: Int64 = row["coinsGranted"]
-        if coins > 0 {
-            // Whatever was spent of it is owed, never dropped: later grants repay it first.
-            let balance = try Self.wallet(holder, db).balance
-            let taken = min(balance, coins)
-            try appendLedger(holder, delta: -taken, kind: .reversal, environment: environment, transactionId: transactionId,
-                             memo: "\(reason): \(productId)", debt: coins - taken, nowMs: nowMs, db: db)
-        } else {
-            let name = try String.fetchOne(db.cachedStatement(sql: """
-                SELECT entitlement FROM entitlement WHERE originalTransactionId = ? AND revokedAtMs IS NULL
-                """), arguments: [original])
-            try db.cachedStatement(sql: """
-                UPDATE entitlement SET revokedAtMs = ? WHERE originalTransactionId = ? AND revokedAtMs IS NULL
-                """).execute(arguments: [nowMs, original])
-            if let name, (row["grantKind"] as String?) == GrantRule.timeLimitedKind {
-                try restack(holder, entitlement: name, nowMs: nowMs, db: db)
-            }
-            try appendLedger(holder, delta: 0, kind: .reversal, environment: environment, transactionId: transactionId,
-                             memo: "\(reason): \(productId)", nowMs: nowMs, db: db)
-        }
-        return true
     }
 
-    /// After a stacked pass is revoked, the passes queued behind it move up: each one not yet started
-    /// starts at the later of now and the end of the one before it, keeping its own length.
-    private static func restack(_ holder: Holder, entitlement: String, nowMs: Int64, db: Database) throws {
-        let rows = try Row.fetchAll(db.cachedStatement(sql: """
-            SELECT originalTransactionId, startsAtMs, expiresAtMs FROM entitlement
-            WHERE accountId = ? AND scope = ? AND entitlement = ? AND revokedAtMs IS NULL AND expiresAtMs IS NOT NULL
-            ORDER BY startsAtMs
-            """), arguments: [holder.accountId, holder.scope.rawValue, entitlement])
-        var cursor = nowMs
-        for row in rows {
-            let start: Int64 = row["startsAtMs"], end: Int64 = row["expiresAtMs"]
-            guard start > nowMs else {
-                cursor = max(cursor, end)  // running or over: stays as it is
-                continue
-            }
-            let newStart = min(start, max(nowMs, cursor))  // passes only ever move earlier
-            if newStart < start {
-                try db.cachedStatement(sql: """
-                    UPDATE entitlement SET startsAtMs = ?, expiresAtMs = ? WHERE originalTransactionId = ?
-                    """).execute(arguments: [newStart, newStart + (end - start), row["originalTransactionId"] as String])
-            }
-            cursor = newStart + (end - start)
-        }
+    private static let entitlementColumns =
+        "environment, originalTransactionId, accountId, scope, entitlement, productId, startsAtMs, expiresAtMs, revokedAtMs"
+
+    func entitlement(original: String) throws -> EntitlementRecord? {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.entitlementColumns) FROM entitlement WHERE originalTransactionId = ?"),
+                         arguments: [original]).map(Self.entitlementRecord)
     }
 
-    /// Appends a ledger row and moves the wallet by the same amounts, with checked arithmetic; returns
-    /// the new balance. `debt` adds to what is owed, `recovered` repays it.
-    @discardableResult
-    private static func appendLedger(_ holder: Holder, delta: Int64, kind: LedgerKind, environment: String? = nil,
-                                     transactionId: String? = nil, idempotencyKey: String? = nil, memo: String?, debt: Int64 = 0,
-                                     recovered: Int64 = 0, nowMs: Int64, db: Database) throws -> Int64 {
-        let wallet = try Self.wallet(holder, db)
-        let (balance, balanceOverflow) = wallet.balance.addingReportingOverflow(delta)
-        let (owedPlusDebt, debtOverflow) = wallet.owed.addingReportingOverflow(debt)
-        let owed = owedPlusDebt - recovered
-        guard !balanceOverflow, !debtOverflow, balance >= 0, balance <= CoinLimits.maxBalance, owed >= 0 else {
-            throw LedgerLimit.balanceOutOfRange
-        }
+    func insertEntitlement(_ e: EntitlementRecord) throws {
+        try db.cachedStatement(sql: "INSERT INTO entitlement (\(Self.entitlementColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)").execute(
+            arguments: [e.environment, e.originalTransactionId, e.holder.accountId, e.holder.scope.rawValue, e.entitlement, e.productId,
+                        e.startsAtMs, e.expiresAtMs, e.revokedAtMs])
+    }
+
+    func updateEntitlement(_ e: EntitlementRecord) throws {
+        try db.cachedStatement(sql: "UPDATE entitlement SET startsAtMs = ?, expiresAtMs = ?, revokedAtMs = ? WHERE originalTransactionId = ?")
+            .execute(arguments: [e.startsAtMs, e.expiresAtMs, e.revokedAtMs, e.originalTransactionId])
+    }
+
+    func entitlements(_ holder: Holder, activeAtMs: Int64?) throws -> [EntitlementRecord] {
+        try Row.fetchAll(db.cachedStatement(sql: """
+            SELECT \(Self.entitlementColumns) FROM entitlement
+            WHERE accountId = ? AND scope = ? AND revokedAtMs IS NULL AND (? IS NULL OR expiresAtMs IS NULL OR expiresAtMs > ?)
+            """), arguments: [holder.accountId, holder.scope.rawValue, activeAtMs, activeAtMs]).map(Self.entitlementRecord)
+    }
+
+    func wallet(_ holder: Holder) throws -> Wallet {
+        try Row.fetchOne(db.cachedStatement(sql: "SELECT balance, owed FROM wallet WHERE accountId = ? AND scope = ?"),
+                         arguments: [holder.accountId, holder.scope.rawValue]).map { Wallet(balance: $0["balance"], owed: $0["owed"]) }
+            ?? Wallet()
+    }
+
+    func append(_ row: LedgerRow) throws {
         try db.cachedStatement(sql: """
             INSERT INTO wallet (accountId, scope, balance, owed) VALUES (?, ?, ?, ?)
             ON CONFLICT (accountId, scope) DO UPDATE SET balance = excluded.balance, owed = excluded.owed
-            """).execute(arguments: [holder.accountId, holder.scope.rawValue, balance, owed])
+            """).execute(arguments: [row.holder.accountId, row.holder.scope.rawValue, row.balance, row.owed])
         try db.cachedStatement(sql: """
             INSERT INTO ledger (accountId, scope, delta, balance, kind, environment, transactionId, idempotencyKey, memo,
                                 debt, recovered, owed, createdAtMs)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [holder.accountId, holder.scope.rawValue, delta, balance, kind.rawValue, environment, transactionId,
-                                     idempotencyKey, memo, debt, recovered, owed, nowMs])
-        return balance
+            """).execute(arguments: [row.holder.accountId, row.holder.scope.rawValue, row.delta, row.balance, row.kind.rawValue,
+                                     row.environment, row.transactionId, row.idempotencyKey, row.memo, row.debt, row.recovered, row.owed,
+                                     row.createdAtMs])
     }
 
-    private static func wallet(_ holder: Holder, _ db: Database) throws -> (balance: Int64, owed: Int64) {
-        guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT balance, owed FROM wallet WHERE accountId = ? AND scope = ?"),
-                                         arguments: [holder.accountId, holder.scope.rawValue]) else { return (0, 0) }
-        return (row["balance"], row["owed"])
-    }
-
-    /// Active entitlements, one per entitlement name: a permanent one wins, else the latest end.
-    private static func activeEntitlements(_ holder: Holder, nowMs: Int64, _ db: Database) throws -> [Entitlement] {
-        let rows = try Row.fetchAll(db.cachedStatement(sql: """
-            SELECT entitlement, productId, expiresAtMs, originalTransactionId FROM entitlement
-            WHERE accountId = ? AND scope = ? AND revokedAtMs IS NULL AND (expiresAtMs IS NULL OR expiresAtMs > ?)
-            ORDER BY entitlement, expiresAtMs IS NOT NULL, expiresAtMs DESC, originalTransactionId
-            """), arguments: [holder.accountId, holder.scope.rawValue, nowMs])
-        var seen = Set<String>()
-        var out: [Entitlement] = []
-        for row in rows {
-            let name: String = row["entitlement"]
-            guard seen.insert(name).inserted else { continue }
-            out.append(Entitlement(entitlement: name, productId: row["productId"], expiresAtMs: row["expiresAtMs"],
-                                   originalTransactionId: row["originalTransactionId"]))
+    func spend(_ holder: Holder, idempotencyKey: String) throws -> RecordedSpend? {
+        try Row.fetchOne(db.cachedStatement(sql: """
+            SELECT delta, balance, memo FROM ledger WHERE accountId = ? AND scope = ? AND idempotencyKey = ?
+            """), arguments: [holder.accountId, holder.scope.rawValue, idempotencyKey]).map {
+            RecordedSpend(delta: $0["delta"], balance: $0["balance"], memo: $0["memo"])
         }
-        return out
     }
-}
 
-/// A write refused because an amount is outside `Coins`' bounds; nothing was committed.
-public enum LedgerLimit: Error, Sendable {
-    case grantTooLarge
-    case balanceOutOfRange
+    private static func scope(_ raw: String) -> AccountScope { AccountScope(rawValue: raw) ?? .production }
+
+    private static func entitlementRecord(_ row: Row) -> EntitlementRecord {
+        EntitlementRecord(environment: row["environment"], originalTransactionId: row["originalTransactionId"],
+                          holder: Holder(accountId: row["accountId"], scope: scope(row["scope"])), entitlement: row["entitlement"],
+                          productId: row["productId"], startsAtMs: row["startsAtMs"], expiresAtMs: row["expiresAtMs"],
+                          revokedAtMs: row["revokedAtMs"])
+    }
 }

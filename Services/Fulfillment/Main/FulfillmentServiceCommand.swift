@@ -46,7 +46,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
     var contentDir: String?
 
     func validate() throws {
-        guard FulfillmentStore.OwnershipPolicy(rawValue: ownershipPolicy) != nil else {
+        guard OwnershipPolicy(rawValue: ownershipPolicy) != nil else {
             throw ValidationError("--ownership-policy must be refuse or transfer")
         }
         guard SandboxPolicy(rawValue: sandboxPolicy) != nil else {
@@ -59,7 +59,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         let logger = options.logger(label: "fulfillment")
         var config = FulfillmentConfiguration()
         config.adminToken = try Environment.token(adminToken, flagName: "--admin-token", env: "IAP_ADMIN_TOKEN")
-        config.ownershipPolicy = FulfillmentStore.OwnershipPolicy(rawValue: ownershipPolicy)!
+        config.ownershipPolicy = OwnershipPolicy(rawValue: ownershipPolicy)!
         config.sandboxPolicy = SandboxPolicy(rawValue: sandboxPolicy)!
         if config.sandboxPolicy == .grant {
             logger.critical("--sandbox-policy grant: Sandbox, TestFlight and Xcode purchases (free to make) grant real coins and entitlements. Development only")

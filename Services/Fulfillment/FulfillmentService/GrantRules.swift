@@ -1,0 +1,257 @@
+import IAPProtocol
+
+/// What the grant rules need from storage inside ONE write transaction: look things up and record them,
+/// nothing more. `FulfillmentStore` implements it over a GRDB `Database` (SQLite); a PostgreSQL store
+/// implements the same over one transaction; tests use an in-memory one. Every method runs inside the
+/// caller's transaction, so the rules' reads and writes commit or roll back together.
+public protocol FulfillmentTransaction {
+    /// The holder an original transaction is bound to, if any (one per original, whatever environment).
+    func owner(original: String) throws -> Holder?
+    func bind(_ purchase: VerifiedPurchase, to holder: Holder, nowMs: Int64) throws
+    /// Moves an original (its ownership and entitlement) to another account and records the move.
+    func transfer(_ purchase: VerifiedPurchase, from accountId: String, to holder: Holder, nowMs: Int64) throws
+
+    /// The processed transaction with this id (one per id, whatever environment).
+    func processed(_ transactionId: String) throws -> ProcessedTransaction?
+    func recordProcessed(_ purchase: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) throws
+    func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws
+
+    func entitlement(original: String) throws -> EntitlementRecord?
+    func insertEntitlement(_ record: EntitlementRecord) throws
+    /// Replaces the start, expiry and revocation of the entitlement of `record.originalTransactionId`.
+    func updateEntitlement(_ record: EntitlementRecord) throws
+    /// The holder's entitlements that are not revoked and have not ended by `activeAtMs` (nil: all not revoked).
+    func entitlements(_ holder: Holder, activeAtMs: Int64?) throws -> [EntitlementRecord]
+
+    func wallet(_ holder: Holder) throws -> Wallet
+    /// Appends the row and sets the holder's wallet to the row's `balance` and `owed`.
+    func append(_ row: LedgerRow) throws
+    func spend(_ holder: Holder, idempotencyKey: String) throws -> RecordedSpend?
+}
+
+/// The purchase-lifecycle rules of RECEIPTS.md and DESIGN.md section 6, as plain Swift over a
+/// `FulfillmentTransaction`: who owns a purchase, what it grants, what a refund takes back, what is owed.
+public enum GrantRules {
+    /// Records and grants every purchase; answers what was done and the `answerScope`'s state.
+    /// `appAccountToken` is the account's own: a StoreKit 2 purchase made with another belongs to another account.
+    public static func apply(_ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
+                             policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64,
+                             in tx: some FulfillmentTransaction) throws -> AppliedPurchases {
+        var results: [TransactionResult] = []
+        var transfers: [(String, String)] = []
+        for item in planned {
+            let p = item.purchase
+            func result(_ outcome: RedeemOutcome, finishable: Bool = true) {
+                results.append(TransactionResult(transactionId: p.transactionId, originalTransactionId: p.originalTransactionId,
+                                                 productId: p.productId, outcome: outcome, finishable: finishable))
+            }
+            guard let rule = item.rule else {
+                result(.unknownProduct, finishable: false)  // kept unfinished: retried after a catalog update
+                continue
+            }
+            if let token = p.appAccountToken, let own = appAccountToken?.lowercased(), token != own {
+                result(.ownedByAnotherAccount)  // the app bound this purchase to another account when it was made
+                continue
+            }
+            let owner = try tx.owner(original: p.originalTransactionId)
+            // An original's transactions all land in the scope it was first bound to.
+            let holder = Holder(accountId: accountId, scope: owner?.scope ?? item.scope)
+            if let owner, owner.accountId != accountId {
+                guard policy == .transfer, rule.entitlement != nil, p.cancellationDateMs == nil else {
+                    result(.ownedByAnotherAccount)
+                    continue
+                }
+                try tx.transfer(p, from: owner.accountId, to: holder, nowMs: nowMs)
+                transfers.append((p.originalTransactionId, owner.accountId))
+                if try tx.processed(p.transactionId) == nil {
+                    try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
+                }
+                result(.restored)
+                continue
+            }
+            // A purchase is recorded once, under the environment it was first seen with: a later copy
+            // that claims another environment finds the same record.
+            if let processed = try tx.processed(p.transactionId) {
+                if processed.revokedAtMs != nil {
+                    result(.revoked)
+                } else if p.cancellationDateMs != nil {
+                    _ = try revoke(p.transactionId, reason: "refunded", nowMs: nowMs, in: tx)
+                    result(.revoked)
+                } else {
+                    result(.alreadyGranted)
+                }
+                continue
+            }
+            if case .coins = rule, mode == .restore {
+                continue  // restore never grants consumables; an unredeemed one is left for redeem
+            }
+            if owner == nil { try tx.bind(p, to: holder, nowMs: nowMs) }
+            if p.cancellationDateMs != nil {
+                // Refunded before we ever saw it: record it, grant nothing, and take back what its
+                // original granted (a refunded renewal or re-purchase revokes the entitlement).
+                try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
+                _ = try revoke(p.transactionId, reason: "refunded", nowMs: nowMs, in: tx)
+                result(.revoked)
+                continue
+            }
+            result(try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx))
+        }
+        let answer = Holder(accountId: accountId, scope: answerScope)
+        let wallet = try tx.wallet(answer)
+        return AppliedPurchases(results: results, balance: wallet.balance, owed: wallet.owed,
+                                entitlements: activeEntitlements(try tx.entitlements(answer, activeAtMs: nowMs)), transfers: transfers)
+    }
+
+    /// Grants a new, unrefunded transaction. `firstOfOriginal`: nothing of its original was bound before.
+    static func grant(_ p: VerifiedPurchase, rule: GrantRule, holder: Holder, firstOfOriginal: Bool, nowMs: Int64,
+                      in tx: some FulfillmentTransaction) throws -> RedeemOutcome {
+        switch rule {
+        case .coins(let perUnit):
+            let (coins, overflow) = perUnit.multipliedReportingOverflow(by: p.quantity)
+            guard !overflow, coins > 0, coins <= CoinLimits.maxGrant else { throw LedgerLimit.grantTooLarge }
+            try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: coins, nowMs: nowMs)
+            let after = try append(holder, delta: coins, kind: .grant, environment: p.environment, transactionId: p.transactionId,
+                                   memo: p.productId, nowMs: nowMs, in: tx)
+            // Owed coins (refunds of spent coins) are repaid first, in their own row.
+            if after.owed > 0 {
+                let repaid = min(after.owed, after.balance)
+                try append(holder, delta: -repaid, kind: .recovery, environment: p.environment, transactionId: p.transactionId,
+                           memo: "repays refunded coins", recovered: repaid, nowMs: nowMs, in: tx)
+            }
+            return .granted
+        case .permanent(let name):
+            try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
+            guard firstOfOriginal else { return .restored }  // a restore or a free re-purchase of what the account owns
+            try tx.insertEntitlement(entitlement(p, holder, name, startsAtMs: p.purchaseDateMs, expiresAtMs: nil))
+            return .granted
+        case .subscription(let name):
+            try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
+            guard firstOfOriginal else {
+                return try extendSubscription(p, in: tx) ? .granted : .restored  // a renewal ends later: granted
+            }
+            try tx.insertEntitlement(entitlement(p, holder, name, startsAtMs: p.purchaseDateMs, expiresAtMs: p.expiresDateMs))
+            return .granted
+        case .timeLimited(let name, let days):
+            try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
+            guard firstOfOriginal else { return .restored }
+            // Back-to-back passes stack: this one starts at the later of now and the current end.
+            let currentEnd = try tx.entitlements(holder, activeAtMs: nil).filter { $0.entitlement == name }.compactMap(\.expiresAtMs).max() ?? 0
+            let start = max(nowMs, currentEnd)
+            try tx.insertEntitlement(entitlement(p, holder, name, startsAtMs: start, expiresAtMs: start + Int64(days) * 86_400_000))
+            return .granted
+        }
+    }
+
+    private static func entitlement(_ p: VerifiedPurchase, _ holder: Holder, _ name: String, startsAtMs: Int64,
+                                    expiresAtMs: Int64?) -> EntitlementRecord {
+        EntitlementRecord(environment: p.environment, originalTransactionId: p.originalTransactionId, holder: holder, entitlement: name,
+                          productId: p.productId, startsAtMs: startsAtMs, expiresAtMs: expiresAtMs)
+    }
+
+    /// Moves a subscription's end to this transaction's expiry if that is later (a renewal); a renewal
+    /// bought after a revocation reinstates access. True if anything changed.
+    static func extendSubscription(_ p: VerifiedPurchase, in tx: some FulfillmentTransaction) throws -> Bool {
+        guard let expires = p.expiresDateMs, var current = try tx.entitlement(original: p.originalTransactionId) else { return false }
+        guard current.expiresAtMs.map({ $0 < expires }) ?? true, current.revokedAtMs.map({ $0 < p.purchaseDateMs }) ?? true else {
+            return false
+        }
+        current.expiresAtMs = expires
+        current.revokedAtMs = nil
+        try tx.updateEntitlement(current)
+        return true
+    }
+
+    /// Revokes one processed transaction, whatever environment it was recorded under: its coins are
+    /// reversed (floored at zero, the rest owed) or its entitlement removed, with a reversal ledger row
+    /// either way. False if it was already revoked.
+    public static func revoke(_ transactionId: String, reason: String, nowMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
+        guard let record = try tx.processed(transactionId), record.revokedAtMs == nil else { return false }
+        try tx.markRevoked(transactionId, reason: reason, nowMs: nowMs)
+        let memo = "\(reason): \(record.productId)"
+        if record.coinsGranted > 0 {
+            // Whatever was spent of it is owed, never dropped: later grants repay it first.
+            let taken = min(try tx.wallet(record.holder).balance, record.coinsGranted)
+            try append(record.holder, delta: -taken, kind: .reversal, environment: record.environment, transactionId: transactionId,
+                       memo: memo, debt: record.coinsGranted - taken, nowMs: nowMs, in: tx)
+            return true
+        }
+        if var entitlement = try tx.entitlement(original: record.originalTransactionId), entitlement.revokedAtMs == nil {
+            entitlement.revokedAtMs = nowMs
+            try tx.updateEntitlement(entitlement)
+            if record.grantKind == GrantRule.timeLimitedKind {
+                try restack(entitlement.holder, entitlement: entitlement.entitlement, nowMs: nowMs, in: tx)
+            }
+        }
+        try append(record.holder, delta: 0, kind: .reversal, environment: record.environment, transactionId: transactionId, memo: memo,
+                   nowMs: nowMs, in: tx)
+        return true
+    }
+
+    /// After a stacked pass is revoked, the passes queued behind it move up: each one not yet started
+    /// starts at the later of now and the end of the one before it, keeping its own length.
+    static func restack(_ holder: Holder, entitlement name: String, nowMs: Int64, in tx: some FulfillmentTransaction) throws {
+        let passes = try tx.entitlements(holder, activeAtMs: nil).filter { $0.entitlement == name && $0.expiresAtMs != nil }
+            .sorted { $0.startsAtMs < $1.startsAtMs }
+        var cursor = nowMs
+        for var pass in passes {
+            let start = pass.startsAtMs, length = pass.expiresAtMs! - pass.startsAtMs
+            guard start > nowMs else {
+                cursor = max(cursor, pass.expiresAtMs!)  // running or over: stays as it is
+                continue
+            }
+            let newStart = min(start, max(nowMs, cursor))  // passes only ever move earlier
+            if newStart < start {
+                pass.startsAtMs = newStart
+                pass.expiresAtMs = newStart + length
+                try tx.updateEntitlement(pass)
+            }
+            cursor = newStart + length
+        }
+    }
+
+    /// Spends once per (holder, idempotency key): the same key with the same amount and memo answers the
+    /// first result, with other params it is a conflict; never while anything is owed, never below zero.
+    public static func spend(_ holder: Holder, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64,
+                             in tx: some FulfillmentTransaction) throws -> SpendOutcome {
+        if let earlier = try tx.spend(holder, idempotencyKey: idempotencyKey) {
+            return earlier.delta == -amount && earlier.memo == memo ? .replayed(balance: earlier.balance) : .keyConflict
+        }
+        let wallet = try tx.wallet(holder)
+        guard wallet.owed == 0 else { return .owes(owed: wallet.owed, balance: wallet.balance) }
+        guard wallet.balance >= amount else { return .insufficient(balance: wallet.balance) }
+        return .spent(balance: try append(holder, delta: -amount, kind: .spend, idempotencyKey: idempotencyKey, memo: memo, nowMs: nowMs,
+                                          in: tx).balance)
+    }
+
+    /// Appends a ledger row with checked arithmetic; answers the holder's wallet after it.
+    @discardableResult
+    static func append(_ holder: Holder, delta: Int64, kind: LedgerKind, environment: String? = nil, transactionId: String? = nil,
+                       idempotencyKey: String? = nil, memo: String?, debt: Int64 = 0, recovered: Int64 = 0, nowMs: Int64,
+                       in tx: some FulfillmentTransaction) throws -> Wallet {
+        let before = try tx.wallet(holder)
+        let (balance, balanceOverflow) = before.balance.addingReportingOverflow(delta)
+        let (withDebt, debtOverflow) = before.owed.addingReportingOverflow(debt)
+        let owed = withDebt - recovered
+        guard !balanceOverflow, !debtOverflow, balance >= 0, balance <= CoinLimits.maxBalance, owed >= 0 else {
+            throw LedgerLimit.balanceOutOfRange
+        }
+        try tx.append(LedgerRow(holder: holder, delta: delta, balance: balance, owed: owed, kind: kind, environment: environment,
+                                transactionId: transactionId, idempotencyKey: idempotencyKey, memo: memo, debt: debt, recovered: recovered,
+                                createdAtMs: nowMs))
+        return Wallet(balance: balance, owed: owed)
+    }
+
+    /// What an account has now, one per entitlement name: a permanent one wins, else the latest end.
+    public static func activeEntitlements(_ records: [EntitlementRecord]) -> [Entitlement] {
+        let ordered = records.sorted {
+            ($0.entitlement, $0.expiresAtMs == nil ? 0 : 1, -($0.expiresAtMs ?? 0), $0.originalTransactionId)
+                < ($1.entitlement, $1.expiresAtMs == nil ? 0 : 1, -($1.expiresAtMs ?? 0), $1.originalTransactionId)
+        }
+        var seen = Set<String>()
+        return ordered.compactMap { r in
+            guard seen.insert(r.entitlement).inserted else { return nil }
+            return Entitlement(entitlement: r.entitlement, productId: r.productId, expiresAtMs: r.expiresAtMs,
+                               originalTransactionId: r.originalTransactionId)
+        }
+    }
+}

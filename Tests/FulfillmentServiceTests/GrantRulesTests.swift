@@ -1,0 +1,121 @@
+import FulfillmentService
+import IAPProtocol
+import Testing
+
+/// The purchase-lifecycle rules on an in-memory ledger: milliseconds each, no database, no services.
+/// The same rules run over SQLite in the end-to-end tests.
+@Suite struct GrantRulesTests {
+    static let alice = "alice", bob = "bob"
+    let ledger = InMemoryLedger()
+
+    func purchase(_ id: String, original: String? = nil, product: String = "coins.100", environment: String = "Production",
+                  quantity: Int64 = 1, purchasedAt: Int64 = 1, expires: Int64? = nil, cancelled: Int64? = nil,
+                  token: String? = nil) -> VerifiedPurchase {
+        VerifiedPurchase(environment: environment, transactionId: id, originalTransactionId: original ?? id, productId: product,
+                         quantity: quantity, purchaseDateMs: purchasedAt, expiresDateMs: expires, cancellationDateMs: cancelled,
+                         appAccountToken: token)
+    }
+
+    @discardableResult
+    func apply(_ items: [(VerifiedPurchase, GrantRule?)], for account: String = alice, token: String? = nil,
+               mode: FulfillmentMode = .redeem, policy: OwnershipPolicy = .refuse, scope: AccountScope = .production,
+               now: Int64 = 10) throws -> AppliedPurchases {
+        try GrantRules.apply(items.map { PlannedPurchase(purchase: $0.0, rule: $0.1, scope: scope) }, accountId: account,
+                             appAccountToken: token, mode: mode, policy: policy, answerScope: scope, nowMs: now, in: ledger)
+    }
+
+    @Test func coinsAreGrantedOnceAndRestoreNeverGrantsThem() throws {
+        let coins = purchase("t1", quantity: 3)
+        #expect(try apply([(coins, .coins(perUnit: 100))], mode: .restore).results.isEmpty)
+        #expect(try apply([(coins, .coins(perUnit: 100))]).balance == 300)
+        #expect(try apply([(coins, .coins(perUnit: 100))]).results.map(\.outcome) == [.alreadyGranted])
+        #expect(ledger.rows.map(\.kind) == [.grant])
+        #expect(ledger.invariantsHold)
+    }
+
+    @Test func anOriginalBelongsToItsFirstAccountUnlessTransferred() throws {
+        let pack = purchase("t1", product: "pack")
+        try apply([(pack, .permanent(entitlement: "castle"))])
+        let again = purchase("t2", original: "t1", product: "pack")
+        #expect(try apply([(again, .permanent(entitlement: "castle"))], for: Self.bob).results.map(\.outcome) == [.ownedByAnotherAccount])
+        let moved = try apply([(again, .permanent(entitlement: "castle"))], for: Self.bob, policy: .transfer)
+        #expect(moved.results.map(\.outcome) == [.restored])
+        #expect(moved.entitlements.map(\.entitlement) == ["castle"])
+        #expect(ledger.transfers.map(\.from) == [Self.alice])
+        // Coins never move.
+        try apply([(purchase("c1"), .coins(perUnit: 100))])
+        #expect(try apply([(purchase("c2", original: "c1"), .coins(perUnit: 100))], for: Self.bob, policy: .transfer).results
+            .map(\.outcome) == [.ownedByAnotherAccount])
+    }
+
+    @Test func aPurchaseMadeWithAnotherAccountsTokenIsNotGranted() throws {
+        let theirs = purchase("t1", token: "bbbbbbbb-0000-0000-0000-000000000000")
+        let result = try apply([(theirs, .coins(perUnit: 100))], token: "aaaaaaaa-0000-0000-0000-000000000000")
+        #expect(result.results.map(\.outcome) == [.ownedByAnotherAccount])
+        #expect(result.balance == 0)
+    }
+
+    @Test func aPurchaseRefundedBeforeItWasSeenGrantsNothingAndRevokesItsOriginal() throws {
+        try apply([(purchase("s1", product: "sub", expires: 100), .subscription(entitlement: "pro"))])
+        let renewal = purchase("s2", original: "s1", product: "sub", purchasedAt: 100, expires: 200, cancelled: 150)
+        #expect(try apply([(renewal, .subscription(entitlement: "pro"))]).results.map(\.outcome) == [.revoked])
+        #expect(try apply([], now: 50).entitlements.isEmpty)
+    }
+
+    @Test func renewalsExtendAndARenewalAfterARevocationReinstates() throws {
+        try apply([(purchase("s1", product: "sub", expires: 100), .subscription(entitlement: "pro"))])
+        #expect(try apply([(purchase("s2", original: "s1", product: "sub", purchasedAt: 100, expires: 200), .subscription(entitlement: "pro"))],
+                          now: 150).entitlements.first?.expiresAtMs == 200)
+        _ = try GrantRules.revoke("s2", reason: "refunded", nowMs: 160, in: ledger)
+        #expect(try apply([], now: 170).entitlements.isEmpty)
+        let later = purchase("s3", original: "s1", product: "sub", purchasedAt: 200, expires: 300)
+        #expect(try apply([(later, .subscription(entitlement: "pro"))], now: 210).entitlements.first?.expiresAtMs == 300)
+    }
+
+    @Test func passesStackAndMoveUpWhenOneBeforeThemIsRefunded() throws {
+        let day: Int64 = 86_400_000
+        for id in ["p1", "p2", "p3"] { try apply([(purchase(id, product: "pass"), .timeLimited(entitlement: "season", durationDays: 1))]) }
+        #expect(ledger.entitlementRows["p3"]?.startsAtMs == 10 + 2 * day)
+        _ = try GrantRules.revoke("p2", reason: "refunded", nowMs: 20, in: ledger)
+        #expect(ledger.entitlementRows["p3"]?.startsAtMs == 10 + day)
+        #expect(ledger.entitlementRows["p3"]?.expiresAtMs == 10 + 2 * day)
+    }
+
+    @Test func refundedSpentCoinsAreOwedAndRepaidFirst() throws {
+        try apply([(purchase("c1"), .coins(perUnit: 100))])
+        let holder = Holder(accountId: Self.alice, scope: .production)
+        #expect(try GrantRules.spend(holder, amount: 80, idempotencyKey: "k", memo: nil, nowMs: 11, in: ledger) == .spent(balance: 20))
+        #expect(try GrantRules.revoke("c1", reason: "refunded", nowMs: 12, in: ledger))
+        #expect(ledger.wallet(holder) == Wallet(balance: 0, owed: 80))
+        #expect(try GrantRules.spend(holder, amount: 1, idempotencyKey: "k2", memo: nil, nowMs: 13, in: ledger) == .owes(owed: 80, balance: 0))
+        // A first grant too small to repay all of it repays what it can.
+        #expect(try apply([(purchase("c2", quantity: 1), .coins(perUnit: 50))]).owed == 30)
+        let repaid = try apply([(purchase("c3"), .coins(perUnit: 100))])
+        #expect(repaid.balance == 70 && repaid.owed == 0)
+        #expect(ledger.rows.map(\.kind) == [.grant, .spend, .reversal, .grant, .recovery, .grant, .recovery])
+        #expect(ledger.invariantsHold)
+        // Replays answer the first result; another amount with the same key is a conflict.
+        #expect(try GrantRules.spend(holder, amount: 80, idempotencyKey: "k", memo: nil, nowMs: 14, in: ledger) == .replayed(balance: 20))
+        #expect(try GrantRules.spend(holder, amount: 81, idempotencyKey: "k", memo: nil, nowMs: 14, in: ledger) == .keyConflict)
+    }
+
+    @Test func scopesKeepSandboxValueApartAndAnOriginalStaysInItsFirstScope() throws {
+        try apply([(purchase("s1", environment: "Sandbox"), .coins(perUnit: 100))], scope: .sandbox)
+        #expect(ledger.wallet(Holder(accountId: Self.alice, scope: .production)) == Wallet())
+        #expect(ledger.wallet(Holder(accountId: Self.alice, scope: .sandbox)).balance == 100)
+        try apply([(purchase("n1", product: "pack", environment: "Sandbox"), .permanent(entitlement: "castle"))], scope: .sandbox)
+        // A later transaction of that original lands in the Sandbox scope even if planned for Production.
+        try apply([(purchase("n2", original: "n1", product: "pack", environment: "Sandbox"), .permanent(entitlement: "castle"))])
+        #expect(ledger.processedRows["n2"]?.holder.scope == .sandbox)
+        #expect(try apply([]).entitlements.isEmpty)
+    }
+
+    @Test func coinAmountsNeverWrap() throws {
+        #expect(throws: LedgerLimit.grantTooLarge) {
+            try apply([(purchase("big", quantity: 10), .coins(perUnit: Int64.max / 4))])
+        }
+        #expect(throws: LedgerLimit.grantTooLarge) {
+            try apply([(purchase("big2", quantity: 11), .coins(perUnit: CoinLimits.maxGrant / 10))])
+        }
+    }
+}

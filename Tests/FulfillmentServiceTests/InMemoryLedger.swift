@@ -1,0 +1,82 @@
+import FulfillmentService
+import IAPProtocol
+
+/// A `FulfillmentTransaction` in memory, for fast tests of `GrantRules` without a database. It keeps the
+/// schema's uniqueness rules (one processed row per transaction id, one owner per original, one
+/// entitlement per original, one spend per key) as preconditions, so a rule that broke them would trap.
+final class InMemoryLedger: FulfillmentTransaction {
+    var owners: [String: Holder] = [:]
+    var processedRows: [String: ProcessedTransaction] = [:]
+    var entitlementRows: [String: EntitlementRecord] = [:]
+    var wallets: [Holder: Wallet] = [:]
+    var rows: [LedgerRow] = []
+    var transfers: [(original: String, from: String, to: String)] = []
+
+    func owner(original: String) -> Holder? { owners[original] }
+
+    func bind(_ p: VerifiedPurchase, to holder: Holder, nowMs: Int64) {
+        precondition(owners[p.originalTransactionId] == nil, "one owner per original")
+        owners[p.originalTransactionId] = holder
+    }
+
+    func transfer(_ p: VerifiedPurchase, from accountId: String, to holder: Holder, nowMs: Int64) {
+        owners[p.originalTransactionId] = holder
+        entitlementRows[p.originalTransactionId]?.holder = holder
+        transfers.append((p.originalTransactionId, accountId, holder.accountId))
+    }
+
+    func processed(_ transactionId: String) -> ProcessedTransaction? { processedRows[transactionId] }
+
+    func recordProcessed(_ p: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) {
+        precondition(processedRows[p.transactionId] == nil, "one processed row per transaction")
+        processedRows[p.transactionId] = ProcessedTransaction(environment: p.environment, holder: holder,
+                                                              originalTransactionId: p.originalTransactionId, productId: p.productId,
+                                                              grantKind: grantKind, coinsGranted: coins, revokedAtMs: nil)
+    }
+
+    func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) { processedRows[transactionId]?.revokedAtMs = nowMs }
+
+    func entitlement(original: String) -> EntitlementRecord? { entitlementRows[original] }
+
+    func insertEntitlement(_ record: EntitlementRecord) {
+        precondition(entitlementRows[record.originalTransactionId] == nil, "one entitlement per original")
+        entitlementRows[record.originalTransactionId] = record
+    }
+
+    func updateEntitlement(_ record: EntitlementRecord) {
+        entitlementRows[record.originalTransactionId]?.startsAtMs = record.startsAtMs
+        entitlementRows[record.originalTransactionId]?.expiresAtMs = record.expiresAtMs
+        entitlementRows[record.originalTransactionId]?.revokedAtMs = record.revokedAtMs
+    }
+
+    func entitlements(_ holder: Holder, activeAtMs: Int64?) -> [EntitlementRecord] {
+        entitlementRows.values.filter {
+            $0.holder == holder && $0.revokedAtMs == nil && (activeAtMs == nil || $0.expiresAtMs.map { $0 > activeAtMs! } ?? true)
+        }
+    }
+
+    func wallet(_ holder: Holder) -> Wallet { wallets[holder] ?? Wallet() }
+
+    func append(_ row: LedgerRow) {
+        precondition(row.balance >= 0 && row.owed >= 0, "balances and debts never go below zero")
+        if let id = row.transactionId {
+            precondition(!rows.contains { $0.kind == row.kind && $0.transactionId == id }, "one \(row.kind) row per transaction")
+        }
+        rows.append(row)
+        wallets[row.holder] = Wallet(balance: row.balance, owed: row.owed)
+    }
+
+    func spend(_ holder: Holder, idempotencyKey: String) -> RecordedSpend? {
+        rows.first { $0.holder == holder && $0.idempotencyKey == idempotencyKey }.map {
+            RecordedSpend(delta: $0.delta, balance: $0.balance, memo: $0.memo)
+        }
+    }
+
+    /// balance = sum(delta) and owed = sum(debt) - sum(recovered), for every holder.
+    var invariantsHold: Bool {
+        wallets.allSatisfy { holder, wallet in
+            let mine = rows.filter { $0.holder == holder }
+            return wallet.balance == mine.reduce(0) { $0 + $1.delta } && wallet.owed == mine.reduce(0) { $0 + $1.debt - $1.recovered }
+        }
+    }
+}
