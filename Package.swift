@@ -157,7 +157,7 @@ let package = Package(
         .target(
             name: "FulfillmentService",
             dependencies: [
-                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport",
+                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport", "Receipts",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -73,6 +73,15 @@ public final class SignedPayloadVerifier: Sendable {
         return .success(payload)
     }
 
+    /// The payload bytes of a compact JWS WITHOUT verifying anything (bounded like `verify`): only for
+    /// echoing the ids a refused JWS claims back to its sender. Never act on them.
+    public static func unverifiedPayload(_ jws: String) -> [UInt8]? {
+        guard jws.utf8.count <= maxBytes else { return nil }
+        let parts = Array(jws.utf8).split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return nil }
+        return base64URL(parts[1])
+    }
+
     /// Unpadded base64url (RFC 4648 section 5) to bytes, straight from the UTF-8 (no string copies);
     /// nil on any character outside the alphabet or an impossible length.
     static func base64URL(_ part: ArraySlice<UInt8>) -> [UInt8]? {

@@ -95,6 +95,10 @@ import Testing
         _ = try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: alice.session, amount: 70, idempotencyKey: "sword"))
         let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: coins.transactionId))
         #expect(try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!)).applied)
+        // Delivered twice (Apple retries): applied once.
+        #expect(try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!)).applied)
+        #expect(try await suite.count("SELECT COUNT(*) FROM appliedNotification") == 1)
+        #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'reversal'") == 1)
 
         let afterRefund = try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: alice.session))
         #expect(afterRefund.balance == 0 && afterRefund.owed == 70)

@@ -2,6 +2,7 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import Logging
+import Receipts
 import ServiceSupport
 
 /// Turns verified purchases into what the person bought, exactly once: coins in the ledger,
@@ -274,6 +275,13 @@ public final class FulfillmentService: Sendable {
                                           detail: "the notification failed verification (status \(answer.status))")
         }
         let type = notification["notificationType"]?.stringValue ?? ""
+        // Apple delivers a notification again when it is not sure the first delivery landed: one already
+        // applied is answered as applied without being processed twice.
+        if let uuid = notification["notificationUUID"]?.stringValue,
+           try await storeCall({ try await self.store.notificationWasApplied(uuid) }) {
+            logger.info("notification already applied", metadata: ["type": "\(type)", "notificationUUID": "\(uuid)"])
+            return .init(applied: true)
+        }
         let data = notification["data"]
         guard let info = data?["transactionInfo"],
               let purchase = VerifiedPurchase.fromSignedTransaction(info, environment: data?["environment"]?.stringValue)
@@ -354,23 +362,20 @@ public final class FulfillmentService: Sendable {
     }
 }
 
-/// The ids a JWS claims, read without trusting it (for `rejected` results only).
+/// The ids a JWS claims, read without trusting it (for `rejected` results only), through the one JWS
+/// decoder (`Receipts`).
 struct UnverifiedClaims {
     var transactionId = ""
     var originalTransactionId = ""
     var productId = ""
 
     init(jws: String) {
-        let parts = jws.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[1].utf8.count <= 64 * 1024 else { return }
-        var b64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while b64.utf8.count % 4 != 0 { b64 += "=" }
-        guard let data = Data(base64Encoded: b64),
-              let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { return }
+        guard let payload = SignedPayloadVerifier.unverifiedPayload(jws),
+              let object = try? JSONDecoder().decode(JSONValue.self, from: Data(payload)) else { return }
         func text(_ key: String) -> String {
             switch object[key] {
-            case let s as String: return String(s.prefix(64))
-            case let n as NSNumber: return n.stringValue
+            case .string(let s)?: return String(s.prefix(64))
+            case .int(let n)?: return String(n)
             default: return ""
             }
         }

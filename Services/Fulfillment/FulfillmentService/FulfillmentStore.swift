@@ -237,6 +237,13 @@ public final class FulfillmentStore: Sendable {
 
     // MARK: reads
 
+    /// True once `markNotificationApplied` recorded this notification id.
+    public func notificationWasApplied(_ uuid: String) async throws -> Bool {
+        try await writer.read { db in
+            try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM appliedNotification WHERE notificationUUID = ?"), arguments: [uuid]) ?? false
+        }
+    }
+
     /// The account an original transaction is bound to, if any, and the scope it grants into.
     public func owner(originalTransactionId: String) async throws -> Holder? {
         try await writer.read { db in try SQLiteFulfillmentTransaction(db: db).owner(original: originalTransactionId) }
