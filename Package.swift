@@ -74,7 +74,7 @@ let package = Package(
         .target(
             name: "ServiceSupport",
             dependencies: [
-                "RPCTransport",
+                "RPCTransport", "JSONRPC",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

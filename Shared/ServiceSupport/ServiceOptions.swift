@@ -86,6 +86,29 @@ public enum Environment {
     }
 }
 
+/// The suite's services as other executables address them: DESIGN.md ports and `IAP_*_ADDR` variables.
+/// One lookup for every executable: a flag, else the environment variable, else (for the CLI) a
+/// configured address, else 127.0.0.1 and the DESIGN.md port.
+public enum SuiteService: String, CaseIterable, Sendable {
+    case accounts, catalog, verification, fulfillment, sim
+
+    public var defaultPort: Int {
+        switch self {
+        case .accounts: return DefaultPorts.accounts
+        case .catalog: return DefaultPorts.catalog
+        case .verification: return DefaultPorts.verification
+        case .fulfillment: return DefaultPorts.fulfillment
+        case .sim: return DefaultPorts.simulator
+        }
+    }
+
+    public var environmentVariable: String { "IAP_\(rawValue.uppercased())_ADDR" }
+
+    public func address(flag: String?, configured: String? = nil) -> String {
+        flag ?? Environment.value(environmentVariable) ?? configured ?? "127.0.0.1:\(defaultPort)"
+    }
+}
+
 /// The suite's default ports (DESIGN.md section 1).
 public enum DefaultPorts {
     public static let accounts = 7101

@@ -5,28 +5,11 @@ import JSONRPC
 import RPCTransport
 import ServiceSupport
 
-/// The services `iap` talks to, with their DESIGN.md ports and environment variables.
-enum SuiteService: String, CaseIterable, ExpressibleByArgument {
-    case accounts, catalog, verification, fulfillment, sim
-
-    var defaultPort: Int {
-        switch self {
-        case .accounts: return DefaultPorts.accounts
-        case .catalog: return DefaultPorts.catalog
-        case .verification: return DefaultPorts.verification
-        case .fulfillment: return DefaultPorts.fulfillment
-        case .sim: return DefaultPorts.simulator
-        }
-    }
-
-    var environmentVariable: String { "IAP_\(rawValue.uppercased())_ADDR" }
-
+/// The services `iap` talks to (`ServiceSupport.SuiteService`), named on the command line.
+extension SuiteService: ExpressibleByArgument {
     /// The flag, else the environment variable, else the config file, else 127.0.0.1 and the DESIGN.md port.
     func address(flag: String?) -> String {
-        if let flag { return flag }
-        if let env = Environment.value(environmentVariable) { return env }
-        if let configured = CLIConfig.load().addresses?[rawValue] { return configured }
-        return "127.0.0.1:\(defaultPort)"
+        address(flag: flag, configured: CLIConfig.load().addresses?[rawValue])
     }
 }
 

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import ServiceSupport
 import JSONRPC
 import RPCTransport
 

@@ -160,12 +160,7 @@ public final class AccountsService: Sendable {
     }
 
     public func findByAppAccountToken(_ p: AccountsFindByAppAccountToken.Params) async throws(RPCError) -> String {
-        guard let expected = configuration.internalToken else {
-            throw RPCError.forbidden("internal methods are disabled: no internal token is configured", reason: "internalTokenRequired")
-        }
-        guard SecretComparison.equal(p.internalToken, expected) else {
-            throw RPCError.forbidden("internal token is missing or wrong", reason: "internalTokenRequired")
-        }
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
         guard let id = try await run({ try await self.store.accountId(appAccountToken: p.appAccountToken.lowercased()) }) else {
             throw RPCError.notFound("no account has this appAccountToken", reason: "unknownAppAccountToken")
         }
@@ -204,28 +199,17 @@ public final class AccountsService: Sendable {
         min(nowMs + configuration.sessionLifetimeMs, createdAtMs + configuration.sessionAbsoluteLifetimeMs)
     }
 
-    private func runBlocking<T>(_ body: () throws -> T) throws(RPCError) -> T {
-        do {
-            return try body()
-        } catch {
-            logger.error("accounts storage failure", metadata: ["error": "\(error)"])
-            throw RPCError.internalError()
+    /// Storage and hashing failures: a full hasher queue is `rateLimited`, anything else an internal error
+    /// (logged, details not sent).
+    private var storage: StorageCalls {
+        StorageCalls(logger: logger) { error in
+            error is PasswordHasher.Busy ? RPCError.rateLimited(retryAfterMs: 1_000, detail: "the server is busy checking passwords") : nil
         }
     }
 
-    /// Storage and hashing failures are internal errors (logged here, details not sent).
-    private func run<T>(_ body: () async throws -> T) async throws(RPCError) -> T {
-        do {
-            return try await body()
-        } catch let error as RPCError {
-            throw error
-        } catch is PasswordHasher.Busy {
-            throw RPCError.rateLimited(retryAfterMs: 1_000, detail: "the server is busy checking passwords")
-        } catch {
-            logger.error("accounts storage failure", metadata: ["error": "\(error)"])
-            throw RPCError.internalError()
-        }
-    }
+    private func runBlocking<T>(_ body: () throws -> T) throws(RPCError) -> T { try storage.runBlocking(body) }
+
+    private func run<T>(_ body: () async throws -> T) async throws(RPCError) -> T { try await storage.run(body) }
 }
 
 /// Session tokens: 256 random bits, base64url, handed out once; only their SHA-256 is stored.

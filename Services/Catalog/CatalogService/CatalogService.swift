@@ -232,17 +232,12 @@ public final class CatalogService: Sendable {
     }
 
     private func checkAdmin(_ token: String) throws(RPCError) {
-        guard let expected = configuration.adminToken else {
-            throw RPCError.forbidden("admin methods are disabled: no admin token is configured", reason: "adminTokenRequired")
-        }
-        guard SecretComparison.equal(token, expected) else {
-            throw RPCError.forbidden("admin token is missing or wrong", reason: "adminTokenRequired")
-        }
+        try TokenGate.admin.check(token, configured: configuration.adminToken)
     }
 
     /// Runs a database change, then reloads the snapshot and drops cached prices and listings.
     private func write<T: Sendable>(_ body: @Sendable () async throws -> T) async throws(RPCError) -> T {
-        do {
+        try await StorageCalls(logger: logger).run {
             let result = try await body()
             let snapshot = try await store.snapshot()
             state.withLockedValue { s in
@@ -252,9 +247,6 @@ public final class CatalogService: Sendable {
             }
             await prices.invalidate()
             return result
-        } catch {
-            logger.error("catalog storage failure", metadata: ["error": "\(error)"])
-            throw RPCError.internalError()
         }
     }
 

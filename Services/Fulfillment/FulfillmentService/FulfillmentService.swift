@@ -328,9 +328,7 @@ public final class FulfillmentService: Sendable {
     }
 
     public func revokeTransaction(_ p: FulfillmentRevokeTransaction.Params) async throws(RPCError) {
-        guard let token = configuration.adminToken, SecretComparison.equal(p.adminToken, token) else {
-            throw RPCError.forbidden("a valid admin token is required", reason: "adminTokenRequired")
-        }
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
         guard !p.reason.isEmpty, p.reason.utf8.count <= configuration.maxMemoBytes else {
             throw RPCError.invalidParams("reason must be 1-\(configuration.maxMemoBytes) bytes", field: "reason", reason: "invalidValue")
         }
@@ -345,20 +343,16 @@ public final class FulfillmentService: Sendable {
 
     // MARK: helpers
 
-    /// Runs a store call; a database failure is an internal error (retryable: nothing was committed).
+    /// Runs a store call; a database failure is an internal error (retryable: nothing was committed), and
+    /// an amount past `CoinLimits` a conflict.
     private func storeCall<T: Sendable>(_ body: @Sendable () async throws -> T) async throws(RPCError) -> T {
-        do {
-            return try await body()
-        } catch let error as RPCError {
-            throw error
-        } catch let limit as LedgerLimit {
+        let logger = self.logger
+        return try await StorageCalls(logger: logger, detail: "the ledger database failed; nothing was committed, retry") { error in
+            guard let limit = error as? LedgerLimit else { return nil }
             logger.error("a coin amount is outside the ledger's bounds; nothing was committed", metadata: ["limit": "\(limit)"])
-            throw RPCError.conflict("a coin amount would exceed the ledger's bounds (CoinLimits); nothing was committed",
-                                    reason: "coinLimitExceeded")
-        } catch {
-            logger.error("database call failed", metadata: ["error": "\(error)"])
-            throw RPCError.internalError("the ledger database failed; nothing was committed, retry")
-        }
+            return RPCError.conflict("a coin amount would exceed the ledger's bounds (CoinLimits); nothing was committed",
+                                     reason: "coinLimitExceeded")
+        }.run(body)
     }
 }
 

@@ -72,9 +72,9 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         let contentURL = contentDir.map { URL(fileURLWithPath: $0, isDirectory: true) } ?? dataDir.appendingPathComponent("content")
         try FileManager.default.createDirectory(at: contentURL, withIntermediateDirectories: true)
         let dependencies = try Dependencies(
-            accounts: Environment.resolve(accountsAddr, env: "IAP_ACCOUNTS_ADDR") ?? "127.0.0.1:\(DefaultPorts.accounts)",
-            verification: Environment.resolve(verificationAddr, env: "IAP_VERIFICATION_ADDR") ?? "127.0.0.1:\(DefaultPorts.verification)",
-            catalog: Environment.resolve(catalogAddr, env: "IAP_CATALOG_ADDR") ?? "127.0.0.1:\(DefaultPorts.catalog)",
+            accounts: SuiteService.accounts.address(flag: accountsAddr),
+            verification: SuiteService.verification.address(flag: verificationAddr),
+            catalog: SuiteService.catalog.address(flag: catalogAddr),
             deadline: .milliseconds(dependencyTimeoutMs))
         let service = FulfillmentService(store: try FulfillmentStore.open(directory: dataDir), dependencies: dependencies,
                                          content: ContentLibrary(directory: contentURL), configuration: config, logger: logger)
