@@ -17,6 +17,12 @@ public final class AccountsStore: Sendable {
         return try AccountsStore(writer: pool)
     }
 
+    /// Closes the database: the WAL is checkpointed and removed, so nothing is left needing recovery.
+    /// Called once, after the server has drained (a `ClosingService` in the executable's group).
+    public func close() throws {
+        if let pool = writer as? DatabasePool { try pool.close() } else if let queue = writer as? DatabaseQueue { try queue.close() }
+    }
+
     public init(writer: any DatabaseWriter) throws {
         self.writer = writer
         try Self.migrator.migrate(writer)

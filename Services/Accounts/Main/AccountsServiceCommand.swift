@@ -58,7 +58,11 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         let service = AccountsService(store: store, configuration: config, logger: logger)
         let server = RPCServer(configuration: options.serverConfiguration(serviceName: "accounts", defaultPort: DefaultPorts.accounts),
                                router: service.router(), logger: logger)
-        try await ServiceOptions.runUntilSignalled([server], logger: logger)
-        await service.shutdown()
+        // Resources first: the group stops the server (draining it) before closing them.
+        try await ServiceOptions.runUntilSignalled([
+            ClosingService("accounts.sqlite", logger: logger) { try store.close() },
+            ClosingService("password hasher", logger: logger) { await service.shutdown() },
+            server,
+        ], logger: logger)
     }
 }

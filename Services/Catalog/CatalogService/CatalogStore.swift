@@ -14,6 +14,12 @@ public final class CatalogStore: Sendable {
         return try CatalogStore(writer: DatabasePool(path: directory.appendingPathComponent("catalog.sqlite").path, configuration: config))
     }
 
+    /// Closes the database: the WAL is checkpointed and removed, so nothing is left needing recovery.
+    /// Called once, after the server has drained (a `ClosingService` in the executable's group).
+    public func close() throws {
+        if let pool = writer as? DatabasePool { try pool.close() } else if let queue = writer as? DatabaseQueue { try queue.close() }
+    }
+
     public init(writer: any DatabaseWriter) throws {
         self.writer = writer
         var m = DatabaseMigrator()

@@ -59,6 +59,7 @@ struct CatalogServiceCommand: AsyncParsableCommand {
         }
         let server = RPCServer(configuration: options.serverConfiguration(serviceName: "catalog", defaultPort: DefaultPorts.catalog),
                                router: service.router(), logger: logger)
-        try await ServiceOptions.runUntilSignalled([server], logger: logger)
+        try await ServiceOptions.runUntilSignalled([ClosingService("catalog.sqlite", logger: logger) { try store.close() }, server],
+                                                   logger: logger)
     }
 }

@@ -76,13 +76,18 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
             verification: SuiteService.verification.address(flag: verificationAddr),
             catalog: SuiteService.catalog.address(flag: catalogAddr),
             deadline: .milliseconds(dependencyTimeoutMs))
-        let service = FulfillmentService(store: try FulfillmentStore.open(directory: dataDir), dependencies: dependencies,
+        let store = try FulfillmentStore.open(directory: dataDir)
+        let service = FulfillmentService(store: store, dependencies: dependencies,
                                          content: ContentLibrary(directory: contentURL), configuration: config, logger: logger)
         var serverConfig = options.serverConfiguration(serviceName: "fulfillment", defaultPort: DefaultPorts.fulfillment)
         serverConfig.healthProbes = dependencies.probes
         let server = RPCServer(configuration: serverConfig, router: service.router(), logger: logger)
         logger.info("fulfillment ready", metadata: ["policy": "\(config.ownershipPolicy.rawValue)", "sandboxPolicy": "\(config.sandboxPolicy.rawValue)", "content": "\(contentURL.path)"])
-        try await ServiceOptions.runUntilSignalled([server], logger: logger)
-        await dependencies.close()
+        // Resources first: the group stops the server (draining it) before closing them.
+        try await ServiceOptions.runUntilSignalled([
+            ClosingService("fulfillment.sqlite", logger: logger) { try store.close() },
+            ClosingService("dependency clients", logger: logger) { await dependencies.close() },
+            server,
+        ], logger: logger)
     }
 }
