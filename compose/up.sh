@@ -52,11 +52,7 @@ if [[ ! -s $IAP_DATA_DIR/content/levels-pack-1.zip ]]; then
 fi
 
 echo "building (release)..."
-for entry in "${services[@]}"; do
-  read -r _ exe _ <<<"$entry"
-  swift build -c release --product "$exe" >/dev/null
-done
-swift build -c release --product iap >/dev/null  # the client, for the demo and for trying things
+compose/build.sh >/dev/null  # every service and the iap client, as compose/Dockerfile builds them
 bin=$(swift build -c release --show-bin-path)
 
 pids=()

@@ -147,6 +147,83 @@ import Testing
         await suite.stop()
     }
 
+    /// Every method of every service has a command (`iap call` is for anything else), and the table below
+    /// is checked against the protocol module, so a new method without a command fails here.
+    static let commandFor: [String: [String]] = [
+        "accounts.register": ["accounts", "register"], "accounts.login": ["accounts", "login"], "accounts.logout": ["accounts", "logout"],
+        "accounts.authenticate": ["accounts", "whoami"], "accounts.changePassword": ["accounts", "change-password"],
+        "accounts.listSessions": ["accounts", "sessions"], "accounts.findByAppAccountToken": ["accounts", "find"],
+        "catalog.listProducts": ["catalog", "list"], "catalog.getProducts": ["catalog", "get"], "catalog.upsertProduct": ["catalog", "upsert"],
+        "catalog.setPrices": ["catalog", "set-price"], "catalog.retireProduct": ["catalog", "retire"],
+        "catalog.importCatalog": ["catalog", "import"],
+        "verification.verifyReceipt": ["receipt", "verify"], "verification.verifyTransaction": ["verify", "transaction"],
+        "verification.verifyNotification": ["verify", "notification"],
+        "fulfillment.redeem": ["redeem"], "fulfillment.restore": ["restore"], "fulfillment.getEntitlements": ["entitlements"],
+        "fulfillment.getBalance": ["balance"], "fulfillment.spendCoins": ["spend"], "fulfillment.listLedger": ["ledger"],
+        "fulfillment.listContent": ["content", "list"], "fulfillment.readContent": ["content", "download"],
+        "fulfillment.applyNotification": ["apply-notification"], "fulfillment.revokeTransaction": ["revoke"],
+        "sim.trustAnchor": ["sim", "trust-anchor"], "sim.purchase": ["sim", "buy"], "sim.finishTransaction": ["sim", "finish"],
+        "sim.restore": ["sim", "restore"], "sim.refund": ["sim", "refund"], "sim.advanceClock": ["sim", "advance-clock"],
+        "sim.receipt": ["sim", "receipt"], "sim.setFault": ["sim", "fault"],
+    ]
+
+    @Test func everyMethodOfEveryServiceHasACommand() async throws {
+        #expect(Set(Self.commandFor.keys) == Set(ContractMethods.all.map(\.name)))
+        for (method, words) in Self.commandFor.sorted(by: { $0.key < $1.key }) {
+            let help = try await Self.iap(words + ["--help"], env: [:])
+            #expect(help.status == 0, "\(method): iap \(words.joined(separator: " ")) --help exited \(help.status)")
+        }
+    }
+
+    @Test func theCommandsForAdminInternalAndVerificationMethodsWork() async throws {
+        let suite = try await SuiteFixture.start()
+        defer { Task { await suite.stop() } }
+        let home = FileManager.default.temporaryDirectory.appendingPathComponent("cli-more-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: home) }
+        var env = suite.environment
+        env["IAP_CONFIG"] = home.appendingPathComponent("config.json").path
+        func iap(_ args: String...) async throws -> Run { try await Self.iap(args, env: env) }
+
+        let registered = try await iap("accounts", "register", "carol", "--password", "correct horse battery", "--json").decode(SignedIn.self)
+        #expect(try await iap("accounts", "change-password", "--current-password", "correct horse battery",
+                              "--new-password", "another good passphrase").status == 0)
+        #expect(try await iap("accounts", "login", "carol", "--password", "another good passphrase").status == 0)
+        let found = try await iap("accounts", "find", registered.appAccountToken, "--internal-token", SuiteFixture.internalToken)
+        #expect(found.stdout.contains(registered.accountId), "\(found.stderr)")
+        #expect(try await iap("accounts", "find", registered.appAccountToken, "--internal-token", "wrong").status == 1)
+
+        let productFile = home.appendingPathComponent("product.json")
+        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+        try Data(JSONByteEncoder.encode(SuiteFixture.product("coins.5000", .consumable, .coins(5000)))).write(to: productFile)
+        #expect(try await iap("catalog", "upsert", productFile.path).status == 0)
+        #expect(try await iap("catalog", "get", "coins.5000", "--json").decode(CatalogGetProducts.Result.self).products.count == 1)
+
+        let bought = try await iap("sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--json").decode(SimPurchase.Result.self)
+        let valid = try await iap("verify", "transaction", bought.signedTransaction)
+        #expect(valid.status == 0 && valid.stdout.contains("VALID") && valid.stdout.contains(bought.transactionId), "\(valid.stdout)")
+        #expect(try await iap("verify", "transaction", "not.a.jws").status == 1)
+        #expect(try await iap("redeem", "--signed-transaction", bought.signedTransaction).status == 0)
+        let refund = try await iap("sim", "refund", bought.transactionId, "--apple-id", "carol@icloud", "--json").decode(SimRefund.Result.self)
+        let payload = try #require(refund.signedPayload)
+        #expect(try await iap("verify", "notification", payload).stdout.contains("REFUND"))
+        let applied = try await iap("apply-notification", payload)
+        #expect(applied.status == 0 && applied.stdout.contains("applied"), "\(applied.stderr)")
+        #expect(try await iap("balance", "--json").decode(BalanceResult.self).balance == 0)
+
+        let again = try await iap("sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--json").decode(SimPurchase.Result.self)
+        #expect(try await iap("redeem", "--signed-transaction", again.signedTransaction).status == 0)
+        #expect(try await iap("revoke", again.transactionId, "--reason", "chargeback").status == 0)
+        #expect(try await iap("ledger", "--json").decode(FulfillmentListLedger.Result.self).entries.last?.kind == .reversal)
+        #expect(try await iap("revoke", "no-such-transaction", "--reason", "x").status == 1)
+    }
+
+    @Test func healthExitsTwoWhenAServiceIsUnreachable() async throws {
+        var env: [String: String] = [:]
+        for service in ["ACCOUNTS", "CATALOG", "VERIFICATION", "FULFILLMENT", "SIM"] { env["IAP_\(service)_ADDR"] = "127.0.0.1:1" }
+        let health = try await Self.iap(["health"], env: env)
+        #expect(health.status == 2, "\(health.stderr)")
+    }
+
     /// Without `IAP_CONFIG` the session goes under `$XDG_CONFIG_HOME`, else `$HOME/.config`, as the
     /// environment says (not the passwd entry's home).
     @Test func theConfigFileFollowsXDGConfigHomeThenHome() async throws {

@@ -26,6 +26,23 @@ import Testing
         let (status, output) = try await Self.run("bash", ["-n", "compose/up.sh"])
         #expect(status == 0, "\(output)")
     }
+
+    /// The image and the local runner build the same way (one script), and that script builds every
+    /// executable product but the benchmark, one `swift build --product` each.
+    @Test func theImageAndTheLocalRunnerBuildEveryProductWithOneScript() async throws {
+        let (status, output) = try await Self.run("bash", ["-n", "compose/build.sh"])
+        #expect(status == 0, "\(output)")
+        func read(_ path: String) throws -> String { try String(contentsOf: Self.repository.appendingPathComponent(path), encoding: .utf8) }
+        let package = try read("Package.swift")
+        let executables = Set(package.matches(of: /\.executable\(name: "([^"]+)"/).map { String($0.1) }).subtracting(["iap-bench"])
+        let script = try read("compose/build.sh")
+        let listed = script.firstMatch(of: /products=\(([^)]*)\)/).map { Set($0.1.split(separator: " ").map(String.init)) } ?? []
+        #expect(listed == executables)
+        #expect(script.contains(#"--product "$product""#))
+        #expect(try read("compose/Dockerfile").contains("compose/build.sh /out"))
+        #expect(!(try read("compose/Dockerfile").contains("--product")), "the Dockerfile builds through compose/build.sh only")
+        #expect(try read("compose/up.sh").contains("compose/build.sh"))
+    }
 }
 
 /// The production compose file is checked, not just parsed: a copy that trusts the simulator's roots,

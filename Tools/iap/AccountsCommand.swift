@@ -7,7 +7,42 @@ import JSONRPC
 struct AccountsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "accounts", abstract: "Register, sign in and out, and see who you are.",
-        subcommands: [Register.self, Login.self, Logout.self, WhoAmI.self, Sessions.self])
+        subcommands: [Register.self, Login.self, Logout.self, WhoAmI.self, Sessions.self, ChangePassword.self, Find.self])
+
+    struct ChangePassword: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "change-password", abstract: "Change your password; every other session is signed out.")
+        @Option(name: .customLong("current-password"), help: "Current password (default: IAP_PASSWORD, else asked for).")
+        var currentPassword: String?
+        @Option(name: .customLong("new-password"), help: "New password (default: IAP_NEW_PASSWORD, else asked for).")
+        var newPassword: String?
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            let session = try client.requireSession()
+            let current = try readSecret(currentPassword, env: "IAP_PASSWORD", prompt: "current password: ")
+            let new = try readSecret(newPassword, env: "IAP_NEW_PASSWORD", prompt: "new password: ")
+            await ServiceCall(options: client).run(.accounts, AccountsChangePassword.self,
+                                                   .init(session: session, currentPassword: current, newPassword: new)) { _ in
+                "password changed; every other session was signed out"
+            }
+        }
+    }
+
+    struct Find: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Internal: the account an appAccountToken belongs to (accounts.findByAppAccountToken).")
+        @Argument(help: "The appAccountToken (UUID).") var appAccountToken: String
+        @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
+        var internalToken: String?
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            guard let token = resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
+                throw ValidationError("no internal token: pass --internal-token or set IAP_INTERNAL_TOKEN")
+            }
+            await ServiceCall(options: client).run(.accounts, AccountsFindByAppAccountToken.self,
+                                                   .init(appAccountToken: appAccountToken, internalToken: token)) { "account \($0.accountId)" }
+        }
+    }
 
     struct SignInOptions: ParsableArguments {
         @Argument(help: "Username.") var username: String

@@ -178,11 +178,25 @@ struct ServiceCall {
 }
 
 /// Admin token: flag, IAP_ADMIN_TOKEN, else the file compose/up.sh keeps in the data directory.
-func resolveAdminToken(_ flag: String?) -> String? {
+func resolveAdminToken(_ flag: String?) -> String? { resolveToken(flag, env: "IAP_ADMIN_TOKEN", file: "admin-token") }
+
+/// A token: the flag, else the environment variable, else the file compose/up.sh keeps in the data directory.
+func resolveToken(_ flag: String?, env: String, file: String) -> String? {
     if let flag { return flag }
-    if let env = Environment.value("IAP_ADMIN_TOKEN") { return env }
+    if let value = Environment.value(env) { return value }
     let dir = Environment.value("IAP_DATA_DIR") ?? "data"
-    return (try? String(contentsOfFile: dir + "/admin-token", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+    return (try? String(contentsOfFile: dir + "/" + file, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+}
+
+/// Reads an argument that may be a file, `-` (standard input) or the text itself (a JWS, a signed payload).
+func textArgument(_ value: String) throws -> String {
+    if value == "-" {
+        return String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+    if FileManager.default.fileExists(atPath: value), let data = FileManager.default.contents(atPath: value) {
+        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+    return value
 }
 
 /// A plain text table: columns padded to their widest cell, trailing spaces trimmed.

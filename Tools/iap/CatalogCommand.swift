@@ -7,7 +7,23 @@ import JSONRPC
 struct CatalogCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "catalog", abstract: "What the app sells and at what price; admin changes.",
-        subcommands: [List.self, Get.self, Import.self, SetPrice.self, Retire.self])
+        subcommands: [List.self, Get.self, Upsert.self, Import.self, SetPrice.self, Retire.self])
+
+    struct Upsert: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create or replace one product from a JSON file (a ProductDefinition).")
+        @Argument(help: "Product JSON file (- for standard input), shaped like one entry of compose/demo-catalog.json.") var file: String
+        @OptionGroup var admin: Admin
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            let product: ProductDefinition
+            do { product = try JSONDecoder().decode(ProductDefinition.self, from: Data(try textArgument(file).utf8)) } catch {
+                throw ValidationError("\(file) is not a product definition: \(error)")
+            }
+            await ServiceCall(options: client).run(.catalog, CatalogUpsertProduct.self, .init(adminToken: try admin.token(), product: product)) { _ in
+                "saved \(product.productId)"
+            }
+        }
+    }
 
     struct Localized: ParsableArguments {
         @Option(help: "Storefront, ISO 3166-1 alpha-3 (default: the catalog's, USA).") var storefront: String?

@@ -8,7 +8,7 @@ import RPCTransport
 struct HealthCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "health", abstract: "Check every service of the suite and what each depends on.",
-        discussion: "Exit code 0 when every service answers ok, 1 when any is degraded or down.")
+        discussion: "Exit code 0 when every service answers ok, 2 when any cannot be reached, 1 when any answers degraded.")
     @Flag(help: "Print {service: health report or null} as JSON.") var json = false
 
     func run() async throws {
@@ -36,8 +36,12 @@ struct HealthCommand: AsyncParsableCommand {
                 return [service.rawValue, address, report.status.rawValue, "\(report.uptimeMs / 1000) s", deps.joined(separator: ", ")]
             }))
         }
+        if reports.contains(where: { $0.2 == nil }) {
+            if !json { printError("a service cannot be reached; start the suite with compose/up.sh, or see its logs in data/logs") }
+            throw ExitCodes.unreachable
+        }
         if reports.contains(where: { $0.2?.status != .ok }) {
-            if !json { printError("not every service is ok; start the suite with compose/up.sh, or see its logs in data/logs") }
+            if !json { printError("not every service is ok; see the services' logs in data/logs") }
             throw ExitCodes.refused
         }
     }

@@ -10,10 +10,11 @@ struct IAPCommand: AsyncParsableCommand {
         discussion: """
             Addresses: --addr, else IAP_ACCOUNTS_ADDR / IAP_CATALOG_ADDR / IAP_VERIFICATION_ADDR / IAP_FULFILLMENT_ADDR / \
             IAP_SIM_ADDR, else the config file's "addresses", else 127.0.0.1 and the DESIGN.md ports. \
-            `iap accounts login` saves the session (mode 0600) in $IAP_CONFIG or ~/.config/iap/config.json. \
+            `iap accounts login` saves the session (mode 0600) in $IAP_CONFIG, else $XDG_CONFIG_HOME/iap/config.json, else ~/.config/iap/config.json. \
             Exit codes: 0 ok, 1 refused by a service, 2 a service unreachable, 64 usage.
             """,
         subcommands: [AccountsCommand.self, CatalogCommand.self, ReceiptCommand.self, RedeemCommand.self, RestoreCommand.self,
                       BalanceCommand.self, LedgerCommand.self, SpendCommand.self, EntitlementsCommand.self, ContentCommand.self,
+                      VerifyCommand.self, ApplyNotificationCommand.self, RevokeCommand.self,
                       SimCommand.self, HealthCommand.self, MethodsCommand.self, CallCommand.self, DemoCommand.self])
 }
