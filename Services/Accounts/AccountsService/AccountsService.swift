@@ -8,13 +8,13 @@ import ServiceSupport
 /// Users, password login and sessions. Every public method returns the contract's result type or
 /// throws an `RPCError` with the contract's code; nothing is changed by a call that fails.
 public final class AccountsService: Sendable {
-    private let store: AccountsStore
+    private let store: any AccountsStorage
     private let hasher: PasswordHasher
     private let configuration: AccountsConfiguration
     private let clock: ServiceClock
     private let logger: Logger
 
-    public init(store: AccountsStore, configuration: AccountsConfiguration, clock: ServiceClock = .system, logger: Logger) {
+    public init(store: any AccountsStorage, configuration: AccountsConfiguration, clock: ServiceClock = .system, logger: Logger) {
         self.store = store
         self.configuration = configuration
         self.clock = clock
@@ -40,7 +40,7 @@ public final class AccountsService: Sendable {
             try await admit([LoginThrottlePolicy.registrationKey(clientAddress)], detail: "too many registrations from this address")
         }
         let hash = try await run { try await self.hasher.hash(p.password) }
-        let account = AccountsStore.AccountRow(id: UUID().uuidString.lowercased(), username: display, passwordHash: hash,
+        let account = AccountRow(id: UUID().uuidString.lowercased(), username: display, passwordHash: hash,
                                                appAccountToken: UUID().uuidString.lowercased())
         let now = clock.nowMs
         let (token, session) = newSession(deviceName: p.deviceName, nowMs: now)
@@ -169,7 +169,7 @@ public final class AccountsService: Sendable {
 
     /// The live session for a token, sliding its expiry; 1001 when unknown, expired or revoked.
     /// Blocks on SQLite briefly (an indexed read; a write at most once per touch interval).
-    private func currentSession(_ token: String) throws(RPCError) -> AccountsStore.SessionRow {
+    private func currentSession(_ token: String) throws(RPCError) -> SessionRow {
         guard let hash = SessionTokens.hash(token) else { throw RPCError.unauthenticated() }
         let now = clock.nowMs
         guard let session = try runBlocking({ try self.store.session(tokenHash: hash) }) else {
@@ -181,16 +181,16 @@ public final class AccountsService: Sendable {
         if now - session.lastSeenAtMs >= configuration.sessionTouchIntervalMs {
             let expires = sessionExpiry(createdAtMs: session.createdAtMs, nowMs: now)
             try runBlocking { try self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }
-            return AccountsStore.SessionRow(tokenHash: session.tokenHash, accountId: session.accountId, username: session.username,
+            return SessionRow(tokenHash: session.tokenHash, accountId: session.accountId, username: session.username,
                                             appAccountToken: session.appAccountToken, deviceName: session.deviceName,
                                             createdAtMs: session.createdAtMs, lastSeenAtMs: now, expiresAtMs: expires)
         }
         return session
     }
 
-    private func newSession(deviceName: String?, nowMs: Int64) -> (token: String, session: AccountsStore.NewSession) {
+    private func newSession(deviceName: String?, nowMs: Int64) -> (token: String, session: NewSession) {
         let token = SessionTokens.generate()
-        return (token, AccountsStore.NewSession(tokenHash: SessionTokens.hash(token)!, deviceName: deviceName,
+        return (token, NewSession(tokenHash: SessionTokens.hash(token)!, deviceName: deviceName,
                                                createdAtMs: nowMs, expiresAtMs: sessionExpiry(createdAtMs: nowMs, nowMs: nowMs)))
     }
 

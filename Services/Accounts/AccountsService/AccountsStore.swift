@@ -3,7 +3,7 @@ import GRDB
 
 /// The accounts database: accounts, sessions (by token hash only), and login-throttle counters.
 /// All SQL of the service lives here, behind intention-named methods.
-public final class AccountsStore: Sendable {
+public final class AccountsStore: AccountsStorage, Sendable {
     private let writer: any DatabaseWriter
 
     /// Opens (creating if needed) `accounts.sqlite` in `directory`, in WAL mode.
@@ -62,14 +62,7 @@ public final class AccountsStore: Sendable {
 
     // MARK: accounts
 
-    public struct AccountRow: Sendable, Equatable {
-        public let id: String
-        public let username: String
-        public let passwordHash: String
-        public let appAccountToken: String
-    }
 
-    public enum CreateOutcome: Sendable { case created, usernameTaken }
 
     /// Creates the account and its first session in one transaction.
     public func createAccount(_ account: AccountRow, usernameKey: String, session: NewSession, nowMs: Int64) async throws -> CreateOutcome {
@@ -133,23 +126,7 @@ public final class AccountsStore: Sendable {
 
     // MARK: sessions
 
-    public struct NewSession: Sendable {
-        public let tokenHash: Data
-        public let deviceName: String?
-        public let createdAtMs: Int64
-        public let expiresAtMs: Int64
-    }
 
-    public struct SessionRow: Sendable, Equatable {
-        public let tokenHash: Data
-        public let accountId: String
-        public let username: String
-        public let appAccountToken: String
-        public let deviceName: String?
-        public let createdAtMs: Int64
-        public let lastSeenAtMs: Int64
-        public let expiresAtMs: Int64
-    }
 
     /// Adds a session, drops the account's expired ones, and evicts the oldest beyond `cap`.
     public func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int = .max) async throws {
@@ -222,11 +199,6 @@ public final class AccountsStore: Sendable {
 
     // MARK: login throttle
 
-    public struct ThrottleState: Sendable, Equatable {
-        public var failures: Int
-        public var windowStartMs: Int64
-        public var lockedUntilMs: Int64
-    }
 
     public func throttleStates(keys: [String]) async throws -> [String: ThrottleState] {
         try await writer.read { db in

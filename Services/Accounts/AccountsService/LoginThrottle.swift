@@ -33,7 +33,7 @@ public struct LoginThrottlePolicy: Sendable {
     }
 
     /// The state after a successful sign-in took its counted attempt back (an address key).
-    func returningAttempt(_ state: AccountsStore.ThrottleState?, key: String) -> AccountsStore.ThrottleState? {
+    func returningAttempt(_ state: ThrottleState?, key: String) -> ThrottleState? {
         guard var s = state else { return nil }
         s.failures = max(0, s.failures - 1)
         if s.failures < threshold(for: key) { s.lockedUntilMs = 0 }
@@ -41,13 +41,13 @@ public struct LoginThrottlePolicy: Sendable {
     }
 
     /// Milliseconds until `state` allows another attempt (0: allowed now).
-    func retryAfterMs(_ state: AccountsStore.ThrottleState?, nowMs: Int64) -> Int64 {
+    func retryAfterMs(_ state: ThrottleState?, nowMs: Int64) -> Int64 {
         guard let state else { return 0 }
         return max(0, state.lockedUntilMs - nowMs)
     }
 
     /// The state after one more failure at `nowMs`.
-    func recordingFailure(_ state: AccountsStore.ThrottleState?, key: String, nowMs: Int64) -> AccountsStore.ThrottleState {
+    func recordingFailure(_ state: ThrottleState?, key: String, nowMs: Int64) -> ThrottleState {
         var s = state ?? .init(failures: 0, windowStartMs: nowMs, lockedUntilMs: 0)
         if nowMs - s.windowStartMs > windowMs && nowMs >= s.lockedUntilMs {
             s = .init(failures: 0, windowStartMs: nowMs, lockedUntilMs: 0)

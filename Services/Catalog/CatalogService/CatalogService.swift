@@ -25,7 +25,7 @@ public struct CatalogConfiguration: Sendable {
 /// revision, price-table version, storefront and locale, then served as pre-encoded bytes with an
 /// etag derived from their content.
 public final class CatalogService: Sendable {
-    private let store: CatalogStore
+    private let store: any CatalogStorage
     private let prices: PriceCache
     private let source: any PriceSource
     private let configuration: CatalogConfiguration
@@ -34,7 +34,7 @@ public final class CatalogService: Sendable {
     private let state: NIOLockedValueBox<State>
 
     private struct State {
-        var snapshot: CatalogStore.Snapshot
+        var snapshot: CatalogSnapshot
         var checkedAtMs: Int64
         var listings: [ListingKey: Listing] = [:]
     }
@@ -52,7 +52,7 @@ public final class CatalogService: Sendable {
         let encoded: [UInt8]
     }
 
-    public init(store: CatalogStore, source: any PriceSource, configuration: CatalogConfiguration,
+    public init(store: any CatalogStorage, source: any PriceSource, configuration: CatalogConfiguration,
                 clock: ServiceClock = .system, logger: Logger) async throws {
         self.store = store
         self.source = source
@@ -84,7 +84,7 @@ public final class CatalogService: Sendable {
         return listing.encoded
     }
 
-    private func buildListing(_ key: ListingKey, snapshot: CatalogStore.Snapshot, table: PriceCache.Versioned) -> Listing {
+    private func buildListing(_ key: ListingKey, snapshot: CatalogSnapshot, table: PriceCache.Versioned) -> Listing {
         let products = snapshot.products.filter { $0.status == .active }.map {
             Self.present($0.definition, status: $0.status, locale: key.locale, table: table.table)
         }
@@ -135,7 +135,7 @@ public final class CatalogService: Sendable {
     /// The catalog's own locale closest to `requested`: the same one (any letter case), else the first
     /// (sorted) of the same language, else nil (each product's default). Unknown locales therefore
     /// share a listing instead of each making one.
-    static func knownLocale(_ requested: String?, in snapshot: CatalogStore.Snapshot) -> String? {
+    static func knownLocale(_ requested: String?, in snapshot: CatalogSnapshot) -> String? {
         guard let requested else { return nil }
         var known = Set<String>()
         for product in snapshot.products { known.formUnion(product.definition.localizations.keys) }
@@ -252,9 +252,9 @@ public final class CatalogService: Sendable {
 
     /// The in-memory catalog, re-read when another instance changed the database (checked at most
     /// once per `catalogRecheckMs`).
-    private func currentSnapshot() async throws(RPCError) -> CatalogStore.Snapshot {
+    private func currentSnapshot() async throws(RPCError) -> CatalogSnapshot {
         let now = clock.nowMs
-        let (snapshot, due) = state.withLockedValue { s -> (CatalogStore.Snapshot, Bool) in
+        let (snapshot, due) = state.withLockedValue { s -> (CatalogSnapshot, Bool) in
             let due = now - s.checkedAtMs >= configuration.catalogRecheckMs
             if due { s.checkedAtMs = now }
             return (s.snapshot, due)

@@ -4,7 +4,7 @@ import IAPProtocol
 
 /// The catalog database: products with their localizations and grants, admin-set prices, and a
 /// revision number bumped by every change (so other instances notice within their cache TTL).
-public final class CatalogStore: Sendable {
+public final class CatalogStore: CatalogStorage, Sendable {
     private let writer: any DatabaseWriter
 
     public static func open(directory: URL) throws -> CatalogStore {
@@ -45,17 +45,12 @@ public final class CatalogStore: Sendable {
         try m.migrate(writer)
     }
 
-    public struct Snapshot: Sendable {
-        public let revision: Int64
-        /// Sorted by productId.
-        public let products: [(definition: ProductDefinition, status: ProductStatus)]
-    }
 
     public func revision() async throws -> Int64 {
         try await writer.read { db in try Int64.fetchOne(db, sql: "SELECT revision FROM catalogRevision")! }
     }
 
-    public func snapshot() async throws -> Snapshot {
+    public func snapshot() async throws -> CatalogSnapshot {
         try await writer.read { db in
             let revision = try Int64.fetchOne(db, sql: "SELECT revision FROM catalogRevision")!
             let rows = try Row.fetchAll(db, sql: "SELECT definition, status FROM product ORDER BY productId")
@@ -65,7 +60,7 @@ public final class CatalogStore: Sendable {
                 let definition = try decoder.decode(ProductDefinition.self, from: Data(json.utf8))
                 return (definition, ProductStatus(rawValue: row["status"]) ?? .active)
             }
-            return Snapshot(revision: revision, products: products)
+            return CatalogSnapshot(revision: revision, products: products)
         }
     }
 
@@ -88,9 +83,8 @@ public final class CatalogStore: Sendable {
         }
     }
 
-    public enum Change: Sendable { case done, notFound }
 
-    public func setPrices(productId: String, _ prices: [StoredPrice]) async throws -> Change {
+    public func setPrices(productId: String, _ prices: [StoredPrice]) async throws -> CatalogChange {
         try await writer.write { db in
             guard try Bool.fetchOne(db, sql: "SELECT 1 FROM product WHERE productId = ?", arguments: [productId]) == true else { return .notFound }
             try Self.replacePrices(db, productId: productId, prices)
@@ -99,7 +93,7 @@ public final class CatalogStore: Sendable {
         }
     }
 
-    public func retire(productId: String) async throws -> Change {
+    public func retire(productId: String) async throws -> CatalogChange {
         try await writer.write { db in
             try db.execute(sql: "UPDATE product SET status = 'retired' WHERE productId = ?", arguments: [productId])
             guard db.changesCount == 1 else { return .notFound }

@@ -23,11 +23,11 @@ public protocol PriceSource: Sendable {
 
 /// Prices an admin set with `catalog.setPrices` or in an import.
 public struct DatabasePriceSource: PriceSource {
-    let store: CatalogStore
+    let store: any CatalogStorage
     public var name: String { "database" }
     public var acceptsAdminPrices: Bool { true }
 
-    public init(store: CatalogStore) {
+    public init(store: any CatalogStorage) {
         self.store = store
     }
 

@@ -13,14 +13,14 @@ import ServiceSupport
 /// call fail with `unavailable` (retryable). Every write is safe to retry: transactions are unique,
 /// spends carry idempotency keys.
 public final class FulfillmentService: Sendable {
-    private let store: FulfillmentStore
+    private let store: any FulfillmentStorage
     private let dependencies: Dependencies
     private let content: ContentLibrary
     private let configuration: FulfillmentConfiguration
     private let clock: ServiceClock
     private let logger: Logger
 
-    public init(store: FulfillmentStore, dependencies: Dependencies, content: ContentLibrary,
+    public init(store: any FulfillmentStorage, dependencies: Dependencies, content: ContentLibrary,
                 configuration: FulfillmentConfiguration = .init(), clock: ServiceClock = .system, logger: Logger) {
         self.store = store
         self.dependencies = dependencies
@@ -322,7 +322,7 @@ public final class FulfillmentService: Sendable {
         let appAccountToken = token
         let applied = try await storeCall {
             try await self.store.apply([.init(purchase: purchase, rule: rules[purchase.productId], scope: scope)], accountId: accountId,
-                                       appAccountToken: appAccountToken, mode: .redeem, policy: .refuse, nowMs: nowMs)
+                                       appAccountToken: appAccountToken, mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs)
         }
         return applied.results.contains { [.granted, .restored, .alreadyGranted].contains($0.outcome) }
     }

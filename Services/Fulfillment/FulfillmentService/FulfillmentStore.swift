@@ -11,7 +11,7 @@ import JSONRPC
 /// ledger row per transaction; one spend per (account, idempotency key); balances CHECKed >= 0; the
 /// ledger refuses UPDATE and DELETE. Every grant commits in the same transaction as the record that
 /// its purchase was processed.
-public final class FulfillmentStore: Sendable {
+public final class FulfillmentStore: FulfillmentStorage, Sendable {
     let writer: any DatabaseWriter
     private let commits: GroupCommit
 

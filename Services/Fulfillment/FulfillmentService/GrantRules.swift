@@ -29,6 +29,26 @@ public protocol FulfillmentTransaction {
     func spend(_ holder: Holder, idempotencyKey: String) throws -> RecordedSpend?
 }
 
+/// What the fulfillment service needs from storage: each write runs `GrantRules` inside one transaction
+/// of the engine (`FulfillmentStore` on SQLite; a PostgreSQL store implements the same over its own
+/// `FulfillmentTransaction`), and the reads answer from committed data.
+public protocol FulfillmentStorage: Sendable {
+    func apply(_ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
+               policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64) async throws -> AppliedPurchases
+    func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome
+    func spend(accountId: String, scope: AccountScope, amount: Int64, idempotencyKey: String, memo: String?,
+               nowMs: Int64) async throws -> SpendOutcome
+    func markNotificationApplied(_ uuid: String, type: String, nowMs: Int64) async throws -> Bool
+    func notificationWasApplied(_ uuid: String) async throws -> Bool
+    func owner(originalTransactionId: String) async throws -> Holder?
+    func balance(accountId: String, scope: AccountScope) async throws -> Wallet
+    func entitlements(accountId: String, scope: AccountScope, nowMs: Int64) async throws
+        -> (entitlements: [Entitlement], balance: Int64, owed: Int64)
+    func ledger(accountId: String, scope: AccountScope, after: Int64, limit: Int) async throws -> (entries: [LedgerEntry], next: Int64?)
+    /// Closes the storage after the server has drained.
+    func close() throws
+}
+
 /// The purchase-lifecycle rules of RECEIPTS.md and DESIGN.md section 6, as plain Swift over a
 /// `FulfillmentTransaction`: who owns a purchase, what it grants, what a refund takes back, what is owed.
 public enum GrantRules {

@@ -1,0 +1,65 @@
+import Foundation
+
+// What accounts keeps, apart from how: the records and the storage protocol the SQLite `AccountsStore`
+// implements (and a PostgreSQL store will). The rules that use them are `AccountsService`,
+// `LoginThrottlePolicy` and the policies in Policies.swift.
+
+/// What the accounts service needs from storage. Synchronous methods are the hot path (`authenticate`):
+/// one indexed read each, called from the server's blocking pool.
+public protocol AccountsStorage: Sendable {
+    /// Creates the account and its first session in one transaction.
+    func createAccount(_ account: AccountRow, usernameKey: String, session: NewSession, nowMs: Int64) async throws -> CreateOutcome
+    func account(usernameKey: String) async throws -> AccountRow?
+    func account(id: String) async throws -> AccountRow?
+    func accountId(appAccountToken: String) async throws -> String?
+    /// Replaces the hash if it is still `expected` (an upgrade after a login).
+    func replacePasswordHash(accountId: String, expected: String, new: String) async throws
+    /// Sets a new hash and revokes every other session, atomically; false if the hash changed meanwhile.
+    func changePassword(accountId: String, expected: String, new: String, keepSession keep: Data) async throws -> Bool
+    /// Adds a session, drops the account's expired ones, and evicts the oldest beyond `cap`.
+    func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int) async throws
+    func session(tokenHash: Data) throws -> SessionRow?
+    func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws
+    func deleteSession(tokenHash: Data) throws
+    func sessions(accountId: String, nowMs: Int64) throws -> [SessionRow]
+    /// Refuses (answering the longest wait) or counts one attempt against every key, atomically.
+    func admitAttempt(keys: [String], wait: @escaping @Sendable (String, ThrottleState?) -> Int64,
+                      record: @escaping @Sendable (String, ThrottleState?) -> ThrottleState) async throws -> Int64
+    /// Applies `update` to each key's state (nil when absent; a nil result deletes it) in one transaction.
+    func updateThrottle(keys: [String], _ update: @escaping @Sendable (String, ThrottleState?) -> ThrottleState?) async throws
+    /// Closes the storage after the server has drained.
+    func close() throws
+}
+
+public struct AccountRow: Sendable, Equatable {
+    public let id: String
+    public let username: String
+    public let passwordHash: String
+    public let appAccountToken: String
+}
+
+public enum CreateOutcome: Sendable { case created, usernameTaken }
+
+public struct NewSession: Sendable {
+    public let tokenHash: Data
+    public let deviceName: String?
+    public let createdAtMs: Int64
+    public let expiresAtMs: Int64
+}
+
+public struct SessionRow: Sendable, Equatable {
+    public let tokenHash: Data
+    public let accountId: String
+    public let username: String
+    public let appAccountToken: String
+    public let deviceName: String?
+    public let createdAtMs: Int64
+    public let lastSeenAtMs: Int64
+    public let expiresAtMs: Int64
+}
+
+public struct ThrottleState: Sendable, Equatable {
+    public var failures: Int
+    public var windowStartMs: Int64
+    public var lockedUntilMs: Int64
+}

@@ -1,0 +1,31 @@
+import IAPProtocol
+
+/// What the catalog needs from storage: the SQLite `CatalogStore` implements it (and a PostgreSQL store
+/// will). The rules that use it are `CatalogService`, `ProductValidation`, `Money` and `PriceCache`.
+public protocol CatalogStorage: Sendable {
+    /// A number bumped by every change, so instances notice each other's writes.
+    func revision() async throws -> Int64
+    /// Every product with its status, sorted by productId, at one revision.
+    func snapshot() async throws -> CatalogSnapshot
+    /// Creates or replaces products (and, when given, their prices) in one transaction.
+    func upsert(_ products: [(ProductDefinition, [StoredPrice]?)]) async throws
+    func setPrices(productId: String, _ prices: [StoredPrice]) async throws -> CatalogChange
+    func retire(productId: String) async throws -> CatalogChange
+    /// The admin-set prices of one storefront, by productId.
+    func prices(storefront: String) async throws -> [String: StoredPrice]
+    /// Closes the storage after the server has drained.
+    func close() throws
+}
+
+/// The whole catalog at one revision.
+public struct CatalogSnapshot: Sendable {
+    public let revision: Int64
+    /// Sorted by productId.
+    public let products: [(definition: ProductDefinition, status: ProductStatus)]
+    public init(revision: Int64, products: [(definition: ProductDefinition, status: ProductStatus)]) {
+        self.revision = revision
+        self.products = products
+    }
+}
+
+public enum CatalogChange: Sendable { case done, notFound }
