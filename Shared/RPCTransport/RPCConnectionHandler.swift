@@ -4,18 +4,22 @@ import NIOCore
 
 /// Sent down a connection's pipeline when the server shuts down: stop reading, finish what is in
 /// flight, then close.
-struct DrainConnectionEvent: Sendable {}
+package struct DrainConnectionEvent: Sendable {
+    package init() {}
+}
 
 /// Serves one connection: parses each line, runs immediate methods inline and async methods as
 /// tasks, and writes replies as they complete (so pipelined replies may come out of order).
 ///
 /// Replies produced while handling one read burst are written together and flushed once at
 /// `channelReadComplete`, so a client that pipelines 16 pings gets one TCP write back, not 16.
-/// All state is confined to the channel's event loop.
-final class RPCConnectionHandler: ChannelDuplexHandler {
-    typealias InboundIn = LineFrame
-    typealias OutboundIn = ByteBuffer
-    typealias OutboundOut = ByteBuffer
+/// Flow control (the in-flight cap, held reads, draining, idle and over-long lines) is decided by a
+/// `ConnectionStateMachine`; this handler performs its actions. All state is confined to the channel's
+/// event loop.
+package final class RPCConnectionHandler: ChannelDuplexHandler {
+    package typealias InboundIn = LineFrame
+    package typealias OutboundIn = ByteBuffer
+    package typealias OutboundOut = ByteBuffer
 
     private let shared: ServerShared
     private let connectionID: Int
@@ -27,55 +31,54 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
     private var inReadBurst = false
     private var flushScheduled = false
 
-    /// Requests (or batches) whose reply is not written yet.
-    private var inFlight = 0
-    /// Frames received while at the in-flight cap, processed in order as capacity frees up.
-    private var pending = CircularBuffer<LineFrame>()
-    /// A `read` was requested downstream while we were saturated; issue it on resume.
-    private var readHeld = false
-    private var draining = false
-    private var closing = false
+    private var flow: ConnectionStateMachine<LineFrame>
 
     init(shared: ServerShared, connectionID: Int, remoteAddress: String?) {
         self.shared = shared
         self.connectionID = connectionID
         self.remoteAddress = remoteAddress
         self.out = ByteBufferAllocator().buffer(capacity: 0)
+        self.flow = ConnectionStateMachine(maxInFlight: shared.configuration.maxInFlightPerConnection)
     }
 
-    func handlerAdded(context: ChannelHandlerContext) {
+    /// A handler for a server with this configuration and router (tests drive it on an embedded channel).
+    package convenience init(configuration: RPCServerConfiguration, router: RPCRouter, logger: Logger, connectionID: Int = 1) {
+        self.init(shared: ServerShared(configuration: configuration, router: router, logger: logger), connectionID: connectionID,
+                  remoteAddress: nil)
+    }
+
+    package func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
     }
 
-    func handlerRemoved(context: ChannelHandlerContext) {
+    package func handlerRemoved(context: ChannelHandlerContext) {
         self.context = nil
     }
 
     // MARK: inbound
 
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard !closing else { return }
-        inReadBurst = true
+    package func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
-        if isSaturated || !pending.isEmpty {
-            pending.append(frame)
-        } else {
+        switch flow.frameReceived(frame) {
+        case .drop: return
+        case .queued: inReadBurst = true
+        case .process:
+            inReadBurst = true
             process(frame)
         }
     }
 
-    func channelReadComplete(context: ChannelHandlerContext) {
+    package func channelReadComplete(context: ChannelHandlerContext) {
         inReadBurst = false
         flushReplies()
         context.fireChannelReadComplete()
     }
 
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+    package func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if event is DrainConnectionEvent {
-            draining = true
-            closeIfDrained()
+            if flow.drainRequested() { closeNow() }
         } else if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .read {
-            if inFlight == 0 && pending.isEmpty {
+            if flow.idleDeadlinePassed() {
                 shared.logger.debug("closing idle connection", metadata: ["rpc.connection": "\(connectionID)"])
                 context.close(promise: nil)
             }
@@ -84,34 +87,28 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    func channelWritabilityChanged(context: ChannelHandlerContext) {
-        if context.channel.isWritable { resumeIfPossible() }
+    package func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if flow.shouldResumeReading(writable: context.channel.isWritable) { context.read() }
         context.fireChannelWritabilityChanged()
     }
 
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+    package func errorCaught(context: ChannelHandlerContext, error: any Error) {
         shared.logger.debug("connection error", metadata: ["rpc.connection": "\(connectionID)", "error": "\(error)"])
         context.close(promise: nil)
     }
 
     // MARK: outbound
 
-    func read(context: ChannelHandlerContext) {
-        if isSaturated || !pending.isEmpty || draining || closing || !context.channel.isWritable {
-            readHeld = true
-        } else {
-            context.read()
-        }
+    package func read(context: ChannelHandlerContext) {
+        if flow.readRequested(writable: context.channel.isWritable) == .read { context.read() }
     }
-
-    private var isSaturated: Bool { inFlight >= shared.configuration.maxInFlightPerConnection }
 
     // MARK: processing
 
     private func process(_ frame: LineFrame) {
         switch frame {
         case .tooLong:
-            closing = true
+            flow.lineTooLong()
             let limit = shared.configuration.maxLineBytes
             appendFailure(.null, .invalidRequest("line exceeds \(limit) bytes", reason: "lineTooLong"))
             let flushed = context.eventLoop.makePromise(of: Void.self)
@@ -151,7 +148,7 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
             let outcome = runImmediate(body, request, ctx)
             if let id = request.id { appendOutcome(id, outcome) }
         case .async, .blocking:
-            inFlight += 1
+            flow.requestStarted()
             runDeferred(implementation, request: request, ctx: ctx) { [self] outcome in
                 if let id = request.id { appendOutcome(id, outcome) }
                 requestFinished()
@@ -191,7 +188,7 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
             }
         }
         if asyncCount > 0 {
-            inFlight += 1
+            flow.requestStarted()
         } else {
             writeBatch(batch)
         }
@@ -253,25 +250,17 @@ final class RPCConnectionHandler: ChannelDuplexHandler {
     }
 
     private func requestFinished() {
-        inFlight -= 1
-        guard context != nil else { return }
-        while !pending.isEmpty && !isSaturated && !closing {
-            process(pending.removeFirst())
-        }
+        flow.requestFinished()
+        guard let context else { return }
+        while let frame = flow.nextWaitingFrame() { process(frame) }
         if !inReadBurst { scheduleFlush() }
-        resumeIfPossible()
-        closeIfDrained()
+        if flow.shouldResumeReading(writable: context.channel.isWritable) { context.read() }
+        if flow.shouldCloseNow() { closeNow() }
     }
 
-    private func resumeIfPossible() {
-        guard let context, readHeld, !isSaturated, pending.isEmpty, !draining, !closing, context.channel.isWritable else { return }
-        readHeld = false
-        context.read()
-    }
-
-    private func closeIfDrained() {
-        guard draining, !closing, inFlight == 0, pending.isEmpty, let context else { return }
-        closing = true
+    /// Writes what is buffered, then closes.
+    private func closeNow() {
+        guard let context else { return }
         flushReplies()
         context.close(promise: nil)
     }
