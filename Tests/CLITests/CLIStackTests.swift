@@ -29,122 +29,122 @@ import Testing
     }
 
     @Test func everyCommandAgainstALiveSuite() async throws {
-        let suite = try await SuiteFixture.start()
-        let home = FileManager.default.temporaryDirectory.appendingPathComponent("cli-home-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
-        let configPath = home.appendingPathComponent("iap/config.json").path
-        var env = suite.environment
-        env["IAP_CONFIG"] = configPath
-        env["HOME"] = home.path
-        func iap(_ args: String...) async throws -> Run { try await Self.iap(args, env: env) }
+        try await SuiteFixture.with { suite in
+            let home = FileManager.default.temporaryDirectory.appendingPathComponent("cli-home-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+            let configPath = home.appendingPathComponent("iap/config.json").path
+            var env = suite.environment
+            env["IAP_CONFIG"] = configPath
+            env["HOME"] = home.path
+            func iap(_ args: String...) async throws -> Run { try await Self.iap(args, env: env) }
 
-        // accounts: the session is saved 0600 and used by every later command.
-        let registered = try await iap("accounts", "register", "alice", "--password", "correct horse battery", "--json")
-        #expect(registered.status == 0, "\(registered.stderr)")
-        let signedIn = try registered.decode(SignedIn.self)
-        let permissions = try FileManager.default.attributesOfItem(atPath: configPath)[.posixPermissions] as? Int
-        #expect(permissions == 0o600)
-        #expect(try String(contentsOfFile: configPath, encoding: .utf8).contains(signedIn.session.token))
-        #expect(try await iap("accounts", "whoami", "--json").decode(AuthenticatedAccount.self).accountId == signedIn.accountId)
-        #expect(try await iap("accounts", "sessions", "--json").decode(AccountsListSessions.Result.self).sessions.count == 1)
-        let wrongPassword = try await iap("accounts", "login", "alice", "--password", "not it at all", "--json")
-        #expect(wrongPassword.status == 1 && wrongPassword.stderr.contains("error 1001"))
+            // accounts: the session is saved 0600 and used by every later command.
+            let registered = try await iap("accounts", "register", "alice", "--password", "correct horse battery", "--json")
+            #expect(registered.status == 0, "\(registered.stderr)")
+            let signedIn = try registered.decode(SignedIn.self)
+            let permissions = try FileManager.default.attributesOfItem(atPath: configPath)[.posixPermissions] as? Int
+            #expect(permissions == 0o600)
+            #expect(try String(contentsOfFile: configPath, encoding: .utf8).contains(signedIn.session.token))
+            #expect(try await iap("accounts", "whoami", "--json").decode(AuthenticatedAccount.self).accountId == signedIn.accountId)
+            #expect(try await iap("accounts", "sessions", "--json").decode(AccountsListSessions.Result.self).sessions.count == 1)
+            let wrongPassword = try await iap("accounts", "login", "alice", "--password", "not it at all", "--json")
+            #expect(wrongPassword.status == 1 && wrongPassword.stderr.contains("error 1001"))
 
-        // Addresses may come from the config file instead of the environment.
-        var config = try JSONValue.parseJSON(try String(contentsOfFile: configPath, encoding: .utf8)).objectValue ?? [:]
-        config["addresses"] = .object(["catalog": .string(env["IAP_CATALOG_ADDR"]!)])
-        try Data(JSONByteEncoder.encode(JSONValue.object(config))).write(to: URL(fileURLWithPath: configPath))
-        var withoutCatalogVariable = env
-        withoutCatalogVariable["IAP_CATALOG_ADDR"] = nil
-        let fromConfig = try await Self.iap(["catalog", "list", "--json"], env: withoutCatalogVariable)
-        #expect(fromConfig.status == 0, "\(fromConfig.stderr)")
-        // ...and a later login keeps them.
-        #expect(try await iap("accounts", "login", "alice", "--password", "correct horse battery").status == 0)
-        #expect(try await Self.iap(["catalog", "list"], env: withoutCatalogVariable).status == 0)
+            // Addresses may come from the config file instead of the environment.
+            var config = try JSONValue.parseJSON(try String(contentsOfFile: configPath, encoding: .utf8)).objectValue ?? [:]
+            config["addresses"] = .object(["catalog": .string(env["IAP_CATALOG_ADDR"]!)])
+            try Data(JSONByteEncoder.encode(JSONValue.object(config))).write(to: URL(fileURLWithPath: configPath))
+            var withoutCatalogVariable = env
+            withoutCatalogVariable["IAP_CATALOG_ADDR"] = nil
+            let fromConfig = try await Self.iap(["catalog", "list", "--json"], env: withoutCatalogVariable)
+            #expect(fromConfig.status == 0, "\(fromConfig.stderr)")
+            // ...and a later login keeps them.
+            #expect(try await iap("accounts", "login", "alice", "--password", "correct horse battery").status == 0)
+            #expect(try await Self.iap(["catalog", "list"], env: withoutCatalogVariable).status == 0)
 
-        // catalog
-        let listed = try await iap("catalog", "list", "--json").decode(CatalogListProducts.Result.self)
-        #expect(Set(listed.products.map(\.productId)) == Set(SuiteFixture.products.map(\.productId)))
-        let got = try await iap("catalog", "get", "coins.100", "nope", "--json").decode(CatalogGetProducts.Result.self)
-        #expect(got.products.map(\.productId) == ["coins.100"] && got.missing == ["nope"])
-        #expect(try await iap("catalog", "set-price", "coins.100", "USA:USD:1.99", "--json").stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "{}")
-        #expect(try await iap("catalog", "get", "coins.100", "--json").decode(CatalogGetProducts.Result.self).products.first?.price?.amount == "1.99")
-        #expect(try await iap("catalog", "set-price", "coins.100", "USA-USD-1.99").status == 64)
-        let noToken = try await Self.iap(["catalog", "retire", "pass.season", "--admin-token", "wrong"], env: env)
-        #expect(noToken.status == 1 && noToken.stderr.contains("admin"))
+            // catalog
+            let listed = try await iap("catalog", "list", "--json").decode(CatalogListProducts.Result.self)
+            #expect(Set(listed.products.map(\.productId)) == Set(SuiteFixture.products.map(\.productId)))
+            let got = try await iap("catalog", "get", "coins.100", "nope", "--json").decode(CatalogGetProducts.Result.self)
+            #expect(got.products.map(\.productId) == ["coins.100"] && got.missing == ["nope"])
+            #expect(try await iap("catalog", "set-price", "coins.100", "USA:USD:1.99", "--json").stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "{}")
+            #expect(try await iap("catalog", "get", "coins.100", "--json").decode(CatalogGetProducts.Result.self).products.first?.price?.amount == "1.99")
+            #expect(try await iap("catalog", "set-price", "coins.100", "USA-USD-1.99").status == 64)
+            let noToken = try await Self.iap(["catalog", "retire", "pass.season", "--admin-token", "wrong"], env: env)
+            #expect(noToken.status == 1 && noToken.stderr.contains("admin"))
 
-        // buy, redeem, spend
-        let bought = try await iap("sim", "buy", "coins.100", "--apple-id", "alice@icloud", "--json").decode(SimPurchase.Result.self)
-        let receiptFile = home.appendingPathComponent("receipt.b64")
-        try bought.receiptData.write(to: receiptFile, atomically: true, encoding: .utf8)
-        let verified = try await iap("receipt", "verify", receiptFile.path, "--json").decode(VerifyReceiptResponse.self)
-        #expect(verified.status == 0 && verified.receipt?.inApp.first?.transactionId == bought.transactionId)
-        let redeemed = try await iap("redeem", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self)
-        #expect(redeemed.results.map(\.outcome) == [.granted] && redeemed.balance == 100)
-        #expect(try await iap("redeem", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self).results.map(\.outcome) == [.alreadyGranted])
-        #expect(try await iap("balance", "--json").decode(BalanceResult.self).balance == 100)
-        #expect(try await iap("spend", "30", "--key", "sword", "--json").decode(BalanceResult.self).balance == 70)
-        #expect(try await iap("spend", "30", "--key", "sword", "--json").decode(BalanceResult.self).balance == 70)
-        let tooMuch = try await iap("spend", "1000", "--json")
-        #expect(tooMuch.status == 1 && tooMuch.stderr.contains("error 1005"))
-        let ledger = try await iap("ledger", "--json").decode(FulfillmentListLedger.Result.self)
-        #expect(ledger.entries.map(\.kind) == [.grant, .spend])
-        #expect(try await iap("redeem").status == 64)
+            // buy, redeem, spend
+            let bought = try await iap("sim", "buy", "coins.100", "--apple-id", "alice@icloud", "--json").decode(SimPurchase.Result.self)
+            let receiptFile = home.appendingPathComponent("receipt.b64")
+            try bought.receiptData.write(to: receiptFile, atomically: true, encoding: .utf8)
+            let verified = try await iap("receipt", "verify", receiptFile.path, "--json").decode(VerifyReceiptResponse.self)
+            #expect(verified.status == 0 && verified.receipt?.inApp.first?.transactionId == bought.transactionId)
+            let redeemed = try await iap("redeem", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self)
+            #expect(redeemed.results.map(\.outcome) == [.granted] && redeemed.balance == 100)
+            #expect(try await iap("redeem", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self).results.map(\.outcome) == [.alreadyGranted])
+            #expect(try await iap("balance", "--json").decode(BalanceResult.self).balance == 100)
+            #expect(try await iap("spend", "30", "--key", "sword", "--json").decode(BalanceResult.self).balance == 70)
+            #expect(try await iap("spend", "30", "--key", "sword", "--json").decode(BalanceResult.self).balance == 70)
+            let tooMuch = try await iap("spend", "1000", "--json")
+            #expect(tooMuch.status == 1 && tooMuch.stderr.contains("error 1005"))
+            let ledger = try await iap("ledger", "--json").decode(FulfillmentListLedger.Result.self)
+            #expect(ledger.entries.map(\.kind) == [.grant, .spend])
+            #expect(try await iap("redeem").status == 64)
 
-        // content: a resumed download, and a corrupt partial file refused
-        let pack = try await iap("sim", "buy", "pack.castle", "--type", "nonConsumable", "--apple-id", "alice@icloud", "--json")
-            .decode(SimPurchase.Result.self)
-        let packRedeemed = try await iap("redeem", "--signed-transaction", pack.signedTransaction, "--json").decode(RedeemResult.self)
-        #expect(packRedeemed.results.map(\.outcome) == [.granted])
-        #expect(try await iap("entitlements", "--json").decode(FulfillmentGetEntitlements.Result.self).entitlements.map(\.entitlement) == ["castle"])
-        let content = try await iap("content", "list", "--json").decode(FulfillmentListContent.Result.self).content
-        #expect(content.map(\.contentId) == [SuiteFixture.contentId])
-        let target = home.appendingPathComponent("castle.bin").path
-        try Data(suite.content.prefix(1000)).write(to: URL(fileURLWithPath: target + ".part"))
-        let download = try await iap("content", "download", SuiteFixture.contentId, "--output", target, "--chunk", "65536", "--json")
-        #expect(download.status == 0, "\(download.stderr)")
-        #expect(download.stderr.contains("resuming"))
-        let summary = try JSONValue.parseJSON(download.stdout)
-        #expect(summary["resumedFrom"] == .int(1000) && summary["sha256"] == .string(content[0].sha256))
-        #expect(Array(try Data(contentsOf: URL(fileURLWithPath: target))) == suite.content)
-        try Data(repeating: 0xAA, count: 1000).write(to: URL(fileURLWithPath: target + ".part"))
-        let corrupt = try await iap("content", "download", SuiteFixture.contentId, "--output", target)
-        #expect(corrupt.status == 1 && corrupt.stderr.contains("checksum mismatch"))
-        #expect(!FileManager.default.fileExists(atPath: target + ".part"))
+            // content: a resumed download, and a corrupt partial file refused
+            let pack = try await iap("sim", "buy", "pack.castle", "--type", "nonConsumable", "--apple-id", "alice@icloud", "--json")
+                .decode(SimPurchase.Result.self)
+            let packRedeemed = try await iap("redeem", "--signed-transaction", pack.signedTransaction, "--json").decode(RedeemResult.self)
+            #expect(packRedeemed.results.map(\.outcome) == [.granted])
+            #expect(try await iap("entitlements", "--json").decode(FulfillmentGetEntitlements.Result.self).entitlements.map(\.entitlement) == ["castle"])
+            let content = try await iap("content", "list", "--json").decode(FulfillmentListContent.Result.self).content
+            #expect(content.map(\.contentId) == [SuiteFixture.contentId])
+            let target = home.appendingPathComponent("castle.bin").path
+            try Data(suite.content.prefix(1000)).write(to: URL(fileURLWithPath: target + ".part"))
+            let download = try await iap("content", "download", SuiteFixture.contentId, "--output", target, "--chunk", "65536", "--json")
+            #expect(download.status == 0, "\(download.stderr)")
+            #expect(download.stderr.contains("resuming"))
+            let summary = try JSONValue.parseJSON(download.stdout)
+            #expect(summary["resumedFrom"] == .int(1000) && summary["sha256"] == .string(content[0].sha256))
+            #expect(Array(try Data(contentsOf: URL(fileURLWithPath: target))) == suite.content)
+            try Data(repeating: 0xAA, count: 1000).write(to: URL(fileURLWithPath: target + ".part"))
+            let corrupt = try await iap("content", "download", SuiteFixture.contentId, "--output", target)
+            #expect(corrupt.status == 1 && corrupt.stderr.contains("checksum mismatch"))
+            #expect(!FileManager.default.fileExists(atPath: target + ".part"))
 
-        // restore on this device
-        let restore = try await iap("sim", "restore", "--apple-id", "alice@icloud", "--json").decode(SimRestore.Result.self)
-        try restore.receiptData.write(to: receiptFile, atomically: true, encoding: .utf8)
-        let restored = try await iap("restore", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self)
-        #expect(restored.entitlements.map(\.entitlement) == ["castle"] && restored.balance == 70)
+            // restore on this device
+            let restore = try await iap("sim", "restore", "--apple-id", "alice@icloud", "--json").decode(SimRestore.Result.self)
+            try restore.receiptData.write(to: receiptFile, atomically: true, encoding: .utf8)
+            let restored = try await iap("restore", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self)
+            #expect(restored.entitlements.map(\.entitlement) == ["castle"] && restored.balance == 70)
 
-        // the whole suite at once, and a service's methods
-        let health = try await iap("health", "--json")
-        #expect(health.status == 0, "\(health.stdout)\(health.stderr)")
-        let reports = try JSONValue.parseJSON(health.stdout)
-        #expect(Set(reports.objectValue?.keys.map { $0 } ?? []) == ["accounts", "catalog", "verification", "fulfillment", "sim"])
-        #expect(reports["fulfillment"]?["status"] == .string("ok"))
-        let methods = try JSONValue.parseJSON(try await iap("methods", "fulfillment", "--json").stdout)
-        let names = Set(methods["methods"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? [])
-        #expect(names.isSuperset(of: Set(ContractMethods.fulfillment.map(\.name))))
-        #expect(try await iap("methods", "fulfillment").stdout.contains("fulfillment.spendCoins"))
+            // the whole suite at once, and a service's methods
+            let health = try await iap("health", "--json")
+            #expect(health.status == 0, "\(health.stdout)\(health.stderr)")
+            let reports = try JSONValue.parseJSON(health.stdout)
+            #expect(Set(reports.objectValue?.keys.map { $0 } ?? []) == ["accounts", "catalog", "verification", "fulfillment", "sim"])
+            #expect(reports["fulfillment"]?["status"] == .string("ok"))
+            let methods = try JSONValue.parseJSON(try await iap("methods", "fulfillment", "--json").stdout)
+            let names = Set(methods["methods"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? [])
+            #expect(names.isSuperset(of: Set(ContractMethods.fulfillment.map(\.name))))
+            #expect(try await iap("methods", "fulfillment").stdout.contains("fulfillment.spendCoins"))
 
-        // the demo walks the whole story
-        let demo = try await iap("demo", "--coins-product", "coins.100", "--content-product", "pack.castle",
-                                 "--download-dir", home.appendingPathComponent("demo").path)
-        #expect(demo.status == 0, "\(demo.stdout)\n\(demo.stderr)")
-        #expect(demo.stdout.contains("demo complete"))
-        #expect(demo.stdout.contains("reversal"))
-        #expect(demo.stdout.contains("recovery"), "the demo shows the refunded coins repaid by the next purchase")
-        #expect(demo.stdout.contains("(Sandbox)"), "the demo shows the Sandbox purchase in its own scope")
+            // the demo walks the whole story
+            let demo = try await iap("demo", "--coins-product", "coins.100", "--content-product", "pack.castle",
+                                     "--download-dir", home.appendingPathComponent("demo").path)
+            #expect(demo.status == 0, "\(demo.stdout)\n\(demo.stderr)")
+            #expect(demo.stdout.contains("demo complete"))
+            #expect(demo.stdout.contains("reversal"))
+            #expect(demo.stdout.contains("recovery"), "the demo shows the refunded coins repaid by the next purchase")
+            #expect(demo.stdout.contains("(Sandbox)"), "the demo shows the Sandbox purchase in its own scope")
 
-        // signing out forgets the session; unreachable services are exit 2
-        #expect(try await iap("accounts", "logout", "--json").stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "{}")
-        let signedOut = try await iap("balance")
-        #expect(signedOut.status == 1 && signedOut.stderr.contains("iap accounts login"))
-        let unreachable = try await iap("catalog", "list", "--addr", "127.0.0.1:1")
-        #expect(unreachable.status == 2 && unreachable.stderr.contains("compose/up.sh"))
-        await suite.stop()
+            // signing out forgets the session; unreachable services are exit 2
+            #expect(try await iap("accounts", "logout", "--json").stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "{}")
+            let signedOut = try await iap("balance")
+            #expect(signedOut.status == 1 && signedOut.stderr.contains("iap accounts login"))
+            let unreachable = try await iap("catalog", "list", "--addr", "127.0.0.1:1")
+            #expect(unreachable.status == 2 && unreachable.stderr.contains("compose/up.sh"))
+        }
     }
 
     /// Every method of every service has a command (`iap call` is for anything else), and the table below
@@ -176,45 +176,45 @@ import Testing
     }
 
     @Test func theCommandsForAdminInternalAndVerificationMethodsWork() async throws {
-        let suite = try await SuiteFixture.start()
-        defer { Task { await suite.stop() } }
-        let home = FileManager.default.temporaryDirectory.appendingPathComponent("cli-more-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: home) }
-        var env = suite.environment
-        env["IAP_CONFIG"] = home.appendingPathComponent("config.json").path
-        func iap(_ args: String...) async throws -> Run { try await Self.iap(args, env: env) }
+        try await SuiteFixture.with { suite in
+            let home = FileManager.default.temporaryDirectory.appendingPathComponent("cli-more-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: home) }
+            var env = suite.environment
+            env["IAP_CONFIG"] = home.appendingPathComponent("config.json").path
+            func iap(_ args: String...) async throws -> Run { try await Self.iap(args, env: env) }
 
-        let registered = try await iap("accounts", "register", "carol", "--password", "correct horse battery", "--json").decode(SignedIn.self)
-        #expect(try await iap("accounts", "change-password", "--current-password", "correct horse battery",
-                              "--new-password", "another good passphrase").status == 0)
-        #expect(try await iap("accounts", "login", "carol", "--password", "another good passphrase").status == 0)
-        let found = try await iap("accounts", "find", registered.appAccountToken, "--internal-token", SuiteFixture.internalToken)
-        #expect(found.stdout.contains(registered.accountId), "\(found.stderr)")
-        #expect(try await iap("accounts", "find", registered.appAccountToken, "--internal-token", "wrong").status == 1)
+            let registered = try await iap("accounts", "register", "carol", "--password", "correct horse battery", "--json").decode(SignedIn.self)
+            #expect(try await iap("accounts", "change-password", "--current-password", "correct horse battery",
+                                  "--new-password", "another good passphrase").status == 0)
+            #expect(try await iap("accounts", "login", "carol", "--password", "another good passphrase").status == 0)
+            let found = try await iap("accounts", "find", registered.appAccountToken, "--internal-token", SuiteFixture.internalToken)
+            #expect(found.stdout.contains(registered.accountId), "\(found.stderr)")
+            #expect(try await iap("accounts", "find", registered.appAccountToken, "--internal-token", "wrong").status == 1)
 
-        let productFile = home.appendingPathComponent("product.json")
-        try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
-        try Data(JSONByteEncoder.encode(SuiteFixture.product("coins.5000", .consumable, .coins(5000)))).write(to: productFile)
-        #expect(try await iap("catalog", "upsert", productFile.path).status == 0)
-        #expect(try await iap("catalog", "get", "coins.5000", "--json").decode(CatalogGetProducts.Result.self).products.count == 1)
+            let productFile = home.appendingPathComponent("product.json")
+            try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+            try Data(JSONByteEncoder.encode(SuiteFixture.product("coins.5000", .consumable, .coins(5000)))).write(to: productFile)
+            #expect(try await iap("catalog", "upsert", productFile.path).status == 0)
+            #expect(try await iap("catalog", "get", "coins.5000", "--json").decode(CatalogGetProducts.Result.self).products.count == 1)
 
-        let bought = try await iap("sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--json").decode(SimPurchase.Result.self)
-        let valid = try await iap("verify", "transaction", bought.signedTransaction)
-        #expect(valid.status == 0 && valid.stdout.contains("VALID") && valid.stdout.contains(bought.transactionId), "\(valid.stdout)")
-        #expect(try await iap("verify", "transaction", "not.a.jws").status == 1)
-        #expect(try await iap("redeem", "--signed-transaction", bought.signedTransaction).status == 0)
-        let refund = try await iap("sim", "refund", bought.transactionId, "--apple-id", "carol@icloud", "--json").decode(SimRefund.Result.self)
-        let payload = try #require(refund.signedPayload)
-        #expect(try await iap("verify", "notification", payload).stdout.contains("REFUND"))
-        let applied = try await iap("apply-notification", payload)
-        #expect(applied.status == 0 && applied.stdout.contains("applied"), "\(applied.stderr)")
-        #expect(try await iap("balance", "--json").decode(BalanceResult.self).balance == 0)
+            let bought = try await iap("sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--json").decode(SimPurchase.Result.self)
+            let valid = try await iap("verify", "transaction", bought.signedTransaction)
+            #expect(valid.status == 0 && valid.stdout.contains("VALID") && valid.stdout.contains(bought.transactionId), "\(valid.stdout)")
+            #expect(try await iap("verify", "transaction", "not.a.jws").status == 1)
+            #expect(try await iap("redeem", "--signed-transaction", bought.signedTransaction).status == 0)
+            let refund = try await iap("sim", "refund", bought.transactionId, "--apple-id", "carol@icloud", "--json").decode(SimRefund.Result.self)
+            let payload = try #require(refund.signedPayload)
+            #expect(try await iap("verify", "notification", payload).stdout.contains("REFUND"))
+            let applied = try await iap("apply-notification", payload)
+            #expect(applied.status == 0 && applied.stdout.contains("applied"), "\(applied.stderr)")
+            #expect(try await iap("balance", "--json").decode(BalanceResult.self).balance == 0)
 
-        let again = try await iap("sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--json").decode(SimPurchase.Result.self)
-        #expect(try await iap("redeem", "--signed-transaction", again.signedTransaction).status == 0)
-        #expect(try await iap("revoke", again.transactionId, "--reason", "chargeback").status == 0)
-        #expect(try await iap("ledger", "--json").decode(FulfillmentListLedger.Result.self).entries.last?.kind == .reversal)
-        #expect(try await iap("revoke", "no-such-transaction", "--reason", "x").status == 1)
+            let again = try await iap("sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--json").decode(SimPurchase.Result.self)
+            #expect(try await iap("redeem", "--signed-transaction", again.signedTransaction).status == 0)
+            #expect(try await iap("revoke", again.transactionId, "--reason", "chargeback").status == 0)
+            #expect(try await iap("ledger", "--json").decode(FulfillmentListLedger.Result.self).entries.last?.kind == .reversal)
+            #expect(try await iap("revoke", "no-such-transaction", "--reason", "x").status == 1)
+        }
     }
 
     @Test func healthExitsTwoWhenAServiceIsUnreachable() async throws {
@@ -227,19 +227,19 @@ import Testing
     /// Without `IAP_CONFIG` the session goes under `$XDG_CONFIG_HOME`, else `$HOME/.config`, as the
     /// environment says (not the passwd entry's home).
     @Test func theConfigFileFollowsXDGConfigHomeThenHome() async throws {
-        let suite = try await SuiteFixture.start()
-        defer { Task { await suite.stop() } }
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("cli-xdg-\(UUID().uuidString)")
-        defer { try? FileManager.default.removeItem(at: root) }
-        var env = suite.environment
-        env["HOME"] = root.appendingPathComponent("home").path
-        let viaHome = try await Self.iap(["accounts", "register", "homer", "--password", "correct horse battery"], env: env)
-        #expect(viaHome.status == 0, "\(viaHome.stderr)")
-        #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent("home/.config/iap/config.json").path))
-        env["XDG_CONFIG_HOME"] = root.appendingPathComponent("xdg").path
-        let viaXDG = try await Self.iap(["accounts", "register", "xavier", "--password", "correct horse battery"], env: env)
-        #expect(viaXDG.status == 0, "\(viaXDG.stderr)")
-        #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent("xdg/iap/config.json").path))
+        try await SuiteFixture.with { suite in
+            let root = FileManager.default.temporaryDirectory.appendingPathComponent("cli-xdg-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: root) }
+            var env = suite.environment
+            env["HOME"] = root.appendingPathComponent("home").path
+            let viaHome = try await Self.iap(["accounts", "register", "homer", "--password", "correct horse battery"], env: env)
+            #expect(viaHome.status == 0, "\(viaHome.stderr)")
+            #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent("home/.config/iap/config.json").path))
+            env["XDG_CONFIG_HOME"] = root.appendingPathComponent("xdg").path
+            let viaXDG = try await Self.iap(["accounts", "register", "xavier", "--password", "correct horse battery"], env: env)
+            #expect(viaXDG.status == 0, "\(viaXDG.stderr)")
+            #expect(FileManager.default.fileExists(atPath: root.appendingPathComponent("xdg/iap/config.json").path))
+        }
     }
 }
 

@@ -10,168 +10,172 @@ import Testing
 
 /// Spending, idempotency, paging, admin revocation, and the invariants the schema itself enforces.
 @Suite struct LedgerTests {
-    /// A suite with `alice` holding `coins` coins.
-    static func funded(_ coins: Int = 300) async throws -> (SuiteFixture, (session: String, accountId: String, appAccountToken: String)) {
-        let suite = try await SuiteFixture.start()
-        let alice = try await suite.register("alice")
-        let bought = try await suite.buy("alice@icloud", "coins.100", quantity: coins / 100)
-        _ = try await suite.redeem(alice.session, receipt: bought.receiptData)
-        return (suite, alice)
+    /// Runs `body` with a suite where `alice` holds `coins` coins; the suite is stopped however `body` ends.
+    static func withFunded(_ coins: Int = 300,
+                           _ body: (SuiteFixture, (session: String, accountId: String, appAccountToken: String)) async throws -> Void) async throws {
+        try await SuiteFixture.with { suite in
+            let alice = try await suite.register("alice")
+            let bought = try await suite.buy("alice@icloud", "coins.100", quantity: coins / 100)
+            _ = try await suite.redeem(alice.session, receipt: bought.receiptData)
+            try await body(suite, alice)
+        }
     }
+
 
     func spend(_ suite: SuiteFixture, _ session: String, _ amount: Int64, key: String, memo: String? = nil) async throws -> Int64 {
         try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: session, amount: amount, idempotencyKey: key, memo: memo)).balance
     }
 
     @Test func aSpendIsAppliedOncePerIdempotencyKey() async throws {
-        let (suite, alice) = try await Self.funded()
-        #expect(try await spend(suite, alice.session, 120, key: "sword-1", memo: "sword") == 180)
-        // The same key and params: the first answer, nothing spent again.
-        #expect(try await spend(suite, alice.session, 120, key: "sword-1", memo: "sword") == 180)
-        #expect(try await suite.balance(alice.session) == 180)
-        // The same key with other params is a conflict.
-        let reused = await rpcError { try await spend(suite, alice.session, 5, key: "sword-1", memo: "sword") }
-        #expect(reused?.code == RPCErrorCode.conflict.rawValue && reused?.reason == "idempotencyKeyReused")
-        let otherMemo = await rpcError { try await spend(suite, alice.session, 120, key: "sword-1", memo: "shield") }
-        #expect(otherMemo?.code == RPCErrorCode.conflict.rawValue)
-        // Another account may use the same key for its own spend.
-        let bob = try await suite.register("bob")
-        let bobs = await rpcError { try await spend(suite, bob.session, 1, key: "sword-1") }
-        #expect(bobs?.code == RPCErrorCode.insufficientFunds.rawValue)
-        #expect(try await suite.ledger(alice.session).map(\.kind) == [.grant, .spend])
-        await suite.stop()
+        try await Self.withFunded() { suite, alice in
+            #expect(try await spend(suite, alice.session, 120, key: "sword-1", memo: "sword") == 180)
+            // The same key and params: the first answer, nothing spent again.
+            #expect(try await spend(suite, alice.session, 120, key: "sword-1", memo: "sword") == 180)
+            #expect(try await suite.balance(alice.session) == 180)
+            // The same key with other params is a conflict.
+            let reused = await rpcError { try await spend(suite, alice.session, 5, key: "sword-1", memo: "sword") }
+            #expect(reused?.code == RPCErrorCode.conflict.rawValue && reused?.reason == "idempotencyKeyReused")
+            let otherMemo = await rpcError { try await spend(suite, alice.session, 120, key: "sword-1", memo: "shield") }
+            #expect(otherMemo?.code == RPCErrorCode.conflict.rawValue)
+            // Another account may use the same key for its own spend.
+            let bob = try await suite.register("bob")
+            let bobs = await rpcError { try await spend(suite, bob.session, 1, key: "sword-1") }
+            #expect(bobs?.code == RPCErrorCode.insufficientFunds.rawValue)
+            #expect(try await suite.ledger(alice.session).map(\.kind) == [.grant, .spend])
+        }
     }
 
     @Test func theBalanceNeverGoesBelowZero() async throws {
-        let (suite, alice) = try await Self.funded(100)
-        let tooMuch = await rpcError { try await spend(suite, alice.session, 101, key: "k1") }
-        #expect(tooMuch?.code == RPCErrorCode.insufficientFunds.rawValue)
-        #expect(tooMuch?.data.extra["balance"] == .int(100))
-        #expect(try await spend(suite, alice.session, 100, key: "k2") == 0)
-        // The refused key was not consumed: it works once funds are there.
-        let bought = try await suite.buy("alice@icloud", "coins.100", quantity: 2)
-        _ = try await suite.redeem(alice.session, receipt: bought.receiptData)
-        #expect(try await spend(suite, alice.session, 101, key: "k1") == 99)
-        for (amount, field) in [(Int64(0), "amount"), (-5, "amount")] {
-            let bad = await rpcError { try await spend(suite, alice.session, amount, key: "k3") }
-            #expect(bad?.code == RPCErrorCode.invalidParams.rawValue && bad?.data.extra["field"] == .string(field))
+        try await Self.withFunded(100) { suite, alice in
+            let tooMuch = await rpcError { try await spend(suite, alice.session, 101, key: "k1") }
+            #expect(tooMuch?.code == RPCErrorCode.insufficientFunds.rawValue)
+            #expect(tooMuch?.data.extra["balance"] == .int(100))
+            #expect(try await spend(suite, alice.session, 100, key: "k2") == 0)
+            // The refused key was not consumed: it works once funds are there.
+            let bought = try await suite.buy("alice@icloud", "coins.100", quantity: 2)
+            _ = try await suite.redeem(alice.session, receipt: bought.receiptData)
+            #expect(try await spend(suite, alice.session, 101, key: "k1") == 99)
+            for (amount, field) in [(Int64(0), "amount"), (-5, "amount")] {
+                let bad = await rpcError { try await spend(suite, alice.session, amount, key: "k3") }
+                #expect(bad?.code == RPCErrorCode.invalidParams.rawValue && bad?.data.extra["field"] == .string(field))
+            }
+            let noKey = await rpcError { try await spend(suite, alice.session, 1, key: "") }
+            #expect(noKey?.data.extra["field"] == .string("idempotencyKey"))
+            #expect(try await suite.ledgerIsConsistent())
         }
-        let noKey = await rpcError { try await spend(suite, alice.session, 1, key: "") }
-        #expect(noKey?.data.extra["field"] == .string("idempotencyKey"))
-        #expect(try await suite.ledgerIsConsistent())
-        await suite.stop()
     }
 
     @Test func twoHundredConcurrentSpendsWithOneKeyApplyOnce() async throws {
-        let (suite, alice) = try await Self.funded(1000)
-        let balances = try await withThrowingTaskGroup(of: Int64.self) { group in
-            for _ in 0..<200 { group.addTask { try await spend(suite, alice.session, 7, key: "once") } }
-            var all: [Int64] = []
-            for try await b in group { all.append(b) }
-            return all
+        try await Self.withFunded(1000) { suite, alice in
+            let balances = try await withThrowingTaskGroup(of: Int64.self) { group in
+                for _ in 0..<200 { group.addTask { try await spend(suite, alice.session, 7, key: "once") } }
+                var all: [Int64] = []
+                for try await b in group { all.append(b) }
+                return all
+            }
+            #expect(Set(balances) == [993])
+            #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'spend'") == 1)
+            // And 200 concurrent spends with distinct keys against 1000 coins: exactly 142 succeed (7 each).
+            let outcomes = await withTaskGroup(of: Bool.self) { group in
+                for i in 0..<200 { group.addTask { (try? await spend(suite, alice.session, 7, key: "many-\(i)")) != nil } }
+                var ok = 0
+                for await o in group where o { ok += 1 }
+                return ok
+            }
+            #expect(outcomes == 141)
+            #expect(try await suite.balance(alice.session) == 993 - 141 * 7)
+            #expect(try await suite.ledgerIsConsistent())
         }
-        #expect(Set(balances) == [993])
-        #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'spend'") == 1)
-        // And 200 concurrent spends with distinct keys against 1000 coins: exactly 142 succeed (7 each).
-        let outcomes = await withTaskGroup(of: Bool.self) { group in
-            for i in 0..<200 { group.addTask { (try? await spend(suite, alice.session, 7, key: "many-\(i)")) != nil } }
-            var ok = 0
-            for await o in group where o { ok += 1 }
-            return ok
-        }
-        #expect(outcomes == 141)
-        #expect(try await suite.balance(alice.session) == 993 - 141 * 7)
-        #expect(try await suite.ledgerIsConsistent())
-        await suite.stop()
     }
 
     @Test func theLedgerPagesOldestFirst() async throws {
-        let (suite, alice) = try await Self.funded(500)
-        for i in 0..<7 { _ = try await spend(suite, alice.session, 10, key: "p\(i)", memo: "item \(i)") }
-        var seen: [LedgerEntry] = []
-        var after: Int64? = nil
-        repeat {
-            let page = try await suite.fulfillment.call(FulfillmentListLedger.self, .init(session: alice.session, after: after, limit: 3))
-            #expect(page.entries.count <= 3)
-            seen += page.entries
-            after = page.next
-        } while after != nil
-        #expect(seen.count == 8)
-        #expect(seen.map(\.id) == seen.map(\.id).sorted())
-        #expect(seen.map(\.balance) == [500, 490, 480, 470, 460, 450, 440, 430])
-        #expect(seen.last?.memo == "item 6")
-        let badLimit = await rpcError { try await suite.fulfillment.call(FulfillmentListLedger.self, .init(session: alice.session, limit: 0)) }
-        #expect(badLimit?.data.extra["field"] == .string("limit"))
-        // Another account sees only its own (empty) ledger.
-        let bob = try await suite.register("bob")
-        #expect(try await suite.ledger(bob.session).isEmpty)
-        await suite.stop()
+        try await Self.withFunded(500) { suite, alice in
+            for i in 0..<7 { _ = try await spend(suite, alice.session, 10, key: "p\(i)", memo: "item \(i)") }
+            var seen: [LedgerEntry] = []
+            var after: Int64? = nil
+            repeat {
+                let page = try await suite.fulfillment.call(FulfillmentListLedger.self, .init(session: alice.session, after: after, limit: 3))
+                #expect(page.entries.count <= 3)
+                seen += page.entries
+                after = page.next
+            } while after != nil
+            #expect(seen.count == 8)
+            #expect(seen.map(\.id) == seen.map(\.id).sorted())
+            #expect(seen.map(\.balance) == [500, 490, 480, 470, 460, 450, 440, 430])
+            #expect(seen.last?.memo == "item 6")
+            let badLimit = await rpcError { try await suite.fulfillment.call(FulfillmentListLedger.self, .init(session: alice.session, limit: 0)) }
+            #expect(badLimit?.data.extra["field"] == .string("limit"))
+            // Another account sees only its own (empty) ledger.
+            let bob = try await suite.register("bob")
+            #expect(try await suite.ledger(bob.session).isEmpty)
+        }
     }
 
     @Test func adminRevocationNeedsTheTokenAndReversesTheGrant() async throws {
-        let (suite, alice) = try await Self.funded(200)
-        let txid = try #require(try await suite.ledger(alice.session).first?.transactionId)
-        for token in ["", "wrong", SuiteFixture.adminToken + "x"] {
-            let refused = await rpcError {
-                try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: token, transactionId: txid, reason: "fraud"))
+        try await Self.withFunded(200) { suite, alice in
+            let txid = try #require(try await suite.ledger(alice.session).first?.transactionId)
+            for token in ["", "wrong", SuiteFixture.adminToken + "x"] {
+                let refused = await rpcError {
+                    try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: token, transactionId: txid, reason: "fraud"))
+                }
+                #expect(refused?.code == RPCErrorCode.forbidden.rawValue)
             }
-            #expect(refused?.code == RPCErrorCode.forbidden.rawValue)
+            #expect(try await suite.balance(alice.session) == 200)
+            _ = try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken, transactionId: txid,
+                                                                                           reason: "chargeback"))
+            #expect(try await suite.balance(alice.session) == 0)
+            // Revoking again changes nothing; an unknown transaction is notFound.
+            _ = try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken, transactionId: txid,
+                                                                                           reason: "chargeback"))
+            #expect(try await suite.ledger(alice.session).map(\.kind) == [.grant, .reversal])
+            #expect(try await suite.ledger(alice.session).last?.memo == "chargeback: coins.100")
+            let unknown = await rpcError {
+                try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken, transactionId: "999999",
+                                                                                           reason: "x"))
+            }
+            #expect(unknown?.code == RPCErrorCode.notFound.rawValue)
         }
-        #expect(try await suite.balance(alice.session) == 200)
-        _ = try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken, transactionId: txid,
-                                                                                       reason: "chargeback"))
-        #expect(try await suite.balance(alice.session) == 0)
-        // Revoking again changes nothing; an unknown transaction is notFound.
-        _ = try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken, transactionId: txid,
-                                                                                       reason: "chargeback"))
-        #expect(try await suite.ledger(alice.session).map(\.kind) == [.grant, .reversal])
-        #expect(try await suite.ledger(alice.session).last?.memo == "chargeback: coins.100")
-        let unknown = await rpcError {
-            try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken, transactionId: "999999",
-                                                                                       reason: "x"))
-        }
-        #expect(unknown?.code == RPCErrorCode.notFound.rawValue)
-        await suite.stop()
     }
 
     @Test func theSchemaRefusesWhatTheCodeMustNeverDo() async throws {
-        let (suite, alice) = try await Self.funded(100)
-        let path = suite.directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path
-        let db = try DatabaseQueue(path: path)
-        try await db.write { db in
-            #expect(throws: DatabaseError.self) { try db.execute(sql: "UPDATE ledger SET delta = 1000") }
-            #expect(throws: DatabaseError.self) { try db.execute(sql: "DELETE FROM ledger") }
-            #expect(throws: DatabaseError.self) { try db.execute(sql: "UPDATE wallet SET balance = -1") }
-            // A second grant for the same transaction, a second owner of one original, a second processed row.
-            #expect(throws: DatabaseError.self) {
-                try db.execute(sql: """
-                    INSERT INTO ledger (accountId, delta, balance, kind, environment, transactionId, createdAtMs)
-                    SELECT accountId, delta, balance, kind, environment, transactionId, createdAtMs FROM ledger WHERE kind = 'grant'
-                    """)
+        try await Self.withFunded(100) { suite, alice in
+            let path = suite.directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path
+            let db = try DatabaseQueue(path: path)
+            try await db.write { db in
+                #expect(throws: DatabaseError.self) { try db.execute(sql: "UPDATE ledger SET delta = 1000") }
+                #expect(throws: DatabaseError.self) { try db.execute(sql: "DELETE FROM ledger") }
+                #expect(throws: DatabaseError.self) { try db.execute(sql: "UPDATE wallet SET balance = -1") }
+                // A second grant for the same transaction, a second owner of one original, a second processed row.
+                #expect(throws: DatabaseError.self) {
+                    try db.execute(sql: """
+                        INSERT INTO ledger (accountId, delta, balance, kind, environment, transactionId, createdAtMs)
+                        SELECT accountId, delta, balance, kind, environment, transactionId, createdAtMs FROM ledger WHERE kind = 'grant'
+                        """)
+                }
+                #expect(throws: DatabaseError.self) {
+                    try db.execute(sql: "INSERT INTO ownership SELECT environment, originalTransactionId, 'other', productId, 0 FROM ownership")
+                }
+                #expect(throws: DatabaseError.self) {
+                    try db.execute(sql: """
+                        INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, productId, grantKind,
+                                                          purchaseDateMs, processedAtMs)
+                        SELECT environment, transactionId, originalTransactionId, 'other', productId, grantKind, 0, 0 FROM processedTransaction
+                        """)
+                }
+                // A spend without an idempotency key, or a positive one.
+                #expect(throws: DatabaseError.self) {
+                    try db.execute(sql: "INSERT INTO ledger (accountId, delta, balance, kind, createdAtMs) VALUES ('x', -1, 0, 'spend', 0)")
+                }
             }
-            #expect(throws: DatabaseError.self) {
-                try db.execute(sql: "INSERT INTO ownership SELECT environment, originalTransactionId, 'other', productId, 0 FROM ownership")
-            }
-            #expect(throws: DatabaseError.self) {
-                try db.execute(sql: """
-                    INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, productId, grantKind,
-                                                      purchaseDateMs, processedAtMs)
-                    SELECT environment, transactionId, originalTransactionId, 'other', productId, grantKind, 0, 0 FROM processedTransaction
-                    """)
-            }
-            // A spend without an idempotency key, or a positive one.
-            #expect(throws: DatabaseError.self) {
-                try db.execute(sql: "INSERT INTO ledger (accountId, delta, balance, kind, createdAtMs) VALUES ('x', -1, 0, 'spend', 0)")
-            }
+            #expect(try await suite.balance(alice.session) == 100)
         }
-        #expect(try await suite.balance(alice.session) == 100)
-        await suite.stop()
     }
 
     @Test func fulfillmentWritesWithSynchronousFull() async throws {
-        let (suite, _) = try await Self.funded(100)
-        // The service's own connection settings, read through the store's pool.
-        #expect(try await suite.store.synchronousMode() == 2)  // FULL
-        await suite.stop()
+        try await Self.withFunded(100) { suite, _ in
+            // The service's own connection settings, read through the store's pool.
+            let mode = try await suite.store.synchronousMode()
+            #expect(mode == 2)  // FULL
+        }
     }
 }

@@ -88,99 +88,99 @@ import Testing
         let kills = Int(environment["IAP_CRASH_KILLS"] ?? "") ?? 20
         let purchases = Int(environment["IAP_CRASH_PURCHASES"] ?? "") ?? 240
         let spends = purchases
-        let suite = try await SuiteFixture.start()
-        let dataDir = suite.directory.appendingPathComponent("crash-fulfillment")
-        let service = FulfillmentProcess(port: try Self.freePort(), dataDir: dataDir, suite: suite)
-        try await service.start()
+        try await SuiteFixture.with { suite in
+            let dataDir = suite.directory.appendingPathComponent("crash-fulfillment")
+            let service = FulfillmentProcess(port: try Self.freePort(), dataDir: dataDir, suite: suite)
+            try await service.start()
 
-        var sessions: [String] = []
-        for i in 0..<8 { sessions.append(try await suite.register("crash-\(i)").session) }
-        var ops: [Op] = []
-        for i in 0..<purchases {
-            let bought = try await suite.buy("crash-\(i)@icloud", "coins.100")
-            ops.append(.redeem(session: i % sessions.count, receipt: bought.receiptData, transactionId: bought.transactionId))
-        }
-        for i in 0..<spends { ops.append(.spend(session: i % sessions.count, key: "spend-\(i)", amount: 7)) }
-        ops.shuffle()
-        let allOps = ops
-        let redeemIds = ops.compactMap { op -> String? in if case let .redeem(_, _, t) = op { return t } else { return nil } }
+            var sessions: [String] = []
+            for i in 0..<8 { sessions.append(try await suite.register("crash-\(i)").session) }
+            var ops: [Op] = []
+            for i in 0..<purchases {
+                let bought = try await suite.buy("crash-\(i)@icloud", "coins.100")
+                ops.append(.redeem(session: i % sessions.count, receipt: bought.receiptData, transactionId: bought.transactionId))
+            }
+            for i in 0..<spends { ops.append(.spend(session: i % sessions.count, key: "spend-\(i)", amount: 7)) }
+            ops.shuffle()
+            let allOps = ops
+            let redeemIds = ops.compactMap { op -> String? in if case let .redeem(_, _, t) = op { return t } else { return nil } }
 
-        // Clients: each op is retried until acknowledged (a reply, success or refusal). Acknowledged
-        // spends keep the balance they were answered with.
-        let client = RPCClient(host: "127.0.0.1", port: service.port, configuration: .init(connections: 4, callTimeout: .seconds(10)))
-        let next = NIOLockedValueBox(0)
-        let acknowledgedSpends = NIOLockedValueBox<[String: Int64]>([:])
-        let attempts = NIOLockedValueBox(0)
-        let sessionsCopy = sessions
-        let load = Task {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for _ in 0..<12 {
-                    group.addTask {
-                        while true {
-                            let index = next.withLockedValue { v in defer { v += 1 }; return v }
-                            guard index < allOps.count else { return }
+            // Clients: each op is retried until acknowledged (a reply, success or refusal). Acknowledged
+            // spends keep the balance they were answered with.
+            let client = RPCClient(host: "127.0.0.1", port: service.port, configuration: .init(connections: 4, callTimeout: .seconds(10)))
+            let next = NIOLockedValueBox(0)
+            let acknowledgedSpends = NIOLockedValueBox<[String: Int64]>([:])
+            let attempts = NIOLockedValueBox(0)
+            let sessionsCopy = sessions
+            let load = Task {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for _ in 0..<12 {
+                        group.addTask {
                             while true {
-                                attempts.withLockedValue { $0 += 1 }
-                                do {
-                                    switch allOps[index] {
-                                    case let .redeem(s, receipt, _):
-                                        _ = try await client.call(FulfillmentRedeem.self, .init(session: sessionsCopy[s], receiptData: receipt))
-                                    case let .spend(s, key, amount):
-                                        let balance = try await client.call(FulfillmentSpendCoins.self,
-                                                                            .init(session: sessionsCopy[s], amount: amount, idempotencyKey: key))
-                                        acknowledgedSpends.withLockedValue { $0[key] = balance.balance }
+                                let index = next.withLockedValue { v in defer { v += 1 }; return v }
+                                guard index < allOps.count else { return }
+                                while true {
+                                    attempts.withLockedValue { $0 += 1 }
+                                    do {
+                                        switch allOps[index] {
+                                        case let .redeem(s, receipt, _):
+                                            _ = try await client.call(FulfillmentRedeem.self, .init(session: sessionsCopy[s], receiptData: receipt))
+                                        case let .spend(s, key, amount):
+                                            let balance = try await client.call(FulfillmentSpendCoins.self,
+                                                                                .init(session: sessionsCopy[s], amount: amount, idempotencyKey: key))
+                                            acknowledgedSpends.withLockedValue { $0[key] = balance.balance }
+                                        }
+                                        break
+                                    } catch let error as RPCError where error.knownCode == .unavailable || error.knownCode == .internalError {
+                                        try await Task.sleep(nanoseconds: 5_000_000)  // the service is down: try again shortly
+                                    } catch let error as RPCError where error.knownCode == .insufficientFunds {
+                                        break  // acknowledged: refused, nothing changed
                                     }
-                                    break
-                                } catch let error as RPCError where error.knownCode == .unavailable || error.knownCode == .internalError {
-                                    try await Task.sleep(nanoseconds: 5_000_000)  // the service is down: try again shortly
-                                } catch let error as RPCError where error.knownCode == .insufficientFunds {
-                                    break  // acknowledged: refused, nothing changed
                                 }
                             }
                         }
                     }
+                    try await group.waitForAll()
                 }
-                try await group.waitForAll()
             }
-        }
 
-        // Kill it at random moments while the load runs, and bring it back.
-        var performed = 0
-        while performed < kills {
-            try await Task.sleep(nanoseconds: UInt64.random(in: 30_000_000...250_000_000))  // a random moment, not a sync point
+            // Kill it at random moments while the load runs, and bring it back.
+            var performed = 0
+            while performed < kills {
+                try await Task.sleep(nanoseconds: UInt64.random(in: 30_000_000...250_000_000))  // a random moment, not a sync point
+                await service.kill()
+                performed += 1
+                try await service.start()
+            }
+            try await load.value
+            await client.close()
             await service.kill()
-            performed += 1
-            try await service.start()
-        }
-        try await load.value
-        await client.close()
-        await service.kill()
 
-        // The database as the last crash left it.
-        let db = try DatabaseQueue(path: dataDir.appendingPathComponent("fulfillment.sqlite").path)
-        try await db.read { db in
-            let grants = try [String: Int](uniqueKeysWithValues: Row.fetchAll(db, sql: """
-                SELECT transactionId, COUNT(*) AS n FROM ledger WHERE kind = 'grant' GROUP BY transactionId
-                """).map { ($0["transactionId"], $0["n"]) })
-            #expect(grants.count == redeemIds.count, "every purchase granted")
-            #expect(redeemIds.allSatisfy { grants[$0] == 1 }, "each exactly once")
-            #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM processedTransaction") == redeemIds.count)
-            let spendRows = try [String: Int64](uniqueKeysWithValues: Row.fetchAll(db, sql: """
-                SELECT idempotencyKey, balance FROM ledger WHERE kind = 'spend'
-                """).map { ($0["idempotencyKey"], $0["balance"]) })
-            let acknowledged = acknowledgedSpends.withLockedValue { $0 }
-            #expect(acknowledged.allSatisfy { spendRows[$0.key] == $0.value }, "every acknowledged spend is there, once, as answered")
-            #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ledger WHERE kind = 'spend'") == spendRows.count)
-            let mismatched = try Int.fetchOne(db, sql: """
-                SELECT COUNT(*) FROM wallet w LEFT JOIN (SELECT accountId, SUM(delta) AS total FROM ledger GROUP BY accountId) l
-                ON l.accountId = w.accountId WHERE w.balance != COALESCE(l.total, 0)
-                """)
-            #expect(mismatched == 0, "balance = sum of ledger for every account")
-            let total = try Int64.fetchOne(db, sql: "SELECT SUM(balance) FROM wallet") ?? 0
-            #expect(total == Int64(redeemIds.count) * 100 - Int64(spendRows.count) * 7)
-            #expect(try String.fetchOne(db, sql: "PRAGMA integrity_check") == "ok")
+            // The database as the last crash left it.
+            let db = try DatabaseQueue(path: dataDir.appendingPathComponent("fulfillment.sqlite").path)
+            try await db.read { db in
+                let grants = try [String: Int](uniqueKeysWithValues: Row.fetchAll(db, sql: """
+                    SELECT transactionId, COUNT(*) AS n FROM ledger WHERE kind = 'grant' GROUP BY transactionId
+                    """).map { ($0["transactionId"], $0["n"]) })
+                #expect(grants.count == redeemIds.count, "every purchase granted")
+                #expect(redeemIds.allSatisfy { grants[$0] == 1 }, "each exactly once")
+                #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM processedTransaction") == redeemIds.count)
+                let spendRows = try [String: Int64](uniqueKeysWithValues: Row.fetchAll(db, sql: """
+                    SELECT idempotencyKey, balance FROM ledger WHERE kind = 'spend'
+                    """).map { ($0["idempotencyKey"], $0["balance"]) })
+                let acknowledged = acknowledgedSpends.withLockedValue { $0 }
+                #expect(acknowledged.allSatisfy { spendRows[$0.key] == $0.value }, "every acknowledged spend is there, once, as answered")
+                #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ledger WHERE kind = 'spend'") == spendRows.count)
+                let mismatched = try Int.fetchOne(db, sql: """
+                    SELECT COUNT(*) FROM wallet w LEFT JOIN (SELECT accountId, SUM(delta) AS total FROM ledger GROUP BY accountId) l
+                    ON l.accountId = w.accountId WHERE w.balance != COALESCE(l.total, 0)
+                    """)
+                #expect(mismatched == 0, "balance = sum of ledger for every account")
+                let total = try Int64.fetchOne(db, sql: "SELECT SUM(balance) FROM wallet") ?? 0
+                #expect(total == Int64(redeemIds.count) * 100 - Int64(spendRows.count) * 7)
+                #expect(try String.fetchOne(db, sql: "PRAGMA integrity_check") == "ok")
+            }
+            print("crash safety: \(performed) SIGKILLs, \(allOps.count) operations, \(attempts.withLockedValue { $0 }) attempts")
         }
-        print("crash safety: \(performed) SIGKILLs, \(allOps.count) operations, \(attempts.withLockedValue { $0 }) attempts")
-        await suite.stop()
     }
 }

@@ -96,17 +96,17 @@ import Testing
     }
 
     @Test func everyServiceSurvivesHostileInputAndKeepsAnsweringOthers() async throws {
-        let suite = try await SuiteFixture.start()
-        let alice = try await suite.register("alice")
-        let ports = ["accounts": suite.accounts.port, "catalog": suite.catalog.port, "verification": suite.verificationPort,
-                     "fulfillment": suite.fulfillment.port, "appstore-sim": suite.simulator.port]
-        for (service, port) in ports.sorted(by: { $0.key < $1.key }) {
-            try await abuse(port: port, service: service)
+        try await SuiteFixture.with { suite in
+            let alice = try await suite.register("alice")
+            let ports = ["accounts": suite.accounts.port, "catalog": suite.catalog.port, "verification": suite.verificationPort,
+                         "fulfillment": suite.fulfillment.port, "appstore-sim": suite.simulator.port]
+            for (service, port) in ports.sorted(by: { $0.key < $1.key }) {
+                try await abuse(port: port, service: service)
+            }
+            // Every service still does its real work afterwards.
+            let bought = try await suite.buy("alice@icloud", "coins.100")
+            #expect(try await suite.redeem(alice.session, receipt: bought.receiptData).balance == 100)
+            #expect(try await suite.catalog.call(CatalogListProducts.self, .init()).products.count == SuiteFixture.products.count)
         }
-        // Every service still does its real work afterwards.
-        let bought = try await suite.buy("alice@icloud", "coins.100")
-        #expect(try await suite.redeem(alice.session, receipt: bought.receiptData).balance == 100)
-        #expect(try await suite.catalog.call(CatalogListProducts.self, .init()).products.count == SuiteFixture.products.count)
-        await suite.stop()
     }
 }

@@ -146,6 +146,22 @@ public final class SuiteFixture: Sendable {
     }
 
 
+    /// Starts a suite, runs `body` with it, and stops it (servers, proxies, files) however `body` ends:
+    /// returning or throwing.
+    public static func with<T>(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
+                               proxied: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil,
+                               _ body: (SuiteFixture) async throws -> T) async throws -> T {
+        let suite = try await start(configure: configure, dependencyDeadline: dependencyDeadline, proxied: proxied, logs: logs)
+        do {
+            let result = try await body(suite)
+            await suite.stop()
+            return result
+        } catch {
+            await suite.stop()
+            throw error
+        }
+    }
+
     private init(directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
                  store: FulfillmentStore, content: [UInt8], servers: [String: RPCServer], verificationRouter: RPCRouter, verificationPort: Int,
                  proxies: [String: FaultProxy]) {

@@ -3,10 +3,22 @@ import JSONRPC
 import NIOCore
 import RPCTransport
 
+/// What fulfillment asks the other services: who the caller is, whether a purchase is real, what a
+/// product grants. `Dependencies` asks them over RPC; fast tests use a fake.
+public protocol FulfillmentDependencies: Sendable {
+    func authenticate(_ session: String) async throws(RPCError) -> AuthenticatedAccount
+    /// The account an appAccountToken belongs to (internal method); nil when no account has it.
+    func account(appAccountToken: String, internalToken: String) async throws(RPCError) -> String?
+    func verifyReceipt(_ params: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse
+    func verifyTransaction(_ jws: String) async throws(RPCError) -> VerificationVerifyTransaction.Result
+    func verifyNotification(_ payload: String) async throws(RPCError) -> VerificationVerifyNotification.Result
+    func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result
+}
+
 /// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
 /// down, slow or failing makes the request fail with `unavailable` (retryable) before anything is
 /// written; a dependency's verdict about the caller (an unknown session) is passed through.
-public struct Dependencies: Sendable {
+public struct Dependencies: FulfillmentDependencies {
     public let accounts: RPCClient
     public let verification: RPCClient
     public let catalog: RPCClient

@@ -14,13 +14,13 @@ import ServiceSupport
 /// spends carry idempotency keys.
 public final class FulfillmentService: Sendable {
     private let store: any FulfillmentStorage
-    private let dependencies: Dependencies
+    private let dependencies: any FulfillmentDependencies
     private let content: ContentLibrary
     private let configuration: FulfillmentConfiguration
     private let clock: ServiceClock
     private let logger: Logger
 
-    public init(store: any FulfillmentStorage, dependencies: Dependencies, content: ContentLibrary,
+    public init(store: any FulfillmentStorage, dependencies: any FulfillmentDependencies, content: ContentLibrary,
                 configuration: FulfillmentConfiguration = .init(), clock: ServiceClock = .system, logger: Logger) {
         self.store = store
         self.dependencies = dependencies

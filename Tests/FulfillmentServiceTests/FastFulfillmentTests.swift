@@ -1,0 +1,178 @@
+import Foundation
+import FulfillmentService
+import IAPProtocol
+import JSONRPC
+import Logging
+import NIOConcurrencyHelpers
+import RPCTestSupport
+import ServiceSupport
+import Testing
+
+/// `FulfillmentStorage` in memory: `GrantRules` over an `InMemoryLedger`, one write at a time.
+/// `@unchecked Sendable`: the ledger (a plain class) is only ever touched inside `lock`, through `ledger`.
+final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
+    private let lock = NIOLock()
+    private let ledgerStorage = InMemoryLedger()
+    private var ledger: Locked { Locked(storage: self) }
+    private let notifications = NIOLockedValueBox(Set<String>())
+
+    /// `withLockedValue` over the ledger, like NIOLockedValueBox.
+    private struct Locked {
+        let storage: InMemoryStorage
+        func withLockedValue<T>(_ body: (InMemoryLedger) throws -> T) rethrows -> T {
+            try storage.lock.withLock { try body(storage.ledgerStorage) }
+        }
+    }
+
+    func apply(_ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode, policy: OwnershipPolicy,
+               answerScope: AccountScope, nowMs: Int64) async throws -> AppliedPurchases {
+        try ledger.withLockedValue {
+            try GrantRules.apply(planned, accountId: accountId, appAccountToken: appAccountToken, mode: mode, policy: policy,
+                                 answerScope: answerScope, nowMs: nowMs, in: $0)
+        }
+    }
+    func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome {
+        try ledger.withLockedValue {
+            guard $0.processed(transactionId) != nil else { return .notFound }
+            return try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: $0) ? .revoked : .alreadyRevoked
+        }
+    }
+    func spend(accountId: String, scope: AccountScope, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64) async throws
+        -> SpendOutcome {
+        try ledger.withLockedValue {
+            try GrantRules.spend(Holder(accountId: accountId, scope: scope), amount: amount, idempotencyKey: idempotencyKey, memo: memo,
+                                 nowMs: nowMs, in: $0)
+        }
+    }
+    func markNotificationApplied(_ uuid: String, type: String, nowMs: Int64) async throws -> Bool {
+        notifications.withLockedValue { $0.insert(uuid).inserted }
+    }
+    func notificationWasApplied(_ uuid: String) async throws -> Bool { notifications.withLockedValue { $0.contains(uuid) } }
+    func owner(originalTransactionId: String) async throws -> Holder? { ledger.withLockedValue { $0.owner(original: originalTransactionId) } }
+    func balance(accountId: String, scope: AccountScope) async throws -> Wallet {
+        ledger.withLockedValue { $0.wallet(Holder(accountId: accountId, scope: scope)) }
+    }
+    func entitlements(accountId: String, scope: AccountScope, nowMs: Int64) async throws -> (entitlements: [Entitlement], balance: Int64, owed: Int64) {
+        ledger.withLockedValue {
+            let holder = Holder(accountId: accountId, scope: scope)
+            let wallet = $0.wallet(holder)
+            return (GrantRules.activeEntitlements($0.entitlements(holder, activeAtMs: nowMs)), wallet.balance, wallet.owed)
+        }
+    }
+    func ledger(accountId: String, scope: AccountScope, after: Int64, limit: Int) async throws -> (entries: [LedgerEntry], next: Int64?) {
+        ledger.withLockedValue {
+            let rows = $0.rows.enumerated().filter { $0.element.holder == Holder(accountId: accountId, scope: scope) && Int64($0.offset + 1) > after }
+            return (rows.prefix(limit).map { LedgerEntry(id: Int64($0.offset + 1), delta: $0.element.delta, balance: $0.element.balance,
+                                                         kind: $0.element.kind, transactionId: $0.element.transactionId, memo: $0.element.memo,
+                                                         createdAtMs: $0.element.createdAtMs) }, nil)
+        }
+    }
+    func close() throws {}
+    var rowCount: Int { ledger.withLockedValue { $0.rows.count } }
+}
+
+/// Canned answers from accounts, verification and catalog: a verified JWS is its payload in the clear
+/// (`fake.<json>`), anything else is refused; one session; two products.
+struct FakeDependencies: FulfillmentDependencies {
+    static let session = "s", accountId = "acct", token = "aaaaaaaa-0000-0000-0000-000000000000"
+    var catalogDown = false
+
+    static func jws(_ id: String, product: String = "coins.100", environment: String = "Production") -> String {
+        #"fake.{"transactionId":"\#(id)","originalTransactionId":"\#(id)","productId":"\#(product)","environment":"\#(environment)","purchaseDate":1}"#
+    }
+
+    func authenticate(_ session: String) async throws(RPCError) -> AuthenticatedAccount {
+        guard session == Self.session else { throw RPCError.unauthenticated() }
+        return AuthenticatedAccount(accountId: Self.accountId, username: "u", appAccountToken: Self.token, expiresAtMs: .max)
+    }
+    func account(appAccountToken: String, internalToken: String) async throws(RPCError) -> String? {
+        appAccountToken == Self.token ? Self.accountId : nil
+    }
+    func verifyReceipt(_ params: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {
+        VerifyReceiptResponse(status: 21003, reason: "untrustedChain")
+    }
+    func verifyTransaction(_ jws: String) async throws(RPCError) -> VerificationVerifyTransaction.Result {
+        guard jws.hasPrefix("fake."), let payload = try? JSONValue.parse(String(jws.dropFirst(5))) else {
+            return .init(status: 21003, reason: "signatureInvalid")
+        }
+        return .init(status: 0, environment: payload["environment"]?.stringValue, transaction: payload)
+    }
+    func verifyNotification(_ payload: String) async throws(RPCError) -> VerificationVerifyNotification.Result {
+        .init(status: 21003, reason: "signatureInvalid")
+    }
+    func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result {
+        if catalogDown { throw RPCError.unavailable("catalog could not answer", reason: "dependencyUnavailable") }
+        let known: [String: Product] = [
+            "coins.100": Product(productId: "coins.100", type: .consumable, referenceName: "c", title: "c", description: "c", status: .active,
+                                 grant: .coins(100)),
+        ]
+        return .init(products: ids.compactMap { known[$0] }, missing: ids.filter { known[$0] == nil })
+    }
+}
+
+/// The fulfillment service's decisions with its dependencies and storage faked: milliseconds, no
+/// sockets, no database. The same paths run against the real suite in the end-to-end tests.
+@Suite struct FastFulfillmentTests {
+    static func service(_ storage: InMemoryStorage, dependencies: FakeDependencies = FakeDependencies(),
+                        configure: (inout FulfillmentConfiguration) -> Void = { _ in }) -> FulfillmentService {
+        var config = FulfillmentConfiguration()
+        configure(&config)
+        var logger = Logger(label: "fast-fulfillment")
+        logger.logLevel = .critical
+        return FulfillmentService(store: storage, dependencies: dependencies,
+                                  content: ContentLibrary(directory: FileManager.default.temporaryDirectory), configuration: config,
+                                  clock: ManualClock().clock, logger: logger)
+    }
+
+    @Test func redeemGrantsOnceRejectsForgeriesAndKeepsUnknownProductsUnfinished() async throws {
+        let storage = InMemoryStorage()
+        let service = Self.service(storage)
+        let result = try await service.redeem(.init(session: FakeDependencies.session, signedTransactions: [
+            FakeDependencies.jws("t1"), "forged.jws.value", FakeDependencies.jws("t2", product: "gone"),
+        ]), mode: .redeem)
+        #expect(result.results.map(\.outcome) == [.rejected, .granted, .unknownProduct])
+        #expect(result.results.map(\.finishable) == [false, true, false])
+        #expect(result.balance == 100)
+        let again = try await service.redeem(.init(session: FakeDependencies.session, signedTransactions: [FakeDependencies.jws("t1")]),
+                                             mode: .redeem)
+        #expect(again.results.map(\.outcome) == [.alreadyGranted] && again.balance == 100)
+    }
+
+    @Test func theSandboxPolicyDecidesWhereASandboxPurchaseGoes() async throws {
+        let sandbox = FakeDependencies.jws("s1", environment: "Sandbox")
+        let isolated = try await Self.service(InMemoryStorage()).redeem(.init(session: FakeDependencies.session, signedTransactions: [sandbox]),
+                                                                        mode: .redeem)
+        #expect(isolated.environment == .sandbox && isolated.balance == 100)
+        let refused = try await Self.service(InMemoryStorage()) { $0.sandboxPolicy = .refuse }
+            .redeem(.init(session: FakeDependencies.session, signedTransactions: [sandbox]), mode: .redeem)
+        #expect(refused.results.map(\.outcome) == [.wrongEnvironment] && refused.balance == 0)
+        let granted = try await Self.service(InMemoryStorage()) { $0.sandboxPolicy = .grant }
+            .redeem(.init(session: FakeDependencies.session, signedTransactions: [sandbox]), mode: .redeem)
+        #expect(granted.environment == .production && granted.balance == 100)
+    }
+
+    @Test func nothingIsWrittenWhenADependencyCannotAnswerOrTheCallerIsUnknown() async throws {
+        let storage = InMemoryStorage()
+        let down = Self.service(storage, dependencies: FakeDependencies(catalogDown: true))
+        let failure = await rpcError {
+            try await down.redeem(.init(session: FakeDependencies.session, signedTransactions: [FakeDependencies.jws("t1")]), mode: .redeem)
+        }
+        #expect(failure?.knownCode == .unavailable && failure?.retryable == true)
+        let stranger = await rpcError {
+            try await Self.service(storage).redeem(.init(session: "nobody", signedTransactions: [FakeDependencies.jws("t1")]), mode: .redeem)
+        }
+        #expect(stranger?.knownCode == .unauthenticated)
+        #expect(storage.rowCount == 0)
+    }
+
+    @Test func spendsAreIdempotentAndNeverGoBelowZero() async throws {
+        let storage = InMemoryStorage()
+        let service = Self.service(storage)
+        _ = try await service.redeem(.init(session: FakeDependencies.session, signedTransactions: [FakeDependencies.jws("t1")]), mode: .redeem)
+        let spend = FulfillmentSpendCoins.Params(session: FakeDependencies.session, amount: 60, idempotencyKey: "k")
+        #expect(try await service.spend(spend).balance == 40)
+        #expect(try await service.spend(spend).balance == 40, "a replay answers the first result")
+        #expect(await rpcError { try await service.spend(.init(session: FakeDependencies.session, amount: 41, idempotencyKey: "k2")) }?
+            .knownCode == .insufficientFunds)
+    }
+}
