@@ -234,10 +234,12 @@ let package = Package(
         // Test support: golden-file runner and contract harness, over real TCP.
         .target(
             name: "RPCTestSupport",
-            dependencies: ["JSONRPC", "RPCTransport", .product(name: "NIOCore", package: "swift-nio"),
-                           .product(name: "NIOPosix", package: "swift-nio"),
-                           .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                           .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "JSONRPC", "RPCTransport", .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
             path: "Tests/Support"
         ),
         .testTarget(
@@ -269,8 +271,10 @@ let package = Package(
         ),
         .testTarget(
             name: "ReceiptsTests",
-            dependencies: ["Receipts", .product(name: "X509", package: "swift-certificates"),
-                           .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                "Receipts", .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             path: "Tests/ReceiptsTests",
             exclude: ["Fixtures"]
         ),
@@ -285,8 +289,10 @@ let package = Package(
         ),
         .testTarget(
             name: "CLITests",
-            dependencies: ["JSONRPC", "IAPProtocol", "VerificationService", "AppStoreSimulator", "RPCTransport", "RPCTestSupport",
-                           "SuiteTestSupport", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "JSONRPC", "IAPProtocol", "VerificationService", "AppStoreSimulator", "RPCTransport", "RPCTestSupport",
+                "SuiteTestSupport", .product(name: "Logging", package: "swift-log"),
+            ],
             path: "Tests/CLITests"
         ),
         .testTarget(

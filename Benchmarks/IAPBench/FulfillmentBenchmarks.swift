@@ -44,11 +44,19 @@ struct SuiteAddresses: ParsableArguments {
                 group.addTask {
                     var out: [(Int, SimPurchase.Result)] = []
                     while true {
-                        let i = next.withLockedValue { v in defer { v += 1 }; return v }
+                        let i = next.withLockedValue { v in
+                            defer { v += 1 }; return v
+                        }
                         guard i < count else { return out }
-                        out.append((i, try await client.call(SimPurchase.self, .init(
-                            appleId: "bench-\(run)-\(i)@icloud", bundleId: bundleId, productId: productId, productType: type,
-                            quantity: quantity))))
+                        out.append(
+                            (
+                                i,
+                                try await client.call(
+                                    SimPurchase.self,
+                                    .init(
+                                        appleId: "bench-\(run)-\(i)@icloud", bundleId: bundleId, productId: productId, productType: type,
+                                        quantity: quantity))
+                            ))
                     }
                 }
             }
@@ -66,8 +74,9 @@ struct SuiteAddresses: ParsableArguments {
 /// `fulfillment.redeem` end to end (accounts + verification + catalog + one SQLite commit per call),
 /// every call a new purchase minted in the simulator before timing starts.
 struct RedeemBenchmark: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "redeem",
-                                                    abstract: "Redeems/s and latency, every redeem a new transaction (needs the running suite).")
+    static let configuration = CommandConfiguration(
+        commandName: "redeem",
+        abstract: "Redeems/s and latency, every redeem a new transaction (needs the running suite).")
     @OptionGroup var suite: SuiteAddresses
     @OptionGroup var load: LoadOptions
     @Option(help: "Purchases to mint before timing (the run stops early if it uses them all).") var purchases = 15_000
@@ -87,14 +96,18 @@ struct RedeemBenchmark: AsyncParsableCommand {
         let granted = NIOLockedValueBox(0)
         let viaJWS = via == "jws"
         let driver = LoadDriver(options: load)
-        let report = try await driver.run(scenario: "redeem (\(via))", clients: clients,
-                                          notes: ["synchronous": "FULL (fulfillment.sqlite, WAL)"]) { client, i in
+        let report = try await driver.run(
+            scenario: "redeem (\(via))", clients: clients,
+            notes: ["synchronous": "FULL (fulfillment.sqlite, WAL)"]
+        ) { client, i in
             guard i < minted.count else { return nil }
             let p = minted[i]
             do {
-                let result = try await client.call(FulfillmentRedeem.self, .init(
-                    session: sessions[i % sessions.count], receiptData: viaJWS ? nil : p.receiptData,
-                    signedTransactions: viaJWS ? [p.signedTransaction] : nil))
+                let result = try await client.call(
+                    FulfillmentRedeem.self,
+                    .init(
+                        session: sessions[i % sessions.count], receiptData: viaJWS ? nil : p.receiptData,
+                        signedTransactions: viaJWS ? [p.signedTransaction] : nil))
                 guard result.results.first?.outcome == .granted else { return .failed(code: CallOutcome.unexpectedResult) }
                 granted.withLockedValue { $0 += 1 }
                 return .ok
@@ -122,8 +135,9 @@ struct RedeemBenchmark: AsyncParsableCommand {
 
 /// `fulfillment.spendCoins`: one coin per call, every call a new idempotency key.
 struct SpendBenchmark: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "spend",
-                                                    abstract: "Spends/s and latency, each with its own idempotency key (needs the running suite).")
+    static let configuration = CommandConfiguration(
+        commandName: "spend",
+        abstract: "Spends/s and latency, each with its own idempotency key (needs the running suite).")
     @OptionGroup var suite: SuiteAddresses
     @OptionGroup var load: LoadOptions
     @Option(help: "Consumable that funds each account (bought 10 times over in one purchase).") var fundProduct = "coins.1000"
@@ -141,11 +155,15 @@ struct SpendBenchmark: AsyncParsableCommand {
         let clients = try suite.fulfillmentClients(load.connections)
         let spent = NIOLockedValueBox(0)
         let driver = LoadDriver(options: load)
-        let report = try await driver.run(scenario: "spend", clients: clients,
-                                          notes: ["synchronous": "FULL (fulfillment.sqlite, WAL)"]) { client, i in
+        let report = try await driver.run(
+            scenario: "spend", clients: clients,
+            notes: ["synchronous": "FULL (fulfillment.sqlite, WAL)"]
+        ) { client, i in
             do {
-                _ = try await client.call(FulfillmentSpendCoins.self, .init(
-                    session: sessions[i % sessions.count], amount: 1, idempotencyKey: "bench-\(runId)-\(i)"))
+                _ = try await client.call(
+                    FulfillmentSpendCoins.self,
+                    .init(
+                        session: sessions[i % sessions.count], amount: 1, idempotencyKey: "bench-\(runId)-\(i)"))
                 spent.withLockedValue { $0 += 1 }
                 return .ok
             } catch let error as RPCError {
@@ -158,7 +176,9 @@ struct SpendBenchmark: AsyncParsableCommand {
         for s in sessions { total += try await setup.call(FulfillmentGetBalance.self, .init(session: s)).balance }
         let expected = funded - Int64(spent.withLockedValue { $0 })
         var withCheck = report
-        withCheck.notes["check"] = total == expected ? "balances = funded - successful spends (\(total))"
+        withCheck.notes["check"] =
+            total == expected
+            ? "balances = funded - successful spends (\(total))"
             : "MISMATCH: balances \(total), expected \(expected)"
         driver.print(withCheck)
         await setup.close()

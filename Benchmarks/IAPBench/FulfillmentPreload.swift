@@ -14,19 +14,22 @@ enum FulfillmentPreload {
         var inserted = 0
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         try queue.inTransaction(.immediate) { db in
-            let processed = try db.makeStatement(sql: """
-                INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, scope, productId, grantKind,
-                                                  coinsGranted, purchaseDateMs, processedAtMs)
-                VALUES ('Production', ?, ?, ?, 'Production', 'coins.1000', 'coins', 1000000, ?, ?)
-                """)
-            let ownership = try db.makeStatement(sql: """
-                INSERT INTO ownership (environment, originalTransactionId, accountId, scope, productId, boundAtMs)
-                VALUES ('Production', ?, ?, 'Production', 'coins.1000', ?)
-                """)
-            let ledger = try db.makeStatement(sql: """
-                INSERT INTO ledger (accountId, scope, delta, balance, kind, environment, transactionId, idempotencyKey, memo, createdAtMs)
-                VALUES (?, 'Production', ?, ?, ?, ?, ?, ?, NULL, ?)
-                """)
+            let processed = try db.makeStatement(
+                sql: """
+                    INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, scope, productId, grantKind,
+                                                      coinsGranted, purchaseDateMs, processedAtMs)
+                    VALUES ('Production', ?, ?, ?, 'Production', 'coins.1000', 'coins', 1000000, ?, ?)
+                    """)
+            let ownership = try db.makeStatement(
+                sql: """
+                    INSERT INTO ownership (environment, originalTransactionId, accountId, scope, productId, boundAtMs)
+                    VALUES ('Production', ?, ?, 'Production', 'coins.1000', ?)
+                    """)
+            let ledger = try db.makeStatement(
+                sql: """
+                    INSERT INTO ledger (accountId, scope, delta, balance, kind, environment, transactionId, idempotencyKey, memo, createdAtMs)
+                    VALUES (?, 'Production', ?, ?, ?, ?, ?, ?, NULL, ?)
+                    """)
             let wallet = try db.makeStatement(sql: "INSERT INTO wallet (accountId, scope, balance) VALUES (?, 'Production', ?)")
             for a in 0..<accounts {
                 let account = "preload-\(run)-\(a)"

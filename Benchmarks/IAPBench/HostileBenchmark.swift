@@ -7,8 +7,9 @@ import RPCTransport
 /// well-behaved client's ping latency measured throughout (the long version of HostileWireTests, against
 /// the real executables).
 struct HostileBenchmark: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "hostile",
-                                                    abstract: "Abuse every service over TCP; report peak RSS and well-behaved latency.")
+    static let configuration = CommandConfiguration(
+        commandName: "hostile",
+        abstract: "Abuse every service over TCP; report peak RSS and well-behaved latency.")
     @Option(help: "Comma-separated HOST:PORT of the services to abuse.")
     var addrs = "127.0.0.1:7101,127.0.0.1:7102,127.0.0.1:7103,127.0.0.1:7104,127.0.0.1:7105"
     @Option(help: "Idle connections held open per service.") var idle = 2_000
@@ -81,7 +82,8 @@ struct HostileBenchmark: AsyncParsableCommand {
                     Array((String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000) + "\n").utf8),
                     Array((#"{"jsonrpc":"2.0","method":"rpc.ping","id":1e999999}"# + "\n").utf8),
                     Array((#"{"jsonrpc":"2.0","method":"rpc.ping","method":"x","id":2}"# + "\n").utf8),
-                    Array(("[" + Array(repeating: #"{"jsonrpc":"2.0","method":"rpc.ping","id":3}"#, count: 10_000).joined(separator: ",") + "]\n").utf8),
+                    Array(
+                        ("[" + Array(repeating: #"{"jsonrpc":"2.0","method":"rpc.ping","id":3}"#, count: 10_000).joined(separator: ",") + "]\n").utf8),
                 ]
                 for bytes in cases {
                     s.send(bytes)
@@ -106,9 +108,11 @@ struct HostileBenchmark: AsyncParsableCommand {
             await good.close()
             latencies.sort()
             let p99 = latencies.isEmpty ? 0 : latencies[min(latencies.count - 1, Int(Double(latencies.count) * 0.99))]
-            print(String(format: "%-16@ pings %4d  p50 %.2f ms  p99 %.2f ms  max %.2f ms  unexpected answers %d",
-                         addr as NSString, latencies.count, latencies.isEmpty ? 0 : latencies[latencies.count / 2], p99,
-                         latencies.last ?? 0, unexpected))
+            print(
+                String(
+                    format: "%-16@ pings %4d  p50 %.2f ms  p99 %.2f ms  max %.2f ms  unexpected answers %d",
+                    addr as NSString, latencies.count, latencies.isEmpty ? 0 : latencies[latencies.count / 2], p99,
+                    latencies.last ?? 0, unexpected))
         }
         sampler.stop()
         let peaks = sampler.peaksMiB()

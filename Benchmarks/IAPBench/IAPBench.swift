@@ -6,6 +6,9 @@ struct IAPBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "iap-bench",
         abstract: "Benchmarks for the in-app purchase suite.",
-        subcommands: [PingBenchmark.self, CatalogListBenchmark.self, AuthenticateBenchmark.self, VerifyReceiptBenchmark.self,
-                      RedeemBenchmark.self, SpendBenchmark.self, MixedBenchmark.self, PreloadBenchmark.self, HostileBenchmark.self, ServeFixture.self, LoginLatency.self, MintReceipt.self, FuzzReceipts.self])
+        subcommands: [
+            PingBenchmark.self, CatalogListBenchmark.self, AuthenticateBenchmark.self, VerifyReceiptBenchmark.self,
+            RedeemBenchmark.self, SpendBenchmark.self, MixedBenchmark.self, PreloadBenchmark.self, HostileBenchmark.self, ServeFixture.self,
+            LoginLatency.self, MintReceipt.self, FuzzReceipts.self,
+        ])
 }

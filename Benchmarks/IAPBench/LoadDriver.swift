@@ -52,19 +52,27 @@ struct LoadDriver {
 
     /// `call(client, i)` performs request number `i` (0-based, in issue order) and returns its outcome;
     /// nil means the scenario has no more requests.
-    func run(scenario: String, clients: [RPCClient], notes: [String: String] = [:],
-             call: @escaping @Sendable (RPCClient, Int) async -> CallOutcome?) async throws -> Report {
+    func run(
+        scenario: String, clients: [RPCClient], notes: [String: String] = [:],
+        call: @escaping @Sendable (RPCClient, Int) async -> CallOutcome?
+    ) async throws -> Report {
         let sampler = RSSSampler(names: options.rssProcesses.split(separator: ",").map(String.init))
         sampler.start()
         let counter = NIOLockedValueBox(0)
-        let nextIndex: @Sendable () -> Int = { counter.withLockedValue { v in defer { v += 1 }; return v } }
+        let nextIndex: @Sendable () -> Int = {
+            counter.withLockedValue { v in
+                defer { v += 1 }; return v
+            }
+        }
 
         if options.warmup > 0 {
-            _ = options.rate > 0
+            _ =
+                options.rate > 0
                 ? await openLoop(clients: clients, seconds: options.warmup, next: nextIndex, call: call)
                 : await closedLoop(clients: clients, seconds: options.warmup, next: nextIndex, call: call)
         }
-        let measured = options.rate > 0
+        let measured =
+            options.rate > 0
             ? await openLoop(clients: clients, seconds: options.duration, next: nextIndex, call: call)
             : await closedLoop(clients: clients, seconds: options.duration, next: nextIndex, call: call)
         sampler.stop()
@@ -76,17 +84,22 @@ struct LoadDriver {
         }
         var errors: [String: Int] = [:]
         for (code, n) in measured.errors {
-            let name = RPCErrorCode(rawValue: code).map { "\(code) \($0.name)" }
-                ?? [CallOutcome.unexpectedResult: "unexpected result", CallOutcome.noRequestsLeft: "no prepared requests left",
-                    CallOutcome.otherError: "other error"][code] ?? "\(code)"
+            let name =
+                RPCErrorCode(rawValue: code).map { "\(code) \($0.name)" }
+                ?? [
+                    CallOutcome.unexpectedResult: "unexpected result", CallOutcome.noRequestsLeft: "no prepared requests left",
+                    CallOutcome.otherError: "other error",
+                ][code] ?? "\(code)"
             errors[name] = n
         }
         return Report(
             scenario: scenario, mode: options.rate > 0 ? "open" : "closed", connections: clients.count, inFlight: options.inFlight,
             targetRate: options.rate > 0 ? options.rate : nil, seconds: measured.seconds, requests: latencies.count,
             requestsPerSecond: Double(latencies.count) / max(measured.seconds, 1e-9),
-            latencyMs: ["p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99), "p99.9": pct(0.999),
-                        "max": latencies.last.map { Double($0) / 1000 } ?? 0],
+            latencyMs: [
+                "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99), "p99.9": pct(0.999),
+                "max": latencies.last.map { Double($0) / 1000 } ?? 0,
+            ],
             errors: errors, peakRssMiB: sampler.peaksMiB(), notes: notes)
     }
 
@@ -98,13 +111,18 @@ struct LoadDriver {
             return
         }
         let l = report.latencyMs
-        Swift.print("scenario        \(report.scenario) (\(report.mode) loop\(report.targetRate.map { String(format: ", target %.0f/s", $0) } ?? ""), "
-                    + "\(report.connections) connections x \(report.inFlight) in flight)")
+        Swift.print(
+            "scenario        \(report.scenario) (\(report.mode) loop\(report.targetRate.map { String(format: ", target %.0f/s", $0) } ?? ""), "
+                + "\(report.connections) connections x \(report.inFlight) in flight)")
         Swift.print(String(format: "requests        %d in %.2f s", report.requests, report.seconds))
         Swift.print(String(format: "throughput      %.1f req/s", report.requestsPerSecond))
-        Swift.print(String(format: "latency ms      p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f",
-                           l["p50"] ?? 0, l["p90"] ?? 0, l["p99"] ?? 0, l["p99.9"] ?? 0, l["max"] ?? 0))
-        Swift.print("errors          \(report.errors.isEmpty ? "none" : report.errors.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", "))")
+        Swift.print(
+            String(
+                format: "latency ms      p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f",
+                l["p50"] ?? 0, l["p90"] ?? 0, l["p99"] ?? 0, l["p99.9"] ?? 0, l["max"] ?? 0))
+        Swift.print(
+            "errors          \(report.errors.isEmpty ? "none" : report.errors.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", "))"
+        )
         for (name, mib) in report.peakRssMiB.sorted(by: { $0.key < $1.key }) {
             Swift.print(String(format: "peak RSS        %-22@ %.1f MiB", name as NSString, mib))
         }
@@ -117,8 +135,10 @@ struct LoadDriver {
         var seconds: Double = 0
     }
 
-    private func closedLoop(clients: [RPCClient], seconds: Double, next: @escaping @Sendable () -> Int,
-                            call: @escaping @Sendable (RPCClient, Int) async -> CallOutcome?) async -> Measured {
+    private func closedLoop(
+        clients: [RPCClient], seconds: Double, next: @escaping @Sendable () -> Int,
+        call: @escaping @Sendable (RPCClient, Int) async -> CallOutcome?
+    ) async -> Measured {
         let start = DispatchTime.now().uptimeNanoseconds
         let end = start + UInt64(seconds * 1e9)
         let parts = await withTaskGroup(of: Measured.self) { group in
@@ -154,8 +174,10 @@ struct LoadDriver {
 
     /// Sends request i at start + i/rate whatever happened to earlier ones; latency counts from that
     /// intended time, so a stall shows up in every request it delayed (no coordinated omission).
-    private func openLoop(clients: [RPCClient], seconds: Double, next: @escaping @Sendable () -> Int,
-                          call: @escaping @Sendable (RPCClient, Int) async -> CallOutcome?) async -> Measured {
+    private func openLoop(
+        clients: [RPCClient], seconds: Double, next: @escaping @Sendable () -> Int,
+        call: @escaping @Sendable (RPCClient, Int) async -> CallOutcome?
+    ) async -> Measured {
         let total = Int(options.rate * seconds)
         let interval = 1e9 / options.rate
         let start = DispatchTime.now().uptimeNanoseconds
@@ -221,12 +243,13 @@ final class RSSSampler: Sendable {
         var out: [String: Int] = [:]
         guard let pids = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return out }
         for pid in pids where pid.allSatisfy(\.isNumber) {
-            guard let comm = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)
-                .trimmingCharacters(in: .whitespacesAndNewlines),
-                  let name = names.first(where: { String($0.prefix(15)) == comm }),
-                  let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-                  let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-                  let kib = Int(line.split(separator: " ").dropFirst().first ?? "")
+            guard
+                let comm = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)
+                    .trimmingCharacters(in: .whitespacesAndNewlines),
+                let name = names.first(where: { String($0.prefix(15)) == comm }),
+                let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+                let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+                let kib = Int(line.split(separator: " ").dropFirst().first ?? "")
             else { continue }
             out[name] = max(out[name] ?? 0, kib)
         }

@@ -50,8 +50,10 @@ struct LoginLatency: AsyncParsableCommand {
         }
         let seconds = Double(DispatchTime.now().uptimeNanoseconds - started) / 1e9
         func pct(_ p: Double) -> Double { latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
-        print(String(format: "logins=%d concurrency=%d logins_per_s=%.1f p50_ms=%.1f p90_ms=%.1f p99_ms=%.1f max_ms=%.1f",
-                     latencies.count, concurrency, Double(latencies.count) / seconds, pct(0.5), pct(0.9), pct(0.99), latencies.last ?? 0))
+        print(
+            String(
+                format: "logins=%d concurrency=%d logins_per_s=%.1f p50_ms=%.1f p90_ms=%.1f p99_ms=%.1f max_ms=%.1f",
+                latencies.count, concurrency, Double(latencies.count) / seconds, pct(0.5), pct(0.9), pct(0.99), latencies.last ?? 0))
         await client.close()
     }
 }

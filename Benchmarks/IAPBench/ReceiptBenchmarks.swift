@@ -40,8 +40,10 @@ struct FuzzReceipts: AsyncParsableCommand {
 
     func run() async throws {
         let pki = try ReceiptSigningPKI.generate()
-        let verifier = ReceiptVerifier(trust: ReceiptTrust(roots: [pki.root],
-                                                           xcodeCertificate: ShippedTrust.certificate(ShippedTrust.storeKitTestDER)))
+        let verifier = ReceiptVerifier(
+            trust: ReceiptTrust(
+                roots: [pki.root],
+                xcodeCertificate: ShippedTrust.certificate(ShippedTrust.storeKitTestDER)))
         var seeds: [[UInt8]] = []
         for n in 0...5 {
             seeds.append(try pki.sign(SampleReceipts.receipt(purchases: n, seed: n), digest: n % 2 == 0 ? .sha256 : .sha1))
@@ -82,8 +84,10 @@ struct FuzzReceipts: AsyncParsableCommand {
             }
         }
         let elapsed = Date().timeIntervalSince(start)
-        print(String(format: "fuzz-receipts: %d mutated receipts in %.1f s (%.0f/s), seed %llu, no crash, %d findings",
-                     iterations, elapsed, Double(iterations) / elapsed, seed, findings))
+        print(
+            String(
+                format: "fuzz-receipts: %d mutated receipts in %.1f s (%.0f/s), seed %llu, no crash, %d findings",
+                iterations, elapsed, Double(iterations) / elapsed, seed, findings))
         print("outcomes: \(outcomes.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))")
         if findings > 0 { throw ExitCode(1) }
     }

@@ -30,8 +30,9 @@ struct ServeFixture: AsyncParsableCommand {
                 CatalogListProducts.Result(etag: FixtureCatalog.etag, notModified: false, products: products)
             }
         }
-        let server = RPCServer(configuration: .init(serviceName: "bench-fixture", host: host, port: port),
-                               router: router, logger: logger)
+        let server = RPCServer(
+            configuration: .init(serviceName: "bench-fixture", host: host, port: port),
+            router: router, logger: logger)
         let group = ServiceGroup(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         try await group.run()
     }
@@ -41,9 +42,10 @@ struct ServeFixture: AsyncParsableCommand {
 enum FixtureCatalog {
     static let etag = "\"fixture-v1\""
     static let products: [Product] = (0..<20).map { i in
-        Product(productId: "com.example.coins.\(i)", type: .consumable, referenceName: "Coins pack \(i)",
-                title: "Pack \(i)", description: "\(100 * (i + 1)) coins", status: .active,
-                grant: .coins(Int64(100 * (i + 1))),
-                price: Price(storefront: "USA", currency: "USD", amount: "\(i).99", formatted: "$\(i).99"))
+        Product(
+            productId: "com.example.coins.\(i)", type: .consumable, referenceName: "Coins pack \(i)",
+            title: "Pack \(i)", description: "\(100 * (i + 1)) coins", status: .active,
+            grant: .coins(Int64(100 * (i + 1))),
+            price: Price(storefront: "USA", currency: "USD", amount: "\(i).99", formatted: "$\(i).99"))
     }
 }

@@ -30,9 +30,10 @@ struct PingBenchmark: AsyncParsableCommand {
     func run() async throws {
         let pool = try clients(addr, load.connections)
         let driver = LoadDriver(options: load)
-        driver.print(try await driver.run(scenario: "ping \(addr)", clients: pool) { client, _ in
-            await outcome { _ = try await client.call(RPCPing.self, EmptyParams()) }
-        })
+        driver.print(
+            try await driver.run(scenario: "ping \(addr)", clients: pool) { client, _ in
+                await outcome { _ = try await client.call(RPCPing.self, EmptyParams()) }
+            })
         for c in pool { await c.close() }
     }
 }
@@ -47,9 +48,10 @@ struct CatalogListBenchmark: AsyncParsableCommand {
         let pool = try clients(catalog, load.connections)
         let driver = LoadDriver(options: load)
         let params = CatalogListProducts.Params(storefront: "USA", locale: "en-US")
-        driver.print(try await driver.run(scenario: "catalog-list", clients: pool) { client, _ in
-            await outcome { _ = try await client.callRaw(method: CatalogListProducts.name, params: try JSONWriter.encodeBodyOrThrow(params)) }
-        })
+        driver.print(
+            try await driver.run(scenario: "catalog-list", clients: pool) { client, _ in
+                await outcome { _ = try await client.callRaw(method: CatalogListProducts.name, params: try JSONWriter.encodeBodyOrThrow(params)) }
+            })
         for c in pool { await c.close() }
     }
 }
@@ -64,17 +66,19 @@ struct AuthenticateBenchmark: AsyncParsableCommand {
         let session = try await suite.signIn(run: String(UUID().uuidString.prefix(8)).lowercased())[0]
         let pool = try clients(suite.accounts, load.connections)
         let driver = LoadDriver(options: load)
-        driver.print(try await driver.run(scenario: "authenticate", clients: pool) { client, _ in
-            await outcome { _ = try await client.call(AccountsAuthenticate.self, .init(session: session)) }
-        })
+        driver.print(
+            try await driver.run(scenario: "authenticate", clients: pool) { client, _ in
+                await outcome { _ = try await client.call(AccountsAuthenticate.self, .init(session: session)) }
+            })
         for c in pool { await c.close() }
     }
 }
 
 /// `verification.verifyReceipt` of a simulator receipt holding N purchases, SHA-1 or SHA-256.
 struct VerifyReceiptBenchmark: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "verify-receipt",
-                                                    abstract: "verification.verifyReceipt of a receipt minted by the simulator.")
+    static let configuration = CommandConfiguration(
+        commandName: "verify-receipt",
+        abstract: "verification.verifyReceipt of a receipt minted by the simulator.")
     @OptionGroup var suite: SuiteAddresses
     @Option(help: "verification-service address.") var verification = SuiteAddresses.env("IAP_VERIFICATION_ADDR", "127.0.0.1:7103")
     @Option(name: .customLong("in-app"), help: "Purchases in the receipt (e.g. 1, 5, 50).") var inApp = 5
@@ -86,30 +90,39 @@ struct VerifyReceiptBenchmark: AsyncParsableCommand {
         let sim = try RPCClient(address: suite.sim, configuration: .init(connections: 1, callTimeout: .seconds(60)))
         let appleId = "bench-verify-\(UUID().uuidString.prefix(8))@icloud"
         for i in 0..<inApp {
-            _ = try await sim.call(SimPurchase.self, .init(appleId: appleId, bundleId: suite.bundleId, productId: "coins.\(i % 2 == 0 ? 100 : 1000)",
-                                                           productType: .consumable))
+            _ = try await sim.call(
+                SimPurchase.self,
+                .init(
+                    appleId: appleId, bundleId: suite.bundleId, productId: "coins.\(i % 2 == 0 ? 100 : 1000)",
+                    productType: .consumable))
         }
-        let receipt = try await sim.call(SimReceipt.self, .init(appleId: appleId, bundleId: suite.bundleId,
-                                                                receipt: .init(digest: simDigest))).receiptData
+        let receipt = try await sim.call(
+            SimReceipt.self,
+            .init(
+                appleId: appleId, bundleId: suite.bundleId,
+                receipt: .init(digest: simDigest))
+        ).receiptData
         await sim.close()
         let pool = try clients(verification, load.connections)
         let params = try JSONWriter.encodeBodyOrThrow(VerificationVerifyReceipt.Params(receiptData: receipt))
         let driver = LoadDriver(options: load)
         let notes = ["receipt": "\(inApp) purchases, \(digest), \(receipt.utf8.count) base64 bytes"]
-        driver.print(try await driver.run(scenario: "verify-receipt", clients: pool, notes: notes) { client, _ in
-            await outcome {
-                let raw = try await client.callRaw(method: VerificationVerifyReceipt.name, params: params)
-                guard raw.starts(with: Array(#"{"status":0"#.utf8)) else { throw RPCError.internalError("status not 0") }
-            }
-        })
+        driver.print(
+            try await driver.run(scenario: "verify-receipt", clients: pool, notes: notes) { client, _ in
+                await outcome {
+                    let raw = try await client.callRaw(method: VerificationVerifyReceipt.name, params: params)
+                    guard raw.starts(with: Array(#"{"status":0"#.utf8)) else { throw RPCError.internalError("status not 0") }
+                }
+            })
         for c in pool { await c.close() }
     }
 }
 
 /// A realistic blend: 70% reads (catalog listing, entitlements), 20% redeems of new purchases, 10% spends.
 struct MixedBenchmark: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "mixed",
-                                                    abstract: "70% catalog/entitlement reads, 20% redeems (new purchases), 10% spends.")
+    static let configuration = CommandConfiguration(
+        commandName: "mixed",
+        abstract: "70% catalog/entitlement reads, 20% redeems (new purchases), 10% spends.")
     @OptionGroup var suite: SuiteAddresses
     @Option(help: "catalog-service address.") var catalog = SuiteAddresses.env("IAP_CATALOG_ADDR", "127.0.0.1:7102")
     @Option(help: "Purchases to mint before timing.") var purchases = 6_000
@@ -129,13 +142,24 @@ struct MixedBenchmark: AsyncParsableCommand {
             let session = sessions[i % sessions.count]
             switch i % 10 {
             case 0, 1:
-                let p = nextPurchase.withLockedValue { v in defer { v += 1 }; return v }
+                let p = nextPurchase.withLockedValue { v in
+                    defer { v += 1 }; return v
+                }
                 guard p < minted.count else { return nil }
-                return await outcome { _ = try await client.call(FulfillmentRedeem.self, .init(session: sessions[p % sessions.count],
-                                                                                                receiptData: minted[p].receiptData)) }
+                return await outcome {
+                    _ = try await client.call(
+                        FulfillmentRedeem.self,
+                        .init(
+                            session: sessions[p % sessions.count],
+                            receiptData: minted[p].receiptData))
+                }
             case 2:
-                let spent = await outcome { _ = try await client.call(FulfillmentSpendCoins.self, .init(
-                    session: session, amount: 1, idempotencyKey: "mixed-\(runId)-\(i)")) }
+                let spent = await outcome {
+                    _ = try await client.call(
+                        FulfillmentSpendCoins.self,
+                        .init(
+                            session: session, amount: 1, idempotencyKey: "mixed-\(runId)-\(i)"))
+                }
                 if case .failed(let code) = spent, code == RPCErrorCode.insufficientFunds.rawValue { return .ok }  // a valid answer
                 return spent
             case 3, 4, 5, 6:
@@ -155,8 +179,9 @@ struct MixedBenchmark: AsyncParsableCommand {
 /// `ledgerRows` ledger rows in all; wallets consistent with their ledgers. Run it against the data
 /// directory of a running (idle) fulfillment-service, then rerun `redeem` and `spend`.
 struct PreloadBenchmark: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "preload",
-                                                    abstract: "Bulk-load a fulfillment database for the scale scenario (not through RPC).")
+    static let configuration = CommandConfiguration(
+        commandName: "preload",
+        abstract: "Bulk-load a fulfillment database for the scale scenario (not through RPC).")
     @Option(name: .customLong("data-dir"), help: "The fulfillment service's data directory.") var dataDir = "data"
     @Option(help: "Accounts to create.") var accounts = 200_000
     @Option(name: .customLong("ledger-rows"), help: "Ledger rows in all (at least one grant per account).") var ledgerRows = 1_000_000
@@ -164,8 +189,9 @@ struct PreloadBenchmark: AsyncParsableCommand {
     func run() async throws {
         guard ledgerRows >= accounts else { throw ValidationError("--ledger-rows must be at least --accounts") }
         let started = Date()
-        let inserted = try FulfillmentPreload.run(path: URL(fileURLWithPath: dataDir).appendingPathComponent("fulfillment.sqlite").path,
-                                                  accounts: accounts, ledgerRows: ledgerRows)
+        let inserted = try FulfillmentPreload.run(
+            path: URL(fileURLWithPath: dataDir).appendingPathComponent("fulfillment.sqlite").path,
+            accounts: accounts, ledgerRows: ledgerRows)
         print(String(format: "preloaded %d accounts, %d ledger rows in %.1f s", accounts, inserted, Date().timeIntervalSince(started)))
     }
 }

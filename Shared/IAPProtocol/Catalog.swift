@@ -82,8 +82,10 @@ public struct Product: Codable, Sendable, Equatable {
     public var status: ProductStatus
     public var grant: Grant
     public var price: Price?
-    public init(productId: String, type: ProductType, referenceName: String, title: String, description: String,
-                status: ProductStatus, grant: Grant, price: Price? = nil) {
+    public init(
+        productId: String, type: ProductType, referenceName: String, title: String, description: String,
+        status: ProductStatus, grant: Grant, price: Price? = nil
+    ) {
         self.productId = productId; self.type = type; self.referenceName = referenceName; self.title = title
         self.description = description; self.status = status; self.grant = grant; self.price = price
     }
@@ -139,8 +141,10 @@ public struct ProductDefinition: Codable, Sendable, Equatable {
     public var grant: Grant
     public var prices: [PriceEntry]?
     public var status: ProductStatus?
-    public init(productId: String, type: ProductType, referenceName: String, localizations: [String: Localization],
-                defaultLocale: String, grant: Grant, prices: [PriceEntry]? = nil, status: ProductStatus? = nil) {
+    public init(
+        productId: String, type: ProductType, referenceName: String, localizations: [String: Localization],
+        defaultLocale: String, grant: Grant, prices: [PriceEntry]? = nil, status: ProductStatus? = nil
+    ) {
         self.productId = productId; self.type = type; self.referenceName = referenceName
         self.localizations = localizations; self.defaultLocale = defaultLocale; self.grant = grant
         self.prices = prices; self.status = status

@@ -32,8 +32,10 @@ public struct RedeemParams: Codable, Sendable, Equatable {
     /// The scope whose balance and entitlements the answer shows; default: the scope the purchases
     /// went to (Production when there were none).
     public var environment: AccountScope?
-    public init(session: String, receiptData: String? = nil, signedTransactions: [String]? = nil, deviceIdentifier: String? = nil,
-                environment: AccountScope? = nil) {
+    public init(
+        session: String, receiptData: String? = nil, signedTransactions: [String]? = nil, deviceIdentifier: String? = nil,
+        environment: AccountScope? = nil
+    ) {
         self.session = session; self.receiptData = receiptData
         self.signedTransactions = signedTransactions; self.deviceIdentifier = deviceIdentifier; self.environment = environment
     }
@@ -72,8 +74,10 @@ public struct RedeemResult: Codable, Sendable, Equatable {
     public var owed: Int64
     /// The scope `balance`, `owed` and `entitlements` belong to.
     public var environment: AccountScope
-    public init(accountId: String, results: [TransactionResult], balance: Int64, entitlements: [Entitlement], owed: Int64 = 0,
-                environment: AccountScope = .production) {
+    public init(
+        accountId: String, results: [TransactionResult], balance: Int64, entitlements: [Entitlement], owed: Int64 = 0,
+        environment: AccountScope = .production
+    ) {
         self.accountId = accountId; self.results = results; self.balance = balance; self.entitlements = entitlements
         self.owed = owed; self.environment = environment
     }
@@ -271,4 +275,3 @@ public enum CoinLimits {
     /// The most a wallet may hold.
     public static let maxBalance: Int64 = 1_000_000_000_000_000
 }
-

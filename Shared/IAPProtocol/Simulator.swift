@@ -93,9 +93,11 @@ public enum SimPurchase: RPCMethod {
         public var receipt: SimReceiptOptions?
         /// The environment of the purchase (default production), fixed for good.
         public var environment: SimEnvironment?
-        public init(appleId: String, bundleId: String, productId: String, productType: ProductType, quantity: Int? = nil,
-                    deviceIdentifier: String? = nil, appAccountToken: String? = nil, subscriptionPeriodDays: Int? = nil,
-                    receipt: SimReceiptOptions? = nil, environment: SimEnvironment? = nil) {
+        public init(
+            appleId: String, bundleId: String, productId: String, productType: ProductType, quantity: Int? = nil,
+            deviceIdentifier: String? = nil, appAccountToken: String? = nil, subscriptionPeriodDays: Int? = nil,
+            receipt: SimReceiptOptions? = nil, environment: SimEnvironment? = nil
+        ) {
             self.appleId = appleId; self.bundleId = bundleId; self.productId = productId; self.productType = productType
             self.quantity = quantity; self.deviceIdentifier = deviceIdentifier; self.appAccountToken = appAccountToken
             self.subscriptionPeriodDays = subscriptionPeriodDays; self.receipt = receipt; self.environment = environment
@@ -108,8 +110,10 @@ public enum SimPurchase: RPCMethod {
         public var signedTransaction: String
         /// `Production` or `Sandbox`, as Apple writes it.
         public var environment: String
-        public init(transactionId: String, originalTransactionId: String, receiptData: String, signedTransaction: String,
-                    environment: String) {
+        public init(
+            transactionId: String, originalTransactionId: String, receiptData: String, signedTransaction: String,
+            environment: String
+        ) {
             self.transactionId = transactionId; self.originalTransactionId = originalTransactionId
             self.receiptData = receiptData; self.signedTransaction = signedTransaction; self.environment = environment
         }

@@ -16,8 +16,9 @@ public struct OpenRPCMethodDescription: Sendable {
     }
 
     public init<M: RPCMethod>(_ method: M.Type) {
-        self.init(name: M.name, summary: M.summary, access: M.access,
-                  params: SchemaRecorder.schema(for: M.Params.self), result: SchemaRecorder.schema(for: M.Result.self))
+        self.init(
+            name: M.name, summary: M.summary, access: M.access,
+            params: SchemaRecorder.schema(for: M.Params.self), result: SchemaRecorder.schema(for: M.Result.self))
     }
 }
 
@@ -56,7 +57,8 @@ public enum OpenRPCDocument {
     /// The params and result schemas of `method` as published in a discovery document.
     public static func schemas(of method: String, in document: JSONValue) -> (params: JSONSchema, result: JSONSchema)? {
         guard let methods = document["methods"]?.arrayValue,
-              let m = methods.first(where: { $0["name"]?.stringValue == method }) else { return nil }
+            let m = methods.first(where: { $0["name"]?.stringValue == method })
+        else { return nil }
         var props: [JSONSchema.Property] = []
         for p in m["params"]?.arrayValue ?? [] {
             guard let name = p["name"]?.stringValue else { continue }

@@ -18,7 +18,8 @@ public enum RPCCodec {
             return try decoder.decode(P.self, from: bytes.map { Data($0) } ?? emptyObject)
         } catch let error as DecodingError {
             if case .dataCorrupted(let ctx) = error, ctx.codingPath.isEmpty, let bytes,
-               let field = firstNonIntegerNumber(in: bytes) {
+                let field = firstNonIntegerNumber(in: bytes)
+            {
                 // Linux Foundation reports an integer field given 1.5 or 1e30 as "not valid JSON"
                 // with no path; the envelope parser already proved the JSON valid, and the protocol
                 // has no floating-point params, so the first such number is the culprit.
@@ -57,8 +58,9 @@ public enum RPCCodec {
             return try decoder.decode(R.self, from: Data(bytes))
         } catch {
             let described = (error as? DecodingError).map(describe) ?? RPCError.internalError("\(error)")
-            throw RPCError(code: .internalError, message: "reply does not match the contract: \(described.message)",
-                           reason: "malformedResponse", retryable: false)
+            throw RPCError(
+                code: .internalError, message: "reply does not match the contract: \(described.message)",
+                reason: "malformedResponse", retryable: false)
         }
     }
 
@@ -75,19 +77,22 @@ public enum RPCCodec {
             return .invalidParams("missing required field \"\(field)\"", field: field, reason: "missingField")
         case let .typeMismatch(type, ctx):
             let field = path(ctx.codingPath)
-            return .invalidParams("\(field.isEmpty ? "params" : field): expected \(jsonTypeName(type))",
-                                  field: field.isEmpty ? nil : field, reason: "wrongType")
+            return .invalidParams(
+                "\(field.isEmpty ? "params" : field): expected \(jsonTypeName(type))",
+                field: field.isEmpty ? nil : field, reason: "wrongType")
         case let .valueNotFound(type, ctx):
             let field = path(ctx.codingPath)
-            return .invalidParams("\(field.isEmpty ? "params" : field): expected \(jsonTypeName(type)), found null",
-                                  field: field.isEmpty ? nil : field, reason: "wrongType")
+            return .invalidParams(
+                "\(field.isEmpty ? "params" : field): expected \(jsonTypeName(type)), found null",
+                field: field.isEmpty ? nil : field, reason: "wrongType")
         case let .dataCorrupted(ctx):
             let field = path(ctx.codingPath)
             // Foundation reports numbers that do not fit (1.5 or 1e30 for an integer) this way,
             // with the useful part in the underlying error.
             let detail = ctx.underlyingError.map { "\(ctx.debugDescription) (\(describeUnderlying($0)))" } ?? ctx.debugDescription
-            return .invalidParams("\(field.isEmpty ? "params" : field): \(detail)",
-                                  field: field.isEmpty ? nil : field, reason: "invalidValue")
+            return .invalidParams(
+                "\(field.isEmpty ? "params" : field): \(detail)",
+                field: field.isEmpty ? nil : field, reason: "invalidValue")
         @unknown default:
             return .invalidParams("\(error)")
         }

@@ -115,13 +115,15 @@ extension RPCError {
         RPCError(code: .invalidRequest, message: "Invalid Request: \(detail)", reason: reason)
     }
     public static func methodNotFound(_ method: String) -> RPCError {
-        RPCError(code: .methodNotFound, message: "Method not found: \(method)", reason: "methodNotFound",
-                 extra: ["method": .string(method)])
+        RPCError(
+            code: .methodNotFound, message: "Method not found: \(method)", reason: "methodNotFound",
+            extra: ["method": .string(method)])
     }
     /// `field` is the dotted path of the offending parameter, when one is to blame.
     public static func invalidParams(_ detail: String, field: String? = nil, reason: String = "invalidParams") -> RPCError {
-        RPCError(code: .invalidParams, message: "Invalid params: \(detail)", reason: reason,
-                 extra: field.map { ["field": .string($0)] } ?? [:])
+        RPCError(
+            code: .invalidParams, message: "Invalid params: \(detail)", reason: reason,
+            extra: field.map { ["field": .string($0)] } ?? [:])
     }
     public static func internalError(_ detail: String = "the server failed to process the request") -> RPCError {
         RPCError(code: .internalError, message: "Internal error: \(detail)", reason: "internal", retryable: true)
@@ -139,18 +141,21 @@ extension RPCError {
         RPCError(code: .conflict, message: detail, reason: reason)
     }
     public static func insufficientFunds(balance: Int64, requested: Int64) -> RPCError {
-        RPCError(code: .insufficientFunds, message: "spend of \(requested) exceeds the balance of \(balance)",
-                 reason: "insufficientFunds", extra: ["balance": .int(balance)])
+        RPCError(
+            code: .insufficientFunds, message: "spend of \(requested) exceeds the balance of \(balance)",
+            reason: "insufficientFunds", extra: ["balance": .int(balance)])
     }
     /// Coins refunded after they were spent are owed; nothing can be spent until later grants repay them.
     public static func debtOutstanding(owed: Int64, balance: Int64) -> RPCError {
-        RPCError(code: .insufficientFunds,
-                 message: "\(owed) coins are owed for purchases refunded after they were spent; new grants repay them before anything can be spent",
-                 reason: "debtOutstanding", extra: ["balance": .int(balance), "owed": .int(owed)])
+        RPCError(
+            code: .insufficientFunds,
+            message: "\(owed) coins are owed for purchases refunded after they were spent; new grants repay them before anything can be spent",
+            reason: "debtOutstanding", extra: ["balance": .int(balance), "owed": .int(owed)])
     }
     public static func rateLimited(retryAfterMs: Int64, detail: String = "too many attempts") -> RPCError {
-        RPCError(code: .rateLimited, message: "\(detail); retry after \(retryAfterMs) ms", reason: "rateLimited",
-                 retryable: true, extra: ["retryAfterMs": .int(retryAfterMs)])
+        RPCError(
+            code: .rateLimited, message: "\(detail); retry after \(retryAfterMs) ms", reason: "rateLimited",
+            retryable: true, extra: ["retryAfterMs": .int(retryAfterMs)])
     }
     public static func invalidReceipt(status: Int, reason: String, detail: String) -> RPCError {
         RPCError(code: .invalidReceipt, message: detail, reason: reason, extra: ["status": .int(Int64(status))])

@@ -63,16 +63,20 @@ public enum RPCMessageParser {
                 return .single(.failure(RPCRejection(id: .null, error: .invalidRequest("empty batch", reason: "emptyBatch"))))
             }
             if scanned.elements.count > limits.maxBatchSize {
-                return .single(.failure(RPCRejection(
-                    id: .null,
-                    error: .invalidRequest("batch of \(scanned.elements.count) exceeds the limit of \(limits.maxBatchSize)",
-                                           reason: "batchTooLarge"))))
+                return .single(
+                    .failure(
+                        RPCRejection(
+                            id: .null,
+                            error: .invalidRequest(
+                                "batch of \(scanned.elements.count) exceeds the limit of \(limits.maxBatchSize)",
+                                reason: "batchTooLarge"))))
             }
-            return .batch(scanned.elements.map { element in
-                element.kind == .object
-                    ? request(from: element.members, in: bytes)
-                    : .failure(RPCRejection(id: .null, error: .invalidRequest("a request must be an object")))
-            })
+            return .batch(
+                scanned.elements.map { element in
+                    element.kind == .object
+                        ? request(from: element.members, in: bytes)
+                        : .failure(RPCRejection(id: .null, error: .invalidRequest("a request must be an object")))
+                })
         default:
             return .single(.failure(RPCRejection(id: .null, error: .invalidRequest("expected an object or a batch array"))))
         }
@@ -178,7 +182,8 @@ public struct RPCResponse: Sendable {
         }
         guard let id, (result == nil) != (error == nil) else { return nil }
         if let result { return RPCResponse(id: id, outcome: .success(result)) }
-        let decoded = (try? RPCCodec.decoder.decode(RPCError.self, from: Data(error!)))
+        let decoded =
+            (try? RPCCodec.decoder.decode(RPCError.self, from: Data(error!)))
             ?? RPCError(code: .internalError, message: "malformed error object", reason: "malformedError")
         return RPCResponse(id: id, outcome: .failure(decoded))
     }

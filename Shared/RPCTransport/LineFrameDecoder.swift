@@ -35,7 +35,7 @@ public struct LineFrameDecoder: ByteToMessageDecoder {
         }
         // A final line without its newline is still a line.
         if !overflowed, buffer.readableBytes > 0, let rest = buffer.readSlice(length: buffer.readableBytes),
-           let line = Self.trimmed(rest)
+            let line = Self.trimmed(rest)
         {
             context.fireChannelRead(wrapInboundOut(.line(line)))
         }

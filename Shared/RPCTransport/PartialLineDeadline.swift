@@ -47,9 +47,12 @@ final class PartialLineDeadlineHandler: ChannelInboundHandler, RemovableChannelH
         let logger = self.logger
         let deadline = self.deadline
         timer = context.eventLoop.scheduleTask(in: deadline) {
-            logger.notice("closing a connection whose line stayed unfinished past the deadline",
-                          metadata: ["deadlineMs": "\(deadline.nanoseconds / 1_000_000)",
-                                     "peer": "\(bound.value.channel.remoteAddress?.ipAddress ?? "?")"])
+            logger.notice(
+                "closing a connection whose line stayed unfinished past the deadline",
+                metadata: [
+                    "deadlineMs": "\(deadline.nanoseconds / 1_000_000)",
+                    "peer": "\(bound.value.channel.remoteAddress?.ipAddress ?? "?")",
+                ])
             bound.value.close(promise: nil)
         }
     }

@@ -58,7 +58,7 @@ public final class RPCClient: Sendable {
 
     public static func parseAddress(_ address: String) throws(RPCError) -> (host: String, port: Int) {
         guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]),
-              (1...65535).contains(port), colon != address.startIndex
+            (1...65535).contains(port), colon != address.startIndex
         else {
             throw RPCError(code: .invalidParams, message: "address \"\(address)\" is not HOST:PORT", reason: "invalidAddress")
         }
@@ -116,8 +116,9 @@ public final class RPCClient: Sendable {
             let start = NIODeadline.now()
             do throws(RPCError) {
                 _ = try await call(RPCPing.self, EmptyParams(), timeout: .seconds(2))
-                return DependencyHealth(name: name, address: address, status: .ok,
-                                        latencyMs: (NIODeadline.now() - start).nanoseconds / 1_000_000)
+                return DependencyHealth(
+                    name: name, address: address, status: .ok,
+                    latencyMs: (NIODeadline.now() - start).nanoseconds / 1_000_000)
             } catch {
                 return DependencyHealth(name: name, address: address, status: .down, error: error.message)
             }
@@ -271,8 +272,10 @@ final class RPCClientHandler: ChannelDuplexHandler {
             context.close(promise: nil)
         case .line(let line):
             guard let responses = line.withUnsafeReadableBytes({ RPCResponse.parse($0) }) else {
-                failAll(RPCError(code: .internalError, message: "\(peer) sent a line that is not a JSON-RPC response",
-                                 reason: "malformedResponse", retryable: true))
+                failAll(
+                    RPCError(
+                        code: .internalError, message: "\(peer) sent a line that is not a JSON-RPC response",
+                        reason: "malformedResponse", retryable: true))
                 context.close(promise: nil)
                 return
             }

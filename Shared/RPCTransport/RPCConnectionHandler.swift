@@ -43,8 +43,9 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
 
     /// A handler for a server with this configuration and router (tests drive it on an embedded channel).
     package convenience init(configuration: RPCServerConfiguration, router: RPCRouter, logger: Logger, connectionID: Int = 1) {
-        self.init(shared: ServerShared(configuration: configuration, router: router, logger: logger), connectionID: connectionID,
-                  remoteAddress: nil)
+        self.init(
+            shared: ServerShared(configuration: configuration, router: router, logger: logger), connectionID: connectionID,
+            remoteAddress: nil)
     }
 
     package func handlerAdded(context: ChannelHandlerContext) {
@@ -132,8 +133,9 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
 
     private func makeContext(_ method: String) -> RequestContext {
         sequence &+= 1
-        return RequestContext(method: method, connectionID: connectionID, sequence: sequence,
-                              remoteAddress: remoteAddress, logger: shared.logger)
+        return RequestContext(
+            method: method, connectionID: connectionID, sequence: sequence,
+            remoteAddress: remoteAddress, logger: shared.logger)
     }
 
     private func dispatchSingle(_ request: RPCRequest) {
@@ -233,8 +235,12 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
             shared.blockingPool.runIfActive(eventLoop: loop) { () -> Result<[UInt8], RPCError> in
                 do throws(RPCError) { return .success(try body(params, ctx)) } catch { return .failure(error) }
             }.whenComplete { result in
-                finish((try? result.get()) ?? .failure(RPCError(code: .serverBusy, message: "server is shutting down",
-                                                                reason: "shuttingDown", retryable: true)))
+                finish(
+                    (try? result.get())
+                        ?? .failure(
+                            RPCError(
+                                code: .serverBusy, message: "server is shutting down",
+                                reason: "shuttingDown", retryable: true)))
             }
         case .immediate:
             preconditionFailure("immediate handlers run inline")
@@ -243,9 +249,11 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
         call.timer = loop.scheduleTask(in: timeout) { [task] in
             task?.cancel()
             ctx.logger.warning("request timed out", metadata: ["timeoutMs": "\(timeout.nanoseconds / 1_000_000)"])
-            bound.value.finish(.failure(RPCError(
-                code: .requestTimeout, message: "request did not finish within \(timeout.nanoseconds / 1_000_000) ms",
-                reason: "timeout", retryable: true)))
+            bound.value.finish(
+                .failure(
+                    RPCError(
+                        code: .requestTimeout, message: "request did not finish within \(timeout.nanoseconds / 1_000_000) ms",
+                        reason: "timeout", retryable: true)))
         }
     }
 

@@ -1,5 +1,5 @@
-import JSONRPC
 import CoreMetrics
+import JSONRPC
 import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
@@ -21,15 +21,19 @@ final class RPCServerMetrics: Sendable {
         self.factory = factory
         var timers: [String: Timer] = [:]
         for m in methods {
-            timers[m] = Timer(label: "rpc.server.duration", dimensions: [
-                ("rpc.system", "jsonrpc"), ("rpc.service", service), ("rpc.method", m),
-            ], factory: factory)
+            timers[m] = Timer(
+                label: "rpc.server.duration",
+                dimensions: [
+                    ("rpc.system", "jsonrpc"), ("rpc.service", service), ("rpc.method", m),
+                ], factory: factory)
         }
         self.timers = timers
-        self.unknownMethods = Counter(label: "rpc.server.errors", dimensions: [
-            ("rpc.system", "jsonrpc"), ("rpc.service", service), ("rpc.method", "_OTHER"),
-            ("rpc.jsonrpc.error_code", "\(RPCErrorCode.methodNotFound.rawValue)"),
-        ], factory: factory)
+        self.unknownMethods = Counter(
+            label: "rpc.server.errors",
+            dimensions: [
+                ("rpc.system", "jsonrpc"), ("rpc.service", service), ("rpc.method", "_OTHER"),
+                ("rpc.jsonrpc.error_code", "\(RPCErrorCode.methodNotFound.rawValue)"),
+            ], factory: factory)
     }
 
     func record(method: String, start: NIODeadline, outcome: Result<[UInt8], RPCError>) {
@@ -43,10 +47,12 @@ final class RPCServerMetrics: Sendable {
         let key = "\(method)|\(code)"
         return errors.withLockedValue { cache in
             if let c = cache[key] { return c }
-            let c = Counter(label: "rpc.server.errors", dimensions: [
-                ("rpc.system", "jsonrpc"), ("rpc.service", service), ("rpc.method", method),
-                ("rpc.jsonrpc.error_code", "\(code)"),
-            ], factory: factory)
+            let c = Counter(
+                label: "rpc.server.errors",
+                dimensions: [
+                    ("rpc.system", "jsonrpc"), ("rpc.service", service), ("rpc.method", method),
+                    ("rpc.jsonrpc.error_code", "\(code)"),
+                ], factory: factory)
             cache[key] = c
             return c
         }

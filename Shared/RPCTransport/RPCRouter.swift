@@ -38,12 +38,14 @@ public struct RPCRouter: Sendable {
         _ method: M.Type,
         handler: @escaping @Sendable (M.Params, RequestContext) async throws -> M.Result
     ) {
-        add(M.self, .async { params, ctx throws(RPCError) in
-            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
-            let result: M.Result
-            do { result = try await handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
-            return try JSONWriter.encodeBodyOrThrow(result)
-        })
+        add(
+            M.self,
+            .async { params, ctx throws(RPCError) in
+                let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+                let result: M.Result
+                do { result = try await handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
+                return try JSONWriter.encodeBodyOrThrow(result)
+            })
     }
 
     /// Registers an async handler whose reply is already-encoded JSON of `M.Result` (a cached listing).
@@ -51,10 +53,12 @@ public struct RPCRouter: Sendable {
         _ method: M.Type,
         handler: @escaping @Sendable (M.Params, RequestContext) async throws -> [UInt8]
     ) {
-        add(M.self, .async { params, ctx throws(RPCError) in
-            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
-            do { return try await handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
-        })
+        add(
+            M.self,
+            .async { params, ctx throws(RPCError) in
+                let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+                do { return try await handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
+            })
     }
 
     /// Registers a handler that runs inline on the event loop. It must not block, wait or do I/O:
@@ -80,10 +84,12 @@ public struct RPCRouter: Sendable {
         _ method: M.Type,
         handler: @escaping @Sendable (M.Params, RequestContext) throws -> [UInt8]
     ) {
-        add(M.self, .immediate { params, ctx throws(RPCError) in
-            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
-            do { return try handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
-        })
+        add(
+            M.self,
+            .immediate { params, ctx throws(RPCError) in
+                let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+                do { return try handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
+            })
     }
 
     private mutating func add<M: RPCMethod>(_ method: M.Type, _ implementation: Implementation) {
@@ -109,7 +115,9 @@ public struct RPCRouter: Sendable {
 
     private static func wireError(_ error: any Error, _ ctx: RequestContext) -> RPCError {
         if let rpc = error as? RPCError { return rpc }
-        if error is CancellationError { return RPCError(code: .requestTimeout, message: "request was cancelled", reason: "cancelled", retryable: true) }
+        if error is CancellationError {
+            return RPCError(code: .requestTimeout, message: "request was cancelled", reason: "cancelled", retryable: true)
+        }
         ctx.logger.error("handler failed", metadata: ["error": "\(String(reflecting: error))"])
         return .internalError()
     }

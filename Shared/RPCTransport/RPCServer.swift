@@ -19,10 +19,12 @@ final class ServerShared: Sendable {
         self.configuration = configuration
         self.router = router
         self.logger = logger
-        self.metrics = RPCServerMetrics(service: configuration.serviceName, methods: router.methodNames,
-                                        factory: configuration.metricsFactory)
-        self.limits = RPCMessageLimits(maxNestingDepth: configuration.maxNestingDepth,
-                                       maxBatchSize: configuration.maxBatchSize)
+        self.metrics = RPCServerMetrics(
+            service: configuration.serviceName, methods: router.methodNames,
+            factory: configuration.metricsFactory)
+        self.limits = RPCMessageLimits(
+            maxNestingDepth: configuration.maxNestingDepth,
+            maxBatchSize: configuration.maxBatchSize)
         self.blockingPool = NIOThreadPool(numberOfThreads: max(1, configuration.blockingThreads))
     }
 }
@@ -125,8 +127,9 @@ public final class RPCServer: Service, Sendable {
                     try sync.addHandler(IdleStateHandler(readTimeout: config.idleTimeout))
                     try sync.addHandler(PartialLineDeadlineHandler(deadline: config.partialLineTimeout, logger: shared.logger))
                     try sync.addHandler(ByteToMessageHandler(LineFrameDecoder(maxLineBytes: config.maxLineBytes)))
-                    try sync.addHandler(RPCConnectionHandler(
-                        shared: shared, connectionID: connectionID, remoteAddress: channel.remoteAddress?.ipAddress))
+                    try sync.addHandler(
+                        RPCConnectionHandler(
+                            shared: shared, connectionID: connectionID, remoteAddress: channel.remoteAddress?.ipAddress))
                     return channel.eventLoop.makeSucceededVoidFuture()
                 } catch {
                     return channel.eventLoop.makeFailedFuture(error)
@@ -134,10 +137,12 @@ public final class RPCServer: Service, Sendable {
             }
         let channel = try await bootstrap.bind(host: config.host, port: config.port).get()
         state.withLockedValue { $0 = .listening(channel) }
-        shared.logger.info("listening", metadata: [
-            "address": "\(config.host):\(channel.localAddress?.port ?? config.port)",
-            "methods": "\(shared.router.methodNames.count)",
-        ])
+        shared.logger.info(
+            "listening",
+            metadata: [
+                "address": "\(config.host):\(channel.localAddress?.port ?? config.port)",
+                "methods": "\(shared.router.methodNames.count)",
+            ])
         return channel
     }
 
@@ -150,14 +155,18 @@ public final class RPCServer: Service, Sendable {
         let config = shared.configuration
         return connections.withLockedValue { c in
             guard c.open.count < config.maxConnections else {
-                return .refused(RPCError(code: .serverBusy, message: "server is at its limit of \(config.maxConnections) connections",
-                                         reason: "tooManyConnections", retryable: true))
+                return .refused(
+                    RPCError(
+                        code: .serverBusy, message: "server is at its limit of \(config.maxConnections) connections",
+                        reason: "tooManyConnections", retryable: true))
             }
             if let address {
                 guard c.perAddress[address, default: 0] < config.maxConnectionsPerAddress else {
-                    return .refused(RPCError(code: .serverBusy,
-                                             message: "this address has \(config.maxConnectionsPerAddress) connections open, the most allowed",
-                                             reason: "tooManyConnectionsFromAddress", retryable: true))
+                    return .refused(
+                        RPCError(
+                            code: .serverBusy,
+                            message: "this address has \(config.maxConnectionsPerAddress) connections open, the most allowed",
+                            reason: "tooManyConnectionsFromAddress", retryable: true))
                 }
                 c.perAddress[address, default: 0] += 1
             }
@@ -177,7 +186,8 @@ public final class RPCServer: Service, Sendable {
     }
 
     private func refuse(_ channel: any Channel, _ error: RPCError) -> EventLoopFuture<Void> {
-        shared.logger.warning("connection refused", metadata: ["reason": "\(error.data.reason)", "peer": "\(channel.remoteAddress?.ipAddress ?? "?")"])
+        shared.logger.warning(
+            "connection refused", metadata: ["reason": "\(error.data.reason)", "peer": "\(channel.remoteAddress?.ipAddress ?? "?")"])
         var bytes: [UInt8] = []
         JSONWriter.failure(id: .null, error: error, into: &bytes)
         bytes.append(UInt8(ascii: "\n"))
@@ -229,9 +239,10 @@ public final class RPCServer: Service, Sendable {
         }
         // The document is built once, from the descriptors of every method including itself.
         router.registerImmediateEncoded(RPCDiscover.self) { _, _ in [] }
-        let document = OpenRPCDocument.make(title: "\(configuration.serviceName) service",
-                                            version: configuration.serviceVersion,
-                                            methods: router.descriptions)
+        let document = OpenRPCDocument.make(
+            title: "\(configuration.serviceName) service",
+            version: configuration.serviceVersion,
+            methods: router.descriptions)
         let encoded = JSONWriter.encodeBody(document) ?? Array("{}".utf8)
         router.registerImmediateEncoded(RPCDiscover.self) { _, _ in encoded }
     }

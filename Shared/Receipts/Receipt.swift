@@ -206,9 +206,10 @@ public enum ReceiptDate {
             return v
         }
         guard b.count >= 20, let year = num(0, 4), b[4] == UInt8(ascii: "-"), let month = num(5, 2), b[7] == UInt8(ascii: "-"),
-              let day = num(8, 2), b[10] == UInt8(ascii: "T") || b[10] == UInt8(ascii: " "), let hour = num(11, 2),
-              b[13] == UInt8(ascii: ":"), let minute = num(14, 2), b[16] == UInt8(ascii: ":"), let second = num(17, 2),
-              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
+            let day = num(8, 2), b[10] == UInt8(ascii: "T") || b[10] == UInt8(ascii: " "), let hour = num(11, 2),
+            b[13] == UInt8(ascii: ":"), let minute = num(14, 2), b[16] == UInt8(ascii: ":"), let second = num(17, 2),
+            (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61
+        else { return nil }
         var i = 19
         var millis = 0
         if i < b.count, b[i] == UInt8(ascii: ".") {

@@ -83,8 +83,10 @@ public enum ReceiptBuilder {
         }
         var issuerSerializer = DER.Serializer()
         try issuerSerializer.serialize(signer.issuer)
-        let issuerAndSerial = DERWriter.sequence([issuerSerializer.serializedBytes,
-                                                  DERWriter.tlv(0x02, Array(signer.serialNumber.bytes))])
+        let issuerAndSerial = DERWriter.sequence([
+            issuerSerializer.serializedBytes,
+            DERWriter.tlv(0x02, Array(signer.serialNumber.bytes)),
+        ])
         let signerInfo = DERWriter.sequence([
             DERWriter.integer(1), issuerAndSerial, digestAlgorithm,
             DERWriter.sequence([DERWriter.oid(signatureAlgorithmOID), DERWriter.null]),
@@ -166,7 +168,8 @@ extension ReceiptDate {
         let secondOfDay = seconds - days * 86_400
         let (y, m, d) = civilFromDays(days)
         func two(_ v: Int) -> String { v < 10 ? "0\(v)" : "\(v)" }
-        return "\(y)-\(two(m))-\(two(d))\(dateTimeSeparator)\(two(secondOfDay / 3600)):\(two(secondOfDay % 3600 / 60)):\(two(secondOfDay % 60))\(zone)"
+        return
+            "\(y)-\(two(m))-\(two(d))\(dateTimeSeparator)\(two(secondOfDay / 3600)):\(two(secondOfDay % 3600 / 60)):\(two(secondOfDay % 60))\(zone)"
     }
 
     static func civilFromDays(_ z0: Int) -> (Int, Int, Int) {

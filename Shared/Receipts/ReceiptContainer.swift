@@ -120,9 +120,10 @@ public struct ReceiptContainer: Sendable {
         guard i + 1 < fields.count else { throw ParseError.malformed("SignerInfo is missing its signature") }
         let signatureAlgorithm = try algorithm(fields[i])
         let signature = try octetString(fields[i + 1])
-        return SignerInfo(digestAlgorithm: digestAlgorithm, signatureAlgorithm: signatureAlgorithm, signature: signature,
-                          signedAttributes: signedAttributes, messageDigest: messageDigest,
-                          issuerAndSerial: sid.encodedBytes.isEmpty ? nil : Array(sid.encodedBytes))
+        return SignerInfo(
+            digestAlgorithm: digestAlgorithm, signatureAlgorithm: signatureAlgorithm, signature: signature,
+            signedAttributes: signedAttributes, messageDigest: messageDigest,
+            issuerAndSerial: sid.encodedBytes.isEmpty ? nil : Array(sid.encodedBytes))
     }
 
     static func children(_ node: ASN1Node, _ what: String) throws -> [ASN1Node] {

@@ -173,7 +173,7 @@ public final class ReceiptVerifier: Sendable {
         }
         if let device = options.deviceIdentifier {
             guard let deviceBytes = Self.deviceBytes(device),
-                  Array(Insecure.SHA1.hash(data: deviceBytes + receipt.opaqueValue + receipt.bundleIdDER)) == receipt.sha1Hash
+                Array(Insecure.SHA1.hash(data: deviceBytes + receipt.opaqueValue + receipt.bundleIdDER)) == receipt.sha1Hash
             else { return .failure(.deviceMismatch) }
         }
         return .success(VerifiedReceipt(receipt: receipt, environment: environment))

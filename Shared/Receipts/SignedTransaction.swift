@@ -50,15 +50,17 @@ public final class SignedPayloadVerifier: Sendable {
         let bytes = Array(jws.utf8)
         let parts = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3, let headerBytes = Self.base64URL(parts[0]), let payload = Self.base64URL(parts[1]),
-              let signatureBytes = Self.base64URL(parts[2]),
-              let header = try? JSONDecoder().decode(Header.self, from: Data(headerBytes)) else { return .failure(.malformed) }
+            let signatureBytes = Self.base64URL(parts[2]),
+            let header = try? JSONDecoder().decode(Header.self, from: Data(headerBytes))
+        else { return .failure(.malformed) }
         guard header.alg == "ES256" else { return .failure(.wrongAlgorithm) }
         guard let x5c = header.x5c, x5c.count == 3 else { return .failure(.invalidChain) }
         let ders = x5c.compactMap { Data(base64Encoded: $0).map { Array($0) } }
         guard ders.count == 3, let chain = try? ders.map({ try cache.certificate($0) }) else { return .failure(.malformed) }
         guard pinnedRoots.contains(ders[2]) else { return .failure(.untrustedChain) }
         guard let key = P256.Signing.PublicKey(chain[0].publicKey),
-              let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes) else { return .failure(.signatureInvalid) }
+            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
+        else { return .failure(.signatureInvalid) }
         let signingInput = bytes[..<(parts[0].count + 1 + parts[1].count)]
         guard key.isValidSignature(signature, for: SHA256.hash(data: signingInput)) else { return .failure(.signatureInvalid) }
         guard let dated = try? JSONDecoder().decode(Dated.self, from: Data(payload)), let signedDate = dated.signedDate else {
@@ -125,15 +127,23 @@ public struct JWSSigningPKI: Sendable {
         self.leafKey = leafKey
     }
 
-    public static func generate(name: String = "Simulated", notBefore: Date = Date(timeIntervalSince1970: 1_577_836_800),
-                                notAfter: Date = Date(timeIntervalSince1970: 2_524_608_000),
-                                markers: Bool = true) throws -> JWSSigningPKI {
+    public static func generate(
+        name: String = "Simulated", notBefore: Date = Date(timeIntervalSince1970: 1_577_836_800),
+        notAfter: Date = Date(timeIntervalSince1970: 2_524_608_000),
+        markers: Bool = true
+    ) throws -> JWSSigningPKI {
         let rootKey = P256.Signing.PrivateKey()
         let intermediateKey = P256.Signing.PrivateKey()
         let leafKey = P256.Signing.PrivateKey()
-        let rootName = try DistinguishedName { CommonName("\(name) Root CA - G3"); OrganizationName("\(name) Store") }
-        let intermediateName = try DistinguishedName { CommonName("\(name) WWDR CA - G6"); OrganizationName("\(name) Store") }
-        let leafName = try DistinguishedName { CommonName("\(name) StoreKit Signing"); OrganizationName("\(name) Store") }
+        let rootName = try DistinguishedName {
+            CommonName("\(name) Root CA - G3"); OrganizationName("\(name) Store")
+        }
+        let intermediateName = try DistinguishedName {
+            CommonName("\(name) WWDR CA - G6"); OrganizationName("\(name) Store")
+        }
+        let leafName = try DistinguishedName {
+            CommonName("\(name) StoreKit Signing"); OrganizationName("\(name) Store")
+        }
         let root = try Certificate(
             version: .v3, serialNumber: .init(), publicKey: .init(rootKey.publicKey), notValidBefore: notBefore, notValidAfter: notAfter,
             issuer: rootName, subject: rootName, signatureAlgorithm: .ecdsaWithSHA256,

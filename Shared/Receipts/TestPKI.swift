@@ -15,8 +15,10 @@ public struct ReceiptSigningPKI: Sendable {
     /// Kept so more leaves can be issued under the same chain (an expired one for negative tests).
     public let intermediateKey: _RSA.Signing.PrivateKey
 
-    public init(root: Certificate, intermediate: Certificate, leaf: Certificate, leafKey: _RSA.Signing.PrivateKey,
-                intermediateKey: _RSA.Signing.PrivateKey) {
+    public init(
+        root: Certificate, intermediate: Certificate, leaf: Certificate, leafKey: _RSA.Signing.PrivateKey,
+        intermediateKey: _RSA.Signing.PrivateKey
+    ) {
         self.root = root
         self.intermediate = intermediate
         self.leaf = leaf
@@ -42,7 +44,7 @@ public struct ReceiptSigningPKI: Sendable {
     public struct Options: Sendable {
         public var name = "Simulated"
         public var notBefore = Date(timeIntervalSince1970: 1_577_836_800)  // 2020-01-01
-        public var notAfter = Date(timeIntervalSince1970: 2_524_608_000)   // 2050-01-01
+        public var notAfter = Date(timeIntervalSince1970: 2_524_608_000)  // 2050-01-01
         /// The leaf's own window, when it should differ (an expired leaf, say).
         public var leafNotAfter: Date?
         public var leafMarker = true
@@ -102,9 +104,12 @@ public struct ReceiptSigningPKI: Sendable {
     }
 
     /// A signed receipt file for `receipt`, carrying the leaf and the intermediate (not the root).
-    public func sign(_ receipt: Receipt, digest: ReceiptBuilder.Digest = .sha256,
-                     signatureOID: ReceiptBuilder.SignatureOID = .rsaEncryption) throws -> [UInt8] {
-        try ReceiptBuilder.sign(payload: ReceiptBuilder.payload(receipt), key: leafKey, signer: leaf,
-                                certificates: [leaf, intermediate], digest: digest, signatureOID: signatureOID)
+    public func sign(
+        _ receipt: Receipt, digest: ReceiptBuilder.Digest = .sha256,
+        signatureOID: ReceiptBuilder.SignatureOID = .rsaEncryption
+    ) throws -> [UInt8] {
+        try ReceiptBuilder.sign(
+            payload: ReceiptBuilder.payload(receipt), key: leafKey, signer: leaf,
+            certificates: [leaf, intermediate], digest: digest, signatureOID: signatureOID)
     }
 }

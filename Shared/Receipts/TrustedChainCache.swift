@@ -35,8 +35,10 @@ final class TrustedChainCache: Sendable {
     /// Whether `leaf` chains through `intermediates` to one of `roots` at `date` under `policy`.
     /// `ders`: the certificates as carried, which identify the chain for the cache. One cache serves one
     /// fixed set of roots (the verifier's own), or `ders` must include the root.
-    func isTrusted(leaf: Certificate, intermediates: [Certificate], roots: [Certificate], ders: [[UInt8]], at date: Date,
-                   @PolicyBuilder policy: () -> some VerifierPolicy) async -> Bool {
+    func isTrusted(
+        leaf: Certificate, intermediates: [Certificate], roots: [Certificate], ders: [[UInt8]], at date: Date,
+        @PolicyBuilder policy: () -> some VerifierPolicy
+    ) async -> Bool {
         var hasher = SHA256()
         for der in ders { hasher.update(data: der) }
         let key = Data(hasher.finalize())

@@ -26,8 +26,10 @@ public struct StorageCalls: Sendable {
     /// Maps a service's own errors first (nil: not one of them).
     public let translate: @Sendable (any Error) -> RPCError?
 
-    public init(logger: Logger, detail: String = "the server failed to process the request",
-                translate: @escaping @Sendable (any Error) -> RPCError? = { _ in nil }) {
+    public init(
+        logger: Logger, detail: String = "the server failed to process the request",
+        translate: @escaping @Sendable (any Error) -> RPCError? = { _ in nil }
+    ) {
         self.logger = logger
         self.detail = detail
         self.translate = translate

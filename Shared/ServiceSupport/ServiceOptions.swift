@@ -74,8 +74,9 @@ public enum Environment {
         let given = flag ?? ProcessInfo.processInfo.environment[name]
         guard let given else { return nil }
         guard given.utf8.count >= minimumTokenBytes else {
-            throw ValidationError("\(flagName) / \(name) must be at least \(minimumTokenBytes) bytes (it is \(given.utf8.count)); "
-                                  + "make one with: head -c 32 /dev/urandom | base64")
+            throw ValidationError(
+                "\(flagName) / \(name) must be at least \(minimumTokenBytes) bytes (it is \(given.utf8.count)); "
+                    + "make one with: head -c 32 /dev/urandom | base64")
         }
         return given
     }

@@ -93,7 +93,9 @@ import Testing
         let f = try await AccountsFixture.start { $0.throttle.registrationThreshold = 3 }
         defer { Task { await f.stop() } }
         for i in 0..<3 { _ = try await f.register("new-\(i)") }
-        let refused = await rpcError { _ = try await f.client.call(AccountsRegister.self, .init(username: "new-3", password: "correct horse battery")) }
+        let refused = await rpcError {
+            _ = try await f.client.call(AccountsRegister.self, .init(username: "new-3", password: "correct horse battery"))
+        }
         #expect(refused?.knownCode == .rateLimited)
         #expect(refused?.data.extra["retryAfterMs"]?.intValue ?? 0 > 0)
         // Nothing was created by the refused call, and sign-in of existing accounts is unaffected.

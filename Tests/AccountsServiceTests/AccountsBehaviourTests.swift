@@ -83,10 +83,15 @@ import Testing
         let f = try await AccountsFixture.start()
         defer { Task { await f.stop() } }
         let here = try await f.register("changer", device: "phone").session.token
-        let others = [try await f.login("changer", device: "tablet").session.token,
-                      try await f.login("changer", device: "laptop").session.token]
-        _ = try await f.client.call(AccountsChangePassword.self, .init(session: here, currentPassword: "correct horse battery",
-                                                                       newPassword: "fresh new passphrase"))
+        let others = [
+            try await f.login("changer", device: "tablet").session.token,
+            try await f.login("changer", device: "laptop").session.token,
+        ]
+        _ = try await f.client.call(
+            AccountsChangePassword.self,
+            .init(
+                session: here, currentPassword: "correct horse battery",
+                newPassword: "fresh new passphrase"))
         for token in others { #expect(await rpcError { try await f.authenticate(token) }?.knownCode == .unauthenticated) }
         #expect(try await f.client.call(AccountsListSessions.self, .init(session: here)).sessions.map(\.deviceName) == ["phone"])
         #expect(await rpcError { try await f.login("changer") }?.reason == "invalidCredentials")

@@ -30,17 +30,22 @@ final class AccountsFixture: Sendable {
         let clock = ManualClock()
         var logger = Logger(label: "accounts-test")
         logger.logLevel = .critical
-        let service = AccountsService(store: try AccountsStore.open(directory: dir), configuration: config,
-                                      clock: clock.clock, logger: logger)
+        let service = AccountsService(
+            store: try AccountsStore.open(directory: dir), configuration: config,
+            clock: clock.clock, logger: logger)
         let server = RPCServer(configuration: .init(serviceName: "accounts"), router: service.router(), logger: logger)
         try await server.start()
-        return AccountsFixture(directory: dir, clock: clock, service: service, server: server, configuration: config,
-                               client: RPCClient(host: "127.0.0.1", port: server.localPort!,
-                                                 configuration: .patient))
+        return AccountsFixture(
+            directory: dir, clock: clock, service: service, server: server, configuration: config,
+            client: RPCClient(
+                host: "127.0.0.1", port: server.localPort!,
+                configuration: .patient))
     }
 
-    private init(directory: URL, clock: ManualClock, service: AccountsService, server: RPCServer,
-                 configuration: AccountsConfiguration, client: RPCClient) {
+    private init(
+        directory: URL, clock: ManualClock, service: AccountsService, server: RPCServer,
+        configuration: AccountsConfiguration, client: RPCClient
+    ) {
         self.directory = directory
         self.clock = clock
         self.service = service

@@ -45,10 +45,13 @@ final class RemoteFixture: Sendable {
 
     /// The default time limits are generous: these tests check outcomes (retries, statuses), and a
     /// starved machine (CI, a sanitizer build) must not turn a retry into a deadline.
-    func verification(secret: String? = nil, startWithSandbox: Bool = false, attemptMs: Int64 = 10_000, deadlineMs: Int64 = 30_000,
-                      logger: Logger = Logger(label: "verification-remote")) -> VerificationService {
-        var remote = RemoteVerification(productionURL: "http://127.0.0.1:\(httpPort)/verifyReceipt",
-                                        sandboxURL: "http://127.0.0.1:\(httpPort)/sandbox/verifyReceipt", sharedSecret: secret)
+    func verification(
+        secret: String? = nil, startWithSandbox: Bool = false, attemptMs: Int64 = 10_000, deadlineMs: Int64 = 30_000,
+        logger: Logger = Logger(label: "verification-remote")
+    ) -> VerificationService {
+        var remote = RemoteVerification(
+            productionURL: "http://127.0.0.1:\(httpPort)/verifyReceipt",
+            sandboxURL: "http://127.0.0.1:\(httpPort)/sandbox/verifyReceipt", sharedSecret: secret)
         remote.startWithSandbox = startWithSandbox
         remote.attemptTimeoutMs = attemptMs
         remote.deadlineMs = deadlineMs
@@ -60,8 +63,11 @@ final class RemoteFixture: Sendable {
     }
 
     func receipt(_ environment: SimEnvironment = .sandbox) throws -> String {
-        try simulator.purchase(.init(appleId: "remote@example.com", bundleId: "com.example.game", productId: "coins.100",
-                                     productType: .consumable, environment: environment)).receiptData
+        try simulator.purchase(
+            .init(
+                appleId: "remote@example.com", bundleId: "com.example.game", productId: "coins.100",
+                productType: .consumable, environment: environment)
+        ).receiptData
     }
 }
 

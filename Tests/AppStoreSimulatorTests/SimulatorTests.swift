@@ -3,9 +3,9 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import Logging
-import Receipts
 import RPCTestSupport
 import RPCTransport
+import Receipts
 import ServiceSupport
 import Testing
 import VerificationService
@@ -36,15 +36,22 @@ final class SimulatorFixture: Sendable {
         trustingConfig.extraRoots = try [anchors.receiptRoot, anchors.jwsRoot].map {
             try Certificate(derEncoded: Array(Data(base64Encoded: $0)!))
         }
-        let trusting = RPCServer(configuration: .init(serviceName: "verification"),
-                                 router: VerificationService(configuration: trustingConfig).router(), logger: quiet)
-        let appleOnly = RPCServer(configuration: .init(serviceName: "verification"),
-                                  router: VerificationService(configuration: { var c = VerificationConfiguration(); c.bundleIds = ["com.example.game"]; return c }()).router(), logger: quiet)
+        let trusting = RPCServer(
+            configuration: .init(serviceName: "verification"),
+            router: VerificationService(configuration: trustingConfig).router(), logger: quiet)
+        let appleOnly = RPCServer(
+            configuration: .init(serviceName: "verification"),
+            router: VerificationService(
+                configuration: {
+                    var c = VerificationConfiguration(); c.bundleIds = ["com.example.game"]; return c
+                }()
+            ).router(), logger: quiet)
         try await trusting.start()
         try await appleOnly.start()
-        return SimulatorFixture(directory: dir, sim: sim, client: client, servers: [sim, trusting, appleOnly],
-                                trusting: RPCClient(host: "127.0.0.1", port: trusting.localPort!, configuration: .patient),
-                                appleOnly: RPCClient(host: "127.0.0.1", port: appleOnly.localPort!, configuration: .patient))
+        return SimulatorFixture(
+            directory: dir, sim: sim, client: client, servers: [sim, trusting, appleOnly],
+            trusting: RPCClient(host: "127.0.0.1", port: trusting.localPort!, configuration: .patient),
+            appleOnly: RPCClient(host: "127.0.0.1", port: appleOnly.localPort!, configuration: .patient))
     }
 
     private init(directory: URL, sim: RPCServer, client: RPCClient, servers: [RPCServer], trusting: RPCClient, appleOnly: RPCClient) {
@@ -61,11 +68,16 @@ final class SimulatorFixture: Sendable {
         for s in servers { await s.shutdown() }
     }
 
-    func buy(_ product: String, _ type: ProductType, appleId: String = "alice@example.com", device: String? = nil,
-             token: String? = nil, receipt: SimReceiptOptions? = nil) async throws -> SimPurchase.Result {
-        try await client.call(SimPurchase.self, .init(appleId: appleId, bundleId: "com.example.game", productId: product,
-                                                      productType: type, deviceIdentifier: device, appAccountToken: token,
-                                                      receipt: receipt))
+    func buy(
+        _ product: String, _ type: ProductType, appleId: String = "alice@example.com", device: String? = nil,
+        token: String? = nil, receipt: SimReceiptOptions? = nil
+    ) async throws -> SimPurchase.Result {
+        try await client.call(
+            SimPurchase.self,
+            .init(
+                appleId: appleId, bundleId: "com.example.game", productId: product,
+                productType: type, deviceIdentifier: device, appAccountToken: token,
+                receipt: receipt))
     }
 
     /// The receipt's in-app entries as the trusting verification service decodes them.
@@ -83,15 +95,18 @@ final class SimulatorFixture: Sendable {
         let device = "E621E1F8-C36C-495A-93FC-0C247A3E6E5F"
         let token = "7e3fb20b-4cdb-47cc-936d-99d65f608138"
         let bought = try await f.buy("coins.100", .consumable, device: device, token: token)
-        let trusted = try await f.trusting.call(VerificationVerifyReceipt.self,
-                                                .init(receiptData: bought.receiptData, expectedBundleId: "com.example.game",
-                                                      deviceIdentifier: device))
+        let trusted = try await f.trusting.call(
+            VerificationVerifyReceipt.self,
+            .init(
+                receiptData: bought.receiptData, expectedBundleId: "com.example.game",
+                deviceIdentifier: device))
         #expect(trusted.status == 0)
         #expect(trusted.environment == "Production")  // the simulator's default purchases are Production
         #expect(trusted.receipt?.inApp.map(\.transactionId) == [bought.transactionId])
         // The device identifier flowed into the receipt's hash: another device fails.
-        let otherDevice = try await f.trusting.call(VerificationVerifyReceipt.self,
-                                                    .init(receiptData: bought.receiptData, deviceIdentifier: UUID().uuidString))
+        let otherDevice = try await f.trusting.call(
+            VerificationVerifyReceipt.self,
+            .init(receiptData: bought.receiptData, deviceIdentifier: UUID().uuidString))
         #expect(otherDevice.reason == "deviceMismatch")
         let refused = try await f.appleOnly.call(VerificationVerifyReceipt.self, .init(receiptData: bought.receiptData))
         #expect(refused.status == 21003)
@@ -131,7 +146,9 @@ final class SimulatorFixture: Sendable {
         // The finished non-consumable stays; the finished consumable is gone.
         #expect(try await f.inApp(receipt.receiptData).map(\.transactionId) == [pack.transactionId])
         // Another Apple ID cannot finish (or see) Alice's transactions.
-        let error = await rpcError { try await f.client.call(SimFinishTransaction.self, .init(appleId: "mallory@example.com", transactionId: coins.transactionId)) }
+        let error = await rpcError {
+            try await f.client.call(SimFinishTransaction.self, .init(appleId: "mallory@example.com", transactionId: coins.transactionId))
+        }
         #expect(error?.knownCode == .notFound)
     }
 
@@ -202,8 +219,9 @@ final class SimulatorFixture: Sendable {
         #expect(notification.notification?["notificationType"]?.stringValue == "REFUND")
         #expect(notification.notification?["data"]?["transactionInfo"]?["revocationDate"]?.intValue != nil)
         #expect(try await f.client.call(SimAdvanceClock.self, .init(seconds: 90 * 86_400)).renewals == 0)
-        #expect(await rpcError { try await f.client.call(SimRefund.self, .init(appleId: "alice@example.com", transactionId: sub.transactionId)) }?
-            .reason == "alreadyRefunded")
+        #expect(
+            await rpcError { try await f.client.call(SimRefund.self, .init(appleId: "alice@example.com", transactionId: sub.transactionId)) }?
+                .reason == "alreadyRefunded")
     }
 
     /// A purchase's environment is fixed when it is made: its JWS, its receipt and its refund notification
@@ -213,8 +231,11 @@ final class SimulatorFixture: Sendable {
         defer { Task { await f.stop() } }
         for environment in [SimEnvironment.production, .sandbox] {
             let appleId = "env-\(environment.rawValue)@example.com"
-            let bought = try await f.client.call(SimPurchase.self, .init(appleId: appleId, bundleId: "com.example.game", productId: "levels.pack1",
-                                                                          productType: .nonConsumable, environment: environment))
+            let bought = try await f.client.call(
+                SimPurchase.self,
+                .init(
+                    appleId: appleId, bundleId: "com.example.game", productId: "levels.pack1",
+                    productType: .nonConsumable, environment: environment))
             #expect(bought.environment == environment.appleName)
             let jws = try await f.trusting.call(VerificationVerifyTransaction.self, .init(signedTransaction: bought.signedTransaction))
             #expect(jws.environment == environment.appleName)
@@ -222,8 +243,11 @@ final class SimulatorFixture: Sendable {
             #expect(own.environment == environment.appleName)
             #expect(own.receipt?.inApp.map(\.transactionId) == [bought.transactionId])
             let other: SimEnvironment = environment == .production ? .sandbox : .production
-            let otherReceipt = try await f.client.call(SimReceipt.self, .init(appleId: appleId, bundleId: "com.example.game",
-                                                                              receipt: .init(environment: other)))
+            let otherReceipt = try await f.client.call(
+                SimReceipt.self,
+                .init(
+                    appleId: appleId, bundleId: "com.example.game",
+                    receipt: .init(environment: other)))
             #expect(try await f.inApp(otherReceipt.receiptData).isEmpty)
             let refund = try await f.client.call(SimRefund.self, .init(appleId: appleId, transactionId: bought.transactionId))
             let notification = try await f.trusting.call(VerificationVerifyNotification.self, .init(signedPayload: refund.signedPayload!))
@@ -245,7 +269,8 @@ final class SimulatorFixture: Sendable {
         // The history survived too.
         let receipt = try await second.client.call(SimReceipt.self, .init(appleId: "alice@example.com", bundleId: "com.example.game"))
         #expect(try await second.inApp(receipt.receiptData).map(\.transactionId) == [bought.transactionId])
-        let keyMode = try FileManager.default.attributesOfItem(atPath: dir.appendingPathComponent("sim-pki/receipt-leaf.key").path)[.posixPermissions] as? Int
+        let keyMode =
+            try FileManager.default.attributesOfItem(atPath: dir.appendingPathComponent("sim-pki/receipt-leaf.key").path)[.posixPermissions] as? Int
         #expect(keyMode == 0o600)
     }
 
@@ -268,8 +293,9 @@ final class SimulatorFixture: Sendable {
             quiet.logLevel = .critical
             let simulator = try AppStoreSimulator(directory: dir)
             let endpoint = try VerifyReceiptEndpoint(simulator: simulator, sharedSecret: nil)
-            let server = RPCServer(configuration: .init(serviceName: "appstore-sim"), router: simulator.router(endpoint: endpoint),
-                                   logger: quiet)
+            let server = RPCServer(
+                configuration: .init(serviceName: "appstore-sim"), router: simulator.router(endpoint: endpoint),
+                logger: quiet)
             try await server.start()
             return ContractTarget(port: server.localPort!, stop: { await server.shutdown() })
         }

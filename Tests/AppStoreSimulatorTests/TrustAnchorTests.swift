@@ -15,8 +15,10 @@ import VerificationService
         let files = TrustAnchors.rootFiles(in: pki)
         #expect(files.map { URL(fileURLWithPath: $0).lastPathComponent } == ["jws-root.der", "receipt-root.der"])  // not keys, not leaves
 
-        let bought = try simulator.purchase(.init(appleId: "a@x", bundleId: "com.example.game", productId: "coins.100",
-                                                  productType: .consumable))
+        let bought = try simulator.purchase(
+            .init(
+                appleId: "a@x", bundleId: "com.example.game", productId: "coins.100",
+                productType: .consumable))
         var trusting = VerificationConfiguration()
         trusting.bundleIds = ["com.example.game"]
         trusting.extraRoots = try TrustAnchors.load(files)

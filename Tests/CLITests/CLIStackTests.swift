@@ -19,7 +19,8 @@ import Testing
     /// Runs the built `iap` with the suite's addresses and a private config file; no IAP_* variable of
     /// this process leaks into it.
     static func iap(_ args: [String], env: [String: String]) async throws -> Run {
-        let binDir = ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
+        let binDir =
+            ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
             ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         var environment = ProcessInfo.processInfo.environment
         for key in environment.keys where key.hasPrefix("IAP_") && key != "IAP_BIN_DIR" { environment[key] = nil }
@@ -67,8 +68,11 @@ import Testing
             #expect(Set(listed.products.map(\.productId)) == Set(SuiteFixture.products.map(\.productId)))
             let got = try await iap("catalog", "get", "coins.100", "nope", "--json").decode(CatalogGetProducts.Result.self)
             #expect(got.products.map(\.productId) == ["coins.100"] && got.missing == ["nope"])
-            #expect(try await iap("catalog", "set-price", "coins.100", "USA:USD:1.99", "--json").stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "{}")
-            #expect(try await iap("catalog", "get", "coins.100", "--json").decode(CatalogGetProducts.Result.self).products.first?.price?.amount == "1.99")
+            #expect(
+                try await iap("catalog", "set-price", "coins.100", "USA:USD:1.99", "--json").stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+                    == "{}")
+            #expect(
+                try await iap("catalog", "get", "coins.100", "--json").decode(CatalogGetProducts.Result.self).products.first?.price?.amount == "1.99")
             #expect(try await iap("catalog", "set-price", "coins.100", "USA-USD-1.99").status == 64)
             let noToken = try await Self.iap(["catalog", "retire", "pass.season", "--admin-token", "wrong"], env: env)
             #expect(noToken.status == 1 && noToken.stderr.contains("admin"))
@@ -81,7 +85,9 @@ import Testing
             #expect(verified.status == 0 && verified.receipt?.inApp.first?.transactionId == bought.transactionId)
             let redeemed = try await iap("redeem", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self)
             #expect(redeemed.results.map(\.outcome) == [.granted] && redeemed.balance == 100)
-            #expect(try await iap("redeem", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self).results.map(\.outcome) == [.alreadyGranted])
+            #expect(
+                try await iap("redeem", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self).results.map(\.outcome) == [.alreadyGranted]
+            )
             #expect(try await iap("balance", "--json").decode(BalanceResult.self).balance == 100)
             #expect(try await iap("spend", "30", "--key", "sword", "--json").decode(BalanceResult.self).balance == 70)
             #expect(try await iap("spend", "30", "--key", "sword", "--json").decode(BalanceResult.self).balance == 70)
@@ -96,7 +102,8 @@ import Testing
                 .decode(SimPurchase.Result.self)
             let packRedeemed = try await iap("redeem", "--signed-transaction", pack.signedTransaction, "--json").decode(RedeemResult.self)
             #expect(packRedeemed.results.map(\.outcome) == [.granted])
-            #expect(try await iap("entitlements", "--json").decode(FulfillmentGetEntitlements.Result.self).entitlements.map(\.entitlement) == ["castle"])
+            #expect(
+                try await iap("entitlements", "--json").decode(FulfillmentGetEntitlements.Result.self).entitlements.map(\.entitlement) == ["castle"])
             let content = try await iap("content", "list", "--json").decode(FulfillmentListContent.Result.self).content
             #expect(content.map(\.contentId) == [SuiteFixture.contentId])
             let target = home.appendingPathComponent("castle.bin").path
@@ -130,8 +137,9 @@ import Testing
             #expect(try await iap("methods", "fulfillment").stdout.contains("fulfillment.spendCoins"))
 
             // the demo walks the whole story
-            let demo = try await iap("demo", "--coins-product", "coins.100", "--content-product", "pack.castle",
-                                     "--download-dir", home.appendingPathComponent("demo").path)
+            let demo = try await iap(
+                "demo", "--coins-product", "coins.100", "--content-product", "pack.castle",
+                "--download-dir", home.appendingPathComponent("demo").path)
             #expect(demo.status == 0, "\(demo.stdout)\n\(demo.stderr)")
             #expect(demo.stdout.contains("demo complete"))
             #expect(demo.stdout.contains("reversal"))
@@ -184,8 +192,11 @@ import Testing
             func iap(_ args: String...) async throws -> Run { try await Self.iap(args, env: env) }
 
             let registered = try await iap("accounts", "register", "carol", "--password", "correct horse battery", "--json").decode(SignedIn.self)
-            #expect(try await iap("accounts", "change-password", "--current-password", "correct horse battery",
-                                  "--new-password", "another good passphrase").status == 0)
+            #expect(
+                try await iap(
+                    "accounts", "change-password", "--current-password", "correct horse battery",
+                    "--new-password", "another good passphrase"
+                ).status == 0)
             #expect(try await iap("accounts", "login", "carol", "--password", "another good passphrase").status == 0)
             let found = try await iap("accounts", "find", registered.appAccountToken, "--internal-token", SuiteFixture.internalToken)
             #expect(found.stdout.contains(registered.accountId), "\(found.stderr)")

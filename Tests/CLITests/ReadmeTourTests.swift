@@ -11,8 +11,8 @@ import Testing
     static func tour() throws -> String {
         let readme = try String(contentsOf: repository.appendingPathComponent("README.md"), encoding: .utf8)
         guard let section = readme.range(of: "## Using the suite: `iap`"),
-              let open = readme.range(of: "```\n", range: section.upperBound..<readme.endIndex),
-              let close = readme.range(of: "```", range: open.upperBound..<readme.endIndex)
+            let open = readme.range(of: "```\n", range: section.upperBound..<readme.endIndex),
+            let close = readme.range(of: "```", range: open.upperBound..<readme.endIndex)
         else { throw TourMissing() }
         return String(readme[open.upperBound..<close.lowerBound])
     }
@@ -26,7 +26,8 @@ import Testing
             defer { try? FileManager.default.removeItem(at: work) }
             // The demo catalog and its content, as compose/up.sh sets them up.
             try Data(repeating: 7, count: 300_000).write(to: suite.directory.appendingPathComponent("fulfillment/content/levels-pack-1.zip"))
-            let binDir = ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
+            let binDir =
+                ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
                 ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
             var env = ProcessInfo.processInfo.environment
             for key in env.keys where key.hasPrefix("IAP_") { env[key] = nil }
@@ -34,9 +35,10 @@ import Testing
             env["PATH"] = binDir.path + ":" + (env["PATH"] ?? "/usr/bin:/bin")
             env["HOME"] = work.path
             env["IAP_PASSWORD"] = "correct horse battery"
-            let seed = try await Subprocess.run(binDir.appendingPathComponent("iap").path,
-                                                ["catalog", "import", Self.repository.appendingPathComponent("compose/demo-catalog.json").path],
-                                                environment: env)
+            let seed = try await Subprocess.run(
+                binDir.appendingPathComponent("iap").path,
+                ["catalog", "import", Self.repository.appendingPathComponent("compose/demo-catalog.json").path],
+                environment: env)
             #expect(seed.status == 0, "\(seed.stderr)")
             let script = "set -euo pipefail\n" + (try Self.tour())
             let run = try await Subprocess.run("/bin/bash", ["-c", script], environment: env, currentDirectory: work.path)

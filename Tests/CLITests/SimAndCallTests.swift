@@ -14,9 +14,10 @@ import Testing
         var quiet = Logger(label: "cli-sim")
         quiet.logLevel = .critical
         let simulator = try AppStoreSimulator(directory: dir)
-        let server = RPCServer(configuration: .init(serviceName: "appstore-sim"),
-                               router: simulator.router(endpoint: try VerifyReceiptEndpoint(simulator: simulator, sharedSecret: nil)),
-                               logger: quiet)
+        let server = RPCServer(
+            configuration: .init(serviceName: "appstore-sim"),
+            router: simulator.router(endpoint: try VerifyReceiptEndpoint(simulator: simulator, sharedSecret: nil)),
+            logger: quiet)
         try await server.start()
         return server
     }

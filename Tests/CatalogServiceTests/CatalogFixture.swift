@@ -37,23 +37,27 @@ final class CatalogFixture: Sendable {
         let source = makeSource(store)
         let service = try await CatalogService(store: store, source: source, configuration: config, clock: clock.clock, logger: logger)
         if !seed.isEmpty {
-            try await service.importProducts(seed.map { p in
-                var p = p
-                if !source.acceptsAdminPrices { p.prices = nil }
-                return p
-            }, field: "products")
+            try await service.importProducts(
+                seed.map { p in
+                    var p = p
+                    if !source.acceptsAdminPrices { p.prices = nil }
+                    return p
+                }, field: "products")
         }
         var quiet = Logger(label: "catalog-test-server")
         quiet.logLevel = .critical
         let server = RPCServer(configuration: .init(serviceName: "catalog"), router: service.router(), logger: quiet)
         try await server.start()
-        return CatalogFixture(directory: dir, clock: clock, store: store, service: service, server: server,
-                              client: RPCClient(host: "127.0.0.1", port: server.localPort!, configuration: .patient),
-                              logs: logs)
+        return CatalogFixture(
+            directory: dir, clock: clock, store: store, service: service, server: server,
+            client: RPCClient(host: "127.0.0.1", port: server.localPort!, configuration: .patient),
+            logs: logs)
     }
 
-    private init(directory: URL, clock: ManualClock, store: CatalogStore, service: CatalogService, server: RPCServer,
-                 client: RPCClient, logs: LogCapture) {
+    private init(
+        directory: URL, clock: ManualClock, store: CatalogStore, service: CatalogService, server: RPCServer,
+        client: RPCClient, logs: LogCapture
+    ) {
         self.directory = directory
         self.clock = clock
         self.store = store
@@ -77,24 +81,34 @@ final class CatalogFixture: Sendable {
     }
 
     static let standardCatalog: [ProductDefinition] = [
-        ProductDefinition(productId: "coins.100", type: .consumable, referenceName: "100 coins",
-                          localizations: ["en-US": .init(title: "100 Coins", description: "A pouch of coins"),
-                                          "de-DE": .init(title: "100 Münzen", description: "Ein Beutel Münzen")],
-                          defaultLocale: "en-US", grant: .coins(100),
-                          prices: [.init(storefront: "USA", currency: "USD", amount: "0.99"),
-                                   .init(storefront: "DEU", currency: "EUR", amount: "1.09"),
-                                   .init(storefront: "JPN", currency: "JPY", amount: "160")]),
-        ProductDefinition(productId: "premium.unlock", type: .nonConsumable, referenceName: "Premium",
-                          localizations: ["en-US": .init(title: "Premium", description: "Everything, forever")],
-                          defaultLocale: "en-US", grant: .content(entitlement: "premium", contentIds: ["level-pack-1"]),
-                          prices: [.init(storefront: "USA", currency: "USD", amount: "4.99")]),
-        ProductDefinition(productId: "pro.monthly", type: .autoRenewable, referenceName: "Pro monthly",
-                          localizations: ["en-US": .init(title: "Pro", description: "Monthly"),
-                                          "fr-FR": .init(title: "Pro", description: "Mensuel")],
-                          defaultLocale: "en-US", grant: .subscription(entitlement: "pro", subscriptionGroup: "pro"),
-                          prices: [.init(storefront: "USA", currency: "USD", amount: "2.99")]),
-        ProductDefinition(productId: "season.pass", type: .nonRenewing, referenceName: "Season pass",
-                          localizations: ["en-US": .init(title: "Season Pass", description: "90 days")],
-                          defaultLocale: "en-US", grant: .timeLimited(entitlement: "season", durationDays: 90), prices: []),
+        ProductDefinition(
+            productId: "coins.100", type: .consumable, referenceName: "100 coins",
+            localizations: [
+                "en-US": .init(title: "100 Coins", description: "A pouch of coins"),
+                "de-DE": .init(title: "100 Münzen", description: "Ein Beutel Münzen"),
+            ],
+            defaultLocale: "en-US", grant: .coins(100),
+            prices: [
+                .init(storefront: "USA", currency: "USD", amount: "0.99"),
+                .init(storefront: "DEU", currency: "EUR", amount: "1.09"),
+                .init(storefront: "JPN", currency: "JPY", amount: "160"),
+            ]),
+        ProductDefinition(
+            productId: "premium.unlock", type: .nonConsumable, referenceName: "Premium",
+            localizations: ["en-US": .init(title: "Premium", description: "Everything, forever")],
+            defaultLocale: "en-US", grant: .content(entitlement: "premium", contentIds: ["level-pack-1"]),
+            prices: [.init(storefront: "USA", currency: "USD", amount: "4.99")]),
+        ProductDefinition(
+            productId: "pro.monthly", type: .autoRenewable, referenceName: "Pro monthly",
+            localizations: [
+                "en-US": .init(title: "Pro", description: "Monthly"),
+                "fr-FR": .init(title: "Pro", description: "Mensuel"),
+            ],
+            defaultLocale: "en-US", grant: .subscription(entitlement: "pro", subscriptionGroup: "pro"),
+            prices: [.init(storefront: "USA", currency: "USD", amount: "2.99")]),
+        ProductDefinition(
+            productId: "season.pass", type: .nonRenewing, referenceName: "Season pass",
+            localizations: ["en-US": .init(title: "Season Pass", description: "90 days")],
+            defaultLocale: "en-US", grant: .timeLimited(entitlement: "season", durationDays: 90), prices: []),
     ]
 }

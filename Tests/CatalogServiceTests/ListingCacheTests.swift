@@ -22,8 +22,10 @@ import Testing
         #expect(f.service.cachedListingCount <= known.count + 1, "\(f.service.cachedListingCount) listings cached")
         // An unknown regional variant is served in its language; an unknown language in the default.
         for locale in ["de-AT", "de-de"] {
-            let listing = try JSONValue.parse(String(decoding: try await f.service.listProducts(.init(storefront: "USA", locale: locale)),
-                                                     as: UTF8.self))
+            let listing = try JSONValue.parse(
+                String(
+                    decoding: try await f.service.listProducts(.init(storefront: "USA", locale: locale)),
+                    as: UTF8.self))
             let coins = listing["products"]?.arrayValue?.first { $0["productId"]?.stringValue == "coins.100" }
             #expect(coins?["title"]?.stringValue == "100 Münzen", "\(locale)")
         }

@@ -173,14 +173,20 @@ final class ScriptedPriceSource: PriceSource {
         #expect(try await f.list().etag == first.etag)
         #expect(try await f.list(ifNoneMatch: first.etag).notModified)
         // A price change elsewhere (DEU) does not change the USA listing...
-        try await f.service.setPrices(.init(adminToken: CatalogFixture.adminToken, productId: "coins.100", prices: [
-            .init(storefront: "USA", currency: "USD", amount: "0.99"), .init(storefront: "DEU", currency: "EUR", amount: "1.19"),
-        ]))
+        try await f.service.setPrices(
+            .init(
+                adminToken: CatalogFixture.adminToken, productId: "coins.100",
+                prices: [
+                    .init(storefront: "USA", currency: "USD", amount: "0.99"), .init(storefront: "DEU", currency: "EUR", amount: "1.19"),
+                ]))
         #expect(try await f.list(ifNoneMatch: first.etag).notModified)
         // ...a USA price change does.
-        try await f.service.setPrices(.init(adminToken: CatalogFixture.adminToken, productId: "coins.100", prices: [
-            .init(storefront: "USA", currency: "USD", amount: "1.29"),
-        ]))
+        try await f.service.setPrices(
+            .init(
+                adminToken: CatalogFixture.adminToken, productId: "coins.100",
+                prices: [
+                    .init(storefront: "USA", currency: "USD", amount: "1.29")
+                ]))
         let changed = try await f.list(ifNoneMatch: first.etag)
         #expect(!changed.notModified)
         #expect(changed.etag != first.etag)
@@ -191,13 +197,19 @@ final class ScriptedPriceSource: PriceSource {
         let a = try await CatalogFixture.start()
         defer { Task { await a.stop() } }
         // A second service on the same database file, as a second instance would be.
-        let b = try await CatalogService(store: try CatalogStore.open(directory: a.directory), source: DatabasePriceSource(store: a.store),
-                                         configuration: { var c = CatalogConfiguration(); c.adminToken = "x"; return c }(),
-                                         clock: a.clock.clock, logger: .init(label: "b"))
+        let b = try await CatalogService(
+            store: try CatalogStore.open(directory: a.directory), source: DatabasePriceSource(store: a.store),
+            configuration: {
+                var c = CatalogConfiguration(); c.adminToken = "x"; return c
+            }(),
+            clock: a.clock.clock, logger: .init(label: "b"))
         let before = try await b.getProducts(.init(productIds: ["coins.100"])).products.first?.title
-        try await a.service.upsertProduct(.init(adminToken: CatalogFixture.adminToken, product: ProductDefinition(
-            productId: "coins.100", type: .consumable, referenceName: "100 coins",
-            localizations: ["en-US": .init(title: "Renamed", description: "")], defaultLocale: "en-US", grant: .coins(100))))
+        try await a.service.upsertProduct(
+            .init(
+                adminToken: CatalogFixture.adminToken,
+                product: ProductDefinition(
+                    productId: "coins.100", type: .consumable, referenceName: "100 coins",
+                    localizations: ["en-US": .init(title: "Renamed", description: "")], defaultLocale: "en-US", grant: .coins(100))))
         #expect(try await b.getProducts(.init(productIds: ["coins.100"])).products.first?.title == before)
         a.clock.advance(ms: CatalogConfiguration().catalogRecheckMs)
         #expect(try await b.getProducts(.init(productIds: ["coins.100"])).products.first?.title == "Renamed")
@@ -206,10 +218,12 @@ final class ScriptedPriceSource: PriceSource {
     @Test func aPriceFeedIsReadFromItsFileAndAdminPricesAreRefused() async throws {
         let feedURL = FileManager.default.temporaryDirectory.appendingPathComponent("feed-\(UUID().uuidString).json")
         func writeFeed(_ amount: String) throws {
-            try Data("""
+            try Data(
+                """
                 {"products":[{"productId":"coins.100","prices":[{"territory":"USA","currency":"USD","customerPrice":"\(amount)"},
                  {"territory":"DEU","currency":"EUR","customerPrice":"1.09"}]}]}
-                """.utf8).write(to: feedURL)
+                """.utf8
+            ).write(to: feedURL)
         }
         try writeFeed("0.89")
         let f = try await CatalogFixture.start(source: { _ in PriceFeedSource(path: feedURL.path) }) { $0.priceCache.staleWindowMs = 0 }

@@ -16,8 +16,10 @@ import Testing
 
     @Test func composeFileIsValidAndAgreesWithTheLocalRunner() async throws {
         let schema = Self.repository.appendingPathComponent("Tests/Schemas/compose-spec.json")
-        let ports = ["accounts=\(DefaultPorts.accounts)", "catalog=\(DefaultPorts.catalog)", "verification=\(DefaultPorts.verification)",
-                     "fulfillment=\(DefaultPorts.fulfillment)", "sim=\(DefaultPorts.simulator)"]
+        let ports = [
+            "accounts=\(DefaultPorts.accounts)", "catalog=\(DefaultPorts.catalog)", "verification=\(DefaultPorts.verification)",
+            "fulfillment=\(DefaultPorts.fulfillment)", "sim=\(DefaultPorts.simulator)",
+        ]
         let (status, output) = try await Self.run("python3", ["compose/check_compose.py", schema.path] + ports)
         #expect(status == 0, "\(output)")
     }
@@ -65,8 +67,9 @@ import Testing
         }
         #expect(mounted.status == 1 && mounted.output.contains("mounts the simulator's data"), "\(mounted.output)")
         let trusted = try await Self.check {
-            $0.replacingOccurrences(of: #"      - "${IAP_VERIFICATION_PORT}"\#n"#,
-                                    with: #"      - "${IAP_VERIFICATION_PORT}"\#n      - "--trust-anchor-dir"\#n      - "/sim/sim-pki"\#n"#)
+            $0.replacingOccurrences(
+                of: #"      - "${IAP_VERIFICATION_PORT}"\#n"#,
+                with: #"      - "${IAP_VERIFICATION_PORT}"\#n      - "--trust-anchor-dir"\#n      - "/sim/sim-pki"\#n"#)
         }
         #expect(trusted.status == 1 && trusted.output.contains("development flags"), "\(trusted.output)")
         let optional = try await Self.check { $0.replacingOccurrences(of: "${IAP_BUNDLE_IDS:?", with: "${IAP_BUNDLE_IDS:-") }

@@ -24,11 +24,14 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         }
     }
 
-    func apply(_ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode, policy: OwnershipPolicy,
-               answerScope: AccountScope, nowMs: Int64) async throws -> AppliedPurchases {
+    func apply(
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode, policy: OwnershipPolicy,
+        answerScope: AccountScope, nowMs: Int64
+    ) async throws -> AppliedPurchases {
         try ledger.withLockedValue {
-            try GrantRules.apply(planned, accountId: accountId, appAccountToken: appAccountToken, mode: mode, policy: policy,
-                                 answerScope: answerScope, nowMs: nowMs, in: $0)
+            try GrantRules.apply(
+                planned, accountId: accountId, appAccountToken: appAccountToken, mode: mode, policy: policy,
+                answerScope: answerScope, nowMs: nowMs, in: $0)
         }
     }
     func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome {
@@ -38,10 +41,12 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         }
     }
     func spend(accountId: String, scope: AccountScope, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64) async throws
-        -> SpendOutcome {
+        -> SpendOutcome
+    {
         try ledger.withLockedValue {
-            try GrantRules.spend(Holder(accountId: accountId, scope: scope), amount: amount, idempotencyKey: idempotencyKey, memo: memo,
-                                 nowMs: nowMs, in: $0)
+            try GrantRules.spend(
+                Holder(accountId: accountId, scope: scope), amount: amount, idempotencyKey: idempotencyKey, memo: memo,
+                nowMs: nowMs, in: $0)
         }
     }
     func markNotificationApplied(_ uuid: String, type: String, nowMs: Int64) async throws -> Bool {
@@ -52,7 +57,8 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func balance(accountId: String, scope: AccountScope) async throws -> Wallet {
         ledger.withLockedValue { $0.wallet(Holder(accountId: accountId, scope: scope)) }
     }
-    func entitlements(accountId: String, scope: AccountScope, nowMs: Int64) async throws -> (entitlements: [Entitlement], balance: Int64, owed: Int64) {
+    func entitlements(accountId: String, scope: AccountScope, nowMs: Int64) async throws -> (entitlements: [Entitlement], balance: Int64, owed: Int64)
+    {
         ledger.withLockedValue {
             let holder = Holder(accountId: accountId, scope: scope)
             let wallet = $0.wallet(holder)
@@ -62,9 +68,14 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func ledger(accountId: String, scope: AccountScope, after: Int64, limit: Int) async throws -> (entries: [LedgerEntry], next: Int64?) {
         ledger.withLockedValue {
             let rows = $0.rows.enumerated().filter { $0.element.holder == Holder(accountId: accountId, scope: scope) && Int64($0.offset + 1) > after }
-            return (rows.prefix(limit).map { LedgerEntry(id: Int64($0.offset + 1), delta: $0.element.delta, balance: $0.element.balance,
-                                                         kind: $0.element.kind, transactionId: $0.element.transactionId, memo: $0.element.memo,
-                                                         createdAtMs: $0.element.createdAtMs) }, nil)
+            return (
+                rows.prefix(limit).map {
+                    LedgerEntry(
+                        id: Int64($0.offset + 1), delta: $0.element.delta, balance: $0.element.balance,
+                        kind: $0.element.kind, transactionId: $0.element.transactionId, memo: $0.element.memo,
+                        createdAtMs: $0.element.createdAtMs)
+                }, nil
+            )
         }
     }
     func close() throws {}
@@ -103,8 +114,9 @@ struct FakeDependencies: FulfillmentDependencies {
     func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result {
         if catalogDown { throw RPCError.unavailable("catalog could not answer", reason: "dependencyUnavailable") }
         let known: [String: Product] = [
-            "coins.100": Product(productId: "coins.100", type: .consumable, referenceName: "c", title: "c", description: "c", status: .active,
-                                 grant: .coins(100)),
+            "coins.100": Product(
+                productId: "coins.100", type: .consumable, referenceName: "c", title: "c", description: "c", status: .active,
+                grant: .coins(100))
         ]
         return .init(products: ids.compactMap { known[$0] }, missing: ids.filter { known[$0] == nil })
     }
@@ -113,35 +125,43 @@ struct FakeDependencies: FulfillmentDependencies {
 /// The fulfillment service's decisions with its dependencies and storage faked: milliseconds, no
 /// sockets, no database. The same paths run against the real suite in the end-to-end tests.
 @Suite struct FastFulfillmentTests {
-    static func service(_ storage: InMemoryStorage, dependencies: FakeDependencies = FakeDependencies(),
-                        configure: (inout FulfillmentConfiguration) -> Void = { _ in }) -> FulfillmentService {
+    static func service(
+        _ storage: InMemoryStorage, dependencies: FakeDependencies = FakeDependencies(),
+        configure: (inout FulfillmentConfiguration) -> Void = { _ in }
+    ) -> FulfillmentService {
         var config = FulfillmentConfiguration()
         configure(&config)
         var logger = Logger(label: "fast-fulfillment")
         logger.logLevel = .critical
-        return FulfillmentService(store: storage, dependencies: dependencies,
-                                  content: ContentLibrary(directory: FileManager.default.temporaryDirectory), configuration: config,
-                                  clock: ManualClock().clock, logger: logger)
+        return FulfillmentService(
+            store: storage, dependencies: dependencies,
+            content: ContentLibrary(directory: FileManager.default.temporaryDirectory), configuration: config,
+            clock: ManualClock().clock, logger: logger)
     }
 
     @Test func redeemGrantsOnceRejectsForgeriesAndKeepsUnknownProductsUnfinished() async throws {
         let storage = InMemoryStorage()
         let service = Self.service(storage)
-        let result = try await service.redeem(.init(session: FakeDependencies.session, signedTransactions: [
-            FakeDependencies.jws("t1"), "forged.jws.value", FakeDependencies.jws("t2", product: "gone"),
-        ]), mode: .redeem)
+        let result = try await service.redeem(
+            .init(
+                session: FakeDependencies.session,
+                signedTransactions: [
+                    FakeDependencies.jws("t1"), "forged.jws.value", FakeDependencies.jws("t2", product: "gone"),
+                ]), mode: .redeem)
         #expect(result.results.map(\.outcome) == [.rejected, .granted, .unknownProduct])
         #expect(result.results.map(\.finishable) == [false, true, false])
         #expect(result.balance == 100)
-        let again = try await service.redeem(.init(session: FakeDependencies.session, signedTransactions: [FakeDependencies.jws("t1")]),
-                                             mode: .redeem)
+        let again = try await service.redeem(
+            .init(session: FakeDependencies.session, signedTransactions: [FakeDependencies.jws("t1")]),
+            mode: .redeem)
         #expect(again.results.map(\.outcome) == [.alreadyGranted] && again.balance == 100)
     }
 
     @Test func theSandboxPolicyDecidesWhereASandboxPurchaseGoes() async throws {
         let sandbox = FakeDependencies.jws("s1", environment: "Sandbox")
-        let isolated = try await Self.service(InMemoryStorage()).redeem(.init(session: FakeDependencies.session, signedTransactions: [sandbox]),
-                                                                        mode: .redeem)
+        let isolated = try await Self.service(InMemoryStorage()).redeem(
+            .init(session: FakeDependencies.session, signedTransactions: [sandbox]),
+            mode: .redeem)
         #expect(isolated.environment == .sandbox && isolated.balance == 100)
         let refused = try await Self.service(InMemoryStorage()) { $0.sandboxPolicy = .refuse }
             .redeem(.init(session: FakeDependencies.session, signedTransactions: [sandbox]), mode: .redeem)
@@ -172,7 +192,8 @@ struct FakeDependencies: FulfillmentDependencies {
         let spend = FulfillmentSpendCoins.Params(session: FakeDependencies.session, amount: 60, idempotencyKey: "k")
         #expect(try await service.spend(spend).balance == 40)
         #expect(try await service.spend(spend).balance == 40, "a replay answers the first result")
-        #expect(await rpcError { try await service.spend(.init(session: FakeDependencies.session, amount: 41, idempotencyKey: "k2")) }?
-            .knownCode == .insufficientFunds)
+        #expect(
+            await rpcError { try await service.spend(.init(session: FakeDependencies.session, amount: 41, idempotencyKey: "k2")) }?
+                .knownCode == .insufficientFunds)
     }
 }

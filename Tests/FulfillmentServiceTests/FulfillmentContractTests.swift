@@ -62,8 +62,9 @@ import Testing
             _ = try await suite.redeem(revoked.session, receipt: revokeCoins.receiptData)
             v["revokeTransaction"] = .string(revokeCoins.transactionId)
 
-            let failures = try await ContractHarness.run(service: "fulfillment", port: suite.fulfillment.port,
-                                                         declared: ContractMethods.fulfillment, variables: v)
+            let failures = try await ContractHarness.run(
+                service: "fulfillment", port: suite.fulfillment.port,
+                declared: ContractMethods.fulfillment, variables: v)
             #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")
         }
     }

@@ -17,8 +17,12 @@ import Testing
             let bought = try await suite.buy("alice@icloud", "coins.100", quantity: 2)
 
             let first = try await suite.redeem(alice.session, receipt: bought.receiptData)
-            #expect(first.results == [TransactionResult(transactionId: bought.transactionId, originalTransactionId: bought.originalTransactionId,
-                                                        productId: "coins.100", outcome: .granted, finishable: true)])
+            #expect(
+                first.results == [
+                    TransactionResult(
+                        transactionId: bought.transactionId, originalTransactionId: bought.originalTransactionId,
+                        productId: "coins.100", outcome: .granted, finishable: true)
+                ])
             #expect(first.balance == 200)
             #expect(first.accountId == alice.accountId)
 
@@ -60,7 +64,8 @@ import Testing
 
             // A restore with a consumable never redeemed leaves it for redeem (not granted, not listed).
             let moreCoins = try await suite.buy("alice@icloud", "coins.100")
-            let restoreAgain = try await suite.fulfillment.call(FulfillmentRestore.self, .init(session: secondDevice, receiptData: moreCoins.receiptData))
+            let restoreAgain = try await suite.fulfillment.call(
+                FulfillmentRestore.self, .init(session: secondDevice, receiptData: moreCoins.receiptData))
             #expect(!restoreAgain.results.contains { $0.transactionId == moreCoins.transactionId })
             #expect(restoreAgain.balance == 100)
             #expect(try await suite.redeem(secondDevice, receipt: moreCoins.receiptData).balance == 200)
@@ -181,8 +186,11 @@ import Testing
                 _ = try await refunded.redeem(bob.session, signed: [p1.signedTransaction, p2.signedTransaction])
                 #expect(try await refunded.entitlements(bob.session).first?.expiresAtMs == t0 + 60 * 86_400_000)
                 refunded.clock.advance(ms: 10 * 86_400_000)
-                _ = try await refunded.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken,
-                                                                                                 transactionId: p1.transactionId, reason: "refund"))
+                _ = try await refunded.fulfillment.call(
+                    FulfillmentRevokeTransaction.self,
+                    .init(
+                        adminToken: SuiteFixture.adminToken,
+                        transactionId: p1.transactionId, reason: "refund"))
                 let moved = try await refunded.entitlements(bob.session)
                 #expect(moved.first?.originalTransactionId == p2.originalTransactionId)
                 #expect(moved.first?.expiresAtMs == refunded.clock.nowMs + 30 * 86_400_000)
@@ -231,29 +239,49 @@ import Testing
 
             let listed = try await suite.fulfillment.call(FulfillmentListContent.self, .init(session: alice.session)).content
             let expectedSHA = SHA256.hash(data: suite.content).map { String(format: "%02x", $0) }.joined()
-            #expect(listed == [ContentItem(contentId: SuiteFixture.contentId, productId: "pack.castle", size: Int64(suite.content.count),
-                                           sha256: expectedSHA)])
+            #expect(
+                listed == [
+                    ContentItem(
+                        contentId: SuiteFixture.contentId, productId: "pack.castle", size: Int64(suite.content.count),
+                        sha256: expectedSHA)
+                ])
             var assembled: [UInt8] = []
             for _ in 0..<3 {  // 128 KiB chunks: three reads, the last one short
-                let chunk = try await suite.fulfillment.call(FulfillmentReadContent.self, .init(
-                    session: alice.session, contentId: SuiteFixture.contentId, offset: Int64(assembled.count), length: 131_072))
+                let chunk = try await suite.fulfillment.call(
+                    FulfillmentReadContent.self,
+                    .init(
+                        session: alice.session, contentId: SuiteFixture.contentId, offset: Int64(assembled.count), length: 131_072))
                 #expect(chunk.offset == Int64(assembled.count) && chunk.size == Int64(suite.content.count) && chunk.sha256 == expectedSHA)
                 assembled += Array(Data(base64Encoded: chunk.data)!)
             }
             #expect(assembled == suite.content)
             #expect(SHA256.hash(data: assembled).map { String(format: "%02x", $0) }.joined() == expectedSHA)
-            let end = try await suite.fulfillment.call(FulfillmentReadContent.self, .init(
-                session: alice.session, contentId: SuiteFixture.contentId, offset: Int64(suite.content.count), length: 10))
+            let end = try await suite.fulfillment.call(
+                FulfillmentReadContent.self,
+                .init(
+                    session: alice.session, contentId: SuiteFixture.contentId, offset: Int64(suite.content.count), length: 10))
             #expect(end.data.isEmpty)
 
-            let refused = await rpcError { try await suite.fulfillment.call(FulfillmentReadContent.self, .init(
-                session: bob.session, contentId: SuiteFixture.contentId, offset: 0, length: 10)) }
+            let refused = await rpcError {
+                try await suite.fulfillment.call(
+                    FulfillmentReadContent.self,
+                    .init(
+                        session: bob.session, contentId: SuiteFixture.contentId, offset: 0, length: 10))
+            }
             #expect(refused?.code == RPCErrorCode.forbidden.rawValue)
-            let traversal = await rpcError { try await suite.fulfillment.call(FulfillmentReadContent.self, .init(
-                session: alice.session, contentId: "../fulfillment.sqlite", offset: 0, length: 10)) }
+            let traversal = await rpcError {
+                try await suite.fulfillment.call(
+                    FulfillmentReadContent.self,
+                    .init(
+                        session: alice.session, contentId: "../fulfillment.sqlite", offset: 0, length: 10))
+            }
             #expect(traversal?.code == RPCErrorCode.forbidden.rawValue)
-            let past = await rpcError { try await suite.fulfillment.call(FulfillmentReadContent.self, .init(
-                session: alice.session, contentId: SuiteFixture.contentId, offset: Int64(suite.content.count) + 1, length: 10)) }
+            let past = await rpcError {
+                try await suite.fulfillment.call(
+                    FulfillmentReadContent.self,
+                    .init(
+                        session: alice.session, contentId: SuiteFixture.contentId, offset: Int64(suite.content.count) + 1, length: 10))
+            }
             #expect(past?.reason == "outOfRange")
         }
     }
@@ -306,15 +334,25 @@ import Testing
     @Test func unknownProductsStayUnfinishedUntilTheCatalogKnowsThem() async throws {
         try await SuiteFixture.with { suite in
             let alice = try await suite.register("alice")
-            let bought = try await suite.simulator.call(SimPurchase.self, .init(appleId: "alice@icloud", bundleId: SuiteFixture.bundleId,
-                                                                                productId: "gems.50", productType: .consumable))
+            let bought = try await suite.simulator.call(
+                SimPurchase.self,
+                .init(
+                    appleId: "alice@icloud", bundleId: SuiteFixture.bundleId,
+                    productId: "gems.50", productType: .consumable))
             let before = try await suite.redeem(alice.session, receipt: bought.receiptData)
-            #expect(before.results == [TransactionResult(transactionId: bought.transactionId, originalTransactionId: bought.transactionId,
-                                                         productId: "gems.50", outcome: .unknownProduct, finishable: false)])
+            #expect(
+                before.results == [
+                    TransactionResult(
+                        transactionId: bought.transactionId, originalTransactionId: bought.transactionId,
+                        productId: "gems.50", outcome: .unknownProduct, finishable: false)
+                ])
             #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 0)
 
-            _ = try await suite.catalog.call(CatalogUpsertProduct.self, .init(adminToken: SuiteFixture.adminToken,
-                                                                               product: SuiteFixture.product("gems.50", .consumable, .coins(50))))
+            _ = try await suite.catalog.call(
+                CatalogUpsertProduct.self,
+                .init(
+                    adminToken: SuiteFixture.adminToken,
+                    product: SuiteFixture.product("gems.50", .consumable, .coins(50))))
             let after = try await suite.redeem(alice.session, receipt: bought.receiptData)
             #expect(after.results.map(\.outcome) == [.granted] && after.balance == 50)
         }
@@ -333,8 +371,9 @@ import Testing
             // A signed transaction tampered after signing: `rejected`, not finishable; the good one goes on.
             let good = try await suite.buy("alice@icloud", "pack.castle")
             var parts = foreign.signedTransaction.split(separator: ".").map(String.init)
-            let payload = Data(base64Encoded: parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-                .padding(toLength: (parts[1].count + 3) / 4 * 4, withPad: "=", startingAt: 0))!
+            let payload = Data(
+                base64Encoded: parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+                    .padding(toLength: (parts[1].count + 3) / 4 * 4, withPad: "=", startingAt: 0))!
             let inflated = String(decoding: payload, as: UTF8.self).replacingOccurrences(of: "\"quantity\":1", with: "\"quantity\":9")
             parts[1] = Data(inflated.utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
                 .replacingOccurrences(of: "=", with: "")

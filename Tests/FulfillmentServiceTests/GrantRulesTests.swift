@@ -8,20 +8,26 @@ import Testing
     static let alice = "alice", bob = "bob"
     let ledger = InMemoryLedger()
 
-    func purchase(_ id: String, original: String? = nil, product: String = "coins.100", environment: String = "Production",
-                  quantity: Int64 = 1, purchasedAt: Int64 = 1, expires: Int64? = nil, cancelled: Int64? = nil,
-                  token: String? = nil) -> VerifiedPurchase {
-        VerifiedPurchase(environment: environment, transactionId: id, originalTransactionId: original ?? id, productId: product,
-                         quantity: quantity, purchaseDateMs: purchasedAt, expiresDateMs: expires, cancellationDateMs: cancelled,
-                         appAccountToken: token)
+    func purchase(
+        _ id: String, original: String? = nil, product: String = "coins.100", environment: String = "Production",
+        quantity: Int64 = 1, purchasedAt: Int64 = 1, expires: Int64? = nil, cancelled: Int64? = nil,
+        token: String? = nil
+    ) -> VerifiedPurchase {
+        VerifiedPurchase(
+            environment: environment, transactionId: id, originalTransactionId: original ?? id, productId: product,
+            quantity: quantity, purchaseDateMs: purchasedAt, expiresDateMs: expires, cancellationDateMs: cancelled,
+            appAccountToken: token)
     }
 
     @discardableResult
-    func apply(_ items: [(VerifiedPurchase, GrantRule?)], for account: String = alice, token: String? = nil,
-               mode: FulfillmentMode = .redeem, policy: OwnershipPolicy = .refuse, scope: AccountScope = .production,
-               now: Int64 = 10) throws -> AppliedPurchases {
-        try GrantRules.apply(items.map { PlannedPurchase(purchase: $0.0, rule: $0.1, scope: scope) }, accountId: account,
-                             appAccountToken: token, mode: mode, policy: policy, answerScope: scope, nowMs: now, in: ledger)
+    func apply(
+        _ items: [(VerifiedPurchase, GrantRule?)], for account: String = alice, token: String? = nil,
+        mode: FulfillmentMode = .redeem, policy: OwnershipPolicy = .refuse, scope: AccountScope = .production,
+        now: Int64 = 10
+    ) throws -> AppliedPurchases {
+        try GrantRules.apply(
+            items.map { PlannedPurchase(purchase: $0.0, rule: $0.1, scope: scope) }, accountId: account,
+            appAccountToken: token, mode: mode, policy: policy, answerScope: scope, nowMs: now, in: ledger)
     }
 
     @Test func coinsAreGrantedOnceAndRestoreNeverGrantsThem() throws {
@@ -44,8 +50,9 @@ import Testing
         #expect(ledger.transfers.map(\.from) == [Self.alice])
         // Coins never move.
         try apply([(purchase("c1"), .coins(perUnit: 100))])
-        #expect(try apply([(purchase("c2", original: "c1"), .coins(perUnit: 100))], for: Self.bob, policy: .transfer).results
-            .map(\.outcome) == [.ownedByAnotherAccount])
+        #expect(
+            try apply([(purchase("c2", original: "c1"), .coins(perUnit: 100))], for: Self.bob, policy: .transfer).results
+                .map(\.outcome) == [.ownedByAnotherAccount])
     }
 
     @Test func aPurchaseMadeWithAnotherAccountsTokenIsNotGranted() throws {
@@ -64,8 +71,11 @@ import Testing
 
     @Test func renewalsExtendAndARenewalAfterARevocationReinstates() throws {
         try apply([(purchase("s1", product: "sub", expires: 100), .subscription(entitlement: "pro"))])
-        #expect(try apply([(purchase("s2", original: "s1", product: "sub", purchasedAt: 100, expires: 200), .subscription(entitlement: "pro"))],
-                          now: 150).entitlements.first?.expiresAtMs == 200)
+        #expect(
+            try apply(
+                [(purchase("s2", original: "s1", product: "sub", purchasedAt: 100, expires: 200), .subscription(entitlement: "pro"))],
+                now: 150
+            ).entitlements.first?.expiresAtMs == 200)
         _ = try GrantRules.revoke("s2", reason: "refunded", nowMs: 160, in: ledger)
         #expect(try apply([], now: 170).entitlements.isEmpty)
         let later = purchase("s3", original: "s1", product: "sub", purchasedAt: 200, expires: 300)

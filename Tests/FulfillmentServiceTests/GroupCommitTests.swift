@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import Testing
+
 @testable import FulfillmentService
 
 /// Group commit on a real SQLite file: operations share commits, yet each stands or falls alone.

@@ -29,9 +29,10 @@ final class InMemoryLedger: FulfillmentTransaction {
 
     func recordProcessed(_ p: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) {
         precondition(processedRows[p.transactionId] == nil, "one processed row per transaction")
-        processedRows[p.transactionId] = ProcessedTransaction(environment: p.environment, holder: holder,
-                                                              originalTransactionId: p.originalTransactionId, productId: p.productId,
-                                                              grantKind: grantKind, coinsGranted: coins, revokedAtMs: nil)
+        processedRows[p.transactionId] = ProcessedTransaction(
+            environment: p.environment, holder: holder,
+            originalTransactionId: p.originalTransactionId, productId: p.productId,
+            grantKind: grantKind, coinsGranted: coins, revokedAtMs: nil)
     }
 
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) { processedRows[transactionId]?.revokedAtMs = nowMs }

@@ -11,8 +11,10 @@ import Testing
 /// Spending, idempotency, paging, admin revocation, and the invariants the schema itself enforces.
 @Suite struct LedgerTests {
     /// Runs `body` with a suite where `alice` holds `coins` coins; the suite is stopped however `body` ends.
-    static func withFunded(_ coins: Int = 300,
-                           _ body: (SuiteFixture, (session: String, accountId: String, appAccountToken: String)) async throws -> Void) async throws {
+    static func withFunded(
+        _ coins: Int = 300,
+        _ body: (SuiteFixture, (session: String, accountId: String, appAccountToken: String)) async throws -> Void
+    ) async throws {
         try await SuiteFixture.with { suite in
             let alice = try await suite.register("alice")
             let bought = try await suite.buy("alice@icloud", "coins.100", quantity: coins / 100)
@@ -20,7 +22,6 @@ import Testing
             try await body(suite, alice)
         }
     }
-
 
     func spend(_ suite: SuiteFixture, _ session: String, _ amount: Int64, key: String, memo: String? = nil) async throws -> Int64 {
         try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: session, amount: amount, idempotencyKey: key, memo: memo)).balance
@@ -116,22 +117,32 @@ import Testing
             let txid = try #require(try await suite.ledger(alice.session).first?.transactionId)
             for token in ["", "wrong", SuiteFixture.adminToken + "x"] {
                 let refused = await rpcError {
-                    try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: token, transactionId: txid, reason: "fraud"))
+                    try await suite.fulfillment.call(
+                        FulfillmentRevokeTransaction.self, .init(adminToken: token, transactionId: txid, reason: "fraud"))
                 }
                 #expect(refused?.code == RPCErrorCode.forbidden.rawValue)
             }
             #expect(try await suite.balance(alice.session) == 200)
-            _ = try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken, transactionId: txid,
-                                                                                           reason: "chargeback"))
+            _ = try await suite.fulfillment.call(
+                FulfillmentRevokeTransaction.self,
+                .init(
+                    adminToken: SuiteFixture.adminToken, transactionId: txid,
+                    reason: "chargeback"))
             #expect(try await suite.balance(alice.session) == 0)
             // Revoking again changes nothing; an unknown transaction is notFound.
-            _ = try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken, transactionId: txid,
-                                                                                           reason: "chargeback"))
+            _ = try await suite.fulfillment.call(
+                FulfillmentRevokeTransaction.self,
+                .init(
+                    adminToken: SuiteFixture.adminToken, transactionId: txid,
+                    reason: "chargeback"))
             #expect(try await suite.ledger(alice.session).map(\.kind) == [.grant, .reversal])
             #expect(try await suite.ledger(alice.session).last?.memo == "chargeback: coins.100")
             let unknown = await rpcError {
-                try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken, transactionId: "999999",
-                                                                                           reason: "x"))
+                try await suite.fulfillment.call(
+                    FulfillmentRevokeTransaction.self,
+                    .init(
+                        adminToken: SuiteFixture.adminToken, transactionId: "999999",
+                        reason: "x"))
             }
             #expect(unknown?.code == RPCErrorCode.notFound.rawValue)
         }
@@ -147,20 +158,22 @@ import Testing
                 #expect(throws: DatabaseError.self) { try db.execute(sql: "UPDATE wallet SET balance = -1") }
                 // A second grant for the same transaction, a second owner of one original, a second processed row.
                 #expect(throws: DatabaseError.self) {
-                    try db.execute(sql: """
-                        INSERT INTO ledger (accountId, delta, balance, kind, environment, transactionId, createdAtMs)
-                        SELECT accountId, delta, balance, kind, environment, transactionId, createdAtMs FROM ledger WHERE kind = 'grant'
-                        """)
+                    try db.execute(
+                        sql: """
+                            INSERT INTO ledger (accountId, delta, balance, kind, environment, transactionId, createdAtMs)
+                            SELECT accountId, delta, balance, kind, environment, transactionId, createdAtMs FROM ledger WHERE kind = 'grant'
+                            """)
                 }
                 #expect(throws: DatabaseError.self) {
                     try db.execute(sql: "INSERT INTO ownership SELECT environment, originalTransactionId, 'other', productId, 0 FROM ownership")
                 }
                 #expect(throws: DatabaseError.self) {
-                    try db.execute(sql: """
-                        INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, productId, grantKind,
-                                                          purchaseDateMs, processedAtMs)
-                        SELECT environment, transactionId, originalTransactionId, 'other', productId, grantKind, 0, 0 FROM processedTransaction
-                        """)
+                    try db.execute(
+                        sql: """
+                            INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, productId, grantKind,
+                                                              purchaseDateMs, processedAtMs)
+                            SELECT environment, transactionId, originalTransactionId, 'other', productId, grantKind, 0, 0 FROM processedTransaction
+                            """)
                 }
                 // A spend without an idempotency key, or a positive one.
                 #expect(throws: DatabaseError.self) {

@@ -13,18 +13,19 @@ import Testing
         let queue = try DatabaseQueue(path: path)
         try FulfillmentStore.migrator.migrate(queue, upTo: "v1")
         try await queue.write { db in
-            try db.execute(sql: """
-                INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, productId, grantKind,
-                                                  coinsGranted, purchaseDateMs, processedAtMs, revokedAtMs, revokeReason)
-                VALUES ('Production', 't1', 't1', 'alice', 'coins.100', 'coins', 100, 1, 1, 3, 'refunded');
-                INSERT INTO ownership (environment, originalTransactionId, accountId, productId, boundAtMs)
-                VALUES ('Production', 't1', 'alice', 'coins.100', 1);
-                INSERT INTO ledger (accountId, delta, balance, kind, environment, transactionId, idempotencyKey, memo, shortfall, createdAtMs)
-                VALUES ('alice', 100, 100, 'grant', 'Production', 't1', NULL, 'coins.100', 0, 1),
-                       ('alice', -70, 30, 'spend', NULL, NULL, 'sword', NULL, 0, 2),
-                       ('alice', -30, 0, 'reversal', 'Production', 't1', NULL, 'refunded: coins.100', 70, 3);
-                INSERT INTO wallet (accountId, balance, shortfall) VALUES ('alice', 0, 70);
-                """)
+            try db.execute(
+                sql: """
+                    INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, productId, grantKind,
+                                                      coinsGranted, purchaseDateMs, processedAtMs, revokedAtMs, revokeReason)
+                    VALUES ('Production', 't1', 't1', 'alice', 'coins.100', 'coins', 100, 1, 1, 3, 'refunded');
+                    INSERT INTO ownership (environment, originalTransactionId, accountId, productId, boundAtMs)
+                    VALUES ('Production', 't1', 'alice', 'coins.100', 1);
+                    INSERT INTO ledger (accountId, delta, balance, kind, environment, transactionId, idempotencyKey, memo, shortfall, createdAtMs)
+                    VALUES ('alice', 100, 100, 'grant', 'Production', 't1', NULL, 'coins.100', 0, 1),
+                           ('alice', -70, 30, 'spend', NULL, NULL, 'sword', NULL, 0, 2),
+                           ('alice', -30, 0, 'reversal', 'Production', 't1', NULL, 'refunded: coins.100', 70, 3);
+                    INSERT INTO wallet (accountId, balance, shortfall) VALUES ('alice', 0, 70);
+                    """)
         }
         let store = try FulfillmentStore(writer: queue)
         #expect(try await store.ledgerMismatches().isEmpty)
@@ -35,10 +36,12 @@ import Testing
         #expect(ledger[2].shortfall == 70 && ledger[2].owed == 70)
         // The debt blocks spending and is repaid by the next grant, as for any new debt.
         #expect(try await store.spend(accountId: "alice", amount: 1, idempotencyKey: "k", memo: nil, nowMs: 4) == .owes(owed: 70, balance: 0))
-        let grant = VerifiedPurchase(environment: "Production", transactionId: "t2", originalTransactionId: "t2", productId: "coins.100",
-                                     purchaseDateMs: 5)
-        let applied = try await store.apply([.init(purchase: grant, rule: .coins(perUnit: 100))], accountId: "alice", appAccountToken: nil,
-                                            mode: .redeem, policy: .refuse, nowMs: 5)
+        let grant = VerifiedPurchase(
+            environment: "Production", transactionId: "t2", originalTransactionId: "t2", productId: "coins.100",
+            purchaseDateMs: 5)
+        let applied = try await store.apply(
+            [.init(purchase: grant, rule: .coins(perUnit: 100))], accountId: "alice", appAccountToken: nil,
+            mode: .redeem, policy: .refuse, nowMs: 5)
         #expect(applied.balance == 30 && applied.owed == 0)
         #expect(try await store.ledgerMismatches().isEmpty)
         // Still append-only.

@@ -14,8 +14,9 @@ import Testing
         try await SuiteFixture.with { suite in
             let mallory = try await suite.register("mallory")
             // The attacker's own app, with our product ids, bought with a Sandbox tester.
-            let foreign = try await suite.buy("mallory@icloud", "coins.100", quantity: 10, environment: .sandbox,
-                                              bundleId: "com.attacker.freecoins")
+            let foreign = try await suite.buy(
+                "mallory@icloud", "coins.100", quantity: 10, environment: .sandbox,
+                bundleId: "com.attacker.freecoins")
             let receipt = await rpcError { try await suite.redeem(mallory.session, receipt: foreign.receiptData) }
             #expect(receipt?.knownCode == .invalidReceipt)
             #expect(receipt?.reason == "bundleMismatch")
@@ -45,21 +46,25 @@ import Testing
             // Production is untouched: no coins, no entitlement, nothing to spend, no content.
             #expect(try await suite.balance(tester.session) == 0)
             #expect(try await suite.entitlements(tester.session).isEmpty)
-            #expect(await rpcError {
-                try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: tester.session, amount: 1, idempotencyKey: "k"))
-            }?.knownCode == .insufficientFunds)
-            #expect(await rpcError {
-                try await suite.fulfillment.call(FulfillmentReadContent.self,
-                                                 .init(session: tester.session, contentId: SuiteFixture.contentId, offset: 0, length: 10))
-            }?.knownCode == .forbidden)
+            #expect(
+                await rpcError {
+                    try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: tester.session, amount: 1, idempotencyKey: "k"))
+                }?.knownCode == .insufficientFunds)
+            #expect(
+                await rpcError {
+                    try await suite.fulfillment.call(
+                        FulfillmentReadContent.self,
+                        .init(session: tester.session, contentId: SuiteFixture.contentId, offset: 0, length: 10))
+                }?.knownCode == .forbidden)
             // The Sandbox scope has it all, for a TestFlight build that asks for it.
             #expect(try await suite.balance(tester.session, .sandbox) == 100)
             let sandbox = try await suite.fulfillment.call(FulfillmentGetEntitlements.self, .init(session: tester.session, environment: .sandbox))
             #expect(sandbox.entitlements.map(\.entitlement) == ["castle"])
             #expect(try await suite.ledger(tester.session, .sandbox).map(\.kind) == [.grant])
             #expect(try await suite.ledger(tester.session).isEmpty)
-            let spent = try await suite.fulfillment.call(FulfillmentSpendCoins.self,
-                                                         .init(session: tester.session, amount: 40, idempotencyKey: "k", environment: .sandbox))
+            let spent = try await suite.fulfillment.call(
+                FulfillmentSpendCoins.self,
+                .init(session: tester.session, amount: 40, idempotencyKey: "k", environment: .sandbox))
             #expect(spent.balance == 60 && spent.environment == .sandbox)
             #expect(try await suite.ledgerIsConsistent())
         }
@@ -137,8 +142,11 @@ import Testing
             let tablet = try await suite.login("alice")
             _ = try await suite.fulfillment.call(FulfillmentRestore.self, .init(session: tablet, receiptData: restore.receiptData))
             // A Sandbox receipt of the same Apple ID holds none of its Production purchases.
-            let sandboxReceipt = try await suite.simulator.call(SimReceipt.self, .init(appleId: "alice@icloud", bundleId: SuiteFixture.bundleId,
-                                                                                       receipt: .init(environment: .sandbox)))
+            let sandboxReceipt = try await suite.simulator.call(
+                SimReceipt.self,
+                .init(
+                    appleId: "alice@icloud", bundleId: SuiteFixture.bundleId,
+                    receipt: .init(environment: .sandbox)))
             #expect(try await suite.redeem(alice.session, receipt: sandboxReceipt.receiptData).results.isEmpty)
 
             let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: pack.transactionId))
@@ -153,14 +161,17 @@ import Testing
     @Test func onePurchaseIsRecordedUnderOneEnvironmentOnly() async throws {
         try await SuiteFixture.with { suite in
             let alice = try await suite.register("alice")
-            let purchase = VerifiedPurchase(environment: "Production", transactionId: "2000000777", originalTransactionId: "2000000777",
-                                            productId: "coins.100", purchaseDateMs: 1)
+            let purchase = VerifiedPurchase(
+                environment: "Production", transactionId: "2000000777", originalTransactionId: "2000000777",
+                productId: "coins.100", purchaseDateMs: 1)
             var relabelled = purchase
             relabelled.environment = "Sandbox"
-            let first = try await suite.store.apply([.init(purchase: purchase, rule: .coins(perUnit: 100))], accountId: alice.accountId,
-                                                    appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1)
-            let second = try await suite.store.apply([.init(purchase: relabelled, rule: .coins(perUnit: 100), scope: .sandbox)],
-                                                     accountId: alice.accountId, appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 2)
+            let first = try await suite.store.apply(
+                [.init(purchase: purchase, rule: .coins(perUnit: 100))], accountId: alice.accountId,
+                appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1)
+            let second = try await suite.store.apply(
+                [.init(purchase: relabelled, rule: .coins(perUnit: 100), scope: .sandbox)],
+                accountId: alice.accountId, appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 2)
             #expect(first.results.map(\.outcome) == [.granted])
             #expect(second.results.map(\.outcome) == [.alreadyGranted])
             #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction WHERE transactionId = '2000000777'") == 1)
@@ -176,11 +187,13 @@ import Testing
     @Test func coinArithmeticIsCheckedNeverWrapped() async throws {
         try await SuiteFixture.with { suite in
             let alice = try await suite.register("alice")
-            let huge = VerifiedPurchase(environment: "Production", transactionId: "2000000999", originalTransactionId: "2000000999",
-                                        productId: "coins.huge", quantity: 10, purchaseDateMs: 1)
+            let huge = VerifiedPurchase(
+                environment: "Production", transactionId: "2000000999", originalTransactionId: "2000000999",
+                productId: "coins.huge", quantity: 10, purchaseDateMs: 1)
             await #expect(throws: LedgerLimit.self) {
-                _ = try await suite.store.apply([.init(purchase: huge, rule: .coins(perUnit: Int64.max / 4))], accountId: alice.accountId,
-                                                appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1)
+                _ = try await suite.store.apply(
+                    [.init(purchase: huge, rule: .coins(perUnit: Int64.max / 4))], accountId: alice.accountId,
+                    appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1)
             }
             #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 0)
             #expect(try await suite.balance(alice.session) == 0)

@@ -1,7 +1,8 @@
 import Foundation
-@testable import JSONRPC
 import IAPProtocol
 import Testing
+
+@testable import JSONRPC
 
 @Suite struct EncodingTests {
     /// Decodes both encoders' output as JSON values: the streaming encoder must say the same thing
@@ -16,10 +17,11 @@ import Testing
     }
 
     @Test func matchesFoundationOnTheContractTypes() throws {
-        let product = Product(productId: "p", type: .nonConsumable, referenceName: "R", title: "Tïtle \"q\" \\ /",
-                              description: "line\nbreak\ttab\u{01}", status: .active,
-                              grant: .content(entitlement: "e", contentIds: ["a", "b"]),
-                              price: Price(storefront: "DEU", currency: "EUR", amount: "0.99", formatted: "0,99 €"))
+        let product = Product(
+            productId: "p", type: .nonConsumable, referenceName: "R", title: "Tïtle \"q\" \\ /",
+            description: "line\nbreak\ttab\u{01}", status: .active,
+            grant: .content(entitlement: "e", contentIds: ["a", "b"]),
+            price: Price(storefront: "DEU", currency: "EUR", amount: "0.99", formatted: "0,99 €"))
         try sameAsFoundation(product)
         try sameAsFoundation(CatalogListProducts.Result(etag: "x", notModified: true, products: []))
         try sameAsFoundation(CatalogListProducts.Result(etag: "x", notModified: false, products: [product, product]))
@@ -62,19 +64,25 @@ extension JSONScanner {
     }
 
     @Test func handWrittenWritersMatchCodableByteForByte() throws {
-        let grants: [Grant] = [.coins(-5), .content(entitlement: "e\"", contentIds: []), .content(entitlement: "e", contentIds: ["a", "b"]),
-                               .subscription(entitlement: "s", subscriptionGroup: "g"), .timeLimited(entitlement: "t", durationDays: 30)]
+        let grants: [Grant] = [
+            .coins(-5), .content(entitlement: "e\"", contentIds: []), .content(entitlement: "e", contentIds: ["a", "b"]),
+            .subscription(entitlement: "s", subscriptionGroup: "g"), .timeLimited(entitlement: "t", durationDays: 30),
+        ]
         for grant in grants {
             #expect(try viaEncoder(grant) == viaStreamable(grant))
         }
-        for price in [Price(storefront: "USA", currency: "USD", amount: "0.99"), Price(storefront: "JPN", currency: "JPY", amount: "120", formatted: "¥120")] {
+        for price in [
+            Price(storefront: "USA", currency: "USD", amount: "0.99"), Price(storefront: "JPN", currency: "JPY", amount: "120", formatted: "¥120"),
+        ] {
             #expect(try viaEncoder(price) == viaStreamable(price))
         }
         for product in [
-            Product(productId: "p\n", type: .autoRenewable, referenceName: "r", title: "t", description: "d", status: .retired,
-                    grant: grants[3], price: nil),
-            Product(productId: "p", type: .consumable, referenceName: "r", title: "ü", description: "", status: .active,
-                    grant: grants[0], price: Price(storefront: "USA", currency: "USD", amount: "1")),
+            Product(
+                productId: "p\n", type: .autoRenewable, referenceName: "r", title: "t", description: "d", status: .retired,
+                grant: grants[3], price: nil),
+            Product(
+                productId: "p", type: .consumable, referenceName: "r", title: "ü", description: "", status: .active,
+                grant: grants[0], price: Price(storefront: "USA", currency: "USD", amount: "1")),
         ] {
             #expect(try viaEncoder(product) == viaStreamable(product))
             let list = CatalogListProducts.Result(etag: "\"e\"", notModified: false, products: [product, product])

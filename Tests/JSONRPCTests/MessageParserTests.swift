@@ -35,7 +35,10 @@ import Testing
     }
 
     @Test func batchesKeepOrderAndRejectNonObjects() {
-        guard case .batch(let items) = RPCMessageParser.parse(Array(#"[{"jsonrpc":"2.0","method":"a","id":1}, 5, {"jsonrpc":"2.0","method":"b"}]"#.utf8)) else {
+        guard
+            case .batch(let items) = RPCMessageParser.parse(
+                Array(#"[{"jsonrpc":"2.0","method":"a","id":1}, 5, {"jsonrpc":"2.0","method":"b"}]"#.utf8))
+        else {
             Issue.record("not a batch"); return
         }
         #expect(items.count == 3)
@@ -46,7 +49,8 @@ import Testing
 
     @Test func batchSizeIsCapped() {
         let limits = RPCMessageLimits(maxNestingDepth: 64, maxBatchSize: 2)
-        let three = Array(#"[{"jsonrpc":"2.0","method":"a","id":1},{"jsonrpc":"2.0","method":"a","id":2},{"jsonrpc":"2.0","method":"a","id":3}]"#.utf8)
+        let three = Array(
+            #"[{"jsonrpc":"2.0","method":"a","id":1},{"jsonrpc":"2.0","method":"a","id":2},{"jsonrpc":"2.0","method":"a","id":3}]"#.utf8)
         guard case .single(.failure(let r)) = RPCMessageParser.parse(three, limits: limits) else { Issue.record("accepted"); return }
         #expect(r.error.data.reason == "batchTooLarge")
     }
@@ -55,7 +59,9 @@ import Testing
         let ok = Array(#"{"jsonrpc":"2.0","id":7,"result":{"a":1}}"#.utf8)
         let parsed = ok.withUnsafeBytes { RPCResponse.parse($0) }
         #expect(parsed?.first?.id.integerValue == 7)
-        let err = Array(#"{"jsonrpc":"2.0","id":"s","error":{"code":1006,"message":"slow down","data":{"reason":"rateLimited","retryable":true,"retryAfterMs":250}}}"#.utf8)
+        let err = Array(
+            #"{"jsonrpc":"2.0","id":"s","error":{"code":1006,"message":"slow down","data":{"reason":"rateLimited","retryable":true,"retryAfterMs":250}}}"#
+                .utf8)
         let e = err.withUnsafeBytes { RPCResponse.parse($0) }?.first
         guard case .failure(let error)? = e?.outcome else { Issue.record("no error"); return }
         #expect(error.knownCode == .rateLimited)

@@ -4,10 +4,12 @@ import Testing
 
 @Suite struct SchemaTests {
     @Test func schemasComeFromTheCodableTypes() {
-        #expect(SchemaRecorder.schema(for: Credentials.self) == .object(properties: [
-            .init("username", .string, required: true), .init("password", .string, required: true),
-            .init("deviceName", .string, required: false),
-        ]))
+        #expect(
+            SchemaRecorder.schema(for: Credentials.self)
+                == .object(properties: [
+                    .init("username", .string, required: true), .init("password", .string, required: true),
+                    .init("deviceName", .string, required: false),
+                ]))
         guard case let .object(props, _) = SchemaRecorder.schema(for: Product.self) else { Issue.record("not an object"); return }
         #expect(props.map(\.name) == ["productId", "type", "referenceName", "title", "description", "status", "grant", "price"])
         #expect(props[1].schema == .string(enumValues: ["consumable", "nonConsumable", "autoRenewable", "nonRenewing"]))
@@ -46,8 +48,9 @@ import Testing
     private func normalized(_ s: JSONSchema) -> JSONSchema {
         switch s {
         case let .object(props, additional):
-            return .object(properties: props.sorted { $0.name < $1.name }.map { .init($0.name, normalized($0.schema), required: $0.required) },
-                           additionalProperties: additional.map(normalized))
+            return .object(
+                properties: props.sorted { $0.name < $1.name }.map { .init($0.name, normalized($0.schema), required: $0.required) },
+                additionalProperties: additional.map(normalized))
         case .array(let items): return .array(normalized(items))
         case .oneOf(let options): return .oneOf(options.map(normalized))
         default: return s

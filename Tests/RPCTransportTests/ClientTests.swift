@@ -17,7 +17,8 @@ import Testing
             for i in 0..<500 {
                 group.addTask {
                     let sent: JSONValue = ["n": .int(Int64(i))]
-                    let got = i % 2 == 0
+                    let got =
+                        i % 2 == 0
                         ? try await client.call(Echo.self, sent)
                         : try await client.call(EchoAsync.self, sent)
                     #expect(got == sent)

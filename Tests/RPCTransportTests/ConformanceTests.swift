@@ -6,7 +6,8 @@ import Testing
 /// file's `#!` settings.
 @Suite struct ConformanceTests {
     static let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Conformance")
-    static let scripts: [String] = (try? FileManager.default.contentsOfDirectory(atPath: folder.path))?
+    static let scripts: [String] =
+        (try? FileManager.default.contentsOfDirectory(atPath: folder.path))?
         .filter { $0.hasSuffix(".jsonrpc") }.sorted() ?? []
 
     @Test func everySpecExampleHasAGoldenFile() {

@@ -1,8 +1,9 @@
 import Logging
 import NIOCore
 import NIOEmbedded
-@testable import RPCTransport
 import Testing
+
+@testable import RPCTransport
 
 /// The connection's flow control as a value: pipelining order, the in-flight cap, held reads, draining,
 /// the idle deadline and over-long lines, with no socket and no clock.
@@ -109,7 +110,8 @@ import Testing
 
     @Test func pipelinedRequestsAreAnsweredInOneWriteInOrder() throws {
         let channel = try Self.channel()
-        let burst = (1...16).map { #"{"jsonrpc":"2.0","method":"subtract","params":[\#($0 * 10), \#($0)],"id":\#($0)}"# }
+        let burst =
+            (1...16).map { #"{"jsonrpc":"2.0","method":"subtract","params":[\#($0 * 10), \#($0)],"id":\#($0)}"# }
             .joined(separator: "\n") + "\n"
         try channel.writeInbound(ByteBuffer(string: burst))
         let first = try channel.readOutbound(as: ByteBuffer.self)

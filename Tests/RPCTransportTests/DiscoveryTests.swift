@@ -17,22 +17,27 @@ import Testing
         let docFile = FileManager.default.temporaryDirectory.appendingPathComponent("openrpc-\(UUID().uuidString).json")
         try Data(JSONByteEncoder.encode(document)).write(to: docFile)
         defer { try? FileManager.default.removeItem(at: docFile) }
-        let run = try await Subprocess.run("python3", ["-c", """
-            import json, sys, jsonschema
-            from referencing import Registry
-            from referencing.jsonschema import DRAFT7
-            schema = json.load(open(sys.argv[1])); doc = json.load(open(sys.argv[2]))
-            tools = DRAFT7.create_resource({"definitions": {"JSONSchemaObject": {"type": "object",
-                "properties": {"$ref": {"type": "string"}}}}, "type": ["object", "boolean"]})
-            registry = Registry().with_resources([("https://meta.json-schema.tools", tools),
-                                                  ("https://meta.json-schema.tools/", tools)])
-            errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft7Validator(schema, registry=registry).iter_errors(doc)]
-            for m in doc.get("methods", []):
-                for s in [p["schema"] for p in m.get("params", [])] + [m["result"]["schema"]]:
-                    try: jsonschema.Draft7Validator.check_schema(s)
-                    except jsonschema.SchemaError as e: errors.append(f"{m['name']}: {e.message}")
-            print("\\n".join(errors[:10])); sys.exit(1 if errors else 0)
-            """, metaSchema.path, docFile.path])
+        let run = try await Subprocess.run(
+            "python3",
+            [
+                "-c",
+                """
+                import json, sys, jsonschema
+                from referencing import Registry
+                from referencing.jsonschema import DRAFT7
+                schema = json.load(open(sys.argv[1])); doc = json.load(open(sys.argv[2]))
+                tools = DRAFT7.create_resource({"definitions": {"JSONSchemaObject": {"type": "object",
+                    "properties": {"$ref": {"type": "string"}}}}, "type": ["object", "boolean"]})
+                registry = Registry().with_resources([("https://meta.json-schema.tools", tools),
+                                                      ("https://meta.json-schema.tools/", tools)])
+                errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.Draft7Validator(schema, registry=registry).iter_errors(doc)]
+                for m in doc.get("methods", []):
+                    for s in [p["schema"] for p in m.get("params", [])] + [m["result"]["schema"]]:
+                        try: jsonschema.Draft7Validator.check_schema(s)
+                        except jsonschema.SchemaError as e: errors.append(f"{m['name']}: {e.message}")
+                print("\\n".join(errors[:10])); sys.exit(1 if errors else 0)
+                """, metaSchema.path, docFile.path,
+            ])
         return run.termination == .exited(0) ? nil : run.stdout + run.stderr
     }
 
@@ -48,10 +53,12 @@ import Testing
         #expect(problems == nil, "\(problems ?? "")")
         // Params come from the Params type: required `a`, `b`, optional `label`.
         let typed = OpenRPCDocument.schemas(of: "typed.add", in: document)
-        #expect(typed?.params == .object(properties: [
-            .init("a", .integer, required: true), .init("b", .integer, required: true),
-            .init("label", .string, required: false),
-        ]))
+        #expect(
+            typed?.params
+                == .object(properties: [
+                    .init("a", .integer, required: true), .init("b", .integer, required: true),
+                    .init("label", .string, required: false),
+                ]))
     }
 
     @Test func aDocumentOfTheWholeV1ContractIsValidOpenRPC() async throws {

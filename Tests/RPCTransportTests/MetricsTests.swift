@@ -23,11 +23,13 @@ import Testing
         #expect(typed.values.count == 2)
         #expect(typed.values.allSatisfy { $0 >= 0 })
         #expect(try metrics.expectTimer("rpc.server.duration", base + [("rpc.method", "echo.async")]).values.count == 1)
-        let invalid = try metrics.expectCounter("rpc.server.errors",
-                                                base + [("rpc.method", "typed.add"), ("rpc.jsonrpc.error_code", "-32602")])
+        let invalid = try metrics.expectCounter(
+            "rpc.server.errors",
+            base + [("rpc.method", "typed.add"), ("rpc.jsonrpc.error_code", "-32602")])
         #expect(invalid.totalValue == 1)
-        let unknown = try metrics.expectCounter("rpc.server.errors",
-                                                base + [("rpc.method", "_OTHER"), ("rpc.jsonrpc.error_code", "-32601")])
+        let unknown = try metrics.expectCounter(
+            "rpc.server.errors",
+            base + [("rpc.method", "_OTHER"), ("rpc.jsonrpc.error_code", "-32601")])
         #expect(unknown.totalValue == 1)
     }
 }

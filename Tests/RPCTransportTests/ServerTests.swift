@@ -82,7 +82,10 @@ import Testing
             let c = try await LineClient.connect(port: port)
             // A refused connection may already be closed when we write.
             if (try? await c.send(line: #"{"jsonrpc":"2.0","method":"rpc.ping","id":"probe"}"#)) != nil,
-               case .line(let l) = try await c.next(), l.contains("pong") { return c }
+                case .line(let l) = try await c.next(), l.contains("pong")
+            {
+                return c
+            }
             await c.close()
             await Task.yield()
         }
@@ -106,8 +109,10 @@ import Testing
         var inFlight: LineClient?
         for _ in 0..<20 where inFlight == nil {
             let c = try await LineClient.connect(port: server.localPort!)
-            let sent = (try? await c.send(line: #"{"jsonrpc":"2.0","method":"gate.wait","params":{"key":"later"},"id":1}"# + "\n"
-                + #"{"jsonrpc":"2.0","method":"rpc.ping","id":0}"#)) != nil
+            let sent =
+                (try? await c.send(
+                    line: #"{"jsonrpc":"2.0","method":"gate.wait","params":{"key":"later"},"id":1}"# + "\n"
+                        + #"{"jsonrpc":"2.0","method":"rpc.ping","id":0}"#)) != nil
             if sent, try await c.next() == .line(#"{"jsonrpc":"2.0","id":0,"result":"pong"}"#) { inFlight = c } else { await c.close() }
         }
         guard let client = inFlight else { Issue.record("could not get a request in flight"); return }
@@ -119,7 +124,10 @@ import Testing
         for _ in 0..<200 where !opened {  // the opener races the idle timer too (often lost on a starved machine)
             let opener = try await LineClient.connect(port: server.localPort!)
             if (try? await opener.send(line: #"{"jsonrpc":"2.0","method":"gate.open","params":{"key":"later"},"id":2}"#)) != nil,
-               try await opener.next() == .line(#"{"jsonrpc":"2.0","id":2,"result":{}}"#) { opened = true }
+                try await opener.next() == .line(#"{"jsonrpc":"2.0","id":2,"result":{}}"#)
+            {
+                opened = true
+            }
             await opener.close()
         }
         #expect(try await client.next() == .line(#"{"jsonrpc":"2.0","id":1,"result":"later"}"#))

@@ -2,8 +2,8 @@ import Foundation
 import JSONRPC
 import Logging
 import NIOCore
-import RPCTransport
 import RPCTestSupport
+import RPCTransport
 
 /// Methods of the JSON-RPC 2.0 specification's examples, plus a few that exercise the transport
 /// (gates for ordering, a method that never ends for timeouts).
@@ -222,8 +222,10 @@ enum TestServer {
     }
 
     /// A started server on a free port, configured by a script's `#!` settings.
-    static func start(settings: [String: String] = [:], router: RPCRouter? = nil,
-                      configure: (inout RPCServerConfiguration) -> Void = { _ in }) async throws -> RPCServer {
+    static func start(
+        settings: [String: String] = [:], router: RPCRouter? = nil,
+        configure: (inout RPCServerConfiguration) -> Void = { _ in }
+    ) async throws -> RPCServer {
         var config = RPCServerConfiguration(serviceName: "test")
         for (k, v) in settings {
             guard let n = Int(v) else { continue }

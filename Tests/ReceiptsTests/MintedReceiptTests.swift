@@ -8,7 +8,10 @@ import X509
 /// every refusal, each with its status and reason.
 @Suite struct MintedReceiptTests {
     static let pki = try! ReceiptSigningPKI.generate()
-    static let otherPKI = try! ReceiptSigningPKI.generate({ var o = ReceiptSigningPKI.Options(); o.name = "Forged"; return o }())
+    static let otherPKI = try! ReceiptSigningPKI.generate(
+        {
+            var o = ReceiptSigningPKI.Options(); o.name = "Forged"; return o
+        }())
     static let verifier = ReceiptVerifier(trust: ReceiptTrust(roots: ShippedTrust.appleRoots + [pki.root]))
 
     static let device = UUID(uuidString: "E621E1F8-C36C-495A-93FC-0C247A3E6E5F")!
@@ -40,8 +43,10 @@ import X509
         return r
     }
 
-    private func outcome(_ bytes: [UInt8], _ options: ReceiptVerifier.Options = .init(),
-                         verifier: ReceiptVerifier = MintedReceiptTests.verifier) async -> Result<VerifiedReceipt, ReceiptFailure> {
+    private func outcome(
+        _ bytes: [UInt8], _ options: ReceiptVerifier.Options = .init(),
+        verifier: ReceiptVerifier = MintedReceiptTests.verifier
+    ) async -> Result<VerifiedReceipt, ReceiptFailure> {
         await verifier.verify(bytes, options: options)
     }
 
@@ -52,8 +57,13 @@ import X509
     func validReceiptsVerify(_ digest: ReceiptBuilder.Digest, _ oid: ReceiptBuilder.SignatureOID) async throws {
         let original = Self.receipt()
         let bytes = try Self.pki.sign(original, digest: digest, signatureOID: oid)
-        guard case .success(let verified) = await outcome(bytes, .init(bundleIds: ["com.example.game"],
-                                                                       deviceIdentifier: Self.device.uuidString)) else {
+        guard
+            case .success(let verified) = await outcome(
+                bytes,
+                .init(
+                    bundleIds: ["com.example.game"],
+                    deviceIdentifier: Self.device.uuidString))
+        else {
             Issue.record("refused a valid receipt")
             return
         }
@@ -79,8 +89,9 @@ import X509
     @Test func aSwappedSignerFailsTheSignature() async throws {
         // The other PKI's leaf signed the payload, but our chain is presented.
         let payload = ReceiptBuilder.payload(Self.receipt())
-        let bytes = try ReceiptBuilder.sign(payload: payload, key: Self.otherPKI.leafKey, signer: Self.pki.leaf,
-                                            certificates: [Self.pki.leaf, Self.pki.intermediate])
+        let bytes = try ReceiptBuilder.sign(
+            payload: payload, key: Self.otherPKI.leafKey, signer: Self.pki.leaf,
+            certificates: [Self.pki.leaf, Self.pki.intermediate])
         #expect(await outcome(bytes) == .failure(.signatureInvalid))
     }
 

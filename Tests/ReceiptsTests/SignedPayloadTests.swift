@@ -7,7 +7,9 @@ import Testing
     static let other = try! JWSSigningPKI.generate(name: "Forged")
     static let verifier = SignedPayloadVerifier(roots: ShippedTrust.appleRoots + [pki.root])
 
-    static let payload = Array(#"{"transactionId":"2000000123","originalTransactionId":"2000000100","bundleId":"com.example.game","productId":"coins.100","type":"Consumable","purchaseDate":1772366400000,"quantity":1,"environment":"Sandbox","signedDate":1772366401000}"#.utf8)
+    static let payload = Array(
+        #"{"transactionId":"2000000123","originalTransactionId":"2000000100","bundleId":"com.example.game","productId":"coins.100","type":"Consumable","purchaseDate":1772366400000,"quantity":1,"environment":"Sandbox","signedDate":1772366401000}"#
+            .utf8)
 
     private func failure(_ jws: String) async -> JWSFailure? {
         if case .failure(let f) = await Self.verifier.verify(jws) { return f }
@@ -61,8 +63,9 @@ import Testing
     }
 
     @Test func validityIsJudgedAtSignedDate() async throws {
-        let old = try JWSSigningPKI.generate(name: "Old", notBefore: Date(timeIntervalSince1970: 1_600_000_000),
-                                             notAfter: Date(timeIntervalSince1970: 1_700_000_000))
+        let old = try JWSSigningPKI.generate(
+            name: "Old", notBefore: Date(timeIntervalSince1970: 1_600_000_000),
+            notAfter: Date(timeIntervalSince1970: 1_700_000_000))
         let verifier = SignedPayloadVerifier(roots: [old.root])
         let during = Array(#"{"signedDate":1650000000000}"#.utf8)
         let after = Array(#"{"signedDate":1750000000000}"#.utf8)

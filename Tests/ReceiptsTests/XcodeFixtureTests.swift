@@ -12,8 +12,10 @@ import Testing
 
     static func ms(_ text: String) -> Int64 { ReceiptDate.parse(text)! }
 
-    static let withXcode = ReceiptVerifier(trust: ReceiptTrust(roots: ShippedTrust.appleRoots,
-                                                               xcodeCertificate: ShippedTrust.certificate(ShippedTrust.storeKitTestDER)))
+    static let withXcode = ReceiptVerifier(
+        trust: ReceiptTrust(
+            roots: ShippedTrust.appleRoots,
+            xcodeCertificate: ShippedTrust.certificate(ShippedTrust.storeKitTestDER)))
     static let appleOnly = ReceiptVerifier(trust: ReceiptTrust(roots: ShippedTrust.appleRoots))
 
     @Test func withTransactionDecodesToItsDocumentedValues() throws {

@@ -24,11 +24,20 @@ import Testing
             #expect(try await suite.balance(bob.session) == 0)
             #expect(try await suite.ledger(bob.session).isEmpty)
             #expect(try await suite.entitlements(bob.session).isEmpty)
-            let spend = await rpcError { try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: bob.session, amount: 1,
-                                                                                                          idempotencyKey: "k")) }
+            let spend = await rpcError {
+                try await suite.fulfillment.call(
+                    FulfillmentSpendCoins.self,
+                    .init(
+                        session: bob.session, amount: 1,
+                        idempotencyKey: "k"))
+            }
             #expect(spend?.code == RPCErrorCode.insufficientFunds.rawValue)
-            let read = await rpcError { try await suite.fulfillment.call(FulfillmentReadContent.self, .init(
-                session: bob.session, contentId: SuiteFixture.contentId, offset: 0, length: 16)) }
+            let read = await rpcError {
+                try await suite.fulfillment.call(
+                    FulfillmentReadContent.self,
+                    .init(
+                        session: bob.session, contentId: SuiteFixture.contentId, offset: 0, length: 16))
+            }
             #expect(read?.code == RPCErrorCode.forbidden.rawValue)
             let restored = try await suite.fulfillment.call(FulfillmentRestore.self, .init(session: bob.session, receiptData: coins.receiptData))
             #expect(restored.results.allSatisfy { $0.outcome == .ownedByAnotherAccount } && restored.entitlements.isEmpty)
@@ -43,11 +52,19 @@ import Testing
 
     @Test func adminMethodsRefuseMissingAndWrongTokens() async throws {
         try await SuiteFixture.with { suite in
-            for token in ["", "admin", SuiteFixture.adminToken.uppercased(), String(SuiteFixture.adminToken.dropLast()), SuiteFixture.adminToken + " "] {
-                let revoke = await rpcError { try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(
-                    adminToken: token, transactionId: "1", reason: "x")) }
+            for token in [
+                "", "admin", SuiteFixture.adminToken.uppercased(), String(SuiteFixture.adminToken.dropLast()), SuiteFixture.adminToken + " ",
+            ] {
+                let revoke = await rpcError {
+                    try await suite.fulfillment.call(
+                        FulfillmentRevokeTransaction.self,
+                        .init(
+                            adminToken: token, transactionId: "1", reason: "x"))
+                }
                 #expect(revoke?.code == RPCErrorCode.forbidden.rawValue)
-                let retire = await rpcError { try await suite.catalog.call(CatalogRetireProduct.self, .init(adminToken: token, productId: "coins.100")) }
+                let retire = await rpcError {
+                    try await suite.catalog.call(CatalogRetireProduct.self, .init(adminToken: token, productId: "coins.100"))
+                }
                 #expect(retire?.code == RPCErrorCode.forbidden.rawValue)
             }
             let listed = try await suite.catalog.call(CatalogListProducts.self, .init()).products
@@ -65,21 +82,33 @@ import Testing
             let second = try await suite.login("alice")
             let bought = try await suite.buy("alice@icloud", "pack.castle")
             _ = try await suite.redeem(second, receipt: bought.receiptData)
-            _ = try await suite.fulfillment.call(FulfillmentReadContent.self, .init(session: second, contentId: SuiteFixture.contentId,
-                                                                                     offset: 0, length: 64))
-            _ = await rpcError { try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: alice.session, amount: 5,
-                                                                                                    idempotencyKey: "k")) }
+            _ = try await suite.fulfillment.call(
+                FulfillmentReadContent.self,
+                .init(
+                    session: second, contentId: SuiteFixture.contentId,
+                    offset: 0, length: 64))
+            _ = await rpcError {
+                try await suite.fulfillment.call(
+                    FulfillmentSpendCoins.self,
+                    .init(
+                        session: alice.session, amount: 5,
+                        idempotencyKey: "k"))
+            }
             let wrongAdmin = "wrong-admin-token-5d1e"
             _ = await rpcError { try await suite.catalog.call(CatalogRetireProduct.self, .init(adminToken: wrongAdmin, productId: "coins.100")) }
-            _ = try await suite.fulfillment.call(FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken,
-                                                                                           transactionId: bought.transactionId, reason: "test"))
+            _ = try await suite.fulfillment.call(
+                FulfillmentRevokeTransaction.self,
+                .init(
+                    adminToken: SuiteFixture.adminToken,
+                    transactionId: bought.transactionId, reason: "test"))
             _ = try await suite.accounts.call(AccountsLogout.self, .init(session: second))
             _ = await rpcError { try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: second)) }
 
             let lines = capture.all
             // The capture works: the services' own lines about this flow are there.
-            #expect(lines.contains { $0.contains("account registered") } && lines.contains { $0.contains("revoked by an administrator") },
-                    "\(lines)")
+            #expect(
+                lines.contains { $0.contains("account registered") } && lines.contains { $0.contains("revoked by an administrator") },
+                "\(lines)")
             for secret in [password, guess, alice.session, second, SuiteFixture.adminToken, wrongAdmin] {
                 let leaks = lines.filter { $0.contains(secret) }
                 #expect(leaks.isEmpty, "a secret reached the logs: \(leaks.prefix(2))")

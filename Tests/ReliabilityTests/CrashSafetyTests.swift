@@ -25,10 +25,12 @@ import Testing
         init(port: Int, dataDir: URL, suite: SuiteFixture) {
             self.port = port
             let env = suite.environment
-            arguments = ["--port", "\(port)", "--data-dir", dataDir.path, "--log-level", "error",
-                         "--accounts-addr", env["IAP_ACCOUNTS_ADDR"]!, "--verification-addr", env["IAP_VERIFICATION_ADDR"]!,
-                         "--catalog-addr", env["IAP_CATALOG_ADDR"]!, "--admin-token", SuiteFixture.adminToken,
-                         "--dependency-timeout-ms", "5000"]
+            arguments = [
+                "--port", "\(port)", "--data-dir", dataDir.path, "--log-level", "error",
+                "--accounts-addr", env["IAP_ACCOUNTS_ADDR"]!, "--verification-addr", env["IAP_VERIFICATION_ADDR"]!,
+                "--catalog-addr", env["IAP_CATALOG_ADDR"]!, "--admin-token", SuiteFixture.adminToken,
+                "--dependency-timeout-ms", "5000",
+            ]
         }
 
         static var executable: URL {
@@ -117,7 +119,9 @@ import Testing
                     for _ in 0..<12 {
                         group.addTask {
                             while true {
-                                let index = next.withLockedValue { v in defer { v += 1 }; return v }
+                                let index = next.withLockedValue { v in
+                                    defer { v += 1 }; return v
+                                }
                                 guard index < allOps.count else { return }
                                 while true {
                                     attempts.withLockedValue { $0 += 1 }
@@ -126,8 +130,9 @@ import Testing
                                         case let .redeem(s, receipt, _):
                                             _ = try await client.call(FulfillmentRedeem.self, .init(session: sessionsCopy[s], receiptData: receipt))
                                         case let .spend(s, key, amount):
-                                            let balance = try await client.call(FulfillmentSpendCoins.self,
-                                                                                .init(session: sessionsCopy[s], amount: amount, idempotencyKey: key))
+                                            let balance = try await client.call(
+                                                FulfillmentSpendCoins.self,
+                                                .init(session: sessionsCopy[s], amount: amount, idempotencyKey: key))
                                             acknowledgedSpends.withLockedValue { $0[key] = balance.balance }
                                         }
                                         break
@@ -159,22 +164,32 @@ import Testing
             // The database as the last crash left it.
             let db = try DatabaseQueue(path: dataDir.appendingPathComponent("fulfillment.sqlite").path)
             try await db.read { db in
-                let grants = try [String: Int](uniqueKeysWithValues: Row.fetchAll(db, sql: """
-                    SELECT transactionId, COUNT(*) AS n FROM ledger WHERE kind = 'grant' GROUP BY transactionId
-                    """).map { ($0["transactionId"], $0["n"]) })
+                let grants = try [String: Int](
+                    uniqueKeysWithValues: Row.fetchAll(
+                        db,
+                        sql: """
+                            SELECT transactionId, COUNT(*) AS n FROM ledger WHERE kind = 'grant' GROUP BY transactionId
+                            """
+                    ).map { ($0["transactionId"], $0["n"]) })
                 #expect(grants.count == redeemIds.count, "every purchase granted")
                 #expect(redeemIds.allSatisfy { grants[$0] == 1 }, "each exactly once")
                 #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM processedTransaction") == redeemIds.count)
-                let spendRows = try [String: Int64](uniqueKeysWithValues: Row.fetchAll(db, sql: """
-                    SELECT idempotencyKey, balance FROM ledger WHERE kind = 'spend'
-                    """).map { ($0["idempotencyKey"], $0["balance"]) })
+                let spendRows = try [String: Int64](
+                    uniqueKeysWithValues: Row.fetchAll(
+                        db,
+                        sql: """
+                            SELECT idempotencyKey, balance FROM ledger WHERE kind = 'spend'
+                            """
+                    ).map { ($0["idempotencyKey"], $0["balance"]) })
                 let acknowledged = acknowledgedSpends.withLockedValue { $0 }
                 #expect(acknowledged.allSatisfy { spendRows[$0.key] == $0.value }, "every acknowledged spend is there, once, as answered")
                 #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ledger WHERE kind = 'spend'") == spendRows.count)
-                let mismatched = try Int.fetchOne(db, sql: """
-                    SELECT COUNT(*) FROM wallet w LEFT JOIN (SELECT accountId, SUM(delta) AS total FROM ledger GROUP BY accountId) l
-                    ON l.accountId = w.accountId WHERE w.balance != COALESCE(l.total, 0)
-                    """)
+                let mismatched = try Int.fetchOne(
+                    db,
+                    sql: """
+                        SELECT COUNT(*) FROM wallet w LEFT JOIN (SELECT accountId, SUM(delta) AS total FROM ledger GROUP BY accountId) l
+                        ON l.accountId = w.accountId WHERE w.balance != COALESCE(l.total, 0)
+                        """)
                 #expect(mismatched == 0, "balance = sum of ledger for every account")
                 let total = try Int64.fetchOne(db, sql: "SELECT SUM(balance) FROM wallet") ?? 0
                 #expect(total == Int64(redeemIds.count) * 100 - Int64(spendRows.count) * 7)

@@ -21,8 +21,12 @@ import Testing
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("graceful-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: data) }
         let port = try CrashSafetyTests.freePort()
-        let process = try Subprocess.spawn(Self.executable.path, ["--port", "\(port)", "--data-dir", data.path, "--scrypt-log-n", "12",
-                                                                  "--registrations-per-address", "100000", "--log-level", "error"])
+        let process = try Subprocess.spawn(
+            Self.executable.path,
+            [
+                "--port", "\(port)", "--data-dir", data.path, "--scrypt-log-n", "12",
+                "--registrations-per-address", "100000", "--log-level", "error",
+            ])
         let client = RPCClient(host: "127.0.0.1", port: port, configuration: .init(connections: 4, callTimeout: .seconds(60)))
         defer { Task { await client.close() } }
         let deadline = Date().addingTimeInterval(30)

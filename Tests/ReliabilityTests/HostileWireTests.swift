@@ -98,8 +98,10 @@ import Testing
     @Test func everyServiceSurvivesHostileInputAndKeepsAnsweringOthers() async throws {
         try await SuiteFixture.with { suite in
             let alice = try await suite.register("alice")
-            let ports = ["accounts": suite.accounts.port, "catalog": suite.catalog.port, "verification": suite.verificationPort,
-                         "fulfillment": suite.fulfillment.port, "appstore-sim": suite.simulator.port]
+            let ports = [
+                "accounts": suite.accounts.port, "catalog": suite.catalog.port, "verification": suite.verificationPort,
+                "fulfillment": suite.fulfillment.port, "appstore-sim": suite.simulator.port,
+            ]
             for (service, port) in ports.sorted(by: { $0.key < $1.key }) {
                 try await abuse(port: port, service: service)
             }

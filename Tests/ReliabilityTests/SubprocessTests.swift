@@ -24,9 +24,10 @@ import Testing
     }
 
     @Test func exitCodesSignalsOutputDirectoryAndEnvironment() async throws {
-        let run = try await Subprocess.run("bash", ["-c", "pwd; echo \"$GREETING\"; echo oops >&2; exit 3"],
-                                           environment: ["GREETING": "hello", "PATH": "/usr/bin:/bin"],
-                                           currentDirectory: "/tmp")
+        let run = try await Subprocess.run(
+            "bash", ["-c", "pwd; echo \"$GREETING\"; echo oops >&2; exit 3"],
+            environment: ["GREETING": "hello", "PATH": "/usr/bin:/bin"],
+            currentDirectory: "/tmp")
         #expect(run.termination == .exited(3))
         #expect(run.stdout == "/tmp\nhello\n")
         #expect(run.stderr == "oops\n")

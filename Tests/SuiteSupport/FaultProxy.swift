@@ -58,10 +58,13 @@ public final class FaultProxy: Sendable {
             .flatMap { outbound in
                 self.track(outbound)
                 return inbound.pipeline.addHandler(Forward(to: outbound, delay: { 0 })).flatMap {
-                    outbound.pipeline.addHandler(Forward(to: inbound, delay: { [weak self] in
-                        if case .slow(let ms)? = self?.mode { return ms }
-                        return 0
-                    }))
+                    outbound.pipeline.addHandler(
+                        Forward(
+                            to: inbound,
+                            delay: { [weak self] in
+                                if case .slow(let ms)? = self?.mode { return ms }
+                                return 0
+                            }))
                 }
             }
             .flatMapError { _ in inbound.close() }

@@ -21,8 +21,10 @@ import X509
 public final class SuiteFixture: Sendable {
     /// Addresses for `IAP_*_ADDR`, to point the CLI (or anything else) at this suite.
     public var environment: [String: String] {
-        ["IAP_ACCOUNTS_ADDR": accounts.address, "IAP_CATALOG_ADDR": catalog.address, "IAP_VERIFICATION_ADDR": "127.0.0.1:\(verificationPort)",
-         "IAP_FULFILLMENT_ADDR": fulfillment.address, "IAP_SIM_ADDR": simulator.address, "IAP_ADMIN_TOKEN": Self.adminToken]
+        [
+            "IAP_ACCOUNTS_ADDR": accounts.address, "IAP_CATALOG_ADDR": catalog.address, "IAP_VERIFICATION_ADDR": "127.0.0.1:\(verificationPort)",
+            "IAP_FULFILLMENT_ADDR": fulfillment.address, "IAP_SIM_ADDR": simulator.address, "IAP_ADMIN_TOKEN": Self.adminToken,
+        ]
     }
 
     /// At least 32 bytes: the service executables refuse shorter tokens.
@@ -53,14 +55,17 @@ public final class SuiteFixture: Sendable {
     ]
 
     public static func product(_ id: String, _ type: ProductType, _ grant: Grant) -> ProductDefinition {
-        ProductDefinition(productId: id, type: type, referenceName: id, localizations: ["en-US": .init(title: id, description: id)],
-                          defaultLocale: "en-US", grant: grant, prices: [.init(storefront: "USA", currency: "USD", amount: "0.99")])
+        ProductDefinition(
+            productId: id, type: type, referenceName: id, localizations: ["en-US": .init(title: id, description: id)],
+            defaultLocale: "en-US", grant: grant, prices: [.init(storefront: "USA", currency: "USD", amount: "0.99")])
     }
 
     /// `proxied`: fulfillment reaches accounts, verification and catalog through a `FaultProxy` each
     /// (`proxies[name]`), so a test can slow or cut the network to one of them.
-    public static func start(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
-                             proxied: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil) async throws -> SuiteFixture {
+    public static func start(
+        configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
+        proxied: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil
+    ) async throws -> SuiteFixture {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("suite-\(UUID().uuidString)")
         for sub in ["sim", "accounts", "catalog", "fulfillment/content"] {
             try FileManager.default.createDirectory(at: dir.appendingPathComponent(sub), withIntermediateDirectories: true)
@@ -90,15 +95,17 @@ public final class SuiteFixture: Sendable {
         accountsConfig.internalToken = internalToken
         // Every test client registers from 127.0.0.1; the per-address registration limit has its own test.
         accountsConfig.throttle.registrationThreshold = 1_000_000
-        let accounts = AccountsService(store: try AccountsStore.open(directory: dir.appendingPathComponent("accounts")),
-                                       configuration: accountsConfig, logger: quiet)
+        let accounts = AccountsService(
+            store: try AccountsStore.open(directory: dir.appendingPathComponent("accounts")),
+            configuration: accountsConfig, logger: quiet)
         let accountsPort = try await serve("accounts", accounts.router())
 
         var catalogConfig = CatalogConfiguration()
         catalogConfig.adminToken = adminToken
         let catalogStore = try CatalogStore.open(directory: dir.appendingPathComponent("catalog"))
-        let catalog = try await CatalogService(store: catalogStore, source: DatabasePriceSource(store: catalogStore),
-                                               configuration: catalogConfig, logger: quiet)
+        let catalog = try await CatalogService(
+            store: catalogStore, source: DatabasePriceSource(store: catalogStore),
+            configuration: catalogConfig, logger: quiet)
         try await catalog.importProducts(products, field: "products")
         let catalogPort = try await serve("catalog", catalog.router())
 
@@ -128,29 +135,33 @@ public final class SuiteFixture: Sendable {
             proxies[name] = proxy
             return try await proxy.start()
         }
-        let dependencies = try Dependencies(accounts: "127.0.0.1:\(try await route("accounts", accountsPort))",
-                                            verification: "127.0.0.1:\(try await route("verification", verificationPort))",
-                                            catalog: "127.0.0.1:\(try await route("catalog", catalogPort))", connections: 2,
-                                            deadline: .milliseconds(dependencyDeadline))
+        let dependencies = try Dependencies(
+            accounts: "127.0.0.1:\(try await route("accounts", accountsPort))",
+            verification: "127.0.0.1:\(try await route("verification", verificationPort))",
+            catalog: "127.0.0.1:\(try await route("catalog", catalogPort))", connections: 2,
+            deadline: .milliseconds(dependencyDeadline))
         let store = try FulfillmentStore.open(directory: dir.appendingPathComponent("fulfillment"))
-        let service = FulfillmentService(store: store, dependencies: dependencies,
-                                         content: ContentLibrary(directory: dir.appendingPathComponent("fulfillment/content")),
-                                         configuration: config, clock: clock.clock, logger: quiet)
+        let service = FulfillmentService(
+            store: store, dependencies: dependencies,
+            content: ContentLibrary(directory: dir.appendingPathComponent("fulfillment/content")),
+            configuration: config, clock: clock.clock, logger: quiet)
         let fulfillmentPort = try await serve("fulfillment", service.router())
-        return SuiteFixture(directory: dir, clock: clock, simulator: simClient,
-                            accounts: RPCClient(host: "127.0.0.1", port: accountsPort, configuration: patient),
-                            catalog: RPCClient(host: "127.0.0.1", port: catalogPort, configuration: patient),
-                            fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort, configuration: patient),
-                            store: store, content: content, servers: servers, verificationRouter: verificationRouter,
-                            verificationPort: verificationPort, proxies: proxies)
+        return SuiteFixture(
+            directory: dir, clock: clock, simulator: simClient,
+            accounts: RPCClient(host: "127.0.0.1", port: accountsPort, configuration: patient),
+            catalog: RPCClient(host: "127.0.0.1", port: catalogPort, configuration: patient),
+            fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort, configuration: patient),
+            store: store, content: content, servers: servers, verificationRouter: verificationRouter,
+            verificationPort: verificationPort, proxies: proxies)
     }
-
 
     /// Starts a suite, runs `body` with it, and stops it (servers, proxies, files) however `body` ends:
     /// returning or throwing.
-    public static func with<T>(configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
-                               proxied: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil,
-                               _ body: (SuiteFixture) async throws -> T) async throws -> T {
+    public static func with<T>(
+        configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
+        proxied: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil,
+        _ body: (SuiteFixture) async throws -> T
+    ) async throws -> T {
         let suite = try await start(configure: configure, dependencyDeadline: dependencyDeadline, proxied: proxied, logs: logs)
         do {
             let result = try await body(suite)
@@ -162,9 +173,11 @@ public final class SuiteFixture: Sendable {
         }
     }
 
-    private init(directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
-                 store: FulfillmentStore, content: [UInt8], servers: [String: RPCServer], verificationRouter: RPCRouter, verificationPort: Int,
-                 proxies: [String: FaultProxy]) {
+    private init(
+        directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
+        store: FulfillmentStore, content: [UInt8], servers: [String: RPCServer], verificationRouter: RPCRouter, verificationPort: Int,
+        proxies: [String: FaultProxy]
+    ) {
         self.proxies = proxies
         self.directory = directory
         self.clock = clock
@@ -196,8 +209,9 @@ public final class SuiteFixture: Sendable {
     public func restartVerification() async throws {
         var quiet = Logger(label: "suite-test")
         quiet.logLevel = .critical
-        let server = RPCServer(configuration: .init(serviceName: "verification", port: verificationPort), router: verificationRouter,
-                               logger: quiet)
+        let server = RPCServer(
+            configuration: .init(serviceName: "verification", port: verificationPort), router: verificationRouter,
+            logger: quiet)
         try await server.start()
         servers.withLockedValue { $0["verification"] = server }
     }
@@ -216,13 +230,18 @@ public final class SuiteFixture: Sendable {
             .session.token
     }
 
-    public func buy(_ appleId: String, _ productId: String, quantity: Int? = nil, appAccountToken: String? = nil,
-                    receipt: SimReceiptOptions? = nil, environment: SimEnvironment? = nil,
-                    bundleId: String = SuiteFixture.bundleId) async throws -> SimPurchase.Result {
+    public func buy(
+        _ appleId: String, _ productId: String, quantity: Int? = nil, appAccountToken: String? = nil,
+        receipt: SimReceiptOptions? = nil, environment: SimEnvironment? = nil,
+        bundleId: String = SuiteFixture.bundleId
+    ) async throws -> SimPurchase.Result {
         let type = Self.products.first { $0.productId == productId }?.type ?? .consumable
-        return try await simulator.call(SimPurchase.self, .init(appleId: appleId, bundleId: bundleId, productId: productId,
-                                                                productType: type, quantity: quantity, appAccountToken: appAccountToken,
-                                                                receipt: receipt, environment: environment))
+        return try await simulator.call(
+            SimPurchase.self,
+            .init(
+                appleId: appleId, bundleId: bundleId, productId: productId,
+                productType: type, quantity: quantity, appAccountToken: appAccountToken,
+                receipt: receipt, environment: environment))
     }
 
     public func redeem(_ session: String, receipt: String? = nil, signed: [String]? = nil) async throws -> RedeemResult {

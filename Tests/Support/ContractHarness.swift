@@ -94,8 +94,9 @@ public enum ContractHarness {
             failures += scriptFailures
             for exchange in exchanges {
                 guard let request = exchange.request, let method = request["method"]?.stringValue,
-                      let result = exchange.reply["result"],
-                      let schemas = OpenRPCDocument.schemas(of: method, in: document) else { continue }
+                    let result = exchange.reply["result"],
+                    let schemas = OpenRPCDocument.schemas(of: method, in: document)
+                else { continue }
                 failures += schemas.result.violations(of: result, at: "result").map {
                     "\(script.name): \(method) reply breaks its published result schema: \($0)"
                 }

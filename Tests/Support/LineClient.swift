@@ -22,7 +22,8 @@ public final class LineClient: Sendable {
         let events = EventQueue()
         var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
         if let source { bootstrap = bootstrap.bind(to: try SocketAddress(ipAddress: source, port: 0)) }
-        let channel = try await bootstrap
+        let channel =
+            try await bootstrap
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(
@@ -108,7 +109,9 @@ final class EventQueue: Sendable {
     }
 
     func next(within seconds: Double) async throws -> LineClient.Event {
-        let id = state.withLockedValue { s in s.nextWaiter += 1; return s.nextWaiter }
+        let id = state.withLockedValue { s in
+            s.nextWaiter += 1; return s.nextWaiter
+        }
         let timer = Task {
             try await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
             let w: CheckedContinuation<LineClient.Event?, Never>? = state.withLockedValue { s in

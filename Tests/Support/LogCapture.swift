@@ -37,8 +37,10 @@ public final class LogCapture: Sendable {
             get { metadata[key] }
             set { metadata[key] = newValue }
         }
-        func log(level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String,
-                 file: String, function: String, line: UInt) {
+        func log(
+            level: Logger.Level, message: Logger.Message, metadata explicit: Logger.Metadata?, source: String,
+            file: String, function: String, line: UInt
+        ) {
             let merged = metadata.merging(explicit ?? [:]) { $1 }
             let rendered = merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
             sink.records.withLockedValue { $0.append((level, "\(level) \(label) [\(source)] \(message) \(rendered)")) }

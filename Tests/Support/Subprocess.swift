@@ -50,8 +50,10 @@ public final class Subprocess: Sendable {
     /// Starts `executable` (an absolute path, or a name looked up in PATH) with `arguments`.
     /// Standard input is /dev/null; standard output and error go to the given files (created or
     /// truncated), or to /dev/null. `environment` nil inherits this process's.
-    public static func spawn(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
-                             currentDirectory: String? = nil, stdout: String? = nil, stderr: String? = nil) throws -> Subprocess {
+    public static func spawn(
+        _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
+        currentDirectory: String? = nil, stdout: String? = nil, stderr: String? = nil
+    ) throws -> Subprocess {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -91,15 +93,18 @@ public final class Subprocess: Sendable {
 
     /// Runs to completion and returns what it printed (captured in temporary files, so a chatty child
     /// never blocks on a full pipe).
-    public static func run(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
-                           currentDirectory: String? = nil) async throws -> Output {
+    public static func run(
+        _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
+        currentDirectory: String? = nil
+    ) async throws -> Output {
         let base = FileManager.default.temporaryDirectory.appendingPathComponent("subprocess-\(UUID().uuidString)").path
         defer {
             unlink(base + ".out")
             unlink(base + ".err")
         }
-        let child = try spawn(executable, arguments, environment: environment, currentDirectory: currentDirectory,
-                              stdout: base + ".out", stderr: base + ".err")
+        let child = try spawn(
+            executable, arguments, environment: environment, currentDirectory: currentDirectory,
+            stdout: base + ".out", stderr: base + ".err")
         let termination = await child.wait()
         let read = { (path: String) in (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
         return Output(termination: termination, stdout: read(base + ".out"), stderr: read(base + ".err"))
@@ -135,7 +140,9 @@ public final class Subprocess: Sendable {
             var status: Int32 = 0
             var rc: pid_t
             repeat { rc = waitpid(pid, &status, 0) } while rc == -1 && errno == EINTR
-            let termination: Termination = rc == -1 ? .exited(-1)
+            let termination: Termination =
+                rc == -1
+                ? .exited(-1)
                 : (status & 0x7F) == 0 ? .exited((status >> 8) & 0xFF) : .signalled(status & 0x7F)
             state.termination = termination
             defer { state.waiters = [] }

@@ -1,8 +1,8 @@
 import Foundation
 import IAPProtocol
 import JSONRPC
-import Receipts
 import RPCTestSupport
+import Receipts
 import Testing
 import VerificationService
 
@@ -21,12 +21,17 @@ import VerificationService
     }
 
     static func transaction(bundle: String = ours, environment: String = "Production", id: String = "2000000123") throws -> String {
-        try VerificationFixture.jwsPKI.sign(payload: Array(#"{"transactionId":"\#(id)","originalTransactionId":"\#(id)","bundleId":"\#(bundle)","productId":"coins.100","type":"Consumable","purchaseDate":1772366400000,"quantity":1,"environment":"\#(environment)","signedDate":1772366401000}"#.utf8))
+        try VerificationFixture.jwsPKI.sign(
+            payload: Array(
+                #"{"transactionId":"\#(id)","originalTransactionId":"\#(id)","bundleId":"\#(bundle)","productId":"coins.100","type":"Consumable","purchaseDate":1772366400000,"quantity":1,"environment":"\#(environment)","signedDate":1772366401000}"#
+                    .utf8))
     }
 
     static func notification(_ data: [String: Any]?, section: String = "data") throws -> String {
-        var root: [String: Any] = ["notificationType": "REFUND", "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
-                                   "signedDate": 1_772_366_500_000]
+        var root: [String: Any] = [
+            "notificationType": "REFUND", "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
+            "signedDate": 1_772_366_500_000,
+        ]
         if let data { root[section] = data }
         return try VerificationFixture.jwsPKI.sign(payload: Array(try JSONSerialization.data(withJSONObject: root, options: [.sortedKeys])))
     }
@@ -60,8 +65,10 @@ import VerificationService
 
     @Test func receiptTypesMapToEnvironmentsAndUnknownOnesAreRefused() async throws {
         let service = Self.service()
-        for (type, environment) in [("Production", "Production"), ("ProductionVPP", "Production"), ("ProductionSandbox", "Sandbox"),
-                                    ("ProductionVPPSandbox", "Sandbox")] {
+        for (type, environment) in [
+            ("Production", "Production"), ("ProductionVPP", "Production"), ("ProductionSandbox", "Sandbox"),
+            ("ProductionVPPSandbox", "Sandbox"),
+        ] {
             let answer = try await service.verifyReceipt(.init(receiptData: try Self.receipt(type: type)))
             #expect(answer.status == 0 && answer.environment == environment, "\(type)")
         }
@@ -69,7 +76,8 @@ import VerificationService
             let answer = try await service.verifyReceipt(.init(receiptData: try Self.receipt(type: type)))
             #expect(answer.status == 21002 && answer.reason == "unknownEnvironment", "\(type ?? "none")")
         }
-        #expect(await service.verifyTransaction(.init(signedTransaction: try Self.transaction(environment: "Staging"))).reason
+        #expect(
+            await service.verifyTransaction(.init(signedTransaction: try Self.transaction(environment: "Staging"))).reason
                 == "unknownEnvironment")
     }
 
@@ -78,19 +86,26 @@ import VerificationService
         let ok = try Self.notification(["bundleId": Self.ours, "environment": "Production", "signedTransactionInfo": try Self.transaction()])
         #expect(await service.verifyNotification(.init(signedPayload: ok)).status == 0)
         // About another app.
-        let foreign = try Self.notification(["bundleId": Self.theirs, "environment": "Production",
-                                             "signedTransactionInfo": try Self.transaction(bundle: Self.theirs)])
+        let foreign = try Self.notification([
+            "bundleId": Self.theirs, "environment": "Production",
+            "signedTransactionInfo": try Self.transaction(bundle: Self.theirs),
+        ])
         #expect(await service.verifyNotification(.init(signedPayload: foreign)).reason == "bundleMismatch")
         // Ours on the outside, another app's transaction inside.
-        let smuggled = try Self.notification(["bundleId": Self.ours, "environment": "Production",
-                                              "signedTransactionInfo": try Self.transaction(bundle: Self.theirs)])
+        let smuggled = try Self.notification([
+            "bundleId": Self.ours, "environment": "Production",
+            "signedTransactionInfo": try Self.transaction(bundle: Self.theirs),
+        ])
         #expect(await service.verifyNotification(.init(signedPayload: smuggled)).reason == "signedTransactionInfo: bundleMismatch")
         // A Sandbox transaction inside a notification that says Production.
-        let relabelled = try Self.notification(["bundleId": Self.ours, "environment": "Production",
-                                                "signedTransactionInfo": try Self.transaction(environment: "Sandbox")])
+        let relabelled = try Self.notification([
+            "bundleId": Self.ours, "environment": "Production",
+            "signedTransactionInfo": try Self.transaction(environment: "Sandbox"),
+        ])
         #expect(await service.verifyNotification(.init(signedPayload: relabelled)).reason == "signedTransactionInfo: environmentMismatch")
         // Renewal info about another app.
-        let renewal = try VerificationFixture.jwsPKI.sign(payload: Array(#"{"bundleId":"\#(Self.theirs)","environment":"Production","productId":"sub","signedDate":1772366401000}"#.utf8))
+        let renewal = try VerificationFixture.jwsPKI.sign(
+            payload: Array(#"{"bundleId":"\#(Self.theirs)","environment":"Production","productId":"sub","signedDate":1772366401000}"#.utf8))
         let foreignRenewal = try Self.notification(["bundleId": Self.ours, "environment": "Production", "signedRenewalInfo": renewal])
         let renewalAnswer = await service.verifyNotification(.init(signedPayload: foreignRenewal))
         #expect(renewalAnswer.reason == "signedRenewalInfo: bundleMismatch", "\(renewalAnswer)")
@@ -119,7 +134,8 @@ import VerificationService
         let noBundle = try await Self.start("verification-service", ["--port", "0", "--data-dir", data])
         #expect(noBundle.status != 0)
         #expect(noBundle.stderr.contains("--bundle-id"), "\(noBundle.stderr)")
-        let missingDir = try await Self.start("verification-service", ["--port", "0", "--bundle-id", Self.ours, "--trust-anchor-dir", data + "/none"])
+        let missingDir = try await Self.start(
+            "verification-service", ["--port", "0", "--bundle-id", Self.ours, "--trust-anchor-dir", data + "/none"])
         #expect(missingDir.status != 0)
         #expect(missingDir.stderr.contains("holds no"), "\(missingDir.stderr)")
         let shortToken = try await Self.start("fulfillment-service", ["--port", "0", "--data-dir", data], env: ["IAP_ADMIN_TOKEN": "hunter2"])

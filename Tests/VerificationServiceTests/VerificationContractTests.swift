@@ -2,9 +2,9 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import Logging
-import Receipts
 import RPCTestSupport
 import RPCTransport
+import Receipts
 import Testing
 import VerificationService
 
@@ -14,7 +14,10 @@ enum VerificationFixture {
     static let receiptPKI = try! ReceiptSigningPKI.generate()
     static let jwsPKI = try! JWSSigningPKI.generate()
     static let forgedJWS = try! JWSSigningPKI.generate(name: "Forged")
-    static let forgedReceipts = try! ReceiptSigningPKI.generate({ var o = ReceiptSigningPKI.Options(); o.name = "Forged"; return o }())
+    static let forgedReceipts = try! ReceiptSigningPKI.generate(
+        {
+            var o = ReceiptSigningPKI.Options(); o.name = "Forged"; return o
+        }())
 
     static func start(allowXcode: Bool = true) async throws -> ContractTarget {
         var config = VerificationConfiguration()
@@ -23,8 +26,9 @@ enum VerificationFixture {
         config.allowXcode = allowXcode
         var logger = Logger(label: "verification-test")
         logger.logLevel = .critical
-        let server = RPCServer(configuration: .init(serviceName: "verification"),
-                               router: VerificationService(configuration: config).router(), logger: logger)
+        let server = RPCServer(
+            configuration: .init(serviceName: "verification"),
+            router: VerificationService(configuration: config).router(), logger: logger)
         try await server.start()
         return ContractTarget(port: server.localPort!, stop: { await server.shutdown() })
     }
@@ -58,15 +62,19 @@ enum VerificationFixture {
         let needle = Array("coins.100".utf8)
         let at = (0...(tampered.count - needle.count)).first { Array(tampered[$0..<($0 + needle.count)]) == needle }!
         tampered[at + 6] = UInt8(ascii: "9")
-        let xcode = try Data(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("ReceiptsTests/Fixtures/xcode-with-transaction.receipt"))
-        let transaction = Array(#"{"transactionId":"2000000123","originalTransactionId":"2000000100","bundleId":"com.example.game","productId":"coins.100","type":"Consumable","purchaseDate":1772366400000,"quantity":1,"environment":"Sandbox","storefront":"USA","signedDate":1772366401000}"#.utf8)
+        let xcode = try Data(
+            contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+                .appendingPathComponent("ReceiptsTests/Fixtures/xcode-with-transaction.receipt"))
+        let transaction = Array(
+            #"{"transactionId":"2000000123","originalTransactionId":"2000000100","bundleId":"com.example.game","productId":"coins.100","type":"Consumable","purchaseDate":1772366400000,"quantity":1,"environment":"Sandbox","storefront":"USA","signedDate":1772366401000}"#
+                .utf8)
         let signedTransaction = try jwsPKI.sign(payload: transaction)
-        let notification = try JSONSerialization.data(withJSONObject: [
-            "notificationType": "REFUND", "notificationUUID": "6b2bd1a4-4b0c-4d37-9c8b-1c3e5a9a2f10", "version": "2.0",
-            "signedDate": 1_772_366_500_000,
-            "data": ["bundleId": "com.example.game", "environment": "Sandbox", "signedTransactionInfo": signedTransaction],
-        ] as [String: Any], options: [.sortedKeys])
+        let notification = try JSONSerialization.data(
+            withJSONObject: [
+                "notificationType": "REFUND", "notificationUUID": "6b2bd1a4-4b0c-4d37-9c8b-1c3e5a9a2f10", "version": "2.0",
+                "signedDate": 1_772_366_500_000,
+                "data": ["bundleId": "com.example.game", "environment": "Sandbox", "signedTransactionInfo": signedTransaction],
+            ] as [String: Any], options: [.sortedKeys])
         return [
             "mintedReceipt": .string(Data(minted).base64EncodedString()),
             "sha1Receipt": .string(Data(try receiptPKI.sign(receipt(purchases: 2), digest: .sha1)).base64EncodedString()),
@@ -85,8 +93,10 @@ enum VerificationFixture {
 
 @Suite struct VerificationContractTests {
     @Test func everyVerificationMethodKeepsItsContract() async throws {
-        let failures = try await ContractHarness.run(service: "verification", declared: ContractMethods.verification,
-                                                     variables: try VerificationFixture.variables()) {
+        let failures = try await ContractHarness.run(
+            service: "verification", declared: ContractMethods.verification,
+            variables: try VerificationFixture.variables()
+        ) {
             try await VerificationFixture.start()
         }
         #expect(failures.isEmpty, "\(failures.joined(separator: "\n"))")

@@ -21,8 +21,10 @@ struct AccountsCommand: AsyncParsableCommand {
             let session = try client.requireSession()
             let current = try readSecret(currentPassword, env: "IAP_PASSWORD", prompt: "current password: ")
             let new = try readSecret(newPassword, env: "IAP_NEW_PASSWORD", prompt: "new password: ")
-            await ServiceCall(options: client).run(.accounts, AccountsChangePassword.self,
-                                                   .init(session: session, currentPassword: current, newPassword: new)) { _ in
+            await ServiceCall(options: client).run(
+                .accounts, AccountsChangePassword.self,
+                .init(session: session, currentPassword: current, newPassword: new)
+            ) { _ in
                 "password changed; every other session was signed out"
             }
         }
@@ -39,8 +41,10 @@ struct AccountsCommand: AsyncParsableCommand {
             guard let token = resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
                 throw ValidationError("no internal token: pass --internal-token or set IAP_INTERNAL_TOKEN")
             }
-            await ServiceCall(options: client).run(.accounts, AccountsFindByAppAccountToken.self,
-                                                   .init(appAccountToken: appAccountToken, internalToken: token)) { "account \($0.accountId)" }
+            await ServiceCall(options: client).run(
+                .accounts, AccountsFindByAppAccountToken.self,
+                .init(appAccountToken: appAccountToken, internalToken: token)
+            ) { "account \($0.accountId)" }
         }
     }
 
@@ -51,18 +55,23 @@ struct AccountsCommand: AsyncParsableCommand {
     }
 
     static func signIn<M: RPCMethod>(_ method: M.Type, _ options: SignInOptions, client: ClientOptions, verb: String) async throws
-        where M.Params == Credentials, M.Result == SignedIn {
+    where M.Params == Credentials, M.Result == SignedIn {
         let password = try readSecret(options.password, env: "IAP_PASSWORD", prompt: "password for \(options.username): ")
         let call = ServiceCall(options: client)
-        let (signed, raw) = await call.call(.accounts, method, Credentials(username: options.username, password: password,
-                                                                            deviceName: options.deviceName))
+        let (signed, raw) = await call.call(
+            .accounts, method,
+            Credentials(
+                username: options.username, password: password,
+                deviceName: options.deviceName))
         var config = CLIConfig.load()
         config.session = signed.session.token
         config.username = options.username
         config.accountId = signed.accountId
         try config.save()
-        print(client.json ? String(decoding: raw, as: UTF8.self)
-              : "\(verb) as \(options.username) (account \(signed.accountId)); session saved in \(CLIConfig.path.path)")
+        print(
+            client.json
+                ? String(decoding: raw, as: UTF8.self)
+                : "\(verb) as \(options.username) (account \(signed.accountId)); session saved in \(CLIConfig.path.path)")
     }
 
     struct Register: AsyncParsableCommand {
@@ -108,9 +117,11 @@ struct AccountsCommand: AsyncParsableCommand {
         @OptionGroup var client: ClientOptions
         func run() async throws {
             await ServiceCall(options: client).run(.accounts, AccountsListSessions.self, .init(session: try client.requireSession())) {
-                table(["device", "signed in", "last seen", ""], $0.sessions.map {
-                    [$0.deviceName ?? "-", isoTime($0.createdAtMs), isoTime($0.lastSeenAtMs), $0.current ? "(this one)" : ""]
-                })
+                table(
+                    ["device", "signed in", "last seen", ""],
+                    $0.sessions.map {
+                        [$0.deviceName ?? "-", isoTime($0.createdAtMs), isoTime($0.lastSeenAtMs), $0.current ? "(this one)" : ""]
+                    })
             }
         }
     }

@@ -31,20 +31,25 @@ struct CLIConfig: Codable {
 
     static func load() -> CLIConfig {
         guard let data = FileManager.default.contents(atPath: path.path),
-              let config = try? JSONDecoder().decode(CLIConfig.self, from: data) else { return CLIConfig() }
+            let config = try? JSONDecoder().decode(CLIConfig.self, from: data)
+        else { return CLIConfig() }
         return config
     }
 
     /// Written to a temporary file created 0600 and renamed over the old one.
     func save() throws {
         let url = Self.path
-        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         let temporary = url.deletingLastPathComponent().appendingPathComponent(".config.json.\(getpid())")
-        guard FileManager.default.createFile(atPath: temporary.path, contents: try encoder.encode(self),
-                                             attributes: [.posixPermissions: 0o600]) else {
+        guard
+            FileManager.default.createFile(
+                atPath: temporary.path, contents: try encoder.encode(self),
+                attributes: [.posixPermissions: 0o600])
+        else {
             throw CLIError.message("cannot write \(temporary.path)")
         }
         guard rename(temporary.path, url.path) == 0 else {
@@ -112,7 +117,8 @@ struct ServiceCall {
     }
 
     func call<M: RPCMethod>(_ service: SuiteService, _ method: M.Type, _ params: M.Params, timeoutSeconds: Int64 = 30)
-        async -> (result: M.Result, raw: [UInt8]) {
+        async -> (result: M.Result, raw: [UInt8])
+    {
         let address = service.address(flag: addr)
         let client: RPCClient
         do {
@@ -155,8 +161,9 @@ struct ServiceCall {
 
     func report(_ error: RPCError, target: String, address: String, addressVariable: String?) -> Never {
         if error.knownCode == .unavailable, ["connectFailed", "connectionLost"].contains(error.reason) {
-            fail("cannot reach \(target) at \(address): is the suite running? start it with compose/up.sh "
-                 + "(or point \(addressVariable.map { "\($0) / " } ?? "")--addr at it)", exit: ExitCodes.unreachable)
+            fail(
+                "cannot reach \(target) at \(address): is the suite running? start it with compose/up.sh "
+                    + "(or point \(addressVariable.map { "\($0) / " } ?? "")--addr at it)", exit: ExitCodes.unreachable)
         }
         fail("error \(error.code): \(error.message)\(Self.hint(error).map { "\n\($0)" } ?? "")", exit: ExitCodes.refused)
     }

@@ -28,7 +28,8 @@ struct CallCommand: AsyncParsableCommand {
         if let known = SuiteService(rawValue: service) { return known.address(flag: flag) }
         if let flag { return flag }
         guard service.contains(":") else {
-            throw ValidationError("unknown service \"\(service)\": use one of \(SuiteService.allCases.map(\.rawValue).joined(separator: ", ")) or HOST:PORT")
+            throw ValidationError(
+                "unknown service \"\(service)\": use one of \(SuiteService.allCases.map(\.rawValue).joined(separator: ", ")) or HOST:PORT")
         }
         return service
     }

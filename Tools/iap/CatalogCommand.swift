@@ -31,10 +31,14 @@ struct CatalogCommand: AsyncParsableCommand {
     }
 
     static func rows(_ products: [Product]) -> String {
-        table(["product", "type", "title", "price", "grants", "status"], products.map { p in
-            [p.productId, p.type.rawValue, p.title, p.price?.formatted ?? p.price.map { "\($0.amount) \($0.currency)" } ?? "-",
-             grantText(p.grant), p.status.rawValue]
-        })
+        table(
+            ["product", "type", "title", "price", "grants", "status"],
+            products.map { p in
+                [
+                    p.productId, p.type.rawValue, p.title, p.price?.formatted ?? p.price.map { "\($0.amount) \($0.currency)" } ?? "-",
+                    grantText(p.grant), p.status.rawValue,
+                ]
+            })
     }
 
     static func grantText(_ grant: Grant) -> String {
@@ -51,8 +55,10 @@ struct CatalogCommand: AsyncParsableCommand {
         @OptionGroup var localized: Localized
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            await ServiceCall(options: client).run(.catalog, CatalogListProducts.self,
-                                                   .init(storefront: localized.storefront, locale: localized.locale)) { rows($0.products) }
+            await ServiceCall(options: client).run(
+                .catalog, CatalogListProducts.self,
+                .init(storefront: localized.storefront, locale: localized.locale)
+            ) { rows($0.products) }
         }
     }
 
@@ -62,8 +68,10 @@ struct CatalogCommand: AsyncParsableCommand {
         @OptionGroup var localized: Localized
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            await ServiceCall(options: client).run(.catalog, CatalogGetProducts.self,
-                                                   .init(productIds: productIds, storefront: localized.storefront, locale: localized.locale)) {
+            await ServiceCall(options: client).run(
+                .catalog, CatalogGetProducts.self,
+                .init(productIds: productIds, storefront: localized.storefront, locale: localized.locale)
+            ) {
                 rows($0.products) + ($0.missing.isEmpty ? "" : "\nnot in the catalog: \($0.missing.joined(separator: ", "))")
             }
         }
@@ -81,7 +89,8 @@ struct CatalogCommand: AsyncParsableCommand {
     }
 
     struct Import: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Import products from a JSON file ({\"products\": [...]}, as compose/demo-catalog.json).")
+        static let configuration = CommandConfiguration(
+            abstract: "Import products from a JSON file ({\"products\": [...]}, as compose/demo-catalog.json).")
         @Argument(help: "Catalog JSON file.") var file: String
         @OptionGroup var admin: Admin
         @OptionGroup var client: ClientOptions
@@ -92,8 +101,10 @@ struct CatalogCommand: AsyncParsableCommand {
             do { parsed = try JSONDecoder().decode(File.self, from: data) } catch {
                 throw ValidationError("\(file) is not a catalog file: \(error)")
             }
-            await ServiceCall(options: client).run(.catalog, CatalogImportCatalog.self,
-                                                   .init(adminToken: try admin.token(), products: parsed.products)) {
+            await ServiceCall(options: client).run(
+                .catalog, CatalogImportCatalog.self,
+                .init(adminToken: try admin.token(), products: parsed.products)
+            ) {
                 "imported \($0.imported) product(s)"
             }
         }
@@ -113,8 +124,11 @@ struct CatalogCommand: AsyncParsableCommand {
                 guard parts.count == 3 else { throw ValidationError("\(spec): expected STOREFRONT:CURRENCY:AMOUNT, e.g. USA:USD:0.99") }
                 return PriceEntry(storefront: parts[0], currency: parts[1], amount: parts[2])
             }
-            await ServiceCall(options: client).run(.catalog, CatalogSetPrices.self, .init(
-                adminToken: try admin.token(), productId: productId, prices: entries)) { _ in
+            await ServiceCall(options: client).run(
+                .catalog, CatalogSetPrices.self,
+                .init(
+                    adminToken: try admin.token(), productId: productId, prices: entries)
+            ) { _ in
                 "\(productId): " + entries.map { "\($0.amount) \($0.currency) in \($0.storefront)" }.joined(separator: ", ")
             }
         }
@@ -126,7 +140,8 @@ struct CatalogCommand: AsyncParsableCommand {
         @OptionGroup var admin: Admin
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            await ServiceCall(options: client).run(.catalog, CatalogRetireProduct.self, .init(adminToken: try admin.token(), productId: productId)) { _ in
+            await ServiceCall(options: client).run(.catalog, CatalogRetireProduct.self, .init(adminToken: try admin.token(), productId: productId)) {
+                _ in
                 "retired \(productId)"
             }
         }

@@ -39,17 +39,20 @@ struct DemoCommand: AsyncParsableCommand {
         let (listing, _) = await call.call(.catalog, CatalogListProducts.self, .init(storefront: "USA"))
         print(CatalogCommand.rows(listing.products))
         guard let coins = listing.products.first(where: { $0.productId == coinsProduct }),
-              let pack = listing.products.first(where: { $0.productId == contentProduct }),
-              case .content(_, let contentIds) = pack.grant, let contentId = contentIds.first
+            let pack = listing.products.first(where: { $0.productId == contentProduct }),
+            case .content(_, let contentIds) = pack.grant, let contentId = contentIds.first
         else {
-            fail("the catalog has no \(coinsProduct) or no \(contentProduct) with content; import compose/demo-catalog.json "
-                 + "(iap catalog import compose/demo-catalog.json) or pass --coins-product / --content-product", exit: ExitCodes.refused)
+            fail(
+                "the catalog has no \(coinsProduct) or no \(contentProduct) with content; import compose/demo-catalog.json "
+                    + "(iap catalog import compose/demo-catalog.json) or pass --coins-product / --content-product", exit: ExitCodes.refused)
         }
 
         heading("buy \(coins.title) in the App Store simulator (app \(bundleId), Production)")
-        let (coinPurchase, _) = await call.call(.sim, SimPurchase.self, .init(
-            appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
-            environment: .production))
+        let (coinPurchase, _) = await call.call(
+            .sim, SimPurchase.self,
+            .init(
+                appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
+                environment: .production))
         print("transaction \(coinPurchase.transactionId), environment \(coinPurchase.environment)")
 
         heading("redeem the receipt (fulfillment.redeem)")
@@ -60,45 +63,58 @@ struct DemoCommand: AsyncParsableCommand {
 
         heading("redeem the same receipt again: nothing is granted twice")
         let (again, _) = await call.call(.fulfillment, FulfillmentRedeem.self, .init(session: phone, receiptData: coinPurchase.receiptData))
-        print(again.results.isEmpty ? "no unfinished purchases in the receipt; balance \(again.balance)"
-              : "outcomes: \(again.results.map(\.outcome.rawValue).joined(separator: ", ")); balance \(again.balance)")
+        print(
+            again.results.isEmpty
+                ? "no unfinished purchases in the receipt; balance \(again.balance)"
+                : "outcomes: \(again.results.map(\.outcome.rawValue).joined(separator: ", ")); balance \(again.balance)")
 
         heading("a TestFlight (Sandbox) purchase: free to make, so it never becomes production coins")
-        let (sandboxPurchase, _) = await call.call(.sim, SimPurchase.self, .init(
-            appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
-            environment: .sandbox))
-        let (sandboxRedeemed, _) = await call.call(.fulfillment, FulfillmentRedeem.self,
-                                                   .init(session: phone, signedTransactions: [sandboxPurchase.signedTransaction]))
+        let (sandboxPurchase, _) = await call.call(
+            .sim, SimPurchase.self,
+            .init(
+                appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
+                environment: .sandbox))
+        let (sandboxRedeemed, _) = await call.call(
+            .fulfillment, FulfillmentRedeem.self,
+            .init(session: phone, signedTransactions: [sandboxPurchase.signedTransaction]))
         print(redeemSummary(sandboxRedeemed))
         let (production, _) = await call.call(.fulfillment, FulfillmentGetBalance.self, .init(session: phone))
         print("production: \(production.balance) coins (unchanged; the Sandbox scope has its own balance)")
 
         heading("buy \(pack.title) and redeem it")
-        let (packPurchase, _) = await call.call(.sim, SimPurchase.self, .init(
-            appleId: appleId, bundleId: bundleId, productId: pack.productId, productType: pack.type, appAccountToken: signedIn.appAccountToken))
-        let (packRedeemed, _) = await call.call(.fulfillment, FulfillmentRedeem.self,
-                                                .init(session: phone, signedTransactions: [packPurchase.signedTransaction]))
+        let (packPurchase, _) = await call.call(
+            .sim, SimPurchase.self,
+            .init(
+                appleId: appleId, bundleId: bundleId, productId: pack.productId, productType: pack.type, appAccountToken: signedIn.appAccountToken))
+        let (packRedeemed, _) = await call.call(
+            .fulfillment, FulfillmentRedeem.self,
+            .init(session: phone, signedTransactions: [packPurchase.signedTransaction]))
         print(redeemSummary(packRedeemed))
 
         heading("download \(contentId)")
         let dir = downloadDir ?? FileManager.default.temporaryDirectory.appendingPathComponent("iap-demo-\(id)").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let destination = dir + "/" + contentId
-        let summary = try await ContentDownload(call: call, session: phone, contentId: contentId, destination: destination,
-                                                chunk: 256 * 1024).run()
+        let summary = try await ContentDownload(
+            call: call, session: phone, contentId: contentId, destination: destination,
+            chunk: 256 * 1024
+        ).run()
         print("saved \(destination): \(summary.size) bytes, sha256 \(summary.sha256) verified")
 
         heading("a second device: sign in and restore purchases")
         let (tablet, _) = await call.call(.accounts, AccountsLogin.self, .init(username: username, password: password, deviceName: "tablet"))
         let (restore, _) = await call.call(.sim, SimRestore.self, .init(appleId: appleId, bundleId: bundleId))
-        let (restored, _) = await call.call(.fulfillment, FulfillmentRestore.self,
-                                            .init(session: tablet.session.token, receiptData: restore.receiptData))
+        let (restored, _) = await call.call(
+            .fulfillment, FulfillmentRestore.self,
+            .init(session: tablet.session.token, receiptData: restore.receiptData))
         print(redeemSummary(restored))
         print("(restores never grant coins: the balance is what the phone had)")
 
         heading("spend \(spend) coins on the second device")
-        let (spent, _) = await call.call(.fulfillment, FulfillmentSpendCoins.self, .init(
-            session: tablet.session.token, amount: spend, idempotencyKey: "demo-\(id)-spend", memo: "demo purchase"))
+        let (spent, _) = await call.call(
+            .fulfillment, FulfillmentSpendCoins.self,
+            .init(
+                session: tablet.session.token, amount: spend, idempotencyKey: "demo-\(id)-spend", memo: "demo purchase"))
         print("balance \(spent.balance) (\(spent.environment.rawValue))")
 
         heading("Apple refunds the coins: the App Store notification reaches fulfillment")
@@ -110,17 +126,24 @@ struct DemoCommand: AsyncParsableCommand {
         print(balanceLine(afterRefund.balance, owed: afterRefund.owed, afterRefund.environment))
 
         heading("buy coins again: what is owed is repaid before anything is spendable")
-        let (rebuy, _) = await call.call(.sim, SimPurchase.self, .init(
-            appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
-            environment: .production))
-        let (rebought, _) = await call.call(.fulfillment, FulfillmentRedeem.self, .init(session: phone, signedTransactions: [rebuy.signedTransaction]))
+        let (rebuy, _) = await call.call(
+            .sim, SimPurchase.self,
+            .init(
+                appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
+                environment: .production))
+        let (rebought, _) = await call.call(
+            .fulfillment, FulfillmentRedeem.self, .init(session: phone, signedTransactions: [rebuy.signedTransaction]))
         print(redeemSummary(rebought))
         let (ledger, _) = await call.call(.fulfillment, FulfillmentListLedger.self, .init(session: phone, limit: 100))
-        print(table(["id", "kind", "delta", "balance", "owed", "memo"], ledger.entries.map {
-            [String($0.id), $0.kind.rawValue, String($0.delta), String($0.balance), String($0.owed ?? 0), $0.memo ?? ""]
-        }))
+        print(
+            table(
+                ["id", "kind", "delta", "balance", "owed", "memo"],
+                ledger.entries.map {
+                    [String($0.id), $0.kind.rawValue, String($0.delta), String($0.balance), String($0.owed ?? 0), $0.memo ?? ""]
+                }))
 
-        print("\ndemo complete: \(username) bought, redeemed once, kept a Sandbox purchase apart, downloaded, restored on a second device, "
-              + "spent, was refunded, and repaid the refunded coins from the next purchase.")
+        print(
+            "\ndemo complete: \(username) bought, redeemed once, kept a Sandbox purchase apart, downloaded, restored on a second device, "
+                + "spent, was refunded, and repaid the refunded coins from the next purchase.")
     }
 }

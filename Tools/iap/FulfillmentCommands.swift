@@ -18,9 +18,11 @@ func receiptBase64(_ path: String) throws -> String {
 }
 
 func redeemSummary(_ r: RedeemResult) -> String {
-    var out = table(["transaction", "original", "product", "outcome", "finish?"], r.results.map {
-        [$0.transactionId, $0.originalTransactionId, $0.productId, $0.outcome.rawValue, $0.finishable ? "yes" : "no"]
-    })
+    var out = table(
+        ["transaction", "original", "product", "outcome", "finish?"],
+        r.results.map {
+            [$0.transactionId, $0.originalTransactionId, $0.productId, $0.outcome.rawValue, $0.finishable ? "yes" : "no"]
+        })
     out += "\n" + balanceLine(r.balance, owed: r.owed, r.environment)
     if !r.entitlements.isEmpty { out += "\n" + entitlementsTable(r.entitlements) }
     return out
@@ -28,7 +30,8 @@ func redeemSummary(_ r: RedeemResult) -> String {
 
 /// `balance 70 coins (Production)`, with what is owed when anything is.
 func balanceLine(_ balance: Int64, owed: Int64, _ scope: AccountScope) -> String {
-    "balance \(balance) coins (\(scope.rawValue))" + (owed > 0 ? "; \(owed) owed for refunded coins (repaid from the next grants; spending is blocked until then)" : "")
+    "balance \(balance) coins (\(scope.rawValue))"
+        + (owed > 0 ? "; \(owed) owed for refunded coins (repaid from the next grants; spending is blocked until then)" : "")
 }
 
 /// `--environment`: which scope of the account a command reads or spends.
@@ -46,9 +49,11 @@ struct ScopeOption: ParsableArguments {
 }
 
 func entitlementsTable(_ entitlements: [Entitlement]) -> String {
-    table(["entitlement", "product", "expires", "original transaction"], entitlements.map {
-        [$0.entitlement, $0.productId, $0.expiresAtMs.map { isoTime($0) } ?? "never", $0.originalTransactionId]
-    })
+    table(
+        ["entitlement", "product", "expires", "original transaction"],
+        entitlements.map {
+            [$0.entitlement, $0.productId, $0.expiresAtMs.map { isoTime($0) } ?? "never", $0.originalTransactionId]
+        })
 }
 
 struct PurchaseInput: ParsableArguments {
@@ -70,9 +75,10 @@ struct PurchaseInput: ParsableArguments {
     }
 
     func params(session: String) throws -> RedeemParams {
-        RedeemParams(session: session, receiptData: try receipt.map(receiptBase64),
-                     signedTransactions: signedTransactions.isEmpty ? nil : signedTransactions, deviceIdentifier: deviceIdentifier,
-                     environment: environment.flatMap(AccountScope.init(rawValue:)))
+        RedeemParams(
+            session: session, receiptData: try receipt.map(receiptBase64),
+            signedTransactions: signedTransactions.isEmpty ? nil : signedTransactions, deviceIdentifier: deviceIdentifier,
+            environment: environment.flatMap(AccountScope.init(rawValue:)))
     }
 }
 
@@ -85,8 +91,9 @@ protocol PurchaseCommand: AsyncParsableCommand {
 
 extension PurchaseCommand {
     func run() async throws {
-        await ServiceCall(options: client).run(.fulfillment, Method.self, try input.params(session: try client.requireSession()),
-                                               human: redeemSummary)
+        await ServiceCall(options: client).run(
+            .fulfillment, Method.self, try input.params(session: try client.requireSession()),
+            human: redeemSummary)
     }
 }
 
@@ -111,8 +118,10 @@ struct BalanceCommand: AsyncParsableCommand {
     @OptionGroup var scope: ScopeOption
     @OptionGroup var client: ClientOptions
     func run() async throws {
-        await ServiceCall(options: client).run(.fulfillment, FulfillmentGetBalance.self,
-                                               .init(session: try client.requireSession(), environment: scope.scope)) {
+        await ServiceCall(options: client).run(
+            .fulfillment, FulfillmentGetBalance.self,
+            .init(session: try client.requireSession(), environment: scope.scope)
+        ) {
             "\($0.balance) coins (\($0.environment.rawValue))" + ($0.owed > 0 ? "; \($0.owed) owed for refunded coins" : "")
         }
     }
@@ -123,8 +132,10 @@ struct EntitlementsCommand: AsyncParsableCommand {
     @OptionGroup var scope: ScopeOption
     @OptionGroup var client: ClientOptions
     func run() async throws {
-        await ServiceCall(options: client).run(.fulfillment, FulfillmentGetEntitlements.self,
-                                               .init(session: try client.requireSession(), environment: scope.scope)) {
+        await ServiceCall(options: client).run(
+            .fulfillment, FulfillmentGetEntitlements.self,
+            .init(session: try client.requireSession(), environment: scope.scope)
+        ) {
             ($0.entitlements.isEmpty ? "no entitlements" : entitlementsTable($0.entitlements)) + "\n"
                 + balanceLine($0.balance, owed: $0.owed, $0.environment)
         }
@@ -138,15 +149,23 @@ struct LedgerCommand: AsyncParsableCommand {
     @OptionGroup var scope: ScopeOption
     @OptionGroup var client: ClientOptions
     func run() async throws {
-        await ServiceCall(options: client).run(.fulfillment, FulfillmentListLedger.self,
-                                               .init(session: try client.requireSession(), after: after, limit: limit,
-                                                     environment: scope.scope)) { page in
-            table(["id", "when", "kind", "delta", "balance", "owed", "transaction", "memo"], page.entries.map {
-                [String($0.id), isoTime($0.createdAtMs), $0.kind.rawValue, $0.delta > 0 ? "+\($0.delta)" : String($0.delta), String($0.balance),
-                 String($0.owed ?? 0), $0.transactionId ?? "-",
-                 ($0.memo ?? "") + ($0.shortfall.map { " (\($0) could not be taken back: owed)" } ?? "")
-                    + ($0.recovered.map { " (repaid \($0) owed)" } ?? "")]
-            }) + (page.next.map { "\nmore: iap ledger --after \($0)" } ?? "")
+        await ServiceCall(options: client).run(
+            .fulfillment, FulfillmentListLedger.self,
+            .init(
+                session: try client.requireSession(), after: after, limit: limit,
+                environment: scope.scope)
+        ) { page in
+            table(
+                ["id", "when", "kind", "delta", "balance", "owed", "transaction", "memo"],
+                page.entries.map {
+                    [
+                        String($0.id), isoTime($0.createdAtMs), $0.kind.rawValue, $0.delta > 0 ? "+\($0.delta)" : String($0.delta),
+                        String($0.balance),
+                        String($0.owed ?? 0), $0.transactionId ?? "-",
+                        ($0.memo ?? "") + ($0.shortfall.map { " (\($0) could not be taken back: owed)" } ?? "")
+                            + ($0.recovered.map { " (repaid \($0) owed)" } ?? ""),
+                    ]
+                }) + (page.next.map { "\nmore: iap ledger --after \($0)" } ?? "")
         }
     }
 }
@@ -161,9 +180,12 @@ struct SpendCommand: AsyncParsableCommand {
     @OptionGroup var client: ClientOptions
     func run() async throws {
         let key = self.key ?? UUID().uuidString.lowercased()
-        await ServiceCall(options: client).run(.fulfillment, FulfillmentSpendCoins.self,
-                                               .init(session: try client.requireSession(), amount: amount, idempotencyKey: key, memo: memo,
-                                                     environment: scope.scope)) {
+        await ServiceCall(options: client).run(
+            .fulfillment, FulfillmentSpendCoins.self,
+            .init(
+                session: try client.requireSession(), amount: amount, idempotencyKey: key, memo: memo,
+                environment: scope.scope)
+        ) {
             "spent \(amount) coins (key \(key)); balance \($0.balance) (\($0.environment.rawValue))"
         }
     }
@@ -178,11 +200,17 @@ struct ContentCommand: AsyncParsableCommand {
         @OptionGroup var scope: ScopeOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            await ServiceCall(options: client).run(.fulfillment, FulfillmentListContent.self,
-                                                   .init(session: try client.requireSession(), environment: scope.scope)) {
-                $0.content.isEmpty ? "no downloadable content" : table(["content", "product", "bytes", "sha256"], $0.content.map {
-                    [$0.contentId, $0.productId, String($0.size), $0.sha256]
-                })
+            await ServiceCall(options: client).run(
+                .fulfillment, FulfillmentListContent.self,
+                .init(session: try client.requireSession(), environment: scope.scope)
+            ) {
+                $0.content.isEmpty
+                    ? "no downloadable content"
+                    : table(
+                        ["content", "product", "bytes", "sha256"],
+                        $0.content.map {
+                            [$0.contentId, $0.productId, String($0.size), $0.sha256]
+                        })
             }
         }
     }
@@ -199,11 +227,15 @@ struct ContentCommand: AsyncParsableCommand {
 
         func run() async throws {
             let destination = output ?? contentId
-            let summary = try await ContentDownload(call: ServiceCall(options: client), session: try client.requireSession(),
-                                                    contentId: contentId, destination: destination, chunk: chunk, scope: scope.scope).run()
+            let summary = try await ContentDownload(
+                call: ServiceCall(options: client), session: try client.requireSession(),
+                contentId: contentId, destination: destination, chunk: chunk, scope: scope.scope
+            ).run()
             if client.json {
-                let object: [String: Any] = ["contentId": contentId, "path": destination, "size": summary.size, "sha256": summary.sha256,
-                                             "resumedFrom": summary.resumedFrom]
+                let object: [String: Any] = [
+                    "contentId": contentId, "path": destination, "size": summary.size, "sha256": summary.sha256,
+                    "resumedFrom": summary.resumedFrom,
+                ]
                 print(String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self))
             } else {
                 print("saved \(destination) (\(summary.size) bytes, sha256 \(summary.sha256) verified)")
@@ -238,9 +270,11 @@ struct ContentDownload {
         var size: Int64 = -1
         var sha = ""
         repeat {
-            let (piece, _) = await call.call(.fulfillment, FulfillmentReadContent.self,
-                                             .init(session: session, contentId: contentId, offset: offset, length: min(chunk, 1 << 20),
-                                                   environment: scope))
+            let (piece, _) = await call.call(
+                .fulfillment, FulfillmentReadContent.self,
+                .init(
+                    session: session, contentId: contentId, offset: offset, length: min(chunk, 1 << 20),
+                    environment: scope))
             if size >= 0, piece.sha256 != sha {
                 try handle.close()
                 try? FileManager.default.removeItem(atPath: partial)
@@ -264,8 +298,9 @@ struct ContentDownload {
         let actual = try Self.sha256(ofFile: partial)
         guard actual == sha else {
             try? FileManager.default.removeItem(atPath: partial)
-            fail("checksum mismatch for \(contentId): expected \(sha), got \(actual); the partial file was removed, run the command again",
-                 exit: ExitCodes.refused)
+            fail(
+                "checksum mismatch for \(contentId): expected \(sha), got \(actual); the partial file was removed, run the command again",
+                exit: ExitCodes.refused)
         }
         if FileManager.default.fileExists(atPath: destination) { try FileManager.default.removeItem(atPath: destination) }
         try FileManager.default.moveItem(atPath: partial, toPath: destination)

@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
-import ServiceSupport
 import JSONRPC
 import RPCTransport
+import ServiceSupport
 
 /// `iap health`: every service's `health.check` at once, with the status of what each depends on.
 struct HealthCommand: AsyncParsableCommand {
@@ -26,15 +26,19 @@ struct HealthCommand: AsyncParsableCommand {
         if json {
             var object: [String: JSONValue] = [:]
             for (service, _, report, _) in reports {
-                object[service.rawValue] = try report.map { try JSONDecoder().decode(JSONValue.self, from: Data(try JSONByteEncoder.encode($0))) } ?? .null
+                object[service.rawValue] =
+                    try report.map { try JSONDecoder().decode(JSONValue.self, from: Data(try JSONByteEncoder.encode($0))) } ?? .null
             }
             print(String(decoding: try JSONByteEncoder.encode(JSONValue.object(object)), as: UTF8.self))
         } else {
-            print(table(["service", "address", "status", "uptime", "depends on"], reports.map { service, address, report, error in
-                guard let report else { return [service.rawValue, address, "down", "-", error ?? ""] }
-                let deps = report.dependencies.map { "\($0.name) \($0.status.rawValue)\($0.latencyMs.map { " \($0) ms" } ?? "")" }
-                return [service.rawValue, address, report.status.rawValue, "\(report.uptimeMs / 1000) s", deps.joined(separator: ", ")]
-            }))
+            print(
+                table(
+                    ["service", "address", "status", "uptime", "depends on"],
+                    reports.map { service, address, report, error in
+                        guard let report else { return [service.rawValue, address, "down", "-", error ?? ""] }
+                        let deps = report.dependencies.map { "\($0.name) \($0.status.rawValue)\($0.latencyMs.map { " \($0) ms" } ?? "")" }
+                        return [service.rawValue, address, report.status.rawValue, "\(report.uptimeMs / 1000) s", deps.joined(separator: ", ")]
+                    }))
         }
         if reports.contains(where: { $0.2 == nil }) {
             if !json { printError("a service cannot be reached; start the suite with compose/up.sh, or see its logs in data/logs") }
@@ -61,12 +65,15 @@ struct MethodsCommand: AsyncParsableCommand {
             return
         }
         let methods = document["methods"]?.arrayValue ?? []
-        print(table(["method", "params", "summary"], methods.map { m in
-            let params = (m["params"]?.arrayValue ?? []).compactMap { p -> String? in
-                guard let name = p["name"]?.stringValue else { return nil }
-                return p["required"]?.boolValue == true ? name : name + "?"
-            }
-            return [m["name"]?.stringValue ?? "?", params.joined(separator: ", "), m["summary"]?.stringValue ?? ""]
-        }))
+        print(
+            table(
+                ["method", "params", "summary"],
+                methods.map { m in
+                    let params = (m["params"]?.arrayValue ?? []).compactMap { p -> String? in
+                        guard let name = p["name"]?.stringValue else { return nil }
+                        return p["required"]?.boolValue == true ? name : name + "?"
+                    }
+                    return [m["name"]?.stringValue ?? "?", params.joined(separator: ", "), m["summary"]?.stringValue ?? ""]
+                }))
     }
 }

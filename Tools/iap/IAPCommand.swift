@@ -13,8 +13,10 @@ struct IAPCommand: AsyncParsableCommand {
             `iap accounts login` saves the session (mode 0600) in $IAP_CONFIG, else $XDG_CONFIG_HOME/iap/config.json, else ~/.config/iap/config.json. \
             Exit codes: 0 ok, 1 refused by a service, 2 a service unreachable, 64 usage.
             """,
-        subcommands: [AccountsCommand.self, CatalogCommand.self, ReceiptCommand.self, RedeemCommand.self, RestoreCommand.self,
-                      BalanceCommand.self, LedgerCommand.self, SpendCommand.self, EntitlementsCommand.self, ContentCommand.self,
-                      VerifyCommand.self, ApplyNotificationCommand.self, RevokeCommand.self,
-                      SimCommand.self, HealthCommand.self, MethodsCommand.self, CallCommand.self, DemoCommand.self])
+        subcommands: [
+            AccountsCommand.self, CatalogCommand.self, ReceiptCommand.self, RedeemCommand.self, RestoreCommand.self,
+            BalanceCommand.self, LedgerCommand.self, SpendCommand.self, EntitlementsCommand.self, ContentCommand.self,
+            VerifyCommand.self, ApplyNotificationCommand.self, RevokeCommand.self,
+            SimCommand.self, HealthCommand.self, MethodsCommand.self, CallCommand.self, DemoCommand.self,
+        ])
 }

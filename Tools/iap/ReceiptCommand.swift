@@ -39,7 +39,8 @@ struct ReceiptCommand: AsyncParsableCommand {
             config.allowXcode = allowXcode
             for path in trustAnchors {
                 guard let bytes = FileManager.default.contents(atPath: path),
-                      let cert = try? ReceiptTrust.certificate(from: Array(bytes)) else {
+                    let cert = try? ReceiptTrust.certificate(from: Array(bytes))
+                else {
                     throw ValidationError("--trust-anchor \(path): not a readable DER or PEM certificate")
                 }
                 config.extraRoots.append(cert)
@@ -65,13 +66,19 @@ struct ReceiptCommand: AsyncParsableCommand {
                 "in-app   \(r.inApp.count) purchase\(r.inApp.count == 1 ? "" : "s")",
             ]
             if !r.inApp.isEmpty {
-                let rows = [["product", "transaction", "original", "qty", "purchased", "expires"]] + r.inApp.map {
-                    [$0.productId, $0.transactionId, $0.originalTransactionId ?? "-", $0.quantity, $0.purchaseDate ?? "-",
-                     $0.expiresDate ?? "-"]
-                }
+                let rows =
+                    [["product", "transaction", "original", "qty", "purchased", "expires"]]
+                    + r.inApp.map {
+                        [
+                            $0.productId, $0.transactionId, $0.originalTransactionId ?? "-", $0.quantity, $0.purchaseDate ?? "-",
+                            $0.expiresDate ?? "-",
+                        ]
+                    }
                 let widths = (0..<6).map { c in rows.map { $0[c].count }.max()! }
                 for row in rows {
-                    let line = "  " + row.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
+                    let line =
+                        "  "
+                        + row.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
                         .joined(separator: "  ")
                     lines.append(String(line.reversed().drop { $0 == " " }.reversed()))
                 }
@@ -95,8 +102,10 @@ struct ReceiptCommand: AsyncParsableCommand {
                 guard let parsed = VerificationMode(rawValue: m) else { throw ValidationError("--mode must be local, remote or auto") }
                 return parsed
             }
-            let answer = await ServiceCall(options: client).run(.verification, VerificationVerifyReceipt.self, .init(
-                receiptData: try receiptBase64(file), expectedBundleId: bundleId, deviceIdentifier: deviceIdentifier, mode: verificationMode),
+            let answer = await ServiceCall(options: client).run(
+                .verification, VerificationVerifyReceipt.self,
+                .init(
+                    receiptData: try receiptBase64(file), expectedBundleId: bundleId, deviceIdentifier: deviceIdentifier, mode: verificationMode),
                 human: Inspect.summary)
             if answer.status != 0 { throw ExitCodes.refused }
         }

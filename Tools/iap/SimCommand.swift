@@ -31,8 +31,10 @@ struct SimCommand: AsyncParsableCommand {
     }
 
     /// Calls, prints (the raw JSON answer, or a short human form), and maps failures to exit codes.
-    static func run<M: RPCMethod>(_ method: M.Type, _ params: M.Params, _ common: Common,
-                                  human: (M.Result) -> String) async throws {
+    static func run<M: RPCMethod>(
+        _ method: M.Type, _ params: M.Params, _ common: Common,
+        human: (M.Result) -> String
+    ) async throws {
         await ServiceCall(addr: common.addr, json: common.json).run(.sim, M.self, params, human: human)
     }
 
@@ -50,11 +52,15 @@ struct SimCommand: AsyncParsableCommand {
             guard let productType = ProductType(rawValue: type) else {
                 throw ValidationError("--type must be consumable, nonConsumable, autoRenewable or nonRenewing")
             }
-            try await SimCommand.run(SimPurchase.self, .init(appleId: common.appleId, bundleId: common.bundleId, productId: productId,
-                                                             productType: productType, quantity: quantity,
-                                                             deviceIdentifier: deviceIdentifier, appAccountToken: appAccountToken,
-                                                             environment: common.simEnvironment),
-                                     common) {
+            try await SimCommand.run(
+                SimPurchase.self,
+                .init(
+                    appleId: common.appleId, bundleId: common.bundleId, productId: productId,
+                    productType: productType, quantity: quantity,
+                    deviceIdentifier: deviceIdentifier, appAccountToken: appAccountToken,
+                    environment: common.simEnvironment),
+                common
+            ) {
                 "bought \(productId) (\($0.environment)): transaction \($0.transactionId) (original \($0.originalTransactionId))"
             }
         }
@@ -75,8 +81,12 @@ struct SimCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Restore purchases (new transactions for the same originals).")
         @OptionGroup var common: Common
         func run() async throws {
-            try await SimCommand.run(SimRestore.self, .init(appleId: common.appleId, bundleId: common.bundleId,
-                                                            receipt: common.receiptOptions), common) {
+            try await SimCommand.run(
+                SimRestore.self,
+                .init(
+                    appleId: common.appleId, bundleId: common.bundleId,
+                    receipt: common.receiptOptions), common
+            ) {
                 "restored \($0.signedTransactions.count) transaction(s) (\(common.simEnvironment.appleName))"
             }
         }
@@ -94,8 +104,9 @@ struct SimCommand: AsyncParsableCommand {
     }
 
     struct AdvanceClock: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "advance-clock",
-                                                        abstract: "Move the simulated clock; subscriptions renew as periods pass.")
+        static let configuration = CommandConfiguration(
+            commandName: "advance-clock",
+            abstract: "Move the simulated clock; subscriptions renew as periods pass.")
         @OptionGroup var common: Common
         @Option(help: "Days to move forward.") var days: Int64 = 0
         @Option(help: "Seconds to move forward.") var seconds: Int64 = 0
@@ -110,8 +121,12 @@ struct SimCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Print the current app receipt (base64).")
         @OptionGroup var common: Common
         func run() async throws {
-            try await SimCommand.run(SimReceipt.self, .init(appleId: common.appleId, bundleId: common.bundleId,
-                                                            receipt: common.receiptOptions), common) { $0.receiptData }
+            try await SimCommand.run(
+                SimReceipt.self,
+                .init(
+                    appleId: common.appleId, bundleId: common.bundleId,
+                    receipt: common.receiptOptions), common
+            ) { $0.receiptData }
         }
     }
 
@@ -133,8 +148,9 @@ struct SimCommand: AsyncParsableCommand {
     }
 
     struct TrustAnchor: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "trust-anchor",
-                                                        abstract: "Print the simulator's roots (base64 DER): receipts, then JWS.")
+        static let configuration = CommandConfiguration(
+            commandName: "trust-anchor",
+            abstract: "Print the simulator's roots (base64 DER): receipts, then JWS.")
         @OptionGroup var common: Common
         func run() async throws {
             try await SimCommand.run(SimTrustAnchor.self, EmptyParams(), common) { "receiptRoot \($0.receiptRoot)\njwsRoot \($0.jwsRoot)" }

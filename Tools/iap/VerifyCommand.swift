@@ -18,8 +18,10 @@ struct VerifyCommand: AsyncParsableCommand {
         @Option(name: .customLong("bundle-id"), help: "Expected bundle id (narrows the service's own).") var bundleId: String?
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            let answer = await ServiceCall(options: client).run(.verification, VerificationVerifyTransaction.self,
-                                                                .init(signedTransaction: try textArgument(jws), expectedBundleId: bundleId)) {
+            let answer = await ServiceCall(options: client).run(
+                .verification, VerificationVerifyTransaction.self,
+                .init(signedTransaction: try textArgument(jws), expectedBundleId: bundleId)
+            ) {
                 $0.status == 0
                     ? "VALID    environment \($0.environment ?? "?")  transaction \($0.transaction?["transactionId"]?.stringValue ?? "?")"
                     : "REFUSED  status \($0.status) (\($0.reason ?? "unknown"))"
@@ -34,8 +36,10 @@ struct VerifyCommand: AsyncParsableCommand {
         @Argument(help: "The signedPayload, a file holding it, or - for standard input.") var payload: String
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            let answer = await ServiceCall(options: client).run(.verification, VerificationVerifyNotification.self,
-                                                                .init(signedPayload: try textArgument(payload))) {
+            let answer = await ServiceCall(options: client).run(
+                .verification, VerificationVerifyNotification.self,
+                .init(signedPayload: try textArgument(payload))
+            ) {
                 $0.status == 0
                     ? "VALID    \($0.notification?["notificationType"]?.stringValue ?? "?") \($0.notification?["subtype"]?.stringValue ?? "")"
                     : "REFUSED  status \($0.status) (\($0.reason ?? "unknown"))"
@@ -53,8 +57,10 @@ struct ApplyNotificationCommand: AsyncParsableCommand {
     var payload: String
     @OptionGroup var client: ClientOptions
     func run() async throws {
-        await ServiceCall(options: client).run(.fulfillment, FulfillmentApplyNotification.self,
-                                               .init(signedPayload: try textArgument(payload))) {
+        await ServiceCall(options: client).run(
+            .fulfillment, FulfillmentApplyNotification.self,
+            .init(signedPayload: try textArgument(payload))
+        ) {
             $0.applied ? "applied" : "not applied (a type this server does not act on, or a purchase it cannot place)"
         }
     }
@@ -70,8 +76,10 @@ struct RevokeCommand: AsyncParsableCommand {
     @OptionGroup var client: ClientOptions
     func run() async throws {
         guard let token = resolveAdminToken(adminToken) else { throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN") }
-        await ServiceCall(options: client).run(.fulfillment, FulfillmentRevokeTransaction.self,
-                                               .init(adminToken: token, transactionId: transactionId, reason: reason)) { _ in
+        await ServiceCall(options: client).run(
+            .fulfillment, FulfillmentRevokeTransaction.self,
+            .init(adminToken: token, transactionId: transactionId, reason: reason)
+        ) { _ in
             "revoked \(transactionId)"
         }
     }

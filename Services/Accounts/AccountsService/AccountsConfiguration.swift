@@ -24,4 +24,3 @@ public struct AccountsConfiguration: Sendable {
 
     public init() {}
 }
-

@@ -19,8 +19,9 @@ public final class AccountsService: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
-        self.hasher = PasswordHasher(parameters: configuration.passwordHashing, concurrency: configuration.hashingConcurrency,
-                                     maxPending: configuration.hashingQueueLimit)
+        self.hasher = PasswordHasher(
+            parameters: configuration.passwordHashing, concurrency: configuration.hashingConcurrency,
+            maxPending: configuration.hashingQueueLimit)
     }
 
     /// scrypt derivations run so far (tests read it to count password guesses).
@@ -40,8 +41,9 @@ public final class AccountsService: Sendable {
             try await admit([LoginThrottlePolicy.registrationKey(clientAddress)], detail: "too many registrations from this address")
         }
         let hash = try await run { try await self.hasher.hash(p.password) }
-        let account = AccountRow(id: UUID().uuidString.lowercased(), username: display, passwordHash: hash,
-                                               appAccountToken: UUID().uuidString.lowercased())
+        let account = AccountRow(
+            id: UUID().uuidString.lowercased(), username: display, passwordHash: hash,
+            appAccountToken: UUID().uuidString.lowercased())
         let now = clock.nowMs
         let (token, session) = newSession(deviceName: p.deviceName, nowMs: now)
         let outcome = try await run { try await self.store.createAccount(account, usernameKey: key, session: session, nowMs: now) }
@@ -49,8 +51,9 @@ public final class AccountsService: Sendable {
             throw RPCError.conflict("username \"\(display)\" is taken", reason: "usernameTaken")
         }
         logger.info("account registered", metadata: ["accountId": "\(account.id)"])
-        return SignedIn(accountId: account.id, appAccountToken: account.appAccountToken,
-                        session: SessionToken(token: token, expiresAtMs: session.expiresAtMs))
+        return SignedIn(
+            accountId: account.id, appAccountToken: account.appAccountToken,
+            session: SessionToken(token: token, expiresAtMs: session.expiresAtMs))
     }
 
     /// Same reply, same error and the same work whether the username exists or not; failures count
@@ -88,20 +91,23 @@ public final class AccountsService: Sendable {
         let (token, session) = newSession(deviceName: p.deviceName, nowMs: now)
         let cap = configuration.maxSessionsPerAccount
         try await run { try await self.store.addSession(session, accountId: account.id, nowMs: now, cap: cap) }
-        return SignedIn(accountId: account.id, appAccountToken: account.appAccountToken,
-                        session: SessionToken(token: token, expiresAtMs: session.expiresAtMs))
+        return SignedIn(
+            accountId: account.id, appAccountToken: account.appAccountToken,
+            session: SessionToken(token: token, expiresAtMs: session.expiresAtMs))
     }
 
-    private static let invalidCredentials = RPCError(code: .unauthenticated, message: "invalid username or password",
-                                                     reason: "invalidCredentials")
+    private static let invalidCredentials = RPCError(
+        code: .unauthenticated, message: "invalid username or password",
+        reason: "invalidCredentials")
 
     /// Refuses the attempt while any key is locked; otherwise counts it against every key, atomically.
     private func admit(_ keys: [String], detail: String) async throws(RPCError) {
         let now = clock.nowMs
         let policy = configuration.throttle
         let wait = try await run {
-            try await self.store.admitAttempt(keys: keys, wait: { _, state in policy.retryAfterMs(state, nowMs: now) },
-                                              record: { key, state in policy.recordingFailure(state, key: key, nowMs: now) })
+            try await self.store.admitAttempt(
+                keys: keys, wait: { _, state in policy.retryAfterMs(state, nowMs: now) },
+                record: { key, state in policy.recordingFailure(state, key: key, nowMs: now) })
         }
         if wait > 0 { throw RPCError.rateLimited(retryAfterMs: wait, detail: detail) }
     }
@@ -112,8 +118,9 @@ public final class AccountsService: Sendable {
     /// Synchronous: served from the server's blocking pool (the hot path of the whole suite).
     public func authenticate(_ token: String) throws(RPCError) -> AuthenticatedAccount {
         let session = try currentSession(token)
-        return AuthenticatedAccount(accountId: session.accountId, username: session.username,
-                                    appAccountToken: session.appAccountToken, expiresAtMs: session.expiresAtMs)
+        return AuthenticatedAccount(
+            accountId: session.accountId, username: session.username,
+            appAccountToken: session.appAccountToken, expiresAtMs: session.expiresAtMs)
     }
 
     /// Synchronous (blocking pool), like `authenticate`.
@@ -127,7 +134,8 @@ public final class AccountsService: Sendable {
         let session = try currentSession(p.session)
         try PasswordPolicy.check(p.newPassword, username: session.username, field: "newPassword")
         guard p.currentPassword.utf8.count <= PasswordPolicy.maxBytes,
-              let account = try await run({ try await self.store.account(id: session.accountId) }) else {
+            let account = try await run({ try await self.store.account(id: session.accountId) })
+        else {
             throw Self.invalidCredentials
         }
         let throttleKeys = [LoginThrottlePolicy.usernameKey(account.username.lowercased())]
@@ -139,8 +147,9 @@ public final class AccountsService: Sendable {
         try await run { try await self.store.updateThrottle(keys: throttleKeys) { _, _ in nil } }
         let newHash = try await run { try await self.hasher.hash(p.newPassword) }
         let changed = try await run {
-            try await self.store.changePassword(accountId: account.id, expected: account.passwordHash, new: newHash,
-                                                keepSession: session.tokenHash)
+            try await self.store.changePassword(
+                accountId: account.id, expected: account.passwordHash, new: newHash,
+                keepSession: session.tokenHash)
         }
         guard changed else {
             throw RPCError.conflict("the password was changed concurrently; sign in again", reason: "concurrentChange")
@@ -154,8 +163,9 @@ public final class AccountsService: Sendable {
         let now = clock.nowMs
         let rows = try runBlocking { try self.store.sessions(accountId: current.accountId, nowMs: now) }
         return rows.map {
-            SessionInfo(deviceName: $0.deviceName, createdAtMs: $0.createdAtMs, lastSeenAtMs: $0.lastSeenAtMs,
-                        current: $0.tokenHash == current.tokenHash)
+            SessionInfo(
+                deviceName: $0.deviceName, createdAtMs: $0.createdAtMs, lastSeenAtMs: $0.lastSeenAtMs,
+                current: $0.tokenHash == current.tokenHash)
         }
     }
 
@@ -181,17 +191,22 @@ public final class AccountsService: Sendable {
         if now - session.lastSeenAtMs >= configuration.sessionTouchIntervalMs {
             let expires = sessionExpiry(createdAtMs: session.createdAtMs, nowMs: now)
             try runBlocking { try self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }
-            return SessionRow(tokenHash: session.tokenHash, accountId: session.accountId, username: session.username,
-                                            appAccountToken: session.appAccountToken, deviceName: session.deviceName,
-                                            createdAtMs: session.createdAtMs, lastSeenAtMs: now, expiresAtMs: expires)
+            return SessionRow(
+                tokenHash: session.tokenHash, accountId: session.accountId, username: session.username,
+                appAccountToken: session.appAccountToken, deviceName: session.deviceName,
+                createdAtMs: session.createdAtMs, lastSeenAtMs: now, expiresAtMs: expires)
         }
         return session
     }
 
     private func newSession(deviceName: String?, nowMs: Int64) -> (token: String, session: NewSession) {
         let token = SessionTokens.generate()
-        return (token, NewSession(tokenHash: SessionTokens.hash(token)!, deviceName: deviceName,
-                                               createdAtMs: nowMs, expiresAtMs: sessionExpiry(createdAtMs: nowMs, nowMs: nowMs)))
+        return (
+            token,
+            NewSession(
+                tokenHash: SessionTokens.hash(token)!, deviceName: deviceName,
+                createdAtMs: nowMs, expiresAtMs: sessionExpiry(createdAtMs: nowMs, nowMs: nowMs))
+        )
     }
 
     /// Sliding expiry, never past the absolute lifetime.

@@ -23,8 +23,10 @@ public protocol AccountsStorage: Sendable {
     func deleteSession(tokenHash: Data) throws
     func sessions(accountId: String, nowMs: Int64) throws -> [SessionRow]
     /// Refuses (answering the longest wait) or counts one attempt against every key, atomically.
-    func admitAttempt(keys: [String], wait: @escaping @Sendable (String, ThrottleState?) -> Int64,
-                      record: @escaping @Sendable (String, ThrottleState?) -> ThrottleState) async throws -> Int64
+    func admitAttempt(
+        keys: [String], wait: @escaping @Sendable (String, ThrottleState?) -> Int64,
+        record: @escaping @Sendable (String, ThrottleState?) -> ThrottleState
+    ) async throws -> Int64
     /// Applies `update` to each key's state (nil when absent; a nil result deletes it) in one transaction.
     func updateThrottle(keys: [String], _ update: @escaping @Sendable (String, ThrottleState?) -> ThrottleState?) async throws
     /// Closes the storage after the server has drained.

@@ -31,47 +31,47 @@ public final class AccountsStore: AccountsStorage, Sendable {
     static var migrator: DatabaseMigrator {
         var m = DatabaseMigrator()
         m.registerMigration("v1") { db in
-            try db.execute(sql: """
-                CREATE TABLE account (
-                    id TEXT PRIMARY KEY NOT NULL,
-                    username TEXT NOT NULL,
-                    usernameKey TEXT NOT NULL UNIQUE,
-                    passwordHash TEXT NOT NULL,
-                    appAccountToken TEXT NOT NULL UNIQUE,
-                    createdAtMs INTEGER NOT NULL
-                );
-                CREATE TABLE session (
-                    tokenHash BLOB PRIMARY KEY NOT NULL CHECK (length(tokenHash) = 32),
-                    accountId TEXT NOT NULL REFERENCES account(id) ON DELETE CASCADE,
-                    deviceName TEXT,
-                    createdAtMs INTEGER NOT NULL,
-                    lastSeenAtMs INTEGER NOT NULL,
-                    expiresAtMs INTEGER NOT NULL
-                ) WITHOUT ROWID;
-                CREATE INDEX session_by_account ON session(accountId);
-                CREATE TABLE loginThrottle (
-                    key TEXT PRIMARY KEY NOT NULL,
-                    failures INTEGER NOT NULL CHECK (failures >= 0),
-                    windowStartMs INTEGER NOT NULL,
-                    lockedUntilMs INTEGER NOT NULL
-                ) WITHOUT ROWID;
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE account (
+                        id TEXT PRIMARY KEY NOT NULL,
+                        username TEXT NOT NULL,
+                        usernameKey TEXT NOT NULL UNIQUE,
+                        passwordHash TEXT NOT NULL,
+                        appAccountToken TEXT NOT NULL UNIQUE,
+                        createdAtMs INTEGER NOT NULL
+                    );
+                    CREATE TABLE session (
+                        tokenHash BLOB PRIMARY KEY NOT NULL CHECK (length(tokenHash) = 32),
+                        accountId TEXT NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                        deviceName TEXT,
+                        createdAtMs INTEGER NOT NULL,
+                        lastSeenAtMs INTEGER NOT NULL,
+                        expiresAtMs INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    CREATE INDEX session_by_account ON session(accountId);
+                    CREATE TABLE loginThrottle (
+                        key TEXT PRIMARY KEY NOT NULL,
+                        failures INTEGER NOT NULL CHECK (failures >= 0),
+                        windowStartMs INTEGER NOT NULL,
+                        lockedUntilMs INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    """)
         }
         return m
     }
 
     // MARK: accounts
 
-
-
     /// Creates the account and its first session in one transaction.
     public func createAccount(_ account: AccountRow, usernameKey: String, session: NewSession, nowMs: Int64) async throws -> CreateOutcome {
         try await writer.write { db in
             do {
-                try db.execute(sql: """
-                    INSERT INTO account (id, username, usernameKey, passwordHash, appAccountToken, createdAtMs)
-                    VALUES (?, ?, ?, ?, ?, ?)
-                    """, arguments: [account.id, account.username, usernameKey, account.passwordHash, account.appAccountToken, nowMs])
+                try db.execute(
+                    sql: """
+                        INSERT INTO account (id, username, usernameKey, passwordHash, appAccountToken, createdAtMs)
+                        VALUES (?, ?, ?, ?, ?, ?)
+                        """, arguments: [account.id, account.username, usernameKey, account.passwordHash, account.appAccountToken, nowMs])
             } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
                 return .usernameTaken
             }
@@ -82,15 +82,19 @@ public final class AccountsStore: AccountsStorage, Sendable {
 
     public func account(usernameKey: String) async throws -> AccountRow? {
         try await writer.read { db in
-            try Row.fetchOne(db, sql: "SELECT id, username, passwordHash, appAccountToken FROM account WHERE usernameKey = ?",
-                             arguments: [usernameKey]).map(Self.accountRow)
+            try Row.fetchOne(
+                db, sql: "SELECT id, username, passwordHash, appAccountToken FROM account WHERE usernameKey = ?",
+                arguments: [usernameKey]
+            ).map(Self.accountRow)
         }
     }
 
     public func account(id: String) async throws -> AccountRow? {
         try await writer.read { db in
-            try Row.fetchOne(db, sql: "SELECT id, username, passwordHash, appAccountToken FROM account WHERE id = ?",
-                             arguments: [id]).map(Self.accountRow)
+            try Row.fetchOne(
+                db, sql: "SELECT id, username, passwordHash, appAccountToken FROM account WHERE id = ?",
+                arguments: [id]
+            ).map(Self.accountRow)
         }
     }
 
@@ -103,8 +107,9 @@ public final class AccountsStore: AccountsStorage, Sendable {
     /// Replaces a password hash only if it is still `expected` (a concurrent change wins otherwise).
     public func replacePasswordHash(accountId: String, expected: String, new: String) async throws {
         try await writer.write { db in
-            try db.execute(sql: "UPDATE account SET passwordHash = ? WHERE id = ? AND passwordHash = ?",
-                           arguments: [new, accountId, expected])
+            try db.execute(
+                sql: "UPDATE account SET passwordHash = ? WHERE id = ? AND passwordHash = ?",
+                arguments: [new, accountId, expected])
         }
     }
 
@@ -112,8 +117,9 @@ public final class AccountsStore: AccountsStorage, Sendable {
     /// Returns false if the hash changed since it was read (a concurrent password change).
     public func changePassword(accountId: String, expected: String, new: String, keepSession keep: Data) async throws -> Bool {
         try await writer.write { db in
-            try db.execute(sql: "UPDATE account SET passwordHash = ? WHERE id = ? AND passwordHash = ?",
-                           arguments: [new, accountId, expected])
+            try db.execute(
+                sql: "UPDATE account SET passwordHash = ? WHERE id = ? AND passwordHash = ?",
+                arguments: [new, accountId, expected])
             guard db.changesCount == 1 else { return false }
             try db.execute(sql: "DELETE FROM session WHERE accountId = ? AND tokenHash != ?", arguments: [accountId, keep])
             return true
@@ -126,27 +132,27 @@ public final class AccountsStore: AccountsStorage, Sendable {
 
     // MARK: sessions
 
-
-
     /// Adds a session, drops the account's expired ones, and evicts the oldest beyond `cap`.
     public func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int = .max) async throws {
         try await writer.write { db in
             try db.execute(sql: "DELETE FROM session WHERE accountId = ? AND expiresAtMs <= ?", arguments: [accountId, nowMs])
             try Self.insert(session, accountId: accountId, db: db)
             // The new session always stays; of the others, the newest cap - 1 do.
-            try db.execute(sql: """
-                DELETE FROM session WHERE tokenHash IN (
-                    SELECT tokenHash FROM session WHERE accountId = ? AND tokenHash != ?
-                    ORDER BY createdAtMs DESC, lastSeenAtMs DESC LIMIT -1 OFFSET ?)
-                """, arguments: [accountId, session.tokenHash, max(0, cap - 1)])
+            try db.execute(
+                sql: """
+                    DELETE FROM session WHERE tokenHash IN (
+                        SELECT tokenHash FROM session WHERE accountId = ? AND tokenHash != ?
+                        ORDER BY createdAtMs DESC, lastSeenAtMs DESC LIMIT -1 OFFSET ?)
+                    """, arguments: [accountId, session.tokenHash, max(0, cap - 1)])
         }
     }
 
     private static func insert(_ s: NewSession, accountId: String, db: Database) throws {
-        try db.execute(sql: """
-            INSERT INTO session (tokenHash, accountId, deviceName, createdAtMs, lastSeenAtMs, expiresAtMs)
-            VALUES (?, ?, ?, ?, ?, ?)
-            """, arguments: [s.tokenHash, accountId, s.deviceName, s.createdAtMs, s.createdAtMs, s.expiresAtMs])
+        try db.execute(
+            sql: """
+                INSERT INTO session (tokenHash, accountId, deviceName, createdAtMs, lastSeenAtMs, expiresAtMs)
+                VALUES (?, ?, ?, ?, ?, ?)
+                """, arguments: [s.tokenHash, accountId, s.deviceName, s.createdAtMs, s.createdAtMs, s.expiresAtMs])
     }
 
     /// The session with this token hash, with its account: one indexed lookup, run synchronously
@@ -156,20 +162,24 @@ public final class AccountsStore: AccountsStorage, Sendable {
         // transaction was ~10% of the call (perf).
         try writer.unsafeRead { db in
             // Cached statement: this is the hot path of every account-scoped call in the suite.
-            try Row.fetchOne(db.cachedStatement(sql: """
-                SELECT s.tokenHash, s.accountId, a.username, a.appAccountToken, s.deviceName, s.createdAtMs,
-                       s.lastSeenAtMs, s.expiresAtMs
-                FROM session s JOIN account a ON a.id = s.accountId
-                WHERE s.tokenHash = ?
-                """), arguments: [tokenHash]).map(Self.sessionRow)
+            try Row.fetchOne(
+                db.cachedStatement(
+                    sql: """
+                        SELECT s.tokenHash, s.accountId, a.username, a.appAccountToken, s.deviceName, s.createdAtMs,
+                               s.lastSeenAtMs, s.expiresAtMs
+                        FROM session s JOIN account a ON a.id = s.accountId
+                        WHERE s.tokenHash = ?
+                        """), arguments: [tokenHash]
+            ).map(Self.sessionRow)
         }
     }
 
     /// Records use of a session and slides its expiry, unless it was revoked or expired meanwhile.
     public func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws {
         try writer.write { db in
-            try db.execute(sql: "UPDATE session SET lastSeenAtMs = ?, expiresAtMs = ? WHERE tokenHash = ? AND expiresAtMs > ?",
-                           arguments: [nowMs, expiresAtMs, tokenHash, nowMs])
+            try db.execute(
+                sql: "UPDATE session SET lastSeenAtMs = ?, expiresAtMs = ? WHERE tokenHash = ? AND expiresAtMs > ?",
+                arguments: [nowMs, expiresAtMs, tokenHash, nowMs])
         }
     }
 
@@ -181,31 +191,36 @@ public final class AccountsStore: AccountsStorage, Sendable {
 
     public func sessions(accountId: String, nowMs: Int64) throws -> [SessionRow] {
         try writer.read { db in
-            try Row.fetchAll(db, sql: """
-                SELECT s.tokenHash, s.accountId, a.username, a.appAccountToken, s.deviceName, s.createdAtMs,
-                       s.lastSeenAtMs, s.expiresAtMs
-                FROM session s JOIN account a ON a.id = s.accountId
-                WHERE s.accountId = ? AND s.expiresAtMs > ?
-                ORDER BY s.createdAtMs, s.deviceName, s.tokenHash
-                """, arguments: [accountId, nowMs]).map(Self.sessionRow)
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT s.tokenHash, s.accountId, a.username, a.appAccountToken, s.deviceName, s.createdAtMs,
+                           s.lastSeenAtMs, s.expiresAtMs
+                    FROM session s JOIN account a ON a.id = s.accountId
+                    WHERE s.accountId = ? AND s.expiresAtMs > ?
+                    ORDER BY s.createdAtMs, s.deviceName, s.tokenHash
+                    """, arguments: [accountId, nowMs]
+            ).map(Self.sessionRow)
         }
     }
 
     private static func sessionRow(_ row: Row) -> SessionRow {
-        SessionRow(tokenHash: row["tokenHash"], accountId: row["accountId"], username: row["username"],
-                   appAccountToken: row["appAccountToken"], deviceName: row["deviceName"], createdAtMs: row["createdAtMs"],
-                   lastSeenAtMs: row["lastSeenAtMs"], expiresAtMs: row["expiresAtMs"])
+        SessionRow(
+            tokenHash: row["tokenHash"], accountId: row["accountId"], username: row["username"],
+            appAccountToken: row["appAccountToken"], deviceName: row["deviceName"], createdAtMs: row["createdAtMs"],
+            lastSeenAtMs: row["lastSeenAtMs"], expiresAtMs: row["expiresAtMs"])
     }
 
     // MARK: login throttle
-
 
     public func throttleStates(keys: [String]) async throws -> [String: ThrottleState] {
         try await writer.read { db in
             var out: [String: ThrottleState] = [:]
             for key in keys {
-                if let row = try Row.fetchOne(db, sql: "SELECT failures, windowStartMs, lockedUntilMs FROM loginThrottle WHERE key = ?",
-                                              arguments: [key]) {
+                if let row = try Row.fetchOne(
+                    db, sql: "SELECT failures, windowStartMs, lockedUntilMs FROM loginThrottle WHERE key = ?",
+                    arguments: [key])
+                {
                     out[key] = ThrottleState(failures: row["failures"], windowStartMs: row["windowStartMs"], lockedUntilMs: row["lockedUntilMs"])
                 }
             }
@@ -216,8 +231,10 @@ public final class AccountsStore: AccountsStorage, Sendable {
     /// In one write transaction: when `wait` says any key is locked, answers the longest wait and changes
     /// nothing; otherwise counts this attempt against every key (`record`) and answers 0. Counting before
     /// the password is checked is what stops a batch or many connections from racing the limit.
-    public func admitAttempt(keys: [String], wait: @escaping @Sendable (String, ThrottleState?) -> Int64,
-                             record: @escaping @Sendable (String, ThrottleState?) -> ThrottleState) async throws -> Int64 {
+    public func admitAttempt(
+        keys: [String], wait: @escaping @Sendable (String, ThrottleState?) -> Int64,
+        record: @escaping @Sendable (String, ThrottleState?) -> ThrottleState
+    ) async throws -> Int64 {
         try await writer.write { db in
             var states: [String: ThrottleState] = [:]
             for key in keys { states[key] = try Self.throttleState(key, db) }
@@ -236,11 +253,12 @@ public final class AccountsStore: AccountsStorage, Sendable {
 
     private static func saveThrottle(_ key: String, _ next: ThrottleState?, _ db: Database) throws {
         if let next {
-            try db.execute(sql: """
-                INSERT INTO loginThrottle (key, failures, windowStartMs, lockedUntilMs) VALUES (?, ?, ?, ?)
-                ON CONFLICT(key) DO UPDATE SET failures = excluded.failures, windowStartMs = excluded.windowStartMs,
-                                               lockedUntilMs = excluded.lockedUntilMs
-                """, arguments: [key, next.failures, next.windowStartMs, next.lockedUntilMs])
+            try db.execute(
+                sql: """
+                    INSERT INTO loginThrottle (key, failures, windowStartMs, lockedUntilMs) VALUES (?, ?, ?, ?)
+                    ON CONFLICT(key) DO UPDATE SET failures = excluded.failures, windowStartMs = excluded.windowStartMs,
+                                                   lockedUntilMs = excluded.lockedUntilMs
+                    """, arguments: [key, next.failures, next.windowStartMs, next.lockedUntilMs])
         } else {
             try db.execute(sql: "DELETE FROM loginThrottle WHERE key = ?", arguments: [key])
         }

@@ -120,9 +120,10 @@ public final class PasswordHasher: Sendable {
     }
 
     private static func derive(_ password: String, salt: [UInt8], _ p: ScryptParameters) throws -> [UInt8] {
-        let key = try KDF.Scrypt.deriveKey(from: Array(password.utf8), salt: salt, outputByteCount: hashBytes,
-                                           rounds: 1 << p.logN, blockSize: p.r, parallelism: p.p,
-                                           maxMemory: p.memoryBytes)
+        let key = try KDF.Scrypt.deriveKey(
+            from: Array(password.utf8), salt: salt, outputByteCount: hashBytes,
+            rounds: 1 << p.logN, blockSize: p.r, parallelism: p.p,
+            maxMemory: p.memoryBytes)
         return key.withUnsafeBytes { Array($0) }
     }
 
@@ -136,8 +137,9 @@ public final class PasswordHasher: Sendable {
             values[String(pair[0])] = v
         }
         guard let logN = values["ln"], let r = values["r"], let p = values["p"], (1...22).contains(logN), (1...32).contains(r),
-              (1...16).contains(p),
-              let salt = Data(base64Encoded: String(parts[2])), let hash = Data(base64Encoded: String(parts[3])) else { return nil }
+            (1...16).contains(p),
+            let salt = Data(base64Encoded: String(parts[2])), let hash = Data(base64Encoded: String(parts[3]))
+        else { return nil }
         return (ScryptParameters(logN: logN, r: r, p: p), Array(salt), Array(hash))
     }
 }

@@ -15,10 +15,15 @@ public enum UsernamePolicy {
         guard display.count <= maxLength else {
             throw RPCError.invalidParams("username is longer than \(maxLength) characters", field: "username", reason: "tooLong")
         }
-        guard !display.unicodeScalars.contains(where: { $0.properties.isWhitespace || $0.properties.generalCategory == .control
-                                                        || $0.properties.generalCategory == .format }) else {
-            throw RPCError.invalidParams("username must not contain spaces or control characters", field: "username",
-                                         reason: "invalidUsername")
+        guard
+            !display.unicodeScalars.contains(where: {
+                $0.properties.isWhitespace || $0.properties.generalCategory == .control
+                    || $0.properties.generalCategory == .format
+            })
+        else {
+            throw RPCError.invalidParams(
+                "username must not contain spaces or control characters", field: "username",
+                reason: "invalidUsername")
         }
         let key = display.lowercased().precomposedStringWithCompatibilityMapping
         return (display, key)

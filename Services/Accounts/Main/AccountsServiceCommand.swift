@@ -19,8 +19,9 @@ struct AccountsServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("session-days"), help: "Days a session lives without use (sliding). Default 30.")
     var sessionDays: Int = 30
 
-    @Option(name: .customLong("registrations-per-address"),
-            help: "Registrations from one client address per 15 minutes before it is slowed down (env IAP_REGISTRATIONS_PER_ADDRESS; default 30).")
+    @Option(
+        name: .customLong("registrations-per-address"),
+        help: "Registrations from one client address per 15 minutes before it is slowed down (env IAP_REGISTRATIONS_PER_ADDRESS; default 30).")
     var registrationsPerAddress: Int?
 
     @Option(name: .customLong("session-max-days"), help: "Days a session lives at most, however much it is used. Default 90.")
@@ -56,13 +57,15 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         }
         let store = try AccountsStore.open(directory: options.resolvedDataDir())
         let service = AccountsService(store: store, configuration: config, logger: logger)
-        let server = RPCServer(configuration: options.serverConfiguration(serviceName: "accounts", defaultPort: DefaultPorts.accounts),
-                               router: service.router(), logger: logger)
+        let server = RPCServer(
+            configuration: options.serverConfiguration(serviceName: "accounts", defaultPort: DefaultPorts.accounts),
+            router: service.router(), logger: logger)
         // Resources first: the group stops the server (draining it) before closing them.
-        try await ServiceOptions.runUntilSignalled([
-            ClosingService("accounts.sqlite", logger: logger) { try store.close() },
-            ClosingService("password hasher", logger: logger) { await service.shutdown() },
-            server,
-        ], logger: logger)
+        try await ServiceOptions.runUntilSignalled(
+            [
+                ClosingService("accounts.sqlite", logger: logger) { try store.close() },
+                ClosingService("password hasher", logger: logger) { await service.shutdown() },
+                server,
+            ], logger: logger)
     }
 }

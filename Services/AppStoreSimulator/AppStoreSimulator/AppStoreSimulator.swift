@@ -4,8 +4,8 @@ import GRDB
 import IAPProtocol
 import JSONRPC
 import NIOConcurrencyHelpers
-import Receipts
 import RPCTransport
+import Receipts
 import ServiceSupport
 import X509
 
@@ -38,8 +38,9 @@ public final class AppStoreSimulator: Sendable {
     public var receiptRoot: Certificate { pki.receipts.root }
 
     public func trustAnchor() throws -> SimTrustAnchor.Result {
-        .init(receiptRoot: Data(try SimulatorPKI.der(pki.receipts.root)).base64EncodedString(),
-              jwsRoot: Data(try SimulatorPKI.der(pki.signedPayloads.root)).base64EncodedString())
+        .init(
+            receiptRoot: Data(try SimulatorPKI.der(pki.receipts.root)).base64EncodedString(),
+            jwsRoot: Data(try SimulatorPKI.der(pki.signedPayloads.root)).base64EncodedString())
     }
 
     // MARK: purchases
@@ -50,8 +51,9 @@ public final class AppStoreSimulator: Sendable {
         }
         let quantity = p.quantity ?? 1
         guard (1...10).contains(quantity), p.productType == .consumable || quantity == 1 else {
-            throw RPCError.invalidParams("quantity must be 1-10 (and 1 for anything but consumables)", field: "quantity",
-                                         reason: "invalidQuantity")
+            throw RPCError.invalidParams(
+                "quantity must be 1-10 (and 1 for anything but consumables)", field: "quantity",
+                reason: "invalidQuantity")
         }
         if let token = p.appAccountToken, UUID(uuidString: token) == nil {
             throw RPCError.invalidParams("appAccountToken must be a UUID", field: "appAccountToken", reason: "invalidValue")
@@ -64,13 +66,15 @@ public final class AppStoreSimulator: Sendable {
         let (transaction, receipt) = try write { db -> (SimTransaction, Receipt) in
             let now = try self.now(db)
             if let device = p.deviceIdentifier {
-                try db.execute(sql: "INSERT OR REPLACE INTO simDevice (appleId, bundleId, deviceIdentifier) VALUES (?, ?, ?)",
-                               arguments: [p.appleId, p.bundleId, device])
+                try db.execute(
+                    sql: "INSERT OR REPLACE INTO simDevice (appleId, bundleId, deviceIdentifier) VALUES (?, ?, ?)",
+                    arguments: [p.appleId, p.bundleId, device])
             }
             let id = try SimulatorStore.nextTransactionId(db)
             let history = try SimulatorStore.transactions(appleId: p.appleId, bundleId: p.bundleId, environment: environment, db: db)
             // Buying an owned non-consumable again: a new regular transaction for the same original, no charge.
-            let owned = p.productType == .nonConsumable
+            let owned =
+                p.productType == .nonConsumable
                 ? history.first { $0.productId == p.productId && $0.cancellationDateMs == nil && $0.transactionId == $0.originalTransactionId }
                 : nil
             let t = SimTransaction(
@@ -84,9 +88,10 @@ public final class AppStoreSimulator: Sendable {
             try SimulatorStore.insert(t, db: db)
             return (t, try self.receipt(appleId: p.appleId, bundleId: p.bundleId, environment: p.receipt?.environment ?? environment, db: db))
         }
-        return .init(transactionId: transaction.transactionId, originalTransactionId: transaction.originalTransactionId,
-                     receiptData: try sign(receipt, p.receipt), signedTransaction: try signedTransaction(transaction),
-                     environment: environment.appleName)
+        return .init(
+            transactionId: transaction.transactionId, originalTransactionId: transaction.originalTransactionId,
+            receiptData: try sign(receipt, p.receipt), signedTransaction: try signedTransaction(transaction),
+            environment: environment.appleName)
     }
 
     public func finish(_ p: SimFinishTransaction.Params) throws {
@@ -135,8 +140,9 @@ public final class AppStoreSimulator: Sendable {
                 throw RPCError.conflict("transaction \(p.transactionId) is already refunded", reason: "alreadyRefunded")
             }
             t.cancellationDateMs = try self.now(db)
-            try db.execute(sql: "UPDATE simTransaction SET cancellationDateMs = ? WHERE transactionId = ?",
-                           arguments: [t.cancellationDateMs, t.transactionId])
+            try db.execute(
+                sql: "UPDATE simTransaction SET cancellationDateMs = ? WHERE transactionId = ?",
+                arguments: [t.cancellationDateMs, t.transactionId])
             return t
         }
         return .init(signedPayload: try notification("REFUND", refunded, signedDate: refunded.cancellationDateMs!))
@@ -171,8 +177,9 @@ public final class AppStoreSimulator: Sendable {
             }
             return (now, renewed)
         }
-        return .init(nowMs: now, renewals: renewed.count,
-                     notifications: try renewed.map { try notification("DID_RENEW", $0, signedDate: $0.purchaseDateMs) })
+        return .init(
+            nowMs: now, renewals: renewed.count,
+            notifications: try renewed.map { try notification("DID_RENEW", $0, signedDate: $0.purchaseDateMs) })
     }
 
     /// An App Store Server Notification v2 about one transaction, signed with the JWS chain.
@@ -210,8 +217,9 @@ public final class AppStoreSimulator: Sendable {
         var rng = SystemRandomNumberGenerator()
         for i in opaque.indices { opaque[i] = rng.next() }
         r.opaqueValue = opaque
-        let device = try String.fetchOne(db, sql: "SELECT deviceIdentifier FROM simDevice WHERE appleId = ? AND bundleId = ?",
-                                         arguments: [appleId, bundleId])
+        let device = try String.fetchOne(
+            db, sql: "SELECT deviceIdentifier FROM simDevice WHERE appleId = ? AND bundleId = ?",
+            arguments: [appleId, bundleId])
         let deviceBytes = device.flatMap(ReceiptVerifier.deviceBytes) ?? [UInt8](repeating: 0, count: 16)
         r.sha1Hash = Array(Insecure.SHA1.hash(data: deviceBytes + opaque + r.bundleIdDER))
         r.creationDateMs = now
@@ -241,13 +249,19 @@ public final class AppStoreSimulator: Sendable {
         let signer: ReceiptSigningPKI
         switch options?.signing ?? .valid {
         case .valid: signer = pki.receipts
-        case .expiredChain: signer = try negative(.expiredChain) {
-            try self.pki.receipts.withLeaf(notBefore: Date(timeIntervalSince1970: 1_577_836_800),
-                                           notAfter: Date(timeIntervalSince1970: 1_609_459_200))  // 2020
-        }
-        case .untrustedChain: signer = try negative(.untrustedChain) {
-            try ReceiptSigningPKI.generate({ var o = ReceiptSigningPKI.Options(); o.name = "Untrusted"; return o }())
-        }
+        case .expiredChain:
+            signer = try negative(.expiredChain) {
+                try self.pki.receipts.withLeaf(
+                    notBefore: Date(timeIntervalSince1970: 1_577_836_800),
+                    notAfter: Date(timeIntervalSince1970: 1_609_459_200))  // 2020
+            }
+        case .untrustedChain:
+            signer = try negative(.untrustedChain) {
+                try ReceiptSigningPKI.generate(
+                    {
+                        var o = ReceiptSigningPKI.Options(); o.name = "Untrusted"; return o
+                    }())
+            }
         }
         return Data(try signer.sign(receipt, digest: digest)).base64EncodedString()
     }
@@ -265,7 +279,8 @@ public final class AppStoreSimulator: Sendable {
             "transactionId": t.transactionId, "originalTransactionId": t.originalTransactionId, "bundleId": t.bundleId,
             "productId": t.productId, "purchaseDate": t.purchaseDateMs, "originalPurchaseDate": t.originalPurchaseDateMs,
             "quantity": t.quantity, "type": Self.appleType(t.productType), "inAppOwnershipType": "PURCHASED",
-            "signedDate": t.cancellationDateMs ?? t.purchaseDateMs, "environment": t.environment.appleName, "transactionReason":
+            "signedDate": t.cancellationDateMs ?? t.purchaseDateMs, "environment": t.environment.appleName,
+            "transactionReason":
                 t.reason == "RENEWAL" ? "RENEWAL" : "PURCHASE", "storefront": "USA", "storefrontId": "143441",
             "webOrderLineItemId": String(t.webOrderLineItemId),
         ]

@@ -35,22 +35,23 @@ final class SimulatorStore: Sendable {
         writer = try DatabasePool(path: directory.appendingPathComponent("appstore-sim.sqlite").path, configuration: config)
         var m = DatabaseMigrator()
         m.registerMigration("v1") { db in
-            try db.execute(sql: """
-                CREATE TABLE simTransaction (
-                    transactionId TEXT PRIMARY KEY NOT NULL,
-                    seq INTEGER NOT NULL UNIQUE,
-                    appleId TEXT NOT NULL, bundleId TEXT NOT NULL, productId TEXT NOT NULL, productType TEXT NOT NULL,
-                    quantity INTEGER NOT NULL, originalTransactionId TEXT NOT NULL,
-                    purchaseDateMs INTEGER NOT NULL, originalPurchaseDateMs INTEGER NOT NULL,
-                    expiresDateMs INTEGER, cancellationDateMs INTEGER, finished INTEGER NOT NULL,
-                    reason TEXT NOT NULL, webOrderLineItemId INTEGER NOT NULL, appAccountToken TEXT, periodDays INTEGER
-                );
-                CREATE INDEX simTransaction_by_app ON simTransaction(appleId, bundleId, seq);
-                CREATE TABLE simDevice (appleId TEXT NOT NULL, bundleId TEXT NOT NULL, deviceIdentifier TEXT NOT NULL,
-                                        PRIMARY KEY (appleId, bundleId)) WITHOUT ROWID;
-                CREATE TABLE simState (id INTEGER PRIMARY KEY CHECK (id = 1), clockOffsetMs INTEGER NOT NULL, nextSeq INTEGER NOT NULL);
-                INSERT INTO simState (id, clockOffsetMs, nextSeq) VALUES (1, 0, 1);
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE simTransaction (
+                        transactionId TEXT PRIMARY KEY NOT NULL,
+                        seq INTEGER NOT NULL UNIQUE,
+                        appleId TEXT NOT NULL, bundleId TEXT NOT NULL, productId TEXT NOT NULL, productType TEXT NOT NULL,
+                        quantity INTEGER NOT NULL, originalTransactionId TEXT NOT NULL,
+                        purchaseDateMs INTEGER NOT NULL, originalPurchaseDateMs INTEGER NOT NULL,
+                        expiresDateMs INTEGER, cancellationDateMs INTEGER, finished INTEGER NOT NULL,
+                        reason TEXT NOT NULL, webOrderLineItemId INTEGER NOT NULL, appAccountToken TEXT, periodDays INTEGER
+                    );
+                    CREATE INDEX simTransaction_by_app ON simTransaction(appleId, bundleId, seq);
+                    CREATE TABLE simDevice (appleId TEXT NOT NULL, bundleId TEXT NOT NULL, deviceIdentifier TEXT NOT NULL,
+                                            PRIMARY KEY (appleId, bundleId)) WITHOUT ROWID;
+                    CREATE TABLE simState (id INTEGER PRIMARY KEY CHECK (id = 1), clockOffsetMs INTEGER NOT NULL, nextSeq INTEGER NOT NULL);
+                    INSERT INTO simState (id, clockOffsetMs, nextSeq) VALUES (1, 0, 1);
+                    """)
         }
         m.registerMigration("v2-environment") { db in
             // Purchases made before environments were fixed were shown as Sandbox.
@@ -62,14 +63,18 @@ final class SimulatorStore: Sendable {
     static func insert(_ t: SimTransaction, db: Database) throws {
         let seq = try Int64.fetchOne(db, sql: "SELECT nextSeq FROM simState")!
         try db.execute(sql: "UPDATE simState SET nextSeq = nextSeq + 1")
-        try db.execute(sql: """
-            INSERT INTO simTransaction (transactionId, seq, appleId, bundleId, productId, productType, quantity, originalTransactionId,
-                purchaseDateMs, originalPurchaseDateMs, expiresDateMs, cancellationDateMs, finished, reason, webOrderLineItemId,
-                appAccountToken, periodDays, environment)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, arguments: [t.transactionId, seq, t.appleId, t.bundleId, t.productId, t.productType.rawValue, t.quantity,
-                             t.originalTransactionId, t.purchaseDateMs, t.originalPurchaseDateMs, t.expiresDateMs,
-                             t.cancellationDateMs, t.finished, t.reason, t.webOrderLineItemId, t.appAccountToken, t.periodDays, t.environment.rawValue])
+        try db.execute(
+            sql: """
+                INSERT INTO simTransaction (transactionId, seq, appleId, bundleId, productId, productType, quantity, originalTransactionId,
+                    purchaseDateMs, originalPurchaseDateMs, expiresDateMs, cancellationDateMs, finished, reason, webOrderLineItemId,
+                    appAccountToken, periodDays, environment)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [
+                t.transactionId, seq, t.appleId, t.bundleId, t.productId, t.productType.rawValue, t.quantity,
+                t.originalTransactionId, t.purchaseDateMs, t.originalPurchaseDateMs, t.expiresDateMs,
+                t.cancellationDateMs, t.finished, t.reason, t.webOrderLineItemId, t.appAccountToken, t.periodDays, t.environment.rawValue,
+            ])
     }
 
     /// A new transaction id, Apple-sandbox-like (2000000000 + sequence).
@@ -78,8 +83,10 @@ final class SimulatorStore: Sendable {
     }
 
     static func transactions(appleId: String, bundleId: String, environment: SimEnvironment, db: Database) throws -> [SimTransaction] {
-        try Row.fetchAll(db, sql: "SELECT * FROM simTransaction WHERE appleId = ? AND bundleId = ? AND environment = ? ORDER BY seq",
-                         arguments: [appleId, bundleId, environment.rawValue]).map(row)
+        try Row.fetchAll(
+            db, sql: "SELECT * FROM simTransaction WHERE appleId = ? AND bundleId = ? AND environment = ? ORDER BY seq",
+            arguments: [appleId, bundleId, environment.rawValue]
+        ).map(row)
     }
 
     static func transaction(_ id: String, db: Database) throws -> SimTransaction? {
@@ -91,12 +98,13 @@ final class SimulatorStore: Sendable {
     }
 
     static func row(_ r: Row) -> SimTransaction {
-        SimTransaction(transactionId: r["transactionId"], appleId: r["appleId"], bundleId: r["bundleId"], productId: r["productId"],
-                       productType: ProductType(rawValue: r["productType"]) ?? .consumable, quantity: r["quantity"],
-                       originalTransactionId: r["originalTransactionId"], purchaseDateMs: r["purchaseDateMs"],
-                       originalPurchaseDateMs: r["originalPurchaseDateMs"], expiresDateMs: r["expiresDateMs"],
-                       cancellationDateMs: r["cancellationDateMs"], finished: r["finished"], reason: r["reason"],
-                       webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"],
-                       environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox)
+        SimTransaction(
+            transactionId: r["transactionId"], appleId: r["appleId"], bundleId: r["bundleId"], productId: r["productId"],
+            productType: ProductType(rawValue: r["productType"]) ?? .consumable, quantity: r["quantity"],
+            originalTransactionId: r["originalTransactionId"], purchaseDateMs: r["purchaseDateMs"],
+            originalPurchaseDateMs: r["originalPurchaseDateMs"], expiresDateMs: r["expiresDateMs"],
+            cancellationDateMs: r["cancellationDateMs"], finished: r["finished"], reason: r["reason"],
+            webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"],
+            environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox)
     }
 }

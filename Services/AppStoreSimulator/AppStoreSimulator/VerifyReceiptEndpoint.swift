@@ -87,19 +87,23 @@ public final class VerifyReceiptEndpoint: Sendable {
     }
 
     /// A Hummingbird application serving both endpoints on `host:port`.
-    public func application(host: String, port: Int, logger: Logger,
-                            onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
+    public func application(
+        host: String, port: Int, logger: Logger,
+        onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
         let router = Router()
         for (path, sandbox) in [("verifyReceipt", false), ("sandbox/verifyReceipt", true)] {
             router.post(RouterPath(path)) { request, _ -> Response in
                 let buffer = try await request.body.collect(upTo: 4 << 20)
                 let (status, body) = await self.answer(body: Array(buffer: buffer), sandbox: sandbox)
-                return Response(status: status, headers: [.contentType: "application/json"],
-                                body: .init(byteBuffer: ByteBuffer(bytes: body)))
+                return Response(
+                    status: status, headers: [.contentType: "application/json"],
+                    body: .init(byteBuffer: ByteBuffer(bytes: body)))
             }
         }
-        return Application(router: router, configuration: .init(address: .hostname(host, port: port), serverName: "appstore-sim"),
-                           onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },
-                           logger: logger)
+        return Application(
+            router: router, configuration: .init(address: .hostname(host, port: port), serverName: "appstore-sim"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },
+            logger: logger)
     }
 }

@@ -23,8 +23,9 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
     func run() async throws {
         let logger = options.logger(label: "appstore-sim")
         let simulator = try AppStoreSimulator(directory: options.resolvedDataDir())
-        let endpoint = try VerifyReceiptEndpoint(simulator: simulator,
-                                                 sharedSecret: Environment.resolve(sharedSecret, env: "IAP_SIM_SHARED_SECRET"))
+        let endpoint = try VerifyReceiptEndpoint(
+            simulator: simulator,
+            sharedSecret: Environment.resolve(sharedSecret, env: "IAP_SIM_SHARED_SECRET"))
         logger.warning("this is the App Store SIMULATOR: its receipts are signed by its own test PKI (see sim.trustAnchor)")
         var config = options.serverConfiguration(serviceName: "appstore-sim", defaultPort: DefaultPorts.simulator)
         config.blockingThreads = 2  // RSA signing per call

@@ -52,8 +52,10 @@ public final class CatalogService: Sendable {
         let encoded: [UInt8]
     }
 
-    public init(store: any CatalogStorage, source: any PriceSource, configuration: CatalogConfiguration,
-                clock: ServiceClock = .system, logger: Logger) async throws {
+    public init(
+        store: any CatalogStorage, source: any PriceSource, configuration: CatalogConfiguration,
+        clock: ServiceClock = .system, logger: Logger
+    ) async throws {
         self.store = store
         self.source = source
         self.configuration = configuration
@@ -74,10 +76,11 @@ public final class CatalogService: Sendable {
         let table = try await prices.table(for: storefront)
         // A caller's locale becomes a cache key only as one of the catalog's own (DESIGN.md section 6).
         let key = ListingKey(storefront: storefront, locale: Self.knownLocale(p.locale, in: snapshot))
-        let listing = state.withLockedValue { s -> Listing? in
-            guard let l = s.listings[key], l.revision == snapshot.revision, l.priceVersion == table.version else { return nil }
-            return l
-        } ?? buildListing(key, snapshot: snapshot, table: table)
+        let listing =
+            state.withLockedValue { s -> Listing? in
+                guard let l = s.listings[key], l.revision == snapshot.revision, l.priceVersion == table.version else { return nil }
+                return l
+            } ?? buildListing(key, snapshot: snapshot, table: table)
         if let etag = p.ifNoneMatch, etag == listing.etag {
             return JSONWriter.encodeBody(CatalogListProducts.Result(etag: etag, notModified: true, products: []))!
         }
@@ -150,11 +153,13 @@ public final class CatalogService: Sendable {
     static func present(_ d: ProductDefinition, status: ProductStatus, locale: String?, table: PriceTable?) -> Product {
         let text = localization(d, locale: locale)
         let price = table?.prices[d.productId].map {
-            Price(storefront: $0.storefront, currency: $0.currency, amount: Currencies.formatAmount($0.amountMinor, currency: $0.currency),
-                  formatted: Currencies.display($0.amountMinor, currency: $0.currency, locale: locale))
+            Price(
+                storefront: $0.storefront, currency: $0.currency, amount: Currencies.formatAmount($0.amountMinor, currency: $0.currency),
+                formatted: Currencies.display($0.amountMinor, currency: $0.currency, locale: locale))
         }
-        return Product(productId: d.productId, type: d.type, referenceName: d.referenceName, title: text.title,
-                       description: text.description, status: status, grant: d.grant, price: price)
+        return Product(
+            productId: d.productId, type: d.type, referenceName: d.referenceName, title: text.title,
+            description: text.description, status: status, grant: d.grant, price: price)
     }
 
     static func localization(_ d: ProductDefinition, locale: String?) -> Localization {
@@ -197,15 +202,20 @@ public final class CatalogService: Sendable {
             let path = products.count == 1 && field == "product" ? field : "\(field)[\(i)]"
             try ProductValidation.check(product, field: path)
             guard seen.insert(product.productId).inserted else {
-                throw RPCError.invalidParams("productId \(product.productId) appears twice", field: "\(path).productId",
-                                             reason: "duplicateProductId")
+                throw RPCError.invalidParams(
+                    "productId \(product.productId) appears twice", field: "\(path).productId",
+                    reason: "duplicateProductId")
             }
             if product.prices != nil && !source.acceptsAdminPrices {
                 throw pricesFromFeed
             }
-            validated.append((product, try product.prices.map { ps throws(RPCError) in
-                try ProductValidation.checkPrices(ps, field: "\(path).prices")
-            }))
+            validated.append(
+                (
+                    product,
+                    try product.prices.map { ps throws(RPCError) in
+                        try ProductValidation.checkPrices(ps, field: "\(path).prices")
+                    }
+                ))
         }
         let ready = validated
         try await write { try await self.store.upsert(ready) }

@@ -24,27 +24,27 @@ public final class CatalogStore: CatalogStorage, Sendable {
         self.writer = writer
         var m = DatabaseMigrator()
         m.registerMigration("v1") { db in
-            try db.execute(sql: """
-                CREATE TABLE product (
-                    productId TEXT PRIMARY KEY NOT NULL,
-                    definition TEXT NOT NULL,          -- ProductDefinition JSON (without prices)
-                    status TEXT NOT NULL CHECK (status IN ('active', 'retired'))
-                ) WITHOUT ROWID;
-                CREATE TABLE price (
-                    productId TEXT NOT NULL REFERENCES product(productId) ON DELETE CASCADE,
-                    storefront TEXT NOT NULL CHECK (length(storefront) = 3),
-                    currency TEXT NOT NULL CHECK (length(currency) = 3),
-                    amountMinor INTEGER NOT NULL CHECK (amountMinor >= 0),
-                    PRIMARY KEY (productId, storefront)
-                ) WITHOUT ROWID;
-                CREATE INDEX price_by_storefront ON price(storefront);
-                CREATE TABLE catalogRevision (id INTEGER PRIMARY KEY CHECK (id = 1), revision INTEGER NOT NULL);
-                INSERT INTO catalogRevision (id, revision) VALUES (1, 0);
-                """)
+            try db.execute(
+                sql: """
+                    CREATE TABLE product (
+                        productId TEXT PRIMARY KEY NOT NULL,
+                        definition TEXT NOT NULL,          -- ProductDefinition JSON (without prices)
+                        status TEXT NOT NULL CHECK (status IN ('active', 'retired'))
+                    ) WITHOUT ROWID;
+                    CREATE TABLE price (
+                        productId TEXT NOT NULL REFERENCES product(productId) ON DELETE CASCADE,
+                        storefront TEXT NOT NULL CHECK (length(storefront) = 3),
+                        currency TEXT NOT NULL CHECK (length(currency) = 3),
+                        amountMinor INTEGER NOT NULL CHECK (amountMinor >= 0),
+                        PRIMARY KEY (productId, storefront)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX price_by_storefront ON price(storefront);
+                    CREATE TABLE catalogRevision (id INTEGER PRIMARY KEY CHECK (id = 1), revision INTEGER NOT NULL);
+                    INSERT INTO catalogRevision (id, revision) VALUES (1, 0);
+                    """)
         }
         try m.migrate(writer)
     }
-
 
     public func revision() async throws -> Int64 {
         try await writer.read { db in try Int64.fetchOne(db, sql: "SELECT revision FROM catalogRevision")! }
@@ -73,16 +73,16 @@ public final class CatalogStore: CatalogStorage, Sendable {
                 var stored = definition
                 stored.prices = nil
                 let json = String(decoding: try encoder.encode(stored), as: UTF8.self)
-                try db.execute(sql: """
-                    INSERT INTO product (productId, definition, status) VALUES (?, ?, ?)
-                    ON CONFLICT(productId) DO UPDATE SET definition = excluded.definition, status = excluded.status
-                    """, arguments: [definition.productId, json, (definition.status ?? .active).rawValue])
+                try db.execute(
+                    sql: """
+                        INSERT INTO product (productId, definition, status) VALUES (?, ?, ?)
+                        ON CONFLICT(productId) DO UPDATE SET definition = excluded.definition, status = excluded.status
+                        """, arguments: [definition.productId, json, (definition.status ?? .active).rawValue])
                 if let prices { try Self.replacePrices(db, productId: definition.productId, prices) }
             }
             try Self.bumpRevision(db)
         }
     }
-
 
     public func setPrices(productId: String, _ prices: [StoredPrice]) async throws -> CatalogChange {
         try await writer.write { db in
@@ -106,8 +106,10 @@ public final class CatalogStore: CatalogStorage, Sendable {
     public func prices(storefront: String) async throws -> [String: StoredPrice] {
         try await writer.read { db in
             var out: [String: StoredPrice] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT productId, currency, amountMinor FROM price WHERE storefront = ?",
-                                        arguments: [storefront]) {
+            for row in try Row.fetchAll(
+                db, sql: "SELECT productId, currency, amountMinor FROM price WHERE storefront = ?",
+                arguments: [storefront])
+            {
                 out[row["productId"]] = StoredPrice(storefront: storefront, currency: row["currency"], amountMinor: row["amountMinor"])
             }
             return out
@@ -117,8 +119,9 @@ public final class CatalogStore: CatalogStorage, Sendable {
     private static func replacePrices(_ db: Database, productId: String, _ prices: [StoredPrice]) throws {
         try db.execute(sql: "DELETE FROM price WHERE productId = ?", arguments: [productId])
         for p in prices {
-            try db.execute(sql: "INSERT INTO price (productId, storefront, currency, amountMinor) VALUES (?, ?, ?, ?)",
-                           arguments: [productId, p.storefront, p.currency, p.amountMinor])
+            try db.execute(
+                sql: "INSERT INTO price (productId, storefront, currency, amountMinor) VALUES (?, ?, ?, ?)",
+                arguments: [productId, p.storefront, p.currency, p.amountMinor])
         }
     }
 

@@ -20,12 +20,14 @@ public enum Storefronts {
         "SDN", "SEN", "SGP", "SGS", "SHN", "SJM", "SLB", "SLE", "SLV", "SMR", "SOM", "SPM", "SRB", "SSD", "STP", "SUR",
         "SVK", "SVN", "SWE", "SWZ", "SXM", "SYC", "SYR", "TCA", "TCD", "TGO", "THA", "TJK", "TKL", "TKM", "TLS", "TON",
         "TTO", "TUN", "TUR", "TUV", "TWN", "TZA", "UGA", "UKR", "UMI", "URY", "USA", "UZB", "VAT", "VCT", "VEN", "VGB",
-        "VIR", "VNM", "VUT", "WLF", "WSM", "YEM", "ZAF", "ZMB", "ZWE",    ]
+        "VIR", "VNM", "VUT", "WLF", "WSM", "YEM", "ZAF", "ZMB", "ZWE",
+    ]
 
     public static func check(_ code: String, field: String) throws(RPCError) {
         guard all.contains(code) else {
-            throw RPCError.invalidParams("\"\(code)\" is not an ISO 3166-1 alpha-3 storefront code (e.g. USA, DEU, JPN)",
-                                         field: field, reason: "invalidStorefront")
+            throw RPCError.invalidParams(
+                "\"\(code)\" is not an ISO 3166-1 alpha-3 storefront code (e.g. USA, DEU, JPN)",
+                field: field, reason: "invalidStorefront")
         }
     }
 }
@@ -34,8 +36,10 @@ public enum Storefronts {
 /// travel as decimal strings: never floats.
 public enum Currencies {
     public static let all: Set<String> = Set(Locale.commonISOCurrencyCodes)
-    private static let zeroDecimal: Set<String> = ["BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF",
-                                                   "UGX", "UYI", "VND", "VUV", "XAF", "XOF", "XPF"]
+    private static let zeroDecimal: Set<String> = [
+        "BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF",
+        "UGX", "UYI", "VND", "VUV", "XAF", "XOF", "XPF",
+    ]
     private static let threeDecimal: Set<String> = ["BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"]
 
     public static func minorUnits(_ code: String) -> Int {
@@ -44,8 +48,9 @@ public enum Currencies {
 
     public static func check(_ code: String, field: String) throws(RPCError) {
         guard all.contains(code) else {
-            throw RPCError.invalidParams("\"\(code)\" is not an ISO 4217 currency code (e.g. USD, EUR, JPY)",
-                                         field: field, reason: "invalidCurrency")
+            throw RPCError.invalidParams(
+                "\"\(code)\" is not an ISO 4217 currency code (e.g. USD, EUR, JPY)",
+                field: field, reason: "invalidCurrency")
         }
     }
 
@@ -53,13 +58,15 @@ public enum Currencies {
     public static func parseAmount(_ text: String, currency: String, field: String) throws(RPCError) -> Int64 {
         let digits = minorUnits(currency)
         let parts = text.split(separator: ".", omittingEmptySubsequences: false)
-        let valid = (parts.count == 1 || parts.count == 2)
+        let valid =
+            (parts.count == 1 || parts.count == 2)
             && !parts[0].isEmpty && parts[0].allSatisfy(\.isASCII) && parts[0].allSatisfy(\.isNumber)
             && (parts.count == 1 || (!parts[1].isEmpty && parts[1].count <= digits && parts[1].allSatisfy { $0.isASCII && $0.isNumber }))
             && parts[0].count <= 12
         guard valid, let whole = Int64(parts[0]) else {
-            throw RPCError.invalidParams("amount \"\(text)\" must be a decimal number with at most \(digits) decimals for \(currency)",
-                                         field: field, reason: "invalidAmount")
+            throw RPCError.invalidParams(
+                "amount \"\(text)\" must be a decimal number with at most \(digits) decimals for \(currency)",
+                field: field, reason: "invalidAmount")
         }
         var fraction = parts.count == 2 ? String(parts[1]) : ""
         while fraction.count < digits { fraction += "0" }

@@ -82,8 +82,9 @@ public actor PriceCache {
             return versioned
         case .failure:
             if let fallback { return Versioned(table: fallback.table, version: fallback.version) }
-            throw RPCError.unavailable("prices for \(storefront) are unavailable: the price source \(source.name) failed",
-                                       reason: "priceSourceUnavailable")
+            throw RPCError.unavailable(
+                "prices for \(storefront) are unavailable: the price source \(source.name) failed",
+                reason: "priceSourceUnavailable")
         }
     }
 
@@ -125,11 +126,13 @@ public actor PriceCache {
         case .failure(let error):
             if entries[storefront] != nil {
                 entries[storefront]?.failedAtMs = now
-                logger.warning("price source failed; serving the last good prices",
-                               metadata: ["storefront": "\(storefront)", "source": "\(source.name)", "error": "\(error)"])
+                logger.warning(
+                    "price source failed; serving the last good prices",
+                    metadata: ["storefront": "\(storefront)", "source": "\(source.name)", "error": "\(error)"])
             } else {
-                logger.error("price source failed and no prices are cached",
-                             metadata: ["storefront": "\(storefront)", "source": "\(source.name)", "error": "\(error)"])
+                logger.error(
+                    "price source failed and no prices are cached",
+                    metadata: ["storefront": "\(storefront)", "source": "\(source.name)", "error": "\(error)"])
             }
             return .failure(error)
         }

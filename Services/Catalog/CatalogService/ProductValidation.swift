@@ -16,29 +16,35 @@ public enum ProductValidation {
             try checkLocale(locale, field: "\(field).localizations")
             try nonEmpty(text.title, max: 200, field: "\(field).localizations.\(locale).title")
             guard text.description.count <= 4000 else {
-                throw RPCError.invalidParams("description is longer than 4000 characters",
-                                             field: "\(field).localizations.\(locale).description", reason: "tooLong")
+                throw RPCError.invalidParams(
+                    "description is longer than 4000 characters",
+                    field: "\(field).localizations.\(locale).description", reason: "tooLong")
             }
         }
         guard p.localizations[p.defaultLocale] != nil else {
-            throw RPCError.invalidParams("defaultLocale \"\(p.defaultLocale)\" has no localization", field: "\(field).defaultLocale",
-                                         reason: "missingLocalization")
+            throw RPCError.invalidParams(
+                "defaultLocale \"\(p.defaultLocale)\" has no localization", field: "\(field).defaultLocale",
+                reason: "missingLocalization")
         }
         try checkGrant(p.grant, type: p.type, field: "\(field).grant")
         if let prices = p.prices { try checkPrices(prices, field: "\(field).prices") }
     }
 
     public static func checkProductId(_ id: String, field: String) throws(RPCError) {
-        let allowed = id.unicodeScalars.allSatisfy { $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0)) }
+        let allowed = id.unicodeScalars.allSatisfy {
+            $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0))
+        }
         guard !id.isEmpty, id.count <= 100, allowed else {
-            throw RPCError.invalidParams("productId must be 1-100 characters of letters, digits, '.', '_' or '-'", field: field,
-                                         reason: "invalidProductId")
+            throw RPCError.invalidParams(
+                "productId must be 1-100 characters of letters, digits, '.', '_' or '-'", field: field,
+                reason: "invalidProductId")
         }
     }
 
     static func checkLocale(_ locale: String, field: String) throws(RPCError) {
         let parts = locale.split(separator: "-", omittingEmptySubsequences: false)
-        let ok = (2...3).contains(parts[0].count) && parts[0].allSatisfy { $0.isASCII && $0.isLowercase }
+        let ok =
+            (2...3).contains(parts[0].count) && parts[0].allSatisfy { $0.isASCII && $0.isLowercase }
             && parts.dropFirst().allSatisfy { (2...8).contains($0.count) && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) } }
         guard ok else {
             throw RPCError.invalidParams("\"\(locale)\" is not a locale identifier like en-US", field: field, reason: "invalidLocale")
@@ -97,8 +103,9 @@ public enum ProductValidation {
             try Currencies.check(p.currency, field: "\(field)[\(i)].currency")
             let minor = try Currencies.parseAmount(p.amount, currency: p.currency, field: "\(field)[\(i)].amount")
             guard seen.insert(p.storefront).inserted else {
-                throw RPCError.invalidParams("storefront \(p.storefront) appears twice", field: "\(field)[\(i)].storefront",
-                                             reason: "duplicateStorefront")
+                throw RPCError.invalidParams(
+                    "storefront \(p.storefront) appears twice", field: "\(field)[\(i)].storefront",
+                    reason: "duplicateStorefront")
             }
             out.append(StoredPrice(storefront: p.storefront, currency: p.currency, amountMinor: minor))
         }

@@ -57,9 +57,11 @@ struct CatalogServiceCommand: AsyncParsableCommand {
             }
             logger.info("seeded the catalog", metadata: ["file": "\(seed)", "products": "\(file.products.count)"])
         }
-        let server = RPCServer(configuration: options.serverConfiguration(serviceName: "catalog", defaultPort: DefaultPorts.catalog),
-                               router: service.router(), logger: logger)
-        try await ServiceOptions.runUntilSignalled([ClosingService("catalog.sqlite", logger: logger) { try store.close() }, server],
-                                                   logger: logger)
+        let server = RPCServer(
+            configuration: options.serverConfiguration(serviceName: "catalog", defaultPort: DefaultPorts.catalog),
+            router: service.router(), logger: logger)
+        try await ServiceOptions.runUntilSignalled(
+            [ClosingService("catalog.sqlite", logger: logger) { try store.close() }, server],
+            logger: logger)
     }
 }

@@ -62,9 +62,9 @@ public final class ContentLibrary: Sendable {
         guard Self.isValidId(contentId) else { return nil }
         let path = directory.appendingPathComponent(contentId).path
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-              (attributes[.type] as? FileAttributeType) == .typeRegular,
-              let size = (attributes[.size] as? NSNumber)?.int64Value,
-              let modified = attributes[.modificationDate] as? Date
+            (attributes[.type] as? FileAttributeType) == .typeRegular,
+            let size = (attributes[.size] as? NSNumber)?.int64Value,
+            let modified = attributes[.modificationDate] as? Date
         else { return nil }
         if let cached = digests.withLockedValue({ $0[contentId] }), cached.size == size, cached.modified == modified {
             return Installed(size: size, sha256: cached.sha256)

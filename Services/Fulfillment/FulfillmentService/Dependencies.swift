@@ -33,12 +33,15 @@ public struct Dependencies: FulfillmentDependencies {
     }
 
     /// Addresses as `host:port` (IAP_ACCOUNTS_ADDR and friends); a pool of `connections` per peer.
-    public init(accounts: String, verification: String, catalog: String, connections: Int = 4,
-                deadline: TimeAmount = .seconds(3)) throws(RPCError) {
+    public init(
+        accounts: String, verification: String, catalog: String, connections: Int = 4,
+        deadline: TimeAmount = .seconds(3)
+    ) throws(RPCError) {
         let config = RPCClientConfiguration(connections: connections, callTimeout: deadline)
-        self.init(accounts: try RPCClient(address: accounts, configuration: config),
-                  verification: try RPCClient(address: verification, configuration: config),
-                  catalog: try RPCClient(address: catalog, configuration: config), deadline: deadline)
+        self.init(
+            accounts: try RPCClient(address: accounts, configuration: config),
+            verification: try RPCClient(address: verification, configuration: config),
+            catalog: try RPCClient(address: catalog, configuration: config), deadline: deadline)
     }
 
     public func authenticate(_ session: String) async throws(RPCError) -> AuthenticatedAccount {
@@ -48,9 +51,11 @@ public struct Dependencies: FulfillmentDependencies {
     /// The account an appAccountToken belongs to (internal method); nil when no account has it.
     public func account(appAccountToken: String, internalToken: String) async throws(RPCError) -> String? {
         do {
-            return try await accounts.call(AccountsFindByAppAccountToken.self,
-                                                  .init(appAccountToken: appAccountToken, internalToken: internalToken), timeout: deadline).accountId
-        } catch where error.knownCode == .notFound {
+            return try await accounts.call(
+                AccountsFindByAppAccountToken.self,
+                .init(appAccountToken: appAccountToken, internalToken: internalToken), timeout: deadline
+            ).accountId
+        } catch  where error.knownCode == .notFound {
             return nil
         } catch {
             throw Self.unavailable("accounts", error)
@@ -84,8 +89,10 @@ public struct Dependencies: FulfillmentDependencies {
         await catalog.close()
     }
 
-    private func call<M: RPCMethod>(_ name: String, _ client: RPCClient, _ method: M.Type, _ params: M.Params,
-                                    passThrough: Set<RPCErrorCode> = []) async throws(RPCError) -> M.Result {
+    private func call<M: RPCMethod>(
+        _ name: String, _ client: RPCClient, _ method: M.Type, _ params: M.Params,
+        passThrough: Set<RPCErrorCode> = []
+    ) async throws(RPCError) -> M.Result {
         do {
             return try await client.call(method, params, timeout: deadline)
         } catch {
@@ -95,8 +102,9 @@ public struct Dependencies: FulfillmentDependencies {
     }
 
     private static func unavailable(_ name: String, _ error: RPCError) -> RPCError {
-        var failure = RPCError.unavailable("\(name) could not answer (\(error.message)); nothing was changed, retry later",
-                                           reason: "dependencyUnavailable")
+        var failure = RPCError.unavailable(
+            "\(name) could not answer (\(error.message)); nothing was changed, retry later",
+            reason: "dependencyUnavailable")
         failure.data.extra["dependency"] = .string(name)
         failure.data.extra["dependencyCode"] = .int(Int64(error.code))
         return failure

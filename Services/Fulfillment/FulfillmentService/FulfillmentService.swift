@@ -20,8 +20,10 @@ public final class FulfillmentService: Sendable {
     private let clock: ServiceClock
     private let logger: Logger
 
-    public init(store: any FulfillmentStorage, dependencies: any FulfillmentDependencies, content: ContentLibrary,
-                configuration: FulfillmentConfiguration = .init(), clock: ServiceClock = .system, logger: Logger) {
+    public init(
+        store: any FulfillmentStorage, dependencies: any FulfillmentDependencies, content: ContentLibrary,
+        configuration: FulfillmentConfiguration = .init(), clock: ServiceClock = .system, logger: Logger
+    ) {
         self.store = store
         self.dependencies = dependencies
         self.content = content
@@ -39,8 +41,9 @@ public final class FulfillmentService: Sendable {
             throw RPCError.invalidParams("receiptData or signedTransactions is required", field: "receiptData", reason: "missingField")
         }
         guard signed.count <= configuration.maxSignedTransactions else {
-            throw RPCError.invalidParams("at most \(configuration.maxSignedTransactions) signed transactions per call",
-                                         field: "signedTransactions", reason: "tooMany")
+            throw RPCError.invalidParams(
+                "at most \(configuration.maxSignedTransactions) signed transactions per call",
+                field: "signedTransactions", reason: "tooMany")
         }
         // Who first: an unknown session costs no verification work.
         let account = try await dependencies.authenticate(p.session)
@@ -58,8 +61,10 @@ public final class FulfillmentService: Sendable {
         var planned: [PlannedPurchase] = []
         for purchase in purchases {
             guard let scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment) else {
-                rejected.append(TransactionResult(transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
-                                                  productId: purchase.productId, outcome: .wrongEnvironment, finishable: false))
+                rejected.append(
+                    TransactionResult(
+                        transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
+                        productId: purchase.productId, outcome: .wrongEnvironment, finishable: false))
                 continue
             }
             planned.append(.init(purchase: purchase, rule: rules[purchase.productId], scope: scope))
@@ -67,26 +72,33 @@ public final class FulfillmentService: Sendable {
         let answerScope = p.environment ?? planned.first?.scope ?? .production
         let toApply = planned
         let applied = try await storeCall {
-            try await self.store.apply(toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, mode: mode,
-                                       policy: self.configuration.ownershipPolicy, answerScope: answerScope, nowMs: self.clock.nowMs)
+            try await self.store.apply(
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, mode: mode,
+                policy: self.configuration.ownershipPolicy, answerScope: answerScope, nowMs: self.clock.nowMs)
         }
         for t in applied.transfers {
-            logger.notice("entitlement transferred under the transfer policy", metadata: [
-                "originalTransactionId": "\(t.originalTransactionId)", "fromAccountId": "\(t.from)", "toAccountId": "\(account.accountId)"])
+            logger.notice(
+                "entitlement transferred under the transfer policy",
+                metadata: [
+                    "originalTransactionId": "\(t.originalTransactionId)", "fromAccountId": "\(t.from)", "toAccountId": "\(account.accountId)",
+                ])
         }
-        return RedeemResult(accountId: account.accountId, results: rejected + applied.results, balance: applied.balance,
-                            entitlements: applied.entitlements, owed: applied.owed, environment: answerScope)
+        return RedeemResult(
+            accountId: account.accountId, results: rejected + applied.results, balance: applied.balance,
+            entitlements: applied.entitlements, owed: applied.owed, environment: answerScope)
     }
 
     private func verifiedReceipt(_ receiptData: String, deviceIdentifier: String?) async throws(RPCError) -> [VerifiedPurchase] {
         let answer = try await dependencies.verifyReceipt(.init(receiptData: receiptData, deviceIdentifier: deviceIdentifier))
         guard answer.status == 0 else {
             if Self.isAppleOutage(answer.status) {
-                throw RPCError.unavailable("the receipt could not be verified right now (status \(answer.status)); retry later",
-                                           reason: "verificationUnavailable")
+                throw RPCError.unavailable(
+                    "the receipt could not be verified right now (status \(answer.status)); retry later",
+                    reason: "verificationUnavailable")
             }
-            throw RPCError.invalidReceipt(status: answer.status, reason: answer.reason ?? "invalidReceipt",
-                                          detail: "the receipt failed verification (status \(answer.status)\(answer.reason.map { ", \($0)" } ?? ""))")
+            throw RPCError.invalidReceipt(
+                status: answer.status, reason: answer.reason ?? "invalidReceipt",
+                detail: "the receipt failed verification (status \(answer.status)\(answer.reason.map { ", \($0)" } ?? ""))")
         }
         return try VerifiedPurchase.fromReceipt(answer)
     }
@@ -119,13 +131,16 @@ public final class FulfillmentService: Sendable {
             case .failed(let error): throw error  // a dependency failure fails the whole call: nothing is written
             }
             if result.status == 0, let payload = result.transaction,
-               let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: result.environment) {
+                let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: result.environment)
+            {
                 verified.append(purchase)
             } else {
                 // Ids shown only to help the caller match its queue; nothing unverified is acted upon.
                 let claimed = UnverifiedClaims(jws: jwsList[i])
-                rejected.append(TransactionResult(transactionId: claimed.transactionId, originalTransactionId: claimed.originalTransactionId,
-                                                  productId: claimed.productId, outcome: .rejected, finishable: false))
+                rejected.append(
+                    TransactionResult(
+                        transactionId: claimed.transactionId, originalTransactionId: claimed.originalTransactionId,
+                        productId: claimed.productId, outcome: .rejected, finishable: false))
             }
         }
         return (verified.sorted { ($0.purchaseDateMs, $0.transactionId) < ($1.purchaseDateMs, $1.transactionId) }, rejected)
@@ -193,8 +208,9 @@ public final class FulfillmentService: Sendable {
             throw RPCError.invalidParams("amount must be 1-\(configuration.maxSpend)", field: "amount", reason: "invalidValue")
         }
         guard !p.idempotencyKey.isEmpty, p.idempotencyKey.utf8.count <= configuration.maxIdempotencyKeyBytes else {
-            throw RPCError.invalidParams("idempotencyKey must be 1-\(configuration.maxIdempotencyKeyBytes) bytes",
-                                         field: "idempotencyKey", reason: "invalidValue")
+            throw RPCError.invalidParams(
+                "idempotencyKey must be 1-\(configuration.maxIdempotencyKeyBytes) bytes",
+                field: "idempotencyKey", reason: "invalidValue")
         }
         if let memo = p.memo, memo.utf8.count > configuration.maxMemoBytes {
             throw RPCError.invalidParams("memo is longer than \(configuration.maxMemoBytes) bytes", field: "memo", reason: "tooLong")
@@ -202,8 +218,9 @@ public final class FulfillmentService: Sendable {
         let account = try await dependencies.authenticate(p.session)
         let scope = p.environment ?? .production
         let outcome = try await storeCall {
-            try await self.store.spend(accountId: account.accountId, scope: scope, amount: p.amount, idempotencyKey: p.idempotencyKey,
-                                       memo: p.memo, nowMs: self.clock.nowMs)
+            try await self.store.spend(
+                accountId: account.accountId, scope: scope, amount: p.amount, idempotencyKey: p.idempotencyKey,
+                memo: p.memo, nowMs: self.clock.nowMs)
         }
         switch outcome {
         case .spent(let balance), .replayed(let balance): return .init(balance: balance, environment: scope)
@@ -235,8 +252,9 @@ public final class FulfillmentService: Sendable {
             throw RPCError.invalidParams("length must be 1-\(configuration.maxContentChunk)", field: "length", reason: "invalidValue")
         }
         let account = try await dependencies.authenticate(p.session)
-        guard try await entitledContent(accountId: account.accountId, scope: p.environment ?? .production)
-            .contains(where: { $0.contentId == p.contentId })
+        guard
+            try await entitledContent(accountId: account.accountId, scope: p.environment ?? .production)
+                .contains(where: { $0.contentId == p.contentId })
         else {
             // The same answer whether the content exists or not: no probing of what others bought.
             throw RPCError.forbidden("this account is not entitled to content \(p.contentId)", reason: "notEntitled")
@@ -271,20 +289,22 @@ public final class FulfillmentService: Sendable {
     public func applyNotification(_ p: FulfillmentApplyNotification.Params) async throws(RPCError) -> FulfillmentApplyNotification.Result {
         let answer = try await dependencies.verifyNotification(p.signedPayload)
         guard answer.status == 0, let notification = answer.notification else {
-            throw RPCError.invalidReceipt(status: answer.status, reason: answer.reason ?? "invalidNotification",
-                                          detail: "the notification failed verification (status \(answer.status))")
+            throw RPCError.invalidReceipt(
+                status: answer.status, reason: answer.reason ?? "invalidNotification",
+                detail: "the notification failed verification (status \(answer.status))")
         }
         let type = notification["notificationType"]?.stringValue ?? ""
         // Apple delivers a notification again when it is not sure the first delivery landed: one already
         // applied is answered as applied without being processed twice.
         if let uuid = notification["notificationUUID"]?.stringValue,
-           try await storeCall({ try await self.store.notificationWasApplied(uuid) }) {
+            try await storeCall({ try await self.store.notificationWasApplied(uuid) })
+        {
             logger.info("notification already applied", metadata: ["type": "\(type)", "notificationUUID": "\(uuid)"])
             return .init(applied: true)
         }
         let data = notification["data"]
         guard let info = data?["transactionInfo"],
-              let purchase = VerifiedPurchase.fromSignedTransaction(info, environment: data?["environment"]?.stringValue)
+            let purchase = VerifiedPurchase.fromSignedTransaction(info, environment: data?["environment"]?.stringValue)
         else { return .init(applied: false) }
         // A refund or revocation applies whatever environment the purchase was recorded under (a purchase
         // is recorded once); a grant follows the sandbox policy like a redeem.
@@ -293,8 +313,9 @@ public final class FulfillmentService: Sendable {
         switch type {
         case "REFUND", "REVOKE":
             let outcome = try await storeCall {
-                try await self.store.revoke(transactionId: purchase.transactionId, reason: type == "REFUND" ? "refunded" : "revoked",
-                                            nowMs: now)
+                try await self.store.revoke(
+                    transactionId: purchase.transactionId, reason: type == "REFUND" ? "refunded" : "revoked",
+                    nowMs: now)
             }
             applied = outcome != .notFound
         case "DID_RENEW", "DID_RECOVER", "SUBSCRIBED", "ONE_TIME_CHARGE":
@@ -321,8 +342,9 @@ public final class FulfillmentService: Sendable {
         let rules = try await grantRules(for: [purchase.productId])
         let appAccountToken = token
         let applied = try await storeCall {
-            try await self.store.apply([.init(purchase: purchase, rule: rules[purchase.productId], scope: scope)], accountId: accountId,
-                                       appAccountToken: appAccountToken, mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs)
+            try await self.store.apply(
+                [.init(purchase: purchase, rule: rules[purchase.productId], scope: scope)], accountId: accountId,
+                appAccountToken: appAccountToken, mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs)
         }
         return applied.results.contains { [.granted, .restored, .alreadyGranted].contains($0.outcome) }
     }
@@ -350,8 +372,9 @@ public final class FulfillmentService: Sendable {
         return try await StorageCalls(logger: logger, detail: "the ledger database failed; nothing was committed, retry") { error in
             guard let limit = error as? LedgerLimit else { return nil }
             logger.error("a coin amount is outside the ledger's bounds; nothing was committed", metadata: ["limit": "\(limit)"])
-            return RPCError.conflict("a coin amount would exceed the ledger's bounds (CoinLimits); nothing was committed",
-                                     reason: "coinLimitExceeded")
+            return RPCError.conflict(
+                "a coin amount would exceed the ledger's bounds (CoinLimits); nothing was committed",
+                reason: "coinLimitExceeded")
         }.run(body)
     }
 }
@@ -365,7 +388,8 @@ struct UnverifiedClaims {
 
     init(jws: String) {
         guard let payload = SignedPayloadVerifier.unverifiedPayload(jws),
-              let object = try? JSONDecoder().decode(JSONValue.self, from: Data(payload)) else { return }
+            let object = try? JSONDecoder().decode(JSONValue.self, from: Data(payload))
+        else { return }
         func text(_ key: String) -> String {
             switch object[key] {
             case .string(let s)?: return String(s.prefix(64))

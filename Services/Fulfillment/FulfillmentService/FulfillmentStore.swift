@@ -43,162 +43,164 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
     package static var migrator: DatabaseMigrator {
         var m = DatabaseMigrator()
         m.registerMigration("v1") { db in
-            try db.execute(sql: """
-                CREATE TABLE wallet (
-                    accountId TEXT PRIMARY KEY NOT NULL,
-                    balance INTEGER NOT NULL DEFAULT 0 CHECK (balance >= 0),
-                    -- coins refunded after they were spent: owed, never silently dropped
-                    shortfall INTEGER NOT NULL DEFAULT 0 CHECK (shortfall >= 0)
-                ) WITHOUT ROWID;
+            try db.execute(
+                sql: """
+                    CREATE TABLE wallet (
+                        accountId TEXT PRIMARY KEY NOT NULL,
+                        balance INTEGER NOT NULL DEFAULT 0 CHECK (balance >= 0),
+                        -- coins refunded after they were spent: owed, never silently dropped
+                        shortfall INTEGER NOT NULL DEFAULT 0 CHECK (shortfall >= 0)
+                    ) WITHOUT ROWID;
 
-                CREATE TABLE processedTransaction (
-                    environment TEXT NOT NULL,
-                    transactionId TEXT NOT NULL,
-                    originalTransactionId TEXT NOT NULL,
-                    accountId TEXT NOT NULL,
-                    productId TEXT NOT NULL,
-                    grantKind TEXT NOT NULL,
-                    coinsGranted INTEGER NOT NULL DEFAULT 0 CHECK (coinsGranted >= 0),
-                    purchaseDateMs INTEGER NOT NULL,
-                    expiresDateMs INTEGER,
-                    processedAtMs INTEGER NOT NULL,
-                    revokedAtMs INTEGER,
-                    revokeReason TEXT,
-                    PRIMARY KEY (environment, transactionId)
-                ) WITHOUT ROWID;
-                CREATE INDEX processed_by_transaction ON processedTransaction(transactionId);
-                CREATE INDEX processed_by_original ON processedTransaction(environment, originalTransactionId);
+                    CREATE TABLE processedTransaction (
+                        environment TEXT NOT NULL,
+                        transactionId TEXT NOT NULL,
+                        originalTransactionId TEXT NOT NULL,
+                        accountId TEXT NOT NULL,
+                        productId TEXT NOT NULL,
+                        grantKind TEXT NOT NULL,
+                        coinsGranted INTEGER NOT NULL DEFAULT 0 CHECK (coinsGranted >= 0),
+                        purchaseDateMs INTEGER NOT NULL,
+                        expiresDateMs INTEGER,
+                        processedAtMs INTEGER NOT NULL,
+                        revokedAtMs INTEGER,
+                        revokeReason TEXT,
+                        PRIMARY KEY (environment, transactionId)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX processed_by_transaction ON processedTransaction(transactionId);
+                    CREATE INDEX processed_by_original ON processedTransaction(environment, originalTransactionId);
 
-                CREATE TABLE ownership (
-                    environment TEXT NOT NULL,
-                    originalTransactionId TEXT NOT NULL,
-                    accountId TEXT NOT NULL,
-                    productId TEXT NOT NULL,
-                    boundAtMs INTEGER NOT NULL,
-                    PRIMARY KEY (environment, originalTransactionId)
-                ) WITHOUT ROWID;
+                    CREATE TABLE ownership (
+                        environment TEXT NOT NULL,
+                        originalTransactionId TEXT NOT NULL,
+                        accountId TEXT NOT NULL,
+                        productId TEXT NOT NULL,
+                        boundAtMs INTEGER NOT NULL,
+                        PRIMARY KEY (environment, originalTransactionId)
+                    ) WITHOUT ROWID;
 
-                CREATE TABLE ownershipTransfer (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    environment TEXT NOT NULL,
-                    originalTransactionId TEXT NOT NULL,
-                    fromAccountId TEXT NOT NULL,
-                    toAccountId TEXT NOT NULL,
-                    transferredAtMs INTEGER NOT NULL
-                );
+                    CREATE TABLE ownershipTransfer (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        environment TEXT NOT NULL,
+                        originalTransactionId TEXT NOT NULL,
+                        fromAccountId TEXT NOT NULL,
+                        toAccountId TEXT NOT NULL,
+                        transferredAtMs INTEGER NOT NULL
+                    );
 
-                -- One row per original transaction that grants an entitlement.
-                CREATE TABLE entitlement (
-                    environment TEXT NOT NULL,
-                    originalTransactionId TEXT NOT NULL,
-                    accountId TEXT NOT NULL,
-                    entitlement TEXT NOT NULL,
-                    productId TEXT NOT NULL,
-                    startsAtMs INTEGER NOT NULL,
-                    expiresAtMs INTEGER,            -- NULL: permanent
-                    revokedAtMs INTEGER,
-                    PRIMARY KEY (environment, originalTransactionId)
-                ) WITHOUT ROWID;
-                CREATE INDEX entitlement_by_account ON entitlement(accountId, entitlement);
+                    -- One row per original transaction that grants an entitlement.
+                    CREATE TABLE entitlement (
+                        environment TEXT NOT NULL,
+                        originalTransactionId TEXT NOT NULL,
+                        accountId TEXT NOT NULL,
+                        entitlement TEXT NOT NULL,
+                        productId TEXT NOT NULL,
+                        startsAtMs INTEGER NOT NULL,
+                        expiresAtMs INTEGER,            -- NULL: permanent
+                        revokedAtMs INTEGER,
+                        PRIMARY KEY (environment, originalTransactionId)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX entitlement_by_account ON entitlement(accountId, entitlement);
 
-                CREATE TABLE ledger (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    accountId TEXT NOT NULL,
-                    delta INTEGER NOT NULL,
-                    balance INTEGER NOT NULL CHECK (balance >= 0),
-                    kind TEXT NOT NULL CHECK (kind IN ('grant', 'spend', 'reversal')),
-                    environment TEXT,
-                    transactionId TEXT,
-                    idempotencyKey TEXT,
-                    memo TEXT,
-                    shortfall INTEGER NOT NULL DEFAULT 0 CHECK (shortfall >= 0),
-                    createdAtMs INTEGER NOT NULL,
-                    CHECK (kind != 'grant' OR (delta > 0 AND transactionId IS NOT NULL)),
-                    CHECK (kind != 'spend' OR (delta < 0 AND idempotencyKey IS NOT NULL)),
-                    CHECK (kind != 'reversal' OR (delta <= 0 AND transactionId IS NOT NULL)),
-                    UNIQUE (kind, environment, transactionId),
-                    UNIQUE (accountId, idempotencyKey)
-                );
-                CREATE INDEX ledger_by_account ON ledger(accountId, id);
-                CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger
-                    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
-                CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger
-                    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+                    CREATE TABLE ledger (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        accountId TEXT NOT NULL,
+                        delta INTEGER NOT NULL,
+                        balance INTEGER NOT NULL CHECK (balance >= 0),
+                        kind TEXT NOT NULL CHECK (kind IN ('grant', 'spend', 'reversal')),
+                        environment TEXT,
+                        transactionId TEXT,
+                        idempotencyKey TEXT,
+                        memo TEXT,
+                        shortfall INTEGER NOT NULL DEFAULT 0 CHECK (shortfall >= 0),
+                        createdAtMs INTEGER NOT NULL,
+                        CHECK (kind != 'grant' OR (delta > 0 AND transactionId IS NOT NULL)),
+                        CHECK (kind != 'spend' OR (delta < 0 AND idempotencyKey IS NOT NULL)),
+                        CHECK (kind != 'reversal' OR (delta <= 0 AND transactionId IS NOT NULL)),
+                        UNIQUE (kind, environment, transactionId),
+                        UNIQUE (accountId, idempotencyKey)
+                    );
+                    CREATE INDEX ledger_by_account ON ledger(accountId, id);
+                    CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger
+                        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+                    CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger
+                        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
 
-                CREATE TABLE appliedNotification (
-                    notificationUUID TEXT PRIMARY KEY NOT NULL,
-                    notificationType TEXT NOT NULL,
-                    appliedAtMs INTEGER NOT NULL
-                ) WITHOUT ROWID;
-                """)
+                    CREATE TABLE appliedNotification (
+                        notificationUUID TEXT PRIMARY KEY NOT NULL,
+                        notificationType TEXT NOT NULL,
+                        appliedAtMs INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    """)
         }
         m.registerMigration("v2-scopes-and-debt") { db in
             // DESIGN.md section 6. One environment per purchase: a transaction id, an original's owner
             // and its entitlement can be recorded once, whatever environment a later copy claims. Every
             // account has two scopes (Production, Sandbox), each with its own wallet, ledger and
             // entitlements. Refunds of spent coins are debt (`owed`), repaid by later grants.
-            try db.execute(sql: """
-                DROP INDEX processed_by_transaction;
-                CREATE UNIQUE INDEX processed_one_environment ON processedTransaction(transactionId);
-                CREATE UNIQUE INDEX ownership_one_environment ON ownership(originalTransactionId);
-                CREATE UNIQUE INDEX entitlement_one_environment ON entitlement(originalTransactionId);
-                ALTER TABLE processedTransaction ADD COLUMN scope TEXT NOT NULL DEFAULT 'Production';
-                ALTER TABLE ownership ADD COLUMN scope TEXT NOT NULL DEFAULT 'Production';
-                ALTER TABLE entitlement ADD COLUMN scope TEXT NOT NULL DEFAULT 'Production';
-                DROP INDEX entitlement_by_account;
-                CREATE INDEX entitlement_by_account ON entitlement(accountId, scope, entitlement);
+            try db.execute(
+                sql: """
+                    DROP INDEX processed_by_transaction;
+                    CREATE UNIQUE INDEX processed_one_environment ON processedTransaction(transactionId);
+                    CREATE UNIQUE INDEX ownership_one_environment ON ownership(originalTransactionId);
+                    CREATE UNIQUE INDEX entitlement_one_environment ON entitlement(originalTransactionId);
+                    ALTER TABLE processedTransaction ADD COLUMN scope TEXT NOT NULL DEFAULT 'Production';
+                    ALTER TABLE ownership ADD COLUMN scope TEXT NOT NULL DEFAULT 'Production';
+                    ALTER TABLE entitlement ADD COLUMN scope TEXT NOT NULL DEFAULT 'Production';
+                    DROP INDEX entitlement_by_account;
+                    CREATE INDEX entitlement_by_account ON entitlement(accountId, scope, entitlement);
 
-                CREATE TABLE wallet_v2 (
-                    accountId TEXT NOT NULL,
-                    scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
-                    balance INTEGER NOT NULL DEFAULT 0 CHECK (balance >= 0),
-                    -- coins refunded after they were spent: repaid by later grants before any spend
-                    owed INTEGER NOT NULL DEFAULT 0 CHECK (owed >= 0),
-                    PRIMARY KEY (accountId, scope)
-                ) WITHOUT ROWID;
-                INSERT INTO wallet_v2 (accountId, scope, balance, owed) SELECT accountId, 'Production', balance, shortfall FROM wallet;
-                DROP TABLE wallet;
-                ALTER TABLE wallet_v2 RENAME TO wallet;
+                    CREATE TABLE wallet_v2 (
+                        accountId TEXT NOT NULL,
+                        scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
+                        balance INTEGER NOT NULL DEFAULT 0 CHECK (balance >= 0),
+                        -- coins refunded after they were spent: repaid by later grants before any spend
+                        owed INTEGER NOT NULL DEFAULT 0 CHECK (owed >= 0),
+                        PRIMARY KEY (accountId, scope)
+                    ) WITHOUT ROWID;
+                    INSERT INTO wallet_v2 (accountId, scope, balance, owed) SELECT accountId, 'Production', balance, shortfall FROM wallet;
+                    DROP TABLE wallet;
+                    ALTER TABLE wallet_v2 RENAME TO wallet;
 
-                DROP TRIGGER ledger_no_update;
-                DROP TRIGGER ledger_no_delete;
-                ALTER TABLE ledger RENAME TO ledger_v1;
-                CREATE TABLE ledger (
-                    id INTEGER PRIMARY KEY AUTOINCREMENT,
-                    accountId TEXT NOT NULL,
-                    scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
-                    delta INTEGER NOT NULL,
-                    balance INTEGER NOT NULL CHECK (balance >= 0),
-                    kind TEXT NOT NULL CHECK (kind IN ('grant', 'spend', 'reversal', 'recovery')),
-                    environment TEXT,
-                    transactionId TEXT,
-                    idempotencyKey TEXT,
-                    memo TEXT,
-                    debt INTEGER NOT NULL DEFAULT 0 CHECK (debt >= 0),           -- owed added (reversals)
-                    recovered INTEGER NOT NULL DEFAULT 0 CHECK (recovered >= 0), -- owed repaid (recoveries)
-                    owed INTEGER NOT NULL DEFAULT 0 CHECK (owed >= 0),           -- owed after this row
-                    createdAtMs INTEGER NOT NULL,
-                    CHECK (kind != 'grant' OR (delta > 0 AND transactionId IS NOT NULL)),
-                    CHECK (kind != 'spend' OR (delta < 0 AND idempotencyKey IS NOT NULL)),
-                    CHECK (kind != 'reversal' OR (delta <= 0 AND transactionId IS NOT NULL)),
-                    CHECK (kind != 'recovery' OR (delta < 0 AND recovered = -delta AND transactionId IS NOT NULL)),
-                    CHECK (kind = 'reversal' OR debt = 0),
-                    CHECK (kind = 'recovery' OR recovered = 0),
-                    UNIQUE (kind, transactionId),
-                    UNIQUE (accountId, scope, idempotencyKey)
-                );
-                INSERT INTO ledger (id, accountId, scope, delta, balance, kind, environment, transactionId, idempotencyKey, memo,
-                                    debt, owed, createdAtMs)
-                    SELECT id, accountId, 'Production', delta, balance, kind, environment, transactionId, idempotencyKey, memo,
-                           shortfall, SUM(shortfall) OVER (PARTITION BY accountId ORDER BY id), createdAtMs
-                    FROM ledger_v1;
-                DROP TABLE ledger_v1;
-                CREATE INDEX ledger_by_account ON ledger(accountId, scope, id);
-                CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger
-                    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
-                CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger
-                    BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
-                """)
+                    DROP TRIGGER ledger_no_update;
+                    DROP TRIGGER ledger_no_delete;
+                    ALTER TABLE ledger RENAME TO ledger_v1;
+                    CREATE TABLE ledger (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        accountId TEXT NOT NULL,
+                        scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
+                        delta INTEGER NOT NULL,
+                        balance INTEGER NOT NULL CHECK (balance >= 0),
+                        kind TEXT NOT NULL CHECK (kind IN ('grant', 'spend', 'reversal', 'recovery')),
+                        environment TEXT,
+                        transactionId TEXT,
+                        idempotencyKey TEXT,
+                        memo TEXT,
+                        debt INTEGER NOT NULL DEFAULT 0 CHECK (debt >= 0),           -- owed added (reversals)
+                        recovered INTEGER NOT NULL DEFAULT 0 CHECK (recovered >= 0), -- owed repaid (recoveries)
+                        owed INTEGER NOT NULL DEFAULT 0 CHECK (owed >= 0),           -- owed after this row
+                        createdAtMs INTEGER NOT NULL,
+                        CHECK (kind != 'grant' OR (delta > 0 AND transactionId IS NOT NULL)),
+                        CHECK (kind != 'spend' OR (delta < 0 AND idempotencyKey IS NOT NULL)),
+                        CHECK (kind != 'reversal' OR (delta <= 0 AND transactionId IS NOT NULL)),
+                        CHECK (kind != 'recovery' OR (delta < 0 AND recovered = -delta AND transactionId IS NOT NULL)),
+                        CHECK (kind = 'reversal' OR debt = 0),
+                        CHECK (kind = 'recovery' OR recovered = 0),
+                        UNIQUE (kind, transactionId),
+                        UNIQUE (accountId, scope, idempotencyKey)
+                    );
+                    INSERT INTO ledger (id, accountId, scope, delta, balance, kind, environment, transactionId, idempotencyKey, memo,
+                                        debt, owed, createdAtMs)
+                        SELECT id, accountId, 'Production', delta, balance, kind, environment, transactionId, idempotencyKey, memo,
+                               shortfall, SUM(shortfall) OVER (PARTITION BY accountId ORDER BY id), createdAtMs
+                        FROM ledger_v1;
+                    DROP TABLE ledger_v1;
+                    CREATE INDEX ledger_by_account ON ledger(accountId, scope, id);
+                    CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger
+                        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+                    CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger
+                        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+                    """)
         }
         return m
     }
@@ -207,11 +209,14 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
 
     /// Records and grants every purchase in ONE write transaction (`GrantRules.apply`); the answer is
     /// what was committed, with the balance and entitlements of `answerScope`.
-    public func apply(_ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
-                      policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64) async throws -> AppliedPurchases {
+    public func apply(
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
+        policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
+    ) async throws -> AppliedPurchases {
         try await commits.write { db in
-            try GrantRules.apply(planned, accountId: accountId, appAccountToken: appAccountToken, mode: mode, policy: policy,
-                                 answerScope: answerScope, nowMs: nowMs, in: SQLiteFulfillmentTransaction(db: db))
+            try GrantRules.apply(
+                planned, accountId: accountId, appAccountToken: appAccountToken, mode: mode, policy: policy,
+                answerScope: answerScope, nowMs: nowMs, in: SQLiteFulfillmentTransaction(db: db))
         }
     }
 
@@ -225,18 +230,23 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
     }
 
     /// Spends once per (account, scope, idempotency key) (`GrantRules.spend`).
-    public func spend(accountId: String, scope: AccountScope = .production, amount: Int64, idempotencyKey: String, memo: String?,
-                      nowMs: Int64) async throws -> SpendOutcome {
+    public func spend(
+        accountId: String, scope: AccountScope = .production, amount: Int64, idempotencyKey: String, memo: String?,
+        nowMs: Int64
+    ) async throws -> SpendOutcome {
         try await commits.write { db in
-            try GrantRules.spend(Holder(accountId: accountId, scope: scope), amount: amount, idempotencyKey: idempotencyKey, memo: memo,
-                                 nowMs: nowMs, in: SQLiteFulfillmentTransaction(db: db))
+            try GrantRules.spend(
+                Holder(accountId: accountId, scope: scope), amount: amount, idempotencyKey: idempotencyKey, memo: memo,
+                nowMs: nowMs, in: SQLiteFulfillmentTransaction(db: db))
         }
     }
 
     /// Records a notification id; false if it was already applied (App Store retries deliver twice).
     public func markNotificationApplied(_ uuid: String, type: String, nowMs: Int64) async throws -> Bool {
         try await commits.write { db in
-            try db.cachedStatement(sql: "INSERT OR IGNORE INTO appliedNotification (notificationUUID, notificationType, appliedAtMs) VALUES (?, ?, ?)").execute(arguments: [uuid, type, nowMs])
+            try db.cachedStatement(
+                sql: "INSERT OR IGNORE INTO appliedNotification (notificationUUID, notificationType, appliedAtMs) VALUES (?, ?, ?)"
+            ).execute(arguments: [uuid, type, nowMs])
             return db.changesCount == 1
         }
     }
@@ -275,14 +285,17 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
         -> (entries: [LedgerEntry], next: Int64?)
     {
         try await writer.read { db in
-            let rows = try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT id, delta, balance, kind, transactionId, memo, debt, recovered, owed, createdAtMs FROM ledger
-                WHERE accountId = ? AND scope = ? AND id > ? ORDER BY id LIMIT ?
-                """), arguments: [accountId, scope.rawValue, after, limit + 1])
+            let rows = try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT id, delta, balance, kind, transactionId, memo, debt, recovered, owed, createdAtMs FROM ledger
+                        WHERE accountId = ? AND scope = ? AND id > ? ORDER BY id LIMIT ?
+                        """), arguments: [accountId, scope.rawValue, after, limit + 1])
             let entries = rows.prefix(limit).map { row -> LedgerEntry in
-                var e = LedgerEntry(id: row["id"], delta: row["delta"], balance: row["balance"],
-                                    kind: LedgerKind(rawValue: row["kind"]) ?? .grant, transactionId: row["transactionId"],
-                                    memo: row["memo"], createdAtMs: row["createdAtMs"])
+                var e = LedgerEntry(
+                    id: row["id"], delta: row["delta"], balance: row["balance"],
+                    kind: LedgerKind(rawValue: row["kind"]) ?? .grant, transactionId: row["transactionId"],
+                    memo: row["memo"], createdAtMs: row["createdAtMs"])
                 let debt: Int64 = row["debt"], recovered: Int64 = row["recovered"], owed: Int64 = row["owed"]
                 if debt > 0 { e.shortfall = debt }
                 if recovered > 0 { e.recovered = recovered }
@@ -299,16 +312,18 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
     /// deltas and `owed` the sum of debts less the sum of recoveries.
     package func ledgerMismatches() async throws -> [String] {
         try await writer.read { db in
-            try String.fetchAll(db, sql: """
-                SELECT w.accountId FROM wallet w
-                LEFT JOIN (SELECT accountId, scope, SUM(delta) AS total, SUM(debt) - SUM(recovered) AS owed
-                           FROM ledger GROUP BY accountId, scope) l
-                  ON l.accountId = w.accountId AND l.scope = w.scope
-                WHERE w.balance != COALESCE(l.total, 0) OR w.owed != COALESCE(l.owed, 0)
-                UNION
-                SELECT l.accountId FROM ledger l LEFT JOIN wallet w ON w.accountId = l.accountId AND w.scope = l.scope
-                WHERE w.accountId IS NULL
-                """)
+            try String.fetchAll(
+                db,
+                sql: """
+                    SELECT w.accountId FROM wallet w
+                    LEFT JOIN (SELECT accountId, scope, SUM(delta) AS total, SUM(debt) - SUM(recovered) AS owed
+                               FROM ledger GROUP BY accountId, scope) l
+                      ON l.accountId = w.accountId AND l.scope = w.scope
+                    WHERE w.balance != COALESCE(l.total, 0) OR w.owed != COALESCE(l.owed, 0)
+                    UNION
+                    SELECT l.accountId FROM ledger l LEFT JOIN wallet w ON w.accountId = l.accountId AND w.scope = l.scope
+                    WHERE w.accountId IS NULL
+                    """)
         }
     }
 
@@ -324,14 +339,18 @@ struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
     let db: Database
 
     func owner(original: String) throws -> Holder? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT accountId, scope FROM ownership WHERE originalTransactionId = ?"),
-                         arguments: [original]).map { Holder(accountId: $0["accountId"], scope: Self.scope($0["scope"])) }
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT accountId, scope FROM ownership WHERE originalTransactionId = ?"),
+            arguments: [original]
+        ).map { Holder(accountId: $0["accountId"], scope: Self.scope($0["scope"])) }
     }
 
     func bind(_ p: VerifiedPurchase, to holder: Holder, nowMs: Int64) throws {
-        try db.cachedStatement(sql: """
-            INSERT INTO ownership (environment, originalTransactionId, accountId, scope, productId, boundAtMs) VALUES (?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [p.environment, p.originalTransactionId, holder.accountId, holder.scope.rawValue, p.productId, nowMs])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO ownership (environment, originalTransactionId, accountId, scope, productId, boundAtMs) VALUES (?, ?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [p.environment, p.originalTransactionId, holder.accountId, holder.scope.rawValue, p.productId, nowMs])
     }
 
     func transfer(_ p: VerifiedPurchase, from accountId: String, to holder: Holder, nowMs: Int64) throws {
@@ -339,30 +358,40 @@ struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
             .execute(arguments: [holder.accountId, holder.scope.rawValue, nowMs, p.originalTransactionId])
         try db.cachedStatement(sql: "UPDATE entitlement SET accountId = ?, scope = ? WHERE originalTransactionId = ?")
             .execute(arguments: [holder.accountId, holder.scope.rawValue, p.originalTransactionId])
-        try db.cachedStatement(sql: """
-            INSERT INTO ownershipTransfer (environment, originalTransactionId, fromAccountId, toAccountId, transferredAtMs)
-            VALUES (?, ?, ?, ?, ?)
-            """).execute(arguments: [p.environment, p.originalTransactionId, accountId, holder.accountId, nowMs])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO ownershipTransfer (environment, originalTransactionId, fromAccountId, toAccountId, transferredAtMs)
+                VALUES (?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [p.environment, p.originalTransactionId, accountId, holder.accountId, nowMs])
     }
 
     func processed(_ transactionId: String) throws -> ProcessedTransaction? {
-        try Row.fetchOne(db.cachedStatement(sql: """
-            SELECT environment, accountId, scope, originalTransactionId, productId, grantKind, coinsGranted, revokedAtMs
-            FROM processedTransaction WHERE transactionId = ?
-            """), arguments: [transactionId]).map {
-            ProcessedTransaction(environment: $0["environment"], holder: Holder(accountId: $0["accountId"], scope: Self.scope($0["scope"])),
-                                 originalTransactionId: $0["originalTransactionId"], productId: $0["productId"], grantKind: $0["grantKind"],
-                                 coinsGranted: $0["coinsGranted"], revokedAtMs: $0["revokedAtMs"])
+        try Row.fetchOne(
+            db.cachedStatement(
+                sql: """
+                    SELECT environment, accountId, scope, originalTransactionId, productId, grantKind, coinsGranted, revokedAtMs
+                    FROM processedTransaction WHERE transactionId = ?
+                    """), arguments: [transactionId]
+        ).map {
+            ProcessedTransaction(
+                environment: $0["environment"], holder: Holder(accountId: $0["accountId"], scope: Self.scope($0["scope"])),
+                originalTransactionId: $0["originalTransactionId"], productId: $0["productId"], grantKind: $0["grantKind"],
+                coinsGranted: $0["coinsGranted"], revokedAtMs: $0["revokedAtMs"])
         }
     }
 
     func recordProcessed(_ p: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) throws {
-        try db.cachedStatement(sql: """
-            INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, scope, productId, grantKind,
-                                              coinsGranted, purchaseDateMs, expiresDateMs, processedAtMs)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [p.environment, p.transactionId, p.originalTransactionId, holder.accountId, holder.scope.rawValue,
-                                     p.productId, grantKind, coins, p.purchaseDateMs, p.expiresDateMs, nowMs])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, scope, productId, grantKind,
+                                                  coinsGranted, purchaseDateMs, expiresDateMs, processedAtMs)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [
+            p.environment, p.transactionId, p.originalTransactionId, holder.accountId, holder.scope.rawValue,
+            p.productId, grantKind, coins, p.purchaseDateMs, p.expiresDateMs, nowMs,
+        ])
     }
 
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws {
@@ -374,14 +403,18 @@ struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
         "environment, originalTransactionId, accountId, scope, entitlement, productId, startsAtMs, expiresAtMs, revokedAtMs"
 
     func entitlement(original: String) throws -> EntitlementRecord? {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.entitlementColumns) FROM entitlement WHERE originalTransactionId = ?"),
-                         arguments: [original]).map(Self.entitlementRecord)
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT \(Self.entitlementColumns) FROM entitlement WHERE originalTransactionId = ?"),
+            arguments: [original]
+        ).map(Self.entitlementRecord)
     }
 
     func insertEntitlement(_ e: EntitlementRecord) throws {
         try db.cachedStatement(sql: "INSERT INTO entitlement (\(Self.entitlementColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)").execute(
-            arguments: [e.environment, e.originalTransactionId, e.holder.accountId, e.holder.scope.rawValue, e.entitlement, e.productId,
-                        e.startsAtMs, e.expiresAtMs, e.revokedAtMs])
+            arguments: [
+                e.environment, e.originalTransactionId, e.holder.accountId, e.holder.scope.rawValue, e.entitlement, e.productId,
+                e.startsAtMs, e.expiresAtMs, e.revokedAtMs,
+            ])
     }
 
     func updateEntitlement(_ e: EntitlementRecord) throws {
@@ -390,36 +423,50 @@ struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
     }
 
     func entitlements(_ holder: Holder, activeAtMs: Int64?) throws -> [EntitlementRecord] {
-        try Row.fetchAll(db.cachedStatement(sql: """
-            SELECT \(Self.entitlementColumns) FROM entitlement
-            WHERE accountId = ? AND scope = ? AND revokedAtMs IS NULL AND (? IS NULL OR expiresAtMs IS NULL OR expiresAtMs > ?)
-            """), arguments: [holder.accountId, holder.scope.rawValue, activeAtMs, activeAtMs]).map(Self.entitlementRecord)
+        try Row.fetchAll(
+            db.cachedStatement(
+                sql: """
+                    SELECT \(Self.entitlementColumns) FROM entitlement
+                    WHERE accountId = ? AND scope = ? AND revokedAtMs IS NULL AND (? IS NULL OR expiresAtMs IS NULL OR expiresAtMs > ?)
+                    """), arguments: [holder.accountId, holder.scope.rawValue, activeAtMs, activeAtMs]
+        ).map(Self.entitlementRecord)
     }
 
     func wallet(_ holder: Holder) throws -> Wallet {
-        try Row.fetchOne(db.cachedStatement(sql: "SELECT balance, owed FROM wallet WHERE accountId = ? AND scope = ?"),
-                         arguments: [holder.accountId, holder.scope.rawValue]).map { Wallet(balance: $0["balance"], owed: $0["owed"]) }
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT balance, owed FROM wallet WHERE accountId = ? AND scope = ?"),
+            arguments: [holder.accountId, holder.scope.rawValue]
+        ).map { Wallet(balance: $0["balance"], owed: $0["owed"]) }
             ?? Wallet()
     }
 
     func append(_ row: LedgerRow) throws {
-        try db.cachedStatement(sql: """
-            INSERT INTO wallet (accountId, scope, balance, owed) VALUES (?, ?, ?, ?)
-            ON CONFLICT (accountId, scope) DO UPDATE SET balance = excluded.balance, owed = excluded.owed
-            """).execute(arguments: [row.holder.accountId, row.holder.scope.rawValue, row.balance, row.owed])
-        try db.cachedStatement(sql: """
-            INSERT INTO ledger (accountId, scope, delta, balance, kind, environment, transactionId, idempotencyKey, memo,
-                                debt, recovered, owed, createdAtMs)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [row.holder.accountId, row.holder.scope.rawValue, row.delta, row.balance, row.kind.rawValue,
-                                     row.environment, row.transactionId, row.idempotencyKey, row.memo, row.debt, row.recovered, row.owed,
-                                     row.createdAtMs])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO wallet (accountId, scope, balance, owed) VALUES (?, ?, ?, ?)
+                ON CONFLICT (accountId, scope) DO UPDATE SET balance = excluded.balance, owed = excluded.owed
+                """
+        ).execute(arguments: [row.holder.accountId, row.holder.scope.rawValue, row.balance, row.owed])
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO ledger (accountId, scope, delta, balance, kind, environment, transactionId, idempotencyKey, memo,
+                                    debt, recovered, owed, createdAtMs)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """
+        ).execute(arguments: [
+            row.holder.accountId, row.holder.scope.rawValue, row.delta, row.balance, row.kind.rawValue,
+            row.environment, row.transactionId, row.idempotencyKey, row.memo, row.debt, row.recovered, row.owed,
+            row.createdAtMs,
+        ])
     }
 
     func spend(_ holder: Holder, idempotencyKey: String) throws -> RecordedSpend? {
-        try Row.fetchOne(db.cachedStatement(sql: """
-            SELECT delta, balance, memo FROM ledger WHERE accountId = ? AND scope = ? AND idempotencyKey = ?
-            """), arguments: [holder.accountId, holder.scope.rawValue, idempotencyKey]).map {
+        try Row.fetchOne(
+            db.cachedStatement(
+                sql: """
+                    SELECT delta, balance, memo FROM ledger WHERE accountId = ? AND scope = ? AND idempotencyKey = ?
+                    """), arguments: [holder.accountId, holder.scope.rawValue, idempotencyKey]
+        ).map {
             RecordedSpend(delta: $0["delta"], balance: $0["balance"], memo: $0["memo"])
         }
     }
@@ -427,9 +474,10 @@ struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
     private static func scope(_ raw: String) -> AccountScope { AccountScope(rawValue: raw) ?? .production }
 
     private static func entitlementRecord(_ row: Row) -> EntitlementRecord {
-        EntitlementRecord(environment: row["environment"], originalTransactionId: row["originalTransactionId"],
-                          holder: Holder(accountId: row["accountId"], scope: scope(row["scope"])), entitlement: row["entitlement"],
-                          productId: row["productId"], startsAtMs: row["startsAtMs"], expiresAtMs: row["expiresAtMs"],
-                          revokedAtMs: row["revokedAtMs"])
+        EntitlementRecord(
+            environment: row["environment"], originalTransactionId: row["originalTransactionId"],
+            holder: Holder(accountId: row["accountId"], scope: scope(row["scope"])), entitlement: row["entitlement"],
+            productId: row["productId"], startsAtMs: row["startsAtMs"], expiresAtMs: row["expiresAtMs"],
+            revokedAtMs: row["revokedAtMs"])
     }
 }

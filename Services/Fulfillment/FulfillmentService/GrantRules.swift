@@ -33,11 +33,15 @@ public protocol FulfillmentTransaction {
 /// of the engine (`FulfillmentStore` on SQLite; a PostgreSQL store implements the same over its own
 /// `FulfillmentTransaction`), and the reads answer from committed data.
 public protocol FulfillmentStorage: Sendable {
-    func apply(_ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
-               policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64) async throws -> AppliedPurchases
+    func apply(
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
+        policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
+    ) async throws -> AppliedPurchases
     func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome
-    func spend(accountId: String, scope: AccountScope, amount: Int64, idempotencyKey: String, memo: String?,
-               nowMs: Int64) async throws -> SpendOutcome
+    func spend(
+        accountId: String, scope: AccountScope, amount: Int64, idempotencyKey: String, memo: String?,
+        nowMs: Int64
+    ) async throws -> SpendOutcome
     func markNotificationApplied(_ uuid: String, type: String, nowMs: Int64) async throws -> Bool
     func notificationWasApplied(_ uuid: String) async throws -> Bool
     func owner(originalTransactionId: String) async throws -> Holder?
@@ -54,16 +58,20 @@ public protocol FulfillmentStorage: Sendable {
 public enum GrantRules {
     /// Records and grants every purchase; answers what was done and the `answerScope`'s state.
     /// `appAccountToken` is the account's own: a StoreKit 2 purchase made with another belongs to another account.
-    public static func apply(_ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
-                             policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64,
-                             in tx: some FulfillmentTransaction) throws -> AppliedPurchases {
+    public static func apply(
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
+        policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64,
+        in tx: some FulfillmentTransaction
+    ) throws -> AppliedPurchases {
         var results: [TransactionResult] = []
         var transfers: [(String, String)] = []
         for item in planned {
             let p = item.purchase
             func result(_ outcome: RedeemOutcome, finishable: Bool = true) {
-                results.append(TransactionResult(transactionId: p.transactionId, originalTransactionId: p.originalTransactionId,
-                                                 productId: p.productId, outcome: outcome, finishable: finishable))
+                results.append(
+                    TransactionResult(
+                        transactionId: p.transactionId, originalTransactionId: p.originalTransactionId,
+                        productId: p.productId, outcome: outcome, finishable: finishable))
             }
             guard let rule = item.rule else {
                 result(.unknownProduct, finishable: false)  // kept unfinished: retried after a catalog update
@@ -118,25 +126,30 @@ public enum GrantRules {
         }
         let answer = Holder(accountId: accountId, scope: answerScope)
         let wallet = try tx.wallet(answer)
-        return AppliedPurchases(results: results, balance: wallet.balance, owed: wallet.owed,
-                                entitlements: activeEntitlements(try tx.entitlements(answer, activeAtMs: nowMs)), transfers: transfers)
+        return AppliedPurchases(
+            results: results, balance: wallet.balance, owed: wallet.owed,
+            entitlements: activeEntitlements(try tx.entitlements(answer, activeAtMs: nowMs)), transfers: transfers)
     }
 
     /// Grants a new, unrefunded transaction. `firstOfOriginal`: nothing of its original was bound before.
-    static func grant(_ p: VerifiedPurchase, rule: GrantRule, holder: Holder, firstOfOriginal: Bool, nowMs: Int64,
-                      in tx: some FulfillmentTransaction) throws -> RedeemOutcome {
+    static func grant(
+        _ p: VerifiedPurchase, rule: GrantRule, holder: Holder, firstOfOriginal: Bool, nowMs: Int64,
+        in tx: some FulfillmentTransaction
+    ) throws -> RedeemOutcome {
         switch rule {
         case .coins(let perUnit):
             let (coins, overflow) = perUnit.multipliedReportingOverflow(by: p.quantity)
             guard !overflow, coins > 0, coins <= CoinLimits.maxGrant else { throw LedgerLimit.grantTooLarge }
             try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: coins, nowMs: nowMs)
-            let after = try append(holder, delta: coins, kind: .grant, environment: p.environment, transactionId: p.transactionId,
-                                   memo: p.productId, nowMs: nowMs, in: tx)
+            let after = try append(
+                holder, delta: coins, kind: .grant, environment: p.environment, transactionId: p.transactionId,
+                memo: p.productId, nowMs: nowMs, in: tx)
             // Owed coins (refunds of spent coins) are repaid first, in their own row.
             if after.owed > 0 {
                 let repaid = min(after.owed, after.balance)
-                try append(holder, delta: -repaid, kind: .recovery, environment: p.environment, transactionId: p.transactionId,
-                           memo: "repays refunded coins", recovered: repaid, nowMs: nowMs, in: tx)
+                try append(
+                    holder, delta: -repaid, kind: .recovery, environment: p.environment, transactionId: p.transactionId,
+                    memo: "repays refunded coins", recovered: repaid, nowMs: nowMs, in: tx)
             }
             return .granted
         case .permanent(let name):
@@ -162,10 +175,13 @@ public enum GrantRules {
         }
     }
 
-    private static func entitlement(_ p: VerifiedPurchase, _ holder: Holder, _ name: String, startsAtMs: Int64,
-                                    expiresAtMs: Int64?) -> EntitlementRecord {
-        EntitlementRecord(environment: p.environment, originalTransactionId: p.originalTransactionId, holder: holder, entitlement: name,
-                          productId: p.productId, startsAtMs: startsAtMs, expiresAtMs: expiresAtMs)
+    private static func entitlement(
+        _ p: VerifiedPurchase, _ holder: Holder, _ name: String, startsAtMs: Int64,
+        expiresAtMs: Int64?
+    ) -> EntitlementRecord {
+        EntitlementRecord(
+            environment: p.environment, originalTransactionId: p.originalTransactionId, holder: holder, entitlement: name,
+            productId: p.productId, startsAtMs: startsAtMs, expiresAtMs: expiresAtMs)
     }
 
     /// Moves a subscription's end to this transaction's expiry if that is later (a renewal); a renewal
@@ -191,8 +207,9 @@ public enum GrantRules {
         if record.coinsGranted > 0 {
             // Whatever was spent of it is owed, never dropped: later grants repay it first.
             let taken = min(try tx.wallet(record.holder).balance, record.coinsGranted)
-            try append(record.holder, delta: -taken, kind: .reversal, environment: record.environment, transactionId: transactionId,
-                       memo: memo, debt: record.coinsGranted - taken, nowMs: nowMs, in: tx)
+            try append(
+                record.holder, delta: -taken, kind: .reversal, environment: record.environment, transactionId: transactionId,
+                memo: memo, debt: record.coinsGranted - taken, nowMs: nowMs, in: tx)
             return true
         }
         if var entitlement = try tx.entitlement(original: record.originalTransactionId), entitlement.revokedAtMs == nil {
@@ -202,8 +219,9 @@ public enum GrantRules {
                 try restack(entitlement.holder, entitlement: entitlement.entitlement, nowMs: nowMs, in: tx)
             }
         }
-        try append(record.holder, delta: 0, kind: .reversal, environment: record.environment, transactionId: transactionId, memo: memo,
-                   nowMs: nowMs, in: tx)
+        try append(
+            record.holder, delta: 0, kind: .reversal, environment: record.environment, transactionId: transactionId, memo: memo,
+            nowMs: nowMs, in: tx)
         return true
     }
 
@@ -231,23 +249,30 @@ public enum GrantRules {
 
     /// Spends once per (holder, idempotency key): the same key with the same amount and memo answers the
     /// first result, with other params it is a conflict; never while anything is owed, never below zero.
-    public static func spend(_ holder: Holder, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64,
-                             in tx: some FulfillmentTransaction) throws -> SpendOutcome {
+    public static func spend(
+        _ holder: Holder, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64,
+        in tx: some FulfillmentTransaction
+    ) throws -> SpendOutcome {
         if let earlier = try tx.spend(holder, idempotencyKey: idempotencyKey) {
             return earlier.delta == -amount && earlier.memo == memo ? .replayed(balance: earlier.balance) : .keyConflict
         }
         let wallet = try tx.wallet(holder)
         guard wallet.owed == 0 else { return .owes(owed: wallet.owed, balance: wallet.balance) }
         guard wallet.balance >= amount else { return .insufficient(balance: wallet.balance) }
-        return .spent(balance: try append(holder, delta: -amount, kind: .spend, idempotencyKey: idempotencyKey, memo: memo, nowMs: nowMs,
-                                          in: tx).balance)
+        return .spent(
+            balance: try append(
+                holder, delta: -amount, kind: .spend, idempotencyKey: idempotencyKey, memo: memo, nowMs: nowMs,
+                in: tx
+            ).balance)
     }
 
     /// Appends a ledger row with checked arithmetic; answers the holder's wallet after it.
     @discardableResult
-    static func append(_ holder: Holder, delta: Int64, kind: LedgerKind, environment: String? = nil, transactionId: String? = nil,
-                       idempotencyKey: String? = nil, memo: String?, debt: Int64 = 0, recovered: Int64 = 0, nowMs: Int64,
-                       in tx: some FulfillmentTransaction) throws -> Wallet {
+    static func append(
+        _ holder: Holder, delta: Int64, kind: LedgerKind, environment: String? = nil, transactionId: String? = nil,
+        idempotencyKey: String? = nil, memo: String?, debt: Int64 = 0, recovered: Int64 = 0, nowMs: Int64,
+        in tx: some FulfillmentTransaction
+    ) throws -> Wallet {
         let before = try tx.wallet(holder)
         let (balance, balanceOverflow) = before.balance.addingReportingOverflow(delta)
         let (withDebt, debtOverflow) = before.owed.addingReportingOverflow(debt)
@@ -255,9 +280,11 @@ public enum GrantRules {
         guard !balanceOverflow, !debtOverflow, balance >= 0, balance <= CoinLimits.maxBalance, owed >= 0 else {
             throw LedgerLimit.balanceOutOfRange
         }
-        try tx.append(LedgerRow(holder: holder, delta: delta, balance: balance, owed: owed, kind: kind, environment: environment,
-                                transactionId: transactionId, idempotencyKey: idempotencyKey, memo: memo, debt: debt, recovered: recovered,
-                                createdAtMs: nowMs))
+        try tx.append(
+            LedgerRow(
+                holder: holder, delta: delta, balance: balance, owed: owed, kind: kind, environment: environment,
+                transactionId: transactionId, idempotencyKey: idempotencyKey, memo: memo, debt: debt, recovered: recovered,
+                createdAtMs: nowMs))
         return Wallet(balance: balance, owed: owed)
     }
 
@@ -270,8 +297,9 @@ public enum GrantRules {
         var seen = Set<String>()
         return ordered.compactMap { r in
             guard seen.insert(r.entitlement).inserted else { return nil }
-            return Entitlement(entitlement: r.entitlement, productId: r.productId, expiresAtMs: r.expiresAtMs,
-                               originalTransactionId: r.originalTransactionId)
+            return Entitlement(
+                entitlement: r.entitlement, productId: r.productId, expiresAtMs: r.expiresAtMs,
+                originalTransactionId: r.originalTransactionId)
         }
     }
 }

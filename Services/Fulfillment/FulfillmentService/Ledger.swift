@@ -68,8 +68,10 @@ public struct ProcessedTransaction: Sendable, Equatable {
     public var grantKind: String
     public var coinsGranted: Int64
     public var revokedAtMs: Int64?
-    public init(environment: String, holder: Holder, originalTransactionId: String, productId: String, grantKind: String,
-                coinsGranted: Int64, revokedAtMs: Int64?) {
+    public init(
+        environment: String, holder: Holder, originalTransactionId: String, productId: String, grantKind: String,
+        coinsGranted: Int64, revokedAtMs: Int64?
+    ) {
         self.environment = environment; self.holder = holder; self.originalTransactionId = originalTransactionId
         self.productId = productId; self.grantKind = grantKind; self.coinsGranted = coinsGranted; self.revokedAtMs = revokedAtMs
     }
@@ -90,9 +92,11 @@ public struct LedgerRow: Sendable, Equatable {
     public var debt: Int64 = 0
     public var recovered: Int64 = 0
     public var createdAtMs: Int64
-    public init(holder: Holder, delta: Int64, balance: Int64, owed: Int64, kind: LedgerKind, environment: String? = nil,
-                transactionId: String? = nil, idempotencyKey: String? = nil, memo: String? = nil, debt: Int64 = 0, recovered: Int64 = 0,
-                createdAtMs: Int64) {
+    public init(
+        holder: Holder, delta: Int64, balance: Int64, owed: Int64, kind: LedgerKind, environment: String? = nil,
+        transactionId: String? = nil, idempotencyKey: String? = nil, memo: String? = nil, debt: Int64 = 0, recovered: Int64 = 0,
+        createdAtMs: Int64
+    ) {
         self.holder = holder; self.delta = delta; self.balance = balance; self.owed = owed; self.kind = kind
         self.environment = environment; self.transactionId = transactionId; self.idempotencyKey = idempotencyKey; self.memo = memo
         self.debt = debt; self.recovered = recovered; self.createdAtMs = createdAtMs
@@ -110,8 +114,10 @@ public struct EntitlementRecord: Sendable, Equatable {
     /// nil: permanent.
     public var expiresAtMs: Int64?
     public var revokedAtMs: Int64?
-    public init(environment: String, originalTransactionId: String, holder: Holder, entitlement: String, productId: String,
-                startsAtMs: Int64, expiresAtMs: Int64?, revokedAtMs: Int64? = nil) {
+    public init(
+        environment: String, originalTransactionId: String, holder: Holder, entitlement: String, productId: String,
+        startsAtMs: Int64, expiresAtMs: Int64?, revokedAtMs: Int64? = nil
+    ) {
         self.environment = environment; self.originalTransactionId = originalTransactionId; self.holder = holder
         self.entitlement = entitlement; self.productId = productId; self.startsAtMs = startsAtMs; self.expiresAtMs = expiresAtMs
         self.revokedAtMs = revokedAtMs

@@ -17,9 +17,11 @@ public struct VerifiedPurchase: Sendable, Equatable {
     /// StoreKit 2 only: the account token the app passed at purchase.
     public var appAccountToken: String?
 
-    public init(environment: String, transactionId: String, originalTransactionId: String, productId: String,
-                quantity: Int64 = 1, purchaseDateMs: Int64, expiresDateMs: Int64? = nil, cancellationDateMs: Int64? = nil,
-                appAccountToken: String? = nil) {
+    public init(
+        environment: String, transactionId: String, originalTransactionId: String, productId: String,
+        quantity: Int64 = 1, purchaseDateMs: Int64, expiresDateMs: Int64? = nil, cancellationDateMs: Int64? = nil,
+        appAccountToken: String? = nil
+    ) {
         self.environment = environment; self.transactionId = transactionId
         self.originalTransactionId = originalTransactionId; self.productId = productId; self.quantity = quantity
         self.purchaseDateMs = purchaseDateMs; self.expiresDateMs = expiresDateMs
@@ -36,15 +38,17 @@ public struct VerifiedPurchase: Sendable, Equatable {
         var purchases: [VerifiedPurchase] = []
         for entry in receipt.inApp {
             guard !entry.transactionId.isEmpty, !entry.productId.isEmpty else {
-                throw RPCError.invalidReceipt(status: 21002, reason: "incompleteTransaction",
-                                              detail: "a receipt entry has no transaction or product id")
+                throw RPCError.invalidReceipt(
+                    status: 21002, reason: "incompleteTransaction",
+                    detail: "a receipt entry has no transaction or product id")
             }
-            purchases.append(VerifiedPurchase(
-                environment: environment, transactionId: entry.transactionId,
-                originalTransactionId: entry.originalTransactionId ?? entry.transactionId, productId: entry.productId,
-                quantity: max(1, Int64(entry.quantity) ?? 1), purchaseDateMs: entry.purchaseDateMs.flatMap { Int64($0) } ?? 0,
-                expiresDateMs: entry.expiresDateMs.flatMap { Int64($0) },
-                cancellationDateMs: entry.cancellationDateMs.flatMap { Int64($0) }))
+            purchases.append(
+                VerifiedPurchase(
+                    environment: environment, transactionId: entry.transactionId,
+                    originalTransactionId: entry.originalTransactionId ?? entry.transactionId, productId: entry.productId,
+                    quantity: max(1, Int64(entry.quantity) ?? 1), purchaseDateMs: entry.purchaseDateMs.flatMap { Int64($0) } ?? 0,
+                    expiresDateMs: entry.expiresDateMs.flatMap { Int64($0) },
+                    cancellationDateMs: entry.cancellationDateMs.flatMap { Int64($0) }))
         }
         return purchases.sorted { ($0.purchaseDateMs, $0.transactionId) < ($1.purchaseDateMs, $1.transactionId) }
     }
@@ -53,7 +57,7 @@ public struct VerifiedPurchase: Sendable, Equatable {
     /// nil when it lacks ids or a known environment (`Production`, `Sandbox`, `Xcode`/`LocalTesting`).
     static func fromSignedTransaction(_ payload: JSONValue, environment: String?) -> VerifiedPurchase? {
         guard let transactionId = Self.string(payload["transactionId"]), let productId = payload["productId"]?.stringValue,
-              !transactionId.isEmpty, !productId.isEmpty
+            !transactionId.isEmpty, !productId.isEmpty
         else { return nil }
         let claimed = environment ?? payload["environment"]?.stringValue
         let known = ["Production": "Production", "Sandbox": "Sandbox", "Xcode": "Xcode", "LocalTesting": "Xcode"]

@@ -27,16 +27,25 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("admin-token"), help: "Token for fulfillment.revokeTransaction (env IAP_ADMIN_TOKEN).")
     var adminToken: String?
 
-    @Option(name: .customLong("internal-token"),
-            help: "Token for accounts' internal methods (env IAP_INTERNAL_TOKEN): notifications about purchases never redeemed find their account by appAccountToken.")
+    @Option(
+        name: .customLong("internal-token"),
+        help:
+            "Token for accounts' internal methods (env IAP_INTERNAL_TOKEN): notifications about purchases never redeemed find their account by appAccountToken."
+    )
     var internalToken: String?
 
-    @Option(name: .customLong("ownership-policy"),
-            help: "When another account presents a purchase already bound to an account: refuse (default) or transfer (moves the entitlement, never coins).")
+    @Option(
+        name: .customLong("ownership-policy"),
+        help:
+            "When another account presents a purchase already bound to an account: refuse (default) or transfer (moves the entitlement, never coins)."
+    )
     var ownershipPolicy: String = "refuse"
 
-    @Option(name: .customLong("sandbox-policy"),
-            help: "What Sandbox, TestFlight and Xcode purchases grant: isolate (default: a separate Sandbox balance, ledger and entitlements per account), refuse (nothing: outcome wrongEnvironment) or grant (into Production like real purchases: development only, never in production).")
+    @Option(
+        name: .customLong("sandbox-policy"),
+        help:
+            "What Sandbox, TestFlight and Xcode purchases grant: isolate (default: a separate Sandbox balance, ledger and entitlements per account), refuse (nothing: outcome wrongEnvironment) or grant (into Production like real purchases: development only, never in production)."
+    )
     var sandboxPolicy: String = "isolate"
 
     @Option(name: .customLong("dependency-timeout-ms"), help: "Deadline for each call to accounts, verification or catalog. Default 3000.")
@@ -62,7 +71,8 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         config.ownershipPolicy = OwnershipPolicy(rawValue: ownershipPolicy)!
         config.sandboxPolicy = SandboxPolicy(rawValue: sandboxPolicy)!
         if config.sandboxPolicy == .grant {
-            logger.critical("--sandbox-policy grant: Sandbox, TestFlight and Xcode purchases (free to make) grant real coins and entitlements. Development only")
+            logger.critical(
+                "--sandbox-policy grant: Sandbox, TestFlight and Xcode purchases (free to make) grant real coins and entitlements. Development only")
         }
         config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
         if config.adminToken == nil {
@@ -77,17 +87,23 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
             catalog: SuiteService.catalog.address(flag: catalogAddr),
             deadline: .milliseconds(dependencyTimeoutMs))
         let store = try FulfillmentStore.open(directory: dataDir)
-        let service = FulfillmentService(store: store, dependencies: dependencies,
-                                         content: ContentLibrary(directory: contentURL), configuration: config, logger: logger)
+        let service = FulfillmentService(
+            store: store, dependencies: dependencies,
+            content: ContentLibrary(directory: contentURL), configuration: config, logger: logger)
         var serverConfig = options.serverConfiguration(serviceName: "fulfillment", defaultPort: DefaultPorts.fulfillment)
         serverConfig.healthProbes = dependencies.probes
         let server = RPCServer(configuration: serverConfig, router: service.router(), logger: logger)
-        logger.info("fulfillment ready", metadata: ["policy": "\(config.ownershipPolicy.rawValue)", "sandboxPolicy": "\(config.sandboxPolicy.rawValue)", "content": "\(contentURL.path)"])
+        logger.info(
+            "fulfillment ready",
+            metadata: [
+                "policy": "\(config.ownershipPolicy.rawValue)", "sandboxPolicy": "\(config.sandboxPolicy.rawValue)", "content": "\(contentURL.path)",
+            ])
         // Resources first: the group stops the server (draining it) before closing them.
-        try await ServiceOptions.runUntilSignalled([
-            ClosingService("fulfillment.sqlite", logger: logger) { try store.close() },
-            ClosingService("dependency clients", logger: logger) { await dependencies.close() },
-            server,
-        ], logger: logger)
+        try await ServiceOptions.runUntilSignalled(
+            [
+                ClosingService("fulfillment.sqlite", logger: logger) { try store.close() },
+                ClosingService("dependency clients", logger: logger) { await dependencies.close() },
+                server,
+            ], logger: logger)
     }
 }

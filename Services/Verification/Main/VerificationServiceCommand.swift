@@ -1,8 +1,8 @@
 import ArgumentParser
 import Foundation
 import Logging
-import Receipts
 import RPCTransport
+import Receipts
 import ServiceLifecycle
 import ServiceSupport
 import VerificationService
@@ -18,19 +18,26 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("trust-anchor"), help: "Also trust this root certificate (DER or PEM file). Repeatable.")
     var trustAnchors: [String] = []
 
-    @Option(name: .customLong("trust-anchor-dir"),
-            help: "Also trust every *-root.der / *-root.pem certificate in this directory (e.g. a simulator's sim-pki; development only). A missing or empty directory stops the start.")
+    @Option(
+        name: .customLong("trust-anchor-dir"),
+        help:
+            "Also trust every *-root.der / *-root.pem certificate in this directory (e.g. a simulator's sim-pki; development only). A missing or empty directory stops the start."
+    )
     var trustAnchorDir: String?
 
     @Flag(name: .customLong("allow-xcode"), help: "Accept Xcode StoreKit-testing receipts (development only).")
     var allowXcode = false
 
-    @Option(name: .customLong("bundle-id"),
-            help: "Your app's bundle id: only its receipts, transactions and notifications are accepted. Repeatable (env IAP_BUNDLE_IDS, comma-separated). Required unless --any-bundle-id.")
+    @Option(
+        name: .customLong("bundle-id"),
+        help:
+            "Your app's bundle id: only its receipts, transactions and notifications are accepted. Repeatable (env IAP_BUNDLE_IDS, comma-separated). Required unless --any-bundle-id."
+    )
     var bundleIds: [String] = []
 
-    @Flag(name: .customLong("any-bundle-id"),
-          help: "Development only: accept purchases of ANY app. Anyone who ships an app with your product ids would get value for free.")
+    @Flag(
+        name: .customLong("any-bundle-id"),
+        help: "Development only: accept purchases of ANY app. Anyone who ships an app with your product ids would get value for free.")
     var anyBundleId = false
 
     @Option(name: .customLong("verify-receipt-url"), help: "Production verifyReceipt URL, for mode remote/auto.")
@@ -47,7 +54,8 @@ struct VerificationServiceCommand: AsyncParsableCommand {
 
     func validate() throws {
         if resolvedBundleIds.isEmpty && !anyBundleId {
-            throw ValidationError("""
+            throw ValidationError(
+                """
                 no expected bundle id: pass --bundle-id YOUR.APP.BUNDLE.ID (repeatable) or set IAP_BUNDLE_IDS=id1,id2. \
                 Without one, purchases made in any app with your product ids would be accepted; \
                 --any-bundle-id allows that, for development only.
@@ -81,19 +89,28 @@ struct VerificationServiceCommand: AsyncParsableCommand {
             guard let sandbox = sandboxVerifyReceiptURL else {
                 throw ValidationError("--verify-receipt-url needs --sandbox-verify-receipt-url too")
             }
-            config.remote = RemoteVerification(productionURL: production, sandboxURL: sandbox,
-                                               sharedSecret: Environment.resolve(sharedSecret, env: "IAP_SHARED_SECRET"))
+            config.remote = RemoteVerification(
+                productionURL: production, sandboxURL: sandbox,
+                sharedSecret: Environment.resolve(sharedSecret, env: "IAP_SHARED_SECRET"))
             logger.info("remote verifyReceipt configured", metadata: ["production": "\(production)", "sandbox": "\(sandbox)"])
         }
         if anyBundleId {
-            logger.critical("--any-bundle-id: purchases of ANY app are accepted. Development only: in production anyone who builds an app with your product ids gets value for free")
+            logger.critical(
+                "--any-bundle-id: purchases of ANY app are accepted. Development only: in production anyone who builds an app with your product ids gets value for free"
+            )
         } else {
             logger.info("accepting purchases of", metadata: ["bundleIds": "\(config.bundleIds.sorted().joined(separator: ","))"])
         }
-        for (use, roots) in [("receipts", config.receiptRoots), ("signed payloads", config.signedPayloadRoots), ("both (operator-added)", config.extraRoots)] {
+        for (use, roots) in [
+            ("receipts", config.receiptRoots), ("signed payloads", config.signedPayloadRoots), ("both (operator-added)", config.extraRoots),
+        ] {
             for root in roots {
-                logger.notice("trusted root", metadata: ["for": "\(use)", "subject": "\(root.subject)",
-                                                         "sha256": "\(TrustAnchors.fingerprint(root))"])
+                logger.notice(
+                    "trusted root",
+                    metadata: [
+                        "for": "\(use)", "subject": "\(root.subject)",
+                        "sha256": "\(TrustAnchors.fingerprint(root))",
+                    ])
             }
         }
         if !config.extraRoots.isEmpty {

@@ -112,7 +112,8 @@ struct RemoteReceiptVerifier: Sendable {
             try? await Task.sleep(nanoseconds: UInt64(jittered) * 1_000_000)
         }
         logger.warning("verifyReceipt endpoint unavailable", metadata: ["attempts": "\(attempt)", "problem": "\(lastProblem)"])
-        throw RPCError.unavailable("the verifyReceipt endpoint did not answer usefully (\(lastProblem)) after \(attempt) attempt(s)",
-                                   reason: "remoteUnavailable")
+        throw RPCError.unavailable(
+            "the verifyReceipt endpoint did not answer usefully (\(lastProblem)) after \(attempt) attempt(s)",
+            reason: "remoteUnavailable")
     }
 }

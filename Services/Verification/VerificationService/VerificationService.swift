@@ -2,8 +2,8 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import Logging
-import Receipts
 import RPCTransport
+import Receipts
 import X509
 
 public struct VerificationConfiguration: Sendable {
@@ -42,17 +42,19 @@ public final class VerificationService: Sendable {
     public init(configuration: VerificationConfiguration, logger: Logger = Logger(label: "verification")) {
         self.configuration = configuration
         self.remote = configuration.remote.map { RemoteReceiptVerifier(configuration: $0, logger: logger) }
-        receipts = ReceiptVerifier(trust: ReceiptTrust(
-            roots: configuration.receiptRoots + configuration.extraRoots,
-            xcodeCertificate: configuration.allowXcode ? ShippedTrust.certificate(ShippedTrust.storeKitTestDER) : nil))
+        receipts = ReceiptVerifier(
+            trust: ReceiptTrust(
+                roots: configuration.receiptRoots + configuration.extraRoots,
+                xcodeCertificate: configuration.allowXcode ? ShippedTrust.certificate(ShippedTrust.storeKitTestDER) : nil))
         payloads = SignedPayloadVerifier(roots: configuration.signedPayloadRoots + configuration.extraRoots)
     }
 
     public func verifyReceipt(_ p: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {
         // `auto` without an endpoint is simply local.
         if p.mode == .remote, remote == nil {
-            throw RPCError.invalidParams("no verifyReceipt URL is configured (--verify-receipt-url); use mode local",
-                                         field: "mode", reason: "remoteNotConfigured")
+            throw RPCError.invalidParams(
+                "no verifyReceipt URL is configured (--verify-receipt-url); use mode local",
+                field: "mode", reason: "remoteNotConfigured")
         }
         if p.mode == .remote, let remote {
             return checkBundle(try await remote.verify(receiptData: p.receiptData), p)
