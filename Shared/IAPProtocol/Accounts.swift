@@ -13,7 +13,9 @@ public struct Credentials: Codable, Sendable, Equatable {
     public var password: String
     public var deviceName: String?
     public init(username: String, password: String, deviceName: String? = nil) {
-        self.username = username; self.password = password; self.deviceName = deviceName
+        self.username = username
+        self.password = password
+        self.deviceName = deviceName
     }
 }
 
@@ -22,7 +24,9 @@ public struct SignedIn: Codable, Sendable, Equatable {
     public var appAccountToken: String
     public var session: SessionToken
     public init(accountId: String, appAccountToken: String, session: SessionToken) {
-        self.accountId = accountId; self.appAccountToken = appAccountToken; self.session = session
+        self.accountId = accountId
+        self.appAccountToken = appAccountToken
+        self.session = session
     }
 }
 
@@ -65,7 +69,10 @@ public struct AuthenticatedAccount: Codable, Sendable, Equatable {
     public var appAccountToken: String
     public var expiresAtMs: Int64
     public init(accountId: String, username: String, appAccountToken: String, expiresAtMs: Int64) {
-        self.accountId = accountId; self.username = username; self.appAccountToken = appAccountToken; self.expiresAtMs = expiresAtMs
+        self.accountId = accountId
+        self.username = username
+        self.appAccountToken = appAccountToken
+        self.expiresAtMs = expiresAtMs
     }
 }
 
@@ -75,7 +82,9 @@ public enum AccountsChangePassword: RPCMethod {
         public var currentPassword: String
         public var newPassword: String
         public init(session: String, currentPassword: String, newPassword: String) {
-            self.session = session; self.currentPassword = currentPassword; self.newPassword = newPassword
+            self.session = session
+            self.currentPassword = currentPassword
+            self.newPassword = newPassword
         }
     }
     public typealias Result = EmptyResult
@@ -99,7 +108,10 @@ public struct SessionInfo: Codable, Sendable, Equatable {
     public var lastSeenAtMs: Int64
     public var current: Bool
     public init(deviceName: String?, createdAtMs: Int64, lastSeenAtMs: Int64, current: Bool) {
-        self.deviceName = deviceName; self.createdAtMs = createdAtMs; self.lastSeenAtMs = lastSeenAtMs; self.current = current
+        self.deviceName = deviceName
+        self.createdAtMs = createdAtMs
+        self.lastSeenAtMs = lastSeenAtMs
+        self.current = current
     }
 }
 
@@ -109,7 +121,8 @@ public enum AccountsFindByAppAccountToken: RPCMethod {
         /// The suite's internal service token.
         public var internalToken: String
         public init(appAccountToken: String, internalToken: String) {
-            self.appAccountToken = appAccountToken; self.internalToken = internalToken
+            self.appAccountToken = appAccountToken
+            self.internalToken = internalToken
         }
     }
     public struct Result: Codable, Sendable, Equatable {

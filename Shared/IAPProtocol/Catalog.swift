@@ -69,7 +69,10 @@ public struct Price: Codable, Sendable, Equatable {
     /// For display (`"$0.99"`, `"0,99 €"`).
     public var formatted: String?
     public init(storefront: String, currency: String, amount: String, formatted: String? = nil) {
-        self.storefront = storefront; self.currency = currency; self.amount = amount; self.formatted = formatted
+        self.storefront = storefront
+        self.currency = currency
+        self.amount = amount
+        self.formatted = formatted
     }
 }
 
@@ -86,8 +89,14 @@ public struct Product: Codable, Sendable, Equatable {
         productId: String, type: ProductType, referenceName: String, title: String, description: String,
         status: ProductStatus, grant: Grant, price: Price? = nil
     ) {
-        self.productId = productId; self.type = type; self.referenceName = referenceName; self.title = title
-        self.description = description; self.status = status; self.grant = grant; self.price = price
+        self.productId = productId
+        self.type = type
+        self.referenceName = referenceName
+        self.title = title
+        self.description = description
+        self.status = status
+        self.grant = grant
+        self.price = price
     }
 }
 
@@ -97,7 +106,9 @@ public enum CatalogListProducts: RPCMethod {
         public var locale: String?
         public var ifNoneMatch: String?
         public init(storefront: String? = nil, locale: String? = nil, ifNoneMatch: String? = nil) {
-            self.storefront = storefront; self.locale = locale; self.ifNoneMatch = ifNoneMatch
+            self.storefront = storefront
+            self.locale = locale
+            self.ifNoneMatch = ifNoneMatch
         }
     }
     public struct Result: Codable, Sendable, Equatable {
@@ -105,7 +116,9 @@ public enum CatalogListProducts: RPCMethod {
         public var notModified: Bool
         public var products: [Product]
         public init(etag: String, notModified: Bool, products: [Product]) {
-            self.etag = etag; self.notModified = notModified; self.products = products
+            self.etag = etag
+            self.notModified = notModified
+            self.products = products
         }
     }
     public static let name = "catalog.listProducts"
@@ -118,7 +131,9 @@ public enum CatalogGetProducts: RPCMethod {
         public var storefront: String?
         public var locale: String?
         public init(productIds: [String], storefront: String? = nil, locale: String? = nil) {
-            self.productIds = productIds; self.storefront = storefront; self.locale = locale
+            self.productIds = productIds
+            self.storefront = storefront
+            self.locale = locale
         }
     }
     public struct Result: Codable, Sendable, Equatable {
@@ -145,9 +160,14 @@ public struct ProductDefinition: Codable, Sendable, Equatable {
         productId: String, type: ProductType, referenceName: String, localizations: [String: Localization],
         defaultLocale: String, grant: Grant, prices: [PriceEntry]? = nil, status: ProductStatus? = nil
     ) {
-        self.productId = productId; self.type = type; self.referenceName = referenceName
-        self.localizations = localizations; self.defaultLocale = defaultLocale; self.grant = grant
-        self.prices = prices; self.status = status
+        self.productId = productId
+        self.type = type
+        self.referenceName = referenceName
+        self.localizations = localizations
+        self.defaultLocale = defaultLocale
+        self.grant = grant
+        self.prices = prices
+        self.status = status
     }
 }
 
@@ -162,7 +182,9 @@ public struct PriceEntry: Codable, Sendable, Equatable {
     public var currency: String
     public var amount: String
     public init(storefront: String, currency: String, amount: String) {
-        self.storefront = storefront; self.currency = currency; self.amount = amount
+        self.storefront = storefront
+        self.currency = currency
+        self.amount = amount
     }
 }
 
@@ -184,7 +206,9 @@ public enum CatalogSetPrices: RPCMethod {
         public var productId: String
         public var prices: [PriceEntry]
         public init(adminToken: String, productId: String, prices: [PriceEntry]) {
-            self.adminToken = adminToken; self.productId = productId; self.prices = prices
+            self.adminToken = adminToken
+            self.productId = productId
+            self.prices = prices
         }
     }
     public typealias Result = EmptyResult

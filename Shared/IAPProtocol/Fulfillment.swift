@@ -36,8 +36,11 @@ public struct RedeemParams: Codable, Sendable, Equatable {
         session: String, receiptData: String? = nil, signedTransactions: [String]? = nil, deviceIdentifier: String? = nil,
         environment: AccountScope? = nil
     ) {
-        self.session = session; self.receiptData = receiptData
-        self.signedTransactions = signedTransactions; self.deviceIdentifier = deviceIdentifier; self.environment = environment
+        self.session = session
+        self.receiptData = receiptData
+        self.signedTransactions = signedTransactions
+        self.deviceIdentifier = deviceIdentifier
+        self.environment = environment
     }
 }
 
@@ -49,8 +52,11 @@ public struct TransactionResult: Codable, Sendable, Equatable {
     /// True once the grant is durably committed: the app may call finishTransaction.
     public var finishable: Bool
     public init(transactionId: String, originalTransactionId: String, productId: String, outcome: RedeemOutcome, finishable: Bool) {
-        self.transactionId = transactionId; self.originalTransactionId = originalTransactionId
-        self.productId = productId; self.outcome = outcome; self.finishable = finishable
+        self.transactionId = transactionId
+        self.originalTransactionId = originalTransactionId
+        self.productId = productId
+        self.outcome = outcome
+        self.finishable = finishable
     }
 }
 
@@ -60,8 +66,10 @@ public struct Entitlement: Codable, Sendable, Equatable {
     public var expiresAtMs: Int64?
     public var originalTransactionId: String
     public init(entitlement: String, productId: String, expiresAtMs: Int64? = nil, originalTransactionId: String) {
-        self.entitlement = entitlement; self.productId = productId
-        self.expiresAtMs = expiresAtMs; self.originalTransactionId = originalTransactionId
+        self.entitlement = entitlement
+        self.productId = productId
+        self.expiresAtMs = expiresAtMs
+        self.originalTransactionId = originalTransactionId
     }
 }
 
@@ -78,8 +86,12 @@ public struct RedeemResult: Codable, Sendable, Equatable {
         accountId: String, results: [TransactionResult], balance: Int64, entitlements: [Entitlement], owed: Int64 = 0,
         environment: AccountScope = .production
     ) {
-        self.accountId = accountId; self.results = results; self.balance = balance; self.entitlements = entitlements
-        self.owed = owed; self.environment = environment
+        self.accountId = accountId
+        self.results = results
+        self.balance = balance
+        self.entitlements = entitlements
+        self.owed = owed
+        self.environment = environment
     }
 }
 
@@ -105,7 +117,10 @@ public enum FulfillmentGetEntitlements: RPCMethod {
         public var owed: Int64
         public var environment: AccountScope
         public init(entitlements: [Entitlement], balance: Int64, owed: Int64 = 0, environment: AccountScope = .production) {
-            self.entitlements = entitlements; self.balance = balance; self.owed = owed; self.environment = environment
+            self.entitlements = entitlements
+            self.balance = balance
+            self.owed = owed
+            self.environment = environment
         }
     }
     public static let name = "fulfillment.getEntitlements"
@@ -118,7 +133,9 @@ public struct BalanceResult: Codable, Sendable, Equatable {
     public var owed: Int64
     public var environment: AccountScope
     public init(balance: Int64, owed: Int64 = 0, environment: AccountScope = .production) {
-        self.balance = balance; self.owed = owed; self.environment = environment
+        self.balance = balance
+        self.owed = owed
+        self.environment = environment
     }
 }
 
@@ -138,7 +155,10 @@ public enum FulfillmentSpendCoins: RPCMethod {
         public var memo: String?
         public var environment: AccountScope?
         public init(session: String, amount: Int64, idempotencyKey: String, memo: String? = nil, environment: AccountScope? = nil) {
-            self.session = session; self.amount = amount; self.idempotencyKey = idempotencyKey; self.memo = memo
+            self.session = session
+            self.amount = amount
+            self.idempotencyKey = idempotencyKey
+            self.memo = memo
             self.environment = environment
         }
     }
@@ -168,8 +188,13 @@ public struct LedgerEntry: Codable, Sendable, Equatable {
     public var owed: Int64?
     public var createdAtMs: Int64
     public init(id: Int64, delta: Int64, balance: Int64, kind: LedgerKind, transactionId: String? = nil, memo: String? = nil, createdAtMs: Int64) {
-        self.id = id; self.delta = delta; self.balance = balance; self.kind = kind
-        self.transactionId = transactionId; self.memo = memo; self.createdAtMs = createdAtMs
+        self.id = id
+        self.delta = delta
+        self.balance = balance
+        self.kind = kind
+        self.transactionId = transactionId
+        self.memo = memo
+        self.createdAtMs = createdAtMs
     }
 }
 
@@ -180,7 +205,10 @@ public enum FulfillmentListLedger: RPCMethod {
         public var limit: Int?
         public var environment: AccountScope?
         public init(session: String, after: Int64? = nil, limit: Int? = nil, environment: AccountScope? = nil) {
-            self.session = session; self.after = after; self.limit = limit; self.environment = environment
+            self.session = session
+            self.after = after
+            self.limit = limit
+            self.environment = environment
         }
     }
     public struct Result: Codable, Sendable, Equatable {
@@ -198,7 +226,10 @@ public struct ContentItem: Codable, Sendable, Equatable {
     public var size: Int64
     public var sha256: String
     public init(contentId: String, productId: String, size: Int64, sha256: String) {
-        self.contentId = contentId; self.productId = productId; self.size = size; self.sha256 = sha256
+        self.contentId = contentId
+        self.productId = productId
+        self.size = size
+        self.sha256 = sha256
     }
 }
 
@@ -220,7 +251,10 @@ public enum FulfillmentReadContent: RPCMethod {
         public var length: Int
         public var environment: AccountScope?
         public init(session: String, contentId: String, offset: Int64, length: Int, environment: AccountScope? = nil) {
-            self.session = session; self.contentId = contentId; self.offset = offset; self.length = length
+            self.session = session
+            self.contentId = contentId
+            self.offset = offset
+            self.length = length
             self.environment = environment
         }
     }
@@ -231,7 +265,10 @@ public enum FulfillmentReadContent: RPCMethod {
         public var size: Int64
         public var sha256: String
         public init(data: String, offset: Int64, size: Int64, sha256: String) {
-            self.data = data; self.offset = offset; self.size = size; self.sha256 = sha256
+            self.data = data
+            self.offset = offset
+            self.size = size
+            self.sha256 = sha256
         }
     }
     public static let name = "fulfillment.readContent"
@@ -257,7 +294,9 @@ public enum FulfillmentRevokeTransaction: RPCMethod {
         public var transactionId: String
         public var reason: String
         public init(adminToken: String, transactionId: String, reason: String) {
-            self.adminToken = adminToken; self.transactionId = transactionId; self.reason = reason
+            self.adminToken = adminToken
+            self.transactionId = transactionId
+            self.reason = reason
         }
     }
     public typealias Result = EmptyResult

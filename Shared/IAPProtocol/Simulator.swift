@@ -49,7 +49,9 @@ public struct SimReceiptOptions: Codable, Sendable, Equatable {
     /// (`receipt_type` `Production` or `ProductionSandbox`).
     public var environment: SimEnvironment?
     public init(digest: SimDigest? = nil, signing: SimSigning? = nil, environment: SimEnvironment? = nil) {
-        self.digest = digest; self.signing = signing; self.environment = environment
+        self.digest = digest
+        self.signing = signing
+        self.environment = environment
     }
 }
 
@@ -71,7 +73,9 @@ public enum SimSetFault: RPCMethod {
         public var count: Int?
         public var delayMs: Int?
         public init(mode: SimFaultMode, count: Int? = nil, delayMs: Int? = nil) {
-            self.mode = mode; self.count = count; self.delayMs = delayMs
+            self.mode = mode
+            self.count = count
+            self.delayMs = delayMs
         }
     }
     public typealias Result = EmptyResult
@@ -98,9 +102,16 @@ public enum SimPurchase: RPCMethod {
             deviceIdentifier: String? = nil, appAccountToken: String? = nil, subscriptionPeriodDays: Int? = nil,
             receipt: SimReceiptOptions? = nil, environment: SimEnvironment? = nil
         ) {
-            self.appleId = appleId; self.bundleId = bundleId; self.productId = productId; self.productType = productType
-            self.quantity = quantity; self.deviceIdentifier = deviceIdentifier; self.appAccountToken = appAccountToken
-            self.subscriptionPeriodDays = subscriptionPeriodDays; self.receipt = receipt; self.environment = environment
+            self.appleId = appleId
+            self.bundleId = bundleId
+            self.productId = productId
+            self.productType = productType
+            self.quantity = quantity
+            self.deviceIdentifier = deviceIdentifier
+            self.appAccountToken = appAccountToken
+            self.subscriptionPeriodDays = subscriptionPeriodDays
+            self.receipt = receipt
+            self.environment = environment
         }
     }
     public struct Result: Codable, Sendable, Equatable {
@@ -114,8 +125,11 @@ public enum SimPurchase: RPCMethod {
             transactionId: String, originalTransactionId: String, receiptData: String, signedTransaction: String,
             environment: String
         ) {
-            self.transactionId = transactionId; self.originalTransactionId = originalTransactionId
-            self.receiptData = receiptData; self.signedTransaction = signedTransaction; self.environment = environment
+            self.transactionId = transactionId
+            self.originalTransactionId = originalTransactionId
+            self.receiptData = receiptData
+            self.signedTransaction = signedTransaction
+            self.environment = environment
         }
     }
     public static let name = "sim.purchase"
@@ -139,14 +153,17 @@ public enum SimRestore: RPCMethod {
         public var bundleId: String
         public var receipt: SimReceiptOptions?
         public init(appleId: String, bundleId: String, receipt: SimReceiptOptions? = nil) {
-            self.appleId = appleId; self.bundleId = bundleId; self.receipt = receipt
+            self.appleId = appleId
+            self.bundleId = bundleId
+            self.receipt = receipt
         }
     }
     public struct Result: Codable, Sendable, Equatable {
         public var receiptData: String
         public var signedTransactions: [String]
         public init(receiptData: String, signedTransactions: [String]) {
-            self.receiptData = receiptData; self.signedTransactions = signedTransactions
+            self.receiptData = receiptData
+            self.signedTransactions = signedTransactions
         }
     }
     public static let name = "sim.restore"
@@ -180,7 +197,9 @@ public enum SimAdvanceClock: RPCMethod {
         /// The signed DID_RENEW App Store Server Notifications v2 for those renewals, oldest first.
         public var notifications: [String]
         public init(nowMs: Int64, renewals: Int, notifications: [String] = []) {
-            self.nowMs = nowMs; self.renewals = renewals; self.notifications = notifications
+            self.nowMs = nowMs
+            self.renewals = renewals
+            self.notifications = notifications
         }
     }
     public static let name = "sim.advanceClock"
@@ -193,7 +212,9 @@ public enum SimReceipt: RPCMethod {
         public var bundleId: String
         public var receipt: SimReceiptOptions?
         public init(appleId: String, bundleId: String, receipt: SimReceiptOptions? = nil) {
-            self.appleId = appleId; self.bundleId = bundleId; self.receipt = receipt
+            self.appleId = appleId
+            self.bundleId = bundleId
+            self.receipt = receipt
         }
     }
     public struct Result: Codable, Sendable, Equatable {

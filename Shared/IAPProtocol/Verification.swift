@@ -15,8 +15,10 @@ public enum VerificationVerifyReceipt: RPCMethod {
         public var deviceIdentifier: String?
         public var mode: VerificationMode?
         public init(receiptData: String, expectedBundleId: String? = nil, deviceIdentifier: String? = nil, mode: VerificationMode? = nil) {
-            self.receiptData = receiptData; self.expectedBundleId = expectedBundleId
-            self.deviceIdentifier = deviceIdentifier; self.mode = mode
+            self.receiptData = receiptData
+            self.expectedBundleId = expectedBundleId
+            self.deviceIdentifier = deviceIdentifier
+            self.mode = mode
         }
     }
     public typealias Result = VerifyReceiptResponse
@@ -31,7 +33,10 @@ public struct VerifyReceiptResponse: Codable, Sendable, Equatable {
     public var environment: String?
     public var receipt: ReceiptBody?
     public init(status: Int, reason: String? = nil, environment: String? = nil, receipt: ReceiptBody? = nil) {
-        self.status = status; self.reason = reason; self.environment = environment; self.receipt = receipt
+        self.status = status
+        self.reason = reason
+        self.environment = environment
+        self.receipt = receipt
     }
 }
 
@@ -113,7 +118,8 @@ public enum VerificationVerifyTransaction: RPCMethod {
         public var signedTransaction: String
         public var expectedBundleId: String?
         public init(signedTransaction: String, expectedBundleId: String? = nil) {
-            self.signedTransaction = signedTransaction; self.expectedBundleId = expectedBundleId
+            self.signedTransaction = signedTransaction
+            self.expectedBundleId = expectedBundleId
         }
     }
     public struct Result: Codable, Sendable, Equatable {
@@ -123,7 +129,10 @@ public enum VerificationVerifyTransaction: RPCMethod {
         /// The decoded JWS payload with Apple's field names.
         public var transaction: JSONValue?
         public init(status: Int, reason: String? = nil, environment: String? = nil, transaction: JSONValue? = nil) {
-            self.status = status; self.reason = reason; self.environment = environment; self.transaction = transaction
+            self.status = status
+            self.reason = reason
+            self.environment = environment
+            self.transaction = transaction
         }
     }
     public static let name = "verification.verifyTransaction"
@@ -140,7 +149,9 @@ public enum VerificationVerifyNotification: RPCMethod {
         public var reason: String?
         public var notification: JSONValue?
         public init(status: Int, reason: String? = nil, notification: JSONValue? = nil) {
-            self.status = status; self.reason = reason; self.notification = notification
+            self.status = status
+            self.reason = reason
+            self.notification = notification
         }
     }
     public static let name = "verification.verifyNotification"

@@ -25,7 +25,8 @@ import Testing
                 import json, sys, jsonschema
                 from referencing import Registry
                 from referencing.jsonschema import DRAFT7
-                schema = json.load(open(sys.argv[1])); doc = json.load(open(sys.argv[2]))
+                schema = json.load(open(sys.argv[1]))
+                doc = json.load(open(sys.argv[2]))
                 tools = DRAFT7.create_resource({"definitions": {"JSONSchemaObject": {"type": "object",
                     "properties": {"$ref": {"type": "string"}}}}, "type": ["object", "boolean"]})
                 registry = Registry().with_resources([("https://meta.json-schema.tools", tools),

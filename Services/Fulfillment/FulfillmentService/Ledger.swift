@@ -28,7 +28,9 @@ public struct PlannedPurchase: Sendable {
     public var rule: GrantRule?
     public var scope: AccountScope
     public init(purchase: VerifiedPurchase, rule: GrantRule?, scope: AccountScope = .production) {
-        self.purchase = purchase; self.rule = rule; self.scope = scope
+        self.purchase = purchase
+        self.rule = rule
+        self.scope = scope
     }
 }
 
@@ -72,8 +74,13 @@ public struct ProcessedTransaction: Sendable, Equatable {
         environment: String, holder: Holder, originalTransactionId: String, productId: String, grantKind: String,
         coinsGranted: Int64, revokedAtMs: Int64?
     ) {
-        self.environment = environment; self.holder = holder; self.originalTransactionId = originalTransactionId
-        self.productId = productId; self.grantKind = grantKind; self.coinsGranted = coinsGranted; self.revokedAtMs = revokedAtMs
+        self.environment = environment
+        self.holder = holder
+        self.originalTransactionId = originalTransactionId
+        self.productId = productId
+        self.grantKind = grantKind
+        self.coinsGranted = coinsGranted
+        self.revokedAtMs = revokedAtMs
     }
 }
 
@@ -97,9 +104,18 @@ public struct LedgerRow: Sendable, Equatable {
         transactionId: String? = nil, idempotencyKey: String? = nil, memo: String? = nil, debt: Int64 = 0, recovered: Int64 = 0,
         createdAtMs: Int64
     ) {
-        self.holder = holder; self.delta = delta; self.balance = balance; self.owed = owed; self.kind = kind
-        self.environment = environment; self.transactionId = transactionId; self.idempotencyKey = idempotencyKey; self.memo = memo
-        self.debt = debt; self.recovered = recovered; self.createdAtMs = createdAtMs
+        self.holder = holder
+        self.delta = delta
+        self.balance = balance
+        self.owed = owed
+        self.kind = kind
+        self.environment = environment
+        self.transactionId = transactionId
+        self.idempotencyKey = idempotencyKey
+        self.memo = memo
+        self.debt = debt
+        self.recovered = recovered
+        self.createdAtMs = createdAtMs
     }
 }
 
@@ -118,8 +134,13 @@ public struct EntitlementRecord: Sendable, Equatable {
         environment: String, originalTransactionId: String, holder: Holder, entitlement: String, productId: String,
         startsAtMs: Int64, expiresAtMs: Int64?, revokedAtMs: Int64? = nil
     ) {
-        self.environment = environment; self.originalTransactionId = originalTransactionId; self.holder = holder
-        self.entitlement = entitlement; self.productId = productId; self.startsAtMs = startsAtMs; self.expiresAtMs = expiresAtMs
+        self.environment = environment
+        self.originalTransactionId = originalTransactionId
+        self.holder = holder
+        self.entitlement = entitlement
+        self.productId = productId
+        self.startsAtMs = startsAtMs
+        self.expiresAtMs = expiresAtMs
         self.revokedAtMs = revokedAtMs
     }
 }

@@ -22,10 +22,15 @@ public struct VerifiedPurchase: Sendable, Equatable {
         quantity: Int64 = 1, purchaseDateMs: Int64, expiresDateMs: Int64? = nil, cancellationDateMs: Int64? = nil,
         appAccountToken: String? = nil
     ) {
-        self.environment = environment; self.transactionId = transactionId
-        self.originalTransactionId = originalTransactionId; self.productId = productId; self.quantity = quantity
-        self.purchaseDateMs = purchaseDateMs; self.expiresDateMs = expiresDateMs
-        self.cancellationDateMs = cancellationDateMs; self.appAccountToken = appAccountToken
+        self.environment = environment
+        self.transactionId = transactionId
+        self.originalTransactionId = originalTransactionId
+        self.productId = productId
+        self.quantity = quantity
+        self.purchaseDateMs = purchaseDateMs
+        self.expiresDateMs = expiresDateMs
+        self.cancellationDateMs = cancellationDateMs
+        self.appAccountToken = appAccountToken
     }
 
     /// The purchases of a verified receipt (status 0), oldest first.
