@@ -29,7 +29,7 @@ import Testing
             ])
         let client = RPCClient(host: "127.0.0.1", port: port, configuration: .init(connections: 4, callTimeout: .seconds(60)))
         defer { Task { await client.close() } }
-        let deadline = Date().addingTimeInterval(30)
+        let deadline = Date().addingTimeInterval(120)  // patient: CI runs every suite at once on two cores
         while (try? await client.call(RPCPing.self, EmptyParams())) == nil {
             guard process.isRunning, Date() < deadline else { Issue.record("accounts-service did not start"); return }
             try await Task.sleep(nanoseconds: 20_000_000)  // polling for readiness, bounded by the deadline
