@@ -24,6 +24,7 @@ let package = Package(
         .executable(name: "verification-service", targets: ["VerificationServiceMain"]),
         .executable(name: "fulfillment-service", targets: ["FulfillmentServiceMain"]),
         .executable(name: "appstore-sim", targets: ["AppStoreSimulatorMain"]),
+        .executable(name: "edge-service", targets: ["EdgeServiceMain"]),
         .executable(name: "iap", targets: ["IAPCLI"]),
         .executable(name: "iap-bench", targets: ["IAPBench"]),
     ],
@@ -85,6 +86,27 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Shared/ServiceSupport"
+        ),
+
+        // edge: the one public door (JSON-RPC over HTTP, Apple's notification webhook).
+        .target(
+            name: "EdgeService",
+            dependencies: [
+                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Services/Edge/EdgeService"
+        ),
+        .executableTarget(
+            name: "EdgeServiceMain",
+            dependencies: [
+                "EdgeService", "RPCTransport", "ServiceSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            path: "Services/Edge/Main"
         ),
 
         // accounts: users, password login, sessions, appAccountToken.
@@ -342,6 +364,16 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/FulfillmentServiceTests"
+        ),
+        .testTarget(
+            name: "EdgeServiceTests",
+            dependencies: [
+                "EdgeService", "SuiteTestSupport", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/EdgeServiceTests"
         ),
         .testTarget(
             name: "ComposeTests",

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Runtime exclusivity checks off in the wire modules (Package.swift says what it measured to buy).
 export IAP_UNCHECKED_EXCLUSIVITY=${IAP_UNCHECKED_EXCLUSIVITY:-1}
-products=(accounts-service catalog-service verification-service fulfillment-service appstore-sim iap)
+products=(accounts-service catalog-service verification-service fulfillment-service appstore-sim edge-service iap)
 # shellcheck disable=SC2086  # extra flags are words on purpose
 for product in "${products[@]}"; do
   swift build -c release ${IAP_SWIFT_BUILD_FLAGS:-} --product "$product"

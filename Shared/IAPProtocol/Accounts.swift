@@ -61,6 +61,8 @@ public enum AccountsAuthenticate: RPCMethod {
     public typealias Result = AuthenticatedAccount
     public static let name = "accounts.authenticate"
     public static let summary = "Resolve a session token to its account (what other services call on every request)."
+    /// Other services' question; apps have `fulfillment.getEntitlements` and `accounts.listSessions`.
+    public static let access = RPCAccess.internal
 }
 
 public struct AuthenticatedAccount: Codable, Sendable, Equatable {

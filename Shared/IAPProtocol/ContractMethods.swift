@@ -30,4 +30,15 @@ public enum ContractMethods {
     ]
 
     public static var all: [OpenRPCMethodDescription] { accounts + catalog + verification + fulfillment + simulator }
+
+    /// What the public edge forwards: each `public` method of accounts, catalog and fulfillment, by name,
+    /// with the service that serves it. Admin and internal methods (and verification, and the simulator)
+    /// do not exist there.
+    public static var publicAtTheEdge: [String: String] {
+        var out: [String: String] = [:]
+        for (service, methods) in [("accounts", accounts), ("catalog", catalog), ("fulfillment", fulfillment)] {
+            for m in methods where m.access == .public { out[m.name] = service }
+        }
+        return out
+    }
 }

@@ -285,6 +285,8 @@ public enum FulfillmentApplyNotification: RPCMethod {
         public init(applied: Bool) { self.applied = applied }
     }
     public static let name = "fulfillment.applyNotification"
+    /// Apple's notifications reach it through the edge's webhook route, never from apps.
+    public static let access = RPCAccess.internal
     public static let summary = "Apply an App Store Server Notification v2 (refunds, revocations, renewals)."
 }
 

@@ -27,6 +27,7 @@ import Testing
                 "--port", "\(port)", "--data-dir", data.path, "--scrypt-log-n", "12",
                 "--registrations-per-address", "100000", "--log-level", "error",
             ])
+        defer { if process.isRunning { process.kill(SIGKILL) } }  // never leave it running, whatever fails below
         let client = RPCClient(host: "127.0.0.1", port: port, configuration: .init(connections: 4, callTimeout: .seconds(60)))
         defer { Task { await client.close() } }
         let deadline = Date().addingTimeInterval(120)  // patient: CI runs every suite at once on two cores

@@ -1,0 +1,232 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import IAPProtocol
+import JSONRPC
+import Logging
+import NIOCore
+import RPCTransport
+import ServiceSupport
+
+public struct EdgeConfiguration: Sendable {
+    /// Largest request body accepted (a receipt is at most ~1 MiB as base64).
+    public var maxBodyBytes = 2 * 1024 * 1024
+    /// Per client address: a burst of this many requests, refilled at `requestsPerSecond`.
+    public var burst: Double = 60
+    public var requestsPerSecond: Double = 20
+    /// Addresses of reverse proxies whose `X-Forwarded-For` is believed; from anyone else it is ignored.
+    public var trustedProxies: Set<String> = []
+    /// Deadline for each forwarded call.
+    public var callTimeout: TimeAmount = .seconds(10)
+
+    public init() {}
+}
+
+/// The one public door (DESIGN.md section 7): JSON-RPC over HTTP for the public methods of accounts,
+/// catalog and fulfillment, and Apple's notification webhook. Admin and internal methods do not exist
+/// here; the internal services stay on their private addresses.
+public final class EdgeService: Sendable {
+    private let clients: [String: RPCClient]
+    private let configuration: EdgeConfiguration
+    private let limiter: TokenBuckets
+    private let logger: Logger
+    private let publicMethods = ContractMethods.publicAtTheEdge
+
+    public init(accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient, configuration: EdgeConfiguration, logger: Logger) {
+        self.clients = ["accounts": accounts, "catalog": catalog, "fulfillment": fulfillment]
+        self.configuration = configuration
+        self.limiter = TokenBuckets(burst: configuration.burst, perSecond: configuration.requestsPerSecond)
+        self.logger = logger
+    }
+
+    public func close() async {
+        for client in clients.values { await client.close() }
+    }
+
+    // MARK: POST /v1/rpc
+
+    /// The HTTP answer to one `/v1/rpc` body: 200 with the JSON-RPC response, 204 when every request was a
+    /// notification, 415 for a body that is not JSON.
+    public func rpc(body: [UInt8], bearer: String?) async -> (HTTPResponse.Status, [UInt8]) {
+        guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(body)) else {
+            return (
+                .ok, Self.line(failureFor: .null, RPCError(code: .parseError, message: "Parse error: the body is not JSON", reason: "parseError"))
+            )
+        }
+        switch parsed {
+        case .array(let items):
+            guard !items.isEmpty else {
+                return (.ok, Self.line(failureFor: .null, RPCError.invalidRequest("an empty batch", reason: "emptyBatch")))
+            }
+            guard items.count <= 64 else {
+                return (.ok, Self.line(failureFor: .null, RPCError.invalidRequest("at most 64 requests per batch", reason: "batchTooLarge")))
+            }
+            var replies: [[UInt8]] = []
+            for item in items {
+                if let reply = await one(item, bearer: bearer) { replies.append(reply) }
+            }
+            guard !replies.isEmpty else { return (.noContent, []) }
+            var out: [UInt8] = [UInt8(ascii: "[")]
+            for (i, reply) in replies.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                out += reply
+            }
+            out.append(UInt8(ascii: "]"))
+            return (.ok, out)
+        default:
+            guard let reply = await one(parsed, bearer: bearer) else { return (.noContent, []) }
+            return (.ok, reply)
+        }
+    }
+
+    /// One request: forwarded if its method is public here; nil for a notification.
+    private func one(_ request: JSONValue, bearer: String?) async -> [UInt8]? {
+        guard case .object(let fields) = request, fields["jsonrpc"] == .string("2.0"), let method = fields["method"]?.stringValue else {
+            return Self.line(failureFor: Self.id(request["id"]) ?? .null, RPCError.invalidRequest("not a JSON-RPC 2.0 request"))
+        }
+        let id = Self.id(fields["id"])
+        if fields["id"] != nil, id == nil {
+            return Self.line(failureFor: .null, RPCError.invalidRequest("id must be a string, an integer or null"))
+        }
+        guard let service = publicMethods[method], let client = clients[service] else {
+            return id.map { Self.line(failureFor: $0, RPCError.methodNotFound(method)) }
+        }
+        var params: [String: JSONValue]
+        switch fields["params"] {
+        case nil: params = [:]
+        case .object(let object)?: params = object
+        default: return id.map { Self.line(failureFor: $0, RPCError.invalidParams("params must be an object")) }
+        }
+        if params["session"] == nil, let bearer { params["session"] = .string(bearer) }
+        let encoded = (try? JSONByteEncoder.encode(JSONValue.object(params))) ?? Array("{}".utf8)
+        let outcome: Result<[UInt8], RPCError>
+        do {
+            outcome = .success(try await client.callRaw(method: method, params: encoded, timeout: configuration.callTimeout))
+        } catch {
+            outcome = .failure(Self.passThrough(error, service: service))
+        }
+        guard let id else { return nil }
+        var out: [UInt8] = []
+        switch outcome {
+        case .success(let result): JSONWriter.success(id: id, result: result, into: &out)
+        case .failure(let error): JSONWriter.failure(id: id, error: error, into: &out)
+        }
+        return out
+    }
+
+    /// A service's own answer (an application error) passes through; a transport failure is `unavailable`.
+    static func passThrough(_ error: RPCError, service: String) -> RPCError {
+        if error.code >= 1000 && error.code < 1100 && error.data.reason != "connectionLost" { return error }
+        if error.code < 0 && error.code > -32100 { return error }  // the service's own JSON-RPC errors
+        var failure = RPCError.unavailable("\(service) could not answer; nothing was changed, retry later", reason: "dependencyUnavailable")
+        failure.data.extra["dependency"] = .string(service)
+        return failure
+    }
+
+    static func id(_ value: JSONValue?) -> RPCID? {
+        switch value {
+        case .string(let s)?: return RPCID(s)
+        case .int(let i)?: return RPCID(i)
+        case .null?: return .null
+        default: return nil
+        }
+    }
+
+    static func line(failureFor id: RPCID, _ error: RPCError) -> [UInt8] {
+        var out: [UInt8] = []
+        JSONWriter.failure(id: id, error: error, into: &out)
+        return out
+    }
+
+    // MARK: POST /v1/notifications/appstore
+
+    /// Apple's webhook: 200 once fulfillment has taken the notification, 400 for one that fails
+    /// verification (a forgery: logged), 503 when it cannot be taken now (Apple retries).
+    public func appStoreNotification(body: [UInt8], sandbox: Bool) async -> HTTPResponse.Status {
+        struct Body: Decodable { let signedPayload: String }
+        guard let parsed = try? JSONDecoder().decode(Body.self, from: Data(body)) else { return .badRequest }
+        guard let client = clients["fulfillment"] else { return .serviceUnavailable }
+        do {
+            let result = try await client.call(
+                FulfillmentApplyNotification.self, .init(signedPayload: parsed.signedPayload),
+                timeout: configuration.callTimeout)
+            logger.info("App Store notification taken", metadata: ["applied": "\(result.applied)", "sandboxURL": "\(sandbox)"])
+            return .ok
+        } catch  where error.knownCode == .invalidReceipt {
+            logger.warning("App Store notification refused: it failed verification", metadata: ["reason": "\(error.data.reason)"])
+            return .badRequest
+        } catch {
+            logger.error("App Store notification could not be taken; Apple will retry", metadata: ["error": "\(error.message)"])
+            return .serviceUnavailable
+        }
+    }
+
+    // MARK: HTTP
+
+    /// The client's address: the TCP peer, or the last `X-Forwarded-For` hop when the peer is a trusted proxy.
+    func clientAddress(peer: String?, forwardedFor: String?) -> String {
+        guard let peer else { return "unknown" }
+        if configuration.trustedProxies.contains(peer), let forwarded = forwardedFor?.split(separator: ",").last {
+            return forwarded.trimmingCharacters(in: .whitespaces)
+        }
+        return peer
+    }
+
+    /// The Hummingbird router: `/v1/rpc`, the two notification URLs and `/healthz`.
+    public func router() -> Router<EdgeRequestContext> {
+        let router = Router(context: EdgeRequestContext.self)
+        let maxBody = configuration.maxBodyBytes
+        router.get("healthz") { _, _ -> Response in
+            Response(status: .ok, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
+        }
+        router.post("v1/rpc") { request, context -> Response in
+            let address = self.clientAddress(peer: context.remoteAddress?.ipAddress, forwardedFor: request.headers[.xForwardedFor])
+            if let wait = self.limiter.take(address) {
+                return Response(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))])
+            }
+            guard (request.headers[.contentType] ?? "").lowercased().hasPrefix("application/json") else {
+                return Response(status: .unsupportedMediaType)
+            }
+            guard let buffer = try? await request.body.collect(upTo: maxBody) else { return Response(status: .contentTooLarge) }
+            var bearer: String?
+            if let authorization = request.headers[.authorization], authorization.lowercased().hasPrefix("bearer ") {
+                bearer = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+            }
+            let (status, body) = await self.rpc(body: Array(buffer: buffer), bearer: bearer)
+            return Response(
+                status: status, headers: status == .noContent ? [:] : [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(bytes: body)))
+        }
+        for (path, sandbox) in [("v1/notifications/appstore", false), ("v1/notifications/appstore/sandbox", true)] {
+            router.post(RouterPath(path)) { request, _ -> Response in
+                guard let buffer = try? await request.body.collect(upTo: maxBody) else { return Response(status: .contentTooLarge) }
+                return Response(status: await self.appStoreNotification(body: Array(buffer: buffer), sandbox: sandbox))
+            }
+        }
+        return router
+    }
+
+    /// A Hummingbird application serving the router on `host:port` (plain HTTP; TLS is the next step).
+    public func application(host: String, port: Int, onRunning: @escaping @Sendable (Int) async -> Void = { _ in })
+        -> some ApplicationProtocol
+    {
+        Application(
+            router: router(), configuration: .init(address: .hostname(host, port: port), serverName: "iap-edge"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) }, logger: logger)
+    }
+}
+
+/// Hummingbird's request context plus the TCP peer (the client, or a trusted proxy).
+public struct EdgeRequestContext: Hummingbird.RequestContext, RemoteAddressRequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public let remoteAddress: SocketAddress?
+
+    public init(source: ApplicationRequestContextSource) {
+        self.coreContext = .init(source: source)
+        self.remoteAddress = source.channel.remoteAddress
+    }
+}
+
+extension HTTPField.Name {
+    static let xForwardedFor = Self("X-Forwarded-For")!
+}

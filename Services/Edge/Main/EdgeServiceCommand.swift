@@ -1,0 +1,59 @@
+import ArgumentParser
+import EdgeService
+import Foundation
+import Logging
+import RPCTransport
+import ServiceLifecycle
+import ServiceSupport
+
+@main
+struct EdgeServiceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "edge-service",
+        abstract: "The suite's one public door: JSON-RPC over HTTP for apps, and Apple's notification webhook.",
+        discussion: "This first version serves plain HTTP, on loopback unless --allow-plain-http-on-any-address (behind a TLS-terminating proxy).")
+
+    @Option(help: "Address to bind (default 127.0.0.1; env IAP_HOST).") var host: String?
+    @Option(help: "Port (default 8443).") var port: Int = 8443
+    @Option(name: .customLong("accounts-addr"), help: "accounts-service HOST:PORT (env IAP_ACCOUNTS_ADDR).") var accountsAddr: String?
+    @Option(name: .customLong("catalog-addr"), help: "catalog-service HOST:PORT (env IAP_CATALOG_ADDR).") var catalogAddr: String?
+    @Option(name: .customLong("fulfillment-addr"), help: "fulfillment-service HOST:PORT (env IAP_FULFILLMENT_ADDR).") var fulfillmentAddr: String?
+    @Option(name: .customLong("trusted-proxy"), help: "A reverse proxy's address whose X-Forwarded-For is believed. Repeatable.")
+    var trustedProxies: [String] = []
+    @Flag(
+        name: .customLong("allow-plain-http-on-any-address"),
+        help: "Serve plain HTTP on a non-loopback address (only behind a TLS-terminating proxy on a private network).")
+    var allowPlainHTTP = false
+    @Option(name: .customLong("log-level"), help: "trace ... critical (env IAP_LOG_LEVEL; default info).") var logLevel: String?
+
+    var resolvedHost: String { host ?? Environment.value("IAP_HOST") ?? "127.0.0.1" }
+
+    func validate() throws {
+        let loopback = ["127.0.0.1", "::1", "localhost"].contains(resolvedHost) || resolvedHost.hasPrefix("127.")
+        if !loopback && !allowPlainHTTP {
+            throw ValidationError(
+                """
+                \(resolvedHost) is not a loopback address and this edge serves plain HTTP: put it behind a TLS-terminating \
+                proxy and pass --allow-plain-http-on-any-address, or bind 127.0.0.1
+                """)
+        }
+    }
+
+    func run() async throws {
+        var logger = Logger(label: "edge")
+        logger.logLevel = (logLevel ?? Environment.value("IAP_LOG_LEVEL")).flatMap(Logger.Level.init(rawValue:)) ?? .info
+        var config = EdgeConfiguration()
+        config.trustedProxies = Set(trustedProxies)
+        let clientConfig = RPCClientConfiguration(connections: 4, callTimeout: config.callTimeout)
+        let edge = EdgeService(
+            accounts: try RPCClient(address: SuiteService.accounts.address(flag: accountsAddr), configuration: clientConfig),
+            catalog: try RPCClient(address: SuiteService.catalog.address(flag: catalogAddr), configuration: clientConfig),
+            fulfillment: try RPCClient(address: SuiteService.fulfillment.address(flag: fulfillmentAddr), configuration: clientConfig),
+            configuration: config, logger: logger)
+        try await ServiceOptions.runUntilSignalled(
+            [
+                ClosingService("service clients", logger: logger) { await edge.close() },
+                edge.application(host: resolvedHost, port: port),
+            ], logger: logger)
+    }
+}

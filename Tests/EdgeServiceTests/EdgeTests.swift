@@ -1,0 +1,140 @@
+import AsyncHTTPClient
+import EdgeService
+import Foundation
+import IAPProtocol
+import JSONRPC
+import Logging
+import NIOCore
+import RPCTestSupport
+import RPCTransport
+import SuiteTestSupport
+import Testing
+
+/// The edge over real HTTP in front of the real suite (every service on its own TCP port).
+@Suite struct EdgeTests {
+    /// Runs `body` with the suite and an edge in front of it, on a free port.
+    static func withEdge(
+        configure: (inout EdgeConfiguration) -> Void = { _ in },
+        _ body: (SuiteFixture, String) async throws -> Void
+    ) async throws {
+        try await SuiteFixture.with { suite in
+            var config = EdgeConfiguration()
+            configure(&config)
+            var logger = Logger(label: "edge-test")
+            logger.logLevel = .critical
+            let edge = EdgeService(
+                accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config,
+                logger: logger)
+            let port = AsyncStream<Int>.makeStream()
+            let app = edge.application(host: "127.0.0.1", port: 0) { port.continuation.yield($0) }
+            let server = Task { try await app.runService() }
+            defer { server.cancel() }
+            var ports = port.stream.makeAsyncIterator()
+            guard let bound = await ports.next() else { Issue.record("the edge did not start"); return }
+            try await body(suite, "http://127.0.0.1:\(bound)")
+        }
+    }
+
+    static func post(_ url: String, _ body: String, contentType: String = "application/json", bearer: String? = nil) async throws
+        -> (status: Int, body: String, headers: [String: String])
+    {
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: contentType)
+        if let bearer { request.headers.add(name: "Authorization", value: "Bearer \(bearer)") }
+        request.body = .bytes(ByteBuffer(string: body))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let bytes = try await response.body.collect(upTo: 8 << 20)
+        var headers: [String: String] = [:]
+        for h in response.headers { headers[h.name.lowercased()] = h.value }
+        return (Int(response.status.code), String(buffer: bytes), headers)
+    }
+
+    @Test func appsReachThePublicMethodsAndNothingElse() async throws {
+        try await Self.withEdge { suite, base in
+            let url = base + "/v1/rpc"
+            let registered = try await Self.post(
+                url, #"{"jsonrpc":"2.0","id":1,"method":"accounts.register","params":{"username":"edgy","password":"correct horse battery"}}"#)
+            #expect(registered.status == 200)
+            let token = try #require(try JSONValue.parse(registered.body)["result"]?["session"]?["token"]?.stringValue)
+            // The bearer fills params.session.
+            let balance = try await Self.post(url, #"{"jsonrpc":"2.0","id":2,"method":"fulfillment.getBalance"}"#, bearer: token)
+            #expect(balance.status == 200 && balance.body.contains(#""balance":0"#), "\(balance.body)")
+            // Admin and internal methods do not exist here, with or without a token.
+            for method in [
+                "catalog.retireProduct", "fulfillment.revokeTransaction", "accounts.findByAppAccountToken",
+                "fulfillment.applyNotification", "accounts.authenticate", "verification.verifyReceipt", "sim.purchase",
+            ] {
+                let answer = try await Self.post(
+                    url, #"{"jsonrpc":"2.0","id":3,"method":"\#(method)","params":{"adminToken":"\#(SuiteFixture.adminToken)"}}"#)
+                #expect(answer.status == 200 && answer.body.contains(#""code":-32601"#), "\(method): \(answer.body)")
+            }
+            // A batch, and a batch of notifications only (204, no body).
+            let batch = try await Self.post(
+                url, #"[{"jsonrpc":"2.0","id":"a","method":"catalog.listProducts"},{"jsonrpc":"2.0","id":"b","method":"no.such"}]"#)
+            let replies = try JSONValue.parse(batch.body).arrayValue ?? []
+            #expect(replies.count == 2 && replies[0]["result"] != nil && replies[1]["error"]?["code"] == -32601)
+            #expect(try await Self.post(url, #"[{"jsonrpc":"2.0","method":"catalog.listProducts"}]"#).status == 204)
+            // A service's own errors pass through.
+            let stranger = try await Self.post(url, #"{"jsonrpc":"2.0","id":4,"method":"fulfillment.getBalance"}"#, bearer: "not-a-session")
+            #expect(stranger.body.contains(#""code":1001"#))
+            // Not JSON, the wrong type, too large.
+            #expect(try await Self.post(url, "{", contentType: "application/json").body.contains(#""code":-32700"#))
+            #expect(try await Self.post(url, "{}", contentType: "text/plain").status == 415)
+            #expect(try await Self.post(url, String(repeating: " ", count: 3 << 20)).status == 413)
+        }
+    }
+
+    @Test func eachAddressGetsABucketAndThenRetryAfter() async throws {
+        try await Self.withEdge(configure: {
+            $0.burst = 5; $0.requestsPerSecond = 0.01
+        }) { _, base in
+            for _ in 0..<5 {
+                #expect(try await Self.post(base + "/v1/rpc", #"{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts"}"#).status == 200)
+            }
+            let limited = try await Self.post(base + "/v1/rpc", #"{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts"}"#)
+            #expect(limited.status == 429)
+            #expect(Int(limited.headers["retry-after"] ?? "") ?? 0 >= 1)
+        }
+    }
+
+    @Test func applesWebhookIsAnswered200OnlyForWhatFulfillmentTook() async throws {
+        try await Self.withEdge { suite, base in
+            let alice = try await suite.register("alice")
+            let bought = try await suite.buy("alice@icloud", "coins.100")
+            _ = try await suite.redeem(alice.session, signed: [bought.signedTransaction])
+            let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: bought.transactionId))
+            let payload = try #require(refund.signedPayload)
+            let taken = try await Self.post(base + "/v1/notifications/appstore", #"{"signedPayload":"\#(payload)"}"#)
+            #expect(taken.status == 200)
+            #expect(try await suite.balance(alice.session) == 0)
+            // A forgery (tampered payload) is 400, and changes nothing.
+            let forged = try await Self.post(base + "/v1/notifications/appstore/sandbox", #"{"signedPayload":"\#(payload.dropLast(4))AAAA"}"#)
+            #expect(forged.status == 400)
+            #expect(try await Self.post(base + "/v1/notifications/appstore", "not json").status == 400)
+        }
+    }
+
+    /// Services that cannot be reached: the webhook answers 503 (Apple retries) and JSON-RPC answers
+    /// 1020 `unavailable` inside a 200, never an HTTP 500.
+    @Test func aDependencyThatIsDownIsUnavailableNotAServerError() async throws {
+        var logger = Logger(label: "edge-test")
+        logger.logLevel = .critical
+        func dead() throws -> RPCClient { try RPCClient(address: "127.0.0.1:1", configuration: .init(connections: 1, callTimeout: .seconds(5))) }
+        let edge = EdgeService(
+            accounts: try dead(), catalog: try dead(), fulfillment: try dead(), configuration: EdgeConfiguration(),
+            logger: logger)
+        let port = AsyncStream<Int>.makeStream()
+        let app = edge.application(host: "127.0.0.1", port: 0) { port.continuation.yield($0) }
+        let server = Task { try await app.runService() }
+        defer { server.cancel() }
+        var ports = port.stream.makeAsyncIterator()
+        let bound = try #require(await ports.next())
+        let base = "http://127.0.0.1:\(bound)"
+        #expect(try await Self.post(base + "/v1/notifications/appstore", #"{"signedPayload":"a.b.c"}"#).status == 503)
+        let rpc = try await Self.post(base + "/v1/rpc", #"{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts"}"#)
+        #expect(rpc.status == 200)
+        #expect(rpc.body.contains(#""code":1020"#) && rpc.body.contains(#""retryable":true"#), "\(rpc.body)")
+        await edge.close()
+    }
+}
