@@ -1,10 +1,12 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdHTTP2
 import IAPProtocol
 import JSONRPC
 import Logging
 import NIOCore
+import NIOSSL
 import RPCTransport
 import ServiceSupport
 
@@ -206,13 +208,25 @@ public final class EdgeService: Sendable {
         return router
     }
 
-    /// A Hummingbird application serving the router on `host:port` (plain HTTP; TLS is the next step).
-    public func application(host: String, port: Int, onRunning: @escaping @Sendable (Int) async -> Void = { _ in })
-        -> some ApplicationProtocol
-    {
+    /// A Hummingbird application serving the router on `host:port`: with `tls`, HTTPS with HTTP/2 by ALPN
+    /// and HTTP/1.1; without, plain HTTP/1.1 (loopback, or behind a TLS-terminating proxy).
+    public func application(
+        host: String, port: Int, tls: TLSConfiguration? = nil,
+        onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) throws -> some ApplicationProtocol {
         Application(
-            router: router(), configuration: .init(address: .hostname(host, port: port), serverName: "iap-edge"),
+            router: router(), server: try tls.map { try .http2Upgrade(tlsConfiguration: $0) } ?? .http1(),
+            configuration: .init(address: .hostname(host, port: port), serverName: "iap-edge"),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) }, logger: logger)
+    }
+
+    /// The server's TLS settings from PEM files: TLS 1.2 or later. The key is read once and never logged.
+    public static func tlsConfiguration(certificateFile: String, keyFile: String) throws -> TLSConfiguration {
+        let chain = try NIOSSLCertificate.fromPEMFile(certificateFile).map { NIOSSLCertificateSource.certificate($0) }
+        var tls = TLSConfiguration.makeServerConfiguration(
+            certificateChain: chain, privateKey: .privateKey(try NIOSSLPrivateKey(file: keyFile, format: .pem)))
+        tls.minimumTLSVersion = .tlsv12
+        return tls
     }
 }
 

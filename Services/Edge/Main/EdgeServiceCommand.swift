@@ -11,7 +11,13 @@ struct EdgeServiceCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "edge-service",
         abstract: "The suite's one public door: JSON-RPC over HTTP for apps, and Apple's notification webhook.",
-        discussion: "This first version serves plain HTTP, on loopback unless --allow-plain-http-on-any-address (behind a TLS-terminating proxy).")
+        discussion: """
+            With --tls-cert and --tls-key (PEM): HTTPS, TLS 1.2+, HTTP/2 by ALPN and HTTP/1.1. Without: plain HTTP, on \
+            loopback unless --allow-plain-http-on-any-address (behind a TLS-terminating proxy).
+            """)
+
+    @Option(name: .customLong("tls-cert"), help: "PEM certificate chain (env IAP_EDGE_TLS_CERT).") var tlsCert: String?
+    @Option(name: .customLong("tls-key"), help: "PEM private key (env IAP_EDGE_TLS_KEY). Read once, never logged.") var tlsKey: String?
 
     @Option(help: "Address to bind (default 127.0.0.1; env IAP_HOST).") var host: String?
     @Option(help: "Port (default 8443).") var port: Int = 8443
@@ -28,7 +34,12 @@ struct EdgeServiceCommand: AsyncParsableCommand {
 
     var resolvedHost: String { host ?? Environment.value("IAP_HOST") ?? "127.0.0.1" }
 
+    var certFile: String? { Environment.resolve(tlsCert, env: "IAP_EDGE_TLS_CERT") }
+    var keyFile: String? { Environment.resolve(tlsKey, env: "IAP_EDGE_TLS_KEY") }
+
     func validate() throws {
+        if (certFile == nil) != (keyFile == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
+        if certFile != nil { return }
         let loopback = ["127.0.0.1", "::1", "localhost"].contains(resolvedHost) || resolvedHost.hasPrefix("127.")
         if !loopback && !allowPlainHTTP {
             throw ValidationError(
@@ -53,7 +64,9 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         try await ServiceOptions.runUntilSignalled(
             [
                 ClosingService("service clients", logger: logger) { await edge.close() },
-                edge.application(host: resolvedHost, port: port),
+                try edge.application(
+                    host: resolvedHost, port: port,
+                    tls: try certFile.map { try EdgeService.tlsConfiguration(certificateFile: $0, keyFile: keyFile!) }),
             ], logger: logger)
     }
 }
