@@ -16,6 +16,22 @@ import X509
 
 /// The edge over real HTTP in front of the real suite (every service on its own TCP port).
 @Suite struct EdgeTests {
+    /// Serves `edge` on a free loopback port (HTTPS with `tls`) while `body` runs with that port.
+    static func serving(_ edge: EdgeService, tls: TLSConfiguration? = nil, _ body: (Int) async throws -> Void) async throws {
+        let port = AsyncStream<Int>.makeStream()
+        let app = try edge.application(host: "127.0.0.1", port: 0, tls: tls) { port.continuation.yield($0) }
+        let server = Task { try await app.runService() }
+        defer { server.cancel() }
+        var ports = port.stream.makeAsyncIterator()
+        try await body(try #require(await ports.next(), "the edge did not start"))
+    }
+
+    static var quiet: Logger {
+        var logger = Logger(label: "edge-test")
+        logger.logLevel = .critical
+        return logger
+    }
+
     /// Runs `body` with the suite and an edge in front of it, on a free port.
     static func withEdge(
         configure: (inout EdgeConfiguration) -> Void = { _ in },
@@ -24,18 +40,10 @@ import X509
         try await SuiteFixture.with { suite in
             var config = EdgeConfiguration()
             configure(&config)
-            var logger = Logger(label: "edge-test")
-            logger.logLevel = .critical
             let edge = EdgeService(
                 accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config,
-                logger: logger)
-            let port = AsyncStream<Int>.makeStream()
-            let app = try edge.application(host: "127.0.0.1", port: 0) { port.continuation.yield($0) }
-            let server = Task { try await app.runService() }
-            defer { server.cancel() }
-            var ports = port.stream.makeAsyncIterator()
-            guard let bound = await ports.next() else { Issue.record("the edge did not start"); return }
-            try await body(suite, "http://127.0.0.1:\(bound)")
+                logger: quiet)
+            try await serving(edge) { port in try await body(suite, "http://127.0.0.1:\(port)") }
         }
     }
 
@@ -122,23 +130,16 @@ import X509
     /// Services that cannot be reached: the webhook answers 503 (Apple retries) and JSON-RPC answers
     /// 1020 `unavailable` inside a 200, never an HTTP 500.
     @Test func aDependencyThatIsDownIsUnavailableNotAServerError() async throws {
-        var logger = Logger(label: "edge-test")
-        logger.logLevel = .critical
         func dead() throws -> RPCClient { try RPCClient(address: "127.0.0.1:1", configuration: .init(connections: 1, callTimeout: .seconds(5))) }
         let edge = EdgeService(
-            accounts: try dead(), catalog: try dead(), fulfillment: try dead(), configuration: EdgeConfiguration(),
-            logger: logger)
-        let port = AsyncStream<Int>.makeStream()
-        let app = try edge.application(host: "127.0.0.1", port: 0) { port.continuation.yield($0) }
-        let server = Task { try await app.runService() }
-        defer { server.cancel() }
-        var ports = port.stream.makeAsyncIterator()
-        let bound = try #require(await ports.next())
-        let base = "http://127.0.0.1:\(bound)"
-        #expect(try await Self.post(base + "/v1/notifications/appstore", #"{"signedPayload":"a.b.c"}"#).status == 503)
-        let rpc = try await Self.post(base + "/v1/rpc", #"{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts"}"#)
-        #expect(rpc.status == 200)
-        #expect(rpc.body.contains(#""code":1020"#) && rpc.body.contains(#""retryable":true"#), "\(rpc.body)")
+            accounts: try dead(), catalog: try dead(), fulfillment: try dead(), configuration: EdgeConfiguration(), logger: Self.quiet)
+        try await Self.serving(edge) { port in
+            let base = "http://127.0.0.1:\(port)"
+            #expect(try await Self.post(base + "/v1/notifications/appstore", #"{"signedPayload":"a.b.c"}"#).status == 503)
+            let rpc = try await Self.post(base + "/v1/rpc", #"{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts"}"#)
+            #expect(rpc.status == 200)
+            #expect(rpc.body.contains(#""code":1020"#) && rpc.body.contains(#""retryable":true"#), "\(rpc.body)")
+        }
         await edge.close()
     }
 
@@ -165,30 +166,23 @@ import X509
             keyFile: dir.appendingPathComponent("key.pem").path)
 
         try await SuiteFixture.with { suite in
-            var logger = Logger(label: "edge-test")
-            logger.logLevel = .critical
             let edge = EdgeService(
-                accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment,
-                configuration: EdgeConfiguration(), logger: logger)
-            let port = AsyncStream<Int>.makeStream()
-            let app = try edge.application(host: "127.0.0.1", port: 0, tls: tls) { port.continuation.yield($0) }
-            let server = Task { try await app.runService() }
-            defer { server.cancel() }
-            var ports = port.stream.makeAsyncIterator()
-            let bound = try #require(await ports.next())
-
-            var clientTLS = TLSConfiguration.makeClientConfiguration()
-            clientTLS.trustRoots = .certificates([try NIOSSLCertificate(bytes: Array(certPEM.utf8), format: .pem)])
-            let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(tlsConfiguration: clientTLS))
-            defer { _ = client.shutdown() }
-            var request = HTTPClientRequest(url: "https://localhost:\(bound)/v1/rpc")
-            request.method = .POST
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(string: #"{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts"}"#))
-            let response = try await client.execute(request, timeout: .seconds(30))
-            let body = String(buffer: try await response.body.collect(upTo: 1 << 20))
-            #expect(response.status == .ok && body.contains(#""etag""#), "\(body)")
-            #expect(response.version == .http2, "negotiated \(response.version)")
+                accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: EdgeConfiguration(),
+                logger: Self.quiet)
+            try await Self.serving(edge, tls: tls) { bound in
+                var clientTLS = TLSConfiguration.makeClientConfiguration()
+                clientTLS.trustRoots = .certificates([try NIOSSLCertificate(bytes: Array(certPEM.utf8), format: .pem)])
+                let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(tlsConfiguration: clientTLS))
+                defer { _ = client.shutdown() }
+                var request = HTTPClientRequest(url: "https://localhost:\(bound)/v1/rpc")
+                request.method = .POST
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.body = .bytes(ByteBuffer(string: #"{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts"}"#))
+                let response = try await client.execute(request, timeout: .seconds(30))
+                let body = String(buffer: try await response.body.collect(upTo: 1 << 20))
+                #expect(response.status == .ok && body.contains(#""etag""#), "\(body)")
+                #expect(response.version == .http2, "negotiated \(response.version)")
+            }
         }
     }
 }
