@@ -12,10 +12,16 @@ public struct Credentials: Codable, Sendable, Equatable {
     public var username: String
     public var password: String
     public var deviceName: String?
-    public init(username: String, password: String, deviceName: String? = nil) {
+    /// Set by the edge only: the app's address, which the sign-in and registration limits then key on
+    /// (instead of the edge's own). Needs `internalToken`; refused without it.
+    public var clientAddress: String?
+    public var internalToken: String?
+    public init(username: String, password: String, deviceName: String? = nil, clientAddress: String? = nil, internalToken: String? = nil) {
         self.username = username
         self.password = password
         self.deviceName = deviceName
+        self.clientAddress = clientAddress
+        self.internalToken = internalToken
     }
 }
 

@@ -133,4 +133,28 @@ import Testing
         for token in later { _ = try await f.authenticate(token) }
         #expect(try await f.client.call(AccountsListSessions.self, .init(session: later[2])).sessions.count == 3)
     }
+
+    /// Behind the edge every app shares the edge's TCP address: the edge forwards each app's address, and
+    /// accounts believes it only with the internal token.
+    @Test func forwardedClientAddressesNeedTheInternalTokenAndGetTheirOwnLimits() async throws {
+        let f = try await AccountsFixture.start { $0.throttle.registrationThreshold = 2 }
+        defer { Task { await f.stop() } }
+        func register(_ name: String, from address: String?, token: String?) async -> RPCError? {
+            await rpcError {
+                _ = try await f.client.call(
+                    AccountsRegister.self,
+                    .init(
+                        username: name, password: "correct horse battery",
+                        clientAddress: address, internalToken: token))
+            }
+        }
+        #expect(await register("a1", from: "203.0.113.1", token: AccountsFixture.internalToken) == nil)
+        #expect(await register("a2", from: "203.0.113.1", token: AccountsFixture.internalToken) == nil)
+        #expect(await register("a3", from: "203.0.113.1", token: AccountsFixture.internalToken)?.knownCode == .rateLimited)
+        // Another app's address has its own count, though every call came from the same TCP peer.
+        #expect(await register("b1", from: "203.0.113.2", token: AccountsFixture.internalToken) == nil)
+        // Without the token (or with a wrong one) nobody can choose the address they are counted under.
+        #expect(await register("c1", from: "203.0.113.3", token: nil)?.knownCode == .forbidden)
+        #expect(await register("c2", from: "203.0.113.3", token: "wrong")?.knownCode == .forbidden)
+    }
 }

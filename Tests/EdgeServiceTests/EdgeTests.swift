@@ -185,4 +185,41 @@ import X509
             }
         }
     }
+
+    /// Sign-ins through the edge are limited per app address (the X-Forwarded-For of a trusted proxy here),
+    /// not per edge: one address locked out leaves another free; an app cannot smuggle its own token or address.
+    @Test func signInLimitsKeyOnTheAppsAddressNotTheEdges() async throws {
+        let smuggled = EdgeService.forwarded(
+            ["internalToken": "guess", "clientAddress": "1.2.3.4", "username": "u"],
+            method: "catalog.listProducts", clientAddress: "5.6.7.8", internalToken: "real")
+        #expect(smuggled["internalToken"] == nil && smuggled["clientAddress"] == nil)
+        let login = EdgeService.forwarded(["internalToken": "guess"], method: "accounts.login", clientAddress: "5.6.7.8", internalToken: "real")
+        #expect(login["internalToken"] == .string("real") && login["clientAddress"] == .string("5.6.7.8"))
+
+        try await Self.withEdge(configure: {
+            $0.internalToken = SuiteFixture.internalToken
+            $0.trustedProxies = ["127.0.0.1"]
+        }) { _, base in
+            func login(_ user: String, from address: String) async throws -> String {
+                var request = HTTPClientRequest(url: base + "/v1/rpc")
+                request.method = .POST
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.headers.add(name: "X-Forwarded-For", value: address)
+                request.body = .bytes(
+                    ByteBuffer(
+                        string: #"{"jsonrpc":"2.0","id":1,"method":"accounts.login","params":{"username":"\#(user)","password":"wrong password"}}"#))
+                let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+                return String(buffer: try await response.body.collect(upTo: 1 << 20))
+            }
+            // 20 failures (accounts' per-address limit) from one app address, each on another username.
+            for i in 0..<20 {
+                let answer = try await login("user\(i)", from: "198.51.100.7")
+                #expect(answer.contains(#""code":1001"#))
+            }
+            let limited = try await login("user20", from: "198.51.100.7")
+            #expect(limited.contains(#""code":1006"#), "that address is now limited")
+            let other = try await login("user21", from: "198.51.100.8")
+            #expect(other.contains(#""code":1001"#), "another app is not")
+        }
+    }
 }

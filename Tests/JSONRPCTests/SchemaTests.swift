@@ -8,7 +8,8 @@ import Testing
             SchemaRecorder.schema(for: Credentials.self)
                 == .object(properties: [
                     .init("username", .string, required: true), .init("password", .string, required: true),
-                    .init("deviceName", .string, required: false),
+                    .init("deviceName", .string, required: false), .init("clientAddress", .string, required: false),
+                    .init("internalToken", .string, required: false),
                 ]))
         guard case let .object(props, _) = SchemaRecorder.schema(for: Product.self) else { Issue.record("not an object"); return }
         #expect(props.map(\.name) == ["productId", "type", "referenceName", "title", "description", "status", "grant", "price"])

@@ -6,8 +6,8 @@ extension AccountsService {
     /// The `accounts.*` methods of the v1 contract, on this service.
     public func router() -> RPCRouter {
         var r = RPCRouter()
-        r.register(AccountsRegister.self) { p, ctx in try await self.register(p, clientAddress: ctx.remoteAddress) }
-        r.register(AccountsLogin.self) { p, ctx in try await self.login(p, clientAddress: ctx.remoteAddress) }
+        r.register(AccountsRegister.self) { p, ctx in try await self.register(p, clientAddress: try self.clientAddress(p, peer: ctx.remoteAddress)) }
+        r.register(AccountsLogin.self) { p, ctx in try await self.login(p, clientAddress: try self.clientAddress(p, peer: ctx.remoteAddress)) }
         r.registerBlocking(AccountsLogout.self) { p, _ in
             try self.logout(p.session)
             return EmptyResult()

@@ -33,6 +33,17 @@ public final class AccountsService: Sendable {
 
     // MARK: register / login
 
+    /// The address the sign-in and registration limits key on: the TCP peer, or, from the edge (which
+    /// proves itself with the internal token), the app's address it forwards.
+    func clientAddress(_ p: Credentials, peer: String?) throws(RPCError) -> String? {
+        guard let forwarded = p.clientAddress else { return peer }
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
+        guard !forwarded.isEmpty, forwarded.utf8.count <= 64 else {
+            throw RPCError.invalidParams("clientAddress must be 1-64 bytes", field: "clientAddress", reason: "invalidValue")
+        }
+        return forwarded
+    }
+
     public func register(_ p: Credentials, clientAddress: String? = nil) async throws(RPCError) -> SignedIn {
         let (display, key) = try UsernamePolicy.normalize(p.username)
         try PasswordPolicy.check(p.password, username: display)

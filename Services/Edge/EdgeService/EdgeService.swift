@@ -20,6 +20,9 @@ public struct EdgeConfiguration: Sendable {
     public var trustedProxies: Set<String> = []
     /// Deadline for each forwarded call.
     public var callTimeout: TimeAmount = .seconds(10)
+    /// The suite's internal token: with it, sign-ins and registrations carry the app's address, so
+    /// accounts' limits key on each app's address instead of the edge's. Without it they key on the edge's.
+    public var internalToken: String?
 
     public init() {}
 }
@@ -49,7 +52,7 @@ public final class EdgeService: Sendable {
 
     /// The HTTP answer to one `/v1/rpc` body: 200 with the JSON-RPC response, 204 when every request was a
     /// notification, 415 for a body that is not JSON.
-    public func rpc(body: [UInt8], bearer: String?) async -> (HTTPResponse.Status, [UInt8]) {
+    public func rpc(body: [UInt8], bearer: String?, clientAddress: String? = nil) async -> (HTTPResponse.Status, [UInt8]) {
         guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(body)) else {
             return (
                 .ok, Self.line(failureFor: .null, RPCError(code: .parseError, message: "Parse error: the body is not JSON", reason: "parseError"))
@@ -65,7 +68,7 @@ public final class EdgeService: Sendable {
             }
             var replies: [[UInt8]] = []
             for item in items {
-                if let reply = await one(item, bearer: bearer) { replies.append(reply) }
+                if let reply = await one(item, bearer: bearer, clientAddress: clientAddress) { replies.append(reply) }
             }
             guard !replies.isEmpty else { return (.noContent, []) }
             var out: [UInt8] = [UInt8(ascii: "[")]
@@ -76,13 +79,13 @@ public final class EdgeService: Sendable {
             out.append(UInt8(ascii: "]"))
             return (.ok, out)
         default:
-            guard let reply = await one(parsed, bearer: bearer) else { return (.noContent, []) }
+            guard let reply = await one(parsed, bearer: bearer, clientAddress: clientAddress) else { return (.noContent, []) }
             return (.ok, reply)
         }
     }
 
     /// One request: forwarded if its method is public here; nil for a notification.
-    private func one(_ request: JSONValue, bearer: String?) async -> [UInt8]? {
+    private func one(_ request: JSONValue, bearer: String?, clientAddress: String?) async -> [UInt8]? {
         guard case .object(let fields) = request, fields["jsonrpc"] == .string("2.0"), let method = fields["method"]?.stringValue else {
             return Self.line(failureFor: Self.id(request["id"]) ?? .null, RPCError.invalidRequest("not a JSON-RPC 2.0 request"))
         }
@@ -100,6 +103,7 @@ public final class EdgeService: Sendable {
         default: return id.map { Self.line(failureFor: $0, RPCError.invalidParams("params must be an object")) }
         }
         if params["session"] == nil, let bearer { params["session"] = .string(bearer) }
+        params = Self.forwarded(params, method: method, clientAddress: clientAddress, internalToken: configuration.internalToken)
         let encoded = (try? JSONByteEncoder.encode(JSONValue.object(params))) ?? Array("{}".utf8)
         let outcome: Result<[UInt8], RPCError>
         do {
@@ -112,6 +116,21 @@ public final class EdgeService: Sendable {
         switch outcome {
         case .success(let result): JSONWriter.success(id: id, result: result, into: &out)
         case .failure(let error): JSONWriter.failure(id: id, error: error, into: &out)
+        }
+        return out
+    }
+
+    /// What the edge adds to an app's params: never an app's own `internalToken` or `clientAddress`; for
+    /// sign-ins and registrations, the app's address with the internal token that lets accounts believe it.
+    package static func forwarded(_ params: [String: JSONValue], method: String, clientAddress: String?, internalToken: String?)
+        -> [String: JSONValue]
+    {
+        var out = params
+        out["internalToken"] = nil
+        out["clientAddress"] = nil
+        if [AccountsLogin.name, AccountsRegister.name].contains(method), let clientAddress, let internalToken {
+            out["clientAddress"] = .string(clientAddress)
+            out["internalToken"] = .string(internalToken)
         }
         return out
     }
@@ -194,7 +213,7 @@ public final class EdgeService: Sendable {
             if let authorization = request.headers[.authorization], authorization.lowercased().hasPrefix("bearer ") {
                 bearer = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
             }
-            let (status, body) = await self.rpc(body: Array(buffer: buffer), bearer: bearer)
+            let (status, body) = await self.rpc(body: Array(buffer: buffer), bearer: bearer, clientAddress: address)
             return Response(
                 status: status, headers: status == .noContent ? [:] : [.contentType: "application/json"],
                 body: .init(byteBuffer: ByteBuffer(bytes: body)))

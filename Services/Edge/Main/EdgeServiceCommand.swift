@@ -30,6 +30,10 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         name: .customLong("allow-plain-http-on-any-address"),
         help: "Serve plain HTTP on a non-loopback address (only behind a TLS-terminating proxy on a private network).")
     var allowPlainHTTP = false
+    @Option(
+        name: .customLong("internal-token"),
+        help: "The suite's internal token (env IAP_INTERNAL_TOKEN): lets accounts key its limits on each app's address.")
+    var internalToken: String?
     @Option(name: .customLong("log-level"), help: "trace ... critical (env IAP_LOG_LEVEL; default info).") var logLevel: String?
 
     var resolvedHost: String { host ?? Environment.value("IAP_HOST") ?? "127.0.0.1" }
@@ -55,6 +59,12 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         logger.logLevel = (logLevel ?? Environment.value("IAP_LOG_LEVEL")).flatMap(Logger.Level.init(rawValue:)) ?? .info
         var config = EdgeConfiguration()
         config.trustedProxies = Set(trustedProxies)
+        config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
+        if config.internalToken == nil {
+            logger.warning(
+                "no internal token (--internal-token or IAP_INTERNAL_TOKEN): accounts' sign-in limits will key on the edge's address, shared by every app"
+            )
+        }
         let clientConfig = RPCClientConfiguration(connections: 4, callTimeout: config.callTimeout)
         let edge = EdgeService(
             accounts: try RPCClient(address: SuiteService.accounts.address(flag: accountsAddr), configuration: clientConfig),
