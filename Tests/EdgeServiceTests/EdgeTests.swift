@@ -90,6 +90,12 @@ import X509
             // A service's own errors pass through.
             let stranger = try await Self.post(url, #"{"jsonrpc":"2.0","id":4,"method":"fulfillment.getBalance"}"#, bearer: "not-a-session")
             #expect(stranger.body.contains(#""code":1001"#))
+            // Ready: every service answers.
+            var ready = HTTPClientRequest(url: base + "/readyz")
+            ready.method = .GET
+            let readiness = try await HTTPClient.shared.execute(ready, timeout: .seconds(30))
+            #expect(readiness.status == .ok)
+            #expect(String(buffer: try await readiness.body.collect(upTo: 4096)).contains(#""fulfillment":"ok""#))
             // Not JSON, the wrong type, too large.
             #expect(try await Self.post(url, "{", contentType: "application/json").body.contains(#""code":-32700"#))
             #expect(try await Self.post(url, "{}", contentType: "text/plain").status == 415)
@@ -139,6 +145,9 @@ import X509
             let rpc = try await Self.post(base + "/v1/rpc", #"{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts"}"#)
             #expect(rpc.status == 200)
             #expect(rpc.body.contains(#""code":1020"#) && rpc.body.contains(#""retryable":true"#), "\(rpc.body)")
+            let readiness = try await HTTPClient.shared.execute(HTTPClientRequest(url: base + "/readyz"), timeout: .seconds(30))
+            #expect(readiness.status == .serviceUnavailable)
+            #expect(String(buffer: try await readiness.body.collect(upTo: 4096)).contains(#""accounts":"down""#))
         }
         await edge.close()
     }

@@ -159,6 +159,20 @@ public final class EdgeService: Sendable {
         return out
     }
 
+    // MARK: GET /readyz
+
+    /// Ready when accounts, catalog and fulfillment each answer `rpc.ping` within a second:
+    /// `{"accounts":"ok","catalog":"down",...}`.
+    public func readiness() async -> (ready: Bool, report: [UInt8]) {
+        var states: [String: JSONValue] = [:]
+        for (name, client) in clients.sorted(by: { $0.key < $1.key }) {
+            let ok = (try? await client.call(RPCPing.self, EmptyParams(), timeout: .seconds(1))) != nil
+            states[name] = .string(ok ? "ok" : "down")
+        }
+        let ready = states.values.allSatisfy { $0 == .string("ok") }
+        return (ready, (try? JSONByteEncoder.encode(JSONValue.object(states))) ?? [])
+    }
+
     // MARK: POST /v1/notifications/appstore
 
     /// Apple's webhook: 200 once fulfillment has taken the notification, 400 for one that fails
@@ -199,6 +213,12 @@ public final class EdgeService: Sendable {
         let maxBody = configuration.maxBodyBytes
         router.get("healthz") { _, _ -> Response in
             Response(status: .ok, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
+        }
+        router.get("readyz") { _, _ -> Response in
+            let (ready, report) = await self.readiness()
+            return Response(
+                status: ready ? .ok : .serviceUnavailable, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(bytes: report)))
         }
         router.post("v1/rpc") { request, context -> Response in
             let address = self.clientAddress(peer: context.remoteAddress?.ipAddress, forwardedFor: request.headers[.xForwardedFor])
