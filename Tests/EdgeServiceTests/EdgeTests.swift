@@ -1,6 +1,5 @@
 import AsyncHTTPClient
 import Crypto
-import EdgeService
 import Foundation
 import IAPProtocol
 import JSONRPC
@@ -13,6 +12,8 @@ import SuiteTestSupport
 import SwiftASN1
 import Testing
 import X509
+
+@testable import EdgeService
 
 /// The edge over real HTTP in front of the real suite (every service on its own TCP port).
 @Suite struct EdgeTests {
@@ -114,6 +115,30 @@ import X509
             #expect(limited.status == 429)
             #expect(Int(limited.headers["retry-after"] ?? "") ?? 0 >= 1)
         }
+        // A batch pays for each of its members: one HTTP request cannot buy 64 calls for one token.
+        try await Self.withEdge(configure: {
+            $0.burst = 5; $0.requestsPerSecond = 0.01
+        }) { _, base in
+            let six = "[" + (1...6).map { #"{"jsonrpc":"2.0","id":\#($0),"method":"catalog.listProducts"}"# }.joined(separator: ",") + "]"
+            let refused = try await Self.post(base + "/v1/rpc", six)
+            #expect(refused.status == 429 && refused.body.isEmpty)
+            let three = "[" + (1...3).map { #"{"jsonrpc":"2.0","id":\#($0),"method":"catalog.listProducts"}"# }.joined(separator: ",") + "]"
+            #expect(try await Self.post(base + "/v1/rpc", three).status == 200)
+            #expect(try await Self.post(base + "/v1/rpc", three).status == 429, "3 + 3 > 5")
+        }
+    }
+
+    /// A flood of distinct addresses keeps the buckets bounded, and an address at its limit stays limited.
+    @Test func tokenBucketsStayBoundedUnderAFloodOfAddresses() {
+        let buckets = TokenBuckets(burst: 2, perSecond: 0.001, maxAddresses: 100, now: { 1_000 })
+        #expect(buckets.take("victim-of-itself") == nil)
+        #expect(buckets.take("victim-of-itself") == nil)
+        #expect(buckets.take("victim-of-itself") != nil)
+        for i in 0..<10_000 {
+            _ = buckets.take("198.51.\(i / 256).\(i % 256)")
+            _ = buckets.take("198.51.\(i / 256).\(i % 256)")
+        }
+        #expect(buckets.count <= 100)
     }
 
     @Test func applesWebhookIsAnswered200OnlyForWhatFulfillmentTook() async throws {

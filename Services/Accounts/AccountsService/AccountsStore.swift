@@ -213,21 +213,6 @@ public final class AccountsStore: AccountsStorage, Sendable {
 
     // MARK: login throttle
 
-    public func throttleStates(keys: [String]) async throws -> [String: ThrottleState] {
-        try await writer.read { db in
-            var out: [String: ThrottleState] = [:]
-            for key in keys {
-                if let row = try Row.fetchOne(
-                    db, sql: "SELECT failures, windowStartMs, lockedUntilMs FROM loginThrottle WHERE key = ?",
-                    arguments: [key])
-                {
-                    out[key] = ThrottleState(failures: row["failures"], windowStartMs: row["windowStartMs"], lockedUntilMs: row["lockedUntilMs"])
-                }
-            }
-            return out
-        }
-    }
-
     /// In one write transaction: when `wait` says any key is locked, answers the longest wait and changes
     /// nothing; otherwise counts this attempt against every key (`record`) and answers 0. Counting before
     /// the password is checked is what stops a batch or many connections from racing the limit.

@@ -140,12 +140,10 @@ public final class CatalogService: Sendable {
     /// share a listing instead of each making one.
     static func knownLocale(_ requested: String?, in snapshot: CatalogSnapshot) -> String? {
         guard let requested else { return nil }
-        var known = Set<String>()
-        for product in snapshot.products { known.formUnion(product.definition.localizations.keys) }
         let wanted = requested.lowercased()
-        if let exact = known.first(where: { $0.lowercased() == wanted }) { return exact }
+        if let exact = snapshot.locales.first(where: { $0.lowercased() == wanted }) { return exact }
         let language = wanted.split(separator: "-").first.map(String.init) ?? wanted
-        return known.sorted().first { ($0.lowercased().split(separator: "-").first.map(String.init) ?? "") == language }
+        return snapshot.locales.first { ($0.lowercased().split(separator: "-").first.map(String.init) ?? "") == language }
     }
 
     /// A product as apps see it: text in the best locale (exact, then same language, then the product's

@@ -22,9 +22,14 @@ public struct CatalogSnapshot: Sendable {
     public let revision: Int64
     /// Sorted by productId.
     public let products: [(definition: ProductDefinition, status: ProductStatus)]
+    /// Every locale some product is localized in, sorted: what callers' locales are normalized to,
+    /// derived once per revision (not per request).
+    public let locales: [String]
+
     public init(revision: Int64, products: [(definition: ProductDefinition, status: ProductStatus)]) {
         self.revision = revision
         self.products = products
+        self.locales = Set(products.flatMap { $0.definition.localizations.keys }).sorted()
     }
 }
 

@@ -13,8 +13,9 @@ import ServiceSupport
 public struct EdgeConfiguration: Sendable {
     /// Largest request body accepted (a receipt is at most ~1 MiB as base64).
     public var maxBodyBytes = 2 * 1024 * 1024
-    /// Per client address: a burst of this many requests, refilled at `requestsPerSecond`.
-    public var burst: Double = 60
+    /// Per client address: a burst of this many requests, refilled at `requestsPerSecond`. Each member
+    /// of a batch counts as a request (a 64-member batch fits a full bucket).
+    public var burst: Double = 100
     public var requestsPerSecond: Double = 20
     /// Addresses of reverse proxies whose `X-Forwarded-For` is believed; from anyone else it is ignored.
     public var trustedProxies: Set<String> = []
@@ -52,7 +53,11 @@ public final class EdgeService: Sendable {
 
     /// The HTTP answer to one `/v1/rpc` body: 200 with the JSON-RPC response, 204 when every request was a
     /// notification, 415 for a body that is not JSON.
-    public func rpc(body: [UInt8], bearer: String?, clientAddress: String? = nil) async -> (HTTPResponse.Status, [UInt8]) {
+    /// `charge(n)`: the client's bucket pays for the `n` requests of a batch beyond the first (the HTTP
+    /// request itself paid one); false refuses the batch with 429 before any of it is forwarded.
+    public func rpc(body: [UInt8], bearer: String?, clientAddress: String? = nil, charge: (Int) -> Bool = { _ in true }) async
+        -> (HTTPResponse.Status, [UInt8])
+    {
         guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(body)) else {
             return (
                 .ok, Self.line(failureFor: .null, RPCError(code: .parseError, message: "Parse error: the body is not JSON", reason: "parseError"))
@@ -66,6 +71,7 @@ public final class EdgeService: Sendable {
             guard items.count <= 64 else {
                 return (.ok, Self.line(failureFor: .null, RPCError.invalidRequest("at most 64 requests per batch", reason: "batchTooLarge")))
             }
+            guard charge(items.count - 1) else { return (.tooManyRequests, []) }
             var replies: [[UInt8]] = []
             for item in items {
                 if let reply = await one(item, bearer: bearer, clientAddress: clientAddress) { replies.append(reply) }
@@ -233,7 +239,15 @@ public final class EdgeService: Sendable {
             if let authorization = request.headers[.authorization], authorization.lowercased().hasPrefix("bearer ") {
                 bearer = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
             }
-            let (status, body) = await self.rpc(body: Array(buffer: buffer), bearer: bearer, clientAddress: address)
+            var batchWait: Double?
+            let (status, body) = await self.rpc(body: Array(buffer: buffer), bearer: bearer, clientAddress: address) { extra in
+                guard extra > 0 else { return true }
+                batchWait = self.limiter.take(address, cost: Double(extra))
+                return batchWait == nil
+            }
+            if status == .tooManyRequests {
+                return Response(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int((batchWait ?? 1).rounded(.up))))])
+            }
             return Response(
                 status: status, headers: status == .noContent ? [:] : [.contentType: "application/json"],
                 body: .init(byteBuffer: ByteBuffer(bytes: body)))

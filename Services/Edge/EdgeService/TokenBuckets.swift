@@ -25,22 +25,34 @@ final class TokenBuckets: Sendable {
         self.now = now
     }
 
-    /// Takes one token for `address`: nil when allowed, else the seconds until one is available.
-    func take(_ address: String) -> Double? {
+    /// Takes `cost` tokens for `address`: nil when allowed, else the seconds until they are available.
+    /// A refused request takes nothing.
+    func take(_ address: String, cost requested: Double = 1) -> Double? {
+        let cost = min(requested, burst)  // a cost above the burst could never be paid: a full bucket pays it
         let t = now()
         return buckets.withLockedValue { all in
             var bucket = all[address] ?? Bucket(tokens: burst, updated: t)
             bucket.tokens = min(burst, bucket.tokens + (t - bucket.updated) * perSecond)
             bucket.updated = t
             defer {
-                if all.count >= maxAddresses, all[address] == nil {
-                    all = all.filter { min(burst, $0.value.tokens + (t - $0.value.updated) * perSecond) < burst }
-                }
+                if all[address] == nil, all.count >= maxAddresses { evict(&all, at: t) }
                 all[address] = bucket
             }
-            guard bucket.tokens >= 1 else { return (1 - bucket.tokens) / perSecond }
-            bucket.tokens -= 1
+            guard bucket.tokens >= cost else { return (cost - bucket.tokens) / perSecond }
+            bucket.tokens -= cost
             return nil
         }
     }
+
+    /// At the cap: forget the buckets that have refilled (they hold no state worth keeping); if a flood
+    /// of drained addresses leaves none, forget half of them, so each eviction frees room for many new
+    /// addresses and the work stays amortized constant per request.
+    private func evict(_ all: inout [String: Bucket], at t: Double) {
+        all = all.filter { min(burst, $0.value.tokens + (t - $0.value.updated) * perSecond) < burst }
+        if all.count >= maxAddresses / 2 {
+            for key in all.keys.prefix(all.count - maxAddresses / 2) { all[key] = nil }
+        }
+    }
+
+    var count: Int { buckets.withLockedValue { $0.count } }
 }
