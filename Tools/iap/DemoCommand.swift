@@ -34,6 +34,14 @@ struct DemoCommand: AsyncParsableCommand {
         let (signedIn, _) = await call.call(.accounts, AccountsRegister.self, .init(username: username, password: password, deviceName: "phone"))
         print("account \(signedIn.accountId), appAccountToken \(signedIn.appAccountToken)")
         let phone = signedIn.session.token
+        /// A simulated App Store purchase of `product` for the demo's Apple ID and account.
+        func buy(_ product: Product, _ environment: SimEnvironment) async -> (SimPurchase.Result, [UInt8]) {
+            await call.call(
+                .sim, SimPurchase.self,
+                .init(
+                    appleId: appleId, bundleId: bundleId, productId: product.productId, productType: product.type,
+                    appAccountToken: signedIn.appAccountToken, environment: environment))
+        }
 
         heading("what the app sells (catalog.listProducts, USA)")
         let (listing, _) = await call.call(.catalog, CatalogListProducts.self, .init(storefront: "USA"))
@@ -48,11 +56,7 @@ struct DemoCommand: AsyncParsableCommand {
         }
 
         heading("buy \(coins.title) in the App Store simulator (app \(bundleId), Production)")
-        let (coinPurchase, _) = await call.call(
-            .sim, SimPurchase.self,
-            .init(
-                appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
-                environment: .production))
+        let (coinPurchase, _) = await buy(coins, .production)
         print("transaction \(coinPurchase.transactionId), environment \(coinPurchase.environment)")
 
         heading("redeem the receipt (fulfillment.redeem)")
@@ -69,11 +73,7 @@ struct DemoCommand: AsyncParsableCommand {
                 : "outcomes: \(again.results.map(\.outcome.rawValue).joined(separator: ", ")); balance \(again.balance)")
 
         heading("a TestFlight (Sandbox) purchase: free to make, so it never becomes production coins")
-        let (sandboxPurchase, _) = await call.call(
-            .sim, SimPurchase.self,
-            .init(
-                appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
-                environment: .sandbox))
+        let (sandboxPurchase, _) = await buy(coins, .sandbox)
         let (sandboxRedeemed, _) = await call.call(
             .fulfillment, FulfillmentRedeem.self,
             .init(session: phone, signedTransactions: [sandboxPurchase.signedTransaction]))
@@ -82,10 +82,7 @@ struct DemoCommand: AsyncParsableCommand {
         print("production: \(production.balance) coins (unchanged; the Sandbox scope has its own balance)")
 
         heading("buy \(pack.title) and redeem it")
-        let (packPurchase, _) = await call.call(
-            .sim, SimPurchase.self,
-            .init(
-                appleId: appleId, bundleId: bundleId, productId: pack.productId, productType: pack.type, appAccountToken: signedIn.appAccountToken))
+        let (packPurchase, _) = await buy(pack, .production)
         let (packRedeemed, _) = await call.call(
             .fulfillment, FulfillmentRedeem.self,
             .init(session: phone, signedTransactions: [packPurchase.signedTransaction]))
@@ -126,11 +123,7 @@ struct DemoCommand: AsyncParsableCommand {
         print(balanceLine(afterRefund.balance, owed: afterRefund.owed, afterRefund.environment))
 
         heading("buy coins again: what is owed is repaid before anything is spendable")
-        let (rebuy, _) = await call.call(
-            .sim, SimPurchase.self,
-            .init(
-                appleId: appleId, bundleId: bundleId, productId: coins.productId, productType: coins.type, appAccountToken: signedIn.appAccountToken,
-                environment: .production))
+        let (rebuy, _) = await buy(coins, .production)
         let (rebought, _) = await call.call(
             .fulfillment, FulfillmentRedeem.self, .init(session: phone, signedTransactions: [rebuy.signedTransaction]))
         print(redeemSummary(rebought))
