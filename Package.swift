@@ -83,6 +83,7 @@ let package = Package(
             dependencies: [
                 "RPCTransport", "JSONRPC",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -98,6 +99,7 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdHTTP2", package: "hummingbird"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -239,6 +241,8 @@ let package = Package(
             dependencies: [
                 "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport", "VerificationService",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             path: "Tools/iap"
         ),
@@ -317,7 +321,7 @@ let package = Package(
             name: "CLITests",
             dependencies: [
                 "JSONRPC", "IAPProtocol", "VerificationService", "AppStoreSimulator", "RPCTransport", "RPCTestSupport",
-                "SuiteTestSupport", .product(name: "Logging", package: "swift-log"),
+                "SuiteTestSupport", "ServiceSupport", .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/CLITests"
         ),
@@ -345,7 +349,8 @@ let package = Package(
             name: "SuiteTestSupport",
             dependencies: [
                 "FulfillmentService", "AccountsService", "CatalogService", "VerificationService", "AppStoreSimulator",
-                "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                "EdgeService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -372,13 +377,14 @@ let package = Package(
         .testTarget(
             name: "EdgeServiceTests",
             dependencies: [
-                "EdgeService", "SuiteTestSupport", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport",
+                "EdgeService", "SuiteTestSupport", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/EdgeServiceTests"

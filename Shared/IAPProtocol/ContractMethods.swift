@@ -18,7 +18,7 @@ public enum ContractMethods {
     public static let fulfillment: [OpenRPCMethodDescription] = [
         .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),
         .init(FulfillmentGetBalance.self), .init(FulfillmentSpendCoins.self), .init(FulfillmentListLedger.self),
-        .init(FulfillmentListContent.self), .init(FulfillmentReadContent.self),
+        .init(FulfillmentListContent.self), .init(FulfillmentReadContent.self), .init(FulfillmentContentURL.self),
         .init(FulfillmentApplyNotification.self), .init(FulfillmentRevokeTransaction.self),
     ]
     public static let simulator: [OpenRPCMethodDescription] = [

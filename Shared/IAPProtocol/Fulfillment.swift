@@ -275,6 +275,37 @@ public enum FulfillmentReadContent: RPCMethod {
     public static let summary = "A chunk of an entitled content file (resumable downloads)."
 }
 
+public enum FulfillmentContentURL: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var session: String
+        public var contentId: String
+        public var environment: AccountScope?
+        public init(session: String, contentId: String, environment: AccountScope? = nil) {
+            self.session = session
+            self.contentId = contentId
+            self.environment = environment
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// Where the edge serves the file: absolute when fulfillment knows the edge's public URL
+        /// (`--content-url-base`), else a path to resolve against the edge's address.
+        public var url: String
+        /// The URL is refused after this instant (it is signed, not stored: a refund stops new URLs, and
+        /// one already issued lives until here).
+        public var expiresAtMs: Int64
+        public var size: Int64
+        public var sha256: String
+        public init(url: String, expiresAtMs: Int64, size: Int64, sha256: String) {
+            self.url = url
+            self.expiresAtMs = expiresAtMs
+            self.size = size
+            self.sha256 = sha256
+        }
+    }
+    public static let name = "fulfillment.contentURL"
+    public static let summary = "A short-lived signed URL that downloads an entitled content file from the edge (HTTP ranges)."
+}
+
 public enum FulfillmentApplyNotification: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var signedPayload: String

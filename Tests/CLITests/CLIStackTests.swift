@@ -169,6 +169,7 @@ import Testing
         "fulfillment.redeem": ["redeem"], "fulfillment.restore": ["restore"], "fulfillment.getEntitlements": ["entitlements"],
         "fulfillment.getBalance": ["balance"], "fulfillment.spendCoins": ["spend"], "fulfillment.listLedger": ["ledger"],
         "fulfillment.listContent": ["content", "list"], "fulfillment.readContent": ["content", "download"],
+        "fulfillment.contentURL": ["content", "url"],
         "fulfillment.applyNotification": ["apply-notification"], "fulfillment.revokeTransaction": ["revoke"],
         "sim.trustAnchor": ["sim", "trust-anchor"], "sim.purchase": ["sim", "buy"], "sim.finishTransaction": ["sim", "finish"],
         "sim.restore": ["sim", "restore"], "sim.refund": ["sim", "refund"], "sim.advanceClock": ["sim", "advance-clock"],

@@ -17,21 +17,11 @@ import X509
 
 /// The edge over real HTTP in front of the real suite (every service on its own TCP port).
 @Suite struct EdgeTests {
-    /// Serves `edge` on a free loopback port (HTTPS with `tls`) while `body` runs with that port.
     static func serving(_ edge: EdgeService, tls: TLSConfiguration? = nil, _ body: (Int) async throws -> Void) async throws {
-        let port = AsyncStream<Int>.makeStream()
-        let app = try edge.application(host: "127.0.0.1", port: 0, tls: tls) { port.continuation.yield($0) }
-        let server = Task { try await app.runService() }
-        defer { server.cancel() }
-        var ports = port.stream.makeAsyncIterator()
-        try await body(try #require(await ports.next(), "the edge did not start"))
+        try await EdgeFixture.serving(edge, tls: tls, body)
     }
 
-    static var quiet: Logger {
-        var logger = Logger(label: "edge-test")
-        logger.logLevel = .critical
-        return logger
-    }
+    static var quiet: Logger { EdgeFixture.quiet }
 
     /// Runs `body` with the suite and an edge in front of it, on a free port.
     static func withEdge(

@@ -2,6 +2,7 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import RPCTestSupport
+import ServiceSupport
 import SuiteTestSupport
 import Testing
 
@@ -9,7 +10,7 @@ import Testing
 /// purchases of its own, minted here and handed to it as variables.
 @Suite struct FulfillmentContractTests {
     @Test func everyFulfillmentMethodKeepsItsContract() async throws {
-        try await SuiteFixture.with { suite in
+        try await SuiteFixture.with(configure: { $0.contentURLSigner = ContentURLSigner(key: EdgeFixture.contentKey) }) { suite in
             var v: [String: JSONValue] = ["adminToken": .string(SuiteFixture.adminToken)]
 
             // redeem: a fresh account with an unredeemed coin purchase and a signed pack purchase.

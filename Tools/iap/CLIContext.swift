@@ -70,6 +70,16 @@ struct ClientOptions: ParsableArguments {
     var addr: String?
     @Option(help: "Session token (default: IAP_SESSION, else the one saved by `iap accounts login`).") var session: String?
     @Flag(help: "Print exactly the service's result as JSON.") var json = false
+    @Option(
+        help:
+            "The suite's public URL, e.g. https://localhost:8443 (default: IAP_EDGE_URL): public methods and downloads go through the edge; admin and simulator commands still use the service addresses."
+    )
+    var edge: String?
+    @Option(help: "PEM certificate authority the edge's certificate is checked against, besides the system's (default: IAP_EDGE_CA).")
+    var ca: String?
+
+    var edgeURL: String? { Environment.resolve(edge, env: "IAP_EDGE_URL") }
+    var edgeCA: String? { Environment.resolve(ca, env: "IAP_EDGE_CA") }
 
     func address(_ service: SuiteService) -> String { service.address(flag: addr) }
 
@@ -105,20 +115,60 @@ struct ServiceCall {
     /// `--addr` (applies to the command's one service) and `--json`.
     let addr: String?
     let json: Bool
+    /// `--edge` / IAP_EDGE_URL and `--ca` / IAP_EDGE_CA: public methods go through the edge.
+    let edge: String?
+    let ca: String?
 
     init(options: ClientOptions) {
         addr = options.addr
         json = options.json
+        edge = options.edgeURL
+        ca = options.edgeCA
     }
 
     init(addr: String? = nil, json: Bool = false) {
         self.addr = addr
         self.json = json
+        self.edge = Environment.value("IAP_EDGE_URL")
+        self.ca = Environment.value("IAP_EDGE_CA")
+    }
+
+    /// The edge client, when an edge URL is configured.
+    func edgeClient() -> EdgeClient? {
+        guard let edge else { return nil }
+        do {
+            return try EdgeClient(base: edge, caFile: ca)
+        } catch {
+            fail("--ca \(ca ?? ""): \(error)", exit: ExitCodes.usage)
+        }
     }
 
     func call<M: RPCMethod>(_ service: SuiteService, _ method: M.Type, _ params: M.Params, timeoutSeconds: Int64 = 30)
         async -> (result: M.Result, raw: [UInt8])
     {
+        if ContractMethods.publicAtTheEdge[M.name] != nil, let edge = edgeClient() {
+            defer { Task { await edge.shutdown() } }
+            let outcome: Result<[UInt8], RPCError>
+            do {
+                outcome = try await edge.callRaw(
+                    method: M.name, params: try JSONWriter.encodeBodyOrThrow(params), session: nil, timeoutSeconds: timeoutSeconds)
+            } catch EdgeClient.Failure.unreachable(let why) {
+                fail("cannot reach the edge at \(edge.base): \(why)", exit: ExitCodes.unreachable)
+            } catch EdgeClient.Failure.http(_, let why) {
+                fail("the edge at \(edge.base) answered \(why)", exit: ExitCodes.refused)
+            } catch {
+                fail("the edge at \(edge.base) answered something that is not JSON-RPC: \(error)", exit: ExitCodes.refused)
+            }
+            switch outcome {
+            case .success(let raw):
+                guard let result = try? RPCCodec.decodeResult(M.Result.self, from: raw) else {
+                    fail("the edge's answer to \(M.name) does not decode", exit: ExitCodes.refused)
+                }
+                return (result, raw)
+            case .failure(let error):
+                report(error, target: "the edge", address: edge.base, addressVariable: "IAP_EDGE_URL")
+            }
+        }
         let address = service.address(flag: addr)
         let client: RPCClient
         do {

@@ -193,7 +193,7 @@ struct SpendCommand: AsyncParsableCommand {
 
 struct ContentCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "content", abstract: "Downloadable content you are entitled to.", subcommands: [List.self, Download.self])
+        commandName: "content", abstract: "Downloadable content you are entitled to.", subcommands: [List.self, Download.self, URLCommand.self])
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Content you may download, with size and SHA-256.")
@@ -215,10 +215,28 @@ struct ContentCommand: AsyncParsableCommand {
         }
     }
 
+    struct URLCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "url", abstract: "A short-lived signed URL the edge serves a content file at (HTTP ranges).")
+        @Argument(help: "Content id (see `iap content list`).") var contentId: String
+        @OptionGroup var scope: ScopeOption
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(
+                .fulfillment, FulfillmentContentURL.self,
+                .init(session: try client.requireSession(), contentId: contentId, environment: scope.scope)
+            ) { "\($0.url)\nexpires \(isoTime($0.expiresAtMs)), \($0.size) bytes, sha256 \($0.sha256)" }
+        }
+    }
+
     struct Download: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Download content in chunks, resuming from OUTPUT.part, and check its SHA-256.",
-            discussion: "A progress bar on a terminal; plain progress lines otherwise. Exit 1 if the checksum does not match.")
+            abstract: "Download content, resuming from OUTPUT.part, and check its SHA-256.",
+            discussion: """
+                With an edge (--edge or IAP_EDGE_URL): one HTTP GET of a signed URL (fulfillment.contentURL), resumed with \
+                Range and If-Range. Without: chunks of fulfillment.readContent from the service. A progress bar on a \
+                terminal; plain progress lines otherwise. Exit 1 if the checksum does not match.
+                """)
         @Argument(help: "Content id (see `iap content list`).") var contentId: String
         @Option(help: "Where to write it (default: the content id, in the current directory).") var output: String?
         @Option(help: "Bytes per request (up to 1 MiB).") var chunk: Int = 256 * 1024
@@ -258,6 +276,10 @@ struct ContentDownload {
     struct Summary { var size: Int64; var sha256: String; var resumedFrom: Int64 }
 
     func run() async throws -> Summary {
+        if let edge = call.edgeClient() {
+            defer { Task { await edge.shutdown() } }
+            return try await runThroughEdge(edge)
+        }
         let partial = destination + ".part"
         if !FileManager.default.fileExists(atPath: partial) {
             FileManager.default.createFile(atPath: partial, contents: nil, attributes: [.posixPermissions: 0o644])
@@ -305,6 +327,55 @@ struct ContentDownload {
         if FileManager.default.fileExists(atPath: destination) { try FileManager.default.removeItem(atPath: destination) }
         try FileManager.default.moveItem(atPath: partial, toPath: destination)
         return Summary(size: size, sha256: sha, resumedFrom: resumedFrom)
+    }
+
+    /// The download as an app makes it: a signed URL from fulfillment (through the edge), then one GET, resumed
+    /// from `destination.part` with `If-Range` set to the entity tag that part was written under (kept in
+    /// `destination.part.etag`), so a file that changed on the server starts over instead of being spliced.
+    func runThroughEdge(_ edge: EdgeClient) async throws -> Summary {
+        let partial = destination + ".part"
+        let tagFile = partial + ".etag"
+        let (link, _) = await call.call(
+            .fulfillment, FulfillmentContentURL.self, .init(session: session, contentId: contentId, environment: scope))
+        if !FileManager.default.fileExists(atPath: partial) {
+            FileManager.default.createFile(atPath: partial, contents: nil, attributes: [.posixPermissions: 0o644])
+            try? FileManager.default.removeItem(atPath: tagFile)
+        }
+        guard let handle = FileHandle(forUpdatingAtPath: partial) else { throw CLIError.message("cannot write \(partial)") }
+        var offset = Int64(try handle.seekToEnd())
+        let savedTag = (try? String(contentsOfFile: tagFile, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+        if savedTag == nil { offset = 0 }
+        let resumedFrom = offset
+        if offset > 0 { printError("resuming \(contentId) from byte \(offset) of \(partial)") }
+        let started = Date()
+        let fetched: EdgeClient.Fetched
+        do {
+            try "\"\(link.sha256)\"".write(toFile: tagFile, atomically: true, encoding: .utf8)
+            fetched = try await edge.download(link.url, offset: offset, etag: savedTag, to: handle) { written in
+                progress(written - resumedFrom, link.size - resumedFrom, Date().timeIntervalSince(started))
+            }
+        } catch EdgeClient.Failure.unreachable(let why) {
+            try? handle.close()
+            fail("the download from \(edge.base) stopped (\(why)); run the command again to resume", exit: ExitCodes.unreachable)
+        }
+        try handle.close()
+        if isatty(STDERR_FILENO) != 0 { printError("") }
+        // 416 for a resume of a part that is already whole; anything else not 200/206 is a refusal.
+        guard [200, 206].contains(fetched.status) || (fetched.status == 416 && fetched.size == offset) else {
+            fail("the edge refused the download: HTTP \(fetched.status)", exit: ExitCodes.refused)
+        }
+        let actual = try Self.sha256(ofFile: partial)
+        guard actual == link.sha256 else {
+            try? FileManager.default.removeItem(atPath: partial)
+            try? FileManager.default.removeItem(atPath: tagFile)
+            fail(
+                "checksum mismatch for \(contentId): expected \(link.sha256), got \(actual); the partial file was removed, run the command again",
+                exit: ExitCodes.refused)
+        }
+        try? FileManager.default.removeItem(atPath: tagFile)
+        if FileManager.default.fileExists(atPath: destination) { try FileManager.default.removeItem(atPath: destination) }
+        try FileManager.default.moveItem(atPath: partial, toPath: destination)
+        return Summary(size: link.size, sha256: link.sha256, resumedFrom: fetched.status == 200 ? 0 : resumedFrom)
     }
 
     static func sha256(ofFile path: String) throws -> String {

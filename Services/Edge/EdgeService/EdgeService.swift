@@ -6,6 +6,7 @@ import IAPProtocol
 import JSONRPC
 import Logging
 import NIOCore
+import NIOPosix
 import NIOSSL
 import RPCTransport
 import ServiceSupport
@@ -24,6 +25,14 @@ public struct EdgeConfiguration: Sendable {
     /// The suite's internal token: with it, sign-ins and registrations carry the app's address, so
     /// accounts' limits key on each app's address instead of the edge's. Without it they key on the edge's.
     public var internalToken: String?
+    /// Content downloads (`GET /v1/content/...`): the directory fulfillment serves and the key its signed
+    /// URLs carry. Without both the route answers 404.
+    public var contentDirectory: URL?
+    public var contentSigner: ContentURLSigner?
+    /// Size of each read of a content file (and of each write to the connection).
+    public var contentChunkBytes = 1 << 20
+    /// The clock content URLs expire by.
+    public var clock: ServiceClock = .system
 
     public init() {}
 }
@@ -37,12 +46,15 @@ public final class EdgeService: Sendable {
     private let limiter: TokenBuckets
     private let logger: Logger
     private let publicMethods = ContractMethods.publicAtTheEdge
+    private let contentFiles: ContentFiles?
+    private let fileIO = FileIO()
 
     public init(accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient, configuration: EdgeConfiguration, logger: Logger) {
         self.clients = ["accounts": accounts, "catalog": catalog, "fulfillment": fulfillment]
         self.configuration = configuration
         self.limiter = TokenBuckets(burst: configuration.burst, perSecond: configuration.requestsPerSecond)
         self.logger = logger
+        self.contentFiles = configuration.contentDirectory.map(ContentFiles.init(directory:))
     }
 
     public func close() async {
@@ -202,6 +214,69 @@ public final class EdgeService: Sendable {
         }
     }
 
+    // MARK: GET /v1/content/{contentId}
+
+    /// A content file for a signed URL (`ContentURLSigner`): 403 for a URL that is tampered with, expired or
+    /// made for another file; 404 when the file is not installed; single byte ranges (206, 416), `ETag` (the
+    /// file's SHA-256), `If-Range`, `HEAD`. The file is read in `contentChunkBytes` chunks straight into the
+    /// buffers written to the connection.
+    func content(_ request: Request, context: EdgeRequestContext, contentId: String, head: Bool) async -> Response {
+        guard let files = contentFiles, let signer = configuration.contentSigner else { return Self.plain(.notFound, "not found") }
+        var query: [String: String] = [:]
+        for (key, value) in request.uri.queryParameters { query[String(key)] = String(value) }
+        switch signer.check(contentId: contentId, query: query, nowMs: configuration.clock.nowMs) {
+        case .failure(let refusal):
+            logger.notice(
+                "content URL refused", metadata: ["reason": "\(refusal.rawValue)", "contentId": "\(contentId.prefix(128))"])
+            return Self.plain(.forbidden, refusal == .expired ? "this link has expired; ask for a new one" : "forbidden")
+        case .success(let grant):
+            let installed: ContentFiles.Installed?
+            do {
+                installed = try await NIOThreadPool.singleton.runIfActive { try files.installed(grant.contentId) }
+            } catch {
+                logger.error("content file unreadable", metadata: ["contentId": "\(grant.contentId)", "error": "\(error)"])
+                return Self.plain(.internalServerError, "the file could not be read")
+            }
+            guard let installed else { return Self.plain(.notFound, "not installed") }
+            let etag = "\"\(installed.sha256)\""
+            var headers: HTTPFields = [
+                .eTag: etag, .acceptRanges: "bytes", .contentType: "application/octet-stream",
+                .cacheControl: "private, max-age=\(max(0, (grant.expiresAtMs - configuration.clock.nowMs) / 1000))",
+            ]
+            let range: ClosedRange<Int64>
+            let status: HTTPResponse.Status
+            switch ByteRanges.resolve(
+                range: request.headers[.range], ifRange: request.headers[.ifRange], etag: etag, size: installed.size)
+            {
+            case .unsatisfiable:
+                headers[.contentRange] = "bytes */\(installed.size)"
+                return Response(status: .rangeNotSatisfiable, headers: headers)
+            case .full:
+                range = 0...(installed.size - 1)
+                status = .ok
+            case .partial(let part):
+                range = part
+                status = .partialContent
+                headers[.contentRange] = "bytes \(part.lowerBound)-\(part.upperBound)/\(installed.size)"
+            }
+            let length = installed.size == 0 ? 0 : range.upperBound - range.lowerBound + 1
+            headers[.contentLength] = String(length)
+            if head || length == 0 { return Response(status: status, headers: headers, body: .init()) }
+            do {
+                let body = try await fileIO.loadFile(
+                    path: installed.path, range: Int(range.lowerBound)...Int(range.upperBound), context: context,
+                    chunkLength: configuration.contentChunkBytes)
+                return Response(status: status, headers: headers, body: body)
+            } catch {
+                return Self.plain(.notFound, "not installed")
+            }
+        }
+    }
+
+    static func plain(_ status: HTTPResponse.Status, _ text: String) -> Response {
+        Response(status: status, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: text + "\n")))
+    }
+
     // MARK: HTTP
 
     /// The client's address: the TCP peer, or the last `X-Forwarded-For` hop when the peer is a trusted proxy.
@@ -251,6 +326,12 @@ public final class EdgeService: Sendable {
             return Response(
                 status: status, headers: status == .noContent ? [:] : [.contentType: "application/json"],
                 body: .init(byteBuffer: ByteBuffer(bytes: body)))
+        }
+        router.get("v1/content/:contentId") { request, context -> Response in
+            await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: false)
+        }
+        router.head("v1/content/:contentId") { request, context -> Response in
+            await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: true)
         }
         for (path, sandbox) in [("v1/notifications/appstore", false), ("v1/notifications/appstore/sandbox", true)] {
             router.post(RouterPath(path)) { request, _ -> Response in

@@ -34,6 +34,14 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         name: .customLong("internal-token"),
         help: "The suite's internal token (env IAP_INTERNAL_TOKEN): lets accounts key its limits on each app's address.")
     var internalToken: String?
+    @Option(
+        name: .customLong("content-dir"),
+        help: "The content directory fulfillment serves (env IAP_CONTENT_DIR): GET /v1/content/... reads files from it.")
+    var contentDir: String?
+    @Option(
+        name: .customLong("content-url-key"),
+        help: "Key (32+ bytes) fulfillment signs content URLs with (env IAP_CONTENT_URL_KEY). Read once, never logged.")
+    var contentURLKey: String?
     @Option(name: .customLong("log-level"), help: "trace ... critical (env IAP_LOG_LEVEL; default info).") var logLevel: String?
 
     var resolvedHost: String { host ?? Environment.value("IAP_HOST") ?? "127.0.0.1" }
@@ -64,6 +72,12 @@ struct EdgeServiceCommand: AsyncParsableCommand {
             logger.warning(
                 "no internal token (--internal-token or IAP_INTERNAL_TOKEN): accounts' sign-in limits will key on the edge's address, shared by every app"
             )
+        }
+        config.contentSigner = try Environment.token(contentURLKey, flagName: "--content-url-key", env: "IAP_CONTENT_URL_KEY")
+            .map(ContentURLSigner.init(key:))
+        config.contentDirectory = Environment.resolve(contentDir, env: "IAP_CONTENT_DIR").map { URL(fileURLWithPath: $0, isDirectory: true) }
+        if (config.contentSigner == nil) != (config.contentDirectory == nil) {
+            throw ValidationError("content downloads need both --content-dir and --content-url-key (IAP_CONTENT_DIR, IAP_CONTENT_URL_KEY)")
         }
         let clientConfig = RPCClientConfiguration(connections: 4, callTimeout: config.callTimeout)
         let edge = EdgeService(

@@ -1,5 +1,6 @@
 import Foundation
 import IAPProtocol
+import ServiceSupport
 
 /// What Sandbox (TestFlight, App Review, sandbox testers) and Xcode purchases are worth here (DESIGN.md
 /// section 6). They cost nothing, so by default they never create production value.
@@ -32,6 +33,12 @@ public struct FulfillmentConfiguration: Sendable {
     public var ownershipPolicy: OwnershipPolicy = .refuse
     /// What Sandbox and Xcode purchases grant.
     public var sandboxPolicy: SandboxPolicy = .isolate
+    /// Signs `contentURL` answers (the key the edge checks them with); nil: `contentURL` is unavailable.
+    public var contentURLSigner: ContentURLSigner?
+    /// How long a content URL is good for. Short: a refund stops new URLs, not ones already issued.
+    public var contentURLLifetimeMs: Int64 = 5 * 60 * 1000
+    /// The edge's public URL (`https://iap.example.com`); content URLs are paths without it.
+    public var contentURLBase: String?
     /// Largest `readContent` chunk (its base64 must fit well inside a 4 MiB line).
     public var maxContentChunk = 1 << 20
     /// Largest single spend.

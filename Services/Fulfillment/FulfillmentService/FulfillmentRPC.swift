@@ -14,6 +14,7 @@ extension FulfillmentService {
         r.register(FulfillmentListLedger.self) { p, _ in try await self.ledger(p) }
         r.register(FulfillmentListContent.self) { p, _ in try await self.listContent(p) }
         r.register(FulfillmentReadContent.self) { p, _ in try await self.readContent(p) }
+        r.register(FulfillmentContentURL.self) { p, _ in try await self.contentURL(p) }
         r.register(FulfillmentApplyNotification.self) { p, _ in try await self.applyNotification(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in
             try await self.revokeTransaction(p)

@@ -262,6 +262,31 @@ public final class FulfillmentService: Sendable {
         return try await content.read(p.contentId, offset: p.offset, length: p.length)
     }
 
+    /// A signed URL the edge serves the file at, for an account entitled to it now. A refunded or expired
+    /// entitlement gets none; one already issued is good until `expiresAtMs` (minutes), never longer.
+    public func contentURL(_ p: FulfillmentContentURL.Params) async throws(RPCError) -> FulfillmentContentURL.Result {
+        guard let signer = configuration.contentURLSigner else {
+            throw RPCError.unavailable(
+                "content URLs are not configured on this server (IAP_CONTENT_URL_KEY); use fulfillment.readContent",
+                reason: "contentURLsDisabled")
+        }
+        let account = try await dependencies.authenticate(p.session)
+        let scope = p.environment ?? .production
+        guard
+            try await entitledContent(accountId: account.accountId, scope: scope).contains(where: { $0.contentId == p.contentId })
+        else {
+            throw RPCError.forbidden("this account is not entitled to content \(p.contentId)", reason: "notEntitled")
+        }
+        guard let installed = try await content.info(p.contentId) else {
+            throw RPCError.notFound("content \(p.contentId) is not installed on this server", reason: "contentMissing")
+        }
+        let expires = clock.nowMs + configuration.contentURLLifetimeMs
+        let path = signer.path(
+            for: .init(contentId: p.contentId, accountId: account.accountId, scope: scope.rawValue, expiresAtMs: expires))
+        let base = configuration.contentURLBase.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 } ?? ""
+        return .init(url: base + path, expiresAtMs: expires, size: installed.size, sha256: installed.sha256)
+    }
+
     /// (contentId, productId) for every content id granted by the account's active entitlements,
     /// as the catalog defines the products now.
     private func entitledContent(accountId: String, scope: AccountScope) async throws(RPCError) -> [(contentId: String, productId: String)] {

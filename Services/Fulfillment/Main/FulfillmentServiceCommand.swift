@@ -54,7 +54,23 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("content-dir"), help: "Directory of downloadable content files named by content id. Default DATA_DIR/content.")
     var contentDir: String?
 
+    @Option(
+        name: .customLong("content-url-key"),
+        help:
+            "Key (32+ bytes) that signs fulfillment.contentURL links, the same the edge checks them with (env IAP_CONTENT_URL_KEY). Without it contentURL is unavailable."
+    )
+    var contentURLKey: String?
+
+    @Option(
+        name: .customLong("content-url-base"),
+        help: "The edge's public URL, e.g. https://iap.example.com (env IAP_EDGE_PUBLIC_URL); content URLs are paths without it.")
+    var contentURLBase: String?
+
+    @Option(name: .customLong("content-url-lifetime"), help: "Seconds a content URL is good for (default 300).")
+    var contentURLLifetime: Int64 = 300
+
     func validate() throws {
+        guard (10...86_400).contains(contentURLLifetime) else { throw ValidationError("--content-url-lifetime must be 10-86400 seconds") }
         guard OwnershipPolicy(rawValue: ownershipPolicy) != nil else {
             throw ValidationError("--ownership-policy must be refuse or transfer")
         }
@@ -78,6 +94,10 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         if config.adminToken == nil {
             logger.warning("no admin token configured (--admin-token or IAP_ADMIN_TOKEN): revokeTransaction will refuse every call")
         }
+        config.contentURLSigner = try Environment.token(contentURLKey, flagName: "--content-url-key", env: "IAP_CONTENT_URL_KEY")
+            .map(ContentURLSigner.init(key:))
+        config.contentURLBase = Environment.resolve(contentURLBase, env: "IAP_EDGE_PUBLIC_URL")
+        config.contentURLLifetimeMs = contentURLLifetime * 1000
         let dataDir = try options.resolvedDataDir()
         let contentURL = contentDir.map { URL(fileURLWithPath: $0, isDirectory: true) } ?? dataDir.appendingPathComponent("content")
         try FileManager.default.createDirectory(at: contentURL, withIntermediateDirectories: true)

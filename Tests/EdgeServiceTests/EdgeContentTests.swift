@@ -1,0 +1,172 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import IAPProtocol
+import JSONRPC
+import NIOCore
+import NIOHTTP1
+import ServiceSupport
+import SuiteTestSupport
+import Testing
+
+@testable import EdgeService
+
+/// Content downloads through signed URLs: fulfillment signs, the edge checks and serves ranges, over real
+/// HTTP in front of the real suite.
+@Suite struct EdgeContentTests {
+    static let key = EdgeFixture.contentKey
+
+    struct Download {
+        var status: Int
+        var bytes: [UInt8]
+        var headers: [String: String]
+    }
+
+    static func get(_ url: String, method: NIOHTTP1.HTTPMethod = .GET, headers: [String: String] = [:]) async throws -> Download {
+        var request = HTTPClientRequest(url: url)
+        request.method = method
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(60))
+        let body = try await response.body.collect(upTo: 64 << 20)
+        var fields: [String: String] = [:]
+        for h in response.headers { fields[h.name.lowercased()] = h.value }
+        return Download(status: Int(response.status.code), bytes: Array(buffer: body), headers: fields)
+    }
+
+    static func withContentEdge(_ body: (SuiteFixture, String) async throws -> Void) async throws {
+        try await EdgeFixture.withContentEdge(configure: { $0.contentChunkBytes = 64 * 1024 }, body)
+    }
+
+    /// `fulfillment.contentURL` through the edge's JSON-RPC: the result, or the error object.
+    static func contentURL(_ base: String, session: String) async throws -> JSONValue {
+        let answer = try await EdgeTests.post(
+            base + "/v1/rpc", #"{"jsonrpc":"2.0","id":1,"method":"fulfillment.contentURL","params":{"contentId":"\#(SuiteFixture.contentId)"}}"#,
+            bearer: session)
+        let parsed = try JSONValue.parse(answer.body)
+        return parsed["result"] ?? parsed["error"] ?? .null
+    }
+
+    static func sha256(_ bytes: [UInt8]) -> String { SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined() }
+
+    @Test func anEntitledAccountDownloadsWholeRangedAndResumed() async throws {
+        try await Self.withContentEdge { suite, base in
+            let alice = try await suite.register("alice")
+            _ = try await suite.redeem(alice.session, signed: [try await suite.buy("alice@icloud", "pack.castle").signedTransaction])
+            let issued = try await Self.contentURL(base, session: alice.session)
+            let path = try #require(issued["url"]?.stringValue, "\(issued)")
+            #expect(path.hasPrefix("/v1/content/\(SuiteFixture.contentId)?"))
+            let size = Int64(suite.content.count)
+            #expect(issued["size"] == .int(size) && issued["sha256"]?.stringValue == Self.sha256(suite.content))
+            let url = base + path
+
+            // The whole file: bytes, SHA-256 and its ETag.
+            let whole = try await Self.get(url)
+            #expect(whole.status == 200 && whole.bytes == suite.content)
+            let etag = try #require(whole.headers["etag"])
+            #expect(etag == "\"\(Self.sha256(suite.content))\"" && whole.headers["accept-ranges"] == "bytes")
+
+            // Three ranges: a span, an open end, a suffix.
+            for (header, expected) in [
+                ("bytes=0-99", 0...99), ("bytes=250000-", 250_000...(suite.content.count - 1)),
+                ("bytes=-500", (suite.content.count - 500)...(suite.content.count - 1)),
+            ] {
+                let part = try await Self.get(url, headers: ["Range": header])
+                #expect(part.status == 206, "\(header)")
+                #expect(part.bytes == Array(suite.content[expected]), "\(header)")
+                #expect(part.headers["content-range"] == "bytes \(expected.lowerBound)-\(expected.upperBound)/\(size)")
+            }
+
+            // A resumed download: the first 100,000 bytes, then the rest if the file is still the same one.
+            let first = try await Self.get(url, headers: ["Range": "bytes=0-99999"])
+            let rest = try await Self.get(url, headers: ["Range": "bytes=100000-", "If-Range": etag])
+            #expect(rest.status == 206 && Self.sha256(first.bytes + rest.bytes) == Self.sha256(suite.content))
+            // A stale ETag: the whole file again, not a splice of two versions.
+            let stale = try await Self.get(url, headers: ["Range": "bytes=100000-", "If-Range": "\"0000\""])
+            #expect(stale.status == 200 && stale.bytes == suite.content)
+            // Past the end: 416 with the size.
+            let past = try await Self.get(url, headers: ["Range": "bytes=\(size)-"])
+            #expect(past.status == 416 && past.headers["content-range"] == "bytes */\(size)")
+            // HEAD: the headers of the whole file and no body.
+            let head = try await Self.get(url, method: .HEAD)
+            #expect(head.status == 200 && head.headers["content-length"] == "\(size)" && head.bytes.isEmpty)
+            #expect(head.headers["etag"] == etag)
+        }
+    }
+
+    @Test func tamperedExpiredForeignAndRefundedURLsAreRefused() async throws {
+        try await Self.withContentEdge { suite, base in
+            let alice = try await suite.register("alice")
+            let bob = try await suite.register("bob")
+            let bought = try await suite.buy("alice@icloud", "pack.castle")
+            _ = try await suite.redeem(alice.session, signed: [bought.signedTransaction])
+            let path = try #require(try await Self.contentURL(base, session: alice.session)["url"]?.stringValue)
+            #expect(try await Self.get(base + path).status == 200)
+
+            // A changed signature, another account's id under alice's signature, another file: 403.
+            var tampered = Array(path)
+            tampered[tampered.count - 3] = tampered[tampered.count - 3] == "A" ? "B" : "A"
+            #expect(try await Self.get(base + String(tampered)).status == 403)
+            let foreign = path.replacingOccurrences(of: "account=\(alice.accountId)", with: "account=\(bob.accountId)")
+            #expect(foreign != path)
+            #expect(try await Self.get(base + foreign).status == 403)
+            let otherFile = path.replacingOccurrences(of: SuiteFixture.contentId, with: "other.bin")
+            #expect(try await Self.get(base + otherFile).status == 403)
+            #expect(try await Self.get(base + "/v1/content/\(SuiteFixture.contentId)").status == 403)
+
+            // Bob is not entitled: no URL.
+            #expect(try await Self.contentURL(base, session: bob.session)["code"] == .int(1002))
+
+            // Expired: the edge's clock past the URL's expiry.
+            let expiring = try await Self.get(base + path)
+            #expect(expiring.status == 200)
+            suite.clock.advance(ms: 5 * 60 * 1000 + 1)
+            #expect(try await Self.get(base + path).status == 403)
+
+            // A refund (Apple's notification through the webhook): no new URL.
+            let fresh = try #require(try await Self.contentURL(base, session: alice.session)["url"]?.stringValue)
+            #expect(try await Self.get(base + fresh).status == 200)
+            let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: bought.transactionId))
+            let payload = try #require(refund.signedPayload)
+            #expect(try await EdgeTests.post(base + "/v1/notifications/appstore", #"{"signedPayload":"\#(payload)"}"#).status == 200)
+            #expect(try await Self.contentURL(base, session: alice.session)["code"] == .int(1002))
+        }
+    }
+
+    @Test func rangeHeadersResolveAsTheRFCSays() {
+        let tag = "\"abc\""
+        #expect(ByteRanges.resolve(range: nil, ifRange: nil, etag: tag, size: 10) == .full)
+        #expect(ByteRanges.resolve(range: "bytes=2-4", ifRange: nil, etag: tag, size: 10) == .partial(2...4))
+        #expect(ByteRanges.resolve(range: "bytes=8-100", ifRange: nil, etag: tag, size: 10) == .partial(8...9))
+        #expect(ByteRanges.resolve(range: "bytes=-3", ifRange: nil, etag: tag, size: 10) == .partial(7...9))
+        #expect(ByteRanges.resolve(range: "bytes=-30", ifRange: nil, etag: tag, size: 10) == .partial(0...9))
+        #expect(ByteRanges.resolve(range: "bytes=10-", ifRange: nil, etag: tag, size: 10) == .unsatisfiable)
+        #expect(ByteRanges.resolve(range: "bytes=-0", ifRange: nil, etag: tag, size: 10) == .unsatisfiable)
+        #expect(ByteRanges.resolve(range: "bytes=0-", ifRange: nil, etag: tag, size: 0) == .unsatisfiable)
+        // Ignored: several ranges, another unit, malformed, backwards, a stale If-Range.
+        #expect(ByteRanges.resolve(range: "bytes=0-1,4-5", ifRange: nil, etag: tag, size: 10) == .full)
+        #expect(ByteRanges.resolve(range: "items=0-1", ifRange: nil, etag: tag, size: 10) == .full)
+        #expect(ByteRanges.resolve(range: "bytes=x-1", ifRange: nil, etag: tag, size: 10) == .full)
+        #expect(ByteRanges.resolve(range: "bytes=5-2", ifRange: nil, etag: tag, size: 10) == .full)
+        #expect(ByteRanges.resolve(range: "bytes=2-4", ifRange: "\"old\"", etag: tag, size: 10) == .full)
+        #expect(ByteRanges.resolve(range: "bytes=2-4", ifRange: tag, etag: tag, size: 10) == .partial(2...4))
+    }
+
+    @Test func aSignedURLNamesOneFileAccountScopeAndExpiry() {
+        let signer = ContentURLSigner(key: Self.key)
+        let grant = ContentURLSigner.Grant(contentId: "a.bin", accountId: "acct-1", scope: "Production", expiresAtMs: 2_000)
+        let path = signer.path(for: grant)
+        let query = Dictionary(
+            uniqueKeysWithValues: (URLComponents(string: path)?.queryItems ?? []).map { ($0.name, $0.value ?? "") })
+        #expect(signer.check(contentId: "a.bin", query: query, nowMs: 1_999) == .success(grant))
+        #expect(signer.check(contentId: "a.bin", query: query, nowMs: 2_000) == .failure(.expired))
+        #expect(signer.check(contentId: "b.bin", query: query, nowMs: 1_000) == .failure(.badSignature))
+        var sandbox = query
+        sandbox["env"] = "Sandbox"
+        #expect(signer.check(contentId: "a.bin", query: sandbox, nowMs: 1_000) == .failure(.badSignature))
+        var later = query
+        later["expires"] = "9999999"
+        #expect(signer.check(contentId: "a.bin", query: later, nowMs: 1_000) == .failure(.badSignature))
+        #expect(ContentURLSigner(key: Self.key + "x").check(contentId: "a.bin", query: query, nowMs: 1_000) == .failure(.badSignature))
+        #expect(signer.check(contentId: "a.bin", query: [:], nowMs: 1_000) == .failure(.malformed))
+    }
+}
