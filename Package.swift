@@ -196,6 +196,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/Fulfillment/FulfillmentService"
         ),
@@ -377,7 +378,7 @@ let package = Package(
         .testTarget(
             name: "EdgeServiceTests",
             dependencies: [
-                "EdgeService", "SuiteTestSupport", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                "EdgeService", "FulfillmentService", "SuiteTestSupport", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),

@@ -347,3 +347,91 @@ public enum CoinLimits {
     /// The most a wallet may hold.
     public static let maxBalance: Int64 = 1_000_000_000_000_000
 }
+
+/// Where a recorded App Store notification is: waiting to be processed (`pending`), done (`applied`),
+/// nothing to do (`ignored`: a type this server does not act on, or a purchase whose account is unknown),
+/// or given up on after repeated failures (`parked`: listed for administrators, retried by them).
+public enum NotificationState: String, Codable, Sendable, JSONSchemaEnum, CaseIterable {
+    case pending, applied, ignored, parked
+}
+
+public struct NotificationSummary: Codable, Sendable, Equatable {
+    public var notificationUUID: String
+    public var notificationType: String
+    public var subtype: String?
+    public var state: NotificationState
+    public var attempts: Int
+    public var receivedAtMs: Int64
+    public var nextAttemptAtMs: Int64?
+    public var lastError: String?
+    public var processedAtMs: Int64?
+    public init(
+        notificationUUID: String, notificationType: String, subtype: String?, state: NotificationState, attempts: Int,
+        receivedAtMs: Int64, nextAttemptAtMs: Int64?, lastError: String?, processedAtMs: Int64?
+    ) {
+        self.notificationUUID = notificationUUID
+        self.notificationType = notificationType
+        self.subtype = subtype
+        self.state = state
+        self.attempts = attempts
+        self.receivedAtMs = receivedAtMs
+        self.nextAttemptAtMs = nextAttemptAtMs
+        self.lastError = lastError
+        self.processedAtMs = processedAtMs
+    }
+}
+
+public enum FulfillmentReceiveNotification: RPCMethod {
+    public typealias Params = FulfillmentApplyNotification.Params
+    public struct Result: Codable, Sendable, Equatable {
+        public var notificationUUID: String
+        /// Recorded durably before this answer; `pending` is processed later (with retries).
+        public var state: NotificationState
+        /// False when this UUID was already recorded (a redelivery): nothing was done again.
+        public var firstDelivery: Bool
+        public init(notificationUUID: String, state: NotificationState, firstDelivery: Bool) {
+            self.notificationUUID = notificationUUID
+            self.state = state
+            self.firstDelivery = firstDelivery
+        }
+    }
+    public static let name = "fulfillment.receiveNotification"
+    /// The edge's webhook calls it; apps never do.
+    public static let access = RPCAccess.internal
+    public static let summary = "Verify an App Store Server Notification v2 and record it durably (by notificationUUID), then process it."
+}
+
+public enum FulfillmentListNotifications: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var adminToken: String
+        public var state: NotificationState?
+        public var limit: Int?
+        public init(adminToken: String, state: NotificationState? = nil, limit: Int? = nil) {
+            self.adminToken = adminToken
+            self.state = state
+            self.limit = limit
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var notifications: [NotificationSummary]
+        public init(notifications: [NotificationSummary]) { self.notifications = notifications }
+    }
+    public static let name = "fulfillment.listNotifications"
+    public static let access = RPCAccess.admin
+    public static let summary = "Recorded App Store notifications, newest first (e.g. the parked ones)."
+}
+
+public enum FulfillmentRetryNotification: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var adminToken: String
+        public var notificationUUID: String
+        public init(adminToken: String, notificationUUID: String) {
+            self.adminToken = adminToken
+            self.notificationUUID = notificationUUID
+        }
+    }
+    public typealias Result = NotificationSummary
+    public static let name = "fulfillment.retryNotification"
+    public static let access = RPCAccess.admin
+    public static let summary = "Process a parked (or pending) notification again now; answers where it ended."
+}

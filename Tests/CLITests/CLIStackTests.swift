@@ -169,7 +169,8 @@ import Testing
         "fulfillment.redeem": ["redeem"], "fulfillment.restore": ["restore"], "fulfillment.getEntitlements": ["entitlements"],
         "fulfillment.getBalance": ["balance"], "fulfillment.spendCoins": ["spend"], "fulfillment.listLedger": ["ledger"],
         "fulfillment.listContent": ["content", "list"], "fulfillment.readContent": ["content", "download"],
-        "fulfillment.contentURL": ["content", "url"],
+        "fulfillment.contentURL": ["content", "url"], "fulfillment.receiveNotification": ["receive-notification"],
+        "fulfillment.listNotifications": ["admin", "notifications"], "fulfillment.retryNotification": ["admin", "retry-notification"],
         "fulfillment.applyNotification": ["apply-notification"], "fulfillment.revokeTransaction": ["revoke"],
         "sim.trustAnchor": ["sim", "trust-anchor"], "sim.purchase": ["sim", "buy"], "sim.finishTransaction": ["sim", "finish"],
         "sim.restore": ["sim", "restore"], "sim.refund": ["sim", "refund"], "sim.advanceClock": ["sim", "advance-clock"],
@@ -220,6 +221,15 @@ import Testing
             let applied = try await iap("apply-notification", payload)
             #expect(applied.status == 0 && applied.stdout.contains("applied"), "\(applied.stderr)")
             #expect(try await iap("balance", "--json").decode(BalanceResult.self).balance == 0)
+            let received = try await iap("receive-notification", payload, "--json").decode(FulfillmentReceiveNotification.Result.self)
+            #expect(received.state == .applied && !received.firstDelivery)
+            let inbox = try await iap("admin", "notifications", "--json").decode(FulfillmentListNotifications.Result.self)
+            #expect(inbox.notifications.map(\.notificationUUID) == [received.notificationUUID])
+            #expect(
+                try await iap("admin", "notifications", "--parked", "--json").decode(FulfillmentListNotifications.Result.self).notifications.isEmpty)
+            #expect(try await iap("admin", "notifications", "--state", "lost").status == 64)
+            #expect(
+                try await iap("admin", "retry-notification", received.notificationUUID, "--json").decode(NotificationSummary.self).state == .applied)
 
             let again = try await iap("sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--json").decode(SimPurchase.Result.self)
             #expect(try await iap("redeem", "--signed-transaction", again.signedTransaction).status == 0)

@@ -14,7 +14,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     private let lock = NIOLock()
     private let ledgerStorage = InMemoryLedger()
     private var ledger: Locked { Locked(storage: self) }
-    private let notifications = NIOLockedValueBox(Set<String>())
+    private let inbox = NIOLockedValueBox([String: InboxEntry]())
 
     /// `withLockedValue` over the ledger, like NIOLockedValueBox.
     private struct Locked {
@@ -49,10 +49,31 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                 nowMs: nowMs, in: $0)
         }
     }
-    func markNotificationApplied(_ uuid: String, type: String, nowMs: Int64) async throws -> Bool {
-        notifications.withLockedValue { $0.insert(uuid).inserted }
+    func notificationWasApplied(_ uuid: String) async throws -> Bool { false }
+    func recordNotification(_ entry: InboxEntry) async throws -> (entry: InboxEntry, isNew: Bool) {
+        inbox.withLockedValue {
+            if let old = $0[entry.notificationUUID] { return (old, false) }
+            $0[entry.notificationUUID] = entry
+            return (entry, true)
+        }
     }
-    func notificationWasApplied(_ uuid: String) async throws -> Bool { notifications.withLockedValue { $0.contains(uuid) } }
+    func dueNotifications(nowMs: Int64, limit: Int) async throws -> [InboxEntry] {
+        inbox.withLockedValue { Array($0.values.filter { $0.state == .pending && $0.nextAttemptAtMs <= nowMs }.prefix(limit)) }
+    }
+    func settleNotification(_ uuid: String, state: NotificationState, attempts: Int, nextAttemptAtMs: Int64, lastError: String?, nowMs: Int64)
+        async throws
+    {
+        inbox.withLockedValue {
+            $0[uuid]?.state = state
+            $0[uuid]?.attempts = attempts
+            $0[uuid]?.nextAttemptAtMs = nextAttemptAtMs
+            $0[uuid]?.lastError = lastError
+        }
+    }
+    func notification(_ uuid: String) async throws -> InboxEntry? { inbox.withLockedValue { $0[uuid] } }
+    func notifications(state: NotificationState?, limit: Int) async throws -> [InboxEntry] {
+        inbox.withLockedValue { Array($0.values.filter { state == nil || $0.state == state }.prefix(limit)) }
+    }
     func owner(originalTransactionId: String) async throws -> Holder? { ledger.withLockedValue { $0.owner(original: originalTransactionId) } }
     func balance(accountId: String, scope: AccountScope) async throws -> Wallet {
         ledger.withLockedValue { $0.wallet(Holder(accountId: accountId, scope: scope)) }

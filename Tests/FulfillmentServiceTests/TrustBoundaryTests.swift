@@ -100,7 +100,7 @@ import Testing
             #expect(try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!)).applied)
             // Delivered twice (Apple retries): applied once.
             #expect(try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!)).applied)
-            #expect(try await suite.count("SELECT COUNT(*) FROM appliedNotification") == 1)
+            #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox WHERE state = 'applied'") == 1)
             #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'reversal'") == 1)
 
             let afterRefund = try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: alice.session))

@@ -42,8 +42,12 @@ public final class SuiteFixture: Sendable {
     public let store: FulfillmentStore
     public let content: [UInt8]
     private let servers: NIOLockedValueBox<[String: RPCServer]>
-    private let verificationRouter: RPCRouter
-    public let verificationPort: Int
+    private let routers: [String: RPCRouter]
+    /// Each service's port, kept across `stopService`/`restartService`.
+    public let ports: [String: Int]
+    public var verificationPort: Int { ports["verification"]! }
+    /// The fulfillment service itself (its RPC router is what `fulfillment` calls), for driving its inbox worker.
+    public let service: FulfillmentService
     /// With `proxied`: the proxy in front of each dependency ("accounts", "verification", "catalog").
     public let proxies: [String: FaultProxy]
 
@@ -80,10 +84,12 @@ public final class SuiteFixture: Sendable {
             quiet.logLevel = .trace
         }
         var servers: [String: RPCServer] = [:]
+        var routers: [String: RPCRouter] = [:]
         func serve(_ name: String, _ router: RPCRouter, port: Int = 0) async throws -> Int {
             let server = RPCServer(configuration: .init(serviceName: name, port: port), router: router, logger: quiet)
             try await server.start()
             servers[name] = server
+            routers[name] = router
             return server.localPort!
         }
 
@@ -151,8 +157,7 @@ public final class SuiteFixture: Sendable {
             accounts: RPCClient(host: "127.0.0.1", port: accountsPort, configuration: patient),
             catalog: RPCClient(host: "127.0.0.1", port: catalogPort, configuration: patient),
             fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort, configuration: patient),
-            store: store, content: content, servers: servers, verificationRouter: verificationRouter,
-            verificationPort: verificationPort, proxies: proxies)
+            store: store, service: service, content: content, servers: servers, routers: routers, proxies: proxies)
     }
 
     /// Starts a suite, runs `body` with it, and stops it (servers, proxies, files) however `body` ends:
@@ -175,8 +180,8 @@ public final class SuiteFixture: Sendable {
 
     private init(
         directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
-        store: FulfillmentStore, content: [UInt8], servers: [String: RPCServer], verificationRouter: RPCRouter, verificationPort: Int,
-        proxies: [String: FaultProxy]
+        store: FulfillmentStore, service: FulfillmentService, content: [UInt8], servers: [String: RPCServer],
+        routers: [String: RPCRouter], proxies: [String: FaultProxy]
     ) {
         self.proxies = proxies
         self.directory = directory
@@ -188,8 +193,9 @@ public final class SuiteFixture: Sendable {
         self.store = store
         self.content = content
         self.servers = NIOLockedValueBox(servers)
-        self.verificationRouter = verificationRouter
-        self.verificationPort = verificationPort
+        self.routers = routers
+        self.ports = servers.mapValues { $0.localPort! }
+        self.service = service
     }
 
     public func stop() async {
@@ -200,21 +206,23 @@ public final class SuiteFixture: Sendable {
 
     // MARK: dependency faults
 
-    public func stopVerification() async {
-        let server = servers.withLockedValue { $0.removeValue(forKey: "verification") }
+    /// Stops one service ("accounts", "catalog", "verification", "fulfillment", "appstore-sim"): its port refuses connections.
+    public func stopService(_ name: String) async {
+        let server = servers.withLockedValue { $0.removeValue(forKey: name) }
         await server?.shutdown()
     }
 
-    /// Starts verification again on the port fulfillment knows.
-    public func restartVerification() async throws {
+    /// Starts a stopped service again on the port the others know, with the same state.
+    public func restartService(_ name: String) async throws {
         var quiet = Logger(label: "suite-test")
         quiet.logLevel = .critical
-        let server = RPCServer(
-            configuration: .init(serviceName: "verification", port: verificationPort), router: verificationRouter,
-            logger: quiet)
+        let server = RPCServer(configuration: .init(serviceName: name, port: ports[name]!), router: routers[name]!, logger: quiet)
         try await server.start()
-        servers.withLockedValue { $0["verification"] = server }
+        servers.withLockedValue { $0[name] = server }
     }
+
+    public func stopVerification() async { await stopService("verification") }
+    public func restartVerification() async throws { try await restartService("verification") }
 
     // MARK: story helpers
 

@@ -16,7 +16,7 @@ struct IAPCommand: AsyncParsableCommand {
         subcommands: [
             AccountsCommand.self, CatalogCommand.self, ReceiptCommand.self, RedeemCommand.self, RestoreCommand.self,
             BalanceCommand.self, LedgerCommand.self, SpendCommand.self, EntitlementsCommand.self, ContentCommand.self,
-            VerifyCommand.self, ApplyNotificationCommand.self, RevokeCommand.self,
+            VerifyCommand.self, ApplyNotificationCommand.self, ReceiveNotificationCommand.self, RevokeCommand.self, AdminCommand.self,
             SimCommand.self, HealthCommand.self, MethodsCommand.self, CallCommand.self, DemoCommand.self,
         ])
 }

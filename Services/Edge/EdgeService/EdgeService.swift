@@ -193,23 +193,29 @@ public final class EdgeService: Sendable {
 
     // MARK: POST /v1/notifications/appstore
 
-    /// Apple's webhook: 200 once fulfillment has taken the notification, 400 for one that fails
-    /// verification (a forgery: logged), 503 when it cannot be taken now (Apple retries).
+    /// Apple's webhook: 200 once fulfillment has verified the notification and recorded it durably
+    /// (`fulfillment.receiveNotification`; it is processed from fulfillment's inbox, retried there if that
+    /// fails), 400 for one that fails verification (a forgery: logged), 503 when it cannot be recorded
+    /// now (fulfillment or verification down): Apple delivers it again later.
     public func appStoreNotification(body: [UInt8], sandbox: Bool) async -> HTTPResponse.Status {
         struct Body: Decodable { let signedPayload: String }
         guard let parsed = try? JSONDecoder().decode(Body.self, from: Data(body)) else { return .badRequest }
         guard let client = clients["fulfillment"] else { return .serviceUnavailable }
         do {
             let result = try await client.call(
-                FulfillmentApplyNotification.self, .init(signedPayload: parsed.signedPayload),
-                timeout: configuration.callTimeout)
-            logger.info("App Store notification taken", metadata: ["applied": "\(result.applied)", "sandboxURL": "\(sandbox)"])
+                FulfillmentReceiveNotification.self, .init(signedPayload: parsed.signedPayload), timeout: configuration.callTimeout)
+            logger.info(
+                "App Store notification recorded",
+                metadata: [
+                    "notificationUUID": "\(result.notificationUUID)", "state": "\(result.state.rawValue)",
+                    "firstDelivery": "\(result.firstDelivery)", "sandboxURL": "\(sandbox)",
+                ])
             return .ok
         } catch  where error.knownCode == .invalidReceipt {
             logger.warning("App Store notification refused: it failed verification", metadata: ["reason": "\(error.data.reason)"])
             return .badRequest
         } catch {
-            logger.error("App Store notification could not be taken; Apple will retry", metadata: ["error": "\(error.message)"])
+            logger.error("App Store notification could not be recorded; Apple will retry", metadata: ["error": "\(error.message)"])
             return .serviceUnavailable
         }
     }

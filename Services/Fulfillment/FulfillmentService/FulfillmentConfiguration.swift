@@ -39,6 +39,10 @@ public struct FulfillmentConfiguration: Sendable {
     public var contentURLLifetimeMs: Int64 = 5 * 60 * 1000
     /// The edge's public URL (`https://iap.example.com`); content URLs are paths without it.
     public var contentURLBase: String?
+    /// Retries of notifications whose processing failed, and when they are parked.
+    public var inboxRetry = InboxRetryPolicy()
+    /// How long a notification being processed as it arrives is left alone by the inbox worker.
+    public var inboxLeaseMs: Int64 = 60_000
     /// Largest `readContent` chunk (its base64 must fit well inside a 4 MiB line).
     public var maxContentChunk = 1 << 20
     /// Largest single spend.

@@ -16,6 +16,9 @@ extension FulfillmentService {
         r.register(FulfillmentReadContent.self) { p, _ in try await self.readContent(p) }
         r.register(FulfillmentContentURL.self) { p, _ in try await self.contentURL(p) }
         r.register(FulfillmentApplyNotification.self) { p, _ in try await self.applyNotification(p) }
+        r.register(FulfillmentReceiveNotification.self) { p, _ in try await self.receiveNotification(p) }
+        r.register(FulfillmentListNotifications.self) { p, _ in try await self.listNotifications(p) }
+        r.register(FulfillmentRetryNotification.self) { p, _ in try await self.retryNotification(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in
             try await self.revokeTransaction(p)
             return EmptyResult()

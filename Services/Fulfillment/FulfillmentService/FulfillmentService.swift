@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import IAPProtocol
 import JSONRPC
@@ -305,32 +306,101 @@ public final class FulfillmentService: Sendable {
 
     // MARK: notifications and admin
 
-    /// App Store Server Notifications v2: REFUND and REVOKE revoke the transaction; DID_RENEW, DID_RECOVER,
-    /// SUBSCRIBED and ONE_TIME_CHARGE record the purchase for its account exactly as a redeem would (a
-    /// renewal extends the subscription). The account is the original's owner, else the one whose
-    /// appAccountToken the purchase carries (asked of accounts with the internal token), so a purchase the
-    /// app never redeemed is still granted. `applied` is false for types this server does not act on and
-    /// for purchases whose account cannot be known.
-    public func applyNotification(_ p: FulfillmentApplyNotification.Params) async throws(RPCError) -> FulfillmentApplyNotification.Result {
+    /// App Store Server Notifications v2, as the edge's webhook hands them over: verified, then recorded
+    /// durably by `notificationUUID` (the answer means it is on disk), then processed. A redelivery finds
+    /// its row and changes nothing; processing that fails stays `pending` and is retried from the inbox
+    /// (`processDueNotifications`), parked after `InboxRetryPolicy.maxAttempts`.
+    public func receiveNotification(_ p: FulfillmentApplyNotification.Params) async throws(RPCError)
+        -> FulfillmentReceiveNotification.Result
+    {
         let answer = try await dependencies.verifyNotification(p.signedPayload)
         guard answer.status == 0, let notification = answer.notification else {
             throw RPCError.invalidReceipt(
                 status: answer.status, reason: answer.reason ?? "invalidNotification",
                 detail: "the notification failed verification (status \(answer.status))")
         }
-        let type = notification["notificationType"]?.stringValue ?? ""
-        // Apple delivers a notification again when it is not sure the first delivery landed: one already
-        // applied is answered as applied without being processed twice.
-        if let uuid = notification["notificationUUID"]?.stringValue,
-            try await storeCall({ try await self.store.notificationWasApplied(uuid) })
-        {
-            logger.info("notification already applied", metadata: ["type": "\(type)", "notificationUUID": "\(uuid)"])
-            return .init(applied: true)
+        let uuid =
+            notification["notificationUUID"]?.stringValue
+            ?? SHA256.hash(data: Array(p.signedPayload.utf8)).map { String(format: "%02x", $0) }.joined()
+        // Applied before the inbox existed (an older version of this service).
+        if try await storeCall({ try await self.store.notificationWasApplied(uuid) }) {
+            return .init(notificationUUID: uuid, state: .applied, firstDelivery: false)
         }
+        let now = clock.nowMs
+        let entry = InboxEntry(
+            notificationUUID: uuid, notificationType: notification["notificationType"]?.stringValue ?? "",
+            subtype: notification["subtype"]?.stringValue, signedDateMs: notification["signedDate"]?.intValue,
+            signedPayload: p.signedPayload, notification: (try? JSONByteEncoder.encode(notification)) ?? [],
+            // Leased to this call for a minute: the inbox worker leaves it alone while it is processed here,
+            // and picks it up if this process dies first.
+            receivedAtMs: now, nextAttemptAtMs: now + configuration.inboxLeaseMs)
+        let recorded = try await storeCall { try await self.store.recordNotification(entry) }
+        guard recorded.isNew else {
+            logger.info("notification delivered again", metadata: ["notificationUUID": "\(uuid)", "state": "\(recorded.entry.state)"])
+            return .init(notificationUUID: uuid, state: recorded.entry.state, firstDelivery: false)
+        }
+        return .init(notificationUUID: uuid, state: await process(entry), firstDelivery: true)
+    }
+
+    /// `receiveNotification`, answering whether this delivery's notification is applied (v1's shape).
+    public func applyNotification(_ p: FulfillmentApplyNotification.Params) async throws(RPCError) -> FulfillmentApplyNotification.Result {
+        .init(applied: try await receiveNotification(p).state == .applied)
+    }
+
+    /// Processes the inbox's due notifications (oldest signed first); answers how many were tried.
+    /// The executable's inbox worker calls it every few seconds.
+    @discardableResult
+    public func processDueNotifications(limit: Int = 100) async throws(RPCError) -> Int {
+        let now = clock.nowMs
+        let due = try await storeCall { try await self.store.dueNotifications(nowMs: now, limit: limit) }
+        for entry in due { _ = await process(entry) }
+        return due.count
+    }
+
+    /// One processing attempt, its outcome recorded: `applied`, `ignored`, or (failing) `pending` with a
+    /// later attempt or `parked`.
+    private func process(_ entry: InboxEntry) async -> NotificationState {
+        let attempts = entry.attempts + 1
+        do {
+            let notification = try JSONDecoder().decode(JSONValue.self, from: Data(entry.notification))
+            let applied = try await act(on: notification)
+            let state: NotificationState = applied ? .applied : .ignored
+            let now = clock.nowMs
+            try await storeCall {
+                try await self.store.settleNotification(
+                    entry.notificationUUID, state: state, attempts: attempts, nextAttemptAtMs: now, lastError: nil, nowMs: now)
+            }
+            return state
+        } catch {
+            let now = clock.nowMs
+            let (state, next) = configuration.inboxRetry.afterFailure(attempts: attempts, nowMs: now)
+            let message = (error as? RPCError)?.message ?? "\(error)"
+            logger.log(
+                level: state == .parked ? .error : .warning,
+                state == .parked ? "notification parked after repeated failures" : "notification processing failed; will retry",
+                metadata: [
+                    "notificationUUID": "\(entry.notificationUUID)", "type": "\(entry.notificationType)", "attempts": "\(attempts)",
+                    "error": "\(message)",
+                ])
+            // If even this fails, the row stays pending under its lease and the worker tries again.
+            try? await store.settleNotification(
+                entry.notificationUUID, state: state, attempts: attempts, nextAttemptAtMs: next, lastError: message, nowMs: now)
+            return state
+        }
+    }
+
+    /// What a notification does: REFUND and REVOKE revoke the transaction; DID_RENEW, DID_RECOVER,
+    /// SUBSCRIBED and ONE_TIME_CHARGE record the purchase for its account exactly as a redeem would (a
+    /// renewal extends the subscription). The account is the original's owner, else the one whose
+    /// appAccountToken the purchase carries (asked of accounts with the internal token), so a purchase the
+    /// app never redeemed is still granted. False for types this server does not act on and for purchases
+    /// whose account cannot be known.
+    private func act(on notification: JSONValue) async throws(RPCError) -> Bool {
+        let type = notification["notificationType"]?.stringValue ?? ""
         let data = notification["data"]
         guard let info = data?["transactionInfo"],
             let purchase = VerifiedPurchase.fromSignedTransaction(info, environment: data?["environment"]?.stringValue)
-        else { return .init(applied: false) }
+        else { return false }
         // A refund or revocation applies whatever environment the purchase was recorded under (a purchase
         // is recorded once); a grant follows the sandbox policy like a redeem.
         let now = clock.nowMs
@@ -348,11 +418,33 @@ public final class FulfillmentService: Sendable {
         default:
             applied = false
         }
-        if applied, let uuid = notification["notificationUUID"]?.stringValue {
-            _ = try await storeCall { try await self.store.markNotificationApplied(uuid, type: type, nowMs: now) }
-        }
         logger.info("notification", metadata: ["type": "\(type)", "transactionId": "\(purchase.transactionId)", "applied": "\(applied)"])
-        return .init(applied: applied)
+        return applied
+    }
+
+    // MARK: notification inbox (admin)
+
+    public func listNotifications(_ p: FulfillmentListNotifications.Params) async throws(RPCError) -> FulfillmentListNotifications.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        let limit = p.limit ?? configuration.defaultLedgerPage
+        guard (1...configuration.maxLedgerPage).contains(limit) else {
+            throw RPCError.invalidParams("limit must be 1-\(configuration.maxLedgerPage)", field: "limit", reason: "invalidValue")
+        }
+        let rows = try await storeCall { try await self.store.notifications(state: p.state, limit: limit) }
+        return .init(notifications: rows.map(\.summary))
+    }
+
+    /// Processes one parked or pending notification now (after an operator fixed what made it fail).
+    public func retryNotification(_ p: FulfillmentRetryNotification.Params) async throws(RPCError) -> NotificationSummary {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        guard let entry = try await storeCall({ try await self.store.notification(p.notificationUUID) }) else {
+            throw RPCError.notFound("no notification \(p.notificationUUID) was recorded here", reason: "unknownNotification")
+        }
+        guard [.parked, .pending].contains(entry.state) else { return entry.summary }
+        logger.notice("notification retried by an administrator", metadata: ["notificationUUID": "\(p.notificationUUID)"])
+        _ = await process(entry)
+        guard let after = try await storeCall({ try await self.store.notification(p.notificationUUID) }) else { return entry.summary }
+        return after.summary
     }
 
     private func recordFromNotification(_ purchase: VerifiedPurchase, nowMs: Int64) async throws(RPCError) -> Bool {

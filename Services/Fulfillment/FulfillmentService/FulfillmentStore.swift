@@ -202,7 +202,109 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
                         BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
                     """)
         }
+        m.registerMigration("v3-notification-inbox") { db in
+            // DESIGN.md section 9: every verified notification is recorded before the webhook answers.
+            try db.execute(
+                sql: """
+                    CREATE TABLE notificationInbox (
+                        notificationUUID TEXT PRIMARY KEY NOT NULL,
+                        notificationType TEXT NOT NULL,
+                        subtype TEXT,
+                        signedDateMs INTEGER,
+                        signedPayload TEXT NOT NULL,
+                        notification BLOB NOT NULL,
+                        receivedAtMs INTEGER NOT NULL,
+                        state TEXT NOT NULL CHECK (state IN ('pending', 'applied', 'ignored', 'parked')),
+                        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+                        nextAttemptAtMs INTEGER NOT NULL,
+                        lastError TEXT,
+                        processedAtMs INTEGER
+                    ) WITHOUT ROWID;
+                    CREATE INDEX inbox_due ON notificationInbox(state, nextAttemptAtMs);
+                    CREATE INDEX inbox_received ON notificationInbox(receivedAtMs);
+                    """)
+        }
         return m
+    }
+
+    // MARK: the notification inbox
+
+    private static let inboxColumns = """
+        notificationUUID, notificationType, subtype, signedDateMs, signedPayload, notification, receivedAtMs, state, attempts,
+        nextAttemptAtMs, lastError, processedAtMs
+        """
+
+    private static func inboxEntry(_ row: Row) -> InboxEntry {
+        InboxEntry(
+            notificationUUID: row["notificationUUID"], notificationType: row["notificationType"], subtype: row["subtype"],
+            signedDateMs: row["signedDateMs"], signedPayload: row["signedPayload"], notification: [UInt8](row["notification"] as Data),
+            receivedAtMs: row["receivedAtMs"], state: NotificationState(rawValue: row["state"]) ?? .parked, attempts: row["attempts"],
+            nextAttemptAtMs: row["nextAttemptAtMs"], lastError: row["lastError"], processedAtMs: row["processedAtMs"])
+    }
+
+    public func recordNotification(_ entry: InboxEntry) async throws -> (entry: InboxEntry, isNew: Bool) {
+        try await commits.write { db in
+            try db.cachedStatement(
+                sql: """
+                    INSERT OR IGNORE INTO notificationInbox (\(Self.inboxColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """
+            ).execute(arguments: [
+                entry.notificationUUID, entry.notificationType, entry.subtype, entry.signedDateMs, entry.signedPayload,
+                Data(entry.notification), entry.receivedAtMs, entry.state.rawValue, entry.attempts, entry.nextAttemptAtMs,
+                entry.lastError, entry.processedAtMs,
+            ])
+            if db.changesCount == 1 { return (entry, true) }
+            let row = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT \(Self.inboxColumns) FROM notificationInbox WHERE notificationUUID = ?"),
+                arguments: [entry.notificationUUID])
+            return (row.map(Self.inboxEntry) ?? entry, false)
+        }
+    }
+
+    public func dueNotifications(nowMs: Int64, limit: Int) async throws -> [InboxEntry] {
+        try await writer.read { db in
+            try Row.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT \(Self.inboxColumns) FROM notificationInbox WHERE state = 'pending' AND nextAttemptAtMs <= ?
+                        ORDER BY signedDateMs, receivedAtMs LIMIT ?
+                        """), arguments: [nowMs, limit]
+            ).map(Self.inboxEntry)
+        }
+    }
+
+    public func settleNotification(
+        _ uuid: String, state: NotificationState, attempts: Int, nextAttemptAtMs: Int64, lastError: String?, nowMs: Int64
+    ) async throws {
+        try await commits.write { db in
+            try db.cachedStatement(
+                sql: """
+                    UPDATE notificationInbox SET state = ?, attempts = ?, nextAttemptAtMs = ?, lastError = ?,
+                        processedAtMs = CASE WHEN ? IN ('applied', 'ignored') THEN ? ELSE processedAtMs END
+                    WHERE notificationUUID = ?
+                    """
+            ).execute(arguments: [state.rawValue, attempts, nextAttemptAtMs, lastError, state.rawValue, nowMs, uuid])
+        }
+    }
+
+    public func notification(_ uuid: String) async throws -> InboxEntry? {
+        try await writer.read { db in
+            try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT \(Self.inboxColumns) FROM notificationInbox WHERE notificationUUID = ?"), arguments: [uuid]
+            ).map(Self.inboxEntry)
+        }
+    }
+
+    public func notifications(state: NotificationState?, limit: Int) async throws -> [InboxEntry] {
+        try await writer.read { db in
+            let filter = state == nil ? "" : "WHERE state = ?"
+            let arguments: StatementArguments = state.map { [$0.rawValue, limit] } ?? [limit]
+            return try Row.fetchAll(
+                db.cachedStatement(
+                    sql: "SELECT \(Self.inboxColumns) FROM notificationInbox \(filter) ORDER BY receivedAtMs DESC, notificationUUID LIMIT ?"),
+                arguments: arguments
+            ).map(Self.inboxEntry)
+        }
     }
 
     // MARK: writes: the grant rules over this database
@@ -241,19 +343,9 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
         }
     }
 
-    /// Records a notification id; false if it was already applied (App Store retries deliver twice).
-    public func markNotificationApplied(_ uuid: String, type: String, nowMs: Int64) async throws -> Bool {
-        try await commits.write { db in
-            try db.cachedStatement(
-                sql: "INSERT OR IGNORE INTO appliedNotification (notificationUUID, notificationType, appliedAtMs) VALUES (?, ?, ?)"
-            ).execute(arguments: [uuid, type, nowMs])
-            return db.changesCount == 1
-        }
-    }
-
     // MARK: reads
 
-    /// True once `markNotificationApplied` recorded this notification id.
+    /// True for a notification id applied before the inbox existed (v1-v2 databases: `appliedNotification`).
     public func notificationWasApplied(_ uuid: String) async throws -> Bool {
         try await writer.read { db in
             try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM appliedNotification WHERE notificationUUID = ?"), arguments: [uuid]) ?? false

@@ -32,7 +32,7 @@ public protocol FulfillmentTransaction {
 /// What the fulfillment service needs from storage: each write runs `GrantRules` inside one transaction
 /// of the engine (`FulfillmentStore` on SQLite; a PostgreSQL store implements the same over its own
 /// `FulfillmentTransaction`), and the reads answer from committed data.
-public protocol FulfillmentStorage: Sendable {
+public protocol FulfillmentStorage: NotificationInboxStorage {
     func apply(
         _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
@@ -42,7 +42,7 @@ public protocol FulfillmentStorage: Sendable {
         accountId: String, scope: AccountScope, amount: Int64, idempotencyKey: String, memo: String?,
         nowMs: Int64
     ) async throws -> SpendOutcome
-    func markNotificationApplied(_ uuid: String, type: String, nowMs: Int64) async throws -> Bool
+    /// True for a notification applied by a version of this service older than the inbox.
     func notificationWasApplied(_ uuid: String) async throws -> Bool
     func owner(originalTransactionId: String) async throws -> Holder?
     func balance(accountId: String, scope: AccountScope) async throws -> Wallet

@@ -123,6 +123,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
             [
                 ClosingService("fulfillment.sqlite", logger: logger) { try store.close() },
                 ClosingService("dependency clients", logger: logger) { await dependencies.close() },
+                InboxWorker(service: service, logger: logger),
                 server,
             ], logger: logger)
     }

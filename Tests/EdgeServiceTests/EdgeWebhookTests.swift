@@ -1,0 +1,125 @@
+import Foundation
+import FulfillmentService
+import IAPProtocol
+import JSONRPC
+import RPCTransport
+import ServiceSupport
+import SuiteTestSupport
+import Testing
+
+@testable import EdgeService
+
+/// Apple's webhook through the edge into fulfillment's inbox: 200 only once the notification is on disk,
+/// applied once however often it is delivered, and nothing lost while a service is down.
+@Suite struct EdgeWebhookTests {
+    static func deliver(_ base: String, _ payload: String) async throws -> Int {
+        try await EdgeTests.post(base + "/v1/notifications/appstore", #"{"signedPayload":"\#(payload)"}"#).status
+    }
+
+    @Test func aRefundDeliveredThreeTimesIsAppliedOnceAndSurvivesFulfillmentBeingDown() async throws {
+        try await EdgeTests.withEdge { suite, base in
+            let alice = try await suite.register("alice")
+            let first = try await suite.buy("alice@icloud", "coins.100")
+            let second = try await suite.buy("alice@icloud", "coins.100")
+            _ = try await suite.redeem(alice.session, signed: [first.signedTransaction, second.signedTransaction])
+            #expect(try await suite.balance(alice.session) == 200)
+
+            let refund = try #require(
+                try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: first.transactionId)).signedPayload)
+            for _ in 0..<3 { #expect(try await Self.deliver(base, refund) == 200) }
+            #expect(try await suite.balance(alice.session) == 100)
+            #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'reversal'") == 1)
+            #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox WHERE state = 'applied'") == 1)
+
+            // Fulfillment down: 503, so Apple keeps the notification and delivers it again.
+            let secondRefund = try #require(
+                try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: second.transactionId))
+                    .signedPayload)
+            await suite.stopService("fulfillment")
+            #expect(try await Self.deliver(base, secondRefund) == 503)
+            try await suite.restartService("fulfillment")
+            // Apple's retry, twice over: applied once.
+            #expect(try await Self.deliver(base, secondRefund) == 200)
+            #expect(try await Self.deliver(base, secondRefund) == 200)
+            #expect(try await suite.balance(alice.session) == 0)
+            #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'reversal'") == 2)
+        }
+    }
+
+    /// A renewal that arrives while catalog is down is still answered 200 (it is recorded), waits in the
+    /// inbox, and is granted once catalog is back; one that keeps failing is parked, listed for admins and
+    /// retried by them.
+    @Test func notificationsThatCannotBeProcessedWaitInTheInboxNotInApplesQueue() async throws {
+        try await EdgeTests.withEdge { suite, base in
+            let alice = try await suite.register("alice")
+            let bought = try await suite.buy("alice@icloud", "sub.premium")
+            _ = try await suite.redeem(alice.session, signed: [bought.signedTransaction])
+            let renewals = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400)).notifications
+            let renewal = try #require(renewals.first)
+
+            await suite.stopService("catalog")
+            #expect(try await Self.deliver(base, renewal) == 200, "recorded, though it cannot be processed yet")
+            let pending = try await suite.fulfillment.call(
+                FulfillmentListNotifications.self, .init(adminToken: SuiteFixture.adminToken, state: .pending))
+            #expect(pending.notifications.count == 1 && pending.notifications[0].attempts == 1)
+            #expect(pending.notifications[0].lastError != nil)
+
+            // Not due yet: the worker leaves it; past its backoff with catalog still down: attempt 2.
+            #expect(try await suite.service.processDueNotifications() == 0)
+            suite.clock.advance(ms: 5_000)
+            #expect(try await suite.service.processDueNotifications() == 1)
+
+            // Catalog back: the executable's inbox worker grants the renewal at its next due attempt, once.
+            try await suite.restartService("catalog")
+            suite.clock.advance(ms: 10_000)
+            let worker = Task { try await InboxWorker(service: suite.service, interval: .milliseconds(20), logger: EdgeFixture.quiet).run() }
+            defer { worker.cancel() }
+            var state = NotificationState.pending
+            for _ in 0..<1_000 where state == .pending {
+                let listed = try await suite.fulfillment.call(FulfillmentListNotifications.self, .init(adminToken: SuiteFixture.adminToken))
+                state = listed.notifications.first { $0.notificationType == "DID_RENEW" }?.state ?? .pending
+                if state == .pending { await Task.yield() }
+            }
+            #expect(state == .applied)
+            let applied = try await suite.fulfillment.call(
+                FulfillmentListNotifications.self, .init(adminToken: SuiteFixture.adminToken, state: .applied))
+            #expect(applied.notifications.map(\.notificationType).contains("DID_RENEW"))
+            #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 2)
+            #expect(try await Self.deliver(base, renewal) == 200)
+            #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 2)
+        }
+    }
+
+    @Test func aNotificationThatKeepsFailingIsParkedThenRetriedByAnAdmin() async throws {
+        try await SuiteFixture.with(configure: { $0.inboxRetry.maxAttempts = 2 }) { suite in
+            var config = EdgeConfiguration()
+            config.callTimeout = .seconds(30)
+            let edge = EdgeService(
+                accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config,
+                logger: EdgeFixture.quiet)
+            try await EdgeFixture.serving(edge) { port in
+                let base = "http://127.0.0.1:\(port)"
+                let alice = try await suite.register("alice")
+                _ = try await suite.redeem(alice.session, signed: [try await suite.buy("alice@icloud", "sub.premium").signedTransaction])
+                let renewal = try #require(try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400)).notifications.first)
+                await suite.stopService("catalog")
+                #expect(try await Self.deliver(base, renewal) == 200)
+                suite.clock.advance(ms: 5_000)
+                #expect(try await suite.service.processDueNotifications() == 1)
+                let parked = try await suite.fulfillment.call(
+                    FulfillmentListNotifications.self, .init(adminToken: SuiteFixture.adminToken, state: .parked))
+                let uuid = try #require(parked.notifications.first?.notificationUUID)
+                #expect(parked.notifications.count == 1 && parked.notifications[0].attempts == 2)
+                // Parked is out of the worker's way: nothing is due however late it gets.
+                suite.clock.advance(ms: 86_400_000)
+                #expect(try await suite.service.processDueNotifications() == 0)
+
+                try await suite.restartService("catalog")
+                let retried = try await suite.fulfillment.call(
+                    FulfillmentRetryNotification.self, .init(adminToken: SuiteFixture.adminToken, notificationUUID: uuid))
+                #expect(retried.state == .applied && retried.attempts == 3)
+                #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 2)
+            }
+        }
+    }
+}
