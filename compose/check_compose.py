@@ -60,6 +60,13 @@ for name, service in prod_services.items():
         policy = service["command"][service["command"].index("--sandbox-policy") + 1]
         if policy == "grant":
             problems.append(f"compose.yaml: {name} grants sandbox purchases as real value")
+for name, service in prod_services.items():
+    if name != "edge" and service.get("ports"):
+        problems.append(f"compose.yaml: {name} publishes ports; only the edge is reachable from outside")
+if not prod_services.get("edge", {}).get("ports"):
+    problems.append("compose.yaml: the edge must publish its port")
+if "--tls-cert" not in prod_services.get("edge", {}).get("command", []):
+    problems.append("compose.yaml: the edge must serve HTTPS (--tls-cert, --tls-key)")
 bundle_ids = str(prod_services.get("verification", {}).get("environment", {}).get("IAP_BUNDLE_IDS", ""))
 if ":?" not in bundle_ids:
     problems.append("compose.yaml: verification must require IAP_BUNDLE_IDS (${IAP_BUNDLE_IDS:?...})")
@@ -107,14 +114,18 @@ for name, service in services.items():
     if flag_names(args) != flag_names(["--port"] + flags):
         problems.append(f"{name}: flags {flag_names(args)} in compose, {flag_names(['--port'] + flags)} in up.sh")
     published = [p for p in service.get("ports", []) if compose_port and compose_port in str(p)]
-    if not published or not all(str(p).startswith("127.0.0.1:") for p in service.get("ports", [])):
-        problems.append(f"{name}: its port must be published, and only on 127.0.0.1")
+    if name == "edge":
+        if not published:
+            problems.append("edge: its port must be published")
+    elif not published or not all(str(p).startswith("127.0.0.1:") for p in service.get("ports", [])):
+        problems.append(f"{name}: in development its port must be published, and only on 127.0.0.1")
     if "healthcheck" not in service:
         problems.append(f"{name}: no healthcheck")
-    if not any(str(v).endswith(":/data") for v in service.get("volumes", [])):
+    if name != "edge" and not any(str(v).endswith(":/data") for v in service.get("volumes", [])):
         problems.append(f"{name}: no named volume on /data for its SQLite file")
     for used in re.findall(r"\$\{([A-Z_]+)\}", json.dumps(service)):
-        if used not in env and used not in ("IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN", "IAP_LOG_LEVEL", "IAP_BUNDLE_IDS"):
+        if used not in env and used not in ("IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN", "IAP_LOG_LEVEL", "IAP_BUNDLE_IDS",
+                                            "IAP_CONTENT_URL_KEY", "IAP_EDGE_CERT_DIR", "IAP_EDGE_PUBLIC_URL"):
             problems.append(f"{name}: uses ${{{used}}}, which compose/.env does not define")
 
 

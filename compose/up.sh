@@ -15,6 +15,8 @@ set +a
 export IAP_ACCOUNTS_ADDR=127.0.0.1:$IAP_ACCOUNTS_PORT IAP_CATALOG_ADDR=127.0.0.1:$IAP_CATALOG_PORT
 export IAP_VERIFICATION_ADDR=127.0.0.1:$IAP_VERIFICATION_PORT IAP_FULFILLMENT_ADDR=127.0.0.1:$IAP_FULFILLMENT_PORT
 export IAP_SIM_ADDR=127.0.0.1:$IAP_SIM_PORT
+# The edge: the one public door (HTTPS with a certificate for localhost made below).
+export IAP_EDGE_URL=${IAP_EDGE_URL:-https://localhost:$IAP_EDGE_PORT}
 export IAP_DATA_DIR=${IAP_DATA_DIR:-$PWD/data}
 # The app whose purchases the local stack accepts (verification refuses every other bundle id); the
 # simulator, the demo and `iap sim` use the first one.
@@ -30,6 +32,11 @@ secret() {  # secret NAME: the env value, else the one kept in the data dir, els
 }
 export IAP_INTERNAL_TOKEN=${IAP_INTERNAL_TOKEN:-$(secret internal-token)}
 export IAP_ADMIN_TOKEN=${IAP_ADMIN_TOKEN:-$(secret admin-token)}
+# Signs content URLs (fulfillment) and checks them (the edge).
+export IAP_CONTENT_URL_KEY=${IAP_CONTENT_URL_KEY:-$(secret content-url-key)}
+export IAP_EDGE_PUBLIC_URL=$IAP_EDGE_URL
+compose/dev-cert.sh "$IAP_DATA_DIR/edge-tls"
+export IAP_EDGE_CA=${IAP_EDGE_CA:-$IAP_DATA_DIR/edge-tls/cert.pem}
 
 # name executable port [flags]: every service of DESIGN.md section 1.
 # In start order: the simulator first, since verification trusts the roots it writes on first start
@@ -42,6 +49,7 @@ services=(
   "catalog catalog-service $IAP_CATALOG_PORT --seed compose/demo-catalog.json"
   "verification verification-service $IAP_VERIFICATION_PORT --trust-anchor-dir $IAP_DATA_DIR/sim-pki --verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox/verifyReceipt"
   "fulfillment fulfillment-service $IAP_FULFILLMENT_PORT --dependency-timeout-ms $IAP_DEPENDENCY_TIMEOUT_MS --content-dir $IAP_DATA_DIR/content"
+  "edge edge-service $IAP_EDGE_PORT --tls-cert $IAP_DATA_DIR/edge-tls/cert.pem --tls-key $IAP_DATA_DIR/edge-tls/key.pem --content-dir $IAP_DATA_DIR/content"
 )
 
 # The demo catalog's downloadable content (levels.pack1 grants levels-pack-1.zip): 4 MiB, so a
@@ -98,10 +106,20 @@ health() {  # health PORT: prints the health.check reply line, or nothing
   printf '%s' "$line"
 }
 
+ready() {  # ready NAME PORT: the edge's /readyz (through its TLS), else the service's health.check
+  if [[ $1 == edge ]]; then
+    "$bin/iap" health --edge "$IAP_EDGE_URL" --ca "$IAP_EDGE_CA" >/dev/null 2>&1
+  else
+    [[ $(health "$2" || true) == *'"status":"ok"'* ]]
+  fi
+}
+
 for entry in "${services[@]}"; do  # start each, and wait until it is healthy before the next
   read -r name exe port extra <<<"$entry"
+  data=(--data-dir "$IAP_DATA_DIR")
+  [[ $name == edge ]] && data=()  # the edge keeps no data
   # shellcheck disable=SC2086  # extra flags are words on purpose
-  "$bin/$exe" --port "$port" --data-dir "$IAP_DATA_DIR" $extra >>"$IAP_DATA_DIR/logs/$name.log" 2>&1 &
+  "$bin/$exe" --port "$port" "${data[@]}" $extra >>"$IAP_DATA_DIR/logs/$name.log" 2>&1 &
   pid=$!
   pids+=("$pid")
   names+=("$name")
@@ -110,7 +128,7 @@ for entry in "${services[@]}"; do  # start each, and wait until it is healthy be
       echo "$name exited during start-up; see $IAP_DATA_DIR/logs/$name.log" >&2
       exit 1
     fi
-    if [[ $(health "$port" || true) == *'"status":"ok"'* ]]; then break; fi
+    if ready "$name" "$port"; then break; fi
     if ((attempt == 100)); then
       echo "$name did not become healthy on port $port; see $IAP_DATA_DIR/logs/$name.log" >&2
       exit 1
@@ -121,7 +139,9 @@ for entry in "${services[@]}"; do  # start each, and wait until it is healthy be
 done
 echo "accepting purchases of: $IAP_BUNDLE_IDS (development stack: verification trusts the simulator's roots)"
 echo "suite is up; data in $IAP_DATA_DIR; tokens in $IAP_DATA_DIR/internal-token and admin-token. Ctrl-C stops it."
-echo "try, in another terminal: .build/release/iap demo"
+echo "the edge (apps, Apple's notifications, downloads): $IAP_EDGE_URL  (certificate: $IAP_EDGE_CA)"
+echo "try, in another terminal (through the edge):"
+echo "  IAP_EDGE_URL=$IAP_EDGE_URL IAP_EDGE_CA=$IAP_EDGE_CA .build/release/iap demo"
 
 # Stream every service's log, each line prefixed with its service (IAP_STREAM_LOGS=0 to keep quiet).
 if [[ ${IAP_STREAM_LOGS:-1} != 0 ]]; then

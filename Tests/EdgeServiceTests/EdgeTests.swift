@@ -167,12 +167,11 @@ import X509
         await edge.close()
     }
 
-    /// HTTPS from PEM files: a self-signed certificate made here, TLS 1.2+, HTTP/2 negotiated by ALPN, and
-    /// the same routes as over plain HTTP.
-    @Test func servesHTTPSWithHTTP2FromPEMFiles() async throws {
+    /// A self-signed certificate for localhost made here, written as PEM files to a new directory (`cert.pem`,
+    /// `key.pem`), and the edge's TLS configuration read back from them.
+    static func localhostCertificate() throws -> (directory: URL, certificatePEM: String, tls: TLSConfiguration) {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("edge-tls-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: dir) }
         let key = P256.Signing.PrivateKey()
         let name = try DistinguishedName { CommonName("localhost") }
         let certificate = try Certificate(
@@ -186,8 +185,15 @@ import X509
         try certPEM.write(to: dir.appendingPathComponent("cert.pem"), atomically: true, encoding: .utf8)
         try key.pemRepresentation.write(to: dir.appendingPathComponent("key.pem"), atomically: true, encoding: .utf8)
         let tls = try EdgeService.tlsConfiguration(
-            certificateFile: dir.appendingPathComponent("cert.pem").path,
-            keyFile: dir.appendingPathComponent("key.pem").path)
+            certificateFile: dir.appendingPathComponent("cert.pem").path, keyFile: dir.appendingPathComponent("key.pem").path)
+        return (dir, certPEM, tls)
+    }
+
+    /// HTTPS from PEM files: a self-signed certificate made here, TLS 1.2+, HTTP/2 negotiated by ALPN, and
+    /// the same routes as over plain HTTP.
+    @Test func servesHTTPSWithHTTP2FromPEMFiles() async throws {
+        let (dir, certPEM, tls) = try Self.localhostCertificate()
+        defer { try? FileManager.default.removeItem(at: dir) }
 
         try await SuiteFixture.with { suite in
             let edge = EdgeService(

@@ -117,8 +117,16 @@ struct DemoCommand: AsyncParsableCommand {
         heading("Apple refunds the coins: the App Store notification reaches fulfillment")
         let (refund, _) = await call.call(.sim, SimRefund.self, .init(appleId: appleId, transactionId: coinPurchase.transactionId))
         guard let payload = refund.signedPayload else { fail("the simulator sent no notification", exit: ExitCodes.refused) }
-        let (applied, _) = await call.call(.fulfillment, FulfillmentApplyNotification.self, .init(signedPayload: payload))
-        print("notification applied: \(applied.applied)")
+        if let edge = call.edgeClient() {
+            // As Apple delivers it: POSTed to the edge's webhook, answered 200 once fulfillment recorded it.
+            let status = try await edge.postNotification(payload)
+            await edge.shutdown()
+            guard status == 200 else { fail("the edge's webhook answered HTTP \(status)", exit: ExitCodes.refused) }
+            print("POST \(edge.base)/v1/notifications/appstore: HTTP \(status) (recorded and applied)")
+        } else {
+            let (applied, _) = await call.call(.fulfillment, FulfillmentApplyNotification.self, .init(signedPayload: payload))
+            print("notification applied: \(applied.applied)")
+        }
         let (afterRefund, _) = await call.call(.fulfillment, FulfillmentGetBalance.self, .init(session: phone))
         print(balanceLine(afterRefund.balance, owed: afterRefund.owed, afterRefund.environment))
 

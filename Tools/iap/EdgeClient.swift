@@ -57,6 +57,30 @@ struct EdgeClient {
         return .success(try JSONByteEncoder.encode(answer["result"] ?? .null))
     }
 
+    /// Apple's webhook, as Apple calls it: the HTTP status of `POST /v1/notifications/appstore`.
+    func postNotification(_ signedPayload: String) async throws -> Int {
+        var request = HTTPClientRequest(url: base + "/v1/notifications/appstore")
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.body = .bytes(ByteBuffer(bytes: try JSONByteEncoder.encode(JSONValue.object(["signedPayload": .string(signedPayload)]))))
+        do {
+            return Int(try await client.execute(request, timeout: .seconds(30)).status.code)
+        } catch {
+            throw Failure.unreachable("\(error)")
+        }
+    }
+
+    /// `GET /readyz`: the HTTP status and the edge's report of its dependencies.
+    func readiness() async throws -> (status: Int, report: String) {
+        let response: HTTPClientResponse
+        do {
+            response = try await client.execute(HTTPClientRequest(url: base + "/readyz"), timeout: .seconds(10))
+        } catch {
+            throw Failure.unreachable("\(error)")
+        }
+        return (Int(response.status.code), String(buffer: try await response.body.collect(upTo: 1 << 16)))
+    }
+
     /// What a resumable download got: the status, the entity tag, the full size, and whether the bytes
     /// continue the partial file (206) or replace it (200).
     struct Fetched {

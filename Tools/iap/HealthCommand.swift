@@ -8,10 +8,29 @@ import ServiceSupport
 struct HealthCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "health", abstract: "Check every service of the suite and what each depends on.",
-        discussion: "Exit code 0 when every service answers ok, 2 when any cannot be reached, 1 when any answers degraded.")
+        discussion: """
+            Exit code 0 when every service answers ok, 2 when any cannot be reached, 1 when any answers degraded. \
+            With --edge URL: only the edge's GET /readyz (it checks accounts, catalog and fulfillment itself), as seen from outside.
+            """)
     @Flag(help: "Print {service: health report or null} as JSON.") var json = false
+    @Option(help: "Check the edge at this URL (/readyz) instead of each service (e.g. https://localhost:8443).") var edge: String?
+    @Option(help: "PEM certificate authority for the edge's certificate (default: IAP_EDGE_CA).") var ca: String?
 
     func run() async throws {
+        if let edge {
+            let client = try EdgeClient(base: edge, caFile: Environment.resolve(ca, env: "IAP_EDGE_CA"))
+            defer { Task { await client.shutdown() } }
+            let readiness: (status: Int, report: String)
+            do {
+                readiness = try await client.readiness()
+            } catch {
+                printError("cannot reach the edge at \(edge): \(error)")
+                throw ExitCodes.unreachable
+            }
+            print(json ? readiness.report : "edge \(edge): \(readiness.status == 200 ? "ready" : "not ready") \(readiness.report)")
+            if readiness.status != 200 { throw ExitCodes.refused }
+            return
+        }
         var reports: [(SuiteService, String, HealthReport?, String?)] = []
         for service in SuiteService.allCases {
             let address = service.address(flag: nil)
