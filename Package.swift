@@ -251,7 +251,9 @@ let package = Package(
         .executableTarget(
             name: "IAPBench",
             dependencies: [
-                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts",
+                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

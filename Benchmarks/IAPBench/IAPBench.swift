@@ -9,6 +9,6 @@ struct IAPBench: AsyncParsableCommand {
         subcommands: [
             PingBenchmark.self, CatalogListBenchmark.self, AuthenticateBenchmark.self, VerifyReceiptBenchmark.self,
             RedeemBenchmark.self, SpendBenchmark.self, MixedBenchmark.self, PreloadBenchmark.self, HostileBenchmark.self, ServeFixture.self,
-            LoginLatency.self, MintReceipt.self, FuzzReceipts.self,
+            LoginLatency.self, MintReceipt.self, FuzzReceipts.self, EdgeRPCBenchmark.self, DownloadBenchmark.self, ContentURLCommand.self,
         ])
 }

@@ -50,11 +50,11 @@ struct LoadDriver {
         var notes: [String: String]
     }
 
-    /// `call(client, i)` performs request number `i` (0-based, in issue order) and returns its outcome;
+    /// `call(client, i)` (an RPC client, or an HTTP client for the edge scenarios) performs request number `i` (0-based, in issue order) and returns its outcome;
     /// nil means the scenario has no more requests.
-    func run(
-        scenario: String, clients: [RPCClient], notes: [String: String] = [:],
-        call: @escaping @Sendable (RPCClient, Int) async -> CallOutcome?
+    func run<Client: Sendable>(
+        scenario: String, clients: [Client], notes: [String: String] = [:],
+        call: @escaping @Sendable (Client, Int) async -> CallOutcome?
     ) async throws -> Report {
         let sampler = RSSSampler(names: options.rssProcesses.split(separator: ",").map(String.init))
         sampler.start()
@@ -135,9 +135,9 @@ struct LoadDriver {
         var seconds: Double = 0
     }
 
-    private func closedLoop(
-        clients: [RPCClient], seconds: Double, next: @escaping @Sendable () -> Int,
-        call: @escaping @Sendable (RPCClient, Int) async -> CallOutcome?
+    private func closedLoop<Client: Sendable>(
+        clients: [Client], seconds: Double, next: @escaping @Sendable () -> Int,
+        call: @escaping @Sendable (Client, Int) async -> CallOutcome?
     ) async -> Measured {
         let start = DispatchTime.now().uptimeNanoseconds
         let end = start + UInt64(seconds * 1e9)
@@ -174,9 +174,9 @@ struct LoadDriver {
 
     /// Sends request i at start + i/rate whatever happened to earlier ones; latency counts from that
     /// intended time, so a stall shows up in every request it delayed (no coordinated omission).
-    private func openLoop(
-        clients: [RPCClient], seconds: Double, next: @escaping @Sendable () -> Int,
-        call: @escaping @Sendable (RPCClient, Int) async -> CallOutcome?
+    private func openLoop<Client: Sendable>(
+        clients: [Client], seconds: Double, next: @escaping @Sendable () -> Int,
+        call: @escaping @Sendable (Client, Int) async -> CallOutcome?
     ) async -> Measured {
         let total = Int(options.rate * seconds)
         let interval = 1e9 / options.rate

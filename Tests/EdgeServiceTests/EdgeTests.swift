@@ -219,12 +219,27 @@ import X509
     /// Sign-ins through the edge are limited per app address (the X-Forwarded-For of a trusted proxy here),
     /// not per edge: one address locked out leaves another free; an app cannot smuggle its own token or address.
     @Test func signInLimitsKeyOnTheAppsAddressNotTheEdges() async throws {
-        let smuggled = EdgeService.forwarded(
-            ["internalToken": "guess", "clientAddress": "1.2.3.4", "username": "u"],
-            method: "catalog.listProducts", clientAddress: "5.6.7.8", internalToken: "real")
-        #expect(smuggled["internalToken"] == nil && smuggled["clientAddress"] == nil)
-        let login = EdgeService.forwarded(["internalToken": "guess"], method: "accounts.login", clientAddress: "5.6.7.8", internalToken: "real")
+        func forwarded(_ params: String, method: String, bearer: String? = nil) throws -> JSONValue {
+            let bytes = try EdgeService.forwardedParams(
+                Array(params.utf8), method: method, bearer: bearer, clientAddress: "5.6.7.8", internalToken: "real"
+            ).get()
+            return try JSONValue.parse(String(decoding: bytes, as: UTF8.self))
+        }
+        let smuggled = try forwarded(#"{"internalToken":"guess","clientAddress":"1.2.3.4","username":"u"}"#, method: "catalog.listProducts")
+        #expect(smuggled == ["username": "u"])
+        let login = try forwarded(#"{"internalToken":"guess"}"#, method: "accounts.login")
         #expect(login["internalToken"] == .string("real") && login["clientAddress"] == .string("5.6.7.8"))
+        // The bearer fills a missing session and never replaces the app's own; untouched params pass as sent.
+        #expect(try forwarded(#"{"a":1}"#, method: "fulfillment.getBalance", bearer: "tok")["session"] == .string("tok"))
+        #expect(try forwarded(#"{"session":"mine"}"#, method: "fulfillment.getBalance", bearer: "tok")["session"] == .string("mine"))
+        let untouched = Array(#"{ "storefront" : "USA" }"#.utf8)
+        #expect(
+            try EdgeService.forwardedParams(untouched, method: "catalog.listProducts", bearer: nil, clientAddress: nil, internalToken: nil)
+                .get() == untouched)
+        #expect(throws: RPCError.self) {
+            try EdgeService.forwardedParams(Array("[1]".utf8), method: "catalog.listProducts", bearer: nil, clientAddress: nil, internalToken: nil)
+                .get()
+        }
 
         try await Self.withEdge(configure: {
             $0.internalToken = SuiteFixture.internalToken

@@ -30,7 +30,7 @@ public struct EdgeConfiguration: Sendable {
     public var contentDirectory: URL?
     public var contentSigner: ContentURLSigner?
     /// Size of each read of a content file (and of each write to the connection).
-    public var contentChunkBytes = 1 << 20
+    public var contentChunkBytes = 256 * 1024
     /// The clock content URLs expire by.
     public var clock: ServiceClock = .system
 
@@ -70,62 +70,52 @@ public final class EdgeService: Sendable {
     public func rpc(body: [UInt8], bearer: String?, clientAddress: String? = nil, charge: (Int) -> Bool = { _ in true }) async
         -> (HTTPResponse.Status, [UInt8])
     {
-        guard let parsed = try? JSONDecoder().decode(JSONValue.self, from: Data(body)) else {
-            return (
-                .ok, Self.line(failureFor: .null, RPCError(code: .parseError, message: "Parse error: the body is not JSON", reason: "parseError"))
-            )
-        }
-        switch parsed {
-        case .array(let items):
-            guard !items.isEmpty else {
-                return (.ok, Self.line(failureFor: .null, RPCError.invalidRequest("an empty batch", reason: "emptyBatch")))
-            }
-            guard items.count <= 64 else {
-                return (.ok, Self.line(failureFor: .null, RPCError.invalidRequest("at most 64 requests per batch", reason: "batchTooLarge")))
-            }
+        // The suite's own scanner (strict, bounded nesting, ids kept byte for byte): params are forwarded as
+        // the app sent them unless the edge must add or drop a member.
+        switch RPCMessageParser.parse(body, limits: .init(maxNestingDepth: 64, maxBatchSize: 64)) {
+        case .single(.failure(let rejection)):
+            return (.ok, Self.line(failureFor: rejection.id, rejection.error))
+        case .single(.success(let request)):
+            guard let reply = await one(request, bearer: bearer, clientAddress: clientAddress) else { return (.noContent, []) }
+            return (.ok, reply)
+        case .batch(let items):
             guard charge(items.count - 1) else { return (.tooManyRequests, []) }
-            var replies: [[UInt8]] = []
-            for item in items {
-                if let reply = await one(item, bearer: bearer, clientAddress: clientAddress) { replies.append(reply) }
-            }
-            guard !replies.isEmpty else { return (.noContent, []) }
             var out: [UInt8] = [UInt8(ascii: "[")]
-            for (i, reply) in replies.enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
+            var answered = 0
+            for item in items {
+                let reply: [UInt8]?
+                switch item {
+                case .failure(let rejection): reply = Self.line(failureFor: rejection.id, rejection.error)
+                case .success(let request): reply = await one(request, bearer: bearer, clientAddress: clientAddress)
+                }
+                guard let reply else { continue }
+                if answered > 0 { out.append(UInt8(ascii: ",")) }
                 out += reply
+                answered += 1
             }
+            guard answered > 0 else { return (.noContent, []) }
             out.append(UInt8(ascii: "]"))
             return (.ok, out)
-        default:
-            guard let reply = await one(parsed, bearer: bearer, clientAddress: clientAddress) else { return (.noContent, []) }
-            return (.ok, reply)
         }
     }
 
     /// One request: forwarded if its method is public here; nil for a notification.
-    private func one(_ request: JSONValue, bearer: String?, clientAddress: String?) async -> [UInt8]? {
-        guard case .object(let fields) = request, fields["jsonrpc"] == .string("2.0"), let method = fields["method"]?.stringValue else {
-            return Self.line(failureFor: Self.id(request["id"]) ?? .null, RPCError.invalidRequest("not a JSON-RPC 2.0 request"))
+    private func one(_ request: RPCRequest, bearer: String?, clientAddress: String?) async -> [UInt8]? {
+        let id = request.id
+        guard let service = publicMethods[request.method], let client = clients[service] else {
+            return id.map { Self.line(failureFor: $0, RPCError.methodNotFound(request.method)) }
         }
-        let id = Self.id(fields["id"])
-        if fields["id"] != nil, id == nil {
-            return Self.line(failureFor: .null, RPCError.invalidRequest("id must be a string, an integer or null"))
+        let params: [UInt8]
+        switch Self.forwardedParams(
+            request.params, method: request.method, bearer: bearer, clientAddress: clientAddress,
+            internalToken: configuration.internalToken)
+        {
+        case .success(let bytes): params = bytes
+        case .failure(let error): return id.map { Self.line(failureFor: $0, error) }
         }
-        guard let service = publicMethods[method], let client = clients[service] else {
-            return id.map { Self.line(failureFor: $0, RPCError.methodNotFound(method)) }
-        }
-        var params: [String: JSONValue]
-        switch fields["params"] {
-        case nil: params = [:]
-        case .object(let object)?: params = object
-        default: return id.map { Self.line(failureFor: $0, RPCError.invalidParams("params must be an object")) }
-        }
-        if params["session"] == nil, let bearer { params["session"] = .string(bearer) }
-        params = Self.forwarded(params, method: method, clientAddress: clientAddress, internalToken: configuration.internalToken)
-        let encoded = (try? JSONByteEncoder.encode(JSONValue.object(params))) ?? Array("{}".utf8)
         let outcome: Result<[UInt8], RPCError>
         do {
-            outcome = .success(try await client.callRaw(method: method, params: encoded, timeout: configuration.callTimeout))
+            outcome = .success(try await client.callRaw(method: request.method, params: params, timeout: configuration.callTimeout))
         } catch {
             outcome = .failure(Self.passThrough(error, service: service))
         }
@@ -138,19 +128,43 @@ public final class EdgeService: Sendable {
         return out
     }
 
-    /// What the edge adds to an app's params: never an app's own `internalToken` or `clientAddress`; for
-    /// sign-ins and registrations, the app's address with the internal token that lets accounts believe it.
-    package static func forwarded(_ params: [String: JSONValue], method: String, clientAddress: String?, internalToken: String?)
-        -> [String: JSONValue]
-    {
-        var out = params
-        out["internalToken"] = nil
-        out["clientAddress"] = nil
-        if [AccountsLogin.name, AccountsRegister.name].contains(method), let clientAddress, let internalToken {
-            out["clientAddress"] = .string(clientAddress)
-            out["internalToken"] = .string(internalToken)
+    /// The params the edge forwards, as bytes: the app's own object unchanged when nothing must change
+    /// (the common case: no copy of the members), else rebuilt with the bearer as `session` (unless the app
+    /// gave one), without an app's `internalToken` or `clientAddress`, and, on sign-ins and registrations,
+    /// with the app's address and the internal token that lets accounts believe it.
+    package static func forwardedParams(
+        _ raw: [UInt8]?, method: String, bearer: String?, clientAddress: String?, internalToken: String?
+    ) -> Result<[UInt8], RPCError> {
+        let bytes = raw ?? Array("{}".utf8)
+        let members: [JSONMember]
+        do {
+            let scanned = try JSONScanner.scan(bytes)
+            guard scanned.root.kind == .object else { return .failure(.invalidParams("params must be an object")) }
+            members = scanned.root.members
+        } catch {
+            return .failure(.invalidParams("params must be an object"))
         }
-        return out
+        let addsAddress = [AccountsLogin.name, AccountsRegister.name].contains(method) && clientAddress != nil && internalToken != nil
+        let addsSession = bearer != nil && !members.contains { $0.key == "session" }
+        let drops = members.contains { $0.key == "internalToken" || $0.key == "clientAddress" }
+        guard addsAddress || addsSession || drops else { return .success(bytes) }
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        func append(_ key: String, _ value: some Collection<UInt8>) {
+            if out.count > 1 { out.append(UInt8(ascii: ",")) }
+            out += JSONWriter.quoted(key)
+            out.append(UInt8(ascii: ":"))
+            out += value
+        }
+        for member in members where member.key != "internalToken" && member.key != "clientAddress" {
+            append(member.key, bytes[member.value])
+        }
+        if addsSession, let bearer { append("session", JSONWriter.quoted(bearer)) }
+        if addsAddress, let clientAddress, let internalToken {
+            append("clientAddress", JSONWriter.quoted(clientAddress))
+            append("internalToken", JSONWriter.quoted(internalToken))
+        }
+        out.append(UInt8(ascii: "}"))
+        return .success(out)
     }
 
     /// A service's own answer (an application error) passes through; a transport failure is `unavailable`.
@@ -160,15 +174,6 @@ public final class EdgeService: Sendable {
         var failure = RPCError.unavailable("\(service) could not answer; nothing was changed, retry later", reason: "dependencyUnavailable")
         failure.data.extra["dependency"] = .string(service)
         return failure
-    }
-
-    static func id(_ value: JSONValue?) -> RPCID? {
-        switch value {
-        case .string(let s)?: return RPCID(s)
-        case .int(let i)?: return RPCID(i)
-        case .null?: return .null
-        default: return nil
-        }
     }
 
     static func line(failureFor id: RPCID, _ error: RPCError) -> [UInt8] {
