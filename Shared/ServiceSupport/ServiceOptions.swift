@@ -19,7 +19,17 @@ public struct ServiceOptions: ParsableArguments, Sendable {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical (env IAP_LOG_LEVEL; default info).")
     public var logLevel: String?
 
+    @Option(
+        name: .customLong("metrics-port"), help: "Serve GET /metrics (Prometheus text) on this port, plain HTTP (env IAP_METRICS_PORT; default: off)."
+    )
+    public var metricsPort: Int?
+
+    @Option(name: .customLong("metrics-host"), help: "Address the metrics port binds (default 127.0.0.1).")
+    public var metricsHost: String?
+
     public init() {}
+
+    var resolvedMetricsPort: Int? { metricsPort ?? Environment.value("IAP_METRICS_PORT").flatMap { Int($0) } }
 
     public func resolvedHost() -> String { host ?? Environment.value("IAP_HOST") ?? "127.0.0.1" }
 
@@ -42,8 +52,24 @@ public struct ServiceOptions: ParsableArguments, Sendable {
 
 extension ServiceOptions {
     /// The server settings every service starts from: `--host`/`--port` (or their defaults) and its name.
+    /// The JSON-RPC server's settings. With `--metrics-port` this also makes Prometheus the process's metrics
+    /// backend, before the server creates its counters.
     public func serverConfiguration(serviceName: String, defaultPort: Int) -> RPCServerConfiguration {
-        RPCServerConfiguration(serviceName: serviceName, host: resolvedHost(), port: resolvedPort(default: defaultPort))
+        var configuration = RPCServerConfiguration(serviceName: serviceName, host: resolvedHost(), port: resolvedPort(default: defaultPort))
+        if resolvedMetricsPort != nil { configuration.metricsFactory = PrometheusMetrics.factory(registry: PrometheusMetrics.bootstrapProcess()) }
+        return configuration
+    }
+
+    /// Runs the services until SIGTERM or SIGINT, then shuts them down gracefully (in reverse order); with
+    /// `--metrics-port`, the metrics listener runs first and stops last.
+    public func runUntilSignalled(_ services: [any Service], logger: Logger) async throws {
+        var all = services
+        if let port = resolvedMetricsPort {
+            all.insert(
+                MetricsServer(host: metricsHost ?? "127.0.0.1", port: port, registry: PrometheusMetrics.bootstrapProcess(), logger: logger),
+                at: 0)
+        }
+        try await Self.runUntilSignalled(all, logger: logger)
     }
 
     /// Runs the services until SIGTERM or SIGINT, then shuts them down gracefully (in reverse order).

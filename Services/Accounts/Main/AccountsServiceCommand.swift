@@ -61,7 +61,7 @@ struct AccountsServiceCommand: AsyncParsableCommand {
             configuration: options.serverConfiguration(serviceName: "accounts", defaultPort: DefaultPorts.accounts),
             router: service.router(), logger: logger)
         // Resources first: the group stops the server (draining it) before closing them.
-        try await ServiceOptions.runUntilSignalled(
+        try await options.runUntilSignalled(
             [
                 ClosingService("accounts.sqlite", logger: logger) { try store.close() },
                 ClosingService("password hasher", logger: logger) { await service.shutdown() },

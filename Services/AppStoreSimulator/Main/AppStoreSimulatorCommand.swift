@@ -31,6 +31,6 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
         config.blockingThreads = 2  // RSA signing per call
         let server = RPCServer(configuration: config, router: simulator.router(endpoint: endpoint), logger: logger)
         let http = endpoint.application(host: options.resolvedHost(), port: httpPort, logger: logger)
-        try await ServiceOptions.runUntilSignalled([server, http], logger: logger)
+        try await options.runUntilSignalled([server, http], logger: logger)
     }
 }

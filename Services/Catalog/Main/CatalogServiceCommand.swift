@@ -60,7 +60,7 @@ struct CatalogServiceCommand: AsyncParsableCommand {
         let server = RPCServer(
             configuration: options.serverConfiguration(serviceName: "catalog", defaultPort: DefaultPorts.catalog),
             router: service.router(), logger: logger)
-        try await ServiceOptions.runUntilSignalled(
+        try await options.runUntilSignalled(
             [ClosingService("catalog.sqlite", logger: logger) { try store.close() }, server],
             logger: logger)
     }

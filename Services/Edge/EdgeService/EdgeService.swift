@@ -8,6 +8,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import NIOSSL
+import Prometheus
 import RPCTransport
 import ServiceSupport
 
@@ -33,6 +34,8 @@ public struct EdgeConfiguration: Sendable {
     public var contentChunkBytes = 256 * 1024
     /// The clock content URLs expire by.
     public var clock: ServiceClock = .system
+    /// Where the edge's HTTP metrics go and what `GET /metrics` shows (nil: a registry of its own).
+    public var metricsRegistry: PrometheusCollectorRegistry?
 
     public init() {}
 }
@@ -47,6 +50,7 @@ public final class EdgeService: Sendable {
     private let logger: Logger
     private let publicMethods = ContractMethods.publicAtTheEdge
     private let contentFiles: ContentFiles?
+    private let metricsRegistry: PrometheusCollectorRegistry
     private let fileIO = FileIO()
 
     public init(accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient, configuration: EdgeConfiguration, logger: Logger) {
@@ -55,6 +59,7 @@ public final class EdgeService: Sendable {
         self.limiter = TokenBuckets(burst: configuration.burst, perSecond: configuration.requestsPerSecond)
         self.logger = logger
         self.contentFiles = configuration.contentDirectory.map(ContentFiles.init(directory:))
+        self.metricsRegistry = configuration.metricsRegistry ?? PrometheusCollectorRegistry()
     }
 
     public func close() async {
@@ -284,6 +289,11 @@ public final class EdgeService: Sendable {
         }
     }
 
+    static func isLoopback(_ address: String?) -> Bool {
+        guard let address else { return false }
+        return address.hasPrefix("127.") || address == "::1" || address == "::ffff:127.0.0.1"
+    }
+
     static func plain(_ status: HTTPResponse.Status, _ text: String) -> Response {
         Response(status: status, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: text + "\n")))
     }
@@ -302,9 +312,19 @@ public final class EdgeService: Sendable {
     /// The Hummingbird router: `/v1/rpc`, the two notification URLs and `/healthz`.
     public func router() -> Router<EdgeRequestContext> {
         let router = Router(context: EdgeRequestContext.self)
+        router.add(middleware: HTTPServerMetrics(factory: PrometheusMetrics.factory(registry: metricsRegistry)))
         let maxBody = configuration.maxBodyBytes
         router.get("healthz") { _, _ -> Response in
             Response(status: .ok, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
+        }
+        // Prometheus text, to scrapers on this machine only: the public port does not publish it.
+        router.get("metrics") { _, context -> Response in
+            guard Self.isLoopback(context.remoteAddress?.ipAddress) else { return Self.plain(.notFound, "not found") }
+            var body: [UInt8] = []
+            self.metricsRegistry.emit(into: &body)
+            return Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(bytes: body)))
         }
         router.get("readyz") { _, _ -> Response in
             let (ready, report) = await self.readiness()

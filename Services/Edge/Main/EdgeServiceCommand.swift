@@ -76,6 +76,7 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         var config = EdgeConfiguration()
         config.trustedProxies = Set(trustedProxies)
         config.contentChunkBytes = max(16, min(contentChunkKiB, 16 * 1024)) * 1024
+        config.metricsRegistry = PrometheusMetrics.bootstrapProcess()
         config.requestsPerSecond = requestsPerSecond
         config.burst = burst
         config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")

@@ -119,7 +119,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
                 "policy": "\(config.ownershipPolicy.rawValue)", "sandboxPolicy": "\(config.sandboxPolicy.rawValue)", "content": "\(contentURL.path)",
             ])
         // Resources first: the group stops the server (draining it) before closing them.
-        try await ServiceOptions.runUntilSignalled(
+        try await options.runUntilSignalled(
             [
                 ClosingService("fulfillment.sqlite", logger: logger) { try store.close() },
                 ClosingService("dependency clients", logger: logger) { await dependencies.close() },

@@ -121,6 +121,6 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         let server = RPCServer(
             configuration: options.serverConfiguration(serviceName: "verification", defaultPort: DefaultPorts.verification),
             router: service.router(), logger: logger)
-        try await ServiceOptions.runUntilSignalled([server], logger: logger)
+        try await options.runUntilSignalled([server], logger: logger)
     }
 }
