@@ -42,6 +42,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         // Already in the build through async-http-client; the edge's TLS.
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        // Already in the build through hummingbird; the edge's HTTP part types for its request-head deadline.
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
         // /metrics in Prometheus's text format (small: swift-metrics and swift-atomics, both in the build already).
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
@@ -105,6 +107,7 @@ let package = Package(
             dependencies: [
                 "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdHTTP2", package: "hummingbird"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -112,6 +115,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
             ],
             path: "Services/Edge/EdgeService"
         ),

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdCore
 import HummingbirdHTTP2
 import IAPProtocol
 import JSONRPC
@@ -34,6 +35,13 @@ public struct EdgeConfiguration: Sendable {
     public var contentChunkBytes = 256 * 1024
     /// The clock content URLs expire by.
     public var clock: ServiceClock = .system
+    /// An HTTP/1.1 connection's next request head must arrive within this (slow headers, idle keep-alive).
+    public var requestHeadTimeout: TimeAmount = .seconds(30)
+    /// An HTTP/2 connection with no open stream is closed after this.
+    public var idleTimeout: Duration = .seconds(60)
+    /// Largest request header block (all fields) and field count; past them the request is refused.
+    public var maxHeaderBytes = 32 * 1024
+    public var maxHeaderFields = 100
     /// Where the edge's HTTP metrics go and what `GET /metrics` shows (nil: a registry of its own).
     public var metricsRegistry: PrometheusCollectorRegistry?
 
@@ -379,8 +387,21 @@ public final class EdgeService: Sendable {
         host: String, port: Int, tls: TLSConfiguration? = nil,
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
-        Application(
-            router: router(), server: try tls.map { try .http2Upgrade(tlsConfiguration: $0) } ?? .http1(),
+        let headTimeout = configuration.requestHeadTimeout
+        let http1 = HTTP1Channel.Configuration(
+            additionalChannelHandlers: [RequestHeadDeadline(timeout: headTimeout)],
+            httpDecoderConfiguration: .init(
+                maxHeaderFieldSize: configuration.maxHeaderBytes, maxHeaderListSize: configuration.maxHeaderBytes,
+                maxHeaderFieldCount: configuration.maxHeaderFields))
+        var http2Streams = http1
+        http2Streams.additionalChannelHandlers = { [] }  // an HTTP/2 stream's head arrives whole, in one HEADERS frame
+        return Application(
+            router: router(),
+            server: try tls.map {
+                try .http2Upgrade(
+                    tlsConfiguration: $0,
+                    configuration: .init(idleTimeout: configuration.idleTimeout, streamConfiguration: http2Streams))
+            } ?? .http1(configuration: http1),
             configuration: .init(address: .hostname(host, port: port), serverName: "iap-edge"),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) }, logger: logger)
     }

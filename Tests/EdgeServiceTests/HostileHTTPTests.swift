@@ -1,0 +1,95 @@
+import Foundation
+import JSONRPC
+import NIOCore
+import RPCTestSupport
+import SuiteTestSupport
+import Testing
+
+@testable import EdgeService
+
+/// What an attacker's HTTP client does to the edge, over a raw TCP socket: headers a byte at a time,
+/// connections opened and left silent, header blocks past the limit. Each costs the attacker the
+/// connection and leaves the edge answering everyone else.
+@Suite struct HostileHTTPTests {
+    static let request =
+        "POST /v1/rpc HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 56\r\n\r\n"
+        + #"{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts"}"#
+
+    /// Reads reply lines until the server closes; returns the first line (the status line) if any.
+    static func statusThenClose(_ client: LineClient, within seconds: Double = 30) async throws -> (status: String?, closed: Bool) {
+        var status: String?
+        while true {
+            switch try await client.next(within: seconds) {
+            case .line(let line): if status == nil { status = line.trimmingCharacters(in: .whitespacesAndNewlines) }
+            case .closed: return (status, true)
+            }
+        }
+    }
+
+    static func statusLine(_ client: LineClient) async throws -> String? {
+        guard case .line(let line) = try await client.next() else { return nil }
+        return line.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    static func withHostileEdge(_ body: (Int) async throws -> Void) async throws {
+        try await EdgeTests.withEdge(configure: {
+            $0.requestHeadTimeout = .milliseconds(500)
+            $0.maxHeaderBytes = 8 * 1024
+        }) { _, base in
+            try await body(Int(base.split(separator: ":").last!)!)
+        }
+    }
+
+    @Test func headersSentAByteAtATimeLoseTheConnectionAtTheDeadline() async throws {
+        try await Self.withHostileEdge { port in
+            let slow = try await LineClient.connect(port: port)
+            // The attack: a header line every 50 ms, for ever; only the deadline can end it.
+            let drip = Task {
+                try await slow.send(bytes: Array("POST /v1/rpc HTTP/1.1\r\nHost: localhost\r\n".utf8))
+                for i in 0..<400 {
+                    try await Task.sleep(for: .milliseconds(50))
+                    try await slow.send(bytes: Array("X-Drip-\(i): a\r\n".utf8))
+                }
+            }
+            defer { drip.cancel() }
+            let started = ContinuousClock.now
+            let outcome = try await Self.statusThenClose(slow)
+            #expect(outcome.closed && outcome.status == nil, "closed without an answer")
+            #expect(ContinuousClock.now - started < .seconds(15), "closed by the head deadline, not by the drip ending")
+
+            // Everyone else is answered.
+            let fine = try await LineClient.connect(port: port)
+            try await fine.send(bytes: Array(Self.request.utf8))
+            #expect(try await Self.statusLine(fine) == "HTTP/1.1 200 OK")
+            await fine.close()
+        }
+    }
+
+    @Test func silentConnectionsAreClosedAndTheEdgeKeepsAnswering() async throws {
+        try await Self.withHostileEdge { port in
+            var silent: [LineClient] = []
+            for _ in 0..<200 { silent.append(try await LineClient.connect(port: port)) }
+            for client in silent { #expect(try await client.next(within: 30) == .closed) }
+            // A keep-alive connection that goes quiet after its answer is closed as well.
+            let kept = try await LineClient.connect(port: port)
+            try await kept.send(bytes: Array(Self.request.utf8))
+            let answered = try await Self.statusThenClose(kept)
+            #expect(answered.status == "HTTP/1.1 200 OK" && answered.closed)
+        }
+    }
+
+    @Test func aHeaderBlockPastTheLimitIsRefused() async throws {
+        try await Self.withHostileEdge { port in
+            let big = try await LineClient.connect(port: port)
+            let header = "X-Big: " + String(repeating: "a", count: 64 * 1024) + "\r\n"
+            try await big.send(bytes: Array("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\(header)\r\n".utf8))
+            let outcome = try await Self.statusThenClose(big)
+            #expect(outcome.closed)
+            #expect(outcome.status == nil || outcome.status?.hasPrefix("HTTP/1.1 4") == true, "\(outcome.status ?? "")")
+            let fine = try await LineClient.connect(port: port)
+            try await fine.send(bytes: Array("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8))
+            #expect(try await Self.statusLine(fine) == "HTTP/1.1 200 OK")
+            await fine.close()
+        }
+    }
+}
