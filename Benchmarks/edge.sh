@@ -7,7 +7,7 @@
 #      measured with iap-bench's HTTP client and with curl (a client nobody here wrote).
 #
 #   Benchmarks/edge.sh [SECONDS]        (default 10)
-# Needs nginx (Debian: apt-get install nginx-light), curl and openssl. Everything runs on loopback from a
+# Needs nginx (Debian: apt-get install nginx-light), curl and openssl; uses wrk (apt-get install wrk) when present. Everything runs on loopback from a
 # temporary directory, which is removed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,6 +74,17 @@ echo "== JSON-RPC: raw TCP vs HTTPS through the edge (catalog.listProducts, 16 c
 run catalog-list --catalog 127.0.0.1:$catalog --connections 16 --in-flight 1 --duration "$seconds"
 run edge-rpc --url https://localhost:$edge_tls --ca "$work/tls/cert.pem" --connections 16 --in-flight 1 --duration "$seconds"
 run edge-rpc --url https://localhost:$edge_tls --ca "$work/tls/cert.pem" --http1 --connections 16 --in-flight 1 --duration "$seconds"
+if command -v wrk >/dev/null; then  # a C load generator (Debian's wrk): the client's own cost out of the way
+  cat >"$work/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = '{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts","params":{"storefront":"USA","locale":"en-US"}}'
+wrk.headers["Content-Type"] = "application/json"
+LUA
+  for url in https://localhost:$edge_tls/v1/rpc http://127.0.0.1:$edge_plain/v1/rpc; do
+    echo; echo "\$ wrk -t1 -c16 -d${seconds}s --latency -s post.lua $url"
+    wrk -t1 -c16 -d"${seconds}s" --latency -s "$work/post.lua" "$url" | grep -E "Requests/sec|50%|99%|Non-2xx|errors"
+  done
+fi
 
 echo; echo "== 256 MiB downloads, one connection: the edge vs nginx"
 signed() { "$bin/iap-bench" content-url --base "$1" --content-id big.bin --key "$key"; }
