@@ -81,6 +81,19 @@ let package = Package(
             path: "Shared/Receipts"
         ),
 
+        // Apple's App Store Server API: typed calls, tokens, retries, paging; every payload verified (Receipts).
+        .target(
+            name: "AppStoreServerAPI",
+            dependencies: [
+                "JSONRPC", "Receipts",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            path: "Shared/AppStoreServerAPI"
+        ),
+
         // Flags, environment and clocks shared by the service executables.
         .target(
             name: "ServiceSupport",
@@ -346,7 +359,10 @@ let package = Package(
             name: "AppStoreSimulatorTests",
             dependencies: [
                 "AppStoreSimulator", "VerificationService", "Receipts", "IAPProtocol", "JSONRPC", "RPCTransport",
-                "RPCTestSupport", "ServiceSupport",
+                "RPCTestSupport", "ServiceSupport", "AppStoreServerAPI",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

@@ -25,6 +25,7 @@ public enum ContractMethods {
     public static let simulator: [OpenRPCMethodDescription] = [
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),
         .init(SimRefund.self), .init(SimAdvanceClock.self), .init(SimReceipt.self), .init(SimSetFault.self),
+        .init(SimAPIKey.self),
     ]
     public static let builtin: [OpenRPCMethodDescription] = [
         .init(RPCPing.self), .init(RPCDiscover.self), .init(HealthCheck.self),

@@ -62,6 +62,8 @@ public enum SimFaultMode: String, Codable, Sendable, JSONSchemaEnum {
     case status21005
     /// HTTP 503 with no JSON.
     case http503
+    /// HTTP 429 with `Retry-After: 1` (the App Store Server API's rate limit, `errorCode` 4290000).
+    case http429
     /// A normal answer after `delayMs`.
     case slow
 }
@@ -121,15 +123,18 @@ public enum SimPurchase: RPCMethod {
         public var signedTransaction: String
         /// `Production` or `Sandbox`, as Apple writes it.
         public var environment: String
+        /// The order id on the customer's emailed receipt (App Store Server API: Look Up Order ID).
+        public var orderId: String?
         public init(
             transactionId: String, originalTransactionId: String, receiptData: String, signedTransaction: String,
-            environment: String
+            environment: String, orderId: String? = nil
         ) {
             self.transactionId = transactionId
             self.originalTransactionId = originalTransactionId
             self.receiptData = receiptData
             self.signedTransaction = signedTransaction
             self.environment = environment
+            self.orderId = orderId
         }
     }
     public static let name = "sim.purchase"
@@ -223,4 +228,23 @@ public enum SimReceipt: RPCMethod {
     }
     public static let name = "sim.receipt"
     public static let summary = "The current app receipt of an Apple ID for a bundle."
+}
+
+/// The simulator's App Store Server API key, as App Store Connect issues one: sign ES256 JWTs with it to
+/// call the simulator's `/inApps/...` endpoints. Persisted with the simulator's PKI.
+public enum SimAPIKey: RPCMethod {
+    public typealias Params = EmptyParams
+    public struct Result: Codable, Sendable, Equatable {
+        public var keyId: String
+        public var issuerId: String
+        /// The private key as PEM (PKCS#8), as App Store Connect's download is.
+        public var privateKey: String
+        public init(keyId: String, issuerId: String, privateKey: String) {
+            self.keyId = keyId
+            self.issuerId = issuerId
+            self.privateKey = privateKey
+        }
+    }
+    public static let name = "sim.apiKey"
+    public static let summary = "The App Store Server API key (key id, issuer id, PEM private key) the simulator's /inApps endpoints accept."
 }

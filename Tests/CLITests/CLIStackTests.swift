@@ -174,7 +174,7 @@ import Testing
         "fulfillment.applyNotification": ["apply-notification"], "fulfillment.revokeTransaction": ["revoke"],
         "sim.trustAnchor": ["sim", "trust-anchor"], "sim.purchase": ["sim", "buy"], "sim.finishTransaction": ["sim", "finish"],
         "sim.restore": ["sim", "restore"], "sim.refund": ["sim", "refund"], "sim.advanceClock": ["sim", "advance-clock"],
-        "sim.receipt": ["sim", "receipt"], "sim.setFault": ["sim", "fault"],
+        "sim.receipt": ["sim", "receipt"], "sim.setFault": ["sim", "fault"], "sim.apiKey": ["sim", "api-key"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

@@ -8,7 +8,9 @@ import RPCTransport
 struct SimCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sim", abstract: "Drive the local App Store simulator.",
-        subcommands: [Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self, Fault.self])
+        subcommands: [
+            Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self, Fault.self, APIKey.self,
+        ])
 
     struct Common: ParsableArguments {
         @Option(help: "Simulator address (default IAP_SIM_ADDR, else 127.0.0.1:7105).") var addr: String?
@@ -62,6 +64,7 @@ struct SimCommand: AsyncParsableCommand {
                 common
             ) {
                 "bought \(productId) (\($0.environment)): transaction \($0.transactionId) (original \($0.originalTransactionId))"
+                    + ($0.orderId.map { ", order \($0)" } ?? "")
             }
         }
     }
@@ -154,6 +157,31 @@ struct SimCommand: AsyncParsableCommand {
         @OptionGroup var common: Common
         func run() async throws {
             try await SimCommand.run(SimTrustAnchor.self, EmptyParams(), common) { "receiptRoot \($0.receiptRoot)\njwsRoot \($0.jwsRoot)" }
+        }
+    }
+}
+
+extension SimCommand {
+    struct APIKey: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "api-key",
+            abstract: "The App Store Server API key the simulator's /inApps endpoints accept (key id, issuer id; the PEM with --output).")
+        @OptionGroup var common: Common
+        @Option(help: "Write the private key (PEM) to this file, mode 0600.") var output: String?
+        func run() async throws {
+            try await SimCommand.run(SimAPIKey.self, EmptyParams(), common) { key in
+                var lines = ["keyId \(key.keyId)", "issuerId \(key.issuerId)"]
+                if let output {
+                    if FileManager.default.createFile(atPath: output, contents: Data(key.privateKey.utf8), attributes: [.posixPermissions: 0o600]) {
+                        lines.append("private key written to \(output)")
+                    } else {
+                        lines.append("cannot write \(output)")
+                    }
+                } else {
+                    lines.append("private key: --output FILE writes it (or --json prints it)")
+                }
+                return lines.joined(separator: "\n")
+            }
         }
     }
 }

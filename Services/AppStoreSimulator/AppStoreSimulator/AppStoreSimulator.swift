@@ -19,6 +19,8 @@ import X509
 public final class AppStoreSimulator: Sendable {
     private let store: SimulatorStore
     private let pki: SimulatorPKI
+    /// The App Store Server API key its `/inApps` endpoints accept (`sim.apiKey`).
+    public let apiKey: SimulatorAPIKey
     private let clock: ServiceClock
     private let negativePKIs = NIOLockedValueBox<[SimSigning: ReceiptSigningPKI]>([:])
     public static let defaultPeriodDays = 30
@@ -26,6 +28,7 @@ public final class AppStoreSimulator: Sendable {
     public init(directory: URL, clock: ServiceClock = .system) throws {
         self.store = try SimulatorStore(directory: directory)
         self.pki = try SimulatorPKI.loadOrCreate(directory: directory)
+        self.apiKey = try SimulatorAPIKey.loadOrCreate(directory: directory)
         self.clock = clock
     }
 
@@ -84,14 +87,15 @@ public final class AppStoreSimulator: Sendable {
                 expiresDateMs: p.productType == .autoRenewable ? now + Int64(period) * 86_400_000 : nil,
                 cancellationDateMs: nil, finished: false, reason: "PURCHASE",
                 webOrderLineItemId: p.productType == .autoRenewable ? Int64(id)! : 0, appAccountToken: p.appAccountToken,
-                periodDays: p.productType == .autoRenewable ? period : nil, environment: environment)
+                periodDays: p.productType == .autoRenewable ? period : nil, environment: environment,
+                orderId: SimulatorStore.newOrderId())
             try SimulatorStore.insert(t, db: db)
             return (t, try self.receipt(appleId: p.appleId, bundleId: p.bundleId, environment: p.receipt?.environment ?? environment, db: db))
         }
         return .init(
             transactionId: transaction.transactionId, originalTransactionId: transaction.originalTransactionId,
             receiptData: try sign(receipt, p.receipt), signedTransaction: try signedTransaction(transaction),
-            environment: environment.appleName)
+            environment: environment.appleName, orderId: transaction.orderId)
     }
 
     public func finish(_ p: SimFinishTransaction.Params) throws {
@@ -122,6 +126,7 @@ public final class AppStoreSimulator: Sendable {
                 t.purchaseDateMs = now
                 t.reason = "RESTORE"
                 t.finished = false
+                t.orderId = nil
                 try SimulatorStore.insert(t, db: db)
                 restored.append(t)
             }
@@ -171,6 +176,7 @@ public final class AppStoreSimulator: Sendable {
                     t.webOrderLineItemId += 1
                     t.reason = "RENEWAL"
                     t.finished = false
+                    t.orderId = SimulatorStore.newOrderId()
                     try SimulatorStore.insert(t, db: db)
                     renewed.append(t)
                 }
@@ -303,6 +309,28 @@ public final class AppStoreSimulator: Sendable {
         }
     }
 
+    /// `sim.apiKey`: the key as App Store Connect would hand it over.
+    public func apiKeyResult() -> SimAPIKey.Result {
+        .init(keyId: apiKey.keyId, issuerId: apiKey.issuerId, privateKey: apiKey.privateKey.pemRepresentation)
+    }
+
+    // MARK: what the App Store Server API endpoint reads
+
+    /// The simulated now (ms).
+    func simulatedNow() throws -> Int64 { try store.writer.read { db in try self.now(db) } }
+
+    func apiTransaction(_ id: String) throws -> SimTransaction? {
+        try store.writer.read { db in try SimulatorStore.transaction(id, db: db) }
+    }
+
+    func apiHistory(of id: String) throws -> [SimTransaction]? {
+        try store.writer.read { db in try SimulatorStore.history(of: id, db: db) }
+    }
+
+    func apiOrder(_ orderId: String) throws -> [SimTransaction] {
+        try store.writer.read { db in try SimulatorStore.transactions(orderId: orderId, db: db) }
+    }
+
     private func write<T>(_ body: (Database) throws -> T) throws -> T {
         do {
             return try store.writer.write(body)
@@ -322,6 +350,7 @@ public final class AppStoreSimulator: Sendable {
             }
         }
         r.registerBlocking(SimTrustAnchor.self) { _, _ in try self.trustAnchor() }
+        r.registerImmediate(SimAPIKey.self) { _, _ in self.apiKeyResult() }
         r.registerBlocking(SimPurchase.self) { p, _ in try self.purchase(p) }
         r.registerBlocking(SimFinishTransaction.self) { p, _ in
             try self.finish(p)

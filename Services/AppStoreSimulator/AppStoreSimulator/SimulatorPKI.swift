@@ -57,3 +57,35 @@ public struct SimulatorPKI: Sendable {
         return s.serializedBytes
     }
 }
+
+/// The App Store Server API key the simulator issues (what App Store Connect's Keys page gives a team):
+/// a P-256 key with its key id and the team's issuer id. Kept beside the PKI (`sim-pki/api-key.p8`, mode
+/// 0600, and `api-key.json`), created on first start.
+public struct SimulatorAPIKey: Sendable {
+    public let keyId: String
+    public let issuerId: String
+    public let privateKey: P256.Signing.PrivateKey
+
+    public static func loadOrCreate(directory: URL) throws -> SimulatorAPIKey {
+        let dir = directory.appendingPathComponent("sim-pki", isDirectory: true)
+        struct Identity: Codable { var keyId: String; var issuerId: String }
+        let keyFile = dir.appendingPathComponent("api-key.p8")
+        let idFile = dir.appendingPathComponent("api-key.json")
+        if let pem = try? String(contentsOf: keyFile, encoding: .utf8), let data = try? Data(contentsOf: idFile),
+            let identity = try? JSONDecoder().decode(Identity.self, from: data)
+        {
+            return SimulatorAPIKey(
+                keyId: identity.keyId, issuerId: identity.issuerId, privateKey: try P256.Signing.PrivateKey(pemRepresentation: pem))
+        }
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+        var rng = SystemRandomNumberGenerator()
+        let made = SimulatorAPIKey(
+            keyId: String((0..<10).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] }),
+            issuerId: UUID().uuidString.lowercased(), privateKey: P256.Signing.PrivateKey())
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        try Data(made.privateKey.pemRepresentation.utf8).write(to: keyFile, options: .atomic)
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: keyFile.path)
+        try JSONEncoder().encode(Identity(keyId: made.keyId, issuerId: made.issuerId)).write(to: idFile, options: .atomic)
+        return made
+    }
+}

@@ -23,6 +23,10 @@ public struct SimTransaction: Sendable, Equatable {
     public var periodDays: Int?
     /// Fixed when the purchase is made; renewals and restores inherit it.
     public var environment: SimEnvironment
+    /// The order on the customer's emailed receipt: purchases and renewals have one, restores none.
+    public var orderId: String? = nil
+    /// Increasing with every transaction the simulator records (history order, paging).
+    public var seq: Int64 = 0
 }
 
 /// The simulator's database: transactions, the device of each Apple ID's app, the simulated clock.
@@ -57,6 +61,14 @@ final class SimulatorStore: Sendable {
             // Purchases made before environments were fixed were shown as Sandbox.
             try db.execute(sql: "ALTER TABLE simTransaction ADD COLUMN environment TEXT NOT NULL DEFAULT 'sandbox'")
         }
+        m.registerMigration("v3-order-ids") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE simTransaction ADD COLUMN orderId TEXT;
+                    CREATE INDEX simTransaction_by_order ON simTransaction(orderId);
+                    CREATE INDEX simTransaction_by_original ON simTransaction(originalTransactionId);
+                    """)
+        }
         try m.migrate(writer)
     }
 
@@ -67,13 +79,14 @@ final class SimulatorStore: Sendable {
             sql: """
                 INSERT INTO simTransaction (transactionId, seq, appleId, bundleId, productId, productType, quantity, originalTransactionId,
                     purchaseDateMs, originalPurchaseDateMs, expiresDateMs, cancellationDateMs, finished, reason, webOrderLineItemId,
-                    appAccountToken, periodDays, environment)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    appAccountToken, periodDays, environment, orderId)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 t.transactionId, seq, t.appleId, t.bundleId, t.productId, t.productType.rawValue, t.quantity,
                 t.originalTransactionId, t.purchaseDateMs, t.originalPurchaseDateMs, t.expiresDateMs,
                 t.cancellationDateMs, t.finished, t.reason, t.webOrderLineItemId, t.appAccountToken, t.periodDays, t.environment.rawValue,
+                t.orderId,
             ])
     }
 
@@ -93,6 +106,23 @@ final class SimulatorStore: Sendable {
         try Row.fetchOne(db, sql: "SELECT * FROM simTransaction WHERE transactionId = ?", arguments: [id]).map(row)
     }
 
+    /// A new order id, shaped like Apple's (`MK` and eight letters or digits).
+    static func newOrderId() -> String {
+        let alphabet = Array("ABCDEFGHJKLMNPQRSTUVWXYZ23456789")
+        var rng = SystemRandomNumberGenerator()
+        return "MK" + String((0..<8).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] })
+    }
+
+    /// Every transaction of the customer who made `transactionId` in its app and environment, in the order made.
+    static func history(of transactionId: String, db: Database) throws -> [SimTransaction]? {
+        guard let t = try transaction(transactionId, db: db) else { return nil }
+        return try transactions(appleId: t.appleId, bundleId: t.bundleId, environment: t.environment, db: db)
+    }
+
+    static func transactions(orderId: String, db: Database) throws -> [SimTransaction] {
+        try Row.fetchAll(db, sql: "SELECT * FROM simTransaction WHERE orderId = ? ORDER BY seq", arguments: [orderId]).map(row)
+    }
+
     static func allAutoRenewables(_ db: Database) throws -> [SimTransaction] {
         try Row.fetchAll(db, sql: "SELECT * FROM simTransaction WHERE productType = 'autoRenewable' ORDER BY seq").map(row)
     }
@@ -105,6 +135,6 @@ final class SimulatorStore: Sendable {
             originalPurchaseDateMs: r["originalPurchaseDateMs"], expiresDateMs: r["expiresDateMs"],
             cancellationDateMs: r["cancellationDateMs"], finished: r["finished"], reason: r["reason"],
             webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"],
-            environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox)
+            environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox, orderId: r["orderId"], seq: r["seq"])
     }
 }

@@ -18,9 +18,11 @@ import X509
 public final class VerifyReceiptEndpoint: Sendable {
     private let verifier: VerificationService
     private let sharedSecret: String?
-    private let fault = NIOLockedValueBox<(mode: SimFaultMode, remaining: Int?, delayMs: Int)>((.none, nil, 0))
+    /// `sim.setFault`'s fault, shared with the App Store Server API endpoint on the same port.
+    public let faults: SimHTTPFaults
 
-    public init(simulator: AppStoreSimulator, sharedSecret: String?) throws {
+    public init(simulator: AppStoreSimulator, sharedSecret: String?, faults: SimHTTPFaults = SimHTTPFaults()) throws {
+        self.faults = faults
         var config = VerificationConfiguration()
         config.acceptAnyBundleId = true  // Apple's endpoint answers for every app; the caller checks the bundle id
         config.receiptRoots = [simulator.receiptRoot]
@@ -29,22 +31,7 @@ public final class VerifyReceiptEndpoint: Sendable {
         self.sharedSecret = sharedSecret
     }
 
-    public func setFault(_ p: SimSetFault.Params) throws {
-        if let count = p.count, count < 0 { throw RPCError.invalidParams("count must not be negative", field: "count", reason: "invalidValue") }
-        fault.withLockedValue { $0 = (p.mode, p.count, min(max(p.delayMs ?? 0, 0), 60_000)) }
-    }
-
-    /// The fault for this request, consuming one use of a counted fault.
-    private func takeFault() -> (SimFaultMode, Int) {
-        fault.withLockedValue { f in
-            guard f.mode != .none else { return (.none, 0) }
-            if let remaining = f.remaining {
-                if remaining <= 0 { f = (.none, nil, 0); return (.none, 0) }
-                f.remaining = remaining - 1
-            }
-            return (f.mode, f.delayMs)
-        }
-    }
+    public func setFault(_ p: SimSetFault.Params) throws { try faults.set(p) }
 
     struct AppleRequest: Decodable {
         let receiptData: String
@@ -57,9 +44,10 @@ public final class VerifyReceiptEndpoint: Sendable {
     /// Answers one request's body for the production (`sandbox == false`) or sandbox endpoint:
     /// the HTTP status and the JSON body.
     public func answer(body: [UInt8], sandbox: Bool) async -> (HTTPResponse.Status, [UInt8]) {
-        let (mode, delayMs) = takeFault()
+        let (mode, delayMs) = faults.take()
         switch mode {
         case .http503: return (.serviceUnavailable, Array("temporarily unavailable".utf8))
+        case .http429: return (.tooManyRequests, Array("rate limited".utf8))
         case .status21005: return (.ok, Array(#"{"status":21005,"is-retryable":true}"#.utf8))
         case .slow: try? await Task.sleep(nanoseconds: UInt64(delayMs) * 1_000_000)
         case .none: break
@@ -86,12 +74,13 @@ public final class VerifyReceiptEndpoint: Sendable {
         return (.ok, json)
     }
 
-    /// A Hummingbird application serving both endpoints on `host:port`.
+    /// A Hummingbird application serving both endpoints on `host:port`, and the App Store Server API with `api`.
     public func application(
-        host: String, port: Int, logger: Logger,
+        host: String, port: Int, logger: Logger, api: AppStoreServerAPIEndpoint? = nil,
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         let router = Router()
+        api?.addRoutes(to: router)
         for (path, sandbox) in [("verifyReceipt", false), ("sandbox/verifyReceipt", true)] {
             router.post(RouterPath(path)) { request, _ -> Response in
                 let buffer = try await request.body.collect(upTo: 4 << 20)
@@ -105,5 +94,30 @@ public final class VerifyReceiptEndpoint: Sendable {
             router: router, configuration: .init(address: .hostname(host, port: port), serverName: "appstore-sim"),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) },
             logger: logger)
+    }
+}
+
+/// A fault `sim.setFault` sets on the simulator's HTTP endpoints (verifyReceipt and the App Store Server
+/// API), for a number of requests or until changed.
+public final class SimHTTPFaults: Sendable {
+    private let fault = NIOLockedValueBox<(mode: SimFaultMode, remaining: Int?, delayMs: Int)>((.none, nil, 0))
+
+    public init() {}
+
+    public func set(_ p: SimSetFault.Params) throws {
+        if let count = p.count, count < 0 { throw RPCError.invalidParams("count must not be negative", field: "count", reason: "invalidValue") }
+        fault.withLockedValue { $0 = (p.mode, p.count, min(max(p.delayMs ?? 0, 0), 60_000)) }
+    }
+
+    /// The fault for this request, consuming one use of a counted fault.
+    public func take() -> (SimFaultMode, Int) {
+        fault.withLockedValue { f in
+            guard f.mode != .none else { return (.none, 0) }
+            if let remaining = f.remaining {
+                if remaining <= 0 { f = (.none, nil, 0); return (.none, 0) }
+                f.remaining = remaining - 1
+            }
+            return (f.mode, f.delayMs)
+        }
     }
 }

@@ -14,7 +14,8 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
 
     @OptionGroup var options: ServiceOptions
 
-    @Option(name: .customLong("http-port"), help: "Port of the HTTP verifyReceipt endpoints. Default 7180.")
+    @Option(
+        name: .customLong("http-port"), help: "Port of the HTTP endpoints: verifyReceipt and the App Store Server API (/inApps/...). Default 7180.")
     var httpPort = 7180
 
     @Option(name: .customLong("shared-secret"), help: "App-specific shared secret the verifyReceipt endpoints require (env IAP_SIM_SHARED_SECRET).")
@@ -30,7 +31,8 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
         var config = options.serverConfiguration(serviceName: "appstore-sim", defaultPort: DefaultPorts.simulator)
         config.blockingThreads = 2  // RSA signing per call
         let server = RPCServer(configuration: config, router: simulator.router(endpoint: endpoint), logger: logger)
-        let http = endpoint.application(host: options.resolvedHost(), port: httpPort, logger: logger)
+        let api = AppStoreServerAPIEndpoint(simulator: simulator, faults: endpoint.faults)
+        let http = endpoint.application(host: options.resolvedHost(), port: httpPort, logger: logger, api: api)
         try await options.runUntilSignalled([server, http], logger: logger)
     }
 }
