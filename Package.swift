@@ -192,6 +192,7 @@ let package = Package(
         .target(
             name: "VerificationService",
             dependencies: [
+                "AppStoreServerAPI", "ServiceSupport",
                 "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -204,8 +205,9 @@ let package = Package(
         .executableTarget(
             name: "VerificationServiceMain",
             dependencies: [
-                "VerificationService", "Receipts", "RPCTransport", "ServiceSupport",
+                "VerificationService", "Receipts", "RPCTransport", "ServiceSupport", "AppStoreServerAPI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             path: "Services/Verification/Main"
@@ -382,7 +384,7 @@ let package = Package(
             name: "SuiteTestSupport",
             dependencies: [
                 "FulfillmentService", "AccountsService", "CatalogService", "VerificationService", "AppStoreSimulator",
-                "EdgeService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                "EdgeService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport", "AppStoreServerAPI", "Receipts",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),

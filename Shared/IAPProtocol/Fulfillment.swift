@@ -32,15 +32,22 @@ public struct RedeemParams: Codable, Sendable, Equatable {
     /// The scope whose balance and entitlements the answer shows; default: the scope the purchases
     /// went to (Production when there were none).
     public var environment: AccountScope?
+    /// `redeem` only: StoreKit 2 transaction ids; the server fetches each from Apple (App Store Server API).
+    public var transactionIds: [String]?
+    /// `restore` only: any transaction id of the customer; the server reads their whole history from Apple,
+    /// so a new device restores without a receipt.
+    public var transactionId: String?
     public init(
         session: String, receiptData: String? = nil, signedTransactions: [String]? = nil, deviceIdentifier: String? = nil,
-        environment: AccountScope? = nil
+        environment: AccountScope? = nil, transactionIds: [String]? = nil, transactionId: String? = nil
     ) {
         self.session = session
         self.receiptData = receiptData
         self.signedTransactions = signedTransactions
         self.deviceIdentifier = deviceIdentifier
         self.environment = environment
+        self.transactionIds = transactionIds
+        self.transactionId = transactionId
     }
 }
 

@@ -157,3 +157,41 @@ public enum VerificationVerifyNotification: RPCMethod {
     public static let name = "verification.verifyNotification"
     public static let summary = "Verify an App Store Server Notification v2 signed payload."
 }
+
+/// Get Transaction Info through the App Store Server API (internal token): the transaction, verified as
+/// `verifyTransaction` verifies a JWS.
+public enum VerificationTransactionInfo: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var internalToken: String
+        public var transactionId: String
+        public init(internalToken: String, transactionId: String) {
+            self.internalToken = internalToken
+            self.transactionId = transactionId
+        }
+    }
+    public typealias Result = VerificationVerifyTransaction.Result
+    public static let name = "verification.transactionInfo"
+    public static let access = RPCAccess.internal
+    public static let summary = "Fetch one transaction from Apple (App Store Server API) and verify it."
+}
+
+/// Get Transaction History through the App Store Server API (internal token): every page, every
+/// transaction verified; at most `VerificationTransactionHistory.maxTransactions`.
+public enum VerificationTransactionHistory: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var internalToken: String
+        public var transactionId: String
+        public init(internalToken: String, transactionId: String) {
+            self.internalToken = internalToken
+            self.transactionId = transactionId
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var transactions: [VerificationVerifyTransaction.Result]
+        public init(transactions: [VerificationVerifyTransaction.Result]) { self.transactions = transactions }
+    }
+    public static let maxTransactions = 5_000
+    public static let name = "verification.transactionHistory"
+    public static let access = RPCAccess.internal
+    public static let summary = "Fetch a customer's whole transaction history from Apple (App Store Server API), each verified."
+}

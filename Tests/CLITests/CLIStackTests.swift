@@ -175,6 +175,7 @@ import Testing
         "sim.trustAnchor": ["sim", "trust-anchor"], "sim.purchase": ["sim", "buy"], "sim.finishTransaction": ["sim", "finish"],
         "sim.restore": ["sim", "restore"], "sim.refund": ["sim", "refund"], "sim.advanceClock": ["sim", "advance-clock"],
         "sim.receipt": ["sim", "receipt"], "sim.setFault": ["sim", "fault"], "sim.apiKey": ["sim", "api-key"],
+        "verification.transactionInfo": ["appstore", "transaction"], "verification.transactionHistory": ["appstore", "history"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {
@@ -236,6 +237,18 @@ import Testing
             #expect(try await iap("revoke", again.transactionId, "--reason", "chargeback").status == 0)
             #expect(try await iap("ledger", "--json").decode(FulfillmentListLedger.Result.self).entries.last?.kind == .reversal)
             #expect(try await iap("revoke", "no-such-transaction", "--reason", "x").status == 1)
+
+            // By transaction id: the server fetches the purchase from Apple (the simulator's App Store Server API).
+            let byId = try await iap("sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--json").decode(SimPurchase.Result.self)
+            #expect(byId.orderId?.hasPrefix("MK") == true)
+            let redeemedById = try await iap("redeem", "--transaction-id", byId.transactionId, "--json").decode(RedeemResult.self)
+            #expect(redeemedById.results.map(\.outcome) == [.granted])
+            let info = try await iap("appstore", "transaction", byId.transactionId, "--internal-token", SuiteFixture.internalToken)
+            #expect(info.status == 0 && info.stdout.contains("VALID"), "\(info.stdout)\(info.stderr)")
+            let history = try await iap("appstore", "history", byId.transactionId, "--internal-token", SuiteFixture.internalToken, "--json")
+                .decode(VerificationTransactionHistory.Result.self)
+            #expect(history.transactions.contains { $0.transaction?["transactionId"]?.stringValue == byId.transactionId })
+            #expect(try await iap("restore", "--transaction-id", byId.transactionId, "--json").decode(RedeemResult.self).balance == 100)
         }
     }
 

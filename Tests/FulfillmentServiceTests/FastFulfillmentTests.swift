@@ -129,6 +129,12 @@ struct FakeDependencies: FulfillmentDependencies {
         }
         return .init(status: 0, environment: payload["environment"]?.stringValue, transaction: payload)
     }
+    func transactionInfo(_ transactionId: String, internalToken: String) async throws(RPCError) -> VerificationVerifyTransaction.Result {
+        throw RPCError.unavailable("not in the fast tests")
+    }
+    func transactionHistory(_ transactionId: String, internalToken: String) async throws(RPCError) -> [VerificationVerifyTransaction.Result] {
+        throw RPCError.unavailable("not in the fast tests")
+    }
     func verifyNotification(_ payload: String) async throws(RPCError) -> VerificationVerifyNotification.Result {
         .init(status: 21003, reason: "signatureInvalid")
     }

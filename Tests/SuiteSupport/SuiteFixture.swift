@@ -1,4 +1,5 @@
 import AccountsService
+import AppStoreServerAPI
 import AppStoreSimulator
 import CatalogService
 import Crypto
@@ -11,6 +12,7 @@ import Logging
 import NIOConcurrencyHelpers
 import RPCTestSupport
 import RPCTransport
+import Receipts
 import ServiceSupport
 import VerificationService
 import X509
@@ -46,6 +48,9 @@ public final class SuiteFixture: Sendable {
     /// Each service's port, kept across `stopService`/`restartService`.
     public let ports: [String: Int]
     public var verificationPort: Int { ports["verification"]! }
+    private let simHTTP: Task<Void, any Error>
+    /// `sim.setFault`'s faults on the simulator's HTTP endpoints (its App Store Server API).
+    public let simFaults: SimHTTPFaults
     /// The fulfillment service itself (its RPC router is what `fulfillment` calls), for driving its inbox worker.
     public let service: FulfillmentService
     /// With `proxied`: the proxy in front of each dependency ("accounts", "verification", "catalog").
@@ -94,6 +99,7 @@ public final class SuiteFixture: Sendable {
         }
 
         let sim = try AppStoreSimulator(directory: dir.appendingPathComponent("sim"))
+        let simHTTPPort = AsyncStream<Int>.makeStream()
         let simClient = RPCClient(host: "127.0.0.1", port: try await serve("appstore-sim", sim.router()), configuration: patient)
 
         var accountsConfig = AccountsConfiguration()
@@ -121,6 +127,23 @@ public final class SuiteFixture: Sendable {
             try Certificate(derEncoded: Array(Data(base64Encoded: $0)!))
         }
         verificationConfig.bundleIds = [bundleId]
+        // The simulator as Apple's App Store Server API, on its own HTTP port, for verification.
+        let faults = SimHTTPFaults()
+        let simHTTP = try VerifyReceiptEndpoint(simulator: sim, sharedSecret: nil, faults: faults).application(
+            host: "127.0.0.1", port: 0, logger: quiet, api: AppStoreServerAPIEndpoint(simulator: sim, faults: faults)
+        ) { port in simHTTPPort.continuation.yield(port) }
+        let simHTTPTask = Task { try await simHTTP.run() }
+        var ports = simHTTPPort.stream.makeAsyncIterator()
+        guard let apiPort = await ports.next() else { throw CancellationError() }
+        let key = sim.apiKeyResult()
+        var apiConfig = AppStoreServerAPIClient.Configuration()
+        apiConfig.productionURL = "http://127.0.0.1:\(apiPort)"
+        apiConfig.sandboxURL = "http://127.0.0.1:\(apiPort)/sandbox"
+        verificationConfig.appStoreAPI = AppStoreServerAPIClient(
+            credentials: try AppStoreAPICredentials(keyId: key.keyId, issuerId: key.issuerId, bundleId: bundleId, privateKeyPEM: key.privateKey),
+            verifier: SignedPayloadVerifier(roots: verificationConfig.signedPayloadRoots + verificationConfig.extraRoots),
+            configuration: apiConfig)
+        verificationConfig.internalToken = internalToken
         let verificationRouter = VerificationService(configuration: verificationConfig, logger: quiet).router()
         let verificationPort = try await serve("verification", verificationRouter)
 
@@ -157,7 +180,8 @@ public final class SuiteFixture: Sendable {
             accounts: RPCClient(host: "127.0.0.1", port: accountsPort, configuration: patient),
             catalog: RPCClient(host: "127.0.0.1", port: catalogPort, configuration: patient),
             fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort, configuration: patient),
-            store: store, service: service, content: content, servers: servers, routers: routers, proxies: proxies)
+            store: store, service: service, content: content, servers: servers, routers: routers, proxies: proxies,
+            simHTTP: simHTTPTask, simFaults: faults)
     }
 
     /// Starts a suite, runs `body` with it, and stops it (servers, proxies, files) however `body` ends:
@@ -181,8 +205,10 @@ public final class SuiteFixture: Sendable {
     private init(
         directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
         store: FulfillmentStore, service: FulfillmentService, content: [UInt8], servers: [String: RPCServer],
-        routers: [String: RPCRouter], proxies: [String: FaultProxy]
+        routers: [String: RPCRouter], proxies: [String: FaultProxy], simHTTP: Task<Void, any Error>, simFaults: SimHTTPFaults
     ) {
+        self.simHTTP = simHTTP
+        self.simFaults = simFaults
         self.proxies = proxies
         self.directory = directory
         self.clock = clock
@@ -199,6 +225,7 @@ public final class SuiteFixture: Sendable {
     }
 
     public func stop() async {
+        simHTTP.cancel()
         for proxy in proxies.values { await proxy.stop() }
         for server in servers.withLockedValue({ Array($0.values) }) { await server.shutdown() }
         try? FileManager.default.removeItem(at: directory)

@@ -24,6 +24,8 @@ enum VerificationFixture {
         config.bundleIds = ["com.example.game", "com.example.naturelab.backyardbirds.example"]
         config.extraRoots = [receiptPKI.root, jwsPKI.root]
         config.allowXcode = allowXcode
+        // The App Store Server API methods' gate; the API itself is not configured here (RedeemByTransactionIdTests use it).
+        config.internalToken = "internal-token-for-contracts-0123456789abcdef"
         var logger = Logger(label: "verification-test")
         logger.logLevel = .critical
         let server = RPCServer(
@@ -87,6 +89,7 @@ enum VerificationFixture {
             "forgedTransaction": .string(try forgedJWS.sign(payload: transaction)),
             "signedNotification": .string(try jwsPKI.sign(payload: Array(notification))),
             "forgedNotification": .string(try forgedJWS.sign(payload: Array(notification))),
+            "internalToken": "internal-token-for-contracts-0123456789abcdef",
         ]
     }
 }

@@ -80,3 +80,58 @@ struct AdminCommand: AsyncParsableCommand {
         }
     }
 }
+
+/// `iap appstore ...`: Apple's App Store Server API through verification (internal token).
+struct AppStoreCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "appstore", abstract: "Apple's App Store Server API through verification (internal token).",
+        subcommands: [Transaction.self, History.self])
+
+    struct Token: ParsableArguments {
+        @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
+        var internalToken: String?
+        func resolved() throws -> String {
+            guard let token = resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
+                throw ValidationError("no internal token: pass --internal-token or set IAP_INTERNAL_TOKEN")
+            }
+            return token
+        }
+    }
+
+    struct Transaction: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "verification.transactionInfo: one transaction from Apple, verified.")
+        @Argument(help: "Transaction id.") var transactionId: String
+        @OptionGroup var token: Token
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(
+                .verification, VerificationTransactionInfo.self, .init(internalToken: try token.resolved(), transactionId: transactionId)
+            ) { answer in
+                answer.status == 0
+                    ? "VALID \(answer.environment ?? "") \(answer.transaction?["productId"]?.stringValue ?? "") transaction \(transactionId)"
+                    : "INVALID status \(answer.status) \(answer.reason ?? "")"
+            }
+        }
+    }
+
+    struct History: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "verification.transactionHistory: a customer's whole history from Apple.")
+        @Argument(help: "Any transaction id of the customer.") var transactionId: String
+        @OptionGroup var token: Token
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(
+                .verification, VerificationTransactionHistory.self, .init(internalToken: try token.resolved(), transactionId: transactionId)
+            ) { answer in
+                table(
+                    ["transaction", "original", "product", "environment", "status"],
+                    answer.transactions.map {
+                        [
+                            $0.transaction?["transactionId"]?.stringValue ?? "-", $0.transaction?["originalTransactionId"]?.stringValue ?? "-",
+                            $0.transaction?["productId"]?.stringValue ?? "-", $0.environment ?? "-", $0.status == 0 ? "valid" : "\($0.status)",
+                        ]
+                    })
+            }
+        }
+    }
+}

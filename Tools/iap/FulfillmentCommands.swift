@@ -64,21 +64,30 @@ struct PurchaseInput: ParsableArguments {
     var deviceIdentifier: String?
     @Option(help: "Which scope's balance and entitlements to show after: Production or Sandbox (default: where the purchases went).")
     var environment: String?
+    @Option(
+        name: .customLong("transaction-id"),
+        help:
+            "A StoreKit 2 transaction id, fetched from Apple by the server (App Store Server API). redeem: repeatable; restore: one, and the customer's whole history is read."
+    )
+    var transactionIds: [String] = []
 
     func validate() throws {
-        guard receipt != nil || !signedTransactions.isEmpty else {
-            throw ValidationError("give --receipt FILE or --signed-transaction JWS (e.g. from `iap sim buy --json`)")
+        guard receipt != nil || !signedTransactions.isEmpty || !transactionIds.isEmpty else {
+            throw ValidationError("give --receipt FILE, --signed-transaction JWS or --transaction-id ID (e.g. from `iap sim buy --json`)")
         }
         if let environment, AccountScope(rawValue: environment) == nil {
             throw ValidationError("--environment must be Production or Sandbox")
         }
     }
 
-    func params(session: String) throws -> RedeemParams {
-        RedeemParams(
+    /// `restore`: the one transaction id names a history; `redeem`: each is fetched.
+    func params(session: String, restore: Bool) throws -> RedeemParams {
+        if restore, transactionIds.count > 1 { throw ValidationError("restore takes one --transaction-id: the whole history is read from it") }
+        return RedeemParams(
             session: session, receiptData: try receipt.map(receiptBase64),
             signedTransactions: signedTransactions.isEmpty ? nil : signedTransactions, deviceIdentifier: deviceIdentifier,
-            environment: environment.flatMap(AccountScope.init(rawValue:)))
+            environment: environment.flatMap(AccountScope.init(rawValue:)),
+            transactionIds: restore || transactionIds.isEmpty ? nil : transactionIds, transactionId: restore ? transactionIds.first : nil)
     }
 }
 
@@ -92,7 +101,7 @@ protocol PurchaseCommand: AsyncParsableCommand {
 extension PurchaseCommand {
     func run() async throws {
         await ServiceCall(options: client).run(
-            .fulfillment, Method.self, try input.params(session: try client.requireSession()),
+            .fulfillment, Method.self, try input.params(session: try client.requireSession(), restore: Method.name == FulfillmentRestore.name),
             human: redeemSummary)
     }
 }
@@ -100,7 +109,7 @@ extension PurchaseCommand {
 struct RedeemCommand: PurchaseCommand {
     typealias Method = FulfillmentRedeem
     static let configuration = CommandConfiguration(
-        commandName: "redeem", abstract: "Redeem a receipt or signed transactions: each purchase is granted exactly once.")
+        commandName: "redeem", abstract: "Redeem a receipt, signed transactions or transaction ids: each purchase is granted exactly once.")
     @OptionGroup var input: PurchaseInput
     @OptionGroup var client: ClientOptions
 }
@@ -108,7 +117,7 @@ struct RedeemCommand: PurchaseCommand {
 struct RestoreCommand: PurchaseCommand {
     typealias Method = FulfillmentRestore
     static let configuration = CommandConfiguration(
-        commandName: "restore", abstract: "Restore entitlements from a receipt on this device (never coins).")
+        commandName: "restore", abstract: "Restore entitlements from a receipt, or from Apple's history by --transaction-id (never coins).")
     @OptionGroup var input: PurchaseInput
     @OptionGroup var client: ClientOptions
 }

@@ -9,7 +9,8 @@ import ServiceSupport
 /// Apple documents (`/inApps/v1/transactions/{id}`, `/inApps/v2/history/{id}`, `/inApps/v1/lookup/{orderId}`)
 /// for production, and the same under `/sandbox/` for sandbox. Every request needs a bearer JWT signed
 /// ES256 with the simulator's API key (`sim.apiKey`), as Apple checks it: `kid`, `iss`, `aud`
-/// `appstoreconnect-v1`, `bid`, not expired, `exp` at most 60 minutes after `iat`; else 401. Errors are
+/// `appstoreconnect-v1`, `bid` (an app this App Store has sold something for), not expired, `exp` at most
+/// 60 minutes after `iat`; else 401. Errors are
 /// Apple's `{errorCode, errorMessage}` with Apple's codes; `sim.setFault` (http429, http503, slow) applies.
 public final class AppStoreServerAPIEndpoint: Sendable {
     private let simulator: AppStoreSimulator
@@ -108,6 +109,8 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         else { return nil }
         let now = wallClock.nowMs / 1000
         guard exp > now, iat <= now + 60, exp > iat, exp - iat <= 3600 else { return nil }
+        // A bundle id no app in this App Store has: not a key of this team's apps.
+        guard (try? simulator.knowsBundle(bid)) == true else { return nil }
         guard let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes),
             key.privateKey.publicKey.isValidSignature(signature, for: SHA256.hash(data: Array("\(parts[0]).\(parts[1])".utf8)))
         else { return nil }
@@ -122,11 +125,13 @@ public final class AppStoreServerAPIEndpoint: Sendable {
 
     // MARK: endpoints
 
-    /// The transaction, if it exists in this environment; another app's is refused as the token's (401).
+    /// The transaction, if it exists in this environment and app.
     private func transaction(_ id: String, environment: SimEnvironment, bid: String) throws -> SimTransaction {
         guard !id.isEmpty, id.allSatisfy(\.isNumber) else { throw APIError.invalidTransactionId }
-        guard let t = try simulator.apiTransaction(id), t.environment == environment else { throw APIError.transactionNotFound }
-        guard t.bundleId == bid else { throw APIError.unauthorized }
+        // Another app's transaction is not found for this app, as Apple answers.
+        guard let t = try simulator.apiTransaction(id), t.environment == environment, t.bundleId == bid else {
+            throw APIError.transactionNotFound
+        }
         return t
     }
 

@@ -327,6 +327,12 @@ public final class AppStoreSimulator: Sendable {
         try store.writer.read { db in try SimulatorStore.history(of: id, db: db) }
     }
 
+    func knowsBundle(_ bundleId: String) throws -> Bool {
+        try store.writer.read { db in
+            try Bool.fetchOne(db, sql: "SELECT 1 FROM simTransaction WHERE bundleId = ? LIMIT 1", arguments: [bundleId]) ?? false
+        }
+    }
+
     func apiOrder(_ orderId: String) throws -> [SimTransaction] {
         try store.writer.read { db in try SimulatorStore.transactions(orderId: orderId, db: db) }
     }

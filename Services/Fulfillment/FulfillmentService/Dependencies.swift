@@ -13,6 +13,10 @@ public protocol FulfillmentDependencies: Sendable {
     func verifyTransaction(_ jws: String) async throws(RPCError) -> VerificationVerifyTransaction.Result
     func verifyNotification(_ payload: String) async throws(RPCError) -> VerificationVerifyNotification.Result
     func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result
+    /// A transaction fetched from Apple (App Store Server API) through verification, verified.
+    func transactionInfo(_ transactionId: String, internalToken: String) async throws(RPCError) -> VerificationVerifyTransaction.Result
+    /// A customer's whole history from Apple through verification, each transaction verified.
+    func transactionHistory(_ transactionId: String, internalToken: String) async throws(RPCError) -> [VerificationVerifyTransaction.Result]
 }
 
 /// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
@@ -76,6 +80,23 @@ public struct Dependencies: FulfillmentDependencies {
 
     public func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result {
         try await call("catalog", catalog, CatalogGetProducts.self, .init(productIds: ids))
+    }
+
+    public func transactionInfo(_ transactionId: String, internalToken: String) async throws(RPCError)
+        -> VerificationVerifyTransaction.Result
+    {
+        try await call(
+            "verification", verification, VerificationTransactionInfo.self, .init(internalToken: internalToken, transactionId: transactionId),
+            passThrough: [.notFound, .invalidParams, .invalidReceipt])
+    }
+
+    public func transactionHistory(_ transactionId: String, internalToken: String) async throws(RPCError)
+        -> [VerificationVerifyTransaction.Result]
+    {
+        try await call(
+            "verification", verification, VerificationTransactionHistory.self, .init(internalToken: internalToken, transactionId: transactionId),
+            passThrough: [.notFound, .invalidParams, .invalidReceipt]
+        ).transactions
     }
 
     /// Health probes of the three, for `health.check`.

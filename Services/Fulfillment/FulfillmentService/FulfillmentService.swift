@@ -38,13 +38,28 @@ public final class FulfillmentService: Sendable {
     public func redeem(_ p: RedeemParams, mode: FulfillmentMode) async throws(RPCError) -> RedeemResult {
         let receipt = p.receiptData.flatMap { $0.isEmpty ? nil : $0 }
         let signed = p.signedTransactions ?? []
-        guard receipt != nil || !signed.isEmpty else {
-            throw RPCError.invalidParams("receiptData or signedTransactions is required", field: "receiptData", reason: "missingField")
-        }
-        guard signed.count <= configuration.maxSignedTransactions else {
+        let transactionIds = p.transactionIds ?? []
+        guard receipt != nil || !signed.isEmpty || !transactionIds.isEmpty || p.transactionId != nil else {
             throw RPCError.invalidParams(
-                "at most \(configuration.maxSignedTransactions) signed transactions per call",
-                field: "signedTransactions", reason: "tooMany")
+                "receiptData, signedTransactions, transactionIds (redeem) or transactionId (restore) is required", field: "receiptData",
+                reason: "missingField")
+        }
+        guard signed.count <= configuration.maxSignedTransactions, transactionIds.count <= configuration.maxSignedTransactions else {
+            throw RPCError.invalidParams(
+                "at most \(configuration.maxSignedTransactions) signed transactions or transaction ids per call",
+                field: signed.count > configuration.maxSignedTransactions ? "signedTransactions" : "transactionIds", reason: "tooMany")
+        }
+        if mode == .redeem, p.transactionId != nil {
+            throw RPCError.invalidParams(
+                "transactionId (a whole history) is for restore; redeem takes transactionIds", field: "transactionId", reason: "restoreOnly")
+        }
+        if mode == .restore, !transactionIds.isEmpty {
+            throw RPCError.invalidParams(
+                "transactionIds is for redeem; restore takes one transactionId and reads the whole history", field: "transactionIds",
+                reason: "redeemOnly")
+        }
+        for id in transactionIds + (p.transactionId.map { [$0] } ?? []) where !Self.isTransactionId(id) {
+            throw RPCError.invalidParams("transaction ids are 1-32 digits", field: "transactionIds", reason: "invalidValue")
         }
         // Who first: an unknown session costs no verification work.
         let account = try await dependencies.authenticate(p.session)
@@ -55,6 +70,11 @@ public final class FulfillmentService: Sendable {
         }
         if !signed.isEmpty {
             let (verified, refused) = try await verifiedTransactions(signed)
+            purchases += verified
+            rejected += refused
+        }
+        if !transactionIds.isEmpty || p.transactionId != nil {
+            let (verified, refused) = try await fromApple(transactionIds: transactionIds, history: p.transactionId)
             purchases += verified
             rejected += refused
         }
@@ -102,6 +122,41 @@ public final class FulfillmentService: Sendable {
                 detail: "the receipt failed verification (status \(answer.status)\(answer.reason.map { ", \($0)" } ?? ""))")
         }
         return try VerifiedPurchase.fromReceipt(answer)
+    }
+
+    static func isTransactionId(_ id: String) -> Bool { (1...32).contains(id.utf8.count) && id.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } }
+
+    /// Purchases fetched from Apple by transaction id (each one), or a customer's whole history (restore),
+    /// through verification's App Store Server API methods: only verified transactions are acted upon.
+    private func fromApple(transactionIds: [String], history: String?) async throws(RPCError) -> ([VerifiedPurchase], [TransactionResult]) {
+        guard let token = configuration.internalToken else {
+            throw RPCError.unavailable(
+                "redeeming by transaction id needs the internal token (--internal-token) and the App Store Server API on verification",
+                reason: "appStoreAPINotConfigured")
+        }
+        var answers: [(String, VerificationVerifyTransaction.Result?)] = []
+        for id in transactionIds {
+            do {
+                answers.append((id, try await dependencies.transactionInfo(id, internalToken: token)))
+            } catch  where error.knownCode == .notFound || error.knownCode == .invalidReceipt {
+                answers.append((id, nil))
+            }
+        }
+        if let history {
+            for answer in try await dependencies.transactionHistory(history, internalToken: token) { answers.append((history, answer)) }
+        }
+        var verified: [VerifiedPurchase] = []
+        var rejected: [TransactionResult] = []
+        for (id, answer) in answers {
+            if let answer, answer.status == 0, let payload = answer.transaction,
+                let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
+            {
+                verified.append(purchase)
+            } else {
+                rejected.append(TransactionResult(transactionId: id, originalTransactionId: "", productId: "", outcome: .rejected, finishable: false))
+            }
+        }
+        return (verified.sorted { ($0.purchaseDateMs, $0.transactionId) < ($1.purchaseDateMs, $1.transactionId) }, rejected)
     }
 
     /// 21005 and 21100-21199 are Apple's "try again" statuses.

@@ -1,3 +1,4 @@
+import AppStoreServerAPI
 import ArgumentParser
 import Foundation
 import Logging
@@ -66,6 +67,56 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         }
     }
 
+    @Option(
+        name: .customLong("app-store-api-key"),
+        help: "App Store Server API private key, PEM (.p8) file (env IAP_APP_STORE_API_KEY). Read once, never logged.")
+    var appStoreAPIKey: String?
+    @Option(name: .customLong("app-store-api-key-id"), help: "Its key id (env IAP_APP_STORE_API_KEY_ID).") var appStoreAPIKeyId: String?
+    @Option(name: .customLong("app-store-api-issuer-id"), help: "The team's issuer id (env IAP_APP_STORE_API_ISSUER_ID).")
+    var appStoreAPIIssuerId: String?
+    @Option(name: .customLong("app-store-api-url"), help: "Production base URL (env IAP_APP_STORE_API_URL; default Apple's).")
+    var appStoreAPIURL: String?
+    @Option(name: .customLong("app-store-api-sandbox-url"), help: "Sandbox base URL (env IAP_APP_STORE_API_SANDBOX_URL; default Apple's).")
+    var appStoreAPISandboxURL: String?
+    @Option(
+        name: .customLong("internal-token"),
+        help: "The suite's internal token (env IAP_INTERNAL_TOKEN): required by transactionInfo and transactionHistory.")
+    var internalToken: String?
+
+    /// The App Store Server API client from the flags, for the first accepted bundle id; nil without a key.
+    func appStoreAPIClient(config: VerificationConfiguration, logger: Logger) throws -> AppStoreServerAPIClient? {
+        guard let keyFile = Environment.resolve(appStoreAPIKey, env: "IAP_APP_STORE_API_KEY") else { return nil }
+        guard let keyId = Environment.resolve(appStoreAPIKeyId, env: "IAP_APP_STORE_API_KEY_ID"),
+            let issuerId = Environment.resolve(appStoreAPIIssuerId, env: "IAP_APP_STORE_API_ISSUER_ID")
+        else { throw ValidationError("--app-store-api-key needs --app-store-api-key-id and --app-store-api-issuer-id") }
+        guard let bundleId = config.bundleIds.sorted().first else {
+            throw ValidationError("the App Store Server API needs the app's bundle id (--bundle-id / IAP_BUNDLE_IDS)")
+        }
+        let pem: String
+        do {
+            pem = try String(contentsOfFile: keyFile, encoding: .utf8)
+        } catch {
+            throw ValidationError("--app-store-api-key \(keyFile) cannot be read")
+        }
+        var apiConfig = AppStoreServerAPIClient.Configuration()
+        if let url = Environment.resolve(appStoreAPIURL, env: "IAP_APP_STORE_API_URL") { apiConfig.productionURL = url }
+        if let url = Environment.resolve(appStoreAPISandboxURL, env: "IAP_APP_STORE_API_SANDBOX_URL") { apiConfig.sandboxURL = url }
+        let credentials: AppStoreAPICredentials
+        do {
+            credentials = try AppStoreAPICredentials(keyId: keyId, issuerId: issuerId, bundleId: bundleId, privateKeyPEM: pem)
+        } catch {
+            throw ValidationError("--app-store-api-key \(keyFile) is not a P-256 private key in PEM")
+        }
+        logger.info(
+            "App Store Server API configured",
+            metadata: [
+                "keyId": "\(keyId)", "bundleId": "\(bundleId)", "production": "\(apiConfig.productionURL)", "sandbox": "\(apiConfig.sandboxURL)",
+            ])
+        return AppStoreServerAPIClient(
+            credentials: credentials, verifier: SignedPayloadVerifier(roots: config.signedPayloadRoots + config.extraRoots),
+            configuration: apiConfig)
+    }
+
     func run() async throws {
         let logger = options.logger(label: "verification")
         var config = VerificationConfiguration()
@@ -117,6 +168,8 @@ struct VerificationServiceCommand: AsyncParsableCommand {
             logger.warning("operator-added roots are trusted (--trust-anchor / --trust-anchor-dir): never a simulator's in production")
         }
         if allowXcode { logger.warning("--allow-xcode: Xcode StoreKit-testing receipts are accepted (never in production)") }
+        config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
+        config.appStoreAPI = try appStoreAPIClient(config: config, logger: logger)
         let service = VerificationService(configuration: config, logger: logger)
         let server = RPCServer(
             configuration: options.serverConfiguration(serviceName: "verification", defaultPort: DefaultPorts.verification),

@@ -1,9 +1,11 @@
+import AppStoreServerAPI
 import Foundation
 import IAPProtocol
 import JSONRPC
 import Logging
 import RPCTransport
 import Receipts
+import ServiceSupport
 import X509
 
 public struct VerificationConfiguration: Sendable {
@@ -26,6 +28,10 @@ public struct VerificationConfiguration: Sendable {
     /// In `auto` mode, the local refusals that are handed to the remote endpoint to decide (a chain the
     /// local trust store does not know, an Xcode receipt). Anything else local decides for good.
     public var autoRemoteReasons: Set<String> = ["untrustedChain", "xcodeNotAllowed"]
+    /// Apple's App Store Server API (`--app-store-api-key` and friends); nil refuses the methods that need it.
+    public var appStoreAPI: AppStoreServerAPIClient?
+    /// The suite's internal token: `transactionInfo` and `transactionHistory` refuse callers without it.
+    public var internalToken: String?
 
     public init() {}
 }
@@ -123,6 +129,84 @@ public final class VerificationService: Sendable {
         }
     }
 
+    // MARK: App Store Server API
+
+    /// One transaction from Apple, verified as `verifyTransaction` verifies a JWS (chain, bundle id, environment).
+    public func transactionInfo(_ p: VerificationTransactionInfo.Params) async throws(RPCError) -> VerificationVerifyTransaction.Result {
+        let api = try appStoreAPI(p.internalToken)
+        do {
+            let transaction = try await api.transactionInfo(p.transactionId)
+            return await verifyTransaction(.init(signedTransaction: transaction.signedTransaction))
+        } catch {
+            throw Self.rpcError(error, transactionId: p.transactionId)
+        }
+    }
+
+    /// The customer's whole history from Apple, every page, each transaction verified.
+    public func transactionHistory(_ p: VerificationTransactionHistory.Params) async throws(RPCError)
+        -> VerificationTransactionHistory.Result
+    {
+        let api = try appStoreAPI(p.internalToken)
+        var out: [VerificationVerifyTransaction.Result] = []
+        do {
+            for try await page in api.history(p.transactionId) {
+                for transaction in page {
+                    out.append(await verifyTransaction(.init(signedTransaction: transaction.signedTransaction)))
+                }
+                guard out.count < VerificationTransactionHistory.maxTransactions else {
+                    throw RPCError.conflict(
+                        "the history holds more than \(VerificationTransactionHistory.maxTransactions) transactions", reason: "historyTooLong")
+                }
+            }
+        } catch let error as RPCError {
+            throw error
+        } catch {
+            throw Self.rpcError(error, transactionId: p.transactionId)
+        }
+        return .init(transactions: out)
+    }
+
+    private func appStoreAPI(_ presented: String) throws(RPCError) -> AppStoreServerAPIClient {
+        try TokenGate.internal.check(presented, configured: configuration.internalToken)
+        guard let api = configuration.appStoreAPI else {
+            throw RPCError.unavailable(
+                "the App Store Server API is not configured (--app-store-api-key, --app-store-api-key-id, --app-store-api-issuer-id)",
+                reason: "appStoreAPINotConfigured")
+        }
+        return api
+    }
+
+    /// Apple's answers as the suite's errors: not found is notFound; a payload that fails verification is
+    /// invalidReceipt; rate limits, outages and the network are unavailable (retryable); a refused key is an
+    /// internal error (the operator's to fix).
+    static func rpcError(_ error: any Error, transactionId: String) -> RPCError {
+        guard let error = error as? AppStoreAPIError else { return .unavailable("the App Store Server API could not be reached") }
+        switch error {
+        case .api(404, let code, _):
+            var e = RPCError.notFound("Apple has no transaction \(transactionId) for this app", reason: "transactionNotFound")
+            if let code { e.data.extra["appleErrorCode"] = .int(Int64(code)) }
+            return e
+        case .api(400, let code, let message):
+            var e = RPCError.invalidParams("Apple refused the request: \(message ?? "invalid")", field: "transactionId", reason: "appleBadRequest")
+            if let code { e.data.extra["appleErrorCode"] = .int(Int64(code)) }
+            return e
+        case .api(let status, let code, _):
+            var e = RPCError.unavailable("the App Store Server API answered HTTP \(status); retry later", reason: "appStoreAPIUnavailable")
+            if let code { e.data.extra["appleErrorCode"] = .int(Int64(code)) }
+            return e
+        case .unauthorized:
+            return .internalError("the App Store Server API refused this server's key (key id, issuer id, key or bundle id)")
+        case .verification(let failure):
+            return .invalidReceipt(status: failure.status, reason: failure.rawValue, detail: "a transaction from Apple failed verification")
+        case .bundleMismatch:
+            return .invalidReceipt(status: 21003, reason: "bundleMismatch", detail: "a transaction from Apple names another app")
+        case .malformedResponse:
+            return .unavailable("the App Store Server API answered something unreadable", reason: "appStoreAPIUnavailable")
+        case .transport(let detail):
+            return .unavailable("the App Store Server API could not be reached (\(detail))", reason: "appStoreAPIUnavailable")
+        }
+    }
+
     /// App Store Server Notifications v2: the outer payload, and the signed transaction and renewal
     /// info inside it, each verified; decoded copies are added as `transactionInfo` / `renewalInfo`.
     public func verifyNotification(_ p: VerificationVerifyNotification.Params) async -> VerificationVerifyNotification.Result {
@@ -182,6 +266,8 @@ public final class VerificationService: Sendable {
         r.register(VerificationVerifyReceipt.self) { p, _ in try await self.verifyReceipt(p) }
         r.register(VerificationVerifyTransaction.self) { p, _ in await self.verifyTransaction(p) }
         r.register(VerificationVerifyNotification.self) { p, _ in await self.verifyNotification(p) }
+        r.register(VerificationTransactionInfo.self) { p, _ in try await self.transactionInfo(p) }
+        r.register(VerificationTransactionHistory.self) { p, _ in try await self.transactionHistory(p) }
         return r
     }
 }

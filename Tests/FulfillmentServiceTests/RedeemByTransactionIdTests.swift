@@ -1,0 +1,73 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import RPCTestSupport
+import SuiteTestSupport
+import Testing
+
+/// Redeem and restore by transaction id: fulfillment asks verification, verification asks the App Store
+/// Server API (the simulator on its HTTP port), and only verified transactions are granted, each once.
+@Suite struct RedeemByTransactionIdTests {
+    static func redeem(_ suite: SuiteFixture, _ session: String, ids: [String]) async throws -> RedeemResult {
+        try await suite.fulfillment.call(FulfillmentRedeem.self, .init(session: session, transactionIds: ids))
+    }
+
+    @Test func anAppSendsTransactionIdsAndTheServerFetchesVerifiesAndGrantsOnce() async throws {
+        try await SuiteFixture.with { suite in
+            let alice = try await suite.register("alice")
+            let coins = try await suite.buy("alice@icloud", "coins.100")
+            let pack = try await suite.buy("alice@icloud", "pack.castle")
+            let first = try await Self.redeem(suite, alice.session, ids: [coins.transactionId, pack.transactionId])
+            #expect(first.results.map(\.outcome).sorted { $0.rawValue < $1.rawValue } == [.granted, .granted])
+            #expect(first.balance == 100 && first.entitlements.map(\.entitlement) == ["castle"])
+            let again = try await Self.redeem(suite, alice.session, ids: [coins.transactionId])
+            #expect(again.results.map(\.outcome) == [.alreadyGranted] && again.balance == 100)
+
+            // Ids Apple does not have for this app: rejected, not finishable, nothing granted.
+            let stranger = try await suite.buy("mallory@icloud", "coins.100", bundleId: "com.attacker.freecoins")
+            let refused = try await Self.redeem(suite, alice.session, ids: ["123456789", stranger.transactionId])
+            #expect(refused.results.map(\.outcome) == [.rejected, .rejected] && refused.results.allSatisfy { !$0.finishable })
+            #expect(refused.balance == 100)
+
+            // A sandbox purchase is found in sandbox and lands in the Sandbox scope.
+            let sandbox = try await suite.buy("alice@icloud", "coins.100", environment: .sandbox)
+            let sandboxed = try await Self.redeem(suite, alice.session, ids: [sandbox.transactionId])
+            #expect(sandboxed.results.map(\.outcome) == [.granted] && sandboxed.environment == .sandbox && sandboxed.balance == 100)
+            #expect(try await suite.balance(alice.session) == 100)
+
+            // Malformed input is refused before anyone is asked.
+            let malformed = await rpcError { try await Self.redeem(suite, alice.session, ids: ["12a"]) }
+            #expect(malformed?.knownCode == .invalidParams)
+            let wrongMethod = await rpcError {
+                try await suite.fulfillment.call(FulfillmentRedeem.self, .init(session: alice.session, transactionId: coins.transactionId))
+            }
+            #expect(wrongMethod?.reason == "restoreOnly")
+        }
+    }
+
+    @Test func aNewDeviceRestoresTheWholeHistoryWithoutAReceiptAndNoCoins() async throws {
+        try await SuiteFixture.with { suite in
+            let bob = try await suite.register("bob")
+            let coins = try await suite.buy("bob@icloud", "coins.100")
+            _ = try await Self.redeem(suite, bob.session, ids: [coins.transactionId])
+            // Bought on the phone, never redeemed here: a pack, a subscription, and more coins.
+            _ = try await suite.buy("bob@icloud", "pack.castle")
+            _ = try await suite.buy("bob@icloud", "sub.premium")
+            _ = try await suite.buy("bob@icloud", "coins.100")
+
+            let tablet = try await suite.login("bob")
+            let restored = try await suite.fulfillment.call(FulfillmentRestore.self, .init(session: tablet, transactionId: coins.transactionId))
+            #expect(Set(restored.entitlements.map(\.entitlement)) == ["castle", "premium"])
+            #expect(restored.balance == 100, "a restore never grants coins")
+            // Restoring again changes nothing.
+            let twice = try await suite.fulfillment.call(FulfillmentRestore.self, .init(session: tablet, transactionId: coins.transactionId))
+            #expect(twice.balance == 100 && Set(twice.entitlements.map(\.entitlement)) == ["castle", "premium"])
+            #expect(try await suite.ledgerIsConsistent())
+            // An id Apple does not know: notFound, nothing changed.
+            let unknown = await rpcError {
+                try await suite.fulfillment.call(FulfillmentRestore.self, .init(session: tablet, transactionId: "999999999"))
+            }
+            #expect(unknown?.knownCode == .notFound)
+        }
+    }
+}
