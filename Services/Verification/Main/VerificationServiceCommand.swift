@@ -71,7 +71,10 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         name: .customLong("app-store-api-key"),
         help: "App Store Server API private key, PEM (.p8) file (env IAP_APP_STORE_API_KEY). Read once, never logged.")
     var appStoreAPIKey: String?
-    @Option(name: .customLong("app-store-api-key-id"), help: "Its key id (env IAP_APP_STORE_API_KEY_ID).") var appStoreAPIKeyId: String?
+    @Option(
+        name: .customLong("app-store-api-key-id"),
+        help: "Its key id (env IAP_APP_STORE_API_KEY_ID; the simulator's are read from api-key.json beside its key).")
+    var appStoreAPIKeyId: String?
     @Option(name: .customLong("app-store-api-issuer-id"), help: "The team's issuer id (env IAP_APP_STORE_API_ISSUER_ID).")
     var appStoreAPIIssuerId: String?
     @Option(name: .customLong("app-store-api-url"), help: "Production base URL (env IAP_APP_STORE_API_URL; default Apple's).")
@@ -86,8 +89,12 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     /// The App Store Server API client from the flags, for the first accepted bundle id; nil without a key.
     func appStoreAPIClient(config: VerificationConfiguration, logger: Logger) throws -> AppStoreServerAPIClient? {
         guard let keyFile = Environment.resolve(appStoreAPIKey, env: "IAP_APP_STORE_API_KEY") else { return nil }
-        guard let keyId = Environment.resolve(appStoreAPIKeyId, env: "IAP_APP_STORE_API_KEY_ID"),
-            let issuerId = Environment.resolve(appStoreAPIIssuerId, env: "IAP_APP_STORE_API_ISSUER_ID")
+        // The simulator keeps its key's ids beside it (`api-key.json`); Apple's keys come with them separately.
+        struct Identity: Decodable { var keyId: String; var issuerId: String }
+        let beside = (try? Data(contentsOf: URL(fileURLWithPath: keyFile).deletingLastPathComponent().appendingPathComponent("api-key.json")))
+            .flatMap { try? JSONDecoder().decode(Identity.self, from: $0) }
+        guard let keyId = Environment.resolve(appStoreAPIKeyId, env: "IAP_APP_STORE_API_KEY_ID") ?? beside?.keyId,
+            let issuerId = Environment.resolve(appStoreAPIIssuerId, env: "IAP_APP_STORE_API_ISSUER_ID") ?? beside?.issuerId
         else { throw ValidationError("--app-store-api-key needs --app-store-api-key-id and --app-store-api-issuer-id") }
         guard let bundleId = config.bundleIds.sorted().first else {
             throw ValidationError("the App Store Server API needs the app's bundle id (--bundle-id / IAP_BUNDLE_IDS)")
