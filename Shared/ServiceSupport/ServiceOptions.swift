@@ -44,7 +44,7 @@ public struct ServiceOptions: ParsableArguments, Sendable {
     }
 
     public func logger(label: String) -> Logger {
-        var logger = Logger(label: label)
+        var logger = Logger(label: label, factory: DeferredMetadataLogHandler.standardError(label:))
         logger.logLevel = (logLevel ?? Environment.value("IAP_LOG_LEVEL")).flatMap(Logger.Level.init(rawValue:)) ?? .info
         return logger
     }

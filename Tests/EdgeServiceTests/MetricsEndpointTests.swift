@@ -68,3 +68,19 @@ import Testing
         }
     }
 }
+
+/// The log handler the executables use: metadata set on a logger is kept and read back as set, explicit
+/// metadata wins at log time, and the level passes through (the stream handler renders only when writing).
+@Suite struct DeferredMetadataLogHandlerTests {
+    @Test func metadataIsKeptAsSetAndTheLevelPassesThrough() {
+        var logger = Logger(label: "deferred", factory: DeferredMetadataLogHandler.standardError(label:))
+        logger.logLevel = .error
+        logger[metadataKey: "rpc.request_id"] = "42"
+        logger[metadataKey: "rpc.method"] = "catalog.listProducts"
+        #expect(logger[metadataKey: "rpc.request_id"] == "42" && logger.handler.metadata.count == 2)
+        logger[metadataKey: "rpc.method"] = nil
+        #expect(logger.handler.metadata.keys.sorted() == ["rpc.request_id"])
+        #expect(logger.logLevel == .error && logger.handler.logLevel == .error)
+        logger.debug("below the level: not written")
+    }
+}

@@ -71,7 +71,7 @@ struct EdgeServiceCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        var logger = Logger(label: "edge")
+        var logger = Logger(label: "edge", factory: DeferredMetadataLogHandler.standardError(label:))
         logger.logLevel = (logLevel ?? Environment.value("IAP_LOG_LEVEL")).flatMap(Logger.Level.init(rawValue:)) ?? .info
         var config = EdgeConfiguration()
         config.trustedProxies = Set(trustedProxies)
