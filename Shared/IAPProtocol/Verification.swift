@@ -178,14 +178,8 @@ public enum VerificationTransactionInfo: RPCMethod {
 /// Get Transaction History through the App Store Server API (internal token): every page, every
 /// transaction verified; at most `VerificationTransactionHistory.maxTransactions`.
 public enum VerificationTransactionHistory: RPCMethod {
-    public struct Params: Codable, Sendable, Equatable {
-        public var internalToken: String
-        public var transactionId: String
-        public init(internalToken: String, transactionId: String) {
-            self.internalToken = internalToken
-            self.transactionId = transactionId
-        }
-    }
+    /// Any transaction id of the customer.
+    public typealias Params = VerificationTransactionInfo.Params
     public struct Result: Codable, Sendable, Equatable {
         public var transactions: [VerificationVerifyTransaction.Result]
         public init(transactions: [VerificationVerifyTransaction.Result]) { self.transactions = transactions }
