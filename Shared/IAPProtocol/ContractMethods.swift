@@ -14,6 +14,7 @@ public enum ContractMethods {
     public static let verification: [OpenRPCMethodDescription] = [
         .init(VerificationVerifyReceipt.self), .init(VerificationVerifyTransaction.self),
         .init(VerificationVerifyNotification.self), .init(VerificationTransactionInfo.self), .init(VerificationTransactionHistory.self),
+        .init(VerificationLookUpOrder.self),
     ]
     public static let fulfillment: [OpenRPCMethodDescription] = [
         .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),

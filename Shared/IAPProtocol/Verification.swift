@@ -189,3 +189,20 @@ public enum VerificationTransactionHistory: RPCMethod {
     public static let access = RPCAccess.internal
     public static let summary = "Fetch a customer's whole transaction history from Apple (App Store Server API), each verified."
 }
+
+/// Look Up Order ID through the App Store Server API (internal token): the transactions of the order on a
+/// customer's emailed receipt, each verified; none when Apple says the order id is invalid.
+public enum VerificationLookUpOrder: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var internalToken: String
+        public var orderId: String
+        public init(internalToken: String, orderId: String) {
+            self.internalToken = internalToken
+            self.orderId = orderId
+        }
+    }
+    public typealias Result = VerificationTransactionHistory.Result
+    public static let name = "verification.lookUpOrder"
+    public static let access = RPCAccess.internal
+    public static let summary = "Find an order's transactions at Apple (App Store Server API) by the id on the customer's receipt."
+}

@@ -176,6 +176,7 @@ import Testing
         "sim.restore": ["sim", "restore"], "sim.refund": ["sim", "refund"], "sim.advanceClock": ["sim", "advance-clock"],
         "sim.receipt": ["sim", "receipt"], "sim.setFault": ["sim", "fault"], "sim.apiKey": ["sim", "api-key"],
         "verification.transactionInfo": ["appstore", "transaction"], "verification.transactionHistory": ["appstore", "history"],
+        "verification.lookUpOrder": ["appstore", "order"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {
@@ -249,6 +250,12 @@ import Testing
                 .decode(VerificationTransactionHistory.Result.self)
             #expect(history.transactions.contains { $0.transaction?["transactionId"]?.stringValue == byId.transactionId })
             #expect(try await iap("restore", "--transaction-id", byId.transactionId, "--json").decode(RedeemResult.self).balance == 100)
+            // Support: the order id on the customer's emailed receipt finds the purchase.
+            let order = try await iap("appstore", "order", byId.orderId ?? "", "--internal-token", SuiteFixture.internalToken, "--json")
+                .decode(VerificationTransactionHistory.Result.self)
+            #expect(order.transactions.compactMap { $0.transaction?["transactionId"]?.stringValue } == [byId.transactionId])
+            let noOrder = try await iap("appstore", "order", "MKNOSUCH00", "--internal-token", SuiteFixture.internalToken)
+            #expect(noOrder.status == 0 && noOrder.stdout.contains("no order"))
         }
     }
 

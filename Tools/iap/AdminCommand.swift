@@ -85,7 +85,7 @@ struct AdminCommand: AsyncParsableCommand {
 struct AppStoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "appstore", abstract: "Apple's App Store Server API through verification (internal token).",
-        subcommands: [Transaction.self, History.self])
+        subcommands: [Transaction.self, History.self, Order.self])
 
     struct Token: ParsableArguments {
         @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
@@ -114,6 +114,21 @@ struct AppStoreCommand: AsyncParsableCommand {
         }
     }
 
+    struct Order: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "verification.lookUpOrder: the transactions of the order id on a customer's emailed receipt.")
+        @Argument(help: "The order id (e.g. MK5TTTVWJH).") var orderId: String
+        @OptionGroup var token: Token
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(
+                .verification, VerificationLookUpOrder.self, .init(internalToken: try token.resolved(), orderId: orderId)
+            ) { answer in
+                answer.transactions.isEmpty ? "no order \(orderId) at Apple for this app" : historyTable(answer)
+            }
+        }
+    }
+
     struct History: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "verification.transactionHistory: a customer's whole history from Apple.")
         @Argument(help: "Any transaction id of the customer.") var transactionId: String
@@ -122,16 +137,19 @@ struct AppStoreCommand: AsyncParsableCommand {
         func run() async throws {
             await ServiceCall(options: client).run(
                 .verification, VerificationTransactionHistory.self, .init(internalToken: try token.resolved(), transactionId: transactionId)
-            ) { answer in
-                table(
-                    ["transaction", "original", "product", "environment", "status"],
-                    answer.transactions.map {
-                        [
-                            $0.transaction?["transactionId"]?.stringValue ?? "-", $0.transaction?["originalTransactionId"]?.stringValue ?? "-",
-                            $0.transaction?["productId"]?.stringValue ?? "-", $0.environment ?? "-", $0.status == 0 ? "valid" : "\($0.status)",
-                        ]
-                    })
-            }
+            ) { historyTable($0) }
         }
     }
+}
+
+/// Transactions from Apple as a table.
+func historyTable(_ answer: VerificationTransactionHistory.Result) -> String {
+    table(
+        ["transaction", "original", "product", "environment", "status"],
+        answer.transactions.map {
+            [
+                $0.transaction?["transactionId"]?.stringValue ?? "-", $0.transaction?["originalTransactionId"]?.stringValue ?? "-",
+                $0.transaction?["productId"]?.stringValue ?? "-", $0.environment ?? "-", $0.status == 0 ? "valid" : "\($0.status)",
+            ]
+        })
 }

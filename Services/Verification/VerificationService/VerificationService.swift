@@ -166,6 +166,23 @@ public final class VerificationService: Sendable {
         return .init(transactions: out)
     }
 
+    /// An order's transactions from Apple, each verified (none for an order id Apple does not know).
+    public func lookUpOrder(_ p: VerificationLookUpOrder.Params) async throws(RPCError) -> VerificationTransactionHistory.Result {
+        guard (1...64).contains(p.orderId.utf8.count), p.orderId.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
+            throw RPCError.invalidParams("an order id is letters and digits", field: "orderId", reason: "invalidValue")
+        }
+        let api = try appStoreAPI(p.internalToken)
+        var out: [VerificationVerifyTransaction.Result] = []
+        do {
+            for transaction in try await api.lookUpOrder(p.orderId) {
+                out.append(await verifyTransaction(.init(signedTransaction: transaction.signedTransaction)))
+            }
+        } catch {
+            throw Self.rpcError(error, transactionId: p.orderId)
+        }
+        return .init(transactions: out)
+    }
+
     private func appStoreAPI(_ presented: String) throws(RPCError) -> AppStoreServerAPIClient {
         try TokenGate.internal.check(presented, configured: configuration.internalToken)
         guard let api = configuration.appStoreAPI else {
@@ -268,6 +285,7 @@ public final class VerificationService: Sendable {
         r.register(VerificationVerifyNotification.self) { p, _ in await self.verifyNotification(p) }
         r.register(VerificationTransactionInfo.self) { p, _ in try await self.transactionInfo(p) }
         r.register(VerificationTransactionHistory.self) { p, _ in try await self.transactionHistory(p) }
+        r.register(VerificationLookUpOrder.self) { p, _ in try await self.lookUpOrder(p) }
         return r
     }
 }
