@@ -21,7 +21,8 @@ public enum ContractMethods {
         .init(FulfillmentGetBalance.self), .init(FulfillmentSpendCoins.self), .init(FulfillmentListLedger.self),
         .init(FulfillmentListContent.self), .init(FulfillmentReadContent.self), .init(FulfillmentContentURL.self),
         .init(FulfillmentApplyNotification.self), .init(FulfillmentReceiveNotification.self), .init(FulfillmentListNotifications.self),
-        .init(FulfillmentRetryNotification.self), .init(FulfillmentRevokeTransaction.self),
+        .init(FulfillmentRetryNotification.self), .init(FulfillmentRevokeTransaction.self), .init(FulfillmentLookUpOrder.self),
+        .init(FulfillmentListAudit.self),
     ]
     public static let simulator: [OpenRPCMethodDescription] = [
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),

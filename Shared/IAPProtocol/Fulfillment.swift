@@ -442,3 +442,86 @@ public enum FulfillmentRetryNotification: RPCMethod {
     public static let access = RPCAccess.admin
     public static let summary = "Process a parked (or pending) notification again now; answers where it ended."
 }
+
+/// One transaction of an order, with what this server knows of it.
+public struct OrderLine: Codable, Sendable, Equatable {
+    public var transactionId: String
+    public var originalTransactionId: String
+    public var productId: String
+    public var environment: String
+    /// The account the purchase (its original transaction) is bound to here; nil: never redeemed here.
+    public var ownerAccountId: String?
+    public init(transactionId: String, originalTransactionId: String, productId: String, environment: String, ownerAccountId: String?) {
+        self.transactionId = transactionId
+        self.originalTransactionId = originalTransactionId
+        self.productId = productId
+        self.environment = environment
+        self.ownerAccountId = ownerAccountId
+    }
+}
+
+/// Support (admin): the order id on a customer's emailed receipt, looked up at Apple, with who owns each
+/// of its purchases here.
+public enum FulfillmentLookUpOrder: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var adminToken: String
+        public var orderId: String
+        public init(adminToken: String, orderId: String) {
+            self.adminToken = adminToken
+            self.orderId = orderId
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var orderId: String
+        /// Empty when Apple has no such order for this app.
+        public var lines: [OrderLine]
+        public init(orderId: String, lines: [OrderLine]) {
+            self.orderId = orderId
+            self.lines = lines
+        }
+    }
+    public static let name = "fulfillment.lookUpOrder"
+    public static let access = RPCAccess.admin
+    public static let summary = "Support: an order's purchases (from Apple) and the account each is bound to here."
+}
+
+/// One administrator action, as the audit log keeps it.
+public struct AuditEntry: Codable, Sendable, Equatable {
+    public var id: Int64
+    public var atMs: Int64
+    /// `revoke` (more as support actions are added).
+    public var action: String
+    public var accountId: String?
+    public var transactionId: String?
+    public var reason: String
+    /// Which admin credential acted: the first 12 hex digits of its SHA-256, never the token.
+    public var credential: String
+    public init(id: Int64, atMs: Int64, action: String, accountId: String?, transactionId: String?, reason: String, credential: String) {
+        self.id = id
+        self.atMs = atMs
+        self.action = action
+        self.accountId = accountId
+        self.transactionId = transactionId
+        self.reason = reason
+        self.credential = credential
+    }
+}
+
+public enum FulfillmentListAudit: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var adminToken: String
+        public var limit: Int?
+        public init(adminToken: String, limit: Int? = nil) {
+            self.adminToken = adminToken
+            self.limit = limit
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// Newest first.
+        public var entries: [AuditEntry]
+        public init(entries: [AuditEntry]) { self.entries = entries }
+    }
+    public static let name = "fulfillment.listAudit"
+    public static let access = RPCAccess.admin
+    public static let summary = "The administrators' audit log, newest first: when, what, which account and transaction, why, which credential."
+}

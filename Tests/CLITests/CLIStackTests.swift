@@ -176,7 +176,8 @@ import Testing
         "sim.restore": ["sim", "restore"], "sim.refund": ["sim", "refund"], "sim.advanceClock": ["sim", "advance-clock"],
         "sim.receipt": ["sim", "receipt"], "sim.setFault": ["sim", "fault"], "sim.apiKey": ["sim", "api-key"],
         "verification.transactionInfo": ["appstore", "transaction"], "verification.transactionHistory": ["appstore", "history"],
-        "verification.lookUpOrder": ["appstore", "order"],
+        "verification.lookUpOrder": ["appstore", "order"], "fulfillment.lookUpOrder": ["support", "order"],
+        "fulfillment.listAudit": ["support", "audit"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {
@@ -256,6 +257,15 @@ import Testing
             #expect(order.transactions.compactMap { $0.transaction?["transactionId"]?.stringValue } == [byId.transactionId])
             let noOrder = try await iap("appstore", "order", "MKNOSUCH00", "--internal-token", SuiteFixture.internalToken)
             #expect(noOrder.status == 0 && noOrder.stdout.contains("no order"))
+            let supportRun = try await iap("support", "order", byId.orderId ?? "", "--json")
+            #expect(supportRun.status == 0, "\(supportRun.stderr)")
+            let supportOrder = try supportRun.decode(FulfillmentLookUpOrder.Result.self)
+            #expect(supportOrder.lines.map(\.transactionId) == [byId.transactionId] && supportOrder.lines[0].ownerAccountId != nil)
+            // The revocation above is in the audit log, under a digest of the admin token, never the token.
+            let audit = try await iap("support", "audit", "--json").decode(FulfillmentListAudit.Result.self)
+            let revoked = try #require(audit.entries.first { $0.action == "revoke" })
+            #expect(revoked.transactionId == again.transactionId && revoked.reason == "chargeback")
+            #expect(revoked.credential.count == 12 && !SuiteFixture.adminToken.contains(revoked.credential))
         }
     }
 

@@ -15,6 +15,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     private let ledgerStorage = InMemoryLedger()
     private var ledger: Locked { Locked(storage: self) }
     private let inbox = NIOLockedValueBox([String: InboxEntry]())
+    private let audits = NIOLockedValueBox([AuditEntry]())
 
     /// `withLockedValue` over the ledger, like NIOLockedValueBox.
     private struct Locked {
@@ -50,6 +51,17 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         }
     }
     func notificationWasApplied(_ uuid: String) async throws -> Bool { false }
+    func recordAudit(action: String, accountId: String?, transactionId: String?, reason: String, credential: String, nowMs: Int64)
+        async throws
+    {
+        audits.withLockedValue {
+            $0.append(
+                AuditEntry(
+                    id: Int64($0.count + 1), atMs: nowMs, action: action, accountId: accountId, transactionId: transactionId, reason: reason,
+                    credential: credential))
+        }
+    }
+    func audit(limit: Int) async throws -> [AuditEntry] { audits.withLockedValue { Array($0.reversed().prefix(limit)) } }
     func recordNotification(_ entry: InboxEntry) async throws -> (entry: InboxEntry, isNew: Bool) {
         inbox.withLockedValue {
             if let old = $0[entry.notificationUUID] { return (old, false) }
@@ -128,6 +140,9 @@ struct FakeDependencies: FulfillmentDependencies {
             return .init(status: 21003, reason: "signatureInvalid")
         }
         return .init(status: 0, environment: payload["environment"]?.stringValue, transaction: payload)
+    }
+    func lookUpOrder(_ orderId: String, internalToken: String) async throws(RPCError) -> [VerificationVerifyTransaction.Result] {
+        throw RPCError.unavailable("not in the fast tests")
     }
     func transactionInfo(_ transactionId: String, internalToken: String) async throws(RPCError) -> VerificationVerifyTransaction.Result {
         throw RPCError.unavailable("not in the fast tests")

@@ -40,6 +40,8 @@ import Testing
             v["readerSession"] = .string(reader.session)
             v["readerPackOriginal"] = .string(readerPack.originalTransactionId)
             v["contentSize"] = .int(Int64(suite.content.count))
+            v["readerOrderId"] = .string(readerPack.orderId ?? "")
+            v["readerAccountId"] = .string(reader.accountId)
 
             // spend and ledger: accounts with 300 coins each.
             for name in ["spend", "ledger"] {

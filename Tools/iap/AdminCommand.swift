@@ -153,3 +153,53 @@ func historyTable(_ answer: VerificationTransactionHistory.Result) -> String {
             ]
         })
 }
+
+/// `iap support ...`: what support staff need (admin token).
+struct SupportCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "support", abstract: "Support tools (admin token): orders and the audit log.", subcommands: [Order.self, Audit.self])
+
+    struct Order: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "fulfillment.lookUpOrder: an order id from a customer's emailed receipt, its purchases and who owns them here.")
+        @Argument(help: "The order id (e.g. MK5TTTVWJH).") var orderId: String
+        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            guard let token = resolveAdminToken(adminToken) else {
+                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
+            }
+            await ServiceCall(options: client).run(.fulfillment, FulfillmentLookUpOrder.self, .init(adminToken: token, orderId: orderId)) {
+                $0.lines.isEmpty
+                    ? "no order \($0.orderId) at Apple for this app"
+                    : table(
+                        ["transaction", "original", "product", "environment", "owner here"],
+                        $0.lines.map {
+                            [
+                                $0.transactionId, $0.originalTransactionId, $0.productId, $0.environment,
+                                $0.ownerAccountId ?? "nobody (never redeemed)",
+                            ]
+                        })
+            }
+        }
+    }
+
+    struct Audit: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "fulfillment.listAudit: administrators' actions, newest first.")
+        @Option(help: "At most this many (1-500, default 50).") var limit: Int?
+        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            guard let token = resolveAdminToken(adminToken) else {
+                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
+            }
+            await ServiceCall(options: client).run(.fulfillment, FulfillmentListAudit.self, .init(adminToken: token, limit: limit)) {
+                $0.entries.isEmpty
+                    ? "no administrator actions recorded"
+                    : table(
+                        ["when", "action", "account", "transaction", "reason", "credential"],
+                        $0.entries.map { [isoTime($0.atMs), $0.action, $0.accountId ?? "-", $0.transactionId ?? "-", $0.reason, $0.credential] })
+            }
+        }
+    }
+}

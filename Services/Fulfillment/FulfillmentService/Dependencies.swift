@@ -17,6 +17,8 @@ public protocol FulfillmentDependencies: Sendable {
     func transactionInfo(_ transactionId: String, internalToken: String) async throws(RPCError) -> VerificationVerifyTransaction.Result
     /// A customer's whole history from Apple through verification, each transaction verified.
     func transactionHistory(_ transactionId: String, internalToken: String) async throws(RPCError) -> [VerificationVerifyTransaction.Result]
+    /// An order's transactions from Apple through verification, each verified.
+    func lookUpOrder(_ orderId: String, internalToken: String) async throws(RPCError) -> [VerificationVerifyTransaction.Result]
 }
 
 /// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
@@ -95,6 +97,13 @@ public struct Dependencies: FulfillmentDependencies {
     {
         try await call(
             "verification", verification, VerificationTransactionHistory.self, .init(internalToken: internalToken, transactionId: transactionId),
+            passThrough: [.notFound, .invalidParams, .invalidReceipt]
+        ).transactions
+    }
+
+    public func lookUpOrder(_ orderId: String, internalToken: String) async throws(RPCError) -> [VerificationVerifyTransaction.Result] {
+        try await call(
+            "verification", verification, VerificationLookUpOrder.self, .init(internalToken: internalToken, orderId: orderId),
             passThrough: [.notFound, .invalidParams, .invalidReceipt]
         ).transactions
     }

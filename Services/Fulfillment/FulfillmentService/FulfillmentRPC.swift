@@ -19,6 +19,8 @@ extension FulfillmentService {
         r.register(FulfillmentReceiveNotification.self) { p, _ in try await self.receiveNotification(p) }
         r.register(FulfillmentListNotifications.self) { p, _ in try await self.listNotifications(p) }
         r.register(FulfillmentRetryNotification.self) { p, _ in try await self.retryNotification(p) }
+        r.register(FulfillmentLookUpOrder.self) { p, _ in try await self.lookUpOrder(p) }
+        r.register(FulfillmentListAudit.self) { p, _ in try await self.listAudit(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in
             try await self.revokeTransaction(p)
             return EmptyResult()

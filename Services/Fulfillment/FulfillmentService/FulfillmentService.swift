@@ -532,7 +532,51 @@ public final class FulfillmentService: Sendable {
         guard outcome != .notFound else {
             throw RPCError.notFound("transaction \(p.transactionId) was never processed here", reason: "unknownTransaction")
         }
+        try await audit("revoke", transactionId: p.transactionId, reason: p.reason, token: p.adminToken)
         logger.notice("transaction revoked by an administrator", metadata: ["transactionId": "\(p.transactionId)", "reason": "\(p.reason)"])
+    }
+
+    // MARK: support
+
+    /// Support: an order's purchases from Apple (through verification) and the account each is bound to here.
+    public func lookUpOrder(_ p: FulfillmentLookUpOrder.Params) async throws(RPCError) -> FulfillmentLookUpOrder.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        guard let token = configuration.internalToken else {
+            throw RPCError.unavailable(
+                "looking up orders needs the internal token (--internal-token) and the App Store Server API on verification",
+                reason: "appStoreAPINotConfigured")
+        }
+        var lines: [OrderLine] = []
+        for answer in try await dependencies.lookUpOrder(p.orderId, internalToken: token) {
+            guard answer.status == 0, let payload = answer.transaction,
+                let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
+            else { continue }
+            let owner = try await storeCall { try await self.store.owner(originalTransactionId: purchase.originalTransactionId) }
+            lines.append(
+                OrderLine(
+                    transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
+                    productId: purchase.productId, environment: purchase.environment, ownerAccountId: owner?.accountId))
+        }
+        return .init(orderId: p.orderId, lines: lines)
+    }
+
+    public func listAudit(_ p: FulfillmentListAudit.Params) async throws(RPCError) -> FulfillmentListAudit.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        let limit = p.limit ?? configuration.defaultLedgerPage
+        guard (1...configuration.maxLedgerPage).contains(limit) else {
+            throw RPCError.invalidParams("limit must be 1-\(configuration.maxLedgerPage)", field: "limit", reason: "invalidValue")
+        }
+        return .init(entries: try await storeCall { try await self.store.audit(limit: limit) })
+    }
+
+    /// Writes an admin action to the audit log, naming the credential by a digest of it, never the token.
+    private func audit(_ action: String, accountId: String? = nil, transactionId: String?, reason: String, token: String) async throws(RPCError) {
+        let credential = SHA256.hash(data: Array(token.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+        let now = clock.nowMs
+        try await storeCall {
+            try await self.store.recordAudit(
+                action: action, accountId: accountId, transactionId: transactionId, reason: reason, credential: credential, nowMs: now)
+        }
     }
 
     // MARK: helpers

@@ -224,7 +224,47 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
                     CREATE INDEX inbox_received ON notificationInbox(receivedAtMs);
                     """)
         }
+        m.registerMigration("v4-admin-audit") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE adminAudit (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        atMs INTEGER NOT NULL,
+                        action TEXT NOT NULL,
+                        accountId TEXT,
+                        transactionId TEXT,
+                        reason TEXT NOT NULL,
+                        credential TEXT NOT NULL
+                    );
+                    CREATE TRIGGER adminAudit_no_update BEFORE UPDATE ON adminAudit
+                        BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+                    CREATE TRIGGER adminAudit_no_delete BEFORE DELETE ON adminAudit
+                        BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+                    """)
+        }
         return m
+    }
+
+    // MARK: the administrators' audit log
+
+    public func recordAudit(action: String, accountId: String?, transactionId: String?, reason: String, credential: String, nowMs: Int64)
+        async throws
+    {
+        try await commits.write { db in
+            try db.cachedStatement(
+                sql: "INSERT INTO adminAudit (atMs, action, accountId, transactionId, reason, credential) VALUES (?, ?, ?, ?, ?, ?)"
+            ).execute(arguments: [nowMs, action, accountId, transactionId, reason, credential])
+        }
+    }
+
+    public func audit(limit: Int) async throws -> [AuditEntry] {
+        try await writer.read { db in
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM adminAudit ORDER BY id DESC LIMIT ?"), arguments: [limit]).map {
+                AuditEntry(
+                    id: $0["id"], atMs: $0["atMs"], action: $0["action"], accountId: $0["accountId"], transactionId: $0["transactionId"],
+                    reason: $0["reason"], credential: $0["credential"])
+            }
+        }
     }
 
     // MARK: the notification inbox

@@ -42,6 +42,11 @@ public protocol FulfillmentStorage: NotificationInboxStorage {
         accountId: String, scope: AccountScope, amount: Int64, idempotencyKey: String, memo: String?,
         nowMs: Int64
     ) async throws -> SpendOutcome
+    /// Appends to the administrators' audit log (append-only).
+    func recordAudit(action: String, accountId: String?, transactionId: String?, reason: String, credential: String, nowMs: Int64)
+        async throws
+    /// The audit log, newest first.
+    func audit(limit: Int) async throws -> [AuditEntry]
     /// True for a notification applied by a version of this service older than the inbox.
     func notificationWasApplied(_ uuid: String) async throws -> Bool
     func owner(originalTransactionId: String) async throws -> Holder?
