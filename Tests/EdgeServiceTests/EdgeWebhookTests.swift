@@ -122,4 +122,27 @@ import Testing
             }
         }
     }
+
+    /// Apple delivers out of order: a renewal signed before a refund of the same purchase arrives after
+    /// the refund was applied. State moves forward only, per original transaction, by signedDate: the late
+    /// renewal is recorded as superseded and grants nothing.
+    @Test func aNotificationSignedBeforeOneAlreadyAppliedForThePurchaseIsSuperseded() async throws {
+        try await SuiteFixture.with { suite in
+            let alice = try await suite.register("alice")
+            let bought = try await suite.buy("alice@icloud", "sub.premium")
+            _ = try await suite.redeem(alice.session, signed: [bought.signedTransaction])
+            let renewal = try #require(try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400)).notifications.first)
+            let refund = try #require(
+                try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: bought.transactionId)).signedPayload)
+            let refunded = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: refund))
+            #expect(refunded.state == .applied)
+            let late = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: renewal))
+            #expect(late.state == .ignored)
+            #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 1, "the late renewal granted nothing")
+            #expect(try await suite.entitlements(alice.session).isEmpty)
+            let listed = try await suite.fulfillment.call(
+                FulfillmentListNotifications.self, .init(adminToken: SuiteFixture.adminToken, state: .ignored))
+            #expect(listed.notifications.first?.lastError?.hasPrefix("superseded") == true)
+        }
+    }
 }

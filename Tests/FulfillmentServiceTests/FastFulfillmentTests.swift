@@ -83,6 +83,11 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         }
     }
     func notification(_ uuid: String) async throws -> InboxEntry? { inbox.withLockedValue { $0[uuid] } }
+    func latestAppliedSignedDate(originalTransactionId: String) async throws -> Int64? {
+        inbox.withLockedValue {
+            $0.values.filter { $0.originalTransactionId == originalTransactionId && $0.state == .applied }.compactMap(\.signedDateMs).max()
+        }
+    }
     func notifications(state: NotificationState?, limit: Int) async throws -> [InboxEntry] {
         inbox.withLockedValue { Array($0.values.filter { state == nil || $0.state == state }.prefix(limit)) }
     }

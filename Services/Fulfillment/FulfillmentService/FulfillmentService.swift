@@ -388,7 +388,8 @@ public final class FulfillmentService: Sendable {
             signedPayload: p.signedPayload, notification: (try? JSONByteEncoder.encode(notification)) ?? [],
             // Leased to this call for a minute: the inbox worker leaves it alone while it is processed here,
             // and picks it up if this process dies first.
-            receivedAtMs: now, nextAttemptAtMs: now + configuration.inboxLeaseMs)
+            receivedAtMs: now, nextAttemptAtMs: now + configuration.inboxLeaseMs,
+            originalTransactionId: notification["data"]?["transactionInfo"]?["originalTransactionId"]?.stringValue)
         let recorded = try await storeCall { try await self.store.recordNotification(entry) }
         guard recorded.isNew else {
             logger.info("notification delivered again", metadata: ["notificationUUID": "\(uuid)", "state": "\(recorded.entry.state)"])
@@ -417,6 +418,23 @@ public final class FulfillmentService: Sendable {
     private func process(_ entry: InboxEntry) async -> NotificationState {
         let attempts = entry.attempts + 1
         do {
+            // Forward only, per purchase: one signed before a notification already applied for the same
+            // original transaction arrived late and describes an older state.
+            if let original = entry.originalTransactionId, let signed = entry.signedDateMs,
+                let latest = try await storeCall({ try await self.store.latestAppliedSignedDate(originalTransactionId: original) }),
+                signed < latest
+            {
+                let now = clock.nowMs
+                logger.info(
+                    "notification superseded: a later one for this purchase was applied first",
+                    metadata: ["notificationUUID": "\(entry.notificationUUID)", "type": "\(entry.notificationType)"])
+                try await storeCall {
+                    try await self.store.settleNotification(
+                        entry.notificationUUID, state: .ignored, attempts: attempts, nextAttemptAtMs: now,
+                        lastError: "superseded: a later notification for this purchase was applied first", nowMs: now)
+                }
+                return .ignored
+            }
             let notification = try JSONDecoder().decode(JSONValue.self, from: Data(entry.notification))
             let applied = try await act(on: notification)
             let state: NotificationState = applied ? .applied : .ignored

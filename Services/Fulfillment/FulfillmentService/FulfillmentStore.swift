@@ -242,6 +242,14 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
                         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
                     """)
         }
+        m.registerMigration("v5-inbox-original") { db in
+            // Forward-only processing per purchase needs each notification's original transaction.
+            try db.execute(
+                sql: """
+                    ALTER TABLE notificationInbox ADD COLUMN originalTransactionId TEXT;
+                    CREATE INDEX inbox_by_original ON notificationInbox(originalTransactionId, state, signedDateMs);
+                    """)
+        }
         return m
     }
 
@@ -271,7 +279,7 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
 
     private static let inboxColumns = """
         notificationUUID, notificationType, subtype, signedDateMs, signedPayload, notification, receivedAtMs, state, attempts,
-        nextAttemptAtMs, lastError, processedAtMs
+        nextAttemptAtMs, lastError, processedAtMs, originalTransactionId
         """
 
     private static func inboxEntry(_ row: Row) -> InboxEntry {
@@ -279,19 +287,20 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
             notificationUUID: row["notificationUUID"], notificationType: row["notificationType"], subtype: row["subtype"],
             signedDateMs: row["signedDateMs"], signedPayload: row["signedPayload"], notification: [UInt8](row["notification"] as Data),
             receivedAtMs: row["receivedAtMs"], state: NotificationState(rawValue: row["state"]) ?? .parked, attempts: row["attempts"],
-            nextAttemptAtMs: row["nextAttemptAtMs"], lastError: row["lastError"], processedAtMs: row["processedAtMs"])
+            nextAttemptAtMs: row["nextAttemptAtMs"], lastError: row["lastError"], processedAtMs: row["processedAtMs"],
+            originalTransactionId: row["originalTransactionId"])
     }
 
     public func recordNotification(_ entry: InboxEntry) async throws -> (entry: InboxEntry, isNew: Bool) {
         try await commits.write { db in
             try db.cachedStatement(
                 sql: """
-                    INSERT OR IGNORE INTO notificationInbox (\(Self.inboxColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT OR IGNORE INTO notificationInbox (\(Self.inboxColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """
             ).execute(arguments: [
                 entry.notificationUUID, entry.notificationType, entry.subtype, entry.signedDateMs, entry.signedPayload,
                 Data(entry.notification), entry.receivedAtMs, entry.state.rawValue, entry.attempts, entry.nextAttemptAtMs,
-                entry.lastError, entry.processedAtMs,
+                entry.lastError, entry.processedAtMs, entry.originalTransactionId,
             ])
             if db.changesCount == 1 { return (entry, true) }
             let row = try Row.fetchOne(
@@ -324,6 +333,15 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
                     WHERE notificationUUID = ?
                     """
             ).execute(arguments: [state.rawValue, attempts, nextAttemptAtMs, lastError, state.rawValue, nowMs, uuid])
+        }
+    }
+
+    public func latestAppliedSignedDate(originalTransactionId: String) async throws -> Int64? {
+        try await writer.read { db in
+            try Int64.fetchOne(
+                db.cachedStatement(
+                    sql: "SELECT MAX(signedDateMs) FROM notificationInbox WHERE originalTransactionId = ? AND state = 'applied'"),
+                arguments: [originalTransactionId])
         }
     }
 

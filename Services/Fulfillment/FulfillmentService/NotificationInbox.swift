@@ -21,12 +21,16 @@ public struct InboxEntry: Sendable, Equatable {
     public var nextAttemptAtMs: Int64
     public var lastError: String?
     public var processedAtMs: Int64?
+    /// The purchase the notification is about (its original transaction), when it names one: state moves
+    /// forward only, by `signedDateMs`, per original transaction.
+    public var originalTransactionId: String? = nil
 
     public init(
         notificationUUID: String, notificationType: String, subtype: String?, signedDateMs: Int64?, signedPayload: String,
         notification: [UInt8], receivedAtMs: Int64, state: NotificationState = .pending, attempts: Int = 0,
-        nextAttemptAtMs: Int64, lastError: String? = nil, processedAtMs: Int64? = nil
+        nextAttemptAtMs: Int64, lastError: String? = nil, processedAtMs: Int64? = nil, originalTransactionId: String? = nil
     ) {
+        self.originalTransactionId = originalTransactionId
         self.notificationUUID = notificationUUID
         self.notificationType = notificationType
         self.subtype = subtype
@@ -78,6 +82,8 @@ public protocol NotificationInboxStorage: Sendable {
         _ uuid: String, state: NotificationState, attempts: Int, nextAttemptAtMs: Int64, lastError: String?, nowMs: Int64
     ) async throws
     func notification(_ uuid: String) async throws -> InboxEntry?
+    /// The latest `signedDateMs` among the applied notifications about this original transaction.
+    func latestAppliedSignedDate(originalTransactionId: String) async throws -> Int64?
     /// The newest first, optionally one state only.
     func notifications(state: NotificationState?, limit: Int) async throws -> [InboxEntry]
 }
