@@ -241,7 +241,10 @@ import Testing
             #expect(try await iap("revoke", "no-such-transaction", "--reason", "x").status == 1)
 
             // By transaction id: the server fetches the purchase from Apple (the simulator's App Store Server API).
-            let byId = try await iap("sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--json").decode(SimPurchase.Result.self)
+            let me = try await iap("accounts", "whoami", "--json").decode(AuthenticatedAccount.self)
+            let byId = try await iap(
+                "sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--app-account-token", me.appAccountToken, "--json"
+            ).decode(SimPurchase.Result.self)
             #expect(byId.orderId?.hasPrefix("MK") == true)
             let redeemedById = try await iap("redeem", "--transaction-id", byId.transactionId, "--json").decode(RedeemResult.self)
             #expect(redeemedById.results.map(\.outcome) == [.granted])

@@ -15,8 +15,8 @@ import Testing
     @Test func anAppSendsTransactionIdsAndTheServerFetchesVerifiesAndGrantsOnce() async throws {
         try await SuiteFixture.with { suite in
             let alice = try await suite.register("alice")
-            let coins = try await suite.buy("alice@icloud", "coins.100")
-            let pack = try await suite.buy("alice@icloud", "pack.castle")
+            let coins = try await suite.buy("alice@icloud", "coins.100", appAccountToken: alice.appAccountToken)
+            let pack = try await suite.buy("alice@icloud", "pack.castle", appAccountToken: alice.appAccountToken)
             let first = try await Self.redeem(suite, alice.session, ids: [coins.transactionId, pack.transactionId])
             #expect(first.results.map(\.outcome).sorted { $0.rawValue < $1.rawValue } == [.granted, .granted])
             #expect(first.balance == 100 && first.entitlements.map(\.entitlement) == ["castle"])
@@ -29,8 +29,20 @@ import Testing
             #expect(refused.results.map(\.outcome) == [.rejected, .rejected] && refused.results.allSatisfy { !$0.finishable })
             #expect(refused.balance == 100)
 
+            // A transaction id is not a proof of purchase: someone else's purchase (made with their token, or
+            // with none) is not granted by id, however it was learnt. Its owner still redeems it by JWS.
+            let bob = try await suite.register("bob")
+            let bobs = try await suite.buy("bob@icloud", "coins.100", appAccountToken: bob.appAccountToken)
+            let untokened = try await suite.buy("carol@icloud", "pack.castle")
+            let stolen = try await Self.redeem(suite, alice.session, ids: [bobs.transactionId, untokened.transactionId])
+            #expect(stolen.results.map(\.outcome) == [.rejected, .rejected] && stolen.results.allSatisfy { !$0.finishable })
+            #expect(stolen.balance == 100)
+            #expect(try await Self.redeem(suite, bob.session, ids: [bobs.transactionId]).balance == 100)
+            let carol = try await suite.register("carol")
+            #expect(try await suite.redeem(carol.session, signed: [untokened.signedTransaction]).results.map(\.outcome) == [.granted])
+
             // A sandbox purchase is found in sandbox and lands in the Sandbox scope.
-            let sandbox = try await suite.buy("alice@icloud", "coins.100", environment: .sandbox)
+            let sandbox = try await suite.buy("alice@icloud", "coins.100", appAccountToken: alice.appAccountToken, environment: .sandbox)
             let sandboxed = try await Self.redeem(suite, alice.session, ids: [sandbox.transactionId])
             #expect(sandboxed.results.map(\.outcome) == [.granted] && sandboxed.environment == .sandbox && sandboxed.balance == 100)
             #expect(try await suite.balance(alice.session) == 100)
@@ -48,12 +60,19 @@ import Testing
     @Test func aNewDeviceRestoresTheWholeHistoryWithoutAReceiptAndNoCoins() async throws {
         try await SuiteFixture.with { suite in
             let bob = try await suite.register("bob")
-            let coins = try await suite.buy("bob@icloud", "coins.100")
+            let token = bob.appAccountToken
+            let coins = try await suite.buy("bob@icloud", "coins.100", appAccountToken: token)
             _ = try await Self.redeem(suite, bob.session, ids: [coins.transactionId])
             // Bought on the phone, never redeemed here: a pack, a subscription, and more coins.
-            _ = try await suite.buy("bob@icloud", "pack.castle")
-            _ = try await suite.buy("bob@icloud", "sub.premium")
-            _ = try await suite.buy("bob@icloud", "coins.100")
+            _ = try await suite.buy("bob@icloud", "pack.castle", appAccountToken: token)
+            _ = try await suite.buy("bob@icloud", "sub.premium", appAccountToken: token)
+            _ = try await suite.buy("bob@icloud", "coins.100", appAccountToken: token)
+            // Someone who learnt one of bob's transaction ids restores nothing from bob's history.
+            let mallory = try await suite.register("mallory")
+            let snooped = try await suite.fulfillment.call(
+                FulfillmentRestore.self, .init(session: mallory.session, transactionId: coins.transactionId))
+            #expect(snooped.entitlements.isEmpty && snooped.balance == 0)
+            #expect(snooped.results.allSatisfy { $0.outcome == .rejected && !$0.finishable })
 
             let tablet = try await suite.login("bob")
             let restored = try await suite.fulfillment.call(FulfillmentRestore.self, .init(session: tablet, transactionId: coins.transactionId))

@@ -74,7 +74,8 @@ public final class FulfillmentService: Sendable {
             rejected += refused
         }
         if !transactionIds.isEmpty || p.transactionId != nil {
-            let (verified, refused) = try await fromApple(transactionIds: transactionIds, history: p.transactionId)
+            let (verified, refused) = try await fromApple(
+                transactionIds: transactionIds, history: p.transactionId, appAccountToken: account.appAccountToken)
             purchases += verified
             rejected += refused
         }
@@ -128,7 +129,14 @@ public final class FulfillmentService: Sendable {
 
     /// Purchases fetched from Apple by transaction id (each one), or a customer's whole history (restore),
     /// through verification's App Store Server API methods: only verified transactions are acted upon.
-    private func fromApple(transactionIds: [String], history: String?) async throws(RPCError) -> ([VerifiedPurchase], [TransactionResult]) {
+    ///
+    /// A transaction id is an identifier, not a proof of purchase (ids are sequential and show up in
+    /// support mail): anyone could send another customer's. So only purchases the app made with THIS
+    /// account's `appAccountToken` are taken; any other is `rejected` (not finishable) and can still be
+    /// redeemed with its receipt or signed transaction, which only the buyer's device holds.
+    private func fromApple(transactionIds: [String], history: String?, appAccountToken: String) async throws(RPCError)
+        -> ([VerifiedPurchase], [TransactionResult])
+    {
         guard let token = configuration.internalToken else {
             throw RPCError.unavailable(
                 "redeeming by transaction id needs the internal token (--internal-token) and the App Store Server API on verification",
@@ -151,6 +159,13 @@ public final class FulfillmentService: Sendable {
             if let answer, answer.status == 0, let payload = answer.transaction,
                 let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
             {
+                guard purchase.appAccountToken?.lowercased() == appAccountToken.lowercased() else {
+                    rejected.append(
+                        TransactionResult(
+                            transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
+                            productId: purchase.productId, outcome: .rejected, finishable: false))
+                    continue
+                }
                 verified.append(purchase)
             } else {
                 rejected.append(TransactionResult(transactionId: id, originalTransactionId: "", productId: "", outcome: .rejected, finishable: false))
