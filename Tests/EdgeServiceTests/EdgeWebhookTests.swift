@@ -145,4 +145,22 @@ import Testing
             #expect(listed.notifications.first?.lastError?.hasPrefix("superseded") == true)
         }
     }
+
+    /// A flood at the webhook (forgeries each cost a signature check) meets its own bucket: 429 with
+    /// Retry-After once the burst is spent; an oversized body is 413 before anything is verified.
+    @Test func theWebhookIsRateLimitedAndBodyCapped() async throws {
+        try await EdgeTests.withEdge(configure: {
+            $0.webhookBurst = 3
+            $0.webhookRequestsPerSecond = 0.01
+        }) { _, base in
+            for _ in 0..<3 { #expect(try await Self.deliver(base, "a.b.c") == 400) }
+            let limited = try await EdgeTests.post(base + "/v1/notifications/appstore", #"{"signedPayload":"a.b.c"}"#)
+            #expect(limited.status == 429 && Int(limited.headers["retry-after"] ?? "") ?? 0 >= 1)
+        }
+        try await EdgeTests.withEdge { _, base in
+            let big = #"{"signedPayload":""# + String(repeating: "a", count: 300 * 1024) + #""}"#
+            let refused = try await EdgeTests.post(base + "/v1/notifications/appstore", big)
+            #expect(refused.status == 413)
+        }
+    }
 }

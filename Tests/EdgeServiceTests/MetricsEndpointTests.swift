@@ -65,6 +65,14 @@ import Testing
             // Only scrapers on this machine see them: the public port does not publish metrics to apps.
             #expect(EdgeService.isLoopback("127.0.0.1") && EdgeService.isLoopback("::1"))
             #expect(!EdgeService.isLoopback("198.51.100.7") && !EdgeService.isLoopback(nil))
+            // A request relayed by a proxy on this machine is the public's, not a scraper's.
+            var relayed = HTTPClientRequest(url: base + "/metrics")
+            relayed.headers.add(name: "X-Forwarded-For", value: "198.51.100.7")
+            #expect(try await HTTPClient.shared.execute(relayed, timeout: .seconds(30)).status == .notFound)
+        }
+        try await EdgeTests.withEdge(configure: { $0.trustedProxies = ["127.0.0.1"] }) { _, base in
+            let proxied = try await Self.get(base + "/metrics")
+            #expect(proxied.status == 404, "the loopback peer is a trusted proxy")
         }
     }
 }

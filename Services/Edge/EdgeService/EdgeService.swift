@@ -20,6 +20,13 @@ public struct EdgeConfiguration: Sendable {
     /// of a batch counts as a request (a 64-member batch fits a full bucket).
     public var burst: Double = 100
     public var requestsPerSecond: Double = 20
+    /// Apple's webhook, per client address: its own bucket (Apple sends bursts from few addresses; each
+    /// delivery costs a signature verification, so a flood of forgeries is bounded too). Over it: 429 with
+    /// `Retry-After`, and Apple delivers again later.
+    public var webhookBurst: Double = 1_000
+    public var webhookRequestsPerSecond: Double = 200
+    /// Largest webhook body (a signed notification is a few KiB; verification refuses over 64 KiB anyway).
+    public var maxWebhookBodyBytes = 256 * 1024
     /// Addresses of reverse proxies whose `X-Forwarded-For` is believed; from anyone else it is ignored.
     public var trustedProxies: Set<String> = []
     /// Deadline for each forwarded call.
@@ -55,6 +62,7 @@ public final class EdgeService: Sendable {
     private let clients: [String: RPCClient]
     private let configuration: EdgeConfiguration
     private let limiter: TokenBuckets
+    private let webhookLimiter: TokenBuckets
     private let logger: Logger
     private let publicMethods = ContractMethods.publicAtTheEdge
     private let contentFiles: ContentFiles?
@@ -65,6 +73,7 @@ public final class EdgeService: Sendable {
         self.clients = ["accounts": accounts, "catalog": catalog, "fulfillment": fulfillment]
         self.configuration = configuration
         self.limiter = TokenBuckets(burst: configuration.burst, perSecond: configuration.requestsPerSecond)
+        self.webhookLimiter = TokenBuckets(burst: configuration.webhookBurst, perSecond: configuration.webhookRequestsPerSecond)
         self.logger = logger
         self.contentFiles = configuration.contentDirectory.map(ContentFiles.init(directory:))
         self.metricsRegistry = configuration.metricsRegistry ?? PrometheusCollectorRegistry()
@@ -326,8 +335,11 @@ public final class EdgeService: Sendable {
             Response(status: .ok, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
         }
         // Prometheus text, to scrapers on this machine only: the public port does not publish it.
-        router.get("metrics") { _, context -> Response in
-            guard Self.isLoopback(context.remoteAddress?.ipAddress) else { return Self.plain(.notFound, "not found") }
+        router.get("metrics") { request, context -> Response in
+            // A loopback peer that is a trusted proxy (or says it forwards) is relaying the public: not a scraper.
+            let peer = context.remoteAddress?.ipAddress
+            guard Self.isLoopback(peer), !self.configuration.trustedProxies.contains(peer ?? ""), request.headers[.xForwardedFor] == nil
+            else { return Self.plain(.notFound, "not found") }
             var body: [UInt8] = []
             self.metricsRegistry.emit(into: &body)
             return Response(
@@ -373,8 +385,14 @@ public final class EdgeService: Sendable {
             await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: true)
         }
         for (path, sandbox) in [("v1/notifications/appstore", false), ("v1/notifications/appstore/sandbox", true)] {
-            router.post(RouterPath(path)) { request, _ -> Response in
-                guard let buffer = try? await request.body.collect(upTo: maxBody) else { return Response(status: .contentTooLarge) }
+            router.post(RouterPath(path)) { request, context -> Response in
+                let address = self.clientAddress(peer: context.remoteAddress?.ipAddress, forwardedFor: request.headers[.xForwardedFor])
+                if let wait = self.webhookLimiter.take(address) {
+                    return Response(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))])
+                }
+                guard let buffer = try? await request.body.collect(upTo: self.configuration.maxWebhookBodyBytes) else {
+                    return Response(status: .contentTooLarge)
+                }
                 return Response(status: await self.appStoreNotification(body: Array(buffer: buffer), sandbox: sandbox))
             }
         }
