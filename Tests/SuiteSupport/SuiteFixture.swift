@@ -49,8 +49,6 @@ public final class SuiteFixture: Sendable {
     public let ports: [String: Int]
     public var verificationPort: Int { ports["verification"]! }
     private let simHTTP: Task<Void, any Error>
-    /// `sim.setFault`'s faults on the simulator's HTTP endpoints (its App Store Server API).
-    public let simFaults: SimHTTPFaults
     /// The fulfillment service itself (its RPC router is what `fulfillment` calls), for driving its inbox worker.
     public let service: FulfillmentService
     /// With `proxied`: the proxy in front of each dependency ("accounts", "verification", "catalog").
@@ -181,7 +179,7 @@ public final class SuiteFixture: Sendable {
             catalog: RPCClient(host: "127.0.0.1", port: catalogPort, configuration: patient),
             fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort, configuration: patient),
             store: store, service: service, content: content, servers: servers, routers: routers, proxies: proxies,
-            simHTTP: simHTTPTask, simFaults: faults)
+            simHTTP: simHTTPTask)
     }
 
     /// Starts a suite, runs `body` with it, and stops it (servers, proxies, files) however `body` ends:
@@ -205,10 +203,9 @@ public final class SuiteFixture: Sendable {
     private init(
         directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
         store: FulfillmentStore, service: FulfillmentService, content: [UInt8], servers: [String: RPCServer],
-        routers: [String: RPCRouter], proxies: [String: FaultProxy], simHTTP: Task<Void, any Error>, simFaults: SimHTTPFaults
+        routers: [String: RPCRouter], proxies: [String: FaultProxy], simHTTP: Task<Void, any Error>
     ) {
         self.simHTTP = simHTTP
-        self.simFaults = simFaults
         self.proxies = proxies
         self.directory = directory
         self.clock = clock

@@ -115,18 +115,23 @@ public final class VerificationService: Sendable {
 
     public func verifyTransaction(_ p: VerificationVerifyTransaction.Params) async -> VerificationVerifyTransaction.Result {
         switch await decode(p.signedTransaction) {
-        case .failure(let f):
-            return .init(status: f.status, reason: f.rawValue)
-        case .success(let transaction):
-            guard bundleAccepted(transaction["bundleId"]?.stringValue, expected: p.expectedBundleId) else {
-                return .init(status: 21003, reason: "bundleMismatch")
-            }
-            guard let environment = PurchaseEnvironment.fromSignedPayload(transaction["environment"]?.stringValue) else {
-                return .init(status: 21002, reason: "unknownEnvironment")
-            }
-            if environment == "Xcode", !configuration.allowXcode { return .init(status: 21003, reason: "xcodeNotAllowed") }
-            return .init(status: 0, environment: environment, transaction: transaction)
+        case .failure(let f): return .init(status: f.status, reason: f.rawValue)
+        case .success(let transaction): return accept(transaction, expectedBundleId: p.expectedBundleId)
         }
+    }
+
+    /// The rules for a transaction whose signature is verified: this app's, a known environment, Xcode
+    /// only when allowed. Shared by signed transactions sent by apps and those fetched from Apple (which
+    /// the App Store Server API client has verified already: their signatures are not checked twice).
+    private func accept(_ transaction: JSONValue, expectedBundleId: String?) -> VerificationVerifyTransaction.Result {
+        guard bundleAccepted(transaction["bundleId"]?.stringValue, expected: expectedBundleId) else {
+            return .init(status: 21003, reason: "bundleMismatch")
+        }
+        guard let environment = PurchaseEnvironment.fromSignedPayload(transaction["environment"]?.stringValue) else {
+            return .init(status: 21002, reason: "unknownEnvironment")
+        }
+        if environment == "Xcode", !configuration.allowXcode { return .init(status: 21003, reason: "xcodeNotAllowed") }
+        return .init(status: 0, environment: environment, transaction: transaction)
     }
 
     // MARK: App Store Server API
@@ -136,7 +141,7 @@ public final class VerificationService: Sendable {
         let api = try appStoreAPI(p.internalToken)
         do {
             let transaction = try await api.transactionInfo(p.transactionId)
-            return await verifyTransaction(.init(signedTransaction: transaction.signedTransaction))
+            return accept(transaction.payload, expectedBundleId: nil)
         } catch {
             throw Self.rpcError(error, transactionId: p.transactionId)
         }
@@ -151,7 +156,7 @@ public final class VerificationService: Sendable {
         do {
             for try await page in api.history(p.transactionId) {
                 for transaction in page {
-                    out.append(await verifyTransaction(.init(signedTransaction: transaction.signedTransaction)))
+                    out.append(accept(transaction.payload, expectedBundleId: nil))
                 }
                 guard out.count < VerificationTransactionHistory.maxTransactions else {
                     throw RPCError.conflict(
@@ -175,7 +180,7 @@ public final class VerificationService: Sendable {
         var out: [VerificationVerifyTransaction.Result] = []
         do {
             for transaction in try await api.lookUpOrder(p.orderId) {
-                out.append(await verifyTransaction(.init(signedTransaction: transaction.signedTransaction)))
+                out.append(accept(transaction.payload, expectedBundleId: nil))
             }
         } catch {
             throw Self.rpcError(error, transactionId: p.orderId)
