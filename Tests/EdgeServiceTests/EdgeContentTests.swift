@@ -132,6 +132,19 @@ import Testing
         }
     }
 
+    /// Downloads pay into the per-address bucket: a valid URL fetched in a loop (or signatures guessed)
+    /// meets 429 with Retry-After once the burst is spent.
+    @Test func downloadsAreRateLimitedPerAddress() async throws {
+        try await EdgeFixture.withContentEdge(configure: {
+            $0.burst = 4
+            $0.requestsPerSecond = 0.01
+        }) { _, base in
+            for _ in 0..<4 { #expect(try await Self.get(base + "/v1/content/x.bin?account=a&env=Production&expires=1&sig=x").status == 403) }
+            let limited = try await Self.get(base + "/v1/content/x.bin?account=a&env=Production&expires=1&sig=x")
+            #expect(limited.status == 429 && Int(limited.headers["retry-after"] ?? "") ?? 0 >= 1)
+        }
+    }
+
     @Test func rangeHeadersResolveAsTheRFCSays() {
         let tag = "\"abc\""
         #expect(ByteRanges.resolve(range: nil, ifRange: nil, etag: tag, size: 10) == .full)

@@ -255,6 +255,12 @@ public final class EdgeService: Sendable {
     /// buffers written to the connection.
     func content(_ request: Request, context: EdgeRequestContext, contentId: String, head: Bool) async -> Response {
         guard let files = contentFiles, let signer = configuration.contentSigner else { return Self.plain(.notFound, "not found") }
+        // Downloads pay into the same per-address bucket as /v1/rpc: a valid URL cannot be fetched in a
+        // loop to burn the edge's bandwidth and disk, and guessing signatures is bounded too.
+        let address = clientAddress(peer: context.remoteAddress?.ipAddress, forwardedFor: request.headers[.xForwardedFor])
+        if let wait = limiter.take(address) {
+            return Response(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))])
+        }
         var query: [String: String] = [:]
         for (key, value) in request.uri.queryParameters { query[String(key)] = String(value) }
         switch signer.check(contentId: contentId, query: query, nowMs: configuration.clock.nowMs) {
