@@ -7,6 +7,7 @@ import IAPProtocol
 import JSONRPC
 import Logging
 import NIOConcurrencyHelpers
+import NIOPosix
 import RPCTestSupport
 import Receipts
 import ServiceSupport
@@ -89,17 +90,19 @@ import X509
         )
     }
 
+    /// A purchase made on NIO's blocking pool, as the simulator's RPC router runs it: it signs a whole receipt
+    /// (RSA) and writes SQLite, which must not hold one of the few cooperative threads every test shares.
     static func buy(
         _ sim: AppStoreSimulator, _ productId: String, _ type: ProductType, appleId: String = "ann@icloud", environment: SimEnvironment? = nil
-    )
-        throws -> SimPurchase.Result
-    {
-        try sim.purchase(.init(appleId: appleId, bundleId: bundleId, productId: productId, productType: type, environment: environment))
+    ) async throws -> SimPurchase.Result {
+        try await NIOThreadPool.singleton.runIfActive {
+            try sim.purchase(.init(appleId: appleId, bundleId: bundleId, productId: productId, productType: type, environment: environment))
+        }
     }
 
     @Test func everyBadTokenIs401AndAGoodOneReadsTheTransaction() async throws {
         try await Self.serve { served in
-            let bought = try Self.buy(served.simulator, "coins.100", .consumable)
+            let bought = try await Self.buy(served.simulator, "coins.100", .consumable)
             let url = served.base + "/inApps/v1/transactions/\(bought.transactionId)"
             let now = Int64(Date().timeIntervalSince1970)
             let bad: [String: String?] = [
@@ -134,9 +137,9 @@ import X509
             var ids: [String] = []
             for i in 0..<45 {
                 let (product, type): (String, ProductType) = i % 3 == 0 ? ("pack.\(i)", .nonConsumable) : ("coins.100", .consumable)
-                ids.append(try Self.buy(served.simulator, product, type).transactionId)
+                ids.append(try await Self.buy(served.simulator, product, type).transactionId)
             }
-            _ = try Self.buy(served.simulator, "coins.100", .consumable, appleId: "someone-else@icloud")
+            _ = try await Self.buy(served.simulator, "coins.100", .consumable, appleId: "someone-else@icloud")
             let client = try served.client()
             var pages: [[VerifiedAPITransaction]] = []
             for try await page in client.history(ids[7]) { pages.append(page) }
@@ -167,7 +170,7 @@ import X509
 
     @Test func ordersAreFoundByTheirIdAndUnknownOnesAreInvalid() async throws {
         try await Self.serve { served in
-            let bought = try Self.buy(served.simulator, "pack.castle", .nonConsumable)
+            let bought = try await Self.buy(served.simulator, "pack.castle", .nonConsumable)
             let orderId = try #require(bought.orderId)
             #expect(orderId.hasPrefix("MK") && orderId.count == 10)
             let client = try served.client()
@@ -180,8 +183,8 @@ import X509
 
     @Test func theClientRetriesHonoursRetryAfterFallsBackToSandboxAndReusesItsToken() async throws {
         try await Self.serve { served in
-            let production = try Self.buy(served.simulator, "coins.100", .consumable)
-            let sandbox = try Self.buy(served.simulator, "coins.100", .consumable, environment: .sandbox)
+            let production = try await Self.buy(served.simulator, "coins.100", .consumable)
+            let sandbox = try await Self.buy(served.simulator, "coins.100", .consumable, environment: .sandbox)
             let sleeps = NIOLockedValueBox<[Duration]>([])
             let client = try served.client(sleeps: sleeps)
             // Two 429s (Retry-After: 1), then the answer.
@@ -208,7 +211,7 @@ import X509
 
     @Test func payloadsThatDoNotVerifyOrNameAnotherAppAreRefused() async throws {
         try await Self.serve { served in
-            let bought = try Self.buy(served.simulator, "coins.100", .consumable)
+            let bought = try await Self.buy(served.simulator, "coins.100", .consumable)
             // A client trusting another root: the simulator's signatures do not verify.
             let stranger = try JWSSigningPKI.generate()
             await #expect(throws: AppStoreAPIError.self) {

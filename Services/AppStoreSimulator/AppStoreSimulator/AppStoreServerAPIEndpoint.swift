@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import IAPProtocol
 import NIOCore
+import NIOPosix
 import ServiceSupport
 
 /// Apple's App Store Server API, answered by the simulator from its own data on its HTTP port: the paths
@@ -60,7 +61,8 @@ public final class AppStoreServerAPIEndpoint: Sendable {
     }
 
     /// Faults, then authentication, then `body` with the token's bundle id; JSON out, Apple's errors.
-    private func respond(_ request: Request, _ body: (String) throws -> [String: Any]) async -> Response {
+    /// `body` reads SQLite and signs JWS: it runs on NIO's blocking pool, never on the cooperative threads.
+    private func respond(_ request: Request, _ body: @escaping @Sendable (String) throws -> [String: Any]) async -> Response {
         let (mode, delayMs) = faults.take()
         switch mode {
         case .http429:
@@ -72,7 +74,9 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         }
         guard let bid = authorizedBundle(request.headers[.authorization]) else { return Self.error(.unauthorized) }
         do {
-            let json = try JSONSerialization.data(withJSONObject: try body(bid), options: [.sortedKeys])
+            let json = try await NIOThreadPool.singleton.runIfActive {
+                try JSONSerialization.data(withJSONObject: try body(bid), options: [.sortedKeys])
+            }
             return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: json)))
         } catch let error as APIError {
             return Self.error(error)
