@@ -4,6 +4,7 @@ import Foundation
 import JSONRPC
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOHTTP1
 import Receipts
 
 /// A team's App Store Server API key (App Store Connect > Users and Access > Integrations): the key id, the
@@ -96,9 +97,9 @@ public final class AppStoreServerAPIClient: Sendable {
         public init() {}
     }
 
-    private let credentials: AppStoreAPICredentials
-    private let verifier: SignedPayloadVerifier
-    private let configuration: Configuration
+    let credentials: AppStoreAPICredentials
+    let verifier: SignedPayloadVerifier
+    let configuration: Configuration
     private let http: HTTPClient
     private let sleep: @Sendable (Duration) async throws -> Void
     private let nowSeconds: @Sendable () -> Int64
@@ -182,7 +183,7 @@ public final class AppStoreServerAPIClient: Sendable {
     // MARK: plumbing
 
     /// `call` against production, and against sandbox when production answers one of Apple's not-found codes.
-    private func bothEnvironments(_ call: (String) async throws -> JSONValue) async throws -> (JSONValue, String) {
+    func bothEnvironments(_ call: (String) async throws -> JSONValue) async throws -> (JSONValue, String) {
         do {
             return (try await call(configuration.productionURL), configuration.productionURL)
         } catch let error as AppStoreAPIError where error.isNotFound {
@@ -190,14 +191,27 @@ public final class AppStoreServerAPIClient: Sendable {
         }
     }
 
-    /// One GET with a bearer token, retried on 429 and 5xx (waiting `Retry-After`, else 1, 2, 4 s).
-    private func get(_ url: String) async throws -> JSONValue {
+    /// One GET with a bearer token, retried on 429 and 5xx.
+    func get(_ url: String) async throws -> JSONValue {
+        guard let json = try await send(.GET, url) else { throw AppStoreAPIError.malformedResponse }
+        return json
+    }
+
+    /// One request with a bearer token (and a JSON body), retried on 429 and 5xx (waiting `Retry-After`,
+    /// else 1, 2, 4 s); the answer's JSON, or nil for a 2xx without a body.
+    func send(_ method: HTTPMethod, _ url: String, body: JSONValue? = nil) async throws -> JSONValue? {
         var attempt = 0
+        let encoded = try body.map { try JSONEncoder().encode($0) }
         while true {
             attempt += 1
             var request = HTTPClientRequest(url: url)
+            request.method = method
             request.headers.add(name: "Authorization", value: "Bearer " + (try bearer()))
             request.headers.add(name: "Accept", value: "application/json")
+            if let encoded {
+                request.headers.add(name: "Content-Type", value: "application/json")
+                request.body = .bytes(ByteBuffer(bytes: encoded))
+            }
             let response: HTTPClientResponse
             let bytes: ByteBuffer
             do {
@@ -207,7 +221,8 @@ public final class AppStoreServerAPIClient: Sendable {
                 throw AppStoreAPIError.transport("\(error)")
             }
             let status = Int(response.status.code)
-            if status == 200 {
+            if (200..<300).contains(status) {
+                guard bytes.readableBytes > 0 else { return nil }
                 guard let json = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes.readableBytesView)) else {
                     throw AppStoreAPIError.malformedResponse
                 }
@@ -244,7 +259,7 @@ public final class AppStoreServerAPIClient: Sendable {
         return value
     }
 
-    private func verified(_ jws: String) async throws -> VerifiedAPITransaction {
+    func verified(_ jws: String) async throws -> VerifiedAPITransaction {
         switch await verifier.verify(jws) {
         case .failure(let failure): throw AppStoreAPIError.verification(failure)
         case .success(let bytes):

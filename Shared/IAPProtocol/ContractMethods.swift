@@ -14,7 +14,10 @@ public enum ContractMethods {
     public static let verification: [OpenRPCMethodDescription] = [
         .init(VerificationVerifyReceipt.self), .init(VerificationVerifyTransaction.self),
         .init(VerificationVerifyNotification.self), .init(VerificationTransactionInfo.self), .init(VerificationTransactionHistory.self),
-        .init(VerificationLookUpOrder.self),
+        .init(VerificationLookUpOrder.self), .init(VerificationSubscriptionStatuses.self), .init(VerificationRefundHistory.self),
+        .init(VerificationNotificationHistory.self), .init(VerificationRequestTestNotification.self),
+        .init(VerificationTestNotificationStatus.self), .init(VerificationSendConsumption.self), .init(VerificationSetAppAccountToken.self),
+        .init(VerificationExtendRenewalDate.self),
     ]
     public static let fulfillment: [OpenRPCMethodDescription] = [
         .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),
@@ -27,7 +30,8 @@ public enum ContractMethods {
     public static let simulator: [OpenRPCMethodDescription] = [
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),
         .init(SimRefund.self), .init(SimAdvanceClock.self), .init(SimReceipt.self), .init(SimSetFault.self),
-        .init(SimAPIKey.self),
+        .init(SimAPIKey.self), .init(SimSetNotificationURL.self), .init(SimDeliverNotifications.self), .init(SimSetAutoRenew.self),
+        .init(SimConsumptionReports.self),
     ]
     public static let builtin: [OpenRPCMethodDescription] = [
         .init(RPCPing.self), .init(RPCDiscover.self), .init(HealthCheck.self),

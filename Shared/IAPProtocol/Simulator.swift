@@ -248,3 +248,78 @@ public enum SimAPIKey: RPCMethod {
     public static let name = "sim.apiKey"
     public static let summary = "The App Store Server API key (key id, issuer id, PEM private key) the simulator's /inApps endpoints accept."
 }
+
+/// Where the simulated App Store POSTs its App Store Server Notifications v2 (Apple's body,
+/// `{"signedPayload": ...}`) for one environment; no `url` stops sending there.
+public enum SimSetNotificationURL: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var environment: SimEnvironment
+        /// An http or https URL; nil or absent stops delivery for the environment.
+        public var url: String?
+        public init(environment: SimEnvironment, url: String? = nil) {
+            self.environment = environment
+            self.url = url
+        }
+    }
+    public typealias Result = EmptyResult
+    public static let name = "sim.setNotificationURL"
+    public static let summary = "Set (or clear) the URL the simulator sends an environment's App Store Server Notifications to."
+}
+
+/// Sends every notification whose next attempt is due on the simulated clock, and answers once they are
+/// sent: what `advanceClock` and each event also start in the background, made awaitable.
+public enum SimDeliverNotifications: RPCMethod {
+    public typealias Params = EmptyParams
+    public struct Result: Codable, Sendable, Equatable {
+        /// Send attempts made by this call.
+        public var attempted: Int
+        /// Of those, answered with HTTP 200-206.
+        public var succeeded: Int
+        /// Notifications still waiting for a retry (Apple's schedule: 1, 12, 24, 48, 72 hours; production only).
+        public var pendingRetries: Int
+        public init(attempted: Int, succeeded: Int, pendingRetries: Int) {
+            self.attempted = attempted
+            self.succeeded = succeeded
+            self.pendingRetries = pendingRetries
+        }
+    }
+    public static let name = "sim.deliverNotifications"
+    public static let summary = "Send the notifications due now on the simulated clock and wait for the answers."
+}
+
+/// The customer turns auto-renew off or on (Settings > Subscriptions): DID_CHANGE_RENEWAL_STATUS.
+public enum SimSetAutoRenew: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var appleId: String
+        /// Any transaction of the subscription (its original is looked up).
+        public var transactionId: String
+        public var enabled: Bool
+        public init(appleId: String, transactionId: String, enabled: Bool) {
+            self.appleId = appleId
+            self.transactionId = transactionId
+            self.enabled = enabled
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// The DID_CHANGE_RENEWAL_STATUS notification (AUTO_RENEW_DISABLED / AUTO_RENEW_ENABLED); none when unchanged.
+        public var signedPayload: String?
+        public init(signedPayload: String? = nil) { self.signedPayload = signedPayload }
+    }
+    public static let name = "sim.setAutoRenew"
+    public static let summary = "Turn a subscription's auto-renew off or on, as the customer would."
+}
+
+/// What the App Store received through Send Consumption Information for a transaction (tests and support).
+public enum SimConsumptionReports: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var transactionId: String
+        public init(transactionId: String) { self.transactionId = transactionId }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// Each request body as received (Apple's ConsumptionRequest fields), oldest first.
+        public var reports: [JSONValue]
+        public init(reports: [JSONValue]) { self.reports = reports }
+    }
+    public static let name = "sim.consumptionReports"
+    public static let summary = "The consumption information sent to the simulator for a transaction."
+}

@@ -14,7 +14,7 @@ import ServiceSupport
 /// 60 minutes after `iat`; else 401. Errors are
 /// Apple's `{errorCode, errorMessage}` with Apple's codes; `sim.setFault` (http429, http503, slow) applies.
 public final class AppStoreServerAPIEndpoint: Sendable {
-    private let simulator: AppStoreSimulator
+    let simulator: AppStoreSimulator
     private let faults: SimHTTPFaults
     private let wallClock: ServiceClock
     /// Transactions per history page, as Apple's.
@@ -36,6 +36,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         static func badRequest(_ code: Int, _ message: String) -> APIError { .init(status: .badRequest, code: code, message: message) }
         static let transactionNotFound = APIError(status: .notFound, code: 4_040_010, message: "Transaction id not found.")
         static let invalidTransactionId = APIError.badRequest(4_000_006, "Invalid transaction id.")
+        static let invalidRevision = APIError.badRequest(4_000_005, "Invalid request revision.")
     }
 
     func addRoutes(to router: Router<BasicRequestContext>) {
@@ -47,9 +48,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
             }
             router.get(RouterPath("\(prefix)inApps/v2/history/:id")) { request, context -> Response in
                 await self.respond(request) { bid in
-                    var query: [String: [String]] = [:]
-                    for (key, value) in request.uri.queryParameters { query[String(key), default: []].append(String(value)) }
-                    return try self.history(context.parameters.get("id") ?? "", query: query, environment: environment, bid: bid)
+                    try self.history(context.parameters.get("id") ?? "", query: Self.query(request), environment: environment, bid: bid)
                 }
             }
             router.get(RouterPath("\(prefix)inApps/v1/lookup/:orderId")) { request, context -> Response in
@@ -57,12 +56,24 @@ public final class AppStoreServerAPIEndpoint: Sendable {
                     try self.lookUpOrder(context.parameters.get("orderId") ?? "", environment: environment, bid: bid)
                 }
             }
+            addSubscriptionRoutes(to: router, prefix: prefix, environment: environment)
+            addNotificationRoutes(to: router, prefix: prefix, environment: environment)
         }
     }
 
-    /// Faults, then authentication, then `body` with the token's bundle id; JSON out, Apple's errors.
-    /// `body` reads SQLite and signs JWS: it runs on NIO's blocking pool, never on the cooperative threads.
-    private func respond(_ request: Request, _ body: @escaping @Sendable (String) throws -> [String: Any]) async -> Response {
+    /// Query parameters by name, each with every value given.
+    static func query(_ request: Request) -> [String: [String]] {
+        var query: [String: [String]] = [:]
+        for (key, value) in request.uri.queryParameters { query[String(key), default: []].append(String(value)) }
+        return query
+    }
+
+    /// Faults, then authentication, then `body` with the token's bundle id and the request body (at most
+    /// 64 KiB); JSON out (`status`, no body when `body` answers nil), Apple's errors. `body` reads SQLite and
+    /// signs JWS: it runs on NIO's blocking pool, never on the cooperative threads.
+    func respond(
+        _ request: Request, status: HTTPResponse.Status = .ok, _ body: @escaping @Sendable (String, [UInt8]) throws -> [String: Any]?
+    ) async -> Response {
         let (mode, delayMs) = faults.take()
         switch mode {
         case .http429:
@@ -73,11 +84,16 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         case .none: break
         }
         guard let bid = authorizedBundle(request.headers[.authorization]) else { return Self.error(.unauthorized) }
+        var request = request
+        guard let bytes = try? await request.collectBody(upTo: 64 << 10) else {
+            return Self.error(.badRequest(4_000_000, "Invalid request."))
+        }
         do {
-            let json = try await NIOThreadPool.singleton.runIfActive {
-                try JSONSerialization.data(withJSONObject: try body(bid), options: [.sortedKeys])
+            let json = try await NIOThreadPool.singleton.runIfActive { () -> Data? in
+                try body(bid, Array(buffer: bytes)).map { try JSONSerialization.data(withJSONObject: $0, options: [.sortedKeys]) }
             }
-            return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: json)))
+            guard let json else { return Response(status: status) }
+            return Response(status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: json)))
         } catch let error as APIError {
             return Self.error(error)
         } catch {
@@ -95,6 +111,11 @@ public final class AppStoreServerAPIEndpoint: Sendable {
     }
 
     // MARK: authentication
+
+    /// `respond` for endpoints that read no request body.
+    func respond(_ request: Request, _ body: @escaping @Sendable (String) throws -> [String: Any]) async -> Response {
+        await respond(request) { bid, _ in try body(bid) }
+    }
 
     /// The `bid` of a valid bearer token, else nil (401).
     func authorizedBundle(_ authorization: String?) -> String? {
@@ -121,6 +142,19 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         return bid
     }
 
+    /// A paging position (`revision`, `paginationToken`): opaque to callers, the last sequence number shown.
+    static func token(_ seq: Int64) -> String {
+        Data("sim1:\(seq)".utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    static func position(_ token: String, orThrow error: APIError) throws -> Int64 {
+        guard let data = base64URL(Substring(token)), let text = String(data: data, encoding: .utf8), text.hasPrefix("sim1:"),
+            let seq = Int64(text.dropFirst(5))
+        else { throw error }
+        return seq
+    }
+
     static func base64URL(_ part: Substring) -> Data? {
         var text = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
         while text.count % 4 != 0 { text += "=" }
@@ -130,7 +164,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
     // MARK: endpoints
 
     /// The transaction, if it exists in this environment and app.
-    private func transaction(_ id: String, environment: SimEnvironment, bid: String) throws -> SimTransaction {
+    func transaction(_ id: String, environment: SimEnvironment, bid: String) throws -> SimTransaction {
         guard !id.isEmpty, id.allSatisfy(\.isNumber) else { throw APIError.invalidTransactionId }
         // Another app's transaction is not found for this app, as Apple answers.
         guard let t = try simulator.apiTransaction(id), t.environment == environment, t.bundleId == bid else {
@@ -179,12 +213,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         if let ownership = one("inAppOwnershipType"), !["PURCHASED", "FAMILY_SHARED"].contains(ownership) {
             throw APIError.badRequest(4_000_026, "Invalid in-app ownership type.")
         }
-        let after = try one("revision").map { token -> Int64 in
-            guard let data = Self.base64URL(Substring(token)), let text = String(data: data, encoding: .utf8), text.hasPrefix("sim1:"),
-                let seq = Int64(text.dropFirst(5))
-            else { throw APIError.badRequest(4_000_005, "Invalid request revision.") }
-            return seq
-        }
+        let after = try one("revision").map { try Self.position($0, orThrow: .invalidRevision) }
         var matching = (try simulator.apiHistory(of: anchor.transactionId) ?? []).filter { t in
             (types.isEmpty || types.contains(t.productType)) && (productIds.isEmpty || productIds.contains(t.productId))
                 && (groups.isEmpty || (t.productType == .autoRenewable && groups.contains("sim-group")))
@@ -197,8 +226,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         let page = Array(matching.prefix(Self.pageSize))
         let last = page.last?.seq ?? after ?? (sort == "ASCENDING" ? 0 : Int64.max)
         var answer: [String: Any] = [
-            "revision": Data("sim1:\(last)".utf8).base64EncodedString().replacingOccurrences(of: "+", with: "-")
-                .replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: ""),
+            "revision": Self.token(last),
             "bundleId": anchor.bundleId, "environment": environment.appleName, "hasMore": matching.count > page.count,
             "signedTransactions": try page.map(simulator.signedTransaction),
         ]

@@ -17,23 +17,29 @@ import X509
 /// re-buying an owned non-consumable is a new regular transaction with the same original id; restores
 /// and renewals get new transaction ids and keep the original id; a refund sets a cancellation date.
 public final class AppStoreSimulator: Sendable {
-    private let store: SimulatorStore
-    private let pki: SimulatorPKI
+    let store: SimulatorStore
+    let pki: SimulatorPKI
     /// The App Store Server API key its `/inApps` endpoints accept (`sim.apiKey`).
     public let apiKey: SimulatorAPIKey
     private let clock: ServiceClock
+    /// Sends notifications to the URLs `sim.setNotificationURL` configured.
+    public let courier: NotificationCourier
     private let negativePKIs = NIOLockedValueBox<[SimSigning: ReceiptSigningPKI]>([:])
     public static let defaultPeriodDays = 30
 
-    public init(directory: URL, clock: ServiceClock = .system) throws {
-        self.store = try SimulatorStore(directory: directory)
+    public init(directory: URL, clock: ServiceClock = .system, delivery: NotificationCourier.Configuration = .init()) throws {
+        let store = try SimulatorStore(directory: directory)
+        self.store = store
         self.pki = try SimulatorPKI.loadOrCreate(directory: directory)
         self.apiKey = try SimulatorAPIKey.loadOrCreate(directory: directory)
         self.clock = clock
+        self.courier = try NotificationCourier(store: store, configuration: delivery) { db in
+            clock.nowMs + (try Int64.fetchOne(db, sql: "SELECT clockOffsetMs FROM simState")!)
+        }
     }
 
     /// Simulated now: the wall clock plus every `advanceClock` so far.
-    private func now(_ db: Database) throws -> Int64 {
+    func now(_ db: Database) throws -> Int64 {
         clock.nowMs + (try Int64.fetchOne(db, sql: "SELECT clockOffsetMs FROM simState")!)
     }
 
@@ -90,8 +96,15 @@ public final class AppStoreSimulator: Sendable {
                 periodDays: p.productType == .autoRenewable ? period : nil, environment: environment,
                 orderId: SimulatorStore.newOrderId())
             try SimulatorStore.insert(t, db: db)
+            if p.productType == .autoRenewable {
+                let resubscribe = history.contains { $0.productType == .autoRenewable }
+                try self.recordNotification("SUBSCRIBED", subtype: resubscribe ? "RESUBSCRIBE" : "INITIAL_BUY", t, signedDate: now, db: db)
+            } else if owned == nil {
+                try self.recordNotification("ONE_TIME_CHARGE", t, signedDate: now, db: db)
+            }
             return (t, try self.receipt(appleId: p.appleId, bundleId: p.bundleId, environment: p.receipt?.environment ?? environment, db: db))
         }
+        courier.kick()
         return .init(
             transactionId: transaction.transactionId, originalTransactionId: transaction.originalTransactionId,
             receiptData: try sign(receipt, p.receipt), signedTransaction: try signedTransaction(transaction),
@@ -137,7 +150,7 @@ public final class AppStoreSimulator: Sendable {
 
     /// Sets the transaction's cancellation date; answers the REFUND notification the App Store would send.
     public func refund(_ p: SimRefund.Params) throws -> SimRefund.Result {
-        let refunded = try write { db -> SimTransaction in
+        let payload = try write { db -> String in
             guard var t = try SimulatorStore.transaction(p.transactionId, db: db), t.appleId == p.appleId else {
                 throw RPCError.notFound("no transaction \(p.transactionId) for this Apple ID", reason: "unknownTransaction")
             }
@@ -148,9 +161,10 @@ public final class AppStoreSimulator: Sendable {
             try db.execute(
                 sql: "UPDATE simTransaction SET cancellationDateMs = ? WHERE transactionId = ?",
                 arguments: [t.cancellationDateMs, t.transactionId])
-            return t
+            return try self.recordNotification("REFUND", t, signedDate: t.cancellationDateMs!, db: db)
         }
-        return .init(signedPayload: try notification("REFUND", refunded, signedDate: refunded.cancellationDateMs!))
+        courier.kick()
+        return .init(signedPayload: payload)
     }
 
     /// Moves the simulated clock; every subscription whose period passes renews (a new transaction
@@ -159,7 +173,7 @@ public final class AppStoreSimulator: Sendable {
         guard p.seconds >= 0, p.seconds <= 10 * 366 * 86_400 else {
             throw RPCError.invalidParams("seconds must be 0 to ten years", field: "seconds", reason: "invalidValue")
         }
-        let (now, renewed) = try write { db -> (Int64, [SimTransaction]) in
+        let (now, renewed, notifications) = try write { db -> (Int64, [SimTransaction], [String]) in
             try db.execute(sql: "UPDATE simState SET clockOffsetMs = clockOffsetMs + ?", arguments: [p.seconds * 1000])
             let now = try self.now(db)
             var latest: [String: SimTransaction] = [:]
@@ -168,7 +182,17 @@ public final class AppStoreSimulator: Sendable {
                 latest[t.originalTransactionId] = t
             }
             var renewed: [SimTransaction] = []
+            var notifications: [String] = []
             for var t in latest.values.sorted(by: { $0.originalTransactionId < $1.originalTransactionId }) where t.cancellationDateMs == nil {
+                let renewal = try SimulatorStore.renewal(t.originalTransactionId, db: db)
+                // Auto-renew off: the period ends, once, with EXPIRED (VOLUNTARY).
+                if !renewal.autoRenew {
+                    if let expires = t.expiresDateMs, expires <= now, renewal.expiredAtMs == nil {
+                        try SimulatorStore.setExpired(t.originalTransactionId, atMs: expires, db: db)
+                        notifications.append(try self.recordNotification("EXPIRED", subtype: "VOLUNTARY", t, signedDate: expires, db: db))
+                    }
+                    continue
+                }
                 while let expires = t.expiresDateMs, expires <= now {
                     t.transactionId = try SimulatorStore.nextTransactionId(db)
                     t.purchaseDateMs = expires
@@ -179,24 +203,51 @@ public final class AppStoreSimulator: Sendable {
                     t.orderId = SimulatorStore.newOrderId()
                     try SimulatorStore.insert(t, db: db)
                     renewed.append(t)
+                    notifications.append(try self.recordNotification("DID_RENEW", t, signedDate: t.purchaseDateMs, db: db))
                 }
             }
-            return (now, renewed)
+            return (now, renewed, notifications)
         }
-        return .init(
-            nowMs: now, renewals: renewed.count,
-            notifications: try renewed.map { try notification("DID_RENEW", $0, signedDate: $0.purchaseDateMs) })
+        // Renewals' notifications and retries that fell due as the clock moved.
+        courier.kick()
+        return .init(nowMs: now, renewals: renewed.count, notifications: notifications)
     }
 
-    /// An App Store Server Notification v2 about one transaction, signed with the JWS chain.
-    private func notification(_ type: String, subtype: String? = nil, _ t: SimTransaction, signedDate: Int64) throws -> String {
+    /// An App Store Server Notification v2 about one transaction (with the subscription's renewal info),
+    /// signed with the JWS chain and recorded for delivery and Get Notification History.
+    @discardableResult
+    func recordNotification(_ type: String, subtype: String? = nil, _ t: SimTransaction, signedDate: Int64, db: Database) throws -> String {
+        var data: [String: Any] = [
+            "bundleId": t.bundleId, "environment": t.environment.appleName, "signedTransactionInfo": try signedTransaction(t),
+        ]
+        if t.environment == .production { data["appAppleId"] = 1_234_567_890 }
+        if t.productType == .autoRenewable {
+            data["signedRenewalInfo"] = try signedRenewalInfo(t, db: db)
+            data["status"] = try subscriptionStatus(t, db: db)
+        }
+        return try recordNotification(
+            type, subtype: subtype, bundleId: t.bundleId, environment: t.environment, data: data, transaction: t, signedDate: signedDate, db: db
+        ).signedPayload
+    }
+
+    /// Signs and records any notification (`data` as Apple's `data` object).
+    func recordNotification(
+        _ type: String, subtype: String?, bundleId: String, environment: SimEnvironment, data: [String: Any], transaction t: SimTransaction?,
+        signedDate: Int64, db: Database
+    ) throws -> (notificationUUID: String, signedPayload: String) {
+        let uuid = UUID().uuidString.lowercased()
         var notification: [String: Any] = [
-            "notificationType": type, "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
-            "signedDate": signedDate,
-            "data": ["bundleId": t.bundleId, "environment": t.environment.appleName, "signedTransactionInfo": try signedTransaction(t)],
+            "notificationType": type, "notificationUUID": uuid, "version": "2.0", "signedDate": signedDate, "data": data,
         ]
         if let subtype { notification["subtype"] = subtype }
-        return try pki.signedPayloads.sign(payload: Array(try JSONSerialization.data(withJSONObject: notification, options: [.sortedKeys])))
+        let payload = try pki.signedPayloads.sign(
+            payload: Array(try JSONSerialization.data(withJSONObject: notification, options: [.sortedKeys])))
+        try SimulatorStore.insertNotification(
+            SimNotification(
+                notificationUUID: uuid, seq: 0, bundleId: bundleId, environment: environment, notificationType: type, subtype: subtype,
+                transactionId: t?.transactionId, originalTransactionId: t?.originalTransactionId, signedDateMs: signedDate,
+                signedPayload: payload, attempts: 0, nextAttemptAtMs: nil), db: db)
+        return (uuid, payload)
     }
 
     public func currentReceipt(_ p: SimReceipt.Params) throws -> SimReceipt.Result {
@@ -366,6 +417,13 @@ public final class AppStoreSimulator: Sendable {
         r.registerBlocking(SimRefund.self) { p, _ in try self.refund(p) }
         r.registerBlocking(SimAdvanceClock.self) { p, _ in try self.advanceClock(p) }
         r.registerBlocking(SimReceipt.self) { p, _ in try self.currentReceipt(p) }
+        r.registerBlocking(SimSetAutoRenew.self) { p, _ in try self.setAutoRenew(p) }
+        r.registerBlocking(SimSetNotificationURL.self) { p, _ in
+            try self.setNotificationURL(p)
+            return EmptyResult()
+        }
+        r.registerBlocking(SimConsumptionReports.self) { p, _ in try self.consumptionReports(p) }
+        r.register(SimDeliverNotifications.self) { _, _ in await self.courier.deliver() }
         return r
     }
 }

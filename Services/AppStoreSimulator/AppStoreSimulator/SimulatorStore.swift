@@ -69,12 +69,48 @@ final class SimulatorStore: Sendable {
                     CREATE INDEX simTransaction_by_original ON simTransaction(originalTransactionId);
                     """)
         }
+        m.registerMigration("v4-server-api") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE simNotification (
+                        notificationUUID TEXT PRIMARY KEY NOT NULL, seq INTEGER NOT NULL UNIQUE,
+                        bundleId TEXT NOT NULL, environment TEXT NOT NULL, notificationType TEXT NOT NULL, subtype TEXT,
+                        transactionId TEXT, originalTransactionId TEXT, signedDateMs INTEGER NOT NULL, signedPayload TEXT NOT NULL,
+                        attempts INTEGER NOT NULL DEFAULT 0,
+                        nextAttemptAtMs INTEGER   -- simulated time of the next send; NULL: delivered or given up
+                    );
+                    CREATE INDEX simNotification_due ON simNotification(nextAttemptAtMs) WHERE nextAttemptAtMs IS NOT NULL;
+                    CREATE INDEX simNotification_by_date ON simNotification(bundleId, environment, signedDateMs);
+                    CREATE TABLE simSendAttempt (
+                        notificationUUID TEXT NOT NULL REFERENCES simNotification(notificationUUID), attempt INTEGER NOT NULL,
+                        attemptDateMs INTEGER NOT NULL, result TEXT NOT NULL, PRIMARY KEY (notificationUUID, attempt)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE simNotificationURL (environment TEXT PRIMARY KEY NOT NULL, url TEXT NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE simRenewal (
+                        originalTransactionId TEXT PRIMARY KEY NOT NULL, autoRenewStatus INTEGER NOT NULL DEFAULT 1,
+                        extensions INTEGER NOT NULL DEFAULT 0,
+                        expiredAtMs INTEGER   -- set once EXPIRED was sent for the current period
+                    ) WITHOUT ROWID;
+                    CREATE TABLE simExtension (
+                        originalTransactionId TEXT NOT NULL, requestIdentifier TEXT NOT NULL, effectiveDateMs INTEGER NOT NULL,
+                        webOrderLineItemId TEXT NOT NULL, PRIMARY KEY (originalTransactionId, requestIdentifier)
+                    ) WITHOUT ROWID;
+                    CREATE TABLE simConsumption (transactionId TEXT NOT NULL, receivedAtMs INTEGER NOT NULL, body TEXT NOT NULL);
+                    CREATE INDEX simConsumption_by_transaction ON simConsumption(transactionId);
+                    """)
+        }
         try m.migrate(writer)
     }
 
-    static func insert(_ t: SimTransaction, db: Database) throws {
+    /// The next value of the sequence transactions are ordered by (and their ids made from).
+    static func nextSeq(_ db: Database) throws -> Int64 {
         let seq = try Int64.fetchOne(db, sql: "SELECT nextSeq FROM simState")!
         try db.execute(sql: "UPDATE simState SET nextSeq = nextSeq + 1")
+        return seq
+    }
+
+    static func insert(_ t: SimTransaction, db: Database) throws {
+        let seq = try nextSeq(db)
         try db.execute(
             sql: """
                 INSERT INTO simTransaction (transactionId, seq, appleId, bundleId, productId, productType, quantity, originalTransactionId,

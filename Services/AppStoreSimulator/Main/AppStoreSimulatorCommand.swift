@@ -1,6 +1,7 @@
 import AppStoreSimulator
 import ArgumentParser
 import Hummingbird
+import IAPProtocol
 import Logging
 import RPCTransport
 import ServiceLifecycle
@@ -21,9 +22,38 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
     @Option(name: .customLong("shared-secret"), help: "App-specific shared secret the verifyReceipt endpoints require (env IAP_SIM_SHARED_SECRET).")
     var sharedSecret: String?
 
+    @Option(
+        name: .customLong("notification-url"),
+        help: "Where production App Store Server Notifications are POSTed, e.g. the edge's /v1/notifications/appstore (env IAP_SIM_NOTIFICATION_URL)."
+    )
+    var notificationURL: String?
+
+    @Option(
+        name: .customLong("sandbox-notification-url"),
+        help: "Where sandbox notifications are POSTed, e.g. the edge's /v1/notifications/appstore/sandbox (env IAP_SIM_SANDBOX_NOTIFICATION_URL).")
+    var sandboxNotificationURL: String?
+
+    @Option(
+        name: .customLong("notification-ca"),
+        help: "PEM certificate(s) to trust for https notification URLs besides the system's (env IAP_SIM_NOTIFICATION_CA).")
+    var notificationCA: String?
+
     func run() async throws {
         let logger = options.logger(label: "appstore-sim")
-        let simulator = try AppStoreSimulator(directory: options.resolvedDataDir())
+        var delivery = NotificationCourier.Configuration()
+        if let ca = Environment.resolve(notificationCA, env: "IAP_SIM_NOTIFICATION_CA") {
+            delivery.trustRootsPEM = try String(contentsOfFile: ca, encoding: .utf8)
+        }
+        let simulator = try AppStoreSimulator(directory: options.resolvedDataDir(), delivery: delivery)
+        for (environment, flag, env) in [
+            (SimEnvironment.production, notificationURL, "IAP_SIM_NOTIFICATION_URL"),
+            (SimEnvironment.sandbox, sandboxNotificationURL, "IAP_SIM_SANDBOX_NOTIFICATION_URL"),
+        ] {
+            if let url = Environment.resolve(flag, env: env) {
+                try simulator.setNotificationURL(.init(environment: environment, url: url))
+                logger.info("notifications go to \(url)", metadata: ["environment": "\(environment.rawValue)"])
+            }
+        }
         let endpoint = try VerifyReceiptEndpoint(
             simulator: simulator,
             sharedSecret: Environment.resolve(sharedSecret, env: "IAP_SIM_SHARED_SECRET"))
@@ -33,6 +63,6 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
         let server = RPCServer(configuration: config, router: simulator.router(endpoint: endpoint), logger: logger)
         let api = AppStoreServerAPIEndpoint(simulator: simulator, faults: endpoint.faults)
         let http = endpoint.application(host: options.resolvedHost(), port: httpPort, logger: logger, api: api)
-        try await options.runUntilSignalled([server, http], logger: logger)
+        try await options.runUntilSignalled([NotificationCourierLoop(courier: simulator.courier), server, http], logger: logger)
     }
 }

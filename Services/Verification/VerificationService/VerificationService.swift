@@ -188,6 +188,128 @@ public final class VerificationService: Sendable {
         return .init(transactions: out)
     }
 
+    public func subscriptionStatuses(_ p: VerificationSubscriptionStatuses.Params) async throws(RPCError)
+        -> VerificationSubscriptionStatuses.Result
+    {
+        for status in p.statuses ?? [] where !(1...5).contains(status) {
+            throw RPCError.invalidParams("statuses are 1-5", field: "statuses", reason: "invalidValue")
+        }
+        let api = try appStoreAPI(p.internalToken)
+        do {
+            let entries = try await api.subscriptionStatuses(p.transactionId, statuses: p.statuses ?? [])
+            return .init(
+                subscriptions: entries.map {
+                    AppleSubscriptionStatus(
+                        subscriptionGroupIdentifier: $0.subscriptionGroupIdentifier, status: $0.status,
+                        originalTransactionId: $0.originalTransactionId,
+                        transaction: $0.transaction.payload, renewalInfo: $0.renewalInfo.payload,
+                        signedTransactionInfo: $0.transaction.signedTransaction,
+                        signedRenewalInfo: $0.renewalInfo.signed)
+                })
+        } catch {
+            throw Self.rpcError(error, transactionId: p.transactionId)
+        }
+    }
+
+    public func refundHistory(_ p: VerificationRefundHistory.Params) async throws(RPCError) -> VerificationRefundHistory.Result {
+        let api = try appStoreAPI(p.internalToken)
+        do {
+            let refunded = try await api.refundHistory(p.transactionId, limit: VerificationTransactionHistory.maxTransactions)
+            return .init(transactions: refunded.map { accept($0.payload, expectedBundleId: nil) })
+        } catch {
+            throw Self.rpcError(error, transactionId: p.transactionId)
+        }
+    }
+
+    public func notificationHistory(_ p: VerificationNotificationHistory.Params) async throws(RPCError)
+        -> VerificationNotificationHistory.Result
+    {
+        let api = try appStoreAPI(p.internalToken)
+        var query = NotificationHistoryQuery(startDateMs: p.startDateMs, endDateMs: p.endDateMs)
+        query.notificationType = p.notificationType
+        query.notificationSubtype = p.notificationSubtype
+        query.transactionId = p.transactionId
+        query.onlyFailures = p.onlyFailures
+        do {
+            let page = try await api.notificationHistory(p.environment, query, paginationToken: p.paginationToken)
+            return .init(notifications: page.records.map(Self.record), hasMore: page.hasMore, paginationToken: page.paginationToken)
+        } catch {
+            throw Self.rpcError(error, transactionId: p.transactionId ?? "")
+        }
+    }
+
+    public func requestTestNotification(_ p: VerificationRequestTestNotification.Params) async throws(RPCError)
+        -> VerificationRequestTestNotification.Result
+    {
+        let api = try appStoreAPI(p.internalToken)
+        do {
+            return .init(testNotificationToken: try await api.requestTestNotification(p.environment))
+        } catch {
+            throw Self.rpcError(error, transactionId: "")
+        }
+    }
+
+    public func testNotificationStatus(_ p: VerificationTestNotificationStatus.Params) async throws(RPCError) -> AppleNotificationRecord {
+        let api = try appStoreAPI(p.internalToken)
+        do {
+            return Self.record(try await api.testNotificationStatus(p.environment, token: p.testNotificationToken))
+        } catch {
+            throw Self.rpcError(error, transactionId: p.testNotificationToken)
+        }
+    }
+
+    public func sendConsumption(_ p: VerificationSendConsumption.Params) async throws(RPCError) {
+        let api = try appStoreAPI(p.internalToken)
+        do {
+            try await api.sendConsumption(p.transactionId, p.consumption)
+        } catch {
+            throw Self.rpcError(error, transactionId: p.transactionId)
+        }
+    }
+
+    public func setAppAccountToken(_ p: VerificationSetAppAccountToken.Params) async throws(RPCError) {
+        guard UUID(uuidString: p.appAccountToken) != nil else {
+            throw RPCError.invalidParams("appAccountToken must be a UUID", field: "appAccountToken", reason: "invalidValue")
+        }
+        let api = try appStoreAPI(p.internalToken)
+        do {
+            try await api.setAppAccountToken(originalTransactionId: p.originalTransactionId, appAccountToken: p.appAccountToken)
+        } catch {
+            throw Self.rpcError(error, transactionId: p.originalTransactionId)
+        }
+    }
+
+    public func extendRenewalDate(_ p: VerificationExtendRenewalDate.Params) async throws(RPCError) -> VerificationExtendRenewalDate.Result {
+        guard (1...90).contains(p.extendByDays) else {
+            throw RPCError.invalidParams("extendByDays must be 1-90", field: "extendByDays", reason: "invalidValue")
+        }
+        guard (0...3).contains(p.extendReasonCode) else {
+            throw RPCError.invalidParams("extendReasonCode must be 0-3", field: "extendReasonCode", reason: "invalidValue")
+        }
+        guard (1...128).contains(p.requestIdentifier.count) else {
+            throw RPCError.invalidParams("requestIdentifier must be 1-128 characters", field: "requestIdentifier", reason: "invalidValue")
+        }
+        let api = try appStoreAPI(p.internalToken)
+        do {
+            let answer = try await api.extendRenewalDate(
+                originalTransactionId: p.originalTransactionId, days: p.extendByDays, reasonCode: p.extendReasonCode,
+                requestIdentifier: p.requestIdentifier)
+            return .init(
+                originalTransactionId: answer.originalTransactionId, webOrderLineItemId: answer.webOrderLineItemId, success: answer.success,
+                effectiveDateMs: answer.effectiveDateMs)
+        } catch {
+            throw Self.rpcError(error, transactionId: p.originalTransactionId)
+        }
+    }
+
+    static func record(_ r: NotificationRecord) -> AppleNotificationRecord {
+        let n = r.notification.payload
+        return AppleNotificationRecord(
+            notificationUUID: n["notificationUUID"]?.stringValue, notificationType: n["notificationType"]?.stringValue,
+            subtype: n["subtype"]?.stringValue, signedDateMs: n["signedDate"]?.intValue, signedPayload: r.notification.signed,
+            sendAttempts: r.sendAttempts.map { AppleSendAttempt(attemptDateMs: $0.attemptDateMs, result: $0.result) })
+    }
+
     private func appStoreAPI(_ presented: String) throws(RPCError) -> AppStoreServerAPIClient {
         try TokenGate.internal.check(presented, configured: configuration.internalToken)
         guard let api = configuration.appStoreAPI else {
@@ -204,8 +326,14 @@ public final class VerificationService: Sendable {
     static func rpcError(_ error: any Error, transactionId: String) -> RPCError {
         guard let error = error as? AppStoreAPIError else { return .unavailable("the App Store Server API could not be reached") }
         switch error {
-        case .api(404, let code, _):
-            var e = RPCError.notFound("Apple has no transaction \(transactionId) for this app", reason: "transactionNotFound")
+        case .api(404, let code, let message):
+            var e = RPCError.notFound(
+                "Apple has nothing for \(transactionId.isEmpty ? "this request" : transactionId) in this app (\(message ?? "not found"))",
+                reason: code == 4_040_008 ? "testNotificationNotFound" : "transactionNotFound")
+            if let code { e.data.extra["appleErrorCode"] = .int(Int64(code)) }
+            return e
+        case .api(403, let code, let message):
+            var e = RPCError.conflict("Apple refused: \(message ?? "forbidden")", reason: "appleForbidden")
             if let code { e.data.extra["appleErrorCode"] = .int(Int64(code)) }
             return e
         case .api(400, let code, let message):
@@ -291,6 +419,20 @@ public final class VerificationService: Sendable {
         r.register(VerificationTransactionInfo.self) { p, _ in try await self.transactionInfo(p) }
         r.register(VerificationTransactionHistory.self) { p, _ in try await self.transactionHistory(p) }
         r.register(VerificationLookUpOrder.self) { p, _ in try await self.lookUpOrder(p) }
+        r.register(VerificationSubscriptionStatuses.self) { p, _ in try await self.subscriptionStatuses(p) }
+        r.register(VerificationRefundHistory.self) { p, _ in try await self.refundHistory(p) }
+        r.register(VerificationNotificationHistory.self) { p, _ in try await self.notificationHistory(p) }
+        r.register(VerificationRequestTestNotification.self) { p, _ in try await self.requestTestNotification(p) }
+        r.register(VerificationTestNotificationStatus.self) { p, _ in try await self.testNotificationStatus(p) }
+        r.register(VerificationSendConsumption.self) { p, _ in
+            try await self.sendConsumption(p)
+            return EmptyResult()
+        }
+        r.register(VerificationSetAppAccountToken.self) { p, _ in
+            try await self.setAppAccountToken(p)
+            return EmptyResult()
+        }
+        r.register(VerificationExtendRenewalDate.self) { p, _ in try await self.extendRenewalDate(p) }
         return r
     }
 }
