@@ -269,9 +269,12 @@ public final class AppStoreServerAPIClient: Sendable {
         }
     }
 
+    /// Percent-encodes all but RFC 3986's unreserved characters.
     static func escaped(_ segment: String) -> String {
-        segment.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        segment.addingPercentEncoding(withAllowedCharacters: unreserved) ?? ""
     }
+
+    private static let unreserved = CharacterSet(charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
     static func queryString(_ items: [(String, String)]) -> String {
         guard !items.isEmpty else { return "" }
