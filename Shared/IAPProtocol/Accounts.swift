@@ -141,3 +141,27 @@ public enum AccountsFindByAppAccountToken: RPCMethod {
     public static let summary = "Internal: the account that owns an appAccountToken."
     public static let access = RPCAccess.internal
 }
+
+/// Internal: an account by its username (support tools resolve "grant this order to USERNAME" with it).
+public enum AccountsFindByUsername: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var username: String
+        /// The suite's internal service token.
+        public var internalToken: String
+        public init(username: String, internalToken: String) {
+            self.username = username
+            self.internalToken = internalToken
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var accountId: String
+        public var appAccountToken: String
+        public init(accountId: String, appAccountToken: String) {
+            self.accountId = accountId
+            self.appAccountToken = appAccountToken
+        }
+    }
+    public static let name = "accounts.findByUsername"
+    public static let summary = "Internal: the account id and appAccountToken of a username."
+    public static let access = RPCAccess.internal
+}

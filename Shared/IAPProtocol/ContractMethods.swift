@@ -5,7 +5,7 @@ public enum ContractMethods {
     public static let accounts: [OpenRPCMethodDescription] = [
         .init(AccountsRegister.self), .init(AccountsLogin.self), .init(AccountsLogout.self),
         .init(AccountsAuthenticate.self), .init(AccountsChangePassword.self), .init(AccountsListSessions.self),
-        .init(AccountsFindByAppAccountToken.self),
+        .init(AccountsFindByAppAccountToken.self), .init(AccountsFindByUsername.self),
     ]
     public static let catalog: [OpenRPCMethodDescription] = [
         .init(CatalogListProducts.self), .init(CatalogGetProducts.self), .init(CatalogUpsertProduct.self),
@@ -25,7 +25,7 @@ public enum ContractMethods {
         .init(FulfillmentListContent.self), .init(FulfillmentReadContent.self), .init(FulfillmentContentURL.self),
         .init(FulfillmentApplyNotification.self), .init(FulfillmentReceiveNotification.self), .init(FulfillmentListNotifications.self),
         .init(FulfillmentRetryNotification.self), .init(FulfillmentRevokeTransaction.self), .init(FulfillmentLookUpOrder.self),
-        .init(FulfillmentListAudit.self),
+        .init(FulfillmentListAudit.self), .init(FulfillmentGrantOrder.self), .init(FulfillmentExtendSubscription.self),
     ]
     public static let simulator: [OpenRPCMethodDescription] = [
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),

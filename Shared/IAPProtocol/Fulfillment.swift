@@ -485,11 +485,85 @@ public enum FulfillmentLookUpOrder: RPCMethod {
     public static let summary = "Support: an order's purchases (from Apple) and the account each is bound to here."
 }
 
+/// Support (admin): binds an order's purchases (looked up at Apple) to the account of `username` and
+/// grants them, as a redeem by that account would; a purchase bound to another account stays there unless
+/// the ownership policy is `transfer`. Audited; the purchases are tied to the account at Apple too.
+public enum FulfillmentGrantOrder: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var adminToken: String
+        public var orderId: String
+        public var username: String
+        /// Why (kept in the audit log), e.g. the support ticket.
+        public var reason: String
+        public init(adminToken: String, orderId: String, username: String, reason: String) {
+            self.adminToken = adminToken
+            self.orderId = orderId
+            self.username = username
+            self.reason = reason
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var orderId: String
+        public var accountId: String
+        /// One per purchase in the order, with the redeem outcomes (`granted`, `alreadyGranted`, `ownedByAnotherAccount`, ...).
+        public var results: [TransactionResult]
+        public init(orderId: String, accountId: String, results: [TransactionResult]) {
+            self.orderId = orderId
+            self.accountId = accountId
+            self.results = results
+        }
+    }
+    public static let name = "fulfillment.grantOrder"
+    public static let access = RPCAccess.admin
+    public static let summary = "Support: grant an order's purchases (from Apple) to an account by username; audited."
+}
+
+/// Support (admin): moves a subscription's renewal date later at Apple (Extend a Subscription Renewal
+/// Date) and here; audited.
+public enum FulfillmentExtendSubscription: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var adminToken: String
+        /// Any transaction of the subscription: its original transaction id.
+        public var originalTransactionId: String
+        /// 1-90.
+        public var days: Int
+        /// Apple's extendReasonCode: 0 undeclared, 1 customer satisfaction, 2 other, 3 service issue or outage.
+        public var reasonCode: Int
+        /// Why (kept in the audit log).
+        public var reason: String
+        /// Makes a retry safe: the same id is not extended twice (a new one per call when absent).
+        public var requestId: String?
+        public init(adminToken: String, originalTransactionId: String, days: Int, reasonCode: Int, reason: String, requestId: String? = nil) {
+            self.adminToken = adminToken
+            self.originalTransactionId = originalTransactionId
+            self.days = days
+            self.reasonCode = reasonCode
+            self.reason = reason
+            self.requestId = requestId
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var originalTransactionId: String
+        /// The new end of the subscription.
+        public var expiresAtMs: Int64
+        /// The account it is bound to here, if any.
+        public var accountId: String?
+        public init(originalTransactionId: String, expiresAtMs: Int64, accountId: String?) {
+            self.originalTransactionId = originalTransactionId
+            self.expiresAtMs = expiresAtMs
+            self.accountId = accountId
+        }
+    }
+    public static let name = "fulfillment.extendSubscription"
+    public static let access = RPCAccess.admin
+    public static let summary = "Support: extend a subscription's renewal date at Apple and here; audited."
+}
+
 /// One administrator action, as the audit log keeps it.
 public struct AuditEntry: Codable, Sendable, Equatable {
     public var id: Int64
     public var atMs: Int64
-    /// `revoke` (more as support actions are added).
+    /// `revoke`, `grantOrder`, `extendSubscription`.
     public var action: String
     public var accountId: String?
     public var transactionId: String?

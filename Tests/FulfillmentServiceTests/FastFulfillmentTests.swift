@@ -41,6 +41,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
             return try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: $0) ? .revoked : .alreadyRevoked
         }
     }
+    func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool {
+        try ledger.withLockedValue { try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, in: $0) }
+    }
     func spend(accountId: String, scope: AccountScope, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64) async throws
         -> SpendOutcome
     {
@@ -157,6 +160,15 @@ struct FakeDependencies: FulfillmentDependencies {
     }
     func verifyNotification(_ payload: String) async throws(RPCError) -> VerificationVerifyNotification.Result {
         .init(status: 21003, reason: "signatureInvalid")
+    }
+    func account(username: String, internalToken: String) async throws(RPCError) -> AccountsFindByUsername.Result {
+        throw RPCError.unavailable("not in the fast tests")
+    }
+    func setAppAccountToken(originalTransactionId: String, appAccountToken: String, internalToken: String) async throws(RPCError) {
+        throw RPCError.unavailable("not in the fast tests")
+    }
+    func extendRenewalDate(_ params: VerificationExtendRenewalDate.Params) async throws(RPCError) -> VerificationExtendRenewalDate.Result {
+        throw RPCError.unavailable("not in the fast tests")
     }
     func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result {
         if catalogDown { throw RPCError.unavailable("catalog could not answer", reason: "dependencyUnavailable") }

@@ -65,6 +65,19 @@ import Testing
             _ = try await suite.redeem(revoked.session, receipt: revokeCoins.receiptData)
             v["revokeTransaction"] = .string(revokeCoins.transactionId)
 
+            // grantOrder: an order nobody redeemed, granted by support to a username.
+            _ = try await suite.register("contract-grant")
+            let granted = try await suite.buy("grant@icloud", "pack.castle")
+            v["grantOrderId"] = .string(granted.orderId ?? "")
+            v["grantOriginal"] = .string(granted.originalTransactionId)
+
+            // extendSubscription: a redeemed subscription.
+            let subscriber = try await suite.register("contract-extend")
+            let sub = try await suite.buy("extend@icloud", "sub.premium")
+            _ = try await suite.redeem(subscriber.session, receipt: sub.receiptData)
+            v["extendOriginal"] = .string(sub.originalTransactionId)
+            v["extendAccountId"] = .string(subscriber.accountId)
+
             let failures = try await ContractHarness.run(
                 service: "fulfillment", port: suite.fulfillment.port,
                 declared: ContractMethods.fulfillment, variables: v)

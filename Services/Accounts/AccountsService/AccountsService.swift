@@ -188,6 +188,15 @@ public final class AccountsService: Sendable {
         return id
     }
 
+    public func findByUsername(_ p: AccountsFindByUsername.Params) async throws(RPCError) -> AccountsFindByUsername.Result {
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
+        let (_, key) = try UsernamePolicy.normalize(p.username)
+        guard let account = try await run({ try await self.store.account(usernameKey: key) }) else {
+            throw RPCError.notFound("no account has this username", reason: "unknownUsername")
+        }
+        return .init(accountId: account.id, appAccountToken: account.appAccountToken)
+    }
+
     /// The live session for a token, sliding its expiry; 1001 when unknown, expired or revoked.
     /// Blocks on SQLite briefly (an indexed read; a write at most once per touch interval).
     private func currentSession(_ token: String) throws(RPCError) -> SessionRow {

@@ -19,6 +19,12 @@ public protocol FulfillmentDependencies: Sendable {
     func transactionHistory(_ transactionId: String, internalToken: String) async throws(RPCError) -> [VerificationVerifyTransaction.Result]
     /// An order's transactions from Apple through verification, each verified.
     func lookUpOrder(_ orderId: String, internalToken: String) async throws(RPCError) -> [VerificationVerifyTransaction.Result]
+    /// An account by username (internal method of accounts).
+    func account(username: String, internalToken: String) async throws(RPCError) -> AccountsFindByUsername.Result
+    /// Ties an original transaction to an account's token at Apple.
+    func setAppAccountToken(originalTransactionId: String, appAccountToken: String, internalToken: String) async throws(RPCError)
+    /// Extends a subscription's renewal date at Apple.
+    func extendRenewalDate(_ params: VerificationExtendRenewalDate.Params) async throws(RPCError) -> VerificationExtendRenewalDate.Result
 }
 
 /// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
@@ -106,6 +112,23 @@ public struct Dependencies: FulfillmentDependencies {
             "verification", verification, VerificationLookUpOrder.self, .init(internalToken: internalToken, orderId: orderId),
             passThrough: [.notFound, .invalidParams, .invalidReceipt]
         ).transactions
+    }
+
+    public func account(username: String, internalToken: String) async throws(RPCError) -> AccountsFindByUsername.Result {
+        try await call(
+            "accounts", accounts, AccountsFindByUsername.self, .init(username: username, internalToken: internalToken),
+            passThrough: [.notFound, .invalidParams])
+    }
+
+    public func setAppAccountToken(originalTransactionId: String, appAccountToken: String, internalToken: String) async throws(RPCError) {
+        _ = try await call(
+            "verification", verification, VerificationSetAppAccountToken.self,
+            .init(internalToken: internalToken, originalTransactionId: originalTransactionId, appAccountToken: appAccountToken),
+            passThrough: [.notFound, .invalidParams])
+    }
+
+    public func extendRenewalDate(_ params: VerificationExtendRenewalDate.Params) async throws(RPCError) -> VerificationExtendRenewalDate.Result {
+        try await call("verification", verification, VerificationExtendRenewalDate.self, params, passThrough: [.notFound, .invalidParams, .conflict])
     }
 
     /// Health probes of the three, for `health.check`.

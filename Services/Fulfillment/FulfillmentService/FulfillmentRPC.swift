@@ -21,6 +21,8 @@ extension FulfillmentService {
         r.register(FulfillmentRetryNotification.self) { p, _ in try await self.retryNotification(p) }
         r.register(FulfillmentLookUpOrder.self) { p, _ in try await self.lookUpOrder(p) }
         r.register(FulfillmentListAudit.self) { p, _ in try await self.listAudit(p) }
+        r.register(FulfillmentGrantOrder.self) { p, _ in try await self.grantOrder(p) }
+        r.register(FulfillmentExtendSubscription.self) { p, _ in try await self.extendSubscription(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in
             try await self.revokeTransaction(p)
             return EmptyResult()

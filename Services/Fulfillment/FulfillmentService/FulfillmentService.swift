@@ -98,6 +98,7 @@ public final class FulfillmentService: Sendable {
                 toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, mode: mode,
                 policy: self.configuration.ownershipPolicy, answerScope: answerScope, nowMs: self.clock.nowMs)
         }
+        await tieToAccountAtApple(purchases, results: applied.results, appAccountToken: account.appAccountToken)
         for t in applied.transfers {
             logger.notice(
                 "entitlement transferred under the transfer policy",
@@ -123,6 +124,30 @@ public final class FulfillmentService: Sendable {
                 detail: "the receipt failed verification (status \(answer.status)\(answer.reason.map { ", \($0)" } ?? ""))")
         }
         return try VerifiedPurchase.fromReceipt(answer)
+    }
+
+    /// Purchases granted here that carry no appAccountToken (receipts never do; purchases made outside the
+    /// app neither) are tied to the account at Apple (Set App Account Token), so Apple's later notifications
+    /// about them name the account. Best effort: a failure is logged and changes nothing here; the
+    /// notification path still finds the purchase by its owner.
+    private func tieToAccountAtApple(_ purchases: [VerifiedPurchase], results: [TransactionResult], appAccountToken: String) async {
+        guard let internalToken = configuration.internalToken else { return }
+        let granted = Set(results.filter { [.granted, .restored].contains($0.outcome) }.map(\.transactionId))
+        var originals: [String] = []
+        for p in purchases where p.appAccountToken == nil && granted.contains(p.transactionId) && !originals.contains(p.originalTransactionId) {
+            originals.append(p.originalTransactionId)
+        }
+        for original in originals {
+            do {
+                try await dependencies.setAppAccountToken(
+                    originalTransactionId: original, appAccountToken: appAccountToken, internalToken: internalToken)
+            } catch {
+                logger.log(
+                    level: error.reason == "appStoreAPINotConfigured" ? .debug : .warning,
+                    "could not tie a purchase to its account at Apple; its notifications are still matched by owner",
+                    metadata: ["originalTransactionId": "\(original)", "error": "\(error.message)"])
+            }
+        }
     }
 
     static func isTransactionId(_ id: String) -> Bool { (1...32).contains(id.utf8.count) && id.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } }
@@ -503,6 +528,11 @@ public final class FulfillmentService: Sendable {
             applied = outcome != .notFound
         case "DID_RENEW", "DID_RECOVER", "SUBSCRIBED", "ONE_TIME_CHARGE":
             applied = try await recordFromNotification(purchase, nowMs: now)
+        case "RENEWAL_EXTENDED":
+            guard let expires = purchase.expiresDateMs else { return false }
+            applied = try await storeCall {
+                try await self.store.extendEntitlement(originalTransactionId: purchase.originalTransactionId, expiresAtMs: expires)
+            }
         default:
             applied = false
         }
@@ -556,9 +586,7 @@ public final class FulfillmentService: Sendable {
 
     public func revokeTransaction(_ p: FulfillmentRevokeTransaction.Params) async throws(RPCError) {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
-        guard !p.reason.isEmpty, p.reason.utf8.count <= configuration.maxMemoBytes else {
-            throw RPCError.invalidParams("reason must be 1-\(configuration.maxMemoBytes) bytes", field: "reason", reason: "invalidValue")
-        }
+        try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
         let outcome = try await storeCall {
             try await self.store.revoke(transactionId: p.transactionId, reason: p.reason, nowMs: self.clock.nowMs)
         }
@@ -574,11 +602,7 @@ public final class FulfillmentService: Sendable {
     /// Support: an order's purchases from Apple (through verification) and the account each is bound to here.
     public func lookUpOrder(_ p: FulfillmentLookUpOrder.Params) async throws(RPCError) -> FulfillmentLookUpOrder.Result {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
-        guard let token = configuration.internalToken else {
-            throw RPCError.unavailable(
-                "looking up orders needs the internal token (--internal-token) and the App Store Server API on verification",
-                reason: "appStoreAPINotConfigured")
-        }
+        let token = try internalTokenForApple("looking up orders")
         var lines: [OrderLine] = []
         for answer in try await dependencies.lookUpOrder(p.orderId, internalToken: token) {
             guard answer.status == 0, let payload = answer.transaction,
@@ -591,6 +615,97 @@ public final class FulfillmentService: Sendable {
                     productId: purchase.productId, environment: purchase.environment, ownerAccountId: owner?.accountId))
         }
         return .init(orderId: p.orderId, lines: lines)
+    }
+
+    /// Support: grants an order's purchases to the account of a username, exactly as that account's redeem
+    /// would (same outcomes, same ownership policy: one owned by another account is not moved under the
+    /// default policy), then ties them to the account at Apple. Audited once per granted purchase.
+    public func grantOrder(_ p: FulfillmentGrantOrder.Params) async throws(RPCError) -> FulfillmentGrantOrder.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        let token = try internalTokenForApple("granting orders")
+        let account = try await dependencies.account(username: p.username, internalToken: token)
+        var purchases: [VerifiedPurchase] = []
+        for answer in try await dependencies.lookUpOrder(p.orderId, internalToken: token) {
+            if answer.status == 0, let payload = answer.transaction,
+                let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
+            {
+                purchases.append(purchase)
+            }
+        }
+        guard !purchases.isEmpty else { throw RPCError.notFound("Apple has no order \(p.orderId) for this app", reason: "unknownOrder") }
+        let rules = try await grantRules(for: purchases.map(\.productId))
+        var planned: [PlannedPurchase] = []
+        var results: [TransactionResult] = []
+        for purchase in purchases {
+            guard let scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment) else {
+                results.append(
+                    TransactionResult(
+                        transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
+                        productId: purchase.productId, outcome: .wrongEnvironment, finishable: false))
+                continue
+            }
+            planned.append(.init(purchase: purchase, rule: rules[purchase.productId], scope: scope))
+        }
+        let toApply = planned
+        let applied = try await storeCall {
+            try await self.store.apply(
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, mode: .redeem,
+                policy: self.configuration.ownershipPolicy, answerScope: toApply.first?.scope ?? .production, nowMs: self.clock.nowMs)
+        }
+        results += applied.results
+        for result in applied.results where [.granted, .restored].contains(result.outcome) {
+            try await audit(
+                "grantOrder", accountId: account.accountId, transactionId: result.transactionId, reason: "order \(p.orderId): \(p.reason)",
+                token: p.adminToken)
+        }
+        await tieToAccountAtApple(purchases, results: applied.results, appAccountToken: account.appAccountToken)
+        logger.notice(
+            "order granted by an administrator",
+            metadata: ["orderId": "\(p.orderId)", "accountId": "\(account.accountId)", "outcomes": "\(results.map(\.outcome.rawValue))"])
+        return .init(orderId: p.orderId, accountId: account.accountId, results: results)
+    }
+
+    /// Support: extends a subscription's renewal date at Apple, then here (forward only); audited.
+    public func extendSubscription(_ p: FulfillmentExtendSubscription.Params) async throws(RPCError) -> FulfillmentExtendSubscription.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        guard (1...90).contains(p.days) else { throw RPCError.invalidParams("days must be 1-90", field: "days", reason: "invalidValue") }
+        guard (0...3).contains(p.reasonCode) else {
+            throw RPCError.invalidParams("reasonCode must be 0-3 (Apple's extendReasonCode)", field: "reasonCode", reason: "invalidValue")
+        }
+        guard Self.isTransactionId(p.originalTransactionId) else {
+            throw RPCError.invalidParams("transaction ids are 1-32 digits", field: "originalTransactionId", reason: "invalidValue")
+        }
+        let token = try internalTokenForApple("extending subscriptions")
+        let answer = try await dependencies.extendRenewalDate(
+            .init(
+                internalToken: token, originalTransactionId: p.originalTransactionId, extendByDays: p.days, extendReasonCode: p.reasonCode,
+                requestIdentifier: p.requestId ?? UUID().uuidString))
+        guard answer.success, let expires = answer.effectiveDateMs else {
+            throw RPCError.conflict("Apple did not extend the subscription", reason: "extensionRefused")
+        }
+        _ = try await storeCall { try await self.store.extendEntitlement(originalTransactionId: p.originalTransactionId, expiresAtMs: expires) }
+        let owner = try await storeCall { try await self.store.owner(originalTransactionId: p.originalTransactionId) }
+        try await audit(
+            "extendSubscription", accountId: owner?.accountId, transactionId: p.originalTransactionId,
+            reason: "+\(p.days) days (code \(p.reasonCode)): \(p.reason)", token: p.adminToken)
+        return .init(originalTransactionId: p.originalTransactionId, expiresAtMs: expires, accountId: owner?.accountId)
+    }
+
+    static func checkReason(_ reason: String, maxBytes: Int) throws(RPCError) {
+        guard !reason.isEmpty, reason.utf8.count <= maxBytes else {
+            throw RPCError.invalidParams("reason must be 1-\(maxBytes) bytes", field: "reason", reason: "invalidValue")
+        }
+    }
+
+    private func internalTokenForApple(_ what: String) throws(RPCError) -> String {
+        guard let token = configuration.internalToken else {
+            throw RPCError.unavailable(
+                "\(what) needs the internal token (--internal-token) and the App Store Server API on verification",
+                reason: "appStoreAPINotConfigured")
+        }
+        return token
     }
 
     public func listAudit(_ p: FulfillmentListAudit.Params) async throws(RPCError) -> FulfillmentListAudit.Result {

@@ -389,6 +389,12 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
         }
     }
 
+    public func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool {
+        try await commits.write { db in
+            try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, in: SQLiteFulfillmentTransaction(db: db))
+        }
+    }
+
     /// Spends once per (account, scope, idempotency key) (`GrantRules.spend`).
     public func spend(
         accountId: String, scope: AccountScope = .production, amount: Int64, idempotencyKey: String, memo: String?,

@@ -38,6 +38,8 @@ public protocol FulfillmentStorage: NotificationInboxStorage {
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
     ) async throws -> AppliedPurchases
     func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome
+    /// Moves a subscription's end later (`GrantRules.extendRenewal`); false when there is nothing to move.
+    func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool
     func spend(
         accountId: String, scope: AccountScope, amount: Int64, idempotencyKey: String, memo: String?,
         nowMs: Int64
@@ -198,6 +200,17 @@ public enum GrantRules {
         }
         current.expiresAtMs = expires
         current.revokedAtMs = nil
+        try tx.updateEntitlement(current)
+        return true
+    }
+
+    /// A renewal date Apple moved later (an extension): the entitlement of the original ends then, if it
+    /// is not revoked and ended earlier. True if anything changed.
+    public static func extendRenewal(original: String, expiresAtMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
+        guard var current = try tx.entitlement(original: original), current.revokedAtMs == nil,
+            let expires = current.expiresAtMs, expires < expiresAtMs
+        else { return false }
+        current.expiresAtMs = expiresAtMs
         try tx.updateEntitlement(current)
         return true
     }
