@@ -1,0 +1,128 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import RPCTestSupport
+import RPCTransport
+import SuiteTestSupport
+import Testing
+
+/// Support's tools over real TCP against the whole suite, with the simulator as Apple's App Store Server
+/// API: an order granted to the right account (and not moved from another), a purchase without an app
+/// account token tied to its account at Apple, a subscription extended at Apple and here, all audited.
+@Suite struct SupportActionsTests {
+    /// One call to the verification service (internal methods, with the suite's internal token).
+    static func verification<M: RPCMethod>(_ suite: SuiteFixture, _ method: M.Type, _ params: M.Params) async throws -> M.Result {
+        let client = RPCClient(host: "127.0.0.1", port: suite.verificationPort)
+        do {
+            let result = try await client.call(method, params)
+            await client.close()
+            return result
+        } catch {
+            await client.close()
+            throw error
+        }
+    }
+
+    static func transactionInfo(_ suite: SuiteFixture, _ id: String) async throws -> JSONValue? {
+        try await verification(suite, VerificationTransactionInfo.self, .init(internalToken: SuiteFixture.internalToken, transactionId: id))
+            .transaction
+    }
+
+    static func grant(_ suite: SuiteFixture, _ orderId: String, to username: String) async throws -> FulfillmentGrantOrder.Result {
+        try await suite.fulfillment.call(
+            FulfillmentGrantOrder.self, .init(adminToken: SuiteFixture.adminToken, orderId: orderId, username: username, reason: "ticket 4711"))
+    }
+
+    @Test func supportGrantsAnOrderToTheRightAccountAndNeverMovesAnotherAccountsPurchase() async throws {
+        try await SuiteFixture.with { suite in
+            // Dana bought the castle pack on a device that never reached our server; she mails the order id.
+            let dana = try await suite.register("dana")
+            let pack = try await suite.buy("dana@icloud", "pack.castle")
+            let orderId = try #require(pack.orderId)
+            let looked = try await suite.fulfillment.call(FulfillmentLookUpOrder.self, .init(adminToken: SuiteFixture.adminToken, orderId: orderId))
+            #expect(looked.lines.map(\.ownerAccountId) == [nil])
+            let granted = try await Self.grant(suite, orderId, to: "Dana")
+            #expect(granted.accountId == dana.accountId && granted.results.map(\.outcome) == [.granted])
+            #expect(try await suite.entitlements(dana.session).map(\.entitlement) == ["castle"])
+            // Tied to her account at Apple: Apple's copy now carries her appAccountToken.
+            #expect(try await Self.transactionInfo(suite, pack.transactionId)?["appAccountToken"]?.stringValue == dana.appAccountToken.lowercased())
+            // Granting again changes nothing; granting it to someone else does not move it (default policy).
+            #expect(try await Self.grant(suite, orderId, to: "dana").results.map(\.outcome) == [.alreadyGranted])
+            let eve = try await suite.register("eve")
+            #expect(try await Self.grant(suite, orderId, to: "eve").results.map(\.outcome) == [.ownedByAnotherAccount])
+            #expect(try await suite.entitlements(eve.session).isEmpty)
+            #expect(try await suite.entitlements(dana.session).map(\.entitlement) == ["castle"])
+            // An unknown order or username changes nothing.
+            #expect(await rpcError { try await Self.grant(suite, "MKNOSUCH00", to: "dana") }?.reason == "unknownOrder")
+            #expect(await rpcError { try await Self.grant(suite, orderId, to: "nobody") }?.reason == "unknownUsername")
+            // The audit log has the one grant, with the reason and the order; never the token.
+            let audit = try await suite.fulfillment.call(FulfillmentListAudit.self, .init(adminToken: SuiteFixture.adminToken))
+            let grants = audit.entries.filter { $0.action == "grantOrder" }
+            #expect(grants.count == 1)
+            #expect(grants.first?.accountId == dana.accountId && grants.first?.transactionId == pack.transactionId)
+            #expect(grants.first?.reason.contains(orderId) == true && grants.first?.reason.contains("ticket 4711") == true)
+            #expect(grants.first?.credential.contains(SuiteFixture.adminToken) == false)
+        }
+    }
+
+    @Test func aPurchaseRedeemedWithoutAnAccountTokenIsTiedToTheAccountAndItsRefundReachesIt() async throws {
+        try await SuiteFixture.with { suite in
+            let fay = try await suite.register("fay")
+            // A receipt carries no appAccountToken, and this purchase was made without one.
+            let pack = try await suite.buy("fay@icloud", "pack.castle")
+            #expect(try await Self.transactionInfo(suite, pack.transactionId)?["appAccountToken"] == nil)
+            _ = try await suite.redeem(fay.session, receipt: pack.receiptData)
+            #expect(try await Self.transactionInfo(suite, pack.transactionId)?["appAccountToken"]?.stringValue == fay.appAccountToken.lowercased())
+            // Apple's refund notification now names fay's account, and revokes her pack.
+            let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "fay@icloud", transactionId: pack.transactionId))
+            let payload = try #require(refund.signedPayload)
+            let verified = try await Self.verification(suite, VerificationVerifyNotification.self, .init(signedPayload: payload))
+            #expect(verified.notification?["data"]?["transactionInfo"]?["appAccountToken"]?.stringValue == fay.appAccountToken.lowercased())
+            let received = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: payload))
+            #expect(received.state == .applied)
+            #expect(try await suite.entitlements(fay.session).isEmpty)
+        }
+    }
+
+    @Test func supportExtendsASubscriptionAtAppleAndHereOnceAndAuditsIt() async throws {
+        try await SuiteFixture.with { suite in
+            let gil = try await suite.register("gil")
+            let sub = try await suite.buy("gil@icloud", "sub.premium", appAccountToken: nil)
+            _ = try await suite.redeem(gil.session, receipt: sub.receiptData)
+            // Apple's expiry to the millisecond (a receipt has seconds).
+            let before = try #require(try await Self.transactionInfo(suite, sub.transactionId)?["expiresDate"]?.intValue)
+            #expect(try await suite.entitlements(gil.session).first?.expiresAtMs == before / 1000 * 1000)
+            func extend(_ requestId: String) async throws -> FulfillmentExtendSubscription.Result {
+                try await suite.fulfillment.call(
+                    FulfillmentExtendSubscription.self,
+                    .init(
+                        adminToken: SuiteFixture.adminToken, originalTransactionId: sub.originalTransactionId, days: 7, reasonCode: 3,
+                        reason: "outage on 2026-11-20", requestId: requestId))
+            }
+            let extended = try await extend("outage-1")
+            #expect(extended.expiresAtMs == before + 7 * 86_400_000 && extended.accountId == gil.accountId)
+            #expect(try await suite.entitlements(gil.session).first?.expiresAtMs == extended.expiresAtMs)
+            // The same request again (a support tool retrying) is not a second week.
+            #expect(try await extend("outage-1").expiresAtMs == extended.expiresAtMs)
+            #expect(try await Self.transactionInfo(suite, sub.transactionId)?["expiresDate"]?.intValue == extended.expiresAtMs)
+            // Apple's RENEWAL_EXTENDED for it, delivered later, changes nothing more.
+            let nowMs = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 0)).nowMs
+            let history = try await Self.verification(
+                suite, VerificationNotificationHistory.self,
+                .init(
+                    internalToken: SuiteFixture.internalToken, environment: .production, startDateMs: nowMs - 86_400_000, endDateMs: nowMs + 1,
+                    notificationType: "RENEWAL_EXTENDED"))
+            let payload = try #require(history.notifications.first?.signedPayload)
+            _ = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: payload))
+            #expect(try await suite.entitlements(gil.session).first?.expiresAtMs == extended.expiresAtMs)
+            let audit = try await suite.fulfillment.call(FulfillmentListAudit.self, .init(adminToken: SuiteFixture.adminToken))
+            let entries = audit.entries.filter { $0.action == "extendSubscription" }
+            #expect(entries.count == 2 && entries.allSatisfy { $0.accountId == gil.accountId && $0.reason.contains("outage on 2026-11-20") })
+            // Apple refuses a third extension: nothing changes here.
+            _ = try await extend("outage-2")
+            let refused = await rpcError { try await extend("outage-3") }
+            #expect(refused?.reason == "appleForbidden")
+            #expect(try await suite.entitlements(gil.session).first?.expiresAtMs == extended.expiresAtMs + 7 * 86_400_000)
+        }
+    }
+}
