@@ -13,7 +13,18 @@ import Testing
         var status: Int32
         var stdout: String
         var stderr: String
-        func decode<T: Decodable>(_ type: T.Type) throws -> T { try JSONDecoder().decode(T.self, from: Data(stdout.utf8)) }
+        /// The `--json` answer; a run that printed none fails with its exit status and stderr.
+        func decode<T: Decodable>(_ type: T.Type) throws -> T {
+            do {
+                return try JSONDecoder().decode(T.self, from: Data(stdout.utf8))
+            } catch {
+                throw RunFailure(description: "exit \(status), no \(T.self) in stdout \(stdout.prefix(300)); stderr: \(stderr.prefix(500))")
+            }
+        }
+    }
+
+    struct RunFailure: Error, CustomStringConvertible {
+        let description: String
     }
 
     /// Runs the built `iap` with the suite's addresses and a private config file; no IAP_* variable of
@@ -177,7 +188,15 @@ import Testing
         "sim.receipt": ["sim", "receipt"], "sim.setFault": ["sim", "fault"], "sim.apiKey": ["sim", "api-key"],
         "verification.transactionInfo": ["appstore", "transaction"], "verification.transactionHistory": ["appstore", "history"],
         "verification.lookUpOrder": ["appstore", "order"], "fulfillment.lookUpOrder": ["support", "order"],
-        "fulfillment.listAudit": ["support", "audit"],
+        "fulfillment.listAudit": ["support", "audit"], "fulfillment.grantOrder": ["support", "order"],
+        "fulfillment.extendSubscription": ["support", "extend"], "accounts.findByUsername": ["accounts", "find-user"],
+        "verification.subscriptionStatuses": ["appstore", "status"], "verification.refundHistory": ["appstore", "refunds"],
+        "verification.notificationHistory": ["appstore", "notifications"],
+        "verification.requestTestNotification": ["appstore", "test-notification"],
+        "verification.testNotificationStatus": ["appstore", "test-notification"], "verification.sendConsumption": ["appstore", "consumption"],
+        "verification.setAppAccountToken": ["appstore", "set-token"], "verification.extendRenewalDate": ["appstore", "extend"],
+        "sim.setNotificationURL": ["sim", "notification-url"], "sim.deliverNotifications": ["sim", "deliver"],
+        "sim.setAutoRenew": ["sim", "auto-renew"], "sim.consumptionReports": ["sim", "consumption"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {
@@ -269,6 +288,45 @@ import Testing
             let revoked = try #require(audit.entries.first { $0.action == "revoke" })
             #expect(revoked.transactionId == again.transactionId && revoked.reason == "chargeback")
             #expect(revoked.credential.count == 12 && !SuiteFixture.adminToken.contains(revoked.credential))
+
+            // Support grants an order nobody redeemed to a username, and extends a subscription; both audited.
+            let dave = try await iap("accounts", "register", "dave", "--password", "correct horse battery", "--json").decode(SignedIn.self)
+            let davesOrder = try await iap("sim", "buy", "pack.castle", "--type", "nonConsumable", "--apple-id", "dave@icloud", "--json").decode(
+                SimPurchase.Result.self)
+            #expect(try await iap("support", "order", davesOrder.orderId ?? "", "--grant-to", "dave").status == 64, "--reason is required")
+            let grant = try await iap("support", "order", davesOrder.orderId ?? "", "--grant-to", "dave", "--reason", "ticket 9", "--json")
+                .decode(FulfillmentGrantOrder.Result.self)
+            #expect(grant.accountId == dave.accountId && grant.results.map(\.outcome) == [.granted])
+            let findUser = try await iap("accounts", "find-user", "dave", "--internal-token", SuiteFixture.internalToken)
+            #expect(findUser.stdout.contains(dave.appAccountToken), "\(findUser.stderr)")
+            let sub = try await iap("sim", "buy", "sub.premium", "--type", "autoRenewable", "--apple-id", "dave@icloud", "--json").decode(
+                SimPurchase.Result.self)
+            #expect(try await iap("redeem", "--signed-transaction", sub.signedTransaction).status == 0)
+            let extended = try await iap(
+                "support", "extend", sub.originalTransactionId, "--days", "3", "--reason-code", "3", "--reason", "outage", "--json"
+            ).decode(FulfillmentExtendSubscription.Result.self)
+            #expect(extended.accountId == dave.accountId)
+            let actions = try await iap("support", "audit", "--json").decode(FulfillmentListAudit.Result.self).entries.map(\.action)
+            #expect(actions.contains("grantOrder") && actions.contains("extendSubscription"))
+            // Apple's side: statuses, refunds, notification history, a test notification.
+            let status = try await iap("appstore", "status", sub.transactionId, "--internal-token", SuiteFixture.internalToken, "--json")
+                .decode(VerificationSubscriptionStatuses.Result.self)
+            #expect(status.subscriptions.map(\.status) == [1])
+            #expect(status.subscriptions.first?.transaction["expiresDate"]?.intValue == extended.expiresAtMs)
+            let statusTable = try await iap("appstore", "status", sub.transactionId, "--internal-token", SuiteFixture.internalToken)
+            #expect(statusTable.stdout.contains("active") && statusTable.stdout.contains("sub.premium"), "\(statusTable.stdout)")
+            _ = try await iap("sim", "refund", davesOrder.transactionId, "--apple-id", "dave@icloud")
+            let refunds = try await iap("appstore", "refunds", sub.transactionId, "--internal-token", SuiteFixture.internalToken, "--json")
+                .decode(VerificationRefundHistory.Result.self)
+            #expect(refunds.transactions.compactMap { $0.transaction?["transactionId"]?.stringValue } == [davesOrder.transactionId])
+            let notified = try await iap("appstore", "notifications", "--type", "REFUND", "--internal-token", SuiteFixture.internalToken, "--json")
+                .decode(VerificationNotificationHistory.Result.self)
+            #expect(notified.notifications.count >= 2 && notified.notifications.allSatisfy { $0.notificationType == "REFUND" })
+            let requested = try await iap("appstore", "test-notification", "--internal-token", SuiteFixture.internalToken, "--json")
+                .decode(VerificationRequestTestNotification.Result.self)
+            let testStatus = try await iap(
+                "appstore", "test-notification", "--status", requested.testNotificationToken, "--internal-token", SuiteFixture.internalToken)
+            #expect(testStatus.status == 0 && testStatus.stdout.contains("TEST notification"), "\(testStatus.stdout)\(testStatus.stderr)")
         }
     }
 

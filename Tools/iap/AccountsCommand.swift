@@ -7,7 +7,7 @@ import JSONRPC
 struct AccountsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "accounts", abstract: "Register, sign in and out, and see who you are.",
-        subcommands: [Register.self, Login.self, Logout.self, WhoAmI.self, Sessions.self, ChangePassword.self, Find.self])
+        subcommands: [Register.self, Login.self, Logout.self, WhoAmI.self, Sessions.self, ChangePassword.self, Find.self, FindUser.self])
 
     struct ChangePassword: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -45,6 +45,23 @@ struct AccountsCommand: AsyncParsableCommand {
                 .accounts, AccountsFindByAppAccountToken.self,
                 .init(appAccountToken: appAccountToken, internalToken: token)
             ) { "account \($0.accountId)" }
+        }
+    }
+
+    struct FindUser: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "find-user", abstract: "Internal: an account id and appAccountToken by username (accounts.findByUsername).")
+        @Argument(help: "Username.") var username: String
+        @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
+        var internalToken: String?
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            guard let token = resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
+                throw ValidationError("no internal token: pass --internal-token or set IAP_INTERNAL_TOKEN")
+            }
+            await ServiceCall(options: client).run(.accounts, AccountsFindByUsername.self, .init(username: username, internalToken: token)) {
+                "account \($0.accountId) appAccountToken \($0.appAccountToken)"
+            }
         }
     }
 

@@ -85,7 +85,19 @@ struct AdminCommand: AsyncParsableCommand {
 struct AppStoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "appstore", abstract: "Apple's App Store Server API through verification (internal token).",
-        subcommands: [Transaction.self, History.self, Order.self])
+        subcommands: [
+            Transaction.self, History.self, Order.self, Status.self, Refunds.self, Notifications.self, TestNotification.self,
+            Consumption.self, SetToken.self, Extend.self,
+        ])
+
+    /// production or sandbox.
+    struct EnvironmentOption: ParsableArguments {
+        @Option(help: "production (default) or sandbox: which of Apple's hosts.") var environment = "production"
+        func validate() throws {
+            guard ["production", "sandbox"].contains(environment) else { throw ValidationError("--environment must be production or sandbox") }
+        }
+        var apple: AppleEnvironment { environment == "sandbox" ? .sandbox : .production }
+    }
 
     struct Token: ParsableArguments {
         @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
@@ -142,6 +154,169 @@ struct AppStoreCommand: AsyncParsableCommand {
     }
 }
 
+extension AppStoreCommand {
+    struct Status: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "verification.subscriptionStatuses: every subscription of a customer, its status and renewal info.")
+        @Argument(help: "Any transaction id of the customer.") var transactionId: String
+        @Option(parsing: .upToNextOption, help: "Only these statuses (1 active, 2 expired, 3 billing retry, 4 grace period, 5 revoked).")
+        var status: [Int] = []
+        @OptionGroup var token: Token
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(
+                .verification, VerificationSubscriptionStatuses.self,
+                .init(internalToken: try token.resolved(), transactionId: transactionId, statuses: status.isEmpty ? nil : status)
+            ) { answer in
+                let names = [1: "active", 2: "expired", 3: "billing retry", 4: "grace period", 5: "revoked"]
+                return answer.subscriptions.isEmpty
+                    ? "no subscriptions"
+                    : table(
+                        ["original", "product", "status", "expires", "auto-renew"],
+                        answer.subscriptions.map {
+                            [
+                                $0.originalTransactionId, $0.transaction["productId"]?.stringValue ?? "-", names[$0.status] ?? "\($0.status)",
+                                $0.transaction["expiresDate"]?.intValue.map(isoTime) ?? "-",
+                                $0.renewalInfo["autoRenewStatus"]?.intValue == 1 ? "on" : "off",
+                            ]
+                        })
+            }
+        }
+    }
+
+    struct Refunds: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "verification.refundHistory: every refunded transaction of a customer.")
+        @Argument(help: "Any transaction id of the customer.") var transactionId: String
+        @OptionGroup var token: Token
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(
+                .verification, VerificationRefundHistory.self, .init(internalToken: try token.resolved(), transactionId: transactionId)
+            ) { $0.transactions.isEmpty ? "no refunds" : historyTable($0) }
+        }
+    }
+
+    struct Notifications: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "verification.notificationHistory: notifications Apple sent (or tried to), with each send attempt; one page.")
+        @Option(help: "How many days back (1-180, default 7).") var days = 7
+        @Option(help: "Only this notificationType (e.g. REFUND).") var type: String?
+        @Option(name: .customLong("transaction-id"), help: "Only notifications about this customer's purchase.") var transactionId: String?
+        @Flag(name: .customLong("only-failures"), help: "Only notifications that never reached this server.") var onlyFailures = false
+        @Option(name: .customLong("page"), help: "The paginationToken printed by the previous page.") var paginationToken: String?
+        @OptionGroup var environment: EnvironmentOption
+        @OptionGroup var token: Token
+        @OptionGroup var client: ClientOptions
+        func validate() throws {
+            guard (1...180).contains(days) else { throw ValidationError("--days must be 1-180") }
+        }
+        func run() async throws {
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            await ServiceCall(options: client).run(
+                .verification, VerificationNotificationHistory.self,
+                .init(
+                    internalToken: try token.resolved(), environment: environment.apple, startDateMs: now - Int64(days) * 86_400_000,
+                    endDateMs: now + 60_000, notificationType: type, transactionId: transactionId, onlyFailures: onlyFailures ? true : nil,
+                    paginationToken: paginationToken)
+            ) { answer in
+                let rows = answer.notifications.map {
+                    [
+                        $0.signedDateMs.map(isoTime) ?? "-", [$0.notificationType, $0.subtype].compactMap { $0 }.joined(separator: "/"),
+                        $0.notificationUUID ?? "-", $0.sendAttempts.map(\.result).joined(separator: ","),
+                    ]
+                }
+                let next = answer.hasMore ? "\nmore: --page \(answer.paginationToken ?? "")" : ""
+                return (rows.isEmpty ? "no notifications" : table(["signed", "type", "uuid", "attempts"], rows)) + next
+            }
+        }
+    }
+
+    struct TestNotification: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "test-notification",
+            abstract: "Ask Apple to send a TEST notification (verification.requestTestNotification), or read its status with --status TOKEN.")
+        @Option(help: "A token from an earlier request: print how its delivery went.") var status: String?
+        @OptionGroup var environment: EnvironmentOption
+        @OptionGroup var token: Token
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            let internalToken = try token.resolved()
+            if let status {
+                await ServiceCall(options: client).run(
+                    .verification, VerificationTestNotificationStatus.self,
+                    .init(internalToken: internalToken, environment: environment.apple, testNotificationToken: status)
+                ) { record in
+                    "TEST notification \(record.notificationUUID ?? "-"): "
+                        + (record.sendAttempts.isEmpty
+                            ? "not sent yet" : record.sendAttempts.map { "\(isoTime($0.attemptDateMs)) \($0.result)" }.joined(separator: ", "))
+                }
+            } else {
+                await ServiceCall(options: client).run(
+                    .verification, VerificationRequestTestNotification.self, .init(internalToken: internalToken, environment: environment.apple)
+                ) { "requested; token \($0.testNotificationToken) (iap appstore test-notification --status \($0.testNotificationToken))" }
+            }
+        }
+    }
+}
+
+extension AppStoreCommand {
+    struct Consumption: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "verification.sendConsumption: answer Apple's consumption request for a refund (fields as Apple's ConsumptionRequest, JSON).")
+        @Argument(help: "The transaction the customer asked a refund for.") var transactionId: String
+        @Option(help: "A JSON file with Apple's ConsumptionRequest fields (customerConsented, consumptionStatus, ...).") var file: String
+        @OptionGroup var token: Token
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            let info: AppleConsumptionInfo
+            do {
+                info = try JSONDecoder().decode(AppleConsumptionInfo.self, from: Data(contentsOf: URL(fileURLWithPath: file)))
+            } catch {
+                throw ValidationError("\(file) is not a ConsumptionRequest: \(error)")
+            }
+            await ServiceCall(options: client).run(
+                .verification, VerificationSendConsumption.self,
+                .init(internalToken: try token.resolved(), transactionId: transactionId, consumption: info)
+            ) { _ in "consumption information sent for \(transactionId)" }
+        }
+    }
+
+    struct SetToken: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "set-token",
+            abstract: "verification.setAppAccountToken: tie an original transaction to an account's appAccountToken at Apple.")
+        @Argument(help: "Original transaction id.") var originalTransactionId: String
+        @Argument(help: "The account's appAccountToken (UUID).") var appAccountToken: String
+        @OptionGroup var token: Token
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(
+                .verification, VerificationSetAppAccountToken.self,
+                .init(internalToken: try token.resolved(), originalTransactionId: originalTransactionId, appAccountToken: appAccountToken)
+            ) { _ in "\(originalTransactionId) now carries \(appAccountToken) at Apple" }
+        }
+    }
+
+    struct Extend: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "verification.extendRenewalDate: extend at Apple only (support's `iap support extend` also records it here).")
+        @Argument(help: "Original transaction id.") var originalTransactionId: String
+        @Option(help: "Days (1-90).") var days: Int
+        @Option(name: .customLong("reason-code"), help: "0 undeclared, 1 customer satisfaction, 2 other, 3 service issue.") var reasonCode = 1
+        @Option(name: .customLong("request-id"), help: "Unique per extension (default: a new UUID).") var requestId = UUID().uuidString
+        @OptionGroup var token: Token
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(
+                .verification, VerificationExtendRenewalDate.self,
+                .init(
+                    internalToken: try token.resolved(), originalTransactionId: originalTransactionId, extendByDays: days,
+                    extendReasonCode: reasonCode, requestIdentifier: requestId)
+            ) { "renews \($0.effectiveDateMs.map(isoTime) ?? "-") (success \($0.success))" }
+        }
+    }
+}
+
 /// Transactions from Apple as a table.
 func historyTable(_ answer: VerificationTransactionHistory.Result) -> String {
     table(
@@ -157,17 +332,34 @@ func historyTable(_ answer: VerificationTransactionHistory.Result) -> String {
 /// `iap support ...`: what support staff need (admin token).
 struct SupportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "support", abstract: "Support tools (admin token): orders and the audit log.", subcommands: [Order.self, Audit.self])
+        commandName: "support", abstract: "Support tools (admin token): orders, extensions and the audit log.",
+        subcommands: [Order.self, Extend.self, Audit.self])
 
     struct Order: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "fulfillment.lookUpOrder: an order id from a customer's emailed receipt, its purchases and who owns them here.")
         @Argument(help: "The order id (e.g. MK5TTTVWJH).") var orderId: String
+        @Option(name: .customLong("grant-to"), help: "Grant the order's purchases to this username (fulfillment.grantOrder; audited).")
+        var grantTo: String?
+        @Option(help: "Why, for the audit log (required with --grant-to), e.g. the ticket number.") var reason: String?
         @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
         @OptionGroup var client: ClientOptions
+        func validate() throws {
+            if grantTo != nil, reason == nil { throw ValidationError("--grant-to needs --reason (it is kept in the audit log)") }
+        }
         func run() async throws {
             guard let token = resolveAdminToken(adminToken) else {
                 throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
+            }
+            if let grantTo {
+                await ServiceCall(options: client).run(
+                    .fulfillment, FulfillmentGrantOrder.self, .init(adminToken: token, orderId: orderId, username: grantTo, reason: reason ?? "")
+                ) {
+                    "order \($0.orderId) for account \($0.accountId)\n"
+                        + table(
+                            ["transaction", "product", "outcome"], $0.results.map { [$0.transactionId, $0.productId, $0.outcome.rawValue] })
+                }
+                return
             }
             await ServiceCall(options: client).run(.fulfillment, FulfillmentLookUpOrder.self, .init(adminToken: token, orderId: orderId)) {
                 $0.lines.isEmpty
@@ -181,6 +373,30 @@ struct SupportCommand: AsyncParsableCommand {
                             ]
                         })
             }
+        }
+    }
+
+    struct Extend: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "fulfillment.extendSubscription: move a subscription's renewal date later, at Apple and here (audited).")
+        @Argument(help: "The subscription's original transaction id.") var originalTransactionId: String
+        @Option(help: "Days to add (1-90).") var days: Int
+        @Option(name: .customLong("reason-code"), help: "Apple's code: 0 undeclared, 1 customer satisfaction, 2 other, 3 service issue.")
+        var reasonCode = 1
+        @Option(help: "Why, for the audit log.") var reason: String
+        @Option(name: .customLong("request-id"), help: "Makes a retry safe: the same id is not extended twice.") var requestId: String?
+        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            guard let token = resolveAdminToken(adminToken) else {
+                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
+            }
+            await ServiceCall(options: client).run(
+                .fulfillment, FulfillmentExtendSubscription.self,
+                .init(
+                    adminToken: token, originalTransactionId: originalTransactionId, days: days, reasonCode: reasonCode, reason: reason,
+                    requestId: requestId)
+            ) { "subscription \($0.originalTransactionId) now ends \(isoTime($0.expiresAtMs))\($0.accountId.map { " (account \($0))" } ?? "")" }
         }
     }
 

@@ -10,6 +10,7 @@ struct SimCommand: AsyncParsableCommand {
         commandName: "sim", abstract: "Drive the local App Store simulator.",
         subcommands: [
             Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self, Fault.self, APIKey.self,
+            NotificationURL.self, Deliver.self, AutoRenew.self, Consumption.self,
         ])
 
     struct Common: ParsableArguments {
@@ -181,6 +182,61 @@ extension SimCommand {
                     lines.append("private key: --output FILE writes it (or --json prints it)")
                 }
                 return lines.joined(separator: "\n")
+            }
+        }
+    }
+}
+
+extension SimCommand {
+    struct NotificationURL: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "notification-url",
+            abstract: "Where the simulator POSTs this environment's App Store Server Notifications (no URL: stop sending).")
+        @Argument(help: "e.g. https://localhost:8443/v1/notifications/appstore") var url: String?
+        @OptionGroup var common: Common
+        func run() async throws {
+            try await SimCommand.run(SimSetNotificationURL.self, .init(environment: common.simEnvironment, url: url), common) { _ in
+                url.map { "\(common.environment) notifications go to \($0)" } ?? "\(common.environment) notifications are not sent"
+            }
+        }
+    }
+
+    struct Deliver: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Send the notifications due now (retries included) and wait for the answers.")
+        @OptionGroup var common: Common
+        func run() async throws {
+            try await SimCommand.run(SimDeliverNotifications.self, EmptyParams(), common) {
+                "\($0.attempted) sent, \($0.succeeded) answered 2xx, \($0.pendingRetries) waiting for a retry"
+            }
+        }
+    }
+
+    struct AutoRenew: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "auto-renew", abstract: "Turn a subscription's auto-renew off or on, as the customer would (DID_CHANGE_RENEWAL_STATUS).")
+        @Argument(help: "Any transaction id of the subscription.") var transactionId: String
+        @Argument(help: "on or off.") var state: String
+        @OptionGroup var common: Common
+        func validate() throws {
+            guard ["on", "off"].contains(state) else { throw ValidationError("state must be on or off") }
+        }
+        func run() async throws {
+            try await SimCommand.run(
+                SimSetAutoRenew.self, .init(appleId: common.appleId, transactionId: transactionId, enabled: state == "on"), common
+            ) { $0.signedPayload == nil ? "auto-renew was already \(state)" : "auto-renew \(state); DID_CHANGE_RENEWAL_STATUS sent" }
+        }
+    }
+}
+
+extension SimCommand {
+    struct Consumption: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "What Send Consumption Information delivered for a transaction.")
+        @Argument(help: "Transaction id.") var transactionId: String
+        @OptionGroup var common: Common
+        func run() async throws {
+            try await SimCommand.run(SimConsumptionReports.self, .init(transactionId: transactionId), common) {
+                $0.reports.isEmpty
+                    ? "none" : $0.reports.map { String(decoding: (try? JSONByteEncoder.encode($0)) ?? [], as: UTF8.self) }.joined(separator: "\n")
             }
         }
     }
