@@ -320,3 +320,48 @@ final class NotificationReceiver: Sendable {
         }
     }
 }
+
+/// A man in the middle between the client and the App Store: it relays the real answer with the signed
+/// transaction's payload rewritten (another product) and the signature left as it was.
+@Suite struct TamperedPayloadTests {
+    @Test func aPayloadChangedAfterSigningIsRefused() async throws {
+        try await AppStoreServerAPITests.serve { served in
+            let bought = try await AppStoreServerAPITests.buy(served.simulator, "coins.100", .consumable)
+            let router = Router()
+            let upstream = served.base
+            let key = served.key
+            router.get("inApps/v1/transactions/:id") { _, context -> Response in
+                let real = try await AppStoreServerAPITests.get(
+                    upstream + "/inApps/v1/transactions/" + (context.parameters.get("id") ?? ""), token: try AppStoreServerAPITests.token(key))
+                let jws = real.body?["signedTransactionInfo"]?.stringValue ?? ""
+                let parts = jws.split(separator: ".").map(String.init)
+                var base64 = parts[1].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+                while base64.count % 4 != 0 { base64 += "=" }
+                let payload = try #require(Data(base64Encoded: base64))
+                let forged = String(decoding: payload, as: UTF8.self).replacingOccurrences(of: "coins.100", with: "coins.999")
+                let tampered = [parts[0], JWSSigningPKI.base64URL(Array(forged.utf8)), parts[2]].joined(separator: ".")
+                let body = try JSONSerialization.data(withJSONObject: ["signedTransactionInfo": tampered])
+                return Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: body)))
+            }
+            var quiet = Logger(label: "mitm")
+            quiet.logLevel = .critical
+            let (ports, continuation) = AsyncStream<Int>.makeStream()
+            let application = Application(
+                router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+                onServerRunning: { continuation.yield($0.localAddress?.port ?? 0) }, logger: quiet)
+            let app = Task { try await application.run() }
+            defer { app.cancel() }
+            var iterator = ports.makeAsyncIterator()
+            let port = try #require(await iterator.next())
+            let client = try served.client { $0.productionURL = "http://127.0.0.1:\(port)" }
+            do {
+                _ = try await client.transactionInfo(bought.transactionId)
+                Issue.record("a tampered payload was accepted")
+            } catch let error as AppStoreAPIError {
+                guard case .verification = error else { Issue.record("expected a verification failure, got \(error)"); return }
+            }
+            // Through the real App Store the same call verifies.
+            #expect(try await served.client().transactionInfo(bought.transactionId).payload["productId"]?.stringValue == "coins.100")
+        }
+    }
+}
