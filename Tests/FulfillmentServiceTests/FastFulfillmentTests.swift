@@ -41,6 +41,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
             return try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: $0) ? .revoked : .alreadyRevoked
         }
     }
+    func enqueueAccountTokens(_ items: [PendingAccountToken], nowMs: Int64) async throws {}
+    func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken] { [] }
+    func settleAccountToken(_ item: PendingAccountToken, done: Bool, nextAttemptAtMs: Int64?, lastError: String?) async throws {}
     func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool {
         try ledger.withLockedValue { try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, in: $0) }
     }

@@ -98,7 +98,7 @@ public final class FulfillmentService: Sendable {
                 toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, mode: mode,
                 policy: self.configuration.ownershipPolicy, answerScope: answerScope, nowMs: self.clock.nowMs)
         }
-        await tieToAccountAtApple(purchases, results: applied.results, appAccountToken: account.appAccountToken)
+        await enqueueTies(purchases, results: applied.results, appAccountToken: account.appAccountToken)
         for t in applied.transfers {
             logger.notice(
                 "entitlement transferred under the transfer policy",
@@ -128,26 +128,59 @@ public final class FulfillmentService: Sendable {
 
     /// Purchases granted here that carry no appAccountToken (receipts never do; purchases made outside the
     /// app neither) are tied to the account at Apple (Set App Account Token), so Apple's later notifications
-    /// about them name the account. Best effort: a failure is logged and changes nothing here; the
-    /// notification path still finds the purchase by its owner.
-    private func tieToAccountAtApple(_ purchases: [VerifiedPurchase], results: [TransactionResult], appAccountToken: String) async {
-        guard let internalToken = configuration.internalToken else { return }
+    /// about them name the account. Recorded in the outbox here (durable, out of the request path: Apple's
+    /// latency is not added to a redeem) and made by `tieAccountsAtApple`. Best effort: a failure to record
+    /// is logged, and the notification path still finds the purchase by its owner.
+    private func enqueueTies(_ purchases: [VerifiedPurchase], results: [TransactionResult], appAccountToken: String) async {
+        guard configuration.internalToken != nil else { return }
         let granted = Set(results.filter { [.granted, .restored].contains($0.outcome) }.map(\.transactionId))
-        var originals: [String] = []
-        for p in purchases where p.appAccountToken == nil && granted.contains(p.transactionId) && !originals.contains(p.originalTransactionId) {
-            originals.append(p.originalTransactionId)
-        }
-        for original in originals {
-            do {
-                try await dependencies.setAppAccountToken(
-                    originalTransactionId: original, appAccountToken: appAccountToken, internalToken: internalToken)
-            } catch {
-                logger.log(
-                    level: error.reason == "appStoreAPINotConfigured" ? .debug : .warning,
-                    "could not tie a purchase to its account at Apple; its notifications are still matched by owner",
-                    metadata: ["originalTransactionId": "\(original)", "error": "\(error.message)"])
+        var items: [PendingAccountToken] = []
+        for p in purchases where p.appAccountToken == nil && granted.contains(p.transactionId) {
+            if !items.contains(where: { $0.originalTransactionId == p.originalTransactionId }) {
+                items.append(PendingAccountToken(originalTransactionId: p.originalTransactionId, appAccountToken: appAccountToken.lowercased()))
             }
         }
+        guard !items.isEmpty else { return }
+        let ties = items
+        do {
+            try await store.enqueueAccountTokens(ties, nowMs: clock.nowMs)
+        } catch {
+            logger.warning("could not record purchases to tie to their account at Apple", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Makes the due ties of the outbox at Apple; answers how many were tried. The executable's worker
+    /// calls it every few seconds.
+    @discardableResult
+    public func tieAccountsAtApple(limit: Int = 100) async throws(RPCError) -> Int {
+        guard let internalToken = configuration.internalToken else { return 0 }
+        let now = clock.nowMs
+        let due = try await storeCall { try await self.store.dueAccountTokens(nowMs: now, limit: limit) }
+        for item in due {
+            var done = true
+            var next: Int64?
+            var failure: String?
+            do {
+                try await dependencies.setAppAccountToken(
+                    originalTransactionId: item.originalTransactionId, appAccountToken: item.appAccountToken, internalToken: internalToken)
+            } catch {
+                done = false
+                failure = error.message
+                let (state, at) = configuration.inboxRetry.afterFailure(attempts: item.attempts + 1, nowMs: clock.nowMs)
+                next = state == .parked ? nil : at
+                logger.log(
+                    level: next == nil ? .error : .warning,
+                    next == nil
+                        ? "gave up tying a purchase to its account at Apple; its notifications are still matched by owner"
+                        : "could not tie a purchase to its account at Apple; will retry",
+                    metadata: ["originalTransactionId": "\(item.originalTransactionId)", "error": "\(error.message)"])
+            }
+            let (settleDone, settleNext, settleError) = (done, next, failure)
+            try await storeCall {
+                try await self.store.settleAccountToken(item, done: settleDone, nextAttemptAtMs: settleNext, lastError: settleError)
+            }
+        }
+        return due.count
     }
 
     static func isTransactionId(_ id: String) -> Bool { (1...32).contains(id.utf8.count) && id.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } }
@@ -659,7 +692,7 @@ public final class FulfillmentService: Sendable {
                 "grantOrder", accountId: account.accountId, transactionId: result.transactionId, reason: "order \(p.orderId): \(p.reason)",
                 token: p.adminToken)
         }
-        await tieToAccountAtApple(purchases, results: applied.results, appAccountToken: account.appAccountToken)
+        await enqueueTies(purchases, results: applied.results, appAccountToken: account.appAccountToken)
         logger.notice(
             "order granted by an administrator",
             metadata: ["orderId": "\(p.orderId)", "accountId": "\(account.accountId)", "outcomes": "\(results.map(\.outcome.rawValue))"])

@@ -250,7 +250,62 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
                     CREATE INDEX inbox_by_original ON notificationInbox(originalTransactionId, state, signedDateMs);
                     """)
         }
+        m.registerMigration("v6-account-token-outbox") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE accountTokenOutbox (
+                        originalTransactionId TEXT PRIMARY KEY NOT NULL, appAccountToken TEXT NOT NULL,
+                        attempts INTEGER NOT NULL DEFAULT 0, nextAttemptAtMs INTEGER NOT NULL, lastError TEXT
+                    ) WITHOUT ROWID;
+                    CREATE INDEX accountTokenOutbox_due ON accountTokenOutbox(nextAttemptAtMs);
+                    """)
+        }
         return m
+    }
+
+    // MARK: ties to make at Apple (AccountTokenOutboxStorage)
+
+    public func enqueueAccountTokens(_ items: [PendingAccountToken], nowMs: Int64) async throws {
+        guard !items.isEmpty else { return }
+        try await commits.write { db in
+            for item in items {
+                try db.cachedStatement(
+                    sql: """
+                        INSERT OR REPLACE INTO accountTokenOutbox (originalTransactionId, appAccountToken, attempts, nextAttemptAtMs)
+                        VALUES (?, ?, 0, ?)
+                        """
+                ).execute(arguments: [item.originalTransactionId, item.appAccountToken, nowMs])
+            }
+        }
+    }
+
+    public func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken] {
+        try await writer.read { db in
+            try Row.fetchAll(
+                db.cachedStatement(sql: "SELECT * FROM accountTokenOutbox WHERE nextAttemptAtMs <= ? ORDER BY nextAttemptAtMs LIMIT ?"),
+                arguments: [nowMs, limit]
+            ).map {
+                PendingAccountToken(
+                    originalTransactionId: $0["originalTransactionId"], appAccountToken: $0["appAccountToken"], attempts: $0["attempts"])
+            }
+        }
+    }
+
+    public func settleAccountToken(_ item: PendingAccountToken, done: Bool, nextAttemptAtMs: Int64?, lastError: String?) async throws {
+        try await commits.write { db in
+            if done || nextAttemptAtMs == nil {
+                // Only the tie that was tried: a newer one for the same purchase (moved meanwhile) stays.
+                try db.cachedStatement(sql: "DELETE FROM accountTokenOutbox WHERE originalTransactionId = ? AND appAccountToken = ?")
+                    .execute(arguments: [item.originalTransactionId, item.appAccountToken])
+            } else {
+                try db.cachedStatement(
+                    sql: """
+                        UPDATE accountTokenOutbox SET attempts = ?, nextAttemptAtMs = ?, lastError = ?
+                        WHERE originalTransactionId = ? AND appAccountToken = ?
+                        """
+                ).execute(arguments: [item.attempts + 1, nextAttemptAtMs, lastError, item.originalTransactionId, item.appAccountToken])
+            }
+        }
     }
 
     // MARK: the administrators' audit log

@@ -32,7 +32,7 @@ public protocol FulfillmentTransaction {
 /// What the fulfillment service needs from storage: each write runs `GrantRules` inside one transaction
 /// of the engine (`FulfillmentStore` on SQLite; a PostgreSQL store implements the same over its own
 /// `FulfillmentTransaction`), and the reads answer from committed data.
-public protocol FulfillmentStorage: NotificationInboxStorage {
+public protocol FulfillmentStorage: NotificationInboxStorage, AccountTokenOutboxStorage {
     func apply(
         _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
