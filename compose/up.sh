@@ -41,11 +41,12 @@ export IAP_EDGE_CA=${IAP_EDGE_CA:-$IAP_DATA_DIR/edge-tls/cert.pem}
 # name executable port [flags]: every service of DESIGN.md section 1.
 # In start order: the simulator first, since verification trusts the roots it writes on first start
 # (and uses its HTTP verifyReceipt endpoints for mode remote/auto, and its App Store Server API with the
-# key it issues). This is the development stack: the
+# key it issues). The simulator POSTs its notifications to the edge's webhook, as Apple would (the edge
+# starts last: a notification sent before it is up is retried on Apple's schedule). This is the development stack: the
 # same services, commands and flags as compose/compose.yaml with compose/compose.dev.yaml on top
 # (Tests/ComposeTests checks that they agree).
 services=(
-  "appstore-sim appstore-sim $IAP_SIM_PORT --http-port $IAP_SIM_HTTP_PORT"
+  "appstore-sim appstore-sim $IAP_SIM_PORT --http-port $IAP_SIM_HTTP_PORT --notification-url $IAP_EDGE_URL/v1/notifications/appstore --sandbox-notification-url $IAP_EDGE_URL/v1/notifications/appstore/sandbox --notification-ca $IAP_DATA_DIR/edge-tls/cert.pem"
   "accounts accounts-service $IAP_ACCOUNTS_PORT"
   "catalog catalog-service $IAP_CATALOG_PORT --seed compose/demo-catalog.json"
   "verification verification-service $IAP_VERIFICATION_PORT --trust-anchor-dir $IAP_DATA_DIR/sim-pki --verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox/verifyReceipt --app-store-api-key $IAP_DATA_DIR/sim-pki/api-key.p8 --app-store-api-url http://127.0.0.1:$IAP_SIM_HTTP_PORT --app-store-api-sandbox-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox"

@@ -19,23 +19,32 @@ struct SuiteAddresses: ParsableArguments {
 
     /// Registers `users` fresh accounts; returns their session tokens.
     func signIn(run: String) async throws -> [String] {
+        try await signInAccounts(run: run).map(\.session)
+    }
+
+    /// Registers `users` fresh accounts; returns their session tokens and appAccountTokens, in order.
+    func signInAccounts(run: String) async throws -> [(session: String, appAccountToken: String)] {
         let client = try RPCClient(address: accounts, configuration: .init(connections: 2, callTimeout: .seconds(60)))
         defer { Task { await client.close() } }
-        return try await withThrowingTaskGroup(of: String.self) { group in
+        return try await withThrowingTaskGroup(of: (Int, String, String).self) { group in
             for i in 0..<users {
                 group.addTask {
-                    try await client.call(AccountsRegister.self, .init(username: "bench-\(run)-\(i)", password: "benchmark passphrase \(i)"))
-                        .session.token
+                    let signedIn = try await client.call(
+                        AccountsRegister.self, .init(username: "bench-\(run)-\(i)", password: "benchmark passphrase \(i)"))
+                    return (i, signedIn.session.token, signedIn.appAccountToken)
                 }
             }
-            var out: [String] = []
+            var out: [(Int, String, String)] = []
             for try await s in group { out.append(s) }
-            return out
+            return out.sorted { $0.0 < $1.0 }.map { ($0.1, $0.2) }
         }
     }
 
     /// Buys `count` purchases in the simulator, each by its own Apple ID (so every receipt holds one).
-    func mint(count: Int, productId: String, type: ProductType, quantity: Int? = nil, run: String) async throws -> [SimPurchase.Result] {
+    /// With `appAccountTokens`, purchase i is made with token i % count (StoreKit's appAccountToken option).
+    func mint(
+        count: Int, productId: String, type: ProductType, quantity: Int? = nil, appAccountTokens: [String] = [], run: String
+    ) async throws -> [SimPurchase.Result] {
         let client = try RPCClient(address: sim, configuration: .init(connections: 4, callTimeout: .seconds(60)))
         defer { Task { await client.close() } }
         let next = NIOLockedValueBox(0)
@@ -55,7 +64,8 @@ struct SuiteAddresses: ParsableArguments {
                                     SimPurchase.self,
                                     .init(
                                         appleId: "bench-\(run)-\(i)@icloud", bundleId: bundleId, productId: productId, productType: type,
-                                        quantity: quantity))
+                                        quantity: quantity,
+                                        appAccountToken: appAccountTokens.isEmpty ? nil : appAccountTokens[i % appAccountTokens.count]))
                             ))
                     }
                 }
@@ -80,21 +90,31 @@ struct RedeemBenchmark: AsyncParsableCommand {
     @OptionGroup var suite: SuiteAddresses
     @OptionGroup var load: LoadOptions
     @Option(help: "Purchases to mint before timing (the run stops early if it uses them all).") var purchases = 15_000
-    @Option(help: "Redeem the app receipt (receipt) or the StoreKit 2 signed transaction (jws).") var via = "receipt"
+    @Option(
+        help:
+            "Redeem the app receipt (receipt), the StoreKit 2 signed transaction (jws), or the transaction id (id: the server fetches it from the App Store Server API)."
+    )
+    var via = "receipt"
     @Option(help: "Consumable product to buy (must be in the catalog).") var product = "coins.100"
 
     func validate() throws {
-        guard ["receipt", "jws"].contains(via) else { throw ValidationError("--via must be receipt or jws") }
+        guard ["receipt", "jws", "id"].contains(via) else { throw ValidationError("--via must be receipt, jws or id") }
     }
 
     func run() async throws {
         let runId = String(UUID().uuidString.prefix(8)).lowercased()
         FileHandle.standardError.write(Data("signing in \(suite.users) accounts, minting \(purchases) purchases...\n".utf8))
-        let sessions = try await suite.signIn(run: runId)
-        let minted = try await suite.mint(count: purchases, productId: product, type: .consumable, run: runId)
+        let accounts = try await suite.signInAccounts(run: runId)
+        let sessions = accounts.map(\.session)
+        // By id, only purchases made with the caller's appAccountToken are granted: purchase i is made with the token of
+        // account i % users, and redeemed by that account.
+        let minted = try await suite.mint(
+            count: purchases, productId: product, type: .consumable, appAccountTokens: via == "id" ? accounts.map(\.appAccountToken) : [],
+            run: runId)
         let clients = try suite.fulfillmentClients(load.connections)
         let granted = NIOLockedValueBox(0)
         let viaJWS = via == "jws"
+        let viaId = via == "id"
         let driver = LoadDriver(options: load)
         let report = try await driver.run(
             scenario: "redeem (\(via))", clients: clients,
@@ -106,8 +126,8 @@ struct RedeemBenchmark: AsyncParsableCommand {
                 let result = try await client.call(
                     FulfillmentRedeem.self,
                     .init(
-                        session: sessions[i % sessions.count], receiptData: viaJWS ? nil : p.receiptData,
-                        signedTransactions: viaJWS ? [p.signedTransaction] : nil))
+                        session: sessions[i % sessions.count], receiptData: viaJWS || viaId ? nil : p.receiptData,
+                        signedTransactions: viaJWS ? [p.signedTransaction] : nil, transactionIds: viaId ? [p.transactionId] : nil))
                 guard result.results.first?.outcome == .granted else { return .failed(code: CallOutcome.unexpectedResult) }
                 granted.withLockedValue { $0 += 1 }
                 return .ok
