@@ -31,7 +31,7 @@ public enum ContractMethods {
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),
         .init(SimRefund.self), .init(SimAdvanceClock.self), .init(SimReceipt.self), .init(SimSetFault.self),
         .init(SimAPIKey.self), .init(SimSetNotificationURL.self), .init(SimDeliverNotifications.self), .init(SimSetAutoRenew.self),
-        .init(SimConsumptionReports.self),
+        .init(SimConsumptionReports.self), .init(SimSetNotificationFault.self), .init(SimBilling.self), .init(SimRefundDecision.self),
     ]
     public static let builtin: [OpenRPCMethodDescription] = [
         .init(RPCPing.self), .init(RPCDiscover.self), .init(HealthCheck.self),

@@ -323,3 +323,75 @@ public enum SimConsumptionReports: RPCMethod {
     public static let name = "sim.consumptionReports"
     public static let summary = "The consumption information sent to the simulator for a transaction."
 }
+
+/// How the simulated App Store mishandles its notification deliveries from now on (chaos tests): a share
+/// dropped (the attempt is recorded as TIMED_OUT and retried on Apple's schedule, but nothing reaches the
+/// server), a share sent twice, each send delayed, the due ones sent in random order.
+public enum SimSetNotificationFault: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        /// 0-100.
+        public var dropPercent: Int?
+        /// 0-100.
+        public var duplicatePercent: Int?
+        /// 0-10,000 ms before each send.
+        public var delayMs: Int?
+        public var reorder: Bool?
+        public init(dropPercent: Int? = nil, duplicatePercent: Int? = nil, delayMs: Int? = nil, reorder: Bool? = nil) {
+            self.dropPercent = dropPercent
+            self.duplicatePercent = duplicatePercent
+            self.delayMs = delayMs
+            self.reorder = reorder
+        }
+    }
+    public typealias Result = EmptyResult
+    public static let name = "sim.setNotificationFault"
+    public static let summary = "Drop, duplicate, delay or reorder the simulator's notification deliveries (all zero: deliver faithfully)."
+}
+
+/// A subscription event the customer's bank or Apple causes: billing fails (with an optional grace
+/// period), billing recovers. Answers the notification sent (DID_FAIL_TO_RENEW, DID_RECOVER).
+public enum SimBillingEvent: String, Codable, Sendable, JSONSchemaEnum {
+    case fail, recover
+}
+
+public enum SimBilling: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var appleId: String
+        /// Any transaction of the subscription.
+        public var transactionId: String
+        public var event: SimBillingEvent
+        /// `fail` only: days of grace after the period ends (0-16; none by default).
+        public var gracePeriodDays: Int?
+        public init(appleId: String, transactionId: String, event: SimBillingEvent, gracePeriodDays: Int? = nil) {
+            self.appleId = appleId
+            self.transactionId = transactionId
+            self.event = event
+            self.gracePeriodDays = gracePeriodDays
+        }
+    }
+    public typealias Result = SimSetAutoRenew.Result
+    public static let name = "sim.billing"
+    public static let summary = "Fail a subscription's billing (DID_FAIL_TO_RENEW, optionally with a grace period) or recover it (DID_RECOVER)."
+}
+
+/// What happens to a refund request: Apple asks the developer for consumption data (CONSUMPTION_REQUEST),
+/// declines it (REFUND_DECLINED), or reverses a refund it granted (REFUND_REVERSED).
+public enum SimRefundEvent: String, Codable, Sendable, JSONSchemaEnum {
+    case request, decline, reverse
+}
+
+public enum SimRefundDecision: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var appleId: String
+        public var transactionId: String
+        public var event: SimRefundEvent
+        public init(appleId: String, transactionId: String, event: SimRefundEvent) {
+            self.appleId = appleId
+            self.transactionId = transactionId
+            self.event = event
+        }
+    }
+    public typealias Result = SimSetAutoRenew.Result
+    public static let name = "sim.refundDecision"
+    public static let summary = "A refund request (CONSUMPTION_REQUEST), its decline (REFUND_DECLINED) or a refund's reversal (REFUND_REVERSED)."
+}

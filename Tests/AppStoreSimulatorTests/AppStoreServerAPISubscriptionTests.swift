@@ -365,3 +365,106 @@ final class NotificationReceiver: Sendable {
         }
     }
 }
+
+/// The simulator's subscription and refund events: billing failure with and without grace, recovery,
+/// expiry after 60 days of retries, refund requests, declines and reversals, and delivery faults.
+@Suite struct SimulatorLifecycleEventTests {
+    typealias API = AppStoreServerAPITests
+
+    static func types(_ client: AppStoreServerAPIClient, since startMs: Int64) async throws -> [String] {
+        var out: [String] = []
+        for try await page in client.notificationHistoryPages(.production, .init(startDateMs: startMs, endDateMs: startMs + 400 * 86_400_000)) {
+            out += page.records.map {
+                [$0.notification.payload["notificationType"]?.stringValue, $0.notification.payload["subtype"]?.stringValue].compactMap { $0 }
+                    .joined(separator: "/")
+            }
+        }
+        return out
+    }
+
+    @Test func billingFailsIntoGraceThenRetryAndRecoversOrExpiresAfterSixtyDays() async throws {
+        try await API.serve { served in
+            let sim = served.simulator
+            let client = try served.client()
+            let startMs = try await AppStoreServerAPISubscriptionTests.blocking { try sim.advanceClock(.init(seconds: 0)).nowMs } - 1_000
+            let graced = try await API.buy(sim, "sub.monthly", .autoRenewable)
+            let lapsing = try await API.buy(sim, "sub.yearly", .autoRenewable, appleId: "bo@icloud")
+            let expires = try #require(try await client.transactionInfo(graced.transactionId).payload["expiresDate"]?.intValue)
+            try await AppStoreServerAPISubscriptionTests.blocking {
+                _ = try sim.billing(.init(appleId: "ann@icloud", transactionId: graced.transactionId, event: .fail, gracePeriodDays: 6))
+                _ = try sim.billing(.init(appleId: "bo@icloud", transactionId: lapsing.transactionId, event: .fail))
+                _ = try sim.advanceClock(.init(seconds: 31 * 86_400))
+            }
+            var status = try #require(try await client.subscriptionStatuses(graced.transactionId).first)
+            #expect(status.status == 4, "in its grace period")
+            #expect(status.renewalInfo.payload["isInBillingRetryPeriod"]?.boolValue == true)
+            #expect(status.renewalInfo.payload["gracePeriodExpiresDate"]?.intValue == expires + 6 * 86_400_000)
+            #expect(try await client.subscriptionStatuses(lapsing.transactionId).first?.status == 3, "billing retry, no grace")
+            _ = try await AppStoreServerAPISubscriptionTests.blocking { try sim.advanceClock(.init(seconds: 6 * 86_400)) }
+            status = try #require(try await client.subscriptionStatuses(graced.transactionId).first)
+            #expect(status.status == 3, "grace over, still retrying")
+            let recovered = try await AppStoreServerAPISubscriptionTests.blocking {
+                try sim.billing(.init(appleId: "ann@icloud", transactionId: graced.transactionId, event: .recover))
+            }
+            #expect(recovered.signedPayload != nil)
+            status = try #require(try await client.subscriptionStatuses(graced.transactionId).first)
+            #expect(status.status == 1 && status.renewalInfo.payload["isInBillingRetryPeriod"]?.boolValue == false)
+            _ = try await AppStoreServerAPISubscriptionTests.blocking { try sim.advanceClock(.init(seconds: 60 * 86_400)) }
+            let lapsed = try #require(try await client.subscriptionStatuses(lapsing.transactionId).first)
+            #expect(lapsed.status == 2 && lapsed.renewalInfo.payload["expirationIntent"]?.intValue == 2)
+            let types = try await Self.types(client, since: startMs)
+            for expected in ["DID_FAIL_TO_RENEW/GRACE_PERIOD", "DID_FAIL_TO_RENEW", "GRACE_PERIOD_EXPIRED", "DID_RECOVER", "EXPIRED/BILLING_RETRY"] {
+                #expect(types.contains(expected), "\(expected) in \(types)")
+            }
+            #expect(types.filter { $0 == "EXPIRED/BILLING_RETRY" }.count == 1, "expired once")
+        }
+    }
+
+    @Test func refundRequestsDeclinesAndReversals() async throws {
+        try await API.serve { served in
+            let sim = served.simulator
+            let client = try served.client()
+            let startMs = try await AppStoreServerAPISubscriptionTests.blocking { try sim.advanceClock(.init(seconds: 0)).nowMs } - 1_000
+            let coins = try await API.buy(sim, "coins.100", .consumable)
+            try await AppStoreServerAPISubscriptionTests.blocking {
+                _ = try sim.refundDecision(.init(appleId: "ann@icloud", transactionId: coins.transactionId, event: .request))
+                _ = try sim.refundDecision(.init(appleId: "ann@icloud", transactionId: coins.transactionId, event: .decline))
+                _ = try sim.refund(.init(appleId: "ann@icloud", transactionId: coins.transactionId))
+            }
+            #expect(try await client.transactionInfo(coins.transactionId).payload["revocationDate"] != nil)
+            _ = try await AppStoreServerAPISubscriptionTests.blocking {
+                try sim.refundDecision(.init(appleId: "ann@icloud", transactionId: coins.transactionId, event: .reverse))
+            }
+            #expect(try await client.transactionInfo(coins.transactionId).payload["revocationDate"] == nil, "valid again")
+            #expect(
+                try await Self.types(client, since: startMs)
+                    == ["ONE_TIME_CHARGE", "CONSUMPTION_REQUEST", "REFUND_DECLINED", "REFUND", "REFUND_REVERSED"])
+        }
+    }
+
+    @Test func deliveriesCanBeDroppedAndDuplicated() async throws {
+        try await API.serve { served in
+            let sim = served.simulator
+            let receiver = try await NotificationReceiver.start()
+            defer { receiver.stop() }
+            try sim.setNotificationURL(.init(environment: .production, url: receiver.url))
+            try sim.courier.setFault(.init(dropPercent: 100))
+            let dropped = try await API.buy(sim, "coins.100", .consumable)
+            let pass = await sim.courier.deliver()
+            #expect(pass.pendingRetries == 1)
+            #expect(receiver.payloads.withLockedValue { $0 }.isEmpty)
+            try sim.courier.setFault(.init(duplicatePercent: 100))
+            _ = try await AppStoreServerAPISubscriptionTests.blocking { try sim.advanceClock(.init(seconds: 3_600)) }
+            _ = await sim.courier.deliver()
+            let payloads = receiver.payloads.withLockedValue { $0 }
+            #expect(payloads.count == 2 && Set(payloads).count == 1, "the retry of the dropped one, sent twice")
+            var query = NotificationHistoryQuery(startDateMs: 0, endDateMs: 0)
+            query.startDateMs = try await AppStoreServerAPISubscriptionTests.blocking { try sim.advanceClock(.init(seconds: 0)).nowMs } - 86_400_000
+            query.endDateMs = query.startDateMs + 2 * 86_400_000
+            query.transactionId = dropped.transactionId
+            let attempts = try await served.client().notificationHistory(.production, query).records.flatMap { $0.sendAttempts.map(\.result) }
+            #expect(attempts == ["TIMED_OUT", "SUCCESS"])
+            #expect(throws: RPCError.self) { try sim.courier.setFault(.init(delayMs: 20_000)) }
+        }
+    }
+}

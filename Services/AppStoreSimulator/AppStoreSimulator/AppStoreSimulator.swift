@@ -193,7 +193,10 @@ public final class AppStoreSimulator: Sendable {
                     }
                     continue
                 }
+                if try self.advanceBilling(t, now: now, notifications: &notifications, db: db) { continue }
                 while let expires = t.expiresDateMs, expires <= now {
+                    // The charge of this renewal fails: billing retry (and grace) from here.
+                    if try self.advanceBilling(t, now: now, notifications: &notifications, db: db) { break }
                     t.transactionId = try SimulatorStore.nextTransactionId(db)
                     t.purchaseDateMs = expires
                     t.expiresDateMs = expires + Int64(t.periodDays ?? Self.defaultPeriodDays) * 86_400_000
@@ -423,6 +426,12 @@ public final class AppStoreSimulator: Sendable {
             return EmptyResult()
         }
         r.registerBlocking(SimConsumptionReports.self) { p, _ in try self.consumptionReports(p) }
+        r.registerBlocking(SimBilling.self) { p, _ in try self.billing(p) }
+        r.registerBlocking(SimRefundDecision.self) { p, _ in try self.refundDecision(p) }
+        r.registerImmediate(SimSetNotificationFault.self) { p, _ in
+            try self.courier.setFault(p)
+            return EmptyResult()
+        }
         r.register(SimDeliverNotifications.self) { _, _ in await self.courier.deliver() }
         return r
     }

@@ -124,6 +124,19 @@ public final class NotificationCourier: Sendable {
     private let configuration: Configuration
     private let http: HTTPClient
     private let tail = NIOLockedValueBox<Task<SimDeliverNotifications.Result, Never>?>(nil)
+    private let fault = NIOLockedValueBox(SimSetNotificationFault.Params())
+
+    /// `sim.setNotificationFault`: how deliveries misbehave from now on.
+    public func setFault(_ p: SimSetNotificationFault.Params) throws {
+        for (name, value, range) in [
+            ("dropPercent", p.dropPercent, 0...100), ("duplicatePercent", p.duplicatePercent, 0...100), ("delayMs", p.delayMs, 0...10_000),
+        ] {
+            if let value, !range.contains(value) {
+                throw RPCError.invalidParams("\(name) must be \(range.lowerBound)-\(range.upperBound)", field: name, reason: "invalidValue")
+            }
+        }
+        fault.withLockedValue { $0 = p }
+    }
 
     init(store: SimulatorStore, configuration: Configuration, now: @escaping @Sendable (Database) throws -> Int64) throws {
         self.store = store
@@ -176,8 +189,14 @@ public final class NotificationCourier: Sendable {
             (try? await NIOThreadPool.singleton.runIfActive {
                 try self.store.writer.read { db in try SimulatorStore.dueNotifications(nowMs: try self.now(db), limit: 1_000, db: db) }
             }) ?? []
-        for (notification, url) in due {
-            let result = await send(notification.signedPayload, to: url)
+        let fault = self.fault.withLockedValue { $0 }
+        var rng = SystemRandomNumberGenerator()
+        func chance(_ percent: Int?) -> Bool { Int(rng.next() % 100) < (percent ?? 0) }
+        for (notification, url) in fault.reorder == true ? due.shuffled() : due {
+            if let delay = fault.delayMs, delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
+            // Dropped: Apple thinks it sent, nothing arrives, and the attempt counts as timed out.
+            let result = chance(fault.dropPercent) ? "TIMED_OUT" : await send(notification.signedPayload, to: url)
+            if result == "SUCCESS", chance(fault.duplicatePercent) { _ = await send(notification.signedPayload, to: url) }
             attempted += 1
             if result == "SUCCESS" { succeeded += 1 }
             _ = try? await NIOThreadPool.singleton.runIfActive {

@@ -8,6 +8,16 @@ struct SimRenewal: Sendable {
     var autoRenew = true
     var extensions = 0
     var expiredAtMs: Int64?
+    /// The next renewal's charge will fail (`sim.billing fail`), with this many days of grace.
+    var billingWillFail = false
+    var graceDays = 0
+    /// The renewal failed: Apple keeps retrying (up to 60 days); access continues until `graceUntilMs`.
+    var billingRetry = false
+    var graceUntilMs: Int64?
+    var graceExpiredNotified = false
+
+    /// Apple retries a failed renewal for this long before the subscription expires.
+    static let billingRetryMs: Int64 = 60 * 86_400_000
 }
 
 extension SimulatorStore {
@@ -15,13 +25,23 @@ extension SimulatorStore {
         guard let row = try Row.fetchOne(db, sql: "SELECT * FROM simRenewal WHERE originalTransactionId = ?", arguments: [original]) else {
             return SimRenewal()
         }
-        return SimRenewal(autoRenew: row["autoRenewStatus"] == 1, extensions: row["extensions"], expiredAtMs: row["expiredAtMs"])
+        return SimRenewal(
+            autoRenew: row["autoRenewStatus"] == 1, extensions: row["extensions"], expiredAtMs: row["expiredAtMs"],
+            billingWillFail: row["billingWillFail"] == 1, graceDays: row["graceDays"], billingRetry: row["billingRetry"] == 1,
+            graceUntilMs: row["graceUntilMs"], graceExpiredNotified: row["graceExpiredNotified"] == 1)
     }
 
     static func saveRenewal(_ original: String, _ r: SimRenewal, db: Database) throws {
         try db.execute(
-            sql: "INSERT OR REPLACE INTO simRenewal (originalTransactionId, autoRenewStatus, extensions, expiredAtMs) VALUES (?, ?, ?, ?)",
-            arguments: [original, r.autoRenew ? 1 : 0, r.extensions, r.expiredAtMs])
+            sql: """
+                INSERT OR REPLACE INTO simRenewal (originalTransactionId, autoRenewStatus, extensions, expiredAtMs, billingWillFail, graceDays,
+                    billingRetry, graceUntilMs, graceExpiredNotified)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [
+                original, r.autoRenew ? 1 : 0, r.extensions, r.expiredAtMs, r.billingWillFail ? 1 : 0, r.graceDays, r.billingRetry ? 1 : 0,
+                r.graceUntilMs, r.graceExpiredNotified ? 1 : 0,
+            ])
     }
 
     static func setExpired(_ original: String, atMs: Int64, db: Database) throws {
@@ -48,7 +68,11 @@ extension AppStoreSimulator {
     /// come with billing failures).
     func subscriptionStatus(_ t: SimTransaction, db: Database) throws -> Int {
         if t.cancellationDateMs != nil { return 5 }
-        return (t.expiresDateMs ?? 0) > (try now(db)) ? 1 : 2
+        let now = try now(db)
+        if (t.expiresDateMs ?? 0) > now { return 1 }
+        let renewal = try SimulatorStore.renewal(t.originalTransactionId, db: db)
+        guard renewal.billingRetry else { return 2 }
+        return (renewal.graceUntilMs ?? 0) > now ? 4 : 3
     }
 
     /// The signed renewal info (JWSRenewalInfoDecodedPayload) of the subscription `t` belongs to.
@@ -56,11 +80,12 @@ extension AppStoreSimulator {
         let renewal = try SimulatorStore.renewal(t.originalTransactionId, db: db)
         var payload: [String: Any] = [
             "originalTransactionId": t.originalTransactionId, "productId": t.productId, "autoRenewProductId": t.productId,
-            "autoRenewStatus": renewal.autoRenew ? 1 : 0, "isInBillingRetryPeriod": false, "signedDate": try now(db),
+            "autoRenewStatus": renewal.autoRenew ? 1 : 0, "isInBillingRetryPeriod": renewal.billingRetry, "signedDate": try now(db),
             "environment": t.environment.appleName, "recentSubscriptionStartDate": t.originalPurchaseDateMs,
         ]
         if renewal.autoRenew, let expires = t.expiresDateMs { payload["renewalDate"] = expires }
-        if !renewal.autoRenew, renewal.expiredAtMs != nil { payload["expirationIntent"] = 1 }
+        if renewal.expiredAtMs != nil { payload["expirationIntent"] = renewal.autoRenew ? 2 : 1 }  // billing error : customer cancelled
+        if renewal.billingRetry, let grace = renewal.graceUntilMs { payload["gracePeriodExpiresDate"] = grace }
         if let token = t.appAccountToken { payload["appAccountToken"] = token.lowercased() }
         return try pki.signedPayloads.sign(payload: Array(try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys])))
     }
@@ -84,6 +109,110 @@ extension AppStoreSimulator {
             return try self.recordNotification(
                 "DID_CHANGE_RENEWAL_STATUS", subtype: p.enabled ? "AUTO_RENEW_ENABLED" : "AUTO_RENEW_DISABLED", latest,
                 signedDate: try self.now(db), db: db)
+        }
+        courier.kick()
+        return .init(signedPayload: payload)
+    }
+
+    /// `sim.billing`: `fail` makes the next renewal's charge fail (at the period's end: DID_FAIL_TO_RENEW,
+    /// GRACE_PERIOD subtype with grace days; then GRACE_PERIOD_EXPIRED, and EXPIRED / BILLING_RETRY after 60
+    /// days of retries, as the clock passes them); `recover` after a failure renews now (DID_RECOVER), before
+    /// one just cancels the coming failure.
+    public func billing(_ p: SimBilling.Params) throws -> SimBilling.Result {
+        if let days = p.gracePeriodDays, !(0...16).contains(days) {
+            throw RPCError.invalidParams("gracePeriodDays must be 0-16", field: "gracePeriodDays", reason: "invalidValue")
+        }
+        let payload = try store.writer.write { db -> String? in
+            guard let t = try SimulatorStore.transaction(p.transactionId, db: db), t.appleId == p.appleId, t.productType == .autoRenewable,
+                var latest = try SimulatorStore.latestPeriod(t.originalTransactionId, db: db)
+            else {
+                throw RPCError.notFound("no subscription transaction \(p.transactionId) for this Apple ID", reason: "unknownTransaction")
+            }
+            var renewal = try SimulatorStore.renewal(t.originalTransactionId, db: db)
+            guard renewal.expiredAtMs == nil, latest.cancellationDateMs == nil else {
+                throw RPCError.conflict("the subscription has ended", reason: "subscriptionEnded")
+            }
+            let now = try self.now(db)
+            switch p.event {
+            case .fail:
+                renewal.billingWillFail = true
+                renewal.graceDays = p.gracePeriodDays ?? 0
+                try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
+                return nil
+            case .recover:
+                renewal.billingWillFail = false
+                guard renewal.billingRetry else {
+                    try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
+                    return nil
+                }
+                renewal.billingRetry = false
+                renewal.graceUntilMs = nil
+                renewal.graceExpiredNotified = false
+                try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
+                latest.transactionId = try SimulatorStore.nextTransactionId(db)
+                latest.purchaseDateMs = now
+                latest.expiresDateMs = now + Int64(latest.periodDays ?? Self.defaultPeriodDays) * 86_400_000
+                latest.webOrderLineItemId += 1
+                latest.reason = "RENEWAL"
+                latest.finished = false
+                latest.orderId = SimulatorStore.newOrderId()
+                try SimulatorStore.insert(latest, db: db)
+                return try self.recordNotification("DID_RECOVER", latest, signedDate: now, db: db)
+            }
+        }
+        courier.kick()
+        return .init(signedPayload: payload)
+    }
+
+    /// What `advanceClock` does for a subscription whose renewal charge fails or has failed, up to `now`;
+    /// true when it was handled here (no renewal happens).
+    func advanceBilling(_ t: SimTransaction, now: Int64, notifications: inout [String], db: Database) throws -> Bool {
+        var renewal = try SimulatorStore.renewal(t.originalTransactionId, db: db)
+        guard let expires = t.expiresDateMs, renewal.billingRetry || (renewal.billingWillFail && expires <= now) else { return false }
+        if !renewal.billingRetry {
+            renewal.billingRetry = true
+            renewal.billingWillFail = false
+            renewal.graceUntilMs = renewal.graceDays > 0 ? expires + Int64(renewal.graceDays) * 86_400_000 : nil
+            try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
+            notifications.append(
+                try recordNotification("DID_FAIL_TO_RENEW", subtype: renewal.graceDays > 0 ? "GRACE_PERIOD" : nil, t, signedDate: expires, db: db))
+        }
+        if let grace = renewal.graceUntilMs, grace <= now, !renewal.graceExpiredNotified {
+            renewal.graceExpiredNotified = true
+            try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
+            notifications.append(try recordNotification("GRACE_PERIOD_EXPIRED", t, signedDate: grace, db: db))
+        }
+        if expires + SimRenewal.billingRetryMs <= now, renewal.expiredAtMs == nil {
+            renewal.expiredAtMs = expires + SimRenewal.billingRetryMs
+            renewal.billingRetry = false
+            try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
+            notifications.append(try recordNotification("EXPIRED", subtype: "BILLING_RETRY", t, signedDate: renewal.expiredAtMs!, db: db))
+        }
+        return true
+    }
+
+    /// `sim.refundDecision`: CONSUMPTION_REQUEST (the customer asked for a refund; Apple asks the developer),
+    /// REFUND_DECLINED, or REFUND_REVERSED (a granted refund undone: the transaction is valid again).
+    public func refundDecision(_ p: SimRefundDecision.Params) throws -> SimRefundDecision.Result {
+        let payload = try store.writer.write { db -> String in
+            guard var t = try SimulatorStore.transaction(p.transactionId, db: db), t.appleId == p.appleId else {
+                throw RPCError.notFound("no transaction \(p.transactionId) for this Apple ID", reason: "unknownTransaction")
+            }
+            let now = try self.now(db)
+            switch p.event {
+            case .request, .decline:
+                guard t.cancellationDateMs == nil else {
+                    throw RPCError.conflict("transaction \(p.transactionId) is already refunded", reason: "alreadyRefunded")
+                }
+                return try self.recordNotification(p.event == .request ? "CONSUMPTION_REQUEST" : "REFUND_DECLINED", t, signedDate: now, db: db)
+            case .reverse:
+                guard t.cancellationDateMs != nil else {
+                    throw RPCError.conflict("transaction \(p.transactionId) is not refunded", reason: "notRefunded")
+                }
+                t.cancellationDateMs = nil
+                try db.execute(sql: "UPDATE simTransaction SET cancellationDateMs = NULL WHERE transactionId = ?", arguments: [t.transactionId])
+                return try self.recordNotification("REFUND_REVERSED", t, signedDate: now, db: db)
+            }
         }
         courier.kick()
         return .init(signedPayload: payload)

@@ -99,6 +99,16 @@ final class SimulatorStore: Sendable {
                     CREATE INDEX simConsumption_by_transaction ON simConsumption(transactionId);
                     """)
         }
+        m.registerMigration("v5-billing") { db in
+            try db.execute(
+                sql: """
+                    ALTER TABLE simRenewal ADD COLUMN billingWillFail INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE simRenewal ADD COLUMN graceDays INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE simRenewal ADD COLUMN billingRetry INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE simRenewal ADD COLUMN graceUntilMs INTEGER;
+                    ALTER TABLE simRenewal ADD COLUMN graceExpiredNotified INTEGER NOT NULL DEFAULT 0;
+                    """)
+        }
         try m.migrate(writer)
     }
 
