@@ -72,11 +72,23 @@ public struct Entitlement: Codable, Sendable, Equatable {
     public var productId: String
     public var expiresAtMs: Int64?
     public var originalTransactionId: String
-    public init(entitlement: String, productId: String, expiresAtMs: Int64? = nil, originalTransactionId: String) {
+    /// Subscriptions, once Apple sent their renewal state: whether it renews at `expiresAtMs`.
+    public var willRenew: Bool?
+    /// The renewal charge failed and Apple is retrying it (the app can ask the customer to fix their payment).
+    public var inBillingRetry: Bool?
+    /// In billing retry with a grace period: access continues until then although `expiresAtMs` has passed.
+    public var gracePeriodExpiresAtMs: Int64?
+    public init(
+        entitlement: String, productId: String, expiresAtMs: Int64? = nil, originalTransactionId: String, willRenew: Bool? = nil,
+        inBillingRetry: Bool? = nil, gracePeriodExpiresAtMs: Int64? = nil
+    ) {
         self.entitlement = entitlement
         self.productId = productId
         self.expiresAtMs = expiresAtMs
         self.originalTransactionId = originalTransactionId
+        self.willRenew = willRenew
+        self.inBillingRetry = inBillingRetry
+        self.gracePeriodExpiresAtMs = gracePeriodExpiresAtMs
     }
 }
 
@@ -178,6 +190,8 @@ public enum LedgerKind: String, Codable, Sendable, JSONSchemaEnum {
     case grant, spend, reversal
     /// Part of a grant that repaid owed coins (its own row, right after the grant).
     case recovery
+    /// A refund Apple reversed: the coins back (the debt the refund made that is still owed forgiven instead).
+    case reinstatement
 }
 
 public struct LedgerEntry: Codable, Sendable, Equatable {

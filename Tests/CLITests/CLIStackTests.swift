@@ -197,6 +197,8 @@ import Testing
         "verification.setAppAccountToken": ["appstore", "set-token"], "verification.extendRenewalDate": ["appstore", "extend"],
         "sim.setNotificationURL": ["sim", "notification-url"], "sim.deliverNotifications": ["sim", "deliver"],
         "sim.setAutoRenew": ["sim", "auto-renew"], "sim.consumptionReports": ["sim", "consumption"],
+        "sim.setNotificationFault": ["sim", "notification-fault"], "sim.billing": ["sim", "billing"],
+        "sim.refundDecision": ["sim", "refund-decision"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

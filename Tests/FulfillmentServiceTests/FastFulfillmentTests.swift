@@ -41,6 +41,14 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
             return try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: $0) ? .revoked : .alreadyRevoked
         }
     }
+    func reinstate(transactionId: String, nowMs: Int64) async throws -> Bool {
+        try ledger.withLockedValue { try GrantRules.reinstate(transactionId, nowMs: nowMs, in: $0) }
+    }
+    func recordRenewal(_ state: RenewalState) async throws -> Bool { false }
+    func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
+        ledger.withLockedValue { $0.earlyRevocations[transactionId] = reason }
+    }
+    func renewal(originalTransactionId: String) async throws -> RenewalState? { nil }
     func enqueueAccountTokens(_ items: [PendingAccountToken], nowMs: Int64) async throws {}
     func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken] { [] }
     func settleAccountToken(_ item: PendingAccountToken, done: Bool, nextAttemptAtMs: Int64?, lastError: String?) async throws {}

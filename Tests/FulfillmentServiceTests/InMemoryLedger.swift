@@ -37,6 +37,16 @@ final class InMemoryLedger: FulfillmentTransaction {
 
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) { processedRows[transactionId]?.revokedAtMs = nowMs }
 
+    func markReinstated(_ transactionId: String) { processedRows[transactionId]?.revokedAtMs = nil }
+
+    var earlyRevocations: [String: String] = [:]
+    func earlyRevocation(_ transactionId: String) -> String? { earlyRevocations[transactionId] }
+    func forgetEarlyRevocation(_ transactionId: String) { earlyRevocations[transactionId] = nil }
+
+    func lastReversalDebt(_ transactionId: String) -> Int64? {
+        rows.last { $0.kind == .reversal && $0.transactionId == transactionId }?.debt
+    }
+
     func entitlement(original: String) -> EntitlementRecord? { entitlementRows[original] }
 
     func insertEntitlement(_ record: EntitlementRecord) {
@@ -60,7 +70,7 @@ final class InMemoryLedger: FulfillmentTransaction {
 
     func append(_ row: LedgerRow) {
         precondition(row.balance >= 0 && row.owed >= 0, "balances and debts never go below zero")
-        if let id = row.transactionId {
+        if let id = row.transactionId, [.grant, .recovery].contains(row.kind) {
             precondition(!rows.contains { $0.kind == row.kind && $0.transactionId == id }, "one \(row.kind) row per transaction")
         }
         rows.append(row)

@@ -10,7 +10,7 @@ struct SimCommand: AsyncParsableCommand {
         commandName: "sim", abstract: "Drive the local App Store simulator.",
         subcommands: [
             Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self, Fault.self, APIKey.self,
-            NotificationURL.self, Deliver.self, AutoRenew.self, Consumption.self,
+            NotificationURL.self, Deliver.self, AutoRenew.self, Consumption.self, NotificationFault.self, Billing.self, RefundDecision.self,
         ])
 
     struct Common: ParsableArguments {
@@ -238,6 +238,61 @@ extension SimCommand {
                 $0.reports.isEmpty
                     ? "none" : $0.reports.map { String(decoding: (try? JSONByteEncoder.encode($0)) ?? [], as: UTF8.self) }.joined(separator: "\n")
             }
+        }
+    }
+}
+
+extension SimCommand {
+    struct NotificationFault: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "notification-fault", abstract: "Drop, duplicate, delay or reorder notification deliveries (no options: deliver faithfully)."
+        )
+        @Option(help: "Percent of deliveries dropped (0-100).") var drop: Int?
+        @Option(help: "Percent of deliveries sent twice (0-100).") var duplicate: Int?
+        @Option(name: .customLong("delay-ms"), help: "Milliseconds before each send (0-10000).") var delayMs: Int?
+        @Flag(help: "Send the due notifications in random order.") var reorder = false
+        @OptionGroup var common: Common
+        func run() async throws {
+            try await SimCommand.run(
+                SimSetNotificationFault.self, .init(dropPercent: drop, duplicatePercent: duplicate, delayMs: delayMs, reorder: reorder), common
+            ) { _ in "notification faults set" }
+        }
+    }
+
+    struct Billing: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "fail: the subscription's next renewal charge fails (DID_FAIL_TO_RENEW at the period's end); recover: it succeeds (DID_RECOVER).")
+        @Argument(help: "Any transaction id of the subscription.") var transactionId: String
+        @Argument(help: "fail or recover.") var event: String
+        @Option(name: .customLong("grace-days"), help: "fail: days of billing grace (0-16).") var graceDays: Int?
+        @OptionGroup var common: Common
+        func validate() throws {
+            guard SimBillingEvent(rawValue: event) != nil else { throw ValidationError("event must be fail or recover") }
+        }
+        func run() async throws {
+            try await SimCommand.run(
+                SimBilling.self,
+                .init(appleId: common.appleId, transactionId: transactionId, event: SimBillingEvent(rawValue: event)!, gracePeriodDays: graceDays),
+                common
+            ) { $0.signedPayload == nil ? "\(event): noted" : "\(event): notification sent" }
+        }
+    }
+
+    struct RefundDecision: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "refund-decision",
+            abstract: "request (CONSUMPTION_REQUEST), decline (REFUND_DECLINED) or reverse (REFUND_REVERSED) a refund.")
+        @Argument(help: "Transaction id.") var transactionId: String
+        @Argument(help: "request, decline or reverse.") var event: String
+        @OptionGroup var common: Common
+        func validate() throws {
+            guard SimRefundEvent(rawValue: event) != nil else { throw ValidationError("event must be request, decline or reverse") }
+        }
+        func run() async throws {
+            try await SimCommand.run(
+                SimRefundDecision.self, .init(appleId: common.appleId, transactionId: transactionId, event: SimRefundEvent(rawValue: event)!), common
+            ) { _ in "\(event): notification sent" }
         }
     }
 }

@@ -535,15 +535,25 @@ public final class FulfillmentService: Sendable {
         }
     }
 
-    /// What a notification does: REFUND and REVOKE revoke the transaction; DID_RENEW, DID_RECOVER,
-    /// SUBSCRIBED and ONE_TIME_CHARGE record the purchase for its account exactly as a redeem would (a
-    /// renewal extends the subscription). The account is the original's owner, else the one whose
-    /// appAccountToken the purchase carries (asked of accounts with the internal token), so a purchase the
-    /// app never redeemed is still granted. False for types this server does not act on and for purchases
-    /// whose account cannot be known.
+    /// What a notification does. Its renewal info, when it has one, is kept per original transaction
+    /// (forward only by its signed date): auto-renew, billing retry, grace period, expiration intent. REFUND
+    /// and REVOKE revoke the transaction; REFUND_REVERSED gives it back (`GrantRules.reinstate`); DID_RENEW,
+    /// DID_RECOVER, SUBSCRIBED and ONE_TIME_CHARGE record the purchase for its account exactly as a redeem
+    /// would (a renewal extends the subscription); RENEWAL_EXTENDED moves the subscription's end. The account is
+    /// the original's owner, else the one whose appAccountToken the purchase carries (asked of accounts with the
+    /// internal token), so a purchase the app never redeemed is still granted. Renewal-state-only types
+    /// (DID_CHANGE_RENEWAL_STATUS, DID_CHANGE_RENEWAL_PREF, DID_FAIL_TO_RENEW, GRACE_PERIOD_EXPIRED, EXPIRED,
+    /// PRICE_INCREASE) are applied when their state was kept; REFUND_DECLINED is recorded (the inbox keeps it).
+    /// False for types this server does not act on and for purchases whose account cannot be known.
     private func act(on notification: JSONValue) async throws(RPCError) -> Bool {
         let type = notification["notificationType"]?.stringValue ?? ""
         let data = notification["data"]
+        var renewalKept = false
+        if let info = data?["renewalInfo"],
+            let state = RenewalState(renewalInfo: info, fallbackSignedDateMs: notification["signedDate"]?.intValue)
+        {
+            renewalKept = try await storeCall { try await self.store.recordRenewal(state) }
+        }
         guard let info = data?["transactionInfo"],
             let purchase = VerifiedPurchase.fromSignedTransaction(info, environment: data?["environment"]?.stringValue)
         else { return false }
@@ -553,12 +563,19 @@ public final class FulfillmentService: Sendable {
         let applied: Bool
         switch type {
         case "REFUND", "REVOKE":
+            let reason = type == "REFUND" ? "refunded" : "revoked"
             let outcome = try await storeCall {
-                try await self.store.revoke(
-                    transactionId: purchase.transactionId, reason: type == "REFUND" ? "refunded" : "revoked",
-                    nowMs: now)
+                try await self.store.revoke(transactionId: purchase.transactionId, reason: reason, nowMs: now)
             }
-            applied = outcome != .notFound
+            if outcome == .notFound {
+                // Apple told us before the app redeemed it: the redeem that brings it will grant nothing.
+                try await storeCall { try await self.store.recordEarlyRevocation(transactionId: purchase.transactionId, reason: reason, nowMs: now) }
+            }
+            applied = true
+        case "REFUND_REVERSED":
+            applied = try await storeCall { try await self.store.reinstate(transactionId: purchase.transactionId, nowMs: now) }
+        case "REFUND_DECLINED":
+            applied = true
         case "DID_RENEW", "DID_RECOVER", "SUBSCRIBED", "ONE_TIME_CHARGE":
             applied = try await recordFromNotification(purchase, nowMs: now)
         case "RENEWAL_EXTENDED":
@@ -566,6 +583,8 @@ public final class FulfillmentService: Sendable {
             applied = try await storeCall {
                 try await self.store.extendEntitlement(originalTransactionId: purchase.originalTransactionId, expiresAtMs: expires)
             }
+        case "DID_CHANGE_RENEWAL_STATUS", "DID_CHANGE_RENEWAL_PREF", "DID_FAIL_TO_RENEW", "GRACE_PERIOD_EXPIRED", "EXPIRED", "PRICE_INCREASE":
+            applied = renewalKept
         default:
             applied = false
         }

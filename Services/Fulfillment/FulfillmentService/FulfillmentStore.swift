@@ -260,6 +260,66 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
                     CREATE INDEX accountTokenOutbox_due ON accountTokenOutbox(nextAttemptAtMs);
                     """)
         }
+        m.registerMigration("v7-renewal-state-and-reinstatement") { db in
+            // Subscription renewal state from Apple's signed renewal info (DESIGN.md section 9), and the ledger
+            // gains `reinstatement` (a refund Apple reversed: the coins back, the debt the refund made forgiven).
+            // Reversals and reinstatements may repeat for one transaction (refunded, reversed, refunded again);
+            // grants and recoveries stay once per transaction.
+            try db.execute(
+                sql: """
+                    CREATE TABLE subscriptionRenewal (
+                        originalTransactionId TEXT PRIMARY KEY NOT NULL,
+                        autoRenew INTEGER NOT NULL,
+                        autoRenewProductId TEXT,
+                        inBillingRetry INTEGER NOT NULL,
+                        gracePeriodExpiresAtMs INTEGER,
+                        expirationIntent INTEGER,
+                        priceIncreaseStatus INTEGER,
+                        signedDateMs INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    -- A refund or revocation Apple announced before the purchase was ever redeemed here: the
+                    -- redeem that brings it grants nothing.
+                    CREATE TABLE earlyRevocation (
+                        transactionId TEXT PRIMARY KEY NOT NULL, reason TEXT NOT NULL, recordedAtMs INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    DROP TRIGGER ledger_no_update;
+                    DROP TRIGGER ledger_no_delete;
+                    ALTER TABLE ledger RENAME TO ledger_v2;
+                    CREATE TABLE ledger (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        accountId TEXT NOT NULL,
+                        scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
+                        delta INTEGER NOT NULL,
+                        balance INTEGER NOT NULL CHECK (balance >= 0),
+                        kind TEXT NOT NULL CHECK (kind IN ('grant', 'spend', 'reversal', 'recovery', 'reinstatement')),
+                        environment TEXT,
+                        transactionId TEXT,
+                        idempotencyKey TEXT,
+                        memo TEXT,
+                        debt INTEGER NOT NULL DEFAULT 0 CHECK (debt >= 0),           -- owed added (reversals)
+                        recovered INTEGER NOT NULL DEFAULT 0 CHECK (recovered >= 0), -- owed repaid (recoveries) or forgiven (reinstatements)
+                        owed INTEGER NOT NULL DEFAULT 0 CHECK (owed >= 0),           -- owed after this row
+                        createdAtMs INTEGER NOT NULL,
+                        CHECK (kind != 'grant' OR (delta > 0 AND transactionId IS NOT NULL)),
+                        CHECK (kind != 'spend' OR (delta < 0 AND idempotencyKey IS NOT NULL)),
+                        CHECK (kind != 'reversal' OR (delta <= 0 AND transactionId IS NOT NULL)),
+                        CHECK (kind != 'recovery' OR (delta < 0 AND recovered = -delta AND transactionId IS NOT NULL)),
+                        CHECK (kind != 'reinstatement' OR (delta >= 0 AND transactionId IS NOT NULL)),
+                        CHECK (kind = 'reversal' OR debt = 0),
+                        CHECK (kind IN ('recovery', 'reinstatement') OR recovered = 0),
+                        UNIQUE (accountId, scope, idempotencyKey)
+                    );
+                    INSERT INTO ledger SELECT * FROM ledger_v2;
+                    DROP TABLE ledger_v2;
+                    CREATE INDEX ledger_by_account ON ledger(accountId, scope, id);
+                    CREATE UNIQUE INDEX ledger_once ON ledger(kind, transactionId) WHERE kind IN ('grant', 'recovery');
+                    CREATE INDEX ledger_by_transaction ON ledger(transactionId, kind);
+                    CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger
+                        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+                    CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger
+                        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+                    """)
+        }
         return m
     }
 
@@ -444,6 +504,55 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
         }
     }
 
+    /// Remembers a refund or revocation of a purchase not redeemed here yet (its redeem will grant nothing).
+    public func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
+        try await commits.write { db in
+            try db.cachedStatement(sql: "INSERT OR IGNORE INTO earlyRevocation (transactionId, reason, recordedAtMs) VALUES (?, ?, ?)")
+                .execute(arguments: [transactionId, reason, nowMs])
+        }
+    }
+
+    /// Reverses a refund (`GrantRules.reinstate`); false when the transaction is unknown or not revoked.
+    public func reinstate(transactionId: String, nowMs: Int64) async throws -> Bool {
+        try await commits.write { db in try GrantRules.reinstate(transactionId, nowMs: nowMs, in: SQLiteFulfillmentTransaction(db: db)) }
+    }
+
+    /// Keeps a subscription's renewal state, forward only: an older signed state than the one kept changes nothing.
+    public func recordRenewal(_ state: RenewalState) async throws -> Bool {
+        try await commits.write { db in
+            let kept = try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT signedDateMs FROM subscriptionRenewal WHERE originalTransactionId = ?"),
+                arguments: [state.originalTransactionId])
+            if let kept, kept > state.signedDateMs { return false }
+            try db.cachedStatement(
+                sql: """
+                    INSERT OR REPLACE INTO subscriptionRenewal (originalTransactionId, autoRenew, autoRenewProductId, inBillingRetry,
+                        gracePeriodExpiresAtMs, expirationIntent, priceIncreaseStatus, signedDateMs)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    """
+            ).execute(arguments: [
+                state.originalTransactionId, state.autoRenew, state.autoRenewProductId, state.inBillingRetry, state.gracePeriodExpiresAtMs,
+                state.expirationIntent, state.priceIncreaseStatus, state.signedDateMs,
+            ])
+            return true
+        }
+    }
+
+    public func renewal(originalTransactionId: String) async throws -> RenewalState? {
+        try await writer.read { db in try Self.renewal(originalTransactionId, db: db) }
+    }
+
+    static func renewal(_ original: String, db: Database) throws -> RenewalState? {
+        try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT * FROM subscriptionRenewal WHERE originalTransactionId = ?"), arguments: [original]
+        ).map {
+            RenewalState(
+                originalTransactionId: $0["originalTransactionId"], autoRenew: $0["autoRenew"], autoRenewProductId: $0["autoRenewProductId"],
+                inBillingRetry: $0["inBillingRetry"], gracePeriodExpiresAtMs: $0["gracePeriodExpiresAtMs"],
+                expirationIntent: $0["expirationIntent"], priceIncreaseStatus: $0["priceIncreaseStatus"], signedDateMs: $0["signedDateMs"])
+        }
+    }
+
     public func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool {
         try await commits.write { db in
             try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, in: SQLiteFulfillmentTransaction(db: db))
@@ -480,6 +589,8 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
         try await writer.read { db in try SQLiteFulfillmentTransaction(db: db).wallet(Holder(accountId: accountId, scope: scope)) }
     }
 
+    /// What the account has now: subscriptions in a billing grace period count as active; each subscription
+    /// carries its renewal state (`willRenew`, `inBillingRetry`, `gracePeriodExpiresAtMs`) when Apple sent one.
     public func entitlements(accountId: String, scope: AccountScope = .production, nowMs: Int64) async throws
         -> (entitlements: [Entitlement], balance: Int64, owed: Int64)
     {
@@ -487,7 +598,19 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
             let tx = SQLiteFulfillmentTransaction(db: db)
             let holder = Holder(accountId: accountId, scope: scope)
             let wallet = try tx.wallet(holder)
-            return (GrantRules.activeEntitlements(try tx.entitlements(holder, activeAtMs: nowMs)), wallet.balance, wallet.owed)
+            var renewals: [String: RenewalState] = [:]
+            var current: [EntitlementRecord] = []
+            for record in try tx.entitlements(holder, activeAtMs: nil) {
+                let renewal = record.expiresAtMs == nil ? nil : try Self.renewal(record.originalTransactionId, db: db)
+                renewals[record.originalTransactionId] = renewal
+                if GrantRules.isActive(record, renewal: renewal, nowMs: nowMs) { current.append(record) }
+            }
+            let active = GrantRules.activeEntitlements(current).map { e in
+                var e = e
+                if let renewal = renewals[e.originalTransactionId] { renewal.describe(&e) }
+                return e
+            }
+            return (active, wallet.balance, wallet.owed)
         }
     }
 
@@ -603,6 +726,25 @@ struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
             p.environment, p.transactionId, p.originalTransactionId, holder.accountId, holder.scope.rawValue,
             p.productId, grantKind, coins, p.purchaseDateMs, p.expiresDateMs, nowMs,
         ])
+    }
+
+    func earlyRevocation(_ transactionId: String) throws -> String? {
+        try String.fetchOne(db.cachedStatement(sql: "SELECT reason FROM earlyRevocation WHERE transactionId = ?"), arguments: [transactionId])
+    }
+
+    func forgetEarlyRevocation(_ transactionId: String) throws {
+        try db.cachedStatement(sql: "DELETE FROM earlyRevocation WHERE transactionId = ?").execute(arguments: [transactionId])
+    }
+
+    func markReinstated(_ transactionId: String) throws {
+        try db.cachedStatement(sql: "UPDATE processedTransaction SET revokedAtMs = NULL, revokeReason = NULL WHERE transactionId = ?")
+            .execute(arguments: [transactionId])
+    }
+
+    func lastReversalDebt(_ transactionId: String) throws -> Int64? {
+        try Int64.fetchOne(
+            db.cachedStatement(sql: "SELECT debt FROM ledger WHERE transactionId = ? AND kind = 'reversal' ORDER BY id DESC LIMIT 1"),
+            arguments: [transactionId])
     }
 
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws {

@@ -15,6 +15,14 @@ public protocol FulfillmentTransaction {
     func processed(_ transactionId: String) throws -> ProcessedTransaction?
     func recordProcessed(_ purchase: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) throws
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws
+    /// Clears a revocation (a refund Apple reversed).
+    func markReinstated(_ transactionId: String) throws
+    /// The reason of a refund or revocation Apple announced before this transaction was ever redeemed here.
+    func earlyRevocation(_ transactionId: String) throws -> String?
+    /// A refund reversed before the purchase was redeemed: its early revocation no longer holds.
+    func forgetEarlyRevocation(_ transactionId: String) throws
+    /// The debt the latest reversal of this transaction added, if it has one.
+    func lastReversalDebt(_ transactionId: String) throws -> Int64?
 
     func entitlement(original: String) throws -> EntitlementRecord?
     func insertEntitlement(_ record: EntitlementRecord) throws
@@ -38,6 +46,13 @@ public protocol FulfillmentStorage: NotificationInboxStorage, AccountTokenOutbox
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
     ) async throws -> AppliedPurchases
     func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome
+    /// Reverses a refund (`GrantRules.reinstate`); false when the transaction is unknown or not revoked.
+    func reinstate(transactionId: String, nowMs: Int64) async throws -> Bool
+    /// Remembers a refund or revocation of a purchase not redeemed here yet: its redeem will grant nothing.
+    func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws
+    /// Keeps a subscription's renewal state, forward only by `signedDateMs`; false when an newer one is kept.
+    func recordRenewal(_ state: RenewalState) async throws -> Bool
+    func renewal(originalTransactionId: String) async throws -> RenewalState?
     /// Moves a subscription's end later (`GrantRules.extendRenewal`); false when there is nothing to move.
     func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool
     func spend(
@@ -121,11 +136,13 @@ public enum GrantRules {
                 continue  // restore never grants consumables; an unredeemed one is left for redeem
             }
             if owner == nil { try tx.bind(p, to: holder, nowMs: nowMs) }
-            if p.cancellationDateMs != nil {
-                // Refunded before we ever saw it: record it, grant nothing, and take back what its
-                // original granted (a refunded renewal or re-purchase revokes the entitlement).
+            // Refunded before we ever saw it (the payload says so, or Apple's notification came first).
+            let early = try tx.earlyRevocation(p.transactionId)
+            if p.cancellationDateMs != nil || early != nil {
+                // Record it, grant nothing, and take back what its original granted (a refunded renewal
+                // or re-purchase revokes the entitlement).
                 try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
-                _ = try revoke(p.transactionId, reason: "refunded", nowMs: nowMs, in: tx)
+                _ = try revoke(p.transactionId, reason: early ?? "refunded", nowMs: nowMs, in: tx)
                 result(.revoked)
                 continue
             }
@@ -202,6 +219,46 @@ public enum GrantRules {
         current.revokedAtMs = nil
         try tx.updateEntitlement(current)
         return true
+    }
+
+    /// A refund Apple reversed (REFUND_REVERSED): the transaction counts again. Coins come back in their own
+    /// `reinstatement` row: the debt the refund left that is still owed is forgiven, and the rest of the grant
+    /// is paid back (so the account ends as if the refund never happened); an entitlement the refund removed
+    /// is given back. False if the transaction is unknown or not revoked.
+    public static func reinstate(_ transactionId: String, nowMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
+        guard let record = try tx.processed(transactionId) else {
+            // Reversed before it was ever redeemed: its early refund no longer holds.
+            guard try tx.earlyRevocation(transactionId) != nil else { return false }
+            try tx.forgetEarlyRevocation(transactionId)
+            return true
+        }
+        guard record.revokedAtMs != nil else { return false }
+        try tx.markReinstated(transactionId)
+        let memo = "refund reversed: \(record.productId)"
+        if record.coinsGranted > 0 {
+            let forgiven = min(try tx.lastReversalDebt(transactionId) ?? 0, try tx.wallet(record.holder).owed)
+            try append(
+                record.holder, delta: record.coinsGranted - forgiven, kind: .reinstatement, environment: record.environment,
+                transactionId: transactionId, memo: memo, recovered: forgiven, nowMs: nowMs, in: tx)
+            return true
+        }
+        if var entitlement = try tx.entitlement(original: record.originalTransactionId), entitlement.revokedAtMs != nil {
+            entitlement.revokedAtMs = nil
+            try tx.updateEntitlement(entitlement)
+        }
+        try append(
+            record.holder, delta: 0, kind: .reinstatement, environment: record.environment, transactionId: transactionId, memo: memo,
+            nowMs: nowMs, in: tx)
+        return true
+    }
+
+    /// Whether an entitlement counts now: permanent, not yet ended, or a subscription whose renewal charge
+    /// failed and that is inside Apple's billing grace period.
+    public static func isActive(_ record: EntitlementRecord, renewal: RenewalState?, nowMs: Int64) -> Bool {
+        guard record.revokedAtMs == nil else { return false }
+        guard let expires = record.expiresAtMs, expires <= nowMs else { return true }
+        guard let renewal, renewal.inBillingRetry, let grace = renewal.gracePeriodExpiresAtMs else { return false }
+        return grace > nowMs
     }
 
     /// A renewal date Apple moved later (an extension): the entitlement of the original ends then, if it

@@ -1,0 +1,49 @@
+import IAPProtocol
+import JSONRPC
+
+/// A subscription's renewal state as Apple's signed renewal info (JWSRenewalInfoDecodedPayload) last said
+/// it, kept per original transaction and only ever replaced by a later signed one.
+public struct RenewalState: Sendable, Equatable {
+    public var originalTransactionId: String
+    public var autoRenew: Bool
+    public var autoRenewProductId: String?
+    public var inBillingRetry: Bool
+    /// The end of the billing grace period: access continues until then although the charge failed.
+    public var gracePeriodExpiresAtMs: Int64?
+    /// Why it expired: 1 the customer cancelled, 2 billing error, 3 price increase not accepted, 4 product unavailable.
+    public var expirationIntent: Int?
+    public var priceIncreaseStatus: Int?
+    public var signedDateMs: Int64
+
+    public init(
+        originalTransactionId: String, autoRenew: Bool, autoRenewProductId: String? = nil, inBillingRetry: Bool,
+        gracePeriodExpiresAtMs: Int64? = nil, expirationIntent: Int? = nil, priceIncreaseStatus: Int? = nil, signedDateMs: Int64
+    ) {
+        self.originalTransactionId = originalTransactionId
+        self.autoRenew = autoRenew
+        self.autoRenewProductId = autoRenewProductId
+        self.inBillingRetry = inBillingRetry
+        self.gracePeriodExpiresAtMs = gracePeriodExpiresAtMs
+        self.expirationIntent = expirationIntent
+        self.priceIncreaseStatus = priceIncreaseStatus
+        self.signedDateMs = signedDateMs
+    }
+
+    /// From verified renewal info (Apple's field names); `fallbackSignedDateMs` when it carries no signedDate.
+    public init?(renewalInfo info: JSONValue, fallbackSignedDateMs: Int64?) {
+        guard let original = info["originalTransactionId"]?.stringValue, let signed = info["signedDate"]?.intValue ?? fallbackSignedDateMs
+        else { return nil }
+        self.init(
+            originalTransactionId: original, autoRenew: info["autoRenewStatus"]?.intValue == 1,
+            autoRenewProductId: info["autoRenewProductId"]?.stringValue, inBillingRetry: info["isInBillingRetryPeriod"]?.boolValue ?? false,
+            gracePeriodExpiresAtMs: info["gracePeriodExpiresDate"]?.intValue, expirationIntent: info["expirationIntent"]?.intValue.map(Int.init),
+            priceIncreaseStatus: info["priceIncreaseStatus"]?.intValue.map(Int.init), signedDateMs: signed)
+    }
+
+    /// What an app shows: will it renew, is the charge being retried, until when access continues.
+    public func describe(_ e: inout Entitlement) {
+        e.willRenew = autoRenew && !inBillingRetry
+        e.inBillingRetry = inBillingRetry
+        e.gracePeriodExpiresAtMs = inBillingRetry ? gracePeriodExpiresAtMs : nil
+    }
+}

@@ -1,0 +1,105 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import RPCTestSupport
+import SuiteTestSupport
+import Testing
+
+/// Apple's notifications through fulfillment's inbox, against the whole suite over TCP with the simulator as
+/// the App Store: renewal state (auto-renew, billing retry, grace), refunds that arrive before the purchase,
+/// refund reversals and declines, and notifications out of order.
+@Suite struct NotificationLifecycleTests {
+    static let day: Int64 = 86_400_000
+
+    static func receive(_ suite: SuiteFixture, _ payloads: [String]) async throws -> [NotificationState] {
+        var states: [NotificationState] = []
+        for payload in payloads {
+            states.append(try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: payload)).state)
+        }
+        return states
+    }
+
+    static func advance(_ suite: SuiteFixture, days: Int64) async throws -> [String] {
+        suite.clock.advance(ms: days * day)
+        return try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: days * 86_400)).notifications
+    }
+
+    @Test func aFailedRenewalKeepsAccessThroughGraceEndsAfterItAndRecoveryRestoresIt() async throws {
+        try await SuiteFixture.with { suite in
+            let ivy = try await suite.register("ivy")
+            let sub = try await suite.buy("ivy@icloud", "sub.premium", appAccountToken: ivy.appAccountToken)
+            _ = try await suite.redeem(ivy.session, signed: [sub.signedTransaction])
+            let expires = try #require(try await suite.entitlements(ivy.session).first?.expiresAtMs)
+            _ = try await suite.simulator.call(
+                SimBilling.self, .init(appleId: "ivy@icloud", transactionId: sub.transactionId, event: .fail, gracePeriodDays: 6))
+            #expect(try await Self.receive(suite, try await Self.advance(suite, days: 31)) == [.applied])  // DID_FAIL_TO_RENEW/GRACE_PERIOD
+            var premium = try #require(try await suite.entitlements(ivy.session).first, "active through the grace period")
+            #expect(premium.inBillingRetry == true && premium.willRenew == false)
+            #expect(premium.gracePeriodExpiresAtMs == expires + 6 * Self.day)
+            #expect(try await Self.receive(suite, try await Self.advance(suite, days: 6)) == [.applied])  // GRACE_PERIOD_EXPIRED
+            #expect(try await suite.entitlements(ivy.session).isEmpty, "grace over: no access while Apple retries")
+            let recovered = try await suite.simulator.call(
+                SimBilling.self, .init(appleId: "ivy@icloud", transactionId: sub.transactionId, event: .recover))
+            #expect(try await Self.receive(suite, [try #require(recovered.signedPayload)]) == [.applied])  // DID_RECOVER
+            premium = try #require(try await suite.entitlements(ivy.session).first)
+            #expect(premium.inBillingRetry == false && premium.willRenew == true && premium.gracePeriodExpiresAtMs == nil)
+            #expect((premium.expiresAtMs ?? 0) > suite.clock.clock.nowMs + 29 * Self.day)
+        }
+    }
+
+    @Test func autoRenewOffShowsAndAnOlderRenewalAfterExpiredLeavesItExpired() async throws {
+        try await SuiteFixture.with { suite in
+            let jo = try await suite.register("jo")
+            let sub = try await suite.buy("jo@icloud", "sub.premium", appAccountToken: jo.appAccountToken)
+            _ = try await suite.redeem(jo.session, signed: [sub.signedTransaction])
+            let renewal = try await Self.advance(suite, days: 31)  // DID_RENEW: delivered late, below
+            #expect(renewal.count == 1)
+            let off = try await suite.simulator.call(
+                SimSetAutoRenew.self, .init(appleId: "jo@icloud", transactionId: sub.transactionId, enabled: false))
+            #expect(try await Self.receive(suite, [try #require(off.signedPayload)]) == [.applied])
+            let expired = try await Self.advance(suite, days: 31)  // EXPIRED/VOLUNTARY at the end of the renewed period
+            #expect(try await Self.receive(suite, expired) == [.applied])
+            // The renewal notification arrives after the expiry: it describes an older state, and changes nothing.
+            #expect(try await Self.receive(suite, renewal) == [.ignored])
+            #expect(try await suite.entitlements(jo.session).isEmpty)
+        }
+    }
+
+    @Test func aRefundThatArrivesBeforeThePurchaseIsRedeemedRevokesItWhenItIs() async throws {
+        try await SuiteFixture.with { suite in
+            let kim = try await suite.register("kim")
+            // The app holds the signed transaction from before the refund; Apple's REFUND reaches us first.
+            let coins = try await suite.buy("kim@icloud", "coins.100", appAccountToken: kim.appAccountToken)
+            let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "kim@icloud", transactionId: coins.transactionId))
+            #expect(try await Self.receive(suite, [try #require(refund.signedPayload)]) == [.applied])
+            let redeemed = try await suite.redeem(kim.session, signed: [coins.signedTransaction])
+            #expect(redeemed.results.map(\.outcome) == [.revoked] && redeemed.balance == 0)
+            #expect(try await suite.ledgerIsConsistent())
+        }
+    }
+
+    @Test func aReversedRefundGivesTheCoinsBackAndForgivesTheDebtItMade() async throws {
+        try await SuiteFixture.with { suite in
+            let lou = try await suite.register("lou")
+            let coins = try await suite.buy("lou@icloud", "coins.100", appAccountToken: lou.appAccountToken)
+            _ = try await suite.redeem(lou.session, signed: [coins.signedTransaction])
+            _ = try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: lou.session, amount: 70, idempotencyKey: "sword"))
+            let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "lou@icloud", transactionId: coins.transactionId))
+            _ = try await Self.receive(suite, [try #require(refund.signedPayload)])
+            var wallet = try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: lou.session))
+            #expect(wallet.balance == 0 && wallet.owed == 70)
+            let declined = try await suite.simulator.call(
+                SimRefundDecision.self, .init(appleId: "lou@icloud", transactionId: coins.transactionId, event: .reverse))
+            #expect(try await Self.receive(suite, [try #require(declined.signedPayload)]) == [.applied])
+            wallet = try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: lou.session))
+            #expect(wallet.balance == 30 && wallet.owed == 0, "as if the refund never happened: 100 granted, 70 spent")
+            let ledger = try await suite.ledger(lou.session)
+            #expect(ledger.map(\.kind) == [.grant, .spend, .reversal, .reinstatement])
+            #expect(ledger.last?.delta == 30 && ledger.last?.recovered == 70)
+            #expect(try await suite.ledgerIsConsistent())
+            // Redelivered: nothing more.
+            #expect(try await Self.receive(suite, [declined.signedPayload!]) == [.applied])
+            #expect(try await suite.ledger(lou.session).count == 4)
+        }
+    }
+}
