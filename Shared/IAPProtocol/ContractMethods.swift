@@ -26,6 +26,7 @@ public enum ContractMethods {
         .init(FulfillmentApplyNotification.self), .init(FulfillmentReceiveNotification.self), .init(FulfillmentListNotifications.self),
         .init(FulfillmentRetryNotification.self), .init(FulfillmentRevokeTransaction.self), .init(FulfillmentLookUpOrder.self),
         .init(FulfillmentListAudit.self), .init(FulfillmentGrantOrder.self), .init(FulfillmentExtendSubscription.self),
+        .init(FulfillmentReconcile.self),
     ]
     public static let simulator: [OpenRPCMethodDescription] = [
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),

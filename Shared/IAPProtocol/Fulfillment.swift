@@ -573,6 +573,43 @@ public enum FulfillmentExtendSubscription: RPCMethod {
     public static let summary = "Support: extend a subscription's renewal date at Apple and here; audited."
 }
 
+/// Reconciliation (admin; also run by the service on an interval): takes in what Apple sent that the inbox
+/// lacks (Get Notification History from a stored checkpoint, with an overlap), and asks Apple for the status
+/// of subscriptions whose period ended without news or that are in billing retry (Get All Subscription
+/// Statuses). Answers what it changed.
+public enum FulfillmentReconcile: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var adminToken: String
+        /// Read Notification History (default true).
+        public var notificationHistory: Bool?
+        /// Sweep subscription statuses (default true).
+        public var subscriptionStatuses: Bool?
+        public init(adminToken: String, notificationHistory: Bool? = nil, subscriptionStatuses: Bool? = nil) {
+            self.adminToken = adminToken
+            self.notificationHistory = notificationHistory
+            self.subscriptionStatuses = subscriptionStatuses
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// Notifications Apple listed in the window read.
+        public var notificationsSeen: Int
+        /// Of those, the ones the inbox did not have (now recorded and processed).
+        public var notificationsTakenIn: Int
+        public var subscriptionsChecked: Int
+        /// Subscriptions whose entitlement or renewal state changed from what Apple answered.
+        public var subscriptionsUpdated: Int
+        public init(notificationsSeen: Int, notificationsTakenIn: Int, subscriptionsChecked: Int, subscriptionsUpdated: Int) {
+            self.notificationsSeen = notificationsSeen
+            self.notificationsTakenIn = notificationsTakenIn
+            self.subscriptionsChecked = subscriptionsChecked
+            self.subscriptionsUpdated = subscriptionsUpdated
+        }
+    }
+    public static let name = "fulfillment.reconcile"
+    public static let access = RPCAccess.admin
+    public static let summary = "Take in notifications the inbox missed (Notification History) and check stale subscriptions at Apple."
+}
+
 /// One administrator action, as the audit log keeps it.
 public struct AuditEntry: Codable, Sendable, Equatable {
     public var id: Int64

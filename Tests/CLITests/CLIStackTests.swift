@@ -198,7 +198,7 @@ import Testing
         "sim.setNotificationURL": ["sim", "notification-url"], "sim.deliverNotifications": ["sim", "deliver"],
         "sim.setAutoRenew": ["sim", "auto-renew"], "sim.consumptionReports": ["sim", "consumption"],
         "sim.setNotificationFault": ["sim", "notification-fault"], "sim.billing": ["sim", "billing"],
-        "sim.refundDecision": ["sim", "refund-decision"],
+        "sim.refundDecision": ["sim", "refund-decision"], "fulfillment.reconcile": ["admin", "reconcile"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

@@ -45,6 +45,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         try ledger.withLockedValue { try GrantRules.reinstate(transactionId, nowMs: nowMs, in: $0) }
     }
     func recordRenewal(_ state: RenewalState) async throws -> Bool { false }
+    func reconcileCheckpoint(environment: String) async throws -> Int64? { nil }
+    func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws {}
+    func subscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [String] { [] }
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
         ledger.withLockedValue { $0.earlyRevocations[transactionId] = reason }
     }
@@ -179,6 +182,12 @@ struct FakeDependencies: FulfillmentDependencies {
         throw RPCError.unavailable("not in the fast tests")
     }
     func extendRenewalDate(_ params: VerificationExtendRenewalDate.Params) async throws(RPCError) -> VerificationExtendRenewalDate.Result {
+        throw RPCError.unavailable("not in the fast tests")
+    }
+    func notificationHistory(_ params: VerificationNotificationHistory.Params) async throws(RPCError) -> VerificationNotificationHistory.Result {
+        throw RPCError.unavailable("not in the fast tests")
+    }
+    func subscriptionStatuses(_ transactionId: String, internalToken: String) async throws(RPCError) -> [AppleSubscriptionStatus] {
         throw RPCError.unavailable("not in the fast tests")
     }
     func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result {

@@ -102,4 +102,42 @@ import Testing
             #expect(try await suite.ledger(lou.session).count == 4)
         }
     }
+
+    @Test func reconciliationTakesInWhatNeverArrivedAndSweepsSubscriptionsThatEndedWithoutNews() async throws {
+        try await SuiteFixture.with { suite in
+            let mo = try await suite.register("mo")
+            let token = mo.appAccountToken
+            let sub = try await suite.buy("mo@icloud", "sub.premium", appAccountToken: token)
+            _ = try await suite.redeem(mo.session, signed: [sub.signedTransaction])
+            // Bought on the phone and never redeemed; a pack redeemed and then refunded. No notification reached
+            // us (no URL is configured): Apple's Notification History has them all.
+            _ = try await suite.buy("mo@icloud", "coins.100", appAccountToken: token)
+            let pack = try await suite.buy("mo@icloud", "pack.castle", appAccountToken: token)
+            _ = try await suite.redeem(mo.session, signed: [pack.signedTransaction])
+            _ = try await suite.simulator.call(SimRefund.self, .init(appleId: "mo@icloud", transactionId: pack.transactionId))
+            func reconcile(history: Bool = true, statuses: Bool = true) async throws -> FulfillmentReconcile.Result {
+                try await suite.fulfillment.call(
+                    FulfillmentReconcile.self,
+                    .init(adminToken: SuiteFixture.adminToken, notificationHistory: history, subscriptionStatuses: statuses))
+            }
+            let first = try await reconcile()
+            #expect(first.notificationsSeen == 4 && first.notificationsTakenIn == 4, "\(first)")
+            #expect(try await suite.balance(mo.session) == 100)
+            #expect(try await suite.entitlements(mo.session).map(\.entitlement) == ["premium"], "the pack's refund applied")
+            // Again: the overlap lists them again, nothing is taken in twice.
+            let second = try await reconcile()
+            #expect(second.notificationsTakenIn == 0 && second.notificationsSeen == 4, "\(second)")
+            #expect(try await suite.balance(mo.session) == 100)
+
+            // The subscription renews at Apple, and the DID_RENEW never reaches us: its period ends here.
+            _ = try await Self.advance(suite, days: 31)
+            #expect(try await suite.entitlements(mo.session).isEmpty)
+            let swept = try await reconcile(history: false)
+            #expect(swept.subscriptionsChecked == 1 && swept.subscriptionsUpdated == 1, "\(swept)")
+            let premium = try #require(try await suite.entitlements(mo.session).first)
+            #expect(premium.entitlement == "premium" && (premium.expiresAtMs ?? 0) > suite.clock.clock.nowMs + 28 * Self.day)
+            #expect(try await reconcile(history: false).subscriptionsChecked == 0, "nothing stale left")
+            #expect(try await suite.ledgerIsConsistent())
+        }
+    }
 }

@@ -22,7 +22,28 @@ struct ReceiveNotificationCommand: AsyncParsableCommand {
 /// `iap admin ...`: operator commands that need the admin token.
 struct AdminCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "admin", abstract: "Operator commands (admin token).", subcommands: [Notifications.self, RetryNotification.self])
+        commandName: "admin", abstract: "Operator commands (admin token).", subcommands: [Notifications.self, RetryNotification.self, Reconcile.self])
+
+    struct Reconcile: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "fulfillment.reconcile: take in notifications the inbox missed (Notification History) and check stale subscriptions at Apple.")
+        @Flag(name: .customLong("no-history"), help: "Skip Notification History.") var noHistory = false
+        @Flag(name: .customLong("no-statuses"), help: "Skip the subscription status sweep.") var noStatuses = false
+        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            guard let token = resolveAdminToken(adminToken) else {
+                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
+            }
+            await ServiceCall(options: client).run(
+                .fulfillment, FulfillmentReconcile.self,
+                .init(adminToken: token, notificationHistory: !noHistory, subscriptionStatuses: !noStatuses)
+            ) {
+                "notifications: \($0.notificationsSeen) listed by Apple, \($0.notificationsTakenIn) taken in; "
+                    + "subscriptions: \($0.subscriptionsChecked) checked, \($0.subscriptionsUpdated) updated"
+            }
+        }
+    }
 
     struct Notifications: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

@@ -109,6 +109,10 @@ final class SimulatorStore: Sendable {
                     ALTER TABLE simRenewal ADD COLUMN graceExpiredNotified INTEGER NOT NULL DEFAULT 0;
                     """)
         }
+        m.registerMigration("v6-bundle-index") { db in
+            // Every App Store Server API request checks its token's bundle id against the apps sold here.
+            try db.execute(sql: "CREATE INDEX simTransaction_by_bundle ON simTransaction(bundleId)")
+        }
         try m.migrate(writer)
     }
 

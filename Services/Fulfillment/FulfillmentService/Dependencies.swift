@@ -25,6 +25,10 @@ public protocol FulfillmentDependencies: Sendable {
     func setAppAccountToken(originalTransactionId: String, appAccountToken: String, internalToken: String) async throws(RPCError)
     /// Extends a subscription's renewal date at Apple.
     func extendRenewalDate(_ params: VerificationExtendRenewalDate.Params) async throws(RPCError) -> VerificationExtendRenewalDate.Result
+    /// One page of Apple's notification history.
+    func notificationHistory(_ params: VerificationNotificationHistory.Params) async throws(RPCError) -> VerificationNotificationHistory.Result
+    /// Every subscription of the customer of a transaction, with status and renewal info.
+    func subscriptionStatuses(_ transactionId: String, internalToken: String) async throws(RPCError) -> [AppleSubscriptionStatus]
 }
 
 /// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
@@ -129,6 +133,19 @@ public struct Dependencies: FulfillmentDependencies {
 
     public func extendRenewalDate(_ params: VerificationExtendRenewalDate.Params) async throws(RPCError) -> VerificationExtendRenewalDate.Result {
         try await call("verification", verification, VerificationExtendRenewalDate.self, params, passThrough: [.notFound, .invalidParams, .conflict])
+    }
+
+    public func notificationHistory(_ params: VerificationNotificationHistory.Params) async throws(RPCError)
+        -> VerificationNotificationHistory.Result
+    {
+        try await call("verification", verification, VerificationNotificationHistory.self, params, passThrough: [.invalidParams])
+    }
+
+    public func subscriptionStatuses(_ transactionId: String, internalToken: String) async throws(RPCError) -> [AppleSubscriptionStatus] {
+        try await call(
+            "verification", verification, VerificationSubscriptionStatuses.self, .init(internalToken: internalToken, transactionId: transactionId),
+            passThrough: [.notFound, .invalidParams]
+        ).subscriptions
     }
 
     /// Health probes of the three, for `health.check`.

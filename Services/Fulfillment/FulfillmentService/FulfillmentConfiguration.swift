@@ -43,6 +43,15 @@ public struct FulfillmentConfiguration: Sendable {
     public var inboxRetry = InboxRetryPolicy()
     /// How long a notification being processed as it arrives is left alone by the inbox worker.
     public var inboxLeaseMs: Int64 = 60_000
+    /// Reconciliation: how far back the first Notification History read goes, how much each read overlaps
+    /// the previous one (Apple records a notification a little after its signed date), and how many stale
+    /// subscriptions one run asks Apple about.
+    public var reconcileFirstWindowMs: Int64 = 7 * 86_400_000
+    public var reconcileOverlapMs: Int64 = 60 * 60 * 1000
+    public var reconcileSubscriptionsPerRun = 200
+    /// The service's worker reconciles this often (`--reconcile-interval-s`; 0: only on demand).
+    public var reconcileIntervalMs: Int64 = 60 * 60 * 1000
+
     /// Largest `readContent` chunk (its base64 must fit well inside a 4 MiB line).
     public var maxContentChunk = 1 << 20
     /// Largest single spend.

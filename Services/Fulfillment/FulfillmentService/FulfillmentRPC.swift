@@ -23,6 +23,7 @@ extension FulfillmentService {
         r.register(FulfillmentListAudit.self) { p, _ in try await self.listAudit(p) }
         r.register(FulfillmentGrantOrder.self) { p, _ in try await self.grantOrder(p) }
         r.register(FulfillmentExtendSubscription.self) { p, _ in try await self.extendSubscription(p) }
+        r.register(FulfillmentReconcile.self) { p, _ in try await self.reconcile(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in
             try await self.revokeTransaction(p)
             return EmptyResult()

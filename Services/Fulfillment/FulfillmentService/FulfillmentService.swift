@@ -618,14 +618,20 @@ public final class FulfillmentService: Sendable {
     }
 
     private func recordFromNotification(_ purchase: VerifiedPurchase, nowMs: Int64) async throws(RPCError) -> Bool {
-        guard let scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment) else { return false }
+        try await applyFromApple(purchase, nowMs: nowMs).contains { [.granted, .restored, .alreadyGranted].contains($0) }
+    }
+
+    /// Records a purchase Apple told us about (a notification, a status) for its account, as a redeem would:
+    /// the outcomes, none when the account cannot be known.
+    private func applyFromApple(_ purchase: VerifiedPurchase, nowMs: Int64) async throws(RPCError) -> [RedeemOutcome] {
+        guard let scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment) else { return [] }
         var accountId = try await storeCall { try await self.store.owner(originalTransactionId: purchase.originalTransactionId)?.accountId }
         var token: String?
         if accountId == nil, let appAccountToken = purchase.appAccountToken, let internalToken = configuration.internalToken {
             accountId = try await dependencies.account(appAccountToken: appAccountToken, internalToken: internalToken)
             token = appAccountToken
         }
-        guard let accountId else { return false }
+        guard let accountId else { return [] }
         let rules = try await grantRules(for: [purchase.productId])
         let appAccountToken = token
         let applied = try await storeCall {
@@ -633,7 +639,7 @@ public final class FulfillmentService: Sendable {
                 [.init(purchase: purchase, rule: rules[purchase.productId], scope: scope)], accountId: accountId,
                 appAccountToken: appAccountToken, mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs)
         }
-        return applied.results.contains { [.granted, .restored, .alreadyGranted].contains($0.outcome) }
+        return applied.results.map(\.outcome)
     }
 
     public func revokeTransaction(_ p: FulfillmentRevokeTransaction.Params) async throws(RPCError) {
@@ -758,6 +764,89 @@ public final class FulfillmentService: Sendable {
                 reason: "appStoreAPINotConfigured")
         }
         return token
+    }
+
+    // MARK: reconciliation
+
+    /// `fulfillment.reconcile`: Notification History from the stored checkpoint (minus an overlap) to now,
+    /// every page, in both environments; each notification the inbox lacks goes through `receiveNotification`
+    /// (verified again, recorded, processed; ones already there change nothing). Then the status sweep:
+    /// subscriptions that ended without news or are in billing retry, asked of Apple (Get All Subscription
+    /// Statuses) and recorded like a renewal notification. The checkpoint moves only after a complete read.
+    public func reconcile(_ p: FulfillmentReconcile.Params) async throws(RPCError) -> FulfillmentReconcile.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        return try await reconcile(notificationHistory: p.notificationHistory ?? true, subscriptionStatuses: p.subscriptionStatuses ?? true)
+    }
+
+    public func reconcile(notificationHistory: Bool = true, subscriptionStatuses: Bool = true) async throws(RPCError)
+        -> FulfillmentReconcile.Result
+    {
+        let token = try internalTokenForApple("reconciling with Apple")
+        var result = FulfillmentReconcile.Result(notificationsSeen: 0, notificationsTakenIn: 0, subscriptionsChecked: 0, subscriptionsUpdated: 0)
+        if notificationHistory {
+            for environment in [AppleEnvironment.production, .sandbox] {
+                let now = clock.nowMs
+                let checkpoint = try await storeCall { try await self.store.reconcileCheckpoint(environment: environment.rawValue) }
+                let start = max(0, (checkpoint ?? now - configuration.reconcileFirstWindowMs) - configuration.reconcileOverlapMs)
+                var page: String?
+                repeat {
+                    // An end past now is read as now by Apple: a clock here behind Apple's misses nothing.
+                    let answer = try await dependencies.notificationHistory(
+                        .init(
+                            internalToken: token, environment: environment, startDateMs: start, endDateMs: now + configuration.reconcileOverlapMs,
+                            paginationToken: page))
+                    for record in answer.notifications {
+                        result.notificationsSeen += 1
+                        if let uuid = record.notificationUUID, try await storeCall({ try await self.store.notification(uuid) }) != nil { continue }
+                        if try await receiveNotification(.init(signedPayload: record.signedPayload)).firstDelivery {
+                            result.notificationsTakenIn += 1
+                        }
+                    }
+                    page = answer.hasMore ? answer.paginationToken : nil
+                } while page != nil
+                try await storeCall { try await self.store.saveReconcileCheckpoint(environment: environment.rawValue, signedDateMs: now) }
+            }
+        }
+        if subscriptionStatuses {
+            let now = clock.nowMs
+            let originals = try await storeCall {
+                try await self.store.subscriptionsToCheck(nowMs: now, limit: self.configuration.reconcileSubscriptionsPerRun)
+            }
+            for original in originals {
+                result.subscriptionsChecked += 1
+                let statuses: [AppleSubscriptionStatus]
+                do {
+                    statuses = try await dependencies.subscriptionStatuses(original, internalToken: token)
+                } catch  where error.knownCode == .notFound {
+                    continue
+                }
+                guard let status = statuses.first(where: { $0.originalTransactionId == original }) else { continue }
+                var changed = false
+                if let state = RenewalState(renewalInfo: status.renewalInfo, fallbackSignedDateMs: nil) {
+                    changed = try await storeCall { try await self.store.recordRenewal(state) } || changed
+                }
+                if let purchase = VerifiedPurchase.fromSignedTransaction(
+                    status.transaction, environment: status.transaction["environment"]?.stringValue)
+                {
+                    if purchase.cancellationDateMs != nil {
+                        let outcome = try await storeCall {
+                            try await self.store.revoke(transactionId: purchase.transactionId, reason: "refunded", nowMs: now)
+                        }
+                        changed = outcome == .revoked || changed
+                    } else {
+                        changed = try await applyFromApple(purchase, nowMs: now).contains(.granted) || changed
+                    }
+                }
+                if changed { result.subscriptionsUpdated += 1 }
+            }
+        }
+        logger.info(
+            "reconciled with Apple",
+            metadata: [
+                "notificationsSeen": "\(result.notificationsSeen)", "notificationsTakenIn": "\(result.notificationsTakenIn)",
+                "subscriptionsChecked": "\(result.subscriptionsChecked)", "subscriptionsUpdated": "\(result.subscriptionsUpdated)",
+            ])
+        return result
     }
 
     public func listAudit(_ p: FulfillmentListAudit.Params) async throws(RPCError) -> FulfillmentListAudit.Result {

@@ -279,6 +279,7 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
                     ) WITHOUT ROWID;
                     -- A refund or revocation Apple announced before the purchase was ever redeemed here: the
                     -- redeem that brings it grants nothing.
+                    CREATE TABLE reconcileCheckpoint (environment TEXT PRIMARY KEY NOT NULL, signedDateMs INTEGER NOT NULL) WITHOUT ROWID;
                     CREATE TABLE earlyRevocation (
                         transactionId TEXT PRIMARY KEY NOT NULL, reason TEXT NOT NULL, recordedAtMs INTEGER NOT NULL
                     ) WITHOUT ROWID;
@@ -501,6 +502,37 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
             let tx = SQLiteFulfillmentTransaction(db: db)
             guard try tx.processed(transactionId) != nil else { return .notFound }
             return try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: tx) ? .revoked : .alreadyRevoked
+        }
+    }
+
+    public func reconcileCheckpoint(environment: String) async throws -> Int64? {
+        try await writer.read { db in
+            try Int64.fetchOne(
+                db.cachedStatement(sql: "SELECT signedDateMs FROM reconcileCheckpoint WHERE environment = ?"), arguments: [environment])
+        }
+    }
+
+    public func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws {
+        try await commits.write { db in
+            try db.cachedStatement(sql: "INSERT OR REPLACE INTO reconcileCheckpoint (environment, signedDateMs) VALUES (?, ?)")
+                .execute(arguments: [environment, signedDateMs])
+        }
+    }
+
+    public func subscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [String] {
+        try await writer.read { db in
+            try String.fetchAll(
+                db.cachedStatement(
+                    sql: """
+                        SELECT e.originalTransactionId FROM entitlement e
+                        LEFT JOIN subscriptionRenewal r ON r.originalTransactionId = e.originalTransactionId
+                        WHERE e.revokedAtMs IS NULL AND e.expiresAtMs IS NOT NULL
+                          AND EXISTS (SELECT 1 FROM processedTransaction p
+                                      WHERE p.originalTransactionId = e.originalTransactionId AND p.grantKind = 'subscription')
+                          AND ((e.expiresAtMs <= ? AND e.expiresAtMs > ? AND COALESCE(r.expirationIntent, 0) = 0 AND COALESCE(r.autoRenew, 1) = 1)
+                               OR r.inBillingRetry = 1)
+                        ORDER BY e.expiresAtMs LIMIT ?
+                        """), arguments: [nowMs, nowMs - 60 * 86_400_000, limit])
         }
     }
 

@@ -53,6 +53,11 @@ public protocol FulfillmentStorage: NotificationInboxStorage, AccountTokenOutbox
     /// Keeps a subscription's renewal state, forward only by `signedDateMs`; false when an newer one is kept.
     func recordRenewal(_ state: RenewalState) async throws -> Bool
     func renewal(originalTransactionId: String) async throws -> RenewalState?
+    /// Where the last reconciliation's Notification History read ended, per environment.
+    func reconcileCheckpoint(environment: String) async throws -> Int64?
+    func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws
+    /// Originals of subscriptions to ask Apple about: ended without news in the last 60 days, or in billing retry.
+    func subscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [String]
     /// Moves a subscription's end later (`GrantRules.extendRenewal`); false when there is nothing to move.
     func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool
     func spend(

@@ -3,22 +3,36 @@ import ServiceLifecycle
 
 /// Processes the notification inbox's due entries every `interval` until graceful shutdown (retries of
 /// notifications whose first processing failed, and ones left by a process that died mid-way, after their
-/// lease), and the ties to make at Apple (`tieAccountsAtApple`). Listed after the store and before the server in the executable's group, so it stops before the
+/// lease), the ties to make at Apple (`tieAccountsAtApple`), and, every `reconcileInterval`, a
+/// reconciliation with Apple (`reconcile`: Notification History and the subscription status sweep). Listed after the store and before the server in the executable's group, so it stops before the
 /// database closes.
 public struct InboxWorker: Service {
     let service: FulfillmentService
     let interval: Duration
     let logger: Logger
 
-    public init(service: FulfillmentService, interval: Duration = .seconds(5), logger: Logger) {
+    /// How often to reconcile with Apple (`FulfillmentService.reconcile`); nil: never (on demand only).
+    let reconcileInterval: Duration?
+
+    public init(service: FulfillmentService, interval: Duration = .seconds(5), reconcileInterval: Duration? = nil, logger: Logger) {
         self.service = service
         self.interval = interval
+        self.reconcileInterval = reconcileInterval
         self.logger = logger
     }
 
     public func run() async throws {
         await cancelWhenGracefulShutdown {
+            var nextReconcile = ContinuousClock.now
             while !Task.isCancelled {
+                if let every = self.reconcileInterval, ContinuousClock.now >= nextReconcile {
+                    nextReconcile = ContinuousClock.now + every
+                    do {
+                        try await self.service.reconcile()
+                    } catch {
+                        self.logger.warning("reconciliation with Apple failed; will try at the next interval", metadata: ["error": "\(error)"])
+                    }
+                }
                 do {
                     try await self.service.processDueNotifications()
                 } catch {

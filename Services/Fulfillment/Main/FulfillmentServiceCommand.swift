@@ -66,6 +66,13 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         help: "The edge's public URL, e.g. https://iap.example.com (env IAP_EDGE_PUBLIC_URL); content URLs are paths without it.")
     var contentURLBase: String?
 
+    @Option(
+        name: .customLong("reconcile-interval-s"),
+        help:
+            "Seconds between reconciliations with Apple (Notification History and a subscription status sweep; needs --internal-token and verification's App Store Server API). Default 3600; 0: only on demand (fulfillment.reconcile)."
+    )
+    var reconcileIntervalSeconds = 3600
+
     @Option(name: .customLong("content-url-lifetime"), help: "Seconds a content URL is good for (default 300).")
     var contentURLLifetime: Int64 = 300
 
@@ -123,7 +130,10 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
             [
                 ClosingService("fulfillment.sqlite", logger: logger) { try store.close() },
                 ClosingService("dependency clients", logger: logger) { await dependencies.close() },
-                InboxWorker(service: service, logger: logger),
+                InboxWorker(
+                    service: service,
+                    reconcileInterval: reconcileIntervalSeconds > 0 && config.internalToken != nil ? .seconds(reconcileIntervalSeconds) : nil,
+                    logger: logger),
                 server,
             ], logger: logger)
     }
