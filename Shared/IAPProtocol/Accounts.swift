@@ -165,3 +165,47 @@ public enum AccountsFindByUsername: RPCMethod {
     public static let summary = "Internal: the account id and appAccountToken of a username."
     public static let access = RPCAccess.internal
 }
+
+/// The customer's choice: may data about how they used a purchase (was it delivered, how much was
+/// consumed, account age) be sent to Apple when they ask Apple for a refund? Off until they turn it on.
+public enum AccountsSetConsumptionConsent: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var session: String
+        public var consent: Bool
+        public init(session: String, consent: Bool) {
+            self.session = session
+            self.consent = consent
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var consent: Bool
+        public init(consent: Bool) { self.consent = consent }
+    }
+    public static let name = "accounts.setConsumptionConsent"
+    public static let summary = "Allow (or stop) sending consumption data to Apple when you ask Apple for a refund."
+}
+
+/// Internal: what fulfillment needs to answer Apple's consumption request for an account's purchase.
+public enum AccountsConsumptionProfile: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var accountId: String
+        public var internalToken: String
+        public init(accountId: String, internalToken: String) {
+            self.accountId = accountId
+            self.internalToken = internalToken
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var consent: Bool
+        public var createdAtMs: Int64
+        public var appAccountToken: String
+        public init(consent: Bool, createdAtMs: Int64, appAccountToken: String) {
+            self.consent = consent
+            self.createdAtMs = createdAtMs
+            self.appAccountToken = appAccountToken
+        }
+    }
+    public static let name = "accounts.consumptionProfile"
+    public static let summary = "Internal: an account's consumption-data consent, age and appAccountToken."
+    public static let access = RPCAccess.internal
+}

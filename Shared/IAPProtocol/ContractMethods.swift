@@ -5,7 +5,8 @@ public enum ContractMethods {
     public static let accounts: [OpenRPCMethodDescription] = [
         .init(AccountsRegister.self), .init(AccountsLogin.self), .init(AccountsLogout.self),
         .init(AccountsAuthenticate.self), .init(AccountsChangePassword.self), .init(AccountsListSessions.self),
-        .init(AccountsFindByAppAccountToken.self), .init(AccountsFindByUsername.self),
+        .init(AccountsFindByAppAccountToken.self), .init(AccountsFindByUsername.self), .init(AccountsSetConsumptionConsent.self),
+        .init(AccountsConsumptionProfile.self),
     ]
     public static let catalog: [OpenRPCMethodDescription] = [
         .init(CatalogListProducts.self), .init(CatalogGetProducts.self), .init(CatalogUpsertProduct.self),

@@ -45,6 +45,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         try ledger.withLockedValue { try GrantRules.reinstate(transactionId, nowMs: nowMs, in: $0) }
     }
     func recordRenewal(_ state: RenewalState) async throws -> Bool { false }
+    func processed(transactionId: String) async throws -> ProcessedTransaction? { ledger.withLockedValue { $0.processed(transactionId) } }
     func reconcileCheckpoint(environment: String) async throws -> Int64? { nil }
     func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws {}
     func subscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [String] { [] }
@@ -188,6 +189,12 @@ struct FakeDependencies: FulfillmentDependencies {
         throw RPCError.unavailable("not in the fast tests")
     }
     func subscriptionStatuses(_ transactionId: String, internalToken: String) async throws(RPCError) -> [AppleSubscriptionStatus] {
+        throw RPCError.unavailable("not in the fast tests")
+    }
+    func consumptionProfile(accountId: String, internalToken: String) async throws(RPCError) -> AccountsConsumptionProfile.Result {
+        throw RPCError.unavailable("not in the fast tests")
+    }
+    func sendConsumption(_ params: VerificationSendConsumption.Params) async throws(RPCError) {
         throw RPCError.unavailable("not in the fast tests")
     }
     func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result {

@@ -140,4 +140,41 @@ import Testing
             #expect(try await suite.ledgerIsConsistent())
         }
     }
+
+    @Test func aConsumptionRequestIsAnsweredOnlyWithConsentWithinTheWindowAndOnce() async throws {
+        try await SuiteFixture.with { suite in
+            let nia = try await suite.register("nia")
+            let coins = try await suite.buy("nia@icloud", "coins.100", appAccountToken: nia.appAccountToken)
+            _ = try await suite.redeem(nia.session, signed: [coins.signedTransaction])
+            _ = try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: nia.session, amount: 30, idempotencyKey: "potion"))
+            func request() async throws -> String {
+                try #require(
+                    try await suite.simulator.call(
+                        SimRefundDecision.self, .init(appleId: "nia@icloud", transactionId: coins.transactionId, event: .request)
+                    ).signedPayload)
+            }
+            func reports() async throws -> [JSONValue] {
+                try await suite.simulator.call(SimConsumptionReports.self, .init(transactionId: coins.transactionId)).reports
+            }
+            // No consent (the default): Apple is told nothing.
+            #expect(try await Self.receive(suite, [try await request()]) == [.ignored])
+            #expect(try await reports().isEmpty)
+            _ = try await suite.accounts.call(AccountsSetConsumptionConsent.self, .init(session: nia.session, consent: true))
+            let payload = try await request()
+            #expect(try await Self.receive(suite, [payload]) == [.applied])
+            let sent = try await reports()
+            #expect(sent.count == 1)
+            #expect(sent.first?["customerConsented"] == .bool(true) && sent.first?["consumptionStatus"]?.intValue == 2, "70 of 100 left: partly used")
+            #expect(sent.first?["appAccountToken"]?.stringValue == nia.appAccountToken.lowercased())
+            #expect(sent.first?["accountTenure"]?.intValue == 1 && sent.first?["deliveryStatus"]?.intValue == 0)
+            // Once: the same request delivered again sends nothing more.
+            #expect(try await Self.receive(suite, [payload]) == [.applied])
+            #expect(try await reports().count == 1)
+            // Past Apple's 12-hour window: not answered.
+            let late = try await request()
+            suite.clock.advance(ms: 13 * 60 * 60 * 1000)
+            #expect(try await Self.receive(suite, [late]) == [.ignored])
+            #expect(try await reports().count == 1)
+        }
+    }
 }

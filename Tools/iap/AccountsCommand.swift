@@ -7,7 +7,10 @@ import JSONRPC
 struct AccountsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "accounts", abstract: "Register, sign in and out, and see who you are.",
-        subcommands: [Register.self, Login.self, Logout.self, WhoAmI.self, Sessions.self, ChangePassword.self, Find.self, FindUser.self])
+        subcommands: [
+            Register.self, Login.self, Logout.self, WhoAmI.self, Sessions.self, ChangePassword.self, Find.self, FindUser.self, Consent.self,
+            ConsumptionProfile.self,
+        ])
 
     struct ChangePassword: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -61,6 +64,38 @@ struct AccountsCommand: AsyncParsableCommand {
             }
             await ServiceCall(options: client).run(.accounts, AccountsFindByUsername.self, .init(username: username, internalToken: token)) {
                 "account \($0.accountId) appAccountToken \($0.appAccountToken)"
+            }
+        }
+    }
+
+    struct Consent: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "on: allow sending consumption data to Apple when you ask Apple for a refund (accounts.setConsumptionConsent); off: stop.")
+        @Argument(help: "on or off.") var state: String
+        @OptionGroup var client: ClientOptions
+        func validate() throws {
+            guard ["on", "off"].contains(state) else { throw ValidationError("state must be on or off") }
+        }
+        func run() async throws {
+            await ServiceCall(options: client).run(
+                .accounts, AccountsSetConsumptionConsent.self, .init(session: try client.requireSession(), consent: state == "on")
+            ) { $0.consent ? "consumption data may be sent to Apple on a refund request" : "consumption data is not sent" }
+        }
+    }
+
+    struct ConsumptionProfile: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "consumption-profile", abstract: "Internal: an account's consent, age and appAccountToken (accounts.consumptionProfile).")
+        @Argument(help: "Account id.") var accountId: String
+        @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
+        var internalToken: String?
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            guard let token = resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
+                throw ValidationError("no internal token: pass --internal-token or set IAP_INTERNAL_TOKEN")
+            }
+            await ServiceCall(options: client).run(.accounts, AccountsConsumptionProfile.self, .init(accountId: accountId, internalToken: token)) {
+                "consent \($0.consent ? "on" : "off"), created \(isoTime($0.createdAtMs)), appAccountToken \($0.appAccountToken)"
             }
         }
     }

@@ -20,6 +20,8 @@ extension AccountsService {
         r.registerBlocking(AccountsListSessions.self) { p, _ in .init(sessions: try self.listSessions(p.session)) }
         r.register(AccountsFindByAppAccountToken.self) { p, _ in .init(accountId: try await self.findByAppAccountToken(p)) }
         r.register(AccountsFindByUsername.self) { p, _ in try await self.findByUsername(p) }
+        r.register(AccountsSetConsumptionConsent.self) { p, _ in try await self.setConsumptionConsent(p) }
+        r.register(AccountsConsumptionProfile.self) { p, _ in try await self.consumptionProfile(p) }
         return r
     }
 }

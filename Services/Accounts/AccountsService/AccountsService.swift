@@ -188,6 +188,20 @@ public final class AccountsService: Sendable {
         return id
     }
 
+    public func setConsumptionConsent(_ p: AccountsSetConsumptionConsent.Params) async throws(RPCError) -> AccountsSetConsumptionConsent.Result {
+        let account = try authenticate(p.session)
+        try await run { try await self.store.setConsumptionConsent(accountId: account.accountId, consent: p.consent) }
+        return .init(consent: p.consent)
+    }
+
+    public func consumptionProfile(_ p: AccountsConsumptionProfile.Params) async throws(RPCError) -> AccountsConsumptionProfile.Result {
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
+        guard let profile = try await run({ try await self.store.consumptionProfile(accountId: p.accountId) }) else {
+            throw RPCError.notFound("no such account", reason: "unknownAccount")
+        }
+        return .init(consent: profile.consent, createdAtMs: profile.createdAtMs, appAccountToken: profile.appAccountToken)
+    }
+
     public func findByUsername(_ p: AccountsFindByUsername.Params) async throws(RPCError) -> AccountsFindByUsername.Result {
         try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
         let (_, key) = try UsernamePolicy.normalize(p.username)

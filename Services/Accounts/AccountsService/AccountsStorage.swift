@@ -29,6 +29,10 @@ public protocol AccountsStorage: Sendable {
     ) async throws -> Int64
     /// Applies `update` to each key's state (nil when absent; a nil result deletes it) in one transaction.
     func updateThrottle(keys: [String], _ update: @escaping @Sendable (String, ThrottleState?) -> ThrottleState?) async throws
+    /// Records whether the customer consents to consumption data being sent to Apple on a refund request.
+    func setConsumptionConsent(accountId: String, consent: Bool) async throws
+    /// Consent, account creation time and appAccountToken (for Send Consumption Information).
+    func consumptionProfile(accountId: String) async throws -> (consent: Bool, createdAtMs: Int64, appAccountToken: String)?
     /// Closes the storage after the server has drained.
     func close() throws
 }

@@ -58,10 +58,28 @@ public final class AccountsStore: AccountsStorage, Sendable {
                     ) WITHOUT ROWID;
                     """)
         }
+        m.registerMigration("v2-consumption-consent") { db in
+            // Whether the customer agreed that consumption data about their purchases may be sent to Apple
+            // when they ask Apple for a refund (Send Consumption Information). Off until they say so.
+            try db.execute(sql: "ALTER TABLE account ADD COLUMN consumptionConsent INTEGER NOT NULL DEFAULT 0")
+        }
         return m
     }
 
     // MARK: accounts
+
+    public func setConsumptionConsent(accountId: String, consent: Bool) async throws {
+        try await writer.write { db in
+            try db.execute(sql: "UPDATE account SET consumptionConsent = ? WHERE id = ?", arguments: [consent, accountId])
+        }
+    }
+
+    public func consumptionProfile(accountId: String) async throws -> (consent: Bool, createdAtMs: Int64, appAccountToken: String)? {
+        try await writer.read { db in
+            try Row.fetchOne(db, sql: "SELECT consumptionConsent, createdAtMs, appAccountToken FROM account WHERE id = ?", arguments: [accountId])
+                .map { ($0["consumptionConsent"], $0["createdAtMs"], $0["appAccountToken"]) }
+        }
+    }
 
     /// Creates the account and its first session in one transaction.
     public func createAccount(_ account: AccountRow, usernameKey: String, session: NewSession, nowMs: Int64) async throws -> CreateOutcome {

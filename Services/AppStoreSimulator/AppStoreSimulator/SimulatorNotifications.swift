@@ -173,7 +173,12 @@ public final class NotificationCourier: Sendable {
             tail = next
             return next
         }
-        return await task.value
+        // A caller that is cancelled (shutdown) cancels the pass: no attempt is started after that.
+        return await withTaskCancellationHandler {
+            await task.value
+        } onCancel: {
+            task.cancel()
+        }
     }
 
     /// Starts a pass in the background (after each event, as Apple sends without being asked).
@@ -192,10 +197,23 @@ public final class NotificationCourier: Sendable {
         let fault = self.fault.withLockedValue { $0 }
         var rng = SystemRandomNumberGenerator()
         func chance(_ percent: Int?) -> Bool { Int(rng.next() % 100) < (percent ?? 0) }
+        // A URL that did not answer at all is not tried again in this pass: its other notifications get the
+        // same result at once (each still an attempt, retried on Apple's schedule), so a dead webhook costs
+        // one timeout per pass, not one per notification.
+        var unreachable: [String: String] = [:]
         for (notification, url) in fault.reorder == true ? due.shuffled() : due {
+            if Task.isCancelled { break }
             if let delay = fault.delayMs, delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
             // Dropped: Apple thinks it sent, nothing arrives, and the attempt counts as timed out.
-            let result = chance(fault.dropPercent) ? "TIMED_OUT" : await send(notification.signedPayload, to: url)
+            let result: String
+            if let known = unreachable[url] {
+                result = known
+            } else if chance(fault.dropPercent) {
+                result = "TIMED_OUT"
+            } else {
+                result = await send(notification.signedPayload, to: url)
+                if ["NO_RESPONSE", "TIMED_OUT", "TLS_ISSUE"].contains(result) { unreachable[url] = result }
+            }
             if result == "SUCCESS", chance(fault.duplicatePercent) { _ = await send(notification.signedPayload, to: url) }
             attempted += 1
             if result == "SUCCESS" { succeeded += 1 }

@@ -29,6 +29,10 @@ public protocol FulfillmentDependencies: Sendable {
     func notificationHistory(_ params: VerificationNotificationHistory.Params) async throws(RPCError) -> VerificationNotificationHistory.Result
     /// Every subscription of the customer of a transaction, with status and renewal info.
     func subscriptionStatuses(_ transactionId: String, internalToken: String) async throws(RPCError) -> [AppleSubscriptionStatus]
+    /// An account's consent to consumption data going to Apple, its age and appAccountToken (accounts, internal).
+    func consumptionProfile(accountId: String, internalToken: String) async throws(RPCError) -> AccountsConsumptionProfile.Result
+    /// Send Consumption Information, through verification.
+    func sendConsumption(_ params: VerificationSendConsumption.Params) async throws(RPCError)
 }
 
 /// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
@@ -146,6 +150,16 @@ public struct Dependencies: FulfillmentDependencies {
             "verification", verification, VerificationSubscriptionStatuses.self, .init(internalToken: internalToken, transactionId: transactionId),
             passThrough: [.notFound, .invalidParams]
         ).subscriptions
+    }
+
+    public func consumptionProfile(accountId: String, internalToken: String) async throws(RPCError) -> AccountsConsumptionProfile.Result {
+        try await call(
+            "accounts", accounts, AccountsConsumptionProfile.self, .init(accountId: accountId, internalToken: internalToken), passThrough: [.notFound]
+        )
+    }
+
+    public func sendConsumption(_ params: VerificationSendConsumption.Params) async throws(RPCError) {
+        _ = try await call("verification", verification, VerificationSendConsumption.self, params, passThrough: [.notFound, .invalidParams])
     }
 
     /// Health probes of the three, for `health.check`.

@@ -52,6 +52,9 @@ public struct FulfillmentConfiguration: Sendable {
     /// The service's worker reconciles this often (`--reconcile-interval-s`; 0: only on demand).
     public var reconcileIntervalMs: Int64 = 60 * 60 * 1000
 
+    /// Apple accepts consumption information for this long after its CONSUMPTION_REQUEST.
+    public var consumptionWindowMs: Int64 = 12 * 60 * 60 * 1000
+
     /// Largest `readContent` chunk (its base64 must fit well inside a 4 MiB line).
     public var maxContentChunk = 1 << 20
     /// Largest single spend.

@@ -576,6 +576,8 @@ public final class FulfillmentService: Sendable {
             applied = try await storeCall { try await self.store.reinstate(transactionId: purchase.transactionId, nowMs: now) }
         case "REFUND_DECLINED":
             applied = true
+        case "CONSUMPTION_REQUEST":
+            applied = try await answerConsumptionRequest(purchase, signedDateMs: notification["signedDate"]?.intValue ?? now, nowMs: now)
         case "DID_RENEW", "DID_RECOVER", "SUBSCRIBED", "ONE_TIME_CHARGE":
             applied = try await recordFromNotification(purchase, nowMs: now)
         case "RENEWAL_EXTENDED":
@@ -590,6 +592,44 @@ public final class FulfillmentService: Sendable {
         }
         logger.info("notification", metadata: ["type": "\(type)", "transactionId": "\(purchase.transactionId)", "applied": "\(applied)"])
         return applied
+    }
+
+    /// Apple asks, after a customer requested a refund, how the purchase was used (CONSUMPTION_REQUEST). Answered
+    /// with Send Consumption Information only when the account has consented (`accounts.setConsumptionConsent`),
+    /// within Apple's 12-hour window, once (the inbox processes a notification once); otherwise ignored. What is
+    /// sent is what this server knows: delivered, how much of a coin grant is left, the account's age band.
+    private func answerConsumptionRequest(_ purchase: VerifiedPurchase, signedDateMs: Int64, nowMs: Int64) async throws(RPCError) -> Bool {
+        guard let internalToken = configuration.internalToken, nowMs - signedDateMs < configuration.consumptionWindowMs else { return false }
+        guard let record = try await storeCall({ try await self.store.processed(transactionId: purchase.transactionId) }) else { return false }
+        let profile = try await dependencies.consumptionProfile(accountId: record.holder.accountId, internalToken: internalToken)
+        guard profile.consent else {
+            logger.info("consumption request not answered: the account has not consented", metadata: ["transactionId": "\(purchase.transactionId)"])
+            return false
+        }
+        let wallet = try await storeCall { try await self.store.balance(accountId: record.holder.accountId, scope: record.holder.scope) }
+        let info = AppleConsumptionInfo(
+            customerConsented: true,
+            consumptionStatus: Self.consumptionStatus(granted: record.coinsGranted, balance: wallet.balance, revoked: record.revokedAtMs != nil),
+            platform: 1, sampleContentProvided: false, deliveryStatus: 0, appAccountToken: profile.appAccountToken.lowercased(),
+            accountTenure: Self.tenureBand(ageMs: nowMs - profile.createdAtMs), playTime: 0, lifetimeDollarsRefunded: 0,
+            lifetimeDollarsPurchased: 0, userStatus: 1, refundPreference: 0)
+        try await dependencies.sendConsumption(.init(internalToken: internalToken, transactionId: purchase.transactionId, consumption: info))
+        return true
+    }
+
+    /// Apple's consumptionStatus for a coin grant: 1 none used (the balance still holds it), 3 all used, 2 some;
+    /// 0 (undeclared) for anything else.
+    static func consumptionStatus(granted: Int64, balance: Int64, revoked: Bool) -> Int {
+        guard granted > 0, !revoked else { return 0 }
+        if balance >= granted { return 1 }
+        return balance == 0 ? 3 : 2
+    }
+
+    /// Apple's accountTenure bands: 1 under 3 days, 2 under 10, 3 under 30, 4 under 90, 5 under 180, 6 under 365, 7 more.
+    static func tenureBand(ageMs: Int64) -> Int {
+        let days = ageMs / 86_400_000
+        for (band, limit) in [(1, 3), (2, 10), (3, 30), (4, 90), (5, 180), (6, 365)] where days < limit { return band }
+        return 7
     }
 
     // MARK: notification inbox (admin)

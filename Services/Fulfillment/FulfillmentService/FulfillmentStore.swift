@@ -505,6 +505,10 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
         }
     }
 
+    public func processed(transactionId: String) async throws -> ProcessedTransaction? {
+        try await writer.read { db in try SQLiteFulfillmentTransaction(db: db).processed(transactionId) }
+    }
+
     public func reconcileCheckpoint(environment: String) async throws -> Int64? {
         try await writer.read { db in
             try Int64.fetchOne(
