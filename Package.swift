@@ -439,7 +439,8 @@ let package = Package(
         .testTarget(
             name: "ReliabilityTests",
             dependencies: [
-                "SuiteTestSupport", "FulfillmentService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                "SuiteTestSupport", "FulfillmentService", "EdgeService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport",
+                "ServiceSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),

@@ -76,6 +76,19 @@ struct SuiteAddresses: ParsableArguments {
         }
     }
 
+    /// Stops the simulator's notification deliveries (compose/up.sh points them at the edge): otherwise every
+    /// purchase minted for a run is also delivered, verified and processed while it runs, on the same cores,
+    /// and the run measures that too. Restarting compose/up.sh turns them back on.
+    func silenceSimulatorNotifications() async throws {
+        let client = try RPCClient(address: sim, configuration: .init(connections: 1, callTimeout: .seconds(30)))
+        defer { Task { await client.close() } }
+        for environment in [SimEnvironment.production, .sandbox] {
+            _ = try await client.call(SimSetNotificationURL.self, .init(environment: environment))
+        }
+        FileHandle.standardError.write(
+            Data("the simulator's notification deliveries are off for this run (restart compose/up.sh to turn them on)\n".utf8))
+    }
+
     func fulfillmentClients(_ n: Int) throws -> [RPCClient] {
         try (0..<n).map { _ in try RPCClient(address: fulfillment, configuration: .init(connections: 1, callTimeout: .seconds(30))) }
     }
@@ -104,6 +117,7 @@ struct RedeemBenchmark: AsyncParsableCommand {
     func run() async throws {
         let runId = String(UUID().uuidString.prefix(8)).lowercased()
         FileHandle.standardError.write(Data("signing in \(suite.users) accounts, minting \(purchases) purchases...\n".utf8))
+        try await suite.silenceSimulatorNotifications()
         let accounts = try await suite.signInAccounts(run: runId)
         let sessions = accounts.map(\.session)
         // By id, only purchases made with the caller's appAccountToken are granted: purchase i is made with the token of

@@ -123,26 +123,40 @@ import Testing
         }
     }
 
-    /// Apple delivers out of order: a renewal signed before a refund of the same purchase arrives after
-    /// the refund was applied. State moves forward only, per original transaction, by signedDate: the late
-    /// renewal is recorded as superseded and grants nothing.
-    @Test func aNotificationSignedBeforeOneAlreadyAppliedForThePurchaseIsSuperseded() async throws {
-        try await SuiteFixture.with { suite in
-            let alice = try await suite.register("alice")
-            let bought = try await suite.buy("alice@icloud", "sub.premium")
-            _ = try await suite.redeem(alice.session, signed: [bought.signedTransaction])
-            let renewal = try #require(try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400)).notifications.first)
-            let refund = try #require(
-                try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: bought.transactionId)).signedPayload)
-            let refunded = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: refund))
-            #expect(refunded.state == .applied)
-            let late = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: renewal))
-            #expect(late.state == .ignored)
-            #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 1, "the late renewal granted nothing")
-            #expect(try await suite.entitlements(alice.session).isEmpty)
-            let listed = try await suite.fulfillment.call(
-                FulfillmentListNotifications.self, .init(adminToken: SuiteFixture.adminToken, state: .ignored))
-            #expect(listed.notifications.first?.lastError?.hasPrefix("superseded") == true)
+    /// Apple delivers out of order: a renewal's notification arrives after the refund of that renewal was
+    /// applied. Fulfillment asks Apple for the renewal's standing now (refunded), so the late notification grants
+    /// nothing; without the App Store Server API (the notification's snapshot only), a notification signed before
+    /// one already applied for the same purchase is superseded instead.
+    @Test func aRenewalArrivingAfterItsRefundGrantsNothingWhicheverWayStateIsKnown() async throws {
+        for withAPI in [true, false] {
+            try await SuiteFixture.with(configure: { if !withAPI { $0.internalToken = nil } }) { suite in
+                let alice = try await suite.register("alice")
+                let bought = try await suite.buy("alice@icloud", "sub.premium")
+                _ = try await suite.redeem(alice.session, signed: [bought.signedTransaction])
+                let renewal = try #require(try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400)).notifications.first)
+                let verification = RPCClient(host: "127.0.0.1", port: suite.verificationPort)
+                let renewalId = try #require(
+                    try await verification.call(VerificationVerifyNotification.self, .init(signedPayload: renewal))
+                        .notification?["data"]?["transactionInfo"]?["transactionId"]?.stringValue)
+                await verification.close()
+                // With the API, the renewal itself is refunded; without it, the original purchase (the snapshot-only
+                // path orders notifications per original transaction).
+                let refunded = withAPI ? renewalId : bought.transactionId
+                let refund = try #require(
+                    try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: refunded)).signedPayload)
+                #expect(try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: refund)).state == .applied)
+                let late = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: renewal))
+                #expect(late.state == (withAPI ? .applied : .ignored), "with the API: \(withAPI)")
+                let renewalGranted = try await suite.count(
+                    "SELECT COUNT(*) FROM processedTransaction WHERE transactionId = '\(renewalId)' AND revokedAtMs IS NULL")
+                #expect(renewalGranted == 0, "the late renewal granted nothing (with the API: \(withAPI))")
+                if !withAPI {
+                    #expect(try await suite.entitlements(alice.session).isEmpty)
+                    let listed = try await suite.fulfillment.call(
+                        FulfillmentListNotifications.self, .init(adminToken: SuiteFixture.adminToken, state: .ignored))
+                    #expect(listed.notifications.first?.lastError?.hasPrefix("superseded") == true)
+                }
+            }
         }
     }
 

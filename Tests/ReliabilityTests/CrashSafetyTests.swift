@@ -22,15 +22,16 @@ import Testing
         let arguments: [String]
         private let current = NIOLockedValueBox<Subprocess?>(nil)
 
-        init(port: Int, dataDir: URL, suite: SuiteFixture) {
+        init(port: Int, dataDir: URL, suite: SuiteFixture, extraArguments: [String] = []) {
             self.port = port
             let env = suite.environment
-            arguments = [
-                "--port", "\(port)", "--data-dir", dataDir.path, "--log-level", "error",
-                "--accounts-addr", env["IAP_ACCOUNTS_ADDR"]!, "--verification-addr", env["IAP_VERIFICATION_ADDR"]!,
-                "--catalog-addr", env["IAP_CATALOG_ADDR"]!, "--admin-token", SuiteFixture.adminToken,
-                "--dependency-timeout-ms", "5000",
-            ]
+            arguments =
+                [
+                    "--port", "\(port)", "--data-dir", dataDir.path, "--log-level", "error",
+                    "--accounts-addr", env["IAP_ACCOUNTS_ADDR"]!, "--verification-addr", env["IAP_VERIFICATION_ADDR"]!,
+                    "--catalog-addr", env["IAP_CATALOG_ADDR"]!, "--admin-token", SuiteFixture.adminToken,
+                    "--dependency-timeout-ms", "5000",
+                ] + extraArguments
         }
 
         static var executable: URL {

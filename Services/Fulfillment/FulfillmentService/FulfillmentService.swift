@@ -491,30 +491,16 @@ public final class FulfillmentService: Sendable {
     private func process(_ entry: InboxEntry) async -> NotificationState {
         let attempts = entry.attempts + 1
         do {
-            // Forward only, per purchase: one signed before a notification already applied for the same
-            // original transaction arrived late and describes an older state.
-            if let original = entry.originalTransactionId, let signed = entry.signedDateMs,
-                let latest = try await storeCall({ try await self.store.latestAppliedSignedDate(originalTransactionId: original) }),
-                signed < latest
-            {
-                let now = clock.nowMs
-                logger.info(
-                    "notification superseded: a later one for this purchase was applied first",
-                    metadata: ["notificationUUID": "\(entry.notificationUUID)", "type": "\(entry.notificationType)"])
-                try await storeCall {
-                    try await self.store.settleNotification(
-                        entry.notificationUUID, state: .ignored, attempts: attempts, nextAttemptAtMs: now,
-                        lastError: "superseded: a later notification for this purchase was applied first", nowMs: now)
-                }
-                return .ignored
-            }
             let notification = try JSONDecoder().decode(JSONValue.self, from: Data(entry.notification))
-            let applied = try await act(on: notification)
-            let state: NotificationState = applied ? .applied : .ignored
+            let outcome = try await act(on: notification, entry: entry)
+            let state: NotificationState = outcome.applied ? .applied : .ignored
             let now = clock.nowMs
+            if let reason = outcome.reason {
+                logger.info("notification ignored", metadata: ["notificationUUID": "\(entry.notificationUUID)", "reason": "\(reason)"])
+            }
             try await storeCall {
                 try await self.store.settleNotification(
-                    entry.notificationUUID, state: state, attempts: attempts, nextAttemptAtMs: now, lastError: nil, nowMs: now)
+                    entry.notificationUUID, state: state, attempts: attempts, nextAttemptAtMs: now, lastError: outcome.reason, nowMs: now)
             }
             return state
         } catch {
@@ -535,17 +521,36 @@ public final class FulfillmentService: Sendable {
         }
     }
 
-    /// What a notification does. Its renewal info, when it has one, is kept per original transaction
-    /// (forward only by its signed date): auto-renew, billing retry, grace period, expiration intent. REFUND
-    /// and REVOKE revoke the transaction; REFUND_REVERSED gives it back (`GrantRules.reinstate`); DID_RENEW,
-    /// DID_RECOVER, SUBSCRIBED and ONE_TIME_CHARGE record the purchase for its account exactly as a redeem
-    /// would (a renewal extends the subscription); RENEWAL_EXTENDED moves the subscription's end. The account is
-    /// the original's owner, else the one whose appAccountToken the purchase carries (asked of accounts with the
-    /// internal token), so a purchase the app never redeemed is still granted. Renewal-state-only types
-    /// (DID_CHANGE_RENEWAL_STATUS, DID_CHANGE_RENEWAL_PREF, DID_FAIL_TO_RENEW, GRACE_PERIOD_EXPIRED, EXPIRED,
-    /// PRICE_INCREASE) are applied when their state was kept; REFUND_DECLINED is recorded (the inbox keeps it).
-    /// False for types this server does not act on and for purchases whose account cannot be known.
-    private func act(on notification: JSONValue) async throws(RPCError) -> Bool {
+    struct ActOutcome {
+        var applied: Bool
+        /// Why it was ignored (kept as the inbox row's lastError).
+        var reason: String?
+        static let applied = ActOutcome(applied: true)
+        static func ignored(_ reason: String? = nil) -> ActOutcome { .init(applied: false, reason: reason) }
+    }
+
+    /// The notification types about one transaction's standing: whatever they say, the purchase is brought to
+    /// what Apple says of it now.
+    static let transactionTypes: Set<String> = [
+        "REFUND", "REVOKE", "REFUND_REVERSED", "ONE_TIME_CHARGE", "SUBSCRIBED", "DID_RENEW", "DID_RECOVER", "OFFER_REDEEMED",
+    ]
+
+    /// What a notification does. Its renewal info, when it has one, is kept per original transaction (forward
+    /// only by its signed date): auto-renew, billing retry, grace period, expiration intent.
+    ///
+    /// Apple delivers late, twice and out of order, so a notification about a transaction's standing (refund,
+    /// reversal, purchase, renewal) is taken as news that it changed: the transaction is fetched from Apple
+    /// (App Store Server API, through verification) and brought to what Apple says NOW, whichever notification
+    /// arrives and in whatever order: revoked at Apple -> revoked here (or, never seen here, recorded so that
+    /// the redeem bringing it grants nothing); valid -> granted to its account (the original's owner, else the
+    /// account of its appAccountToken), or given back if a refund had revoked it. Without the App Store Server
+    /// API, the notification's own snapshot is used, and one signed before a notification already applied for
+    /// the same purchase is superseded (ignored): state then only moves forward.
+    ///
+    /// RENEWAL_EXTENDED moves a subscription's end; renewal-state types (DID_CHANGE_RENEWAL_STATUS,
+    /// DID_CHANGE_RENEWAL_PREF, DID_FAIL_TO_RENEW, GRACE_PERIOD_EXPIRED, EXPIRED, PRICE_INCREASE) apply their
+    /// renewal info; REFUND_DECLINED is recorded; CONSUMPTION_REQUEST is answered when the account consented.
+    private func act(on notification: JSONValue, entry: InboxEntry) async throws(RPCError) -> ActOutcome {
         let type = notification["notificationType"]?.stringValue ?? ""
         let data = notification["data"]
         var renewalKept = false
@@ -555,43 +560,93 @@ public final class FulfillmentService: Sendable {
             renewalKept = try await storeCall { try await self.store.recordRenewal(state) }
         }
         guard let info = data?["transactionInfo"],
-            let purchase = VerifiedPurchase.fromSignedTransaction(info, environment: data?["environment"]?.stringValue)
-        else { return false }
-        // A refund or revocation applies whatever environment the purchase was recorded under (a purchase
-        // is recorded once); a grant follows the sandbox policy like a redeem.
+            let snapshot = VerifiedPurchase.fromSignedTransaction(info, environment: data?["environment"]?.stringValue)
+        else { return .ignored("no transaction in the notification") }
         let now = clock.nowMs
-        let applied: Bool
+        let outcome: ActOutcome
         switch type {
-        case "REFUND", "REVOKE":
-            let reason = type == "REFUND" ? "refunded" : "revoked"
-            let outcome = try await storeCall {
-                try await self.store.revoke(transactionId: purchase.transactionId, reason: reason, nowMs: now)
+        case _ where Self.transactionTypes.contains(type):
+            if let current = try await currentFromApple(snapshot.transactionId) {
+                outcome = try await bringToAppleState(current, reason: type == "REVOKE" ? "revoked" : "refunded", nowMs: now)
+            } else if let superseded = try await supersededReason(entry) {
+                outcome = .ignored(superseded)
+            } else {
+                outcome = try await bringToAppleState(snapshot, reason: type == "REVOKE" ? "revoked" : "refunded", nowMs: now)
             }
-            if outcome == .notFound {
-                // Apple told us before the app redeemed it: the redeem that brings it will grant nothing.
-                try await storeCall { try await self.store.recordEarlyRevocation(transactionId: purchase.transactionId, reason: reason, nowMs: now) }
-            }
-            applied = true
-        case "REFUND_REVERSED":
-            applied = try await storeCall { try await self.store.reinstate(transactionId: purchase.transactionId, nowMs: now) }
         case "REFUND_DECLINED":
-            applied = true
+            outcome = .applied
         case "CONSUMPTION_REQUEST":
-            applied = try await answerConsumptionRequest(purchase, signedDateMs: notification["signedDate"]?.intValue ?? now, nowMs: now)
-        case "DID_RENEW", "DID_RECOVER", "SUBSCRIBED", "ONE_TIME_CHARGE":
-            applied = try await recordFromNotification(purchase, nowMs: now)
+            let answered = try await answerConsumptionRequest(snapshot, signedDateMs: notification["signedDate"]?.intValue ?? now, nowMs: now)
+            outcome = answered ? .applied : .ignored("not answered: no consent, outside Apple's window, or not a purchase made here")
         case "RENEWAL_EXTENDED":
-            guard let expires = purchase.expiresDateMs else { return false }
-            applied = try await storeCall {
-                try await self.store.extendEntitlement(originalTransactionId: purchase.originalTransactionId, expiresAtMs: expires)
+            guard let expires = snapshot.expiresDateMs else { return .ignored("no expiry") }
+            _ = try await storeCall {
+                try await self.store.extendEntitlement(originalTransactionId: snapshot.originalTransactionId, expiresAtMs: expires)
             }
+            outcome = .applied
         case "DID_CHANGE_RENEWAL_STATUS", "DID_CHANGE_RENEWAL_PREF", "DID_FAIL_TO_RENEW", "GRACE_PERIOD_EXPIRED", "EXPIRED", "PRICE_INCREASE":
-            applied = renewalKept
+            outcome = renewalKept ? .applied : .ignored("an equal or newer renewal state was already kept")
         default:
-            applied = false
+            outcome = .ignored("\(type) is not acted on")
         }
-        logger.info("notification", metadata: ["type": "\(type)", "transactionId": "\(purchase.transactionId)", "applied": "\(applied)"])
-        return applied
+        logger.info(
+            "notification", metadata: ["type": "\(type)", "transactionId": "\(snapshot.transactionId)", "applied": "\(outcome.applied)"])
+        return outcome
+    }
+
+    /// The transaction as Apple has it now, verified; nil when this deployment cannot ask Apple (no internal
+    /// token or no App Store Server API) or Apple does not know it (then the notification's snapshot serves).
+    private func currentFromApple(_ transactionId: String) async throws(RPCError) -> VerifiedPurchase? {
+        guard let token = configuration.internalToken else { return nil }
+        do {
+            let answer = try await dependencies.transactionInfo(transactionId, internalToken: token)
+            guard answer.status == 0, let payload = answer.transaction else { return nil }
+            return VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
+        } catch  where error.reason == "appStoreAPINotConfigured" || error.knownCode == .notFound {
+            return nil
+        }
+    }
+
+    /// Without Apple's current word: "superseded" when a notification signed later for the same original
+    /// transaction was already applied (this one describes an older state).
+    private func supersededReason(_ entry: InboxEntry) async throws(RPCError) -> String? {
+        guard let original = entry.originalTransactionId, let signed = entry.signedDateMs,
+            let latest = try await storeCall({ try await self.store.latestAppliedSignedDate(originalTransactionId: original) }),
+            signed < latest
+        else { return nil }
+        return "superseded: a later notification for this purchase was applied first"
+    }
+
+    /// Makes the purchase here what `purchase` (Apple's word) says: revoked, or granted (given back if a
+    /// refund had revoked it). Idempotent: any number of deliveries, in any order, end the same.
+    private func bringToAppleState(_ purchase: VerifiedPurchase, reason: String, nowMs: Int64) async throws(RPCError) -> ActOutcome {
+        let processed = try await storeCall { try await self.store.processed(transactionId: purchase.transactionId) }
+        if purchase.cancellationDateMs != nil {
+            if processed != nil {
+                _ = try await storeCall { try await self.store.revoke(transactionId: purchase.transactionId, reason: reason, nowMs: nowMs) }
+                return .applied
+            }
+            // Never seen here: remembered, so that the redeem bringing it grants nothing (and a reversal later
+            // grants it in full). A refunded renewal of a subscription owned here also takes back the access
+            // its original granted.
+            if purchase.transactionId != purchase.originalTransactionId,
+                try await storeCall({ try await self.store.owner(originalTransactionId: purchase.originalTransactionId) }) != nil
+            {
+                _ = try await applyFromApple(purchase, nowMs: nowMs)
+            }
+            try await storeCall { try await self.store.recordEarlyRevocation(transactionId: purchase.transactionId, reason: reason, nowMs: nowMs) }
+            return .applied
+        }
+        if let processed, processed.revokedAtMs != nil {
+            _ = try await storeCall { try await self.store.reinstate(transactionId: purchase.transactionId, nowMs: nowMs) }
+            return .applied
+        }
+        if processed == nil {
+            // A refund reversed before the purchase was redeemed here: its early revocation no longer holds.
+            _ = try await storeCall { try await self.store.reinstate(transactionId: purchase.transactionId, nowMs: nowMs) }
+        }
+        let outcomes = try await applyFromApple(purchase, nowMs: nowMs)
+        return outcomes.isEmpty ? .ignored("its account is not known here (no owner, no matching appAccountToken)") : .applied
     }
 
     /// Apple asks, after a customer requested a refund, how the purchase was used (CONSUMPTION_REQUEST). Answered
@@ -830,10 +885,10 @@ public final class FulfillmentService: Sendable {
                 let start = max(0, (checkpoint ?? now - configuration.reconcileFirstWindowMs) - configuration.reconcileOverlapMs)
                 var page: String?
                 repeat {
-                    // An end past now is read as now by Apple: a clock here behind Apple's misses nothing.
+                    // An end in the future is read as Apple's now: a clock here behind Apple's misses nothing.
                     let answer = try await dependencies.notificationHistory(
                         .init(
-                            internalToken: token, environment: environment, startDateMs: start, endDateMs: now + configuration.reconcileOverlapMs,
+                            internalToken: token, environment: environment, startDateMs: start, endDateMs: now + 366 * 86_400_000,
                             paginationToken: page))
                     for record in answer.notifications {
                         result.notificationsSeen += 1

@@ -680,6 +680,24 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
 
     /// Accounts whose wallet differs from their ledger, in any scope: `balance` must be the sum of the
     /// deltas and `owed` the sum of debts less the sum of recoveries.
+    /// Transactions whose refunds and reversals did not alternate (a refund applied twice without a reversal
+    /// between, or a reversal twice): what a notification applied twice would leave.
+    package func duplicateLedgerEffects() async throws -> [String] {
+        try await writer.read { db in
+            let rows = try Row.fetchAll(
+                db, sql: "SELECT transactionId, kind FROM ledger WHERE kind IN ('reversal', 'reinstatement') ORDER BY id")
+            var last: [String: String] = [:]
+            var bad: [String] = []
+            for row in rows {
+                let id: String = row["transactionId"], kind: String = row["kind"]
+                let expected = last[id] == "reversal" ? "reinstatement" : "reversal"
+                if kind != expected { bad.append("\(id): \(kind) after \(last[id] ?? "nothing")") }
+                last[id] = kind
+            }
+            return bad
+        }
+    }
+
     package func ledgerMismatches() async throws -> [String] {
         try await writer.read { db in
             try String.fetchAll(
