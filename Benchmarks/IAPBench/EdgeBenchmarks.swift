@@ -6,6 +6,7 @@ import JSONRPC
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOSSL
+import RPCTransport
 import ServiceSupport
 
 /// HTTP clients for the edge scenarios: one `HTTPClient` per connection (so `--connections` is the number
@@ -124,5 +125,70 @@ struct ContentURLCommand: ParsableCommand {
             contentId: contentId, accountId: "benchmark", scope: "Production",
             expiresAtMs: Int64(Date().timeIntervalSince1970 * 1000) + 3_600_000)
         print(base + ContentURLSigner(key: key).path(for: grant))
+    }
+}
+
+/// Apple's webhook through the edge (`POST /v1/notifications/appstore`): each notification a new signed
+/// REFUND (of a purchase minted before timing), answered 200 only once fulfillment has recorded it durably
+/// (and, today, processed it: the standing of the transaction fetched from the App Store Server API).
+struct WebhookBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "webhook", abstract: "App Store Server Notifications accepted per second through the edge (needs the running suite).")
+    @Option(help: "The edge's base URL.") var url = "https://localhost:8443"
+    @Option(help: "Notifications to mint before timing (the run stops early if it uses them all).") var notifications = 10_000
+    @OptionGroup var suite: SuiteAddresses
+    @OptionGroup var http: HTTPLoadOptions
+    @OptionGroup var load: LoadOptions
+
+    func run() async throws {
+        try await suite.silenceSimulatorNotifications()
+        let runId = String(UUID().uuidString.prefix(8)).lowercased()
+        FileHandle.standardError.write(Data("minting \(notifications) purchases and their refunds...\n".utf8))
+        let minted = try await suite.mint(count: notifications, productId: "coins.100", type: .consumable, run: runId)
+        let sim = try RPCClient(address: suite.sim, configuration: .init(connections: 4, callTimeout: .seconds(60)))
+        let payloads = NIOLockedValueBox([String?](repeating: nil, count: minted.count))
+        let next = NIOLockedValueBox(0)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<8 {
+                group.addTask {
+                    while true {
+                        let i = next.withLockedValue { v in
+                            defer { v += 1 }; return v
+                        }
+                        guard i < minted.count else { return }
+                        let refund = try await sim.call(
+                            SimRefund.self, .init(appleId: "bench-\(runId)-\(i)@icloud", transactionId: minted[i].transactionId))
+                        payloads.withLockedValue { $0[i] = refund.signedPayload }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        await sim.close()
+        let bodies = payloads.withLockedValue { $0 }.map { payload in
+            ByteBuffer(bytes: (try? JSONSerialization.data(withJSONObject: ["signedPayload": payload ?? ""])) ?? Data())
+        }
+        let pool = try http.clients(load.connections, perConnection: load.inFlight)
+        let driver = LoadDriver(options: load)
+        let endpoint = url + "/v1/notifications/appstore"
+        let report = try await driver.run(
+            scenario: "webhook (\(url.hasPrefix("https") ? "HTTPS" : "HTTP")\(http.http1 ? ", HTTP/1.1" : ""), a new REFUND each)", clients: pool,
+            notes: ["durable": "200 only once recorded in fulfillment's inbox (synchronous=FULL)"]
+        ) { client, i in
+            guard i < bodies.count else { return nil }
+            var request = HTTPClientRequest(url: endpoint)
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(bodies[i])
+            do {
+                let response = try await client.execute(request, timeout: .seconds(30))
+                _ = try await response.body.collect(upTo: 1 << 20)
+                return response.status == .ok ? .ok : .failed(code: Int(response.status.code))
+            } catch {
+                return .failed(code: CallOutcome.otherError)
+            }
+        }
+        driver.print(report)
+        for c in pool { try? await c.shutdown() }
     }
 }

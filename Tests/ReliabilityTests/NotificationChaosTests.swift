@@ -52,13 +52,16 @@ import Testing
                 port: try CrashSafetyTests.freePort(), dataDir: suite.directory.appendingPathComponent("chaos-fulfillment"), suite: suite,
                 extraArguments: ["--internal-token", SuiteFixture.internalToken, "--reconcile-interval-s", "0"])
             try await process.start()
-            let fulfillment = RPCClient(host: "127.0.0.1", port: process.port, configuration: .init(connections: 2, callTimeout: .seconds(10)))
+            // Generous deadlines: a reconciliation, or a delivery pass of every retry that fell due, does a lot at once.
+            let fulfillment = RPCClient(host: "127.0.0.1", port: process.port, configuration: .init(connections: 2, callTimeout: .seconds(300)))
             defer { Task { await fulfillment.close() } }
             let edge = EdgeService(
                 accounts: suite.accounts, catalog: suite.catalog, fulfillment: fulfillment, configuration: EdgeConfiguration(),
                 logger: EdgeFixture.quiet)
             try await EdgeFixture.serving(edge) { port in
-                let sim = suite.simulator
+                let sim = RPCClient(
+                    host: "127.0.0.1", port: suite.ports["appstore-sim"] ?? 0, configuration: .init(connections: 2, callTimeout: .seconds(300)))
+                defer { Task { await sim.close() } }
                 _ = try await sim.call(
                     SimSetNotificationURL.self, .init(environment: .production, url: "http://127.0.0.1:\(port)/v1/notifications/appstore"))
                 _ = try await sim.call(SimSetNotificationFault.self, .init(dropPercent: 30, duplicatePercent: 10, reorder: true))
