@@ -330,7 +330,13 @@ public enum FulfillmentContentURL: RPCMethod {
 public enum FulfillmentApplyNotification: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var signedPayload: String
-        public init(signedPayload: String) { self.signedPayload = signedPayload }
+        /// `receiveNotification` only: answer as soon as the notification is recorded (`pending`) and process it
+        /// right after, off the answer's path (the edge's webhook: Apple's sender is not kept waiting).
+        public var processLater: Bool?
+        public init(signedPayload: String, processLater: Bool? = nil) {
+            self.signedPayload = signedPayload
+            self.processLater = processLater
+        }
     }
     public struct Result: Codable, Sendable, Equatable {
         public var applied: Bool

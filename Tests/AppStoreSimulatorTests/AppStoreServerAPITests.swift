@@ -47,7 +47,10 @@ import X509
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("sim-api-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
-        let simulator = try AppStoreSimulator(directory: dir)
+        // Its PKI (RSA keys) on a GCD thread: neither the cooperative threads nor NIO's pool, which its API handlers use.
+        let simulator = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<AppStoreSimulator, any Error>) in
+            DispatchQueue.global().async { continuation.resume(with: Result { try AppStoreSimulator(directory: dir) }) }
+        }
         let faults = SimHTTPFaults()
         let endpoint = try VerifyReceiptEndpoint(simulator: simulator, sharedSecret: nil, faults: faults)
         var quiet = Logger(label: "sim-api")

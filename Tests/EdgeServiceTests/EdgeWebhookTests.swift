@@ -94,6 +94,7 @@ import Testing
         try await SuiteFixture.with(configure: { $0.inboxRetry.maxAttempts = 2 }) { suite in
             var config = EdgeConfiguration()
             config.callTimeout = .seconds(30)
+            config.webhookAnswersOnceRecorded = false
             let edge = EdgeService(
                 accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config,
                 logger: EdgeFixture.quiet)
@@ -157,6 +158,27 @@ import Testing
                     #expect(listed.notifications.first?.lastError?.hasPrefix("superseded") == true)
                 }
             }
+        }
+    }
+
+    /// By default the webhook answers Apple once the notification is recorded (`pending`), and fulfillment
+    /// processes it right after, off the answer's path; if that process died first, the inbox worker takes it
+    /// after its lease. Either way it is applied once.
+    @Test func theWebhookAnswersOnceRecordedAndTheNotificationIsProcessedAfter() async throws {
+        try await EdgeTests.withEdge(configure: { $0.webhookAnswersOnceRecorded = true }) { suite, base in
+            let alice = try await suite.register("alice")
+            let coins = try await suite.buy("alice@icloud", "coins.100")
+            _ = try await suite.redeem(alice.session, signed: [coins.signedTransaction])
+            let refund = try #require(
+                try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: coins.transactionId)).signedPayload)
+            #expect(try await Self.deliver(base, refund) == 200)
+            #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox") == 1, "recorded before the answer")
+            // Whatever the processor after the answer has done by now, the worker's pass after the lease ends the same.
+            suite.clock.advance(ms: 61_000)
+            _ = try await suite.service.processDueNotifications()
+            #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox WHERE state = 'applied'") == 1)
+            #expect(try await suite.balance(alice.session) == 0)
+            #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'reversal'") == 1)
         }
     }
 

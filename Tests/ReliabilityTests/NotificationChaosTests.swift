@@ -15,7 +15,7 @@ import Testing
 /// reconciliation (Notification History), every account must hold exactly what the App Store's own
 /// records say (read through its App Store Server API), and no notification may have been applied twice.
 ///
-/// Bounded for CI. The long version: `IAP_CHAOS_CUSTOMERS=50 IAP_CHAOS_EVENTS=1000 IAP_CHAOS_KILLS=10
+/// Bounded for CI (6 customers, 100 events, 3 kills). The long version: `IAP_CHAOS_CUSTOMERS=50 IAP_CHAOS_EVENTS=1000 IAP_CHAOS_KILLS=10
 /// swift test --filter NotificationChaosTests`.
 @Suite(.serialized) struct NotificationChaosTests {
     /// A small deterministic generator, so a failing run can be repeated with IAP_CHAOS_SEED.
@@ -42,9 +42,9 @@ import Testing
 
     @Test func whateverAppleDeliveryDoesEveryAccountEndsAsTheAppStoreRecordsSay() async throws {
         let env = ProcessInfo.processInfo.environment
-        let customerCount = Int(env["IAP_CHAOS_CUSTOMERS"] ?? "") ?? 8
-        let events = Int(env["IAP_CHAOS_EVENTS"] ?? "") ?? 150
-        let kills = Int(env["IAP_CHAOS_KILLS"] ?? "") ?? 4
+        let customerCount = Int(env["IAP_CHAOS_CUSTOMERS"] ?? "") ?? 6
+        let events = Int(env["IAP_CHAOS_EVENTS"] ?? "") ?? 100
+        let kills = Int(env["IAP_CHAOS_KILLS"] ?? "") ?? 3
         let seed = UInt64(env["IAP_CHAOS_SEED"] ?? "") ?? UInt64.random(in: 1...UInt64.max)
         var rng = SeededGenerator(state: seed)
         try await SuiteFixture.with { suite in

@@ -38,6 +38,8 @@ public enum EdgeFixture {
             config.contentSigner = ContentURLSigner(key: contentKey)
             config.contentDirectory = suite.directory.appendingPathComponent("fulfillment/content")
             config.clock = suite.clock.clock
+            // Tests assert a notification's effect right after the webhook's answer.
+            config.webhookAnswersOnceRecorded = false
             configure(&config)
             let edge = EdgeService(
                 accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config, logger: quiet)

@@ -96,7 +96,10 @@ public final class SuiteFixture: Sendable {
             return server.localPort!
         }
 
-        let sim = try AppStoreSimulator(directory: dir.appendingPathComponent("sim"))
+        // Generating its RSA and ECDSA PKI takes a while: on a GCD thread, neither on the few cooperative threads
+        // every test in this process shares nor on NIO's blocking pool (the simulators' API handlers run there).
+        let simDirectory = dir.appendingPathComponent("sim")
+        let sim = try await Self.offThePools { try AppStoreSimulator(directory: simDirectory) }
         let simHTTPPort = AsyncStream<Int>.makeStream()
         let simClient = RPCClient(host: "127.0.0.1", port: try await serve("appstore-sim", sim.router()), configuration: patient)
 
@@ -219,6 +222,13 @@ public final class SuiteFixture: Sendable {
         self.routers = routers
         self.ports = servers.mapValues { $0.localPort! }
         self.service = service
+    }
+
+    /// Runs slow synchronous work (key generation) on a GCD thread and waits for it.
+    public static func offThePools<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
+        }
     }
 
     public func stop() async {

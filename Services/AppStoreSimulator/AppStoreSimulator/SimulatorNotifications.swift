@@ -125,6 +125,10 @@ public final class NotificationCourier: Sendable {
     private let http: HTTPClient
     private let tail = NIOLockedValueBox<Task<SimDeliverNotifications.Result, Never>?>(nil)
     private let fault = NIOLockedValueBox(SimSetNotificationFault.Params())
+    /// Whether any environment has a URL: without one there is nothing to send, and events start no pass.
+    private let hasURL = NIOLockedValueBox(false)
+
+    func urlsChanged(any: Bool) { hasURL.withLockedValue { $0 = any } }
 
     /// `sim.setNotificationFault`: how deliveries misbehave from now on.
     public func setFault(_ p: SimSetNotificationFault.Params) throws {
@@ -143,6 +147,8 @@ public final class NotificationCourier: Sendable {
         self.now = now
         self.configuration = configuration
         http = try configuration.trustRootsPEM.map(Self.client(trusting:)) ?? .shared
+        let any = try store.writer.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM simNotificationURL LIMIT 1") ?? false }
+        hasURL.withLockedValue { $0 = any }
     }
 
     /// One client per set of extra roots, kept for the life of the process like `HTTPClient.shared`.
@@ -183,6 +189,7 @@ public final class NotificationCourier: Sendable {
 
     /// Starts a pass in the background (after each event, as Apple sends without being asked).
     func kick() {
+        guard hasURL.withLockedValue({ $0 }) else { return }
         Task { _ = await self.deliver() }
     }
 

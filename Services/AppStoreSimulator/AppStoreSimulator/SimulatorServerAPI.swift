@@ -223,14 +223,16 @@ extension AppStoreSimulator {
             guard let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme ?? ""), parsed.host != nil, url.utf8.count <= 2048
             else { throw RPCError.invalidParams("url must be an http or https URL", field: "url", reason: "invalidValue") }
         }
-        try store.writer.write { db in
+        let any = try store.writer.write { db -> Bool in
             if let url = p.url {
                 try db.execute(
                     sql: "INSERT OR REPLACE INTO simNotificationURL (environment, url) VALUES (?, ?)", arguments: [p.environment.rawValue, url])
             } else {
                 try db.execute(sql: "DELETE FROM simNotificationURL WHERE environment = ?", arguments: [p.environment.rawValue])
             }
+            return try Bool.fetchOne(db, sql: "SELECT 1 FROM simNotificationURL LIMIT 1") ?? false
         }
+        courier.urlsChanged(any: any)
     }
 
     public func consumptionReports(_ p: SimConsumptionReports.Params) throws -> SimConsumptionReports.Result {

@@ -27,6 +27,9 @@ public struct EdgeConfiguration: Sendable {
     public var webhookRequestsPerSecond: Double = 200
     /// Largest webhook body (a signed notification is a few KiB; verification refuses over 64 KiB anyway).
     public var maxWebhookBodyBytes = 256 * 1024
+    /// Answer Apple once fulfillment has RECORDED the notification (processed right after, off the answer's
+    /// path); false: once it has also processed it (slower; the answer then waits for the App Store Server API).
+    public var webhookAnswersOnceRecorded = true
     /// Addresses of reverse proxies whose `X-Forwarded-For` is believed; from anyone else it is ignored.
     public var trustedProxies: Set<String> = []
     /// Deadline for each forwarded call.
@@ -230,7 +233,9 @@ public final class EdgeService: Sendable {
         guard let client = clients["fulfillment"] else { return .serviceUnavailable }
         do {
             let result = try await client.call(
-                FulfillmentReceiveNotification.self, .init(signedPayload: parsed.signedPayload), timeout: configuration.callTimeout)
+                FulfillmentReceiveNotification.self,
+                .init(signedPayload: parsed.signedPayload, processLater: configuration.webhookAnswersOnceRecorded ? true : nil),
+                timeout: configuration.callTimeout)
             logger.info(
                 "App Store notification recorded",
                 metadata: [

@@ -20,6 +20,9 @@ public final class FulfillmentService: Sendable {
     private let configuration: FulfillmentConfiguration
     private let clock: ServiceClock
     private let logger: Logger
+    /// Notifications recorded by `receiveNotification {processLater}` wait here for the two processors; when it
+    /// is full they stay `pending` in the inbox for its worker (after their lease).
+    private let laterQueue: AsyncStream<InboxEntry>.Continuation
 
     public init(
         store: any FulfillmentStorage, dependencies: any FulfillmentDependencies, content: ContentLibrary,
@@ -31,7 +34,20 @@ public final class FulfillmentService: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
+        let (stream, continuation) = AsyncStream<InboxEntry>.makeStream(bufferingPolicy: .bufferingOldest(1_000))
+        self.laterQueue = continuation
+        let queue = stream
+        for _ in 0..<2 {
+            Task { [weak self] in
+                for await entry in queue {
+                    guard let self else { return }
+                    _ = await self.process(entry)
+                }
+            }
+        }
     }
+
+    deinit { laterQueue.finish() }
 
     // MARK: redeem / restore
 
@@ -79,18 +95,8 @@ public final class FulfillmentService: Sendable {
             purchases += verified
             rejected += refused
         }
-        let rules = try await grantRules(for: purchases.map(\.productId))
-        var planned: [PlannedPurchase] = []
-        for purchase in purchases {
-            guard let scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment) else {
-                rejected.append(
-                    TransactionResult(
-                        transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
-                        productId: purchase.productId, outcome: .wrongEnvironment, finishable: false))
-                continue
-            }
-            planned.append(.init(purchase: purchase, rule: rules[purchase.productId], scope: scope))
-        }
+        let (planned, wrongEnvironment) = try await plan(purchases)
+        rejected += wrongEnvironment
         let answerScope = p.environment ?? planned.first?.scope ?? .production
         let toApply = planned
         let applied = try await storeCall {
@@ -288,6 +294,25 @@ public final class FulfillmentService: Sendable {
         }
     }
 
+    /// Each purchase with what its product grants and the scope the sandbox policy puts it in; ones the
+    /// policy refuses come back as `wrongEnvironment` results (not finishable).
+    private func plan(_ purchases: [VerifiedPurchase]) async throws(RPCError) -> ([PlannedPurchase], [TransactionResult]) {
+        let rules = try await grantRules(for: purchases.map(\.productId))
+        var planned: [PlannedPurchase] = []
+        var refused: [TransactionResult] = []
+        for purchase in purchases {
+            guard let scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment) else {
+                refused.append(
+                    TransactionResult(
+                        transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
+                        productId: purchase.productId, outcome: .wrongEnvironment, finishable: false))
+                continue
+            }
+            planned.append(.init(purchase: purchase, rule: rules[purchase.productId], scope: scope))
+        }
+        return (planned, refused)
+    }
+
     /// What the catalog says each product grants; products it does not know map to nil.
     private func grantRules(for productIds: [String]) async throws(RPCError) -> [String: GrantRule] {
         let unique = Array(Set(productIds)).sorted()
@@ -467,6 +492,13 @@ public final class FulfillmentService: Sendable {
         guard recorded.isNew else {
             logger.info("notification delivered again", metadata: ["notificationUUID": "\(uuid)", "state": "\(recorded.entry.state)"])
             return .init(notificationUUID: uuid, state: recorded.entry.state, firstDelivery: false)
+        }
+        if p.processLater == true {
+            // Durable already: processed right after this answer, or by the inbox worker once its lease ends.
+            if case .dropped = laterQueue.yield(entry) {
+                logger.notice("notification processing queue full; the inbox worker takes it", metadata: ["notificationUUID": "\(uuid)"])
+            }
+            return .init(notificationUUID: uuid, state: .pending, firstDelivery: true)
         }
         return .init(notificationUUID: uuid, state: await process(entry), firstDelivery: true)
     }
@@ -787,19 +819,8 @@ public final class FulfillmentService: Sendable {
             }
         }
         guard !purchases.isEmpty else { throw RPCError.notFound("Apple has no order \(p.orderId) for this app", reason: "unknownOrder") }
-        let rules = try await grantRules(for: purchases.map(\.productId))
-        var planned: [PlannedPurchase] = []
-        var results: [TransactionResult] = []
-        for purchase in purchases {
-            guard let scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment) else {
-                results.append(
-                    TransactionResult(
-                        transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
-                        productId: purchase.productId, outcome: .wrongEnvironment, finishable: false))
-                continue
-            }
-            planned.append(.init(purchase: purchase, rule: rules[purchase.productId], scope: scope))
-        }
+        let (planned, refused) = try await plan(purchases)
+        var results = refused
         let toApply = planned
         let applied = try await storeCall {
             try await self.store.apply(

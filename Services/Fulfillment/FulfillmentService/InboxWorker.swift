@@ -34,12 +34,13 @@ public struct InboxWorker: Service {
                     }
                 }
                 do {
-                    try await self.service.processDueNotifications()
+                    // Whole batches mean more is due: keep going until the backlog is drained.
+                    while try await self.service.processDueNotifications() == 100, !Task.isCancelled {}
                 } catch {
                     self.logger.warning("the notification inbox could not be read; will try again", metadata: ["error": "\(error)"])
                 }
                 do {
-                    try await self.service.tieAccountsAtApple()
+                    while try await self.service.tieAccountsAtApple() == 100, !Task.isCancelled {}
                 } catch {
                     self.logger.warning("the account-token outbox could not be read; will try again", metadata: ["error": "\(error)"])
                 }
