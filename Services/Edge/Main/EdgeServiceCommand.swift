@@ -49,6 +49,14 @@ struct EdgeServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("requests-per-second"), help: "Per client address: requests per second refilled into its bucket (default 20).")
     var requestsPerSecond: Double = 20
     @Option(help: "Per client address: the bucket's size, the burst allowed at once (default 100).") var burst: Double = 100
+    @Option(
+        name: .customLong("webhook-requests-per-second"),
+        help: "Apple's webhook, per client address: deliveries per second refilled into its bucket (env IAP_EDGE_WEBHOOK_RPS; default 200).")
+    var webhookRequestsPerSecond: Double?
+    @Option(
+        name: .customLong("webhook-burst"), help: "Apple's webhook, per client address: the bucket's size (env IAP_EDGE_WEBHOOK_BURST; default 1000)."
+    )
+    var webhookBurst: Double?
     @Option(name: .customLong("log-level"), help: "trace ... critical (env IAP_LOG_LEVEL; default info).") var logLevel: String?
 
     var resolvedHost: String { host ?? Environment.value("IAP_HOST") ?? "127.0.0.1" }
@@ -79,6 +87,14 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         config.metricsRegistry = PrometheusMetrics.bootstrapProcess()
         config.requestsPerSecond = requestsPerSecond
         config.burst = burst
+        if let rate = webhookRequestsPerSecond ?? Environment.value("IAP_EDGE_WEBHOOK_RPS").flatMap(Double.init) {
+            guard rate > 0 else { throw ValidationError("--webhook-requests-per-second must be > 0") }
+            config.webhookRequestsPerSecond = rate
+        }
+        if let size = webhookBurst ?? Environment.value("IAP_EDGE_WEBHOOK_BURST").flatMap(Double.init) {
+            guard size >= 1 else { throw ValidationError("--webhook-burst must be >= 1") }
+            config.webhookBurst = size
+        }
         config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
         if config.internalToken == nil {
             logger.warning(

@@ -20,8 +20,8 @@ public final class FulfillmentService: Sendable {
     private let configuration: FulfillmentConfiguration
     private let clock: ServiceClock
     private let logger: Logger
-    /// Notifications recorded by `receiveNotification {processLater}` wait here for the two processors; when it
-    /// is full they stay `pending` in the inbox for its worker (after their lease).
+    /// Notifications recorded by `receiveNotification {processLater}` wait here for the four processors; when it
+    /// is full they are left `pending` and due now, for the inbox worker.
     private let laterQueue: AsyncStream<InboxEntry>.Continuation
 
     public init(
@@ -37,7 +37,8 @@ public final class FulfillmentService: Sendable {
         let (stream, continuation) = AsyncStream<InboxEntry>.makeStream(bufferingPolicy: .bufferingOldest(1_000))
         self.laterQueue = continuation
         let queue = stream
-        for _ in 0..<2 {
+        // Processing mostly waits on the App Store Server API: a few at once.
+        for _ in 0..<4 {
             Task { [weak self] in
                 for await entry in queue {
                     guard let self else { return }
@@ -496,7 +497,9 @@ public final class FulfillmentService: Sendable {
         if p.processLater == true {
             // Durable already: processed right after this answer, or by the inbox worker once its lease ends.
             if case .dropped = laterQueue.yield(entry) {
+                // Queue full: due now for the inbox worker instead of after its lease.
                 logger.notice("notification processing queue full; the inbox worker takes it", metadata: ["notificationUUID": "\(uuid)"])
+                try? await store.settleNotification(uuid, state: .pending, attempts: 0, nextAttemptAtMs: now, lastError: nil, nowMs: now)
             }
             return .init(notificationUUID: uuid, state: .pending, firstDelivery: true)
         }
