@@ -260,13 +260,9 @@ public final class AppStoreServerAPIClient: Sendable {
     }
 
     func verified(_ jws: String) async throws -> VerifiedAPITransaction {
-        switch await verifier.verify(jws) {
-        case .failure(let failure): throw AppStoreAPIError.verification(failure)
-        case .success(let bytes):
-            guard let payload = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) else { throw AppStoreAPIError.malformedResponse }
-            guard payload["bundleId"]?.stringValue == credentials.bundleId else { throw AppStoreAPIError.bundleMismatch }
-            return VerifiedAPITransaction(signedTransaction: jws, payload: payload)
-        }
+        let verified = try await verifiedData(jws)
+        guard verified.payload["bundleId"]?.stringValue == credentials.bundleId else { throw AppStoreAPIError.bundleMismatch }
+        return VerifiedAPITransaction(signedTransaction: jws, payload: verified.payload)
     }
 
     /// Percent-encodes all but RFC 3986's unreserved characters.

@@ -52,7 +52,6 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
         ledger.withLockedValue { $0.earlyRevocations[transactionId] = reason }
     }
-    func renewal(originalTransactionId: String) async throws -> RenewalState? { nil }
     func enqueueAccountTokens(_ items: [PendingAccountToken], nowMs: Int64) async throws {}
     func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken] { [] }
     func settleAccountToken(_ item: PendingAccountToken, done: Bool, nextAttemptAtMs: Int64?, lastError: String?) async throws {}

@@ -37,13 +37,10 @@ struct AccountsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Internal: the account an appAccountToken belongs to (accounts.findByAppAccountToken).")
         @Argument(help: "The appAccountToken (UUID).") var appAccountToken: String
-        @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
-        var internalToken: String?
+        @OptionGroup var internalToken: InternalTokenOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            guard let token = resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
-                throw ValidationError("no internal token: pass --internal-token or set IAP_INTERNAL_TOKEN")
-            }
+            let token = try internalToken.resolved()
             await ServiceCall(options: client).run(
                 .accounts, AccountsFindByAppAccountToken.self,
                 .init(appAccountToken: appAccountToken, internalToken: token)
@@ -55,13 +52,10 @@ struct AccountsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "find-user", abstract: "Internal: an account id and appAccountToken by username (accounts.findByUsername).")
         @Argument(help: "Username.") var username: String
-        @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
-        var internalToken: String?
+        @OptionGroup var internalToken: InternalTokenOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            guard let token = resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
-                throw ValidationError("no internal token: pass --internal-token or set IAP_INTERNAL_TOKEN")
-            }
+            let token = try internalToken.resolved()
             await ServiceCall(options: client).run(.accounts, AccountsFindByUsername.self, .init(username: username, internalToken: token)) {
                 "account \($0.accountId) appAccountToken \($0.appAccountToken)"
             }
@@ -87,13 +81,10 @@ struct AccountsCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "consumption-profile", abstract: "Internal: an account's consent, age and appAccountToken (accounts.consumptionProfile).")
         @Argument(help: "Account id.") var accountId: String
-        @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
-        var internalToken: String?
+        @OptionGroup var internalToken: InternalTokenOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            guard let token = resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
-                throw ValidationError("no internal token: pass --internal-token or set IAP_INTERNAL_TOKEN")
-            }
+            let token = try internalToken.resolved()
             await ServiceCall(options: client).run(.accounts, AccountsConsumptionProfile.self, .init(accountId: accountId, internalToken: token)) {
                 "consent \($0.consent ? "on" : "off"), created \(isoTime($0.createdAtMs)), appAccountToken \($0.appAccountToken)"
             }

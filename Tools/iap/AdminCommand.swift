@@ -120,16 +120,7 @@ struct AppStoreCommand: AsyncParsableCommand {
         var apple: AppleEnvironment { environment == "sandbox" ? .sandbox : .production }
     }
 
-    struct Token: ParsableArguments {
-        @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
-        var internalToken: String?
-        func resolved() throws -> String {
-            guard let token = resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
-                throw ValidationError("no internal token: pass --internal-token or set IAP_INTERNAL_TOKEN")
-            }
-            return token
-        }
-    }
+    typealias Token = InternalTokenOption
 
     struct Transaction: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "verification.transactionInfo: one transaction from Apple, verified.")
@@ -335,6 +326,18 @@ extension AppStoreCommand {
                     extendReasonCode: reasonCode, requestIdentifier: requestId)
             ) { "renews \($0.effectiveDateMs.map(isoTime) ?? "-") (success \($0.success))" }
         }
+    }
+}
+
+/// `--internal-token`, else IAP_INTERNAL_TOKEN, else data/internal-token: for the internal methods.
+struct InternalTokenOption: ParsableArguments {
+    @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
+    var internalToken: String?
+    func resolved() throws -> String {
+        guard let token = resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
+            throw ValidationError("no internal token: pass --internal-token or set IAP_INTERNAL_TOKEN")
+        }
+        return token
     }
 }
 

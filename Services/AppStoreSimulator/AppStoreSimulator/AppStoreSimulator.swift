@@ -197,14 +197,7 @@ public final class AppStoreSimulator: Sendable {
                 while let expires = t.expiresDateMs, expires <= now {
                     // The charge of this renewal fails: billing retry (and grace) from here.
                     if try self.advanceBilling(t, now: now, notifications: &notifications, db: db) { break }
-                    t.transactionId = try SimulatorStore.nextTransactionId(db)
-                    t.purchaseDateMs = expires
-                    t.expiresDateMs = expires + Int64(t.periodDays ?? Self.defaultPeriodDays) * 86_400_000
-                    t.webOrderLineItemId += 1
-                    t.reason = "RENEWAL"
-                    t.finished = false
-                    t.orderId = SimulatorStore.newOrderId()
-                    try SimulatorStore.insert(t, db: db)
+                    t = try self.renew(t, startingAt: expires, db: db)
                     renewed.append(t)
                     notifications.append(try self.recordNotification("DID_RENEW", t, signedDate: t.purchaseDateMs, db: db))
                 }
@@ -214,6 +207,21 @@ public final class AppStoreSimulator: Sendable {
         // Renewals' notifications and retries that fell due as the clock moved.
         courier.kick()
         return .init(nowMs: now, renewals: renewed.count, notifications: notifications)
+    }
+
+    /// The next period of a subscription from `start`: a new RENEWAL transaction (new id and order id, the
+    /// same original), recorded.
+    func renew(_ t: SimTransaction, startingAt start: Int64, db: Database) throws -> SimTransaction {
+        var next = t
+        next.transactionId = try SimulatorStore.nextTransactionId(db)
+        next.purchaseDateMs = start
+        next.expiresDateMs = start + Int64(t.periodDays ?? Self.defaultPeriodDays) * 86_400_000
+        next.webOrderLineItemId += 1
+        next.reason = "RENEWAL"
+        next.finished = false
+        next.orderId = SimulatorStore.newOrderId()
+        try SimulatorStore.insert(next, db: db)
+        return next
     }
 
     /// An App Store Server Notification v2 about one transaction (with the subscription's renewal info),

@@ -124,7 +124,7 @@ extension AppStoreSimulator {
         }
         let payload = try store.writer.write { db -> String? in
             guard let t = try SimulatorStore.transaction(p.transactionId, db: db), t.appleId == p.appleId, t.productType == .autoRenewable,
-                var latest = try SimulatorStore.latestPeriod(t.originalTransactionId, db: db)
+                let latest = try SimulatorStore.latestPeriod(t.originalTransactionId, db: db)
             else {
                 throw RPCError.notFound("no subscription transaction \(p.transactionId) for this Apple ID", reason: "unknownTransaction")
             }
@@ -149,15 +149,8 @@ extension AppStoreSimulator {
                 renewal.graceUntilMs = nil
                 renewal.graceExpiredNotified = false
                 try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
-                latest.transactionId = try SimulatorStore.nextTransactionId(db)
-                latest.purchaseDateMs = now
-                latest.expiresDateMs = now + Int64(latest.periodDays ?? Self.defaultPeriodDays) * 86_400_000
-                latest.webOrderLineItemId += 1
-                latest.reason = "RENEWAL"
-                latest.finished = false
-                latest.orderId = SimulatorStore.newOrderId()
-                try SimulatorStore.insert(latest, db: db)
-                return try self.recordNotification("DID_RECOVER", latest, signedDate: now, db: db)
+                let renewed = try self.renew(latest, startingAt: now, db: db)
+                return try self.recordNotification("DID_RECOVER", renewed, signedDate: now, db: db)
             }
         }
         courier.kick()

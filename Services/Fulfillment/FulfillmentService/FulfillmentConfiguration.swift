@@ -49,8 +49,6 @@ public struct FulfillmentConfiguration: Sendable {
     public var reconcileFirstWindowMs: Int64 = 7 * 86_400_000
     public var reconcileOverlapMs: Int64 = 60 * 60 * 1000
     public var reconcileSubscriptionsPerRun = 200
-    /// The service's worker reconciles this often (`--reconcile-interval-s`; 0: only on demand).
-    public var reconcileIntervalMs: Int64 = 60 * 60 * 1000
 
     /// Apple accepts consumption information for this long after its CONSUMPTION_REQUEST.
     public var consumptionWindowMs: Int64 = 12 * 60 * 60 * 1000

@@ -747,10 +747,6 @@ public final class FulfillmentService: Sendable {
         return after.summary
     }
 
-    private func recordFromNotification(_ purchase: VerifiedPurchase, nowMs: Int64) async throws(RPCError) -> Bool {
-        try await applyFromApple(purchase, nowMs: nowMs).contains { [.granted, .restored, .alreadyGranted].contains($0) }
-    }
-
     /// Records a purchase Apple told us about (a notification, a status) for its account, as a redeem would:
     /// the outcomes, none when the account cannot be known.
     private func applyFromApple(_ purchase: VerifiedPurchase, nowMs: Int64) async throws(RPCError) -> [RedeemOutcome] {

@@ -574,10 +574,6 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
         }
     }
 
-    public func renewal(originalTransactionId: String) async throws -> RenewalState? {
-        try await writer.read { db in try Self.renewal(originalTransactionId, db: db) }
-    }
-
     static func renewal(_ original: String, db: Database) throws -> RenewalState? {
         try Row.fetchOne(
             db.cachedStatement(sql: "SELECT * FROM subscriptionRenewal WHERE originalTransactionId = ?"), arguments: [original]

@@ -52,7 +52,6 @@ public protocol FulfillmentStorage: NotificationInboxStorage, AccountTokenOutbox
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws
     /// Keeps a subscription's renewal state, forward only by `signedDateMs`; false when an newer one is kept.
     func recordRenewal(_ state: RenewalState) async throws -> Bool
-    func renewal(originalTransactionId: String) async throws -> RenewalState?
     /// The processed transaction with this id, committed.
     func processed(transactionId: String) async throws -> ProcessedTransaction?
     /// Where the last reconciliation's Notification History read ended, per environment.
