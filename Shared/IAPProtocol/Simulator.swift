@@ -349,7 +349,7 @@ public enum SimSetNotificationFault: RPCMethod {
 }
 
 /// A subscription event the customer's bank or Apple causes: billing fails (with an optional grace
-/// period), billing recovers. Answers the notification sent (DID_FAIL_TO_RENEW, DID_RECOVER).
+/// period), billing recovers. Answers the notification sent (DID_FAIL_TO_RENEW, DID_RENEW/BILLING_RECOVERY).
 public enum SimBillingEvent: String, Codable, Sendable, JSONSchemaEnum {
     case fail, recover
 }
@@ -371,7 +371,8 @@ public enum SimBilling: RPCMethod {
     }
     public typealias Result = SimSetAutoRenew.Result
     public static let name = "sim.billing"
-    public static let summary = "Fail a subscription's billing (DID_FAIL_TO_RENEW, optionally with a grace period) or recover it (DID_RECOVER)."
+    public static let summary =
+        "Fail a subscription's billing (DID_FAIL_TO_RENEW, optionally with a grace period) or recover it (DID_RENEW/BILLING_RECOVERY)."
 }
 
 /// What happens to a refund request: Apple asks the developer for consumption data (CONSUMPTION_REQUEST),
@@ -394,4 +395,72 @@ public enum SimRefundDecision: RPCMethod {
     public typealias Result = SimSetAutoRenew.Result
     public static let name = "sim.refundDecision"
     public static let summary = "A refund request (CONSUMPTION_REQUEST), its decline (REFUND_DECLINED) or a refund's reversal (REFUND_REVERSED)."
+}
+
+/// Subscription and family-sharing events the simulated App Store models beyond renewals, billing and
+/// refunds; each sends what Apple sends for it, now or when the clock reaches the period's end.
+public enum SimLifecycleEventKind: String, Codable, Sendable, JSONSchemaEnum {
+    /// A price increase that needs the customer's consent: PRICE_INCREASE/PENDING now; unless accepted before
+    /// the period ends, the subscription then expires (EXPIRED/PRICE_INCREASE).
+    case priceIncrease
+    /// The customer accepts the increase: PRICE_INCREASE/ACCEPTED; the subscription renews.
+    case acceptPriceIncrease
+    /// A higher plan (`productId`) from now: a new period of it starts today; DID_CHANGE_RENEWAL_PREF/UPGRADE.
+    case upgrade
+    /// A lower plan (`productId`) from the next renewal: DID_CHANGE_RENEWAL_PREF/DOWNGRADE.
+    case downgrade
+    /// Back to the current plan before a downgrade took effect: DID_CHANGE_RENEWAL_PREF without subtype.
+    case cancelDowngrade
+    /// The product is taken off sale: nothing now; EXPIRED/PRODUCT_NOT_FOR_SALE at the period's end.
+    case withdrawProduct
+    /// The subscription ends at the period's end for another reason: EXPIRED without subtype then.
+    case endOtherwise
+    /// Family Sharing of the purchase ends for this customer: the transaction (a subscription's current
+    /// period) is revoked now; REVOKE.
+    case revokeFamilySharing
+}
+
+public enum SimLifecycleEvent: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var appleId: String
+        /// The purchase (any transaction of a subscription).
+        public var transactionId: String
+        public var event: SimLifecycleEventKind
+        /// `upgrade` and `downgrade`: the plan (an auto-renewable product) to move to.
+        public var productId: String?
+        public init(appleId: String, transactionId: String, event: SimLifecycleEventKind, productId: String? = nil) {
+            self.appleId = appleId
+            self.transactionId = transactionId
+            self.event = event
+            self.productId = productId
+        }
+    }
+    public typealias Result = SimSetAutoRenew.Result
+    public static let name = "sim.lifecycleEvent"
+    public static let summary =
+        "A price increase, its acceptance, a plan upgrade or downgrade, a product taken off sale, an ending for another reason, or the end of Family Sharing."
+}
+
+/// A notification Apple documents, about a transaction, that changes nothing the simulator keeps: OFFER_REDEEMED
+/// (offers are not modelled yet), RENEWAL_EXTENSION (SUMMARY and FAILURE of a mass extension),
+/// EXTERNAL_PURCHASE_TOKEN (UNREPORTED, ACTIVE_TOKEN_REMINDER, CREATED), or a name Apple may add. Types the
+/// simulator produces from real events (SUBSCRIBED, DID_RENEW, REFUND...) are refused: use their methods.
+public enum SimNotify: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var appleId: String
+        /// The transaction the notification is about (it also names the app and the environment).
+        public var transactionId: String
+        public var notificationType: String
+        public var subtype: String?
+        public init(appleId: String, transactionId: String, notificationType: String, subtype: String? = nil) {
+            self.appleId = appleId
+            self.transactionId = transactionId
+            self.notificationType = notificationType
+            self.subtype = subtype
+        }
+    }
+    public typealias Result = SimSetAutoRenew.Result
+    public static let name = "sim.notify"
+    public static let summary =
+        "Send a documented notification that changes no state kept by the simulator (offers, mass extensions, external purchase tokens)."
 }

@@ -413,7 +413,9 @@ final class NotificationReceiver: Sendable {
             let lapsed = try #require(try await client.subscriptionStatuses(lapsing.transactionId).first)
             #expect(lapsed.status == 2 && lapsed.renewalInfo.payload["expirationIntent"]?.intValue == 2)
             let types = try await Self.types(client, since: startMs)
-            for expected in ["DID_FAIL_TO_RENEW/GRACE_PERIOD", "DID_FAIL_TO_RENEW", "GRACE_PERIOD_EXPIRED", "DID_RECOVER", "EXPIRED/BILLING_RETRY"] {
+            for expected in [
+                "DID_FAIL_TO_RENEW/GRACE_PERIOD", "DID_FAIL_TO_RENEW", "GRACE_PERIOD_EXPIRED", "DID_RENEW/BILLING_RECOVERY", "EXPIRED/BILLING_RETRY",
+            ] {
                 #expect(types.contains(expected), "\(expected) in \(types)")
             }
             #expect(types.filter { $0 == "EXPIRED/BILLING_RETRY" }.count == 1, "expired once")

@@ -55,6 +55,8 @@ final class InMemoryLedger: FulfillmentTransaction {
     }
 
     func updateEntitlement(_ record: EntitlementRecord) {
+        entitlementRows[record.originalTransactionId]?.entitlement = record.entitlement
+        entitlementRows[record.originalTransactionId]?.productId = record.productId
         entitlementRows[record.originalTransactionId]?.startsAtMs = record.startsAtMs
         entitlementRows[record.originalTransactionId]?.expiresAtMs = record.expiresAtMs
         entitlementRows[record.originalTransactionId]?.revokedAtMs = record.revokedAtMs

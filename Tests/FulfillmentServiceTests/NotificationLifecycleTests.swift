@@ -40,7 +40,7 @@ import Testing
             #expect(try await suite.entitlements(ivy.session).isEmpty, "grace over: no access while Apple retries")
             let recovered = try await suite.simulator.call(
                 SimBilling.self, .init(appleId: "ivy@icloud", transactionId: sub.transactionId, event: .recover))
-            #expect(try await Self.receive(suite, [try #require(recovered.signedPayload)]) == [.applied])  // DID_RECOVER
+            #expect(try await Self.receive(suite, [try #require(recovered.signedPayload)]) == [.applied])  // DID_RENEW/BILLING_RECOVERY
             premium = try #require(try await suite.entitlements(ivy.session).first)
             #expect(premium.inBillingRetry == false && premium.willRenew == true && premium.gracePeriodExpiresAtMs == nil)
             #expect((premium.expiresAtMs ?? 0) > suite.clock.clock.nowMs + 29 * Self.day)

@@ -58,6 +58,7 @@ public final class SuiteFixture: Sendable {
         product("coins.100", .consumable, .coins(100)),
         product("pack.castle", .nonConsumable, .content(entitlement: "castle", contentIds: [contentId])),
         product("sub.premium", .autoRenewable, .subscription(entitlement: "premium", subscriptionGroup: "premium")),
+        product("sub.basic", .autoRenewable, .subscription(entitlement: "basic", subscriptionGroup: "premium")),
         product("pass.season", .nonRenewing, .timeLimited(entitlement: "season-pass", durationDays: 30)),
     ]
 

@@ -11,6 +11,7 @@ struct SimCommand: AsyncParsableCommand {
         subcommands: [
             Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self, Fault.self, APIKey.self,
             NotificationURL.self, Deliver.self, AutoRenew.self, Consumption.self, NotificationFault.self, Billing.self, RefundDecision.self,
+            LifecycleEvent.self, Notify.self,
         ])
 
     struct Common: ParsableArguments {
@@ -262,7 +263,8 @@ extension SimCommand {
     struct Billing: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract:
-                "fail: the subscription's next renewal charge fails (DID_FAIL_TO_RENEW at the period's end); recover: it succeeds (DID_RECOVER).")
+                "fail: the subscription's next renewal charge fails (DID_FAIL_TO_RENEW at the period's end); recover: it succeeds (DID_RENEW/BILLING_RECOVERY)."
+        )
         @Argument(help: "Any transaction id of the subscription.") var transactionId: String
         @Argument(help: "fail or recover.") var event: String
         @Option(name: .customLong("grace-days"), help: "fail: days of billing grace (0-16).") var graceDays: Int?
@@ -293,6 +295,47 @@ extension SimCommand {
             try await SimCommand.run(
                 SimRefundDecision.self, .init(appleId: common.appleId, transactionId: transactionId, event: SimRefundEvent(rawValue: event)!), common
             ) { _ in "\(event): notification sent" }
+        }
+    }
+}
+
+extension SimCommand {
+    struct LifecycleEvent: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "event",
+            abstract:
+                "priceIncrease, acceptPriceIncrease, upgrade PLAN, downgrade PLAN, cancelDowngrade, withdrawProduct, endOtherwise or revokeFamilySharing."
+        )
+        @Argument(help: "Any transaction id of the purchase.") var transactionId: String
+        @Argument(help: "The event (see above).") var event: String
+        @Argument(help: "upgrade and downgrade: the plan's product id.") var productId: String?
+        @OptionGroup var common: Common
+        func validate() throws {
+            guard SimLifecycleEventKind(rawValue: event) != nil else {
+                throw ValidationError("event must be one of \(SimLifecycleEventKind.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+        }
+        func run() async throws {
+            try await SimCommand.run(
+                SimLifecycleEvent.self,
+                .init(appleId: common.appleId, transactionId: transactionId, event: SimLifecycleEventKind(rawValue: event)!, productId: productId),
+                common
+            ) { $0.signedPayload == nil ? "\(event): noted (its notification comes at the period's end)" : "\(event): notification sent" }
+        }
+    }
+
+    struct Notify: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Send a documented notification that changes nothing here (OFFER_REDEEMED, RENEWAL_EXTENSION, EXTERNAL_PURCHASE_TOKEN...).")
+        @Argument(help: "The transaction it is about.") var transactionId: String
+        @Argument(help: "notificationType, e.g. OFFER_REDEEMED.") var notificationType: String
+        @Argument(help: "subtype, e.g. UPGRADE.") var subtype: String?
+        @OptionGroup var common: Common
+        func run() async throws {
+            try await SimCommand.run(
+                SimNotify.self,
+                .init(appleId: common.appleId, transactionId: transactionId, notificationType: notificationType, subtype: subtype), common
+            ) { _ in "\(notificationType): notification sent" }
         }
     }
 }

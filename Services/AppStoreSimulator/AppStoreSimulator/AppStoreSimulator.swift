@@ -184,7 +184,20 @@ public final class AppStoreSimulator: Sendable {
             var renewed: [SimTransaction] = []
             var notifications: [String] = []
             for var t in latest.values.sorted(by: { $0.originalTransactionId < $1.originalTransactionId }) where t.cancellationDateMs == nil {
-                let renewal = try SimulatorStore.renewal(t.originalTransactionId, db: db)
+                var renewal = try SimulatorStore.renewal(t.originalTransactionId, db: db)
+                // A price increase not consented to, a product off sale, another reason: the period ends, once,
+                // with EXPIRED and the reason's subtype, whatever auto-renew says.
+                if let intent = renewal.endsAtPeriodEnd, renewal.autoRenew, !renewal.billingRetry {
+                    if let expires = t.expiresDateMs, expires <= now, renewal.expiredAtMs == nil {
+                        renewal.expiredAtMs = expires
+                        renewal.expirationIntent = intent
+                        renewal.autoRenew = false
+                        try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
+                        let subtype = [3: "PRICE_INCREASE", 4: "PRODUCT_NOT_FOR_SALE"][intent]
+                        notifications.append(try self.recordNotification("EXPIRED", subtype: subtype, t, signedDate: expires, db: db))
+                    }
+                    continue
+                }
                 // Auto-renew off: the period ends, once, with EXPIRED (VOLUNTARY).
                 if !renewal.autoRenew {
                     if let expires = t.expiresDateMs, expires <= now, renewal.expiredAtMs == nil {
@@ -211,8 +224,17 @@ public final class AppStoreSimulator: Sendable {
 
     /// The next period of a subscription from `start`: a new RENEWAL transaction (new id and order id, the
     /// same original), recorded.
+    /// A pending downgrade takes effect here (the new period is of the lower plan), and an accepted price
+    /// increase is now the price.
     func renew(_ t: SimTransaction, startingAt start: Int64, db: Database) throws -> SimTransaction {
         var next = t
+        var renewal = try SimulatorStore.renewal(t.originalTransactionId, db: db)
+        if renewal.autoRenewProductId != nil || renewal.priceIncreaseStatus == 1 {
+            next.productId = renewal.autoRenewProductId ?? t.productId
+            renewal.autoRenewProductId = nil
+            renewal.priceIncreaseStatus = nil
+            try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
+        }
         next.transactionId = try SimulatorStore.nextTransactionId(db)
         next.purchaseDateMs = start
         next.expiresDateMs = start + Int64(t.periodDays ?? Self.defaultPeriodDays) * 86_400_000
@@ -241,14 +263,15 @@ public final class AppStoreSimulator: Sendable {
         ).signedPayload
     }
 
-    /// Signs and records any notification (`data` as Apple's `data` object).
+    /// Signs and records any notification (`data` as Apple's `data` object, or under `section`: `summary` for a
+    /// mass extension's summary, `externalPurchaseToken`).
     func recordNotification(
-        _ type: String, subtype: String?, bundleId: String, environment: SimEnvironment, data: [String: Any], transaction t: SimTransaction?,
-        signedDate: Int64, db: Database
+        _ type: String, subtype: String?, bundleId: String, environment: SimEnvironment, section: String = "data", data: [String: Any],
+        transaction t: SimTransaction?, signedDate: Int64, db: Database
     ) throws -> (notificationUUID: String, signedPayload: String) {
         let uuid = UUID().uuidString.lowercased()
         var notification: [String: Any] = [
-            "notificationType": type, "notificationUUID": uuid, "version": "2.0", "signedDate": signedDate, "data": data,
+            "notificationType": type, "notificationUUID": uuid, "version": "2.0", "signedDate": signedDate, section: data,
         ]
         if let subtype { notification["subtype"] = subtype }
         let payload = try pki.signedPayloads.sign(
@@ -436,6 +459,8 @@ public final class AppStoreSimulator: Sendable {
         r.registerBlocking(SimConsumptionReports.self) { p, _ in try self.consumptionReports(p) }
         r.registerBlocking(SimBilling.self) { p, _ in try self.billing(p) }
         r.registerBlocking(SimRefundDecision.self) { p, _ in try self.refundDecision(p) }
+        r.registerBlocking(SimLifecycleEvent.self) { p, _ in try self.lifecycleEvent(p) }
+        r.registerBlocking(SimNotify.self) { p, _ in try self.notify(p) }
         r.registerImmediate(SimSetNotificationFault.self) { p, _ in
             try self.courier.setFault(p)
             return EmptyResult()

@@ -15,6 +15,18 @@ struct SimRenewal: Sendable {
     var billingRetry = false
     var graceUntilMs: Int64?
     var graceExpiredNotified = false
+    /// Apple's priceIncreaseStatus: 0 an increase awaits the customer's consent, 1 accepted; nil none.
+    var priceIncreaseStatus: Int?
+    /// The plan the next renewal is of (a downgrade), when not the current one.
+    var autoRenewProductId: String?
+    /// Set when the subscription will end at the period's end whatever auto-renew says: Apple's
+    /// expirationIntent (4 product not for sale, 5 other); a pending price increase ends it with 3.
+    var endingIntent: Int?
+    /// Why it expired (Apple's expirationIntent), once it has.
+    var expirationIntent: Int?
+
+    /// The expirationIntent that ends the current period instead of a renewal, if any.
+    var endsAtPeriodEnd: Int? { endingIntent ?? (priceIncreaseStatus == 0 ? 3 : nil) }
 
     /// Apple retries a failed renewal for this long before the subscription expires.
     static let billingRetryMs: Int64 = 60 * 86_400_000
@@ -28,19 +40,21 @@ extension SimulatorStore {
         return SimRenewal(
             autoRenew: row["autoRenewStatus"] == 1, extensions: row["extensions"], expiredAtMs: row["expiredAtMs"],
             billingWillFail: row["billingWillFail"] == 1, graceDays: row["graceDays"], billingRetry: row["billingRetry"] == 1,
-            graceUntilMs: row["graceUntilMs"], graceExpiredNotified: row["graceExpiredNotified"] == 1)
+            graceUntilMs: row["graceUntilMs"], graceExpiredNotified: row["graceExpiredNotified"] == 1,
+            priceIncreaseStatus: row["priceIncreaseStatus"], autoRenewProductId: row["autoRenewProductId"], endingIntent: row["endingIntent"],
+            expirationIntent: row["expirationIntent"])
     }
 
     static func saveRenewal(_ original: String, _ r: SimRenewal, db: Database) throws {
         try db.execute(
             sql: """
                 INSERT OR REPLACE INTO simRenewal (originalTransactionId, autoRenewStatus, extensions, expiredAtMs, billingWillFail, graceDays,
-                    billingRetry, graceUntilMs, graceExpiredNotified)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    billingRetry, graceUntilMs, graceExpiredNotified, priceIncreaseStatus, autoRenewProductId, endingIntent, expirationIntent)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 original, r.autoRenew ? 1 : 0, r.extensions, r.expiredAtMs, r.billingWillFail ? 1 : 0, r.graceDays, r.billingRetry ? 1 : 0,
-                r.graceUntilMs, r.graceExpiredNotified ? 1 : 0,
+                r.graceUntilMs, r.graceExpiredNotified ? 1 : 0, r.priceIncreaseStatus, r.autoRenewProductId, r.endingIntent, r.expirationIntent,
             ])
     }
 
@@ -79,12 +93,16 @@ extension AppStoreSimulator {
     func signedRenewalInfo(_ t: SimTransaction, db: Database) throws -> String {
         let renewal = try SimulatorStore.renewal(t.originalTransactionId, db: db)
         var payload: [String: Any] = [
-            "originalTransactionId": t.originalTransactionId, "productId": t.productId, "autoRenewProductId": t.productId,
+            "originalTransactionId": t.originalTransactionId, "productId": t.productId,
+            "autoRenewProductId": renewal.autoRenewProductId ?? t.productId,
             "autoRenewStatus": renewal.autoRenew ? 1 : 0, "isInBillingRetryPeriod": renewal.billingRetry, "signedDate": try now(db),
             "environment": t.environment.appleName, "recentSubscriptionStartDate": t.originalPurchaseDateMs,
         ]
         if renewal.autoRenew, let expires = t.expiresDateMs { payload["renewalDate"] = expires }
-        if renewal.expiredAtMs != nil { payload["expirationIntent"] = renewal.autoRenew ? 2 : 1 }  // billing error : customer cancelled
+        if renewal.expiredAtMs != nil {
+            payload["expirationIntent"] = renewal.expirationIntent ?? (renewal.autoRenew ? 2 : 1)  // billing error : customer cancelled
+        }
+        if let status = renewal.priceIncreaseStatus { payload["priceIncreaseStatus"] = status }
         if renewal.billingRetry, let grace = renewal.graceUntilMs { payload["gracePeriodExpiresDate"] = grace }
         if let token = t.appAccountToken { payload["appAccountToken"] = token.lowercased() }
         return try pki.signedPayloads.sign(payload: Array(try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys])))
@@ -116,7 +134,7 @@ extension AppStoreSimulator {
 
     /// `sim.billing`: `fail` makes the next renewal's charge fail (at the period's end: DID_FAIL_TO_RENEW,
     /// GRACE_PERIOD subtype with grace days; then GRACE_PERIOD_EXPIRED, and EXPIRED / BILLING_RETRY after 60
-    /// days of retries, as the clock passes them); `recover` after a failure renews now (DID_RECOVER), before
+    /// days of retries, as the clock passes them); `recover` after a failure renews now (DID_RENEW/BILLING_RECOVERY), before
     /// one just cancels the coming failure.
     public func billing(_ p: SimBilling.Params) throws -> SimBilling.Result {
         if let days = p.gracePeriodDays, !(0...16).contains(days) {
@@ -150,7 +168,7 @@ extension AppStoreSimulator {
                 renewal.graceExpiredNotified = false
                 try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
                 let renewed = try self.renew(latest, startingAt: now, db: db)
-                return try self.recordNotification("DID_RECOVER", renewed, signedDate: now, db: db)
+                return try self.recordNotification("DID_RENEW", subtype: "BILLING_RECOVERY", renewed, signedDate: now, db: db)
             }
         }
         courier.kick()

@@ -113,6 +113,16 @@ final class SimulatorStore: Sendable {
             // Every App Store Server API request checks its token's bundle id against the apps sold here.
             try db.execute(sql: "CREATE INDEX simTransaction_by_bundle ON simTransaction(bundleId)")
         }
+        m.registerMigration("v7-lifecycle") { db in
+            // sim.lifecycleEvent: price increases, plan changes, endings other than auto-renew off.
+            try db.execute(
+                sql: """
+                    ALTER TABLE simRenewal ADD COLUMN priceIncreaseStatus INTEGER;
+                    ALTER TABLE simRenewal ADD COLUMN autoRenewProductId TEXT;
+                    ALTER TABLE simRenewal ADD COLUMN endingIntent INTEGER;
+                    ALTER TABLE simRenewal ADD COLUMN expirationIntent INTEGER;
+                    """)
+        }
         try m.migrate(writer)
     }
 

@@ -564,12 +564,6 @@ public final class FulfillmentService: Sendable {
         static func ignored(_ reason: String? = nil) -> ActOutcome { .init(applied: false, reason: reason) }
     }
 
-    /// The notification types about one transaction's standing: whatever they say, the purchase is brought to
-    /// what Apple says of it now.
-    static let transactionTypes: Set<String> = [
-        "REFUND", "REVOKE", "REFUND_REVERSED", "ONE_TIME_CHARGE", "SUBSCRIBED", "DID_RENEW", "DID_RECOVER", "OFFER_REDEEMED",
-    ]
-
     /// What a notification does. Its renewal info, when it has one, is kept per original transaction (forward
     /// only by its signed date): auto-renew, billing retry, grace period, expiration intent.
     ///
@@ -584,9 +578,14 @@ public final class FulfillmentService: Sendable {
     ///
     /// RENEWAL_EXTENDED moves a subscription's end; renewal-state types (DID_CHANGE_RENEWAL_STATUS,
     /// DID_CHANGE_RENEWAL_PREF, DID_FAIL_TO_RENEW, GRACE_PERIOD_EXPIRED, EXPIRED, PRICE_INCREASE) apply their
-    /// renewal info; REFUND_DECLINED is recorded; CONSUMPTION_REQUEST is answered when the account consented.
+    /// renewal info (an UPGRADE also grants its new plan's transaction); REFUND_DECLINED is recorded;
+    /// CONSUMPTION_REQUEST is answered when the account consented. TEST, EXTERNAL_PURCHASE_TOKEN,
+    /// RENEWAL_EXTENSION (a mass extension's summary or failure) and types Apple may add are ignored, the
+    /// reason kept (`NotificationDisposition`).
     private func act(on notification: JSONValue, entry: InboxEntry) async throws(RPCError) -> ActOutcome {
         let type = notification["notificationType"]?.stringValue ?? ""
+        let disposition = NotificationDisposition.of(type: type, subtype: notification["subtype"]?.stringValue)
+        if case .ignore(let reason) = disposition { return .ignored(reason) }
         let data = notification["data"]
         var renewalKept = false
         if let info = data?["renewalInfo"],
@@ -599,30 +598,31 @@ public final class FulfillmentService: Sendable {
         else { return .ignored("no transaction in the notification") }
         let now = clock.nowMs
         let outcome: ActOutcome
-        switch type {
-        case _ where Self.transactionTypes.contains(type):
+        switch disposition {
+        case .bringToAppleState:
+            let reason = type == "REVOKE" ? "revoked" : "refunded"
             if let current = try await currentFromApple(snapshot.transactionId) {
-                outcome = try await bringToAppleState(current, reason: type == "REVOKE" ? "revoked" : "refunded", nowMs: now)
+                outcome = try await bringToAppleState(current, reason: reason, nowMs: now)
             } else if let superseded = try await supersededReason(entry) {
                 outcome = .ignored(superseded)
             } else {
-                outcome = try await bringToAppleState(snapshot, reason: type == "REVOKE" ? "revoked" : "refunded", nowMs: now)
+                outcome = try await bringToAppleState(snapshot, reason: reason, nowMs: now)
             }
-        case "REFUND_DECLINED":
+        case .record:
             outcome = .applied
-        case "CONSUMPTION_REQUEST":
+        case .answerConsumptionRequest:
             let answered = try await answerConsumptionRequest(snapshot, signedDateMs: notification["signedDate"]?.intValue ?? now, nowMs: now)
             outcome = answered ? .applied : .ignored("not answered: no consent, outside Apple's window, or not a purchase made here")
-        case "RENEWAL_EXTENDED":
+        case .moveSubscriptionEnd:
             guard let expires = snapshot.expiresDateMs else { return .ignored("no expiry") }
             _ = try await storeCall {
                 try await self.store.extendEntitlement(originalTransactionId: snapshot.originalTransactionId, expiresAtMs: expires)
             }
             outcome = .applied
-        case "DID_CHANGE_RENEWAL_STATUS", "DID_CHANGE_RENEWAL_PREF", "DID_FAIL_TO_RENEW", "GRACE_PERIOD_EXPIRED", "EXPIRED", "PRICE_INCREASE":
+        case .keepRenewalState:
             outcome = renewalKept ? .applied : .ignored("an equal or newer renewal state was already kept")
-        default:
-            outcome = .ignored("\(type) is not acted on")
+        case .ignore(let reason):
+            outcome = .ignored(reason)
         }
         logger.info(
             "notification", metadata: ["type": "\(type)", "transactionId": "\(snapshot.transactionId)", "applied": "\(outcome.applied)"])

@@ -821,8 +821,10 @@ struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
     }
 
     func updateEntitlement(_ e: EntitlementRecord) throws {
-        try db.cachedStatement(sql: "UPDATE entitlement SET startsAtMs = ?, expiresAtMs = ?, revokedAtMs = ? WHERE originalTransactionId = ?")
-            .execute(arguments: [e.startsAtMs, e.expiresAtMs, e.revokedAtMs, e.originalTransactionId])
+        try db.cachedStatement(
+            sql:
+                "UPDATE entitlement SET entitlement = ?, productId = ?, startsAtMs = ?, expiresAtMs = ?, revokedAtMs = ? WHERE originalTransactionId = ?"
+        ).execute(arguments: [e.entitlement, e.productId, e.startsAtMs, e.expiresAtMs, e.revokedAtMs, e.originalTransactionId])
     }
 
     func entitlements(_ holder: Holder, activeAtMs: Int64?) throws -> [EntitlementRecord] {

@@ -190,7 +190,7 @@ public enum GrantRules {
         case .subscription(let name):
             try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
             guard firstOfOriginal else {
-                return try extendSubscription(p, in: tx) ? .granted : .restored  // a renewal ends later: granted
+                return try extendSubscription(p, entitlement: name, in: tx) ? .granted : .restored  // a renewal ends later: granted
             }
             try tx.insertEntitlement(entitlement(p, holder, name, startsAtMs: p.purchaseDateMs, expiresAtMs: p.expiresDateMs))
             return .granted
@@ -215,12 +215,15 @@ public enum GrantRules {
     }
 
     /// Moves a subscription's end to this transaction's expiry if that is later (a renewal); a renewal
-    /// bought after a revocation reinstates access. True if anything changed.
-    static func extendSubscription(_ p: VerifiedPurchase, in tx: some FulfillmentTransaction) throws -> Bool {
+    /// bought after a revocation reinstates access. A period of another plan of the group (an upgrade now, a
+    /// downgrade at its renewal) also switches the entitlement to that plan's. True if anything changed.
+    static func extendSubscription(_ p: VerifiedPurchase, entitlement name: String, in tx: some FulfillmentTransaction) throws -> Bool {
         guard let expires = p.expiresDateMs, var current = try tx.entitlement(original: p.originalTransactionId) else { return false }
         guard current.expiresAtMs.map({ $0 < expires }) ?? true, current.revokedAtMs.map({ $0 < p.purchaseDateMs }) ?? true else {
             return false
         }
+        current.entitlement = name
+        current.productId = p.productId
         current.expiresAtMs = expires
         current.revokedAtMs = nil
         try tx.updateEntitlement(current)

@@ -1,0 +1,213 @@
+import Foundation
+import FulfillmentService
+import IAPProtocol
+import JSONRPC
+import RPCTestSupport
+import SuiteTestSupport
+import Testing
+
+/// Every notification type and subtype Apple documents for App Store Server Notifications v2, made by the
+/// simulator from its events (or `sim.notify` for the ones that change nothing it keeps) and received by
+/// fulfillment over TCP: applied (with the effect checked), or ignored with the reason kept on the inbox row.
+/// The other types are covered where their story is: REFUND, REFUND_REVERSED, REFUND_DECLINED,
+/// CONSUMPTION_REQUEST (NotificationLifecycleTests), DID_FAIL_TO_RENEW with and without GRACE_PERIOD,
+/// GRACE_PERIOD_EXPIRED, DID_RENEW/BILLING_RECOVERY, EXPIRED/VOLUNTARY and BILLING_RETRY, DID_CHANGE_RENEWAL_STATUS
+/// (NotificationLifecycleTests, NotificationChaosTests), RENEWAL_EXTENDED (SupportActionsTests), ONE_TIME_CHARGE and
+/// SUBSCRIBED/INITIAL_BUY (NotificationChaosTests).
+@Suite struct NotificationTypeTests {
+    static let day: Int64 = 86_400_000
+
+    /// Delivers each payload; answers each one's state and kept reason, in order.
+    static func deliver(_ suite: SuiteFixture, _ payloads: [String?]) async throws -> [(state: NotificationState, reason: String?)] {
+        var outcomes: [(NotificationState, String?)] = []
+        for payload in payloads {
+            let received = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: try #require(payload)))
+            let listed = try await suite.fulfillment.call(FulfillmentListNotifications.self, .init(adminToken: SuiteFixture.adminToken, limit: 500))
+            let row = try #require(listed.notifications.first { $0.notificationUUID == received.notificationUUID })
+            outcomes.append((received.state, row.lastError))
+        }
+        return outcomes
+    }
+
+    static func advance(_ suite: SuiteFixture, days: Int64) async throws -> [String] {
+        suite.clock.advance(ms: days * day)
+        return try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: days * 86_400)).notifications
+    }
+
+    static func event(
+        _ suite: SuiteFixture, _ appleId: String, _ transactionId: String, _ event: SimLifecycleEventKind, _ productId: String? = nil
+    ) async throws -> String? {
+        try await suite.simulator.call(
+            SimLifecycleEvent.self, .init(appleId: appleId, transactionId: transactionId, event: event, productId: productId)
+        ).signedPayload
+    }
+
+    static func notify(_ suite: SuiteFixture, _ appleId: String, _ transactionId: String, _ type: String, _ subtype: String? = nil)
+        async throws -> String?
+    {
+        try await suite.simulator.call(
+            SimNotify.self, .init(appleId: appleId, transactionId: transactionId, notificationType: type, subtype: subtype)
+        ).signedPayload
+    }
+
+    /// A subscriber whose purchase is redeemed.
+    static func subscriber(_ suite: SuiteFixture, _ name: String, _ product: String = "sub.premium") async throws -> (
+        session: String, appleId: String, transactionId: String, appAccountToken: String
+    ) {
+        let user = try await suite.register(name)
+        let bought = try await suite.buy("\(name)@icloud", product, appAccountToken: user.appAccountToken)
+        _ = try await suite.redeem(user.session, signed: [bought.signedTransaction])
+        return (user.session, "\(name)@icloud", bought.transactionId, user.appAccountToken)
+    }
+
+    @Test func everyDocumentedTypeAndSubtypeHasADisposition() {
+        // The rule's table: a documented type is never left to the catch-all "not acted on".
+        for (type, subtypes) in NotificationDisposition.documented {
+            for subtype in subtypes {
+                let disposition = NotificationDisposition.of(type: type, subtype: subtype)
+                #expect(disposition != .ignore("\(type) is not a notification type this server acts on"), "\(type)/\(subtype ?? "-")")
+            }
+        }
+        #expect(NotificationDisposition.documented.count == 19)
+        #expect(NotificationDisposition.of(type: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE") == .bringToAppleState)
+        #expect(NotificationDisposition.of(type: "DID_CHANGE_RENEWAL_PREF", subtype: "DOWNGRADE") == .keepRenewalState)
+    }
+
+    @Test func priceIncreasePendingAndAcceptedAreAppliedAndOneNotConsentedToExpiresWithPriceIncrease() async throws {
+        try await SuiteFixture.with { suite in
+            let pia = try await Self.subscriber(suite, "pia")
+            let quinn = try await Self.subscriber(suite, "quinn")
+            let announced = try await Self.deliver(
+                suite,
+                [
+                    try await Self.event(suite, pia.appleId, pia.transactionId, .priceIncrease),
+                    try await Self.event(suite, quinn.appleId, quinn.transactionId, .priceIncrease),
+                    try await Self.event(suite, quinn.appleId, quinn.transactionId, .acceptPriceIncrease),
+                ])
+            #expect(announced.map(\.state) == [.applied, .applied, .applied], "PRICE_INCREASE/PENDING, PENDING, ACCEPTED")
+            #expect(try await suite.entitlements(pia.session).first?.willRenew == true, "still renewing until the period ends")
+            // The period ends: pia never consented (EXPIRED/PRICE_INCREASE), quinn did (DID_RENEW).
+            let ended = try await Self.advance(suite, days: 31)
+            #expect(ended.count == 2)
+            #expect(try await Self.deliver(suite, ended).map(\.state) == [.applied, .applied])
+            #expect(try await suite.entitlements(pia.session).isEmpty)
+            let renewed = try #require(try await suite.entitlements(quinn.session).first)
+            #expect((renewed.expiresAtMs ?? 0) > suite.clock.clock.nowMs + 28 * Self.day)
+        }
+    }
+
+    @Test func planChangesDowngradeAtTheNextRenewalCancelAndUpgradeNowAreApplied() async throws {
+        try await SuiteFixture.with { suite in
+            let rae = try await Self.subscriber(suite, "rae")
+            let sam = try await Self.subscriber(suite, "sam")
+            let tia = try await Self.subscriber(suite, "tia", "sub.basic")
+            let changes = try await Self.deliver(
+                suite,
+                [
+                    try await Self.event(suite, rae.appleId, rae.transactionId, .downgrade, "sub.basic"),  // DOWNGRADE
+                    try await Self.event(suite, sam.appleId, sam.transactionId, .downgrade, "sub.basic"),  // DOWNGRADE
+                    try await Self.event(suite, sam.appleId, sam.transactionId, .cancelDowngrade),  // no subtype
+                    try await Self.event(suite, tia.appleId, tia.transactionId, .upgrade, "sub.premium"),  // UPGRADE
+                ])
+            #expect(changes.map(\.state) == [.applied, .applied, .applied, .applied])
+            #expect(try await suite.entitlements(rae.session).map(\.entitlement) == ["premium"], "a downgrade waits for the renewal")
+            // The upgrade is granted now, from Apple's record of it, without the app redeeming anything.
+            #expect(try await suite.entitlements(tia.session).map(\.entitlement).contains("premium"))
+            #expect(try await Self.deliver(suite, try await Self.advance(suite, days: 31)).allSatisfy { $0.state == .applied })
+            #expect(try await suite.entitlements(rae.session).map(\.entitlement) == ["basic"], "renewed on the lower plan")
+            #expect(try await suite.entitlements(sam.session).map(\.entitlement) == ["premium"], "the downgrade was cancelled")
+            #expect(try await suite.entitlements(tia.session).map(\.entitlement) == ["premium"], "the upgraded plan renews")
+        }
+    }
+
+    @Test func expiredProductNotForSaleAndWithoutSubtypeAreAppliedThenResubscribeGrantsAgain() async throws {
+        try await SuiteFixture.with { suite in
+            let uma = try await Self.subscriber(suite, "uma")
+            let vic = try await Self.subscriber(suite, "vic")
+            #expect(try await Self.event(suite, uma.appleId, uma.transactionId, .withdrawProduct) == nil, "nothing is sent until the period ends")
+            #expect(try await Self.event(suite, vic.appleId, vic.transactionId, .endOtherwise) == nil)
+            let ended = try await Self.advance(suite, days: 31)  // EXPIRED/PRODUCT_NOT_FOR_SALE, EXPIRED
+            #expect(try await Self.deliver(suite, ended).map(\.state) == [.applied, .applied])
+            #expect(try await suite.entitlements(uma.session).isEmpty)
+            #expect(try await suite.entitlements(vic.session).isEmpty)
+            // vic buys again: SUBSCRIBED/RESUBSCRIBE, granted from Apple's record alone.
+            let again = try await suite.buy(vic.appleId, "sub.premium", appAccountToken: vic.appAccountToken)
+            let nowMs = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 0)).nowMs
+            let history = try await SupportActionsTests.verification(
+                suite, VerificationNotificationHistory.self,
+                .init(
+                    internalToken: SuiteFixture.internalToken, environment: .production, startDateMs: nowMs - Self.day, endDateMs: nowMs + 1,
+                    notificationType: "SUBSCRIBED", notificationSubtype: "RESUBSCRIBE"))
+            #expect(history.notifications.count == 1)
+            #expect(try await Self.deliver(suite, history.notifications.map(\.signedPayload)).map(\.state) == [.applied])
+            #expect(try await suite.entitlements(vic.session).first?.originalTransactionId == again.originalTransactionId)
+        }
+    }
+
+    @Test func revokeEndsFamilySharedAccessToAPurchaseAndASubscription() async throws {
+        try await SuiteFixture.with { suite in
+            let wes = try await Self.subscriber(suite, "wes", "pack.castle")
+            let xan = try await Self.subscriber(suite, "xan")
+            #expect(try await suite.entitlements(wes.session).map(\.entitlement) == ["castle"])
+            let revoked = try await Self.deliver(
+                suite,
+                [
+                    try await Self.event(suite, wes.appleId, wes.transactionId, .revokeFamilySharing),
+                    try await Self.event(suite, xan.appleId, xan.transactionId, .revokeFamilySharing),
+                ])
+            #expect(revoked.map(\.state) == [.applied, .applied], "REVOKE, REVOKE")
+            #expect(try await suite.entitlements(wes.session).isEmpty)
+            #expect(try await suite.entitlements(xan.session).isEmpty)
+            #expect(try await suite.ledgerIsConsistent())
+        }
+    }
+
+    @Test func offerRedeemedInEverySubtypeBringsThePurchaseToAppleState() async throws {
+        try await SuiteFixture.with { suite in
+            // Never redeemed by the app: the first OFFER_REDEEMED grants it; the others change nothing more.
+            let yan = try await suite.register("yan")
+            let bought = try await suite.buy("yan@icloud", "sub.premium", appAccountToken: yan.appAccountToken)
+            var payloads: [String?] = []
+            for subtype in ["INITIAL_BUY", "RESUBSCRIBE", "UPGRADE", "DOWNGRADE", nil] {
+                payloads.append(try await Self.notify(suite, "yan@icloud", bought.transactionId, "OFFER_REDEEMED", subtype))
+            }
+            let outcomes = try await Self.deliver(suite, payloads)
+            #expect(outcomes.map(\.state) == Array(repeating: .applied, count: 5))
+            #expect(try await suite.entitlements(yan.session).map(\.originalTransactionId) == [bought.originalTransactionId])
+            #expect(try await suite.ledgerIsConsistent())
+        }
+    }
+
+    @Test func ignoredWithTheirReasonTestExternalPurchaseTokensMassExtensionSummaryAndFailureAndUnknownTypes() async throws {
+        try await SuiteFixture.with { suite in
+            let zoe = try await Self.subscriber(suite, "zoe")
+            let before = try await suite.entitlements(zoe.session)
+            let cases: [(type: String, subtype: String?, reason: String)] = [
+                ("EXTERNAL_PURCHASE_TOKEN", "UNREPORTED", "external purchase token"),
+                ("EXTERNAL_PURCHASE_TOKEN", "ACTIVE_TOKEN_REMINDER", "external purchase token"),
+                ("EXTERNAL_PURCHASE_TOKEN", "CREATED", "external purchase token"),
+                ("RENEWAL_EXTENSION", "SUMMARY", "summary"),
+                ("RENEWAL_EXTENSION", "FAILURE", "did not extend"),
+                ("METADATA_UPDATE", nil, "not a notification type this server acts on"),
+                ("MIGRATION", nil, "not a notification type this server acts on"),
+                ("PRICE_CHANGE", nil, "not a notification type this server acts on"),
+            ]
+            for c in cases {
+                let outcome = try #require(
+                    try await Self.deliver(suite, [try await Self.notify(suite, zoe.appleId, zoe.transactionId, c.type, c.subtype)]).first)
+                #expect(outcome.state == .ignored, "\(c.type)/\(c.subtype ?? "-")")
+                #expect(outcome.reason?.contains(c.reason) == true, "\(c.type)/\(c.subtype ?? "-"): \(outcome.reason ?? "no reason")")
+            }
+            // TEST, as Request a Test Notification makes it.
+            let requested = try await SupportActionsTests.verification(
+                suite, VerificationRequestTestNotification.self, .init(internalToken: SuiteFixture.internalToken, environment: .production))
+            let status = try await SupportActionsTests.verification(
+                suite, VerificationTestNotificationStatus.self,
+                .init(internalToken: SuiteFixture.internalToken, environment: .production, testNotificationToken: requested.testNotificationToken))
+            let test = try #require(try await Self.deliver(suite, [status.signedPayload]).first)
+            #expect(test.state == .ignored && test.reason?.contains("test notification") == true)
+            #expect(try await suite.entitlements(zoe.session) == before)
+            #expect(try await suite.ledgerIsConsistent())
+        }
+    }
+}
