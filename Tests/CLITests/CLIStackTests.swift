@@ -199,6 +199,7 @@ import Testing
         "sim.setAutoRenew": ["sim", "auto-renew"], "sim.consumptionReports": ["sim", "consumption"],
         "sim.setNotificationFault": ["sim", "notification-fault"], "sim.billing": ["sim", "billing"],
         "sim.refundDecision": ["sim", "refund-decision"], "fulfillment.reconcile": ["admin", "reconcile"],
+        "sim.lifecycleEvent": ["sim", "event"], "sim.notify": ["sim", "notify"],
         "accounts.setConsumptionConsent": ["accounts", "consent"], "accounts.consumptionProfile": ["accounts", "consumption-profile"],
     ]
 
