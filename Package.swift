@@ -72,6 +72,7 @@ let package = Package(
         .target(
             name: "Receipts",
             dependencies: [
+                "JSONRPC",
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -71,14 +71,16 @@ public enum JSONValue: Sendable, Hashable {
 
 extension JSONValue: Codable {
     public init(from decoder: any Decoder) throws {
+        // Each wrong guess costs a thrown DecodingError, so the likeliest kinds come first (strings, integers,
+        // objects); where the bytes are at hand, `JSONValue(parsing:)` avoids the guessing altogether.
         let c = try decoder.singleValueContainer()
         if c.decodeNil() { self = .null; return }
-        if let b = try? c.decode(Bool.self) { self = .bool(b); return }
-        if let i = try? c.decode(Int64.self) { self = .int(i); return }
-        if let d = try? c.decode(Double.self) { self = .double(d); return }
         if let s = try? c.decode(String.self) { self = .string(s); return }
-        if let a = try? c.decode([JSONValue].self) { self = .array(a); return }
+        if let i = try? c.decode(Int64.self) { self = .int(i); return }
         if let o = try? c.decode([String: JSONValue].self) { self = .object(o); return }
+        if let a = try? c.decode([JSONValue].self) { self = .array(a); return }
+        if let b = try? c.decode(Bool.self) { self = .bool(b); return }
+        if let d = try? c.decode(Double.self) { self = .double(d); return }
         throw DecodingError.dataCorruptedError(in: c, debugDescription: "not a JSON value")
     }
 

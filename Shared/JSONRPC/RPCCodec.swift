@@ -33,7 +33,7 @@ public enum RPCCodec {
 
     /// The dotted path of the first number in `bytes` that is not a whole Int64 (fraction, exponent, overflow).
     static func firstNonIntegerNumber(in bytes: [UInt8]) -> String? {
-        guard let value = try? decoder.decode(JSONValue.self, from: Data(bytes)) else { return nil }
+        guard let value = try? JSONValue(parsing: bytes) else { return nil }
         func walk(_ v: JSONValue, _ path: String) -> String? {
             switch v {
             case .double: return path

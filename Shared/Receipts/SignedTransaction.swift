@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import JSONRPC
 import NIOConcurrencyHelpers
 import SwiftASN1
 @_spi(FixedExpiryValidationTime) import X509
@@ -40,39 +41,80 @@ public final class SignedPayloadVerifier: Sendable {
         let x5c: [String]?
     }
 
-    struct Dated: Decodable {
-        let signedDate: Int64?
+    /// A JWS header, decoded once: its algorithm and its `x5c` chain, parsed, with the chain's cache key.
+    /// Apple signs with a handful of leaves, so nearly every JWS repeats a header already seen (a few KB of
+    /// base64 holding three certificates); decoding and parsing it each time was a large share of a verify.
+    private struct ParsedHeader: Sendable {
+        let alg: String
+        /// Nil when `x5c` is missing or does not hold three certificates.
+        let ders: [[UInt8]]?
+        let chain: [Certificate]
+        let chainKey: Data
+    }
+
+    /// Keyed by the header's base64url text; bounded (cleared when full: headers are few in practice).
+    private let headers = NIOLockedValueBox<[Data: ParsedHeader]>([:])
+    private static let headerCacheLimit = 256
+
+    private func header(_ part: ArraySlice<UInt8>) -> ParsedHeader? {
+        let key = Data(part)
+        if let cached = headers.withLockedValue({ $0[key] }) { return cached }
+        guard let headerBytes = Self.base64URL(part), let header = try? JSONDecoder().decode(Header.self, from: Data(headerBytes)) else {
+            return nil
+        }
+        var parsed = ParsedHeader(alg: header.alg, ders: nil, chain: [], chainKey: Data())
+        if let x5c = header.x5c, x5c.count == 3 {
+            let ders = x5c.compactMap { Data(base64Encoded: $0).map { Array($0) } }
+            guard ders.count == 3, let chain = try? ders.map({ try cache.certificate($0) }) else { return nil }
+            var hasher = SHA256()
+            for der in ders { hasher.update(data: der) }
+            parsed = ParsedHeader(alg: header.alg, ders: ders, chain: chain, chainKey: Data(hasher.finalize()))
+        }
+        headers.withLockedValue { cache in
+            if cache.count >= Self.headerCacheLimit { cache.removeAll() }
+            cache[key] = parsed
+        }
+        return parsed
     }
 
     /// The payload's JSON bytes, once everything checks out.
     public func verify(_ jws: String) async -> Result<[UInt8], JWSFailure> {
+        await verifyParsed(jws).map(\.bytes)
+    }
+
+    /// The payload, parsed (a JSON object), once everything checks out.
+    public func verifiedObject(_ jws: String) async -> Result<JSONValue, JWSFailure> {
+        await verifyParsed(jws).map(\.object)
+    }
+
+    private func verifyParsed(_ jws: String) async -> Result<(bytes: [UInt8], object: JSONValue), JWSFailure> {
         guard jws.utf8.count <= Self.maxBytes else { return .failure(.malformed) }
         let bytes = Array(jws.utf8)
         let parts = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard parts.count == 3, let headerBytes = Self.base64URL(parts[0]), let payload = Self.base64URL(parts[1]),
-            let signatureBytes = Self.base64URL(parts[2]),
-            let header = try? JSONDecoder().decode(Header.self, from: Data(headerBytes))
+        guard parts.count == 3, let header = header(parts[0]), let payload = Self.base64URL(parts[1]),
+            let signatureBytes = Self.base64URL(parts[2])
         else { return .failure(.malformed) }
         guard header.alg == "ES256" else { return .failure(.wrongAlgorithm) }
-        guard let x5c = header.x5c, x5c.count == 3 else { return .failure(.invalidChain) }
-        let ders = x5c.compactMap { Data(base64Encoded: $0).map { Array($0) } }
-        guard ders.count == 3, let chain = try? ders.map({ try cache.certificate($0) }) else { return .failure(.malformed) }
+        guard let ders = header.ders else { return .failure(.invalidChain) }
+        let chain = header.chain
         guard pinnedRoots.contains(ders[2]) else { return .failure(.untrustedChain) }
         guard let key = P256.Signing.PublicKey(chain[0].publicKey),
             let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
         else { return .failure(.signatureInvalid) }
         let signingInput = bytes[..<(parts[0].count + 1 + parts[1].count)]
         guard key.isValidSignature(signature, for: SHA256.hash(data: signingInput)) else { return .failure(.signatureInvalid) }
-        guard let dated = try? JSONDecoder().decode(Dated.self, from: Data(payload)), let signedDate = dated.signedDate else {
+        guard let object = try? JSONValue(parsing: payload), object.objectValue != nil, let signedDate = object["signedDate"]?.intValue else {
             return .failure(.malformed)
         }
         let at = Date(timeIntervalSince1970: Double(signedDate) / 1000)
-        let trusted = await cache.isTrusted(leaf: chain[0], intermediates: [chain[1]], roots: [chain[2]], ders: ders, at: at) {
+        let trusted = await cache.isTrusted(
+            leaf: chain[0], intermediates: [chain[1]], roots: [chain[2]], ders: ders, key: header.chainKey, at: at
+        ) {
             RFC5280Policy(fixedExpiryValidationTime: at)
             AppleMarkerPolicy()
         }
         guard trusted else { return .failure(.untrustedChain) }
-        return .success(payload)
+        return .success((payload, object))
     }
 
     /// The payload bytes of a compact JWS WITHOUT verifying anything (bounded like `verify`): only for

@@ -36,12 +36,17 @@ final class TrustedChainCache: Sendable {
     /// `ders`: the certificates as carried, which identify the chain for the cache. One cache serves one
     /// fixed set of roots (the verifier's own), or `ders` must include the root.
     func isTrusted(
-        leaf: Certificate, intermediates: [Certificate], roots: [Certificate], ders: [[UInt8]], at date: Date,
+        leaf: Certificate, intermediates: [Certificate], roots: [Certificate], ders: [[UInt8]], key known: Data? = nil, at date: Date,
         @PolicyBuilder policy: () -> some VerifierPolicy
     ) async -> Bool {
-        var hasher = SHA256()
-        for der in ders { hasher.update(data: der) }
-        let key = Data(hasher.finalize())
+        // `known`: the SHA-256 of `ders`, when the caller already has it.
+        let key =
+            known
+            ?? {
+                var hasher = SHA256()
+                for der in ders { hasher.update(data: der) }
+                return Data(hasher.finalize())
+            }()
         if let window = chains.withLockedValue({ $0[key] }) {
             return window.notBefore <= date && date <= window.notAfter
         }

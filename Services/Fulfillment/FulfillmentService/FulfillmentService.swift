@@ -526,7 +526,7 @@ public final class FulfillmentService: Sendable {
     private func process(_ entry: InboxEntry) async -> NotificationState {
         let attempts = entry.attempts + 1
         do {
-            let notification = try JSONDecoder().decode(JSONValue.self, from: Data(entry.notification))
+            let notification = try JSONValue(parsing: entry.notification)
             let outcome = try await act(on: notification, entry: entry)
             let state: NotificationState = outcome.applied ? .applied : .ignored
             let now = clock.nowMs

@@ -400,14 +400,7 @@ public final class VerificationService: Sendable {
     }
 
     private func decode(_ jws: String) async -> Result<JSONValue, JWSFailure> {
-        switch await payloads.verify(jws) {
-        case .failure(let f): return .failure(f)
-        case .success(let bytes):
-            guard let value = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)), value.objectValue != nil else {
-                return .failure(.malformed)
-            }
-            return .success(value)
-        }
+        await payloads.verifiedObject(jws)
     }
 
     /// The `verification.*` methods of the v1 contract, on this service.
