@@ -22,18 +22,25 @@ public enum JWSFailure: String, Error, Sendable, Equatable {
 }
 
 /// Verifies compact JWS from StoreKit 2 and App Store Server Notifications v2 (RECEIPTS.md section 4).
+///
+/// The chain is built as Apple's server libraries build it: the leaf and the intermediate come from `x5c`
+/// and must chain up to one of the configured roots; the last `x5c` entry is only a hint and is never
+/// trusted itself (a test root given with `--trust-anchor` works whatever the signer put there). Apple's
+/// marker extensions are required on the leaf and the intermediate.
+///
+/// With `allowXcode` (development only), a JWS signed by Xcode's StoreKit testing is also accepted: one
+/// self-signed P-256 certificate in `x5c` (each Mac makes its own, so it cannot be pinned), the signature
+/// checked against it, and only when the payload says its environment is Xcode (`Xcode` or `LocalTesting`):
+/// such a purchase is worth what sandbox purchases are worth, never production value.
 public final class SignedPayloadVerifier: Sendable {
-    private let pinnedRoots: [[UInt8]]
     private let roots: [Certificate]
+    private let allowXcode: Bool
     private let cache = TrustedChainCache()
     public static let maxBytes = 64 * 1024
 
-    public init(roots: [Certificate]) {
+    public init(roots: [Certificate], allowXcode: Bool = false) {
         self.roots = roots
-        self.pinnedRoots = roots.compactMap { cert in
-            var s = DER.Serializer()
-            return (try? s.serialize(cert)).map { s.serializedBytes }
-        }
+        self.allowXcode = allowXcode
     }
 
     struct Header: Decodable {
@@ -46,7 +53,7 @@ public final class SignedPayloadVerifier: Sendable {
     /// base64 holding three certificates); decoding and parsing it each time was a large share of a verify.
     private struct ParsedHeader: Sendable {
         let alg: String
-        /// Nil when `x5c` is missing or does not hold three certificates.
+        /// Nil when `x5c` is missing or holds neither three certificates nor (Xcode's) one.
         let ders: [[UInt8]]?
         let chain: [Certificate]
         let chainKey: Data
@@ -63,9 +70,9 @@ public final class SignedPayloadVerifier: Sendable {
             return nil
         }
         var parsed = ParsedHeader(alg: header.alg, ders: nil, chain: [], chainKey: Data())
-        if let x5c = header.x5c, x5c.count == 3 {
+        if let x5c = header.x5c, x5c.count == 3 || x5c.count == 1 {
             let ders = x5c.compactMap { Data(base64Encoded: $0).map { Array($0) } }
-            guard ders.count == 3, let chain = try? ders.map({ try cache.certificate($0) }) else { return nil }
+            guard ders.count == x5c.count, let chain = try? ders.map({ try cache.certificate($0) }) else { return nil }
             var hasher = SHA256()
             for der in ders { hasher.update(data: der) }
             parsed = ParsedHeader(alg: header.alg, ders: ders, chain: chain, chainKey: Data(hasher.finalize()))
@@ -95,9 +102,8 @@ public final class SignedPayloadVerifier: Sendable {
             let signatureBytes = Self.base64URL(parts[2])
         else { return .failure(.malformed) }
         guard header.alg == "ES256" else { return .failure(.wrongAlgorithm) }
-        guard let ders = header.ders else { return .failure(.invalidChain) }
+        guard let ders = header.ders, ders.count == 3 || allowXcode else { return .failure(.invalidChain) }
         let chain = header.chain
-        guard pinnedRoots.contains(ders[2]) else { return .failure(.untrustedChain) }
         guard let key = P256.Signing.PublicKey(chain[0].publicKey),
             let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
         else { return .failure(.signatureInvalid) }
@@ -106,15 +112,28 @@ public final class SignedPayloadVerifier: Sendable {
         guard let object = try? JSONValue(parsing: payload), object.objectValue != nil, let signedDate = object["signedDate"]?.intValue else {
             return .failure(.malformed)
         }
+        if ders.count == 1 {
+            // Xcode's StoreKit testing: its own self-signed certificate, for Xcode-environment payloads only.
+            guard PurchaseEnvironment.fromSignedPayload(object["environment"]?.stringValue) == "Xcode", Self.isSelfSigned(chain[0]) else {
+                return .failure(.untrustedChain)
+            }
+            return .success((payload, object))
+        }
         let at = Date(timeIntervalSince1970: Double(signedDate) / 1000)
+        // Leaf and intermediate from x5c, up to a configured root; x5c[2] is not trusted (a hint only).
         let trusted = await cache.isTrusted(
-            leaf: chain[0], intermediates: [chain[1]], roots: [chain[2]], ders: ders, key: header.chainKey, at: at
+            leaf: chain[0], intermediates: [chain[1]], roots: roots, ders: ders, key: header.chainKey, at: at
         ) {
             RFC5280Policy(fixedExpiryValidationTime: at)
             AppleMarkerPolicy()
         }
         guard trusted else { return .failure(.untrustedChain) }
         return .success((payload, object))
+    }
+
+    /// A certificate issued by itself and signed with its own key.
+    static func isSelfSigned(_ certificate: Certificate) -> Bool {
+        certificate.issuer == certificate.subject && certificate.publicKey.isValidSignature(certificate.signature, for: certificate)
     }
 
     /// The payload bytes of a compact JWS WITHOUT verifying anything (bounded like `verify`): only for
@@ -210,6 +229,20 @@ public struct JWSSigningPKI: Sendable {
                 if markers { Certificate.Extension(oid: AppleMarkers.receiptSigning, critical: false, value: [0x05, 0x00]) }
             }, issuerPrivateKey: .init(intermediateKey))
         return JWSSigningPKI(root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey)
+    }
+
+    /// What Xcode's StoreKit testing signs with: one self-signed P-256 certificate ("StoreKit Testing in
+    /// Xcode"; each Mac makes its own), no chain. `sign(payload:x5c: [pki.leaf])` makes its one-entry `x5c`.
+    public static func xcodeStoreKitTesting(
+        notBefore: Date = Date(timeIntervalSince1970: 1_577_836_800), notAfter: Date = Date(timeIntervalSince1970: 2_524_608_000)
+    ) throws -> JWSSigningPKI {
+        let key = P256.Signing.PrivateKey()
+        let name = try DistinguishedName { CommonName("StoreKit Testing in Xcode") }
+        let certificate = try Certificate(
+            version: .v3, serialNumber: .init(), publicKey: .init(key.publicKey), notValidBefore: notBefore, notValidAfter: notAfter,
+            issuer: name, subject: name, signatureAlgorithm: .ecdsaWithSHA256,
+            extensions: try Certificate.Extensions { Critical(KeyUsage(digitalSignature: true)) }, issuerPrivateKey: .init(key))
+        return JWSSigningPKI(root: certificate, intermediate: certificate, leaf: certificate, leafKey: key)
     }
 
     /// A compact JWS of `payload` (JSON bytes) with `alg: ES256` and x5c [leaf, intermediate, root].

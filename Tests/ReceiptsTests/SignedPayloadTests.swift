@@ -81,3 +81,60 @@ import Testing
         #expect(await failure(try Self.pki.sign(payload: Array(#"{"transactionId":"1"}"#.utf8))) == .malformed)
     }
 }
+
+/// Chains built as Apple's server libraries build them, and Xcode's StoreKit-testing signatures.
+@Suite struct SignedPayloadChainBuildingTests {
+    static let pki = try! JWSSigningPKI.generate(name: "Test Anchor")
+    static let other = try! JWSSigningPKI.generate(name: "Elsewhere")
+    static let xcode = try! JWSSigningPKI.xcodeStoreKitTesting()
+
+    static func payload(environment: String) -> [UInt8] {
+        Array(
+            #"{"transactionId":"0","originalTransactionId":"0","bundleId":"com.example.game","productId":"coins.100","environment":"\#(environment)","signedDate":1772366401000}"#
+                .utf8)
+    }
+
+    static func outcome(_ verifier: SignedPayloadVerifier, _ jws: String) async -> JWSFailure? {
+        if case .failure(let f) = await verifier.verify(jws) { return f }
+        return nil
+    }
+
+    @Test func theLastX5cCertificateIsAHintTheIntermediateMustChainToAConfiguredRoot() async throws {
+        let verifier = SignedPayloadVerifier(roots: [Self.pki.root])
+        let p = Self.pki
+        let sandbox = Self.payload(environment: "Sandbox")
+        // Another root, or any certificate at all, in the last place: the chain is built from the trust store.
+        #expect(await Self.outcome(verifier, try p.sign(payload: sandbox, x5c: [p.leaf, p.intermediate, Self.other.root])) == nil)
+        #expect(await Self.outcome(verifier, try p.sign(payload: sandbox, x5c: [p.leaf, p.intermediate, p.leaf])) == nil)
+        // The configured root presented last, but the intermediate is signed by another root: refused.
+        let o = Self.other
+        #expect(await Self.outcome(verifier, try o.sign(payload: sandbox, x5c: [o.leaf, o.intermediate, p.root])) == .untrustedChain)
+        // The presented "root" is never trusted for being there.
+        #expect(await Self.outcome(verifier, try o.sign(payload: sandbox)) == .untrustedChain)
+    }
+
+    @Test func xcodeSignedPayloadsAreAcceptedOnlyWithAllowXcodeAndOnlyForTheXcodeEnvironment() async throws {
+        let strict = SignedPayloadVerifier(roots: [Self.pki.root])
+        let xcodeAllowed = SignedPayloadVerifier(roots: [Self.pki.root], allowXcode: true)
+        let x = Self.xcode
+        let signed = try x.sign(payload: Self.payload(environment: "Xcode"), x5c: [x.leaf])
+        #expect(await Self.outcome(strict, signed) == .invalidChain)
+        #expect(await Self.outcome(xcodeAllowed, signed) == nil)
+        #expect(await Self.outcome(xcodeAllowed, try x.sign(payload: Self.payload(environment: "LocalTesting"), x5c: [x.leaf])) == nil)
+        // A self-signed certificate never vouches for Sandbox or Production purchases.
+        for environment in ["Production", "Sandbox"] {
+            #expect(
+                await Self.outcome(xcodeAllowed, try x.sign(payload: Self.payload(environment: environment), x5c: [x.leaf])) == .untrustedChain,
+                "\(environment)")
+        }
+        // A one-entry x5c whose certificate is not self-signed (a real leaf alone), or a signature by another key.
+        let p = Self.pki
+        #expect(
+            await Self.outcome(xcodeAllowed, try p.sign(payload: Self.payload(environment: "Xcode"), x5c: [p.leaf])) == .untrustedChain)
+        let impostor = try JWSSigningPKI.xcodeStoreKitTesting()
+        let mismatched = JWSSigningPKI(root: x.leaf, intermediate: x.leaf, leaf: x.leaf, leafKey: impostor.leafKey)
+        #expect(
+            await Self.outcome(xcodeAllowed, try mismatched.sign(payload: Self.payload(environment: "Xcode"), x5c: [x.leaf]))
+                == .signatureInvalid)
+    }
+}

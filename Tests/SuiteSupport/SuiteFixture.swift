@@ -70,9 +70,10 @@ public final class SuiteFixture: Sendable {
 
     /// `proxied`: fulfillment reaches accounts, verification and catalog through a `FaultProxy` each
     /// (`proxies[name]`), so a test can slow or cut the network to one of them.
+    /// `allowXcode`: verification runs with `--allow-xcode` (Xcode StoreKit-testing receipts and JWS).
     public static func start(
         configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
-        proxied: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil
+        proxied: Bool = false, allowXcode: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil
     ) async throws -> SuiteFixture {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("suite-\(UUID().uuidString)")
         for sub in ["sim", "accounts", "catalog", "fulfillment/content"] {
@@ -129,6 +130,7 @@ public final class SuiteFixture: Sendable {
             try Certificate(derEncoded: Array(Data(base64Encoded: $0)!))
         }
         verificationConfig.bundleIds = [bundleId]
+        verificationConfig.allowXcode = allowXcode
         // The simulator as Apple's App Store Server API, on its own HTTP port, for verification.
         let faults = SimHTTPFaults()
         let simHTTP = try VerifyReceiptEndpoint(simulator: sim, sharedSecret: nil, faults: faults).application(
@@ -190,10 +192,11 @@ public final class SuiteFixture: Sendable {
     /// returning or throwing.
     public static func with<T>(
         configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
-        proxied: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil,
+        proxied: Bool = false, allowXcode: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil,
         _ body: (SuiteFixture) async throws -> T
     ) async throws -> T {
-        let suite = try await start(configure: configure, dependencyDeadline: dependencyDeadline, proxied: proxied, logs: logs)
+        let suite = try await start(
+            configure: configure, dependencyDeadline: dependencyDeadline, proxied: proxied, allowXcode: allowXcode, logs: logs)
         do {
             let result = try await body(suite)
             await suite.stop()

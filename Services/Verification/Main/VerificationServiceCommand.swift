@@ -26,7 +26,7 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     )
     var trustAnchorDir: String?
 
-    @Flag(name: .customLong("allow-xcode"), help: "Accept Xcode StoreKit-testing receipts (development only).")
+    @Flag(name: .customLong("allow-xcode"), help: "Accept Xcode StoreKit-testing receipts and StoreKit 2 JWS (development only).")
     var allowXcode = false
 
     @Option(
@@ -174,7 +174,7 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         if !config.extraRoots.isEmpty {
             logger.warning("operator-added roots are trusted (--trust-anchor / --trust-anchor-dir): never a simulator's in production")
         }
-        if allowXcode { logger.warning("--allow-xcode: Xcode StoreKit-testing receipts are accepted (never in production)") }
+        if allowXcode { logger.warning("--allow-xcode: Xcode StoreKit-testing receipts and JWS are accepted (never in production)") }
         config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
         config.appStoreAPI = try appStoreAPIClient(config: config, logger: logger)
         let service = VerificationService(configuration: config, logger: logger)

@@ -52,7 +52,8 @@ public final class VerificationService: Sendable {
             trust: ReceiptTrust(
                 roots: configuration.receiptRoots + configuration.extraRoots,
                 xcodeCertificate: configuration.allowXcode ? ShippedTrust.certificate(ShippedTrust.storeKitTestDER) : nil))
-        payloads = SignedPayloadVerifier(roots: configuration.signedPayloadRoots + configuration.extraRoots)
+        payloads = SignedPayloadVerifier(
+            roots: configuration.signedPayloadRoots + configuration.extraRoots, allowXcode: configuration.allowXcode)
     }
 
     public func verifyReceipt(_ p: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {

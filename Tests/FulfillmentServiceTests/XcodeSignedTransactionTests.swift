@@ -1,0 +1,45 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import RPCTestSupport
+import Receipts
+import SuiteTestSupport
+import Testing
+
+/// A StoreKit 2 transaction signed the way Xcode's StoreKit testing signs it (its own self-signed P-256
+/// certificate, alone in `x5c`), redeemed through the whole suite over TCP: granted only when verification
+/// runs with `--allow-xcode`, and then only into the account's Sandbox scope, never production value.
+@Suite struct XcodeSignedTransactionTests {
+    static func xcodeTransaction(id: String, environment: String = "Xcode") throws -> String {
+        let xcode = try JWSSigningPKI.xcodeStoreKitTesting()
+        let payload: [String: Any] = [
+            "transactionId": id, "originalTransactionId": id, "bundleId": SuiteFixture.bundleId, "productId": "coins.100",
+            "type": "Consumable", "purchaseDate": 1_772_366_400_000, "originalPurchaseDate": 1_772_366_400_000, "quantity": 1,
+            "inAppOwnershipType": "PURCHASED", "environment": environment, "signedDate": 1_772_366_401_000,
+        ]
+        return try xcode.sign(payload: Array(try JSONSerialization.data(withJSONObject: payload)), x5c: [xcode.leaf])
+    }
+
+    @Test func grantedIntoSandboxWithAllowXcode() async throws {
+        try await SuiteFixture.with(allowXcode: true) { suite in
+            let dev = try await suite.register("dev")
+            let redeemed = try await suite.redeem(dev.session, signed: [try Self.xcodeTransaction(id: "0")])
+            #expect(redeemed.results.map(\.outcome) == [.granted])
+            #expect(try await suite.balance(dev.session, .sandbox) == 100)
+            #expect(try await suite.balance(dev.session, .production) == 0)
+            // The same self-signed certificate claiming a production purchase is refused.
+            let forged = try await suite.redeem(dev.session, signed: [try Self.xcodeTransaction(id: "1", environment: "Production")])
+            #expect(forged.results.map(\.outcome) == [.rejected])
+            #expect(try await suite.balance(dev.session, .production) == 0)
+        }
+    }
+
+    @Test func refusedWithoutAllowXcode() async throws {
+        try await SuiteFixture.with { suite in
+            let dev = try await suite.register("dev")
+            let redeemed = try await suite.redeem(dev.session, signed: [try Self.xcodeTransaction(id: "0")])
+            #expect(redeemed.results.map(\.outcome) == [.rejected])
+            #expect(try await suite.balance(dev.session, .sandbox) == 0)
+        }
+    }
+}
