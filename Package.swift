@@ -358,7 +358,7 @@ let package = Package(
         .testTarget(
             name: "CLITests",
             dependencies: [
-                "JSONRPC", "IAPProtocol", "VerificationService", "AppStoreSimulator", "RPCTransport", "RPCTestSupport",
+                "JSONRPC", "IAPProtocol", "VerificationService", "AppStoreSimulator", "RPCTransport", "RPCTestSupport", "Receipts",
                 "SuiteTestSupport", "ServiceSupport", .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/CLITests"

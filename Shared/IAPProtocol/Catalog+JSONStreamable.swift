@@ -51,6 +51,31 @@ extension Product: JSONStreamable {
         w.member("status", first: false); w.writeString(status.rawValue)
         w.member("grant", first: false); grant.writeJSON(to: w)
         if let price { w.member("price", first: false); price.writeJSON(to: w) }
+        if let offers {
+            w.member("offers", first: false)
+            w.beginArray()
+            for (i, offer) in offers.enumerated() {
+                if i > 0 { w.comma() }
+                offer.writeJSON(to: w)
+            }
+            w.endArray()
+        }
+        w.endObject()
+    }
+}
+
+extension SubscriptionOffer: JSONStreamable {
+    public func writeJSON(to w: JSONStreamWriter) {
+        w.beginObject()
+        w.member("offerId", first: true); w.writeString(offerId)
+        w.member("type", first: false); w.writeString(type)
+        w.member("eligibility", first: false)
+        w.beginObject()
+        w.member("kind", first: true); w.writeString(eligibility.kind.rawValue)
+        if let times = eligibility.times { w.member("times", first: false); w.writeInteger(times) }
+        w.endObject()
+        if let startsAtMs { w.member("startsAtMs", first: false); w.writeInteger(startsAtMs) }
+        if let endsAtMs { w.member("endsAtMs", first: false); w.writeInteger(endsAtMs) }
         w.endObject()
     }
 }

@@ -85,10 +85,13 @@ public struct Product: Codable, Sendable, Equatable {
     public var status: ProductStatus
     public var grant: Grant
     public var price: Price?
+    /// Auto-renewables: its subscription offers (who may redeem each is decided per account by fulfillment).
+    public var offers: [SubscriptionOffer]?
     public init(
         productId: String, type: ProductType, referenceName: String, title: String, description: String,
-        status: ProductStatus, grant: Grant, price: Price? = nil
+        status: ProductStatus, grant: Grant, price: Price? = nil, offers: [SubscriptionOffer]? = nil
     ) {
+        self.offers = offers
         self.productId = productId
         self.type = type
         self.referenceName = referenceName
@@ -156,10 +159,13 @@ public struct ProductDefinition: Codable, Sendable, Equatable {
     public var grant: Grant
     public var prices: [PriceEntry]?
     public var status: ProductStatus?
+    /// Auto-renewables: the subscription offers the server signs (`fulfillment.signOffer`).
+    public var offers: [SubscriptionOffer]?
     public init(
         productId: String, type: ProductType, referenceName: String, localizations: [String: Localization],
-        defaultLocale: String, grant: Grant, prices: [PriceEntry]? = nil, status: ProductStatus? = nil
+        defaultLocale: String, grant: Grant, prices: [PriceEntry]? = nil, status: ProductStatus? = nil, offers: [SubscriptionOffer]? = nil
     ) {
+        self.offers = offers
         self.productId = productId
         self.type = type
         self.referenceName = referenceName

@@ -11,6 +11,7 @@ public enum ContractMethods {
     public static let catalog: [OpenRPCMethodDescription] = [
         .init(CatalogListProducts.self), .init(CatalogGetProducts.self), .init(CatalogUpsertProduct.self),
         .init(CatalogSetPrices.self), .init(CatalogRetireProduct.self), .init(CatalogImportCatalog.self),
+        .init(CatalogSetOffers.self),
     ]
     public static let verification: [OpenRPCMethodDescription] = [
         .init(VerificationVerifyReceipt.self), .init(VerificationVerifyTransaction.self),
@@ -22,6 +23,7 @@ public enum ContractMethods {
     ]
     public static let fulfillment: [OpenRPCMethodDescription] = [
         .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),
+        .init(FulfillmentOfferEligibility.self), .init(FulfillmentSignOffer.self),
         .init(FulfillmentGetBalance.self), .init(FulfillmentSpendCoins.self), .init(FulfillmentListLedger.self),
         .init(FulfillmentListContent.self), .init(FulfillmentReadContent.self), .init(FulfillmentContentURL.self),
         .init(FulfillmentApplyNotification.self), .init(FulfillmentReceiveNotification.self), .init(FulfillmentListNotifications.self),
@@ -34,7 +36,7 @@ public enum ContractMethods {
         .init(SimRefund.self), .init(SimAdvanceClock.self), .init(SimReceipt.self), .init(SimSetFault.self),
         .init(SimAPIKey.self), .init(SimSetNotificationURL.self), .init(SimDeliverNotifications.self), .init(SimSetAutoRenew.self),
         .init(SimConsumptionReports.self), .init(SimSetNotificationFault.self), .init(SimBilling.self), .init(SimRefundDecision.self),
-        .init(SimLifecycleEvent.self), .init(SimNotify.self),
+        .init(SimLifecycleEvent.self), .init(SimNotify.self), .init(SimOfferKey.self),
     ]
     public static let builtin: [OpenRPCMethodDescription] = [
         .init(RPCPing.self), .init(RPCDiscover.self), .init(HealthCheck.self),

@@ -99,11 +99,18 @@ public enum SimPurchase: RPCMethod {
         public var receipt: SimReceiptOptions?
         /// The environment of the purchase (default production), fixed for good.
         public var environment: SimEnvironment?
+        /// Auto-renewables: a promotional offer signed by the developer's server (StoreKit's original form);
+        /// checked as the App Store checks it (key, signature, 24 hours, nonce once).
+        public var offer: SimPromotionalOffer?
+        /// The same as a compact JWS (`aud: promotional-offer`), StoreKit's newer form.
+        public var offerJWS: String?
         public init(
             appleId: String, bundleId: String, productId: String, productType: ProductType, quantity: Int? = nil,
             deviceIdentifier: String? = nil, appAccountToken: String? = nil, subscriptionPeriodDays: Int? = nil,
-            receipt: SimReceiptOptions? = nil, environment: SimEnvironment? = nil
+            receipt: SimReceiptOptions? = nil, environment: SimEnvironment? = nil, offer: SimPromotionalOffer? = nil, offerJWS: String? = nil
         ) {
+            self.offer = offer
+            self.offerJWS = offerJWS
             self.appleId = appleId
             self.bundleId = bundleId
             self.productId = productId

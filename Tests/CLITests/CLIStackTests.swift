@@ -2,6 +2,7 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import RPCTestSupport
+import Receipts
 import SuiteTestSupport
 import Testing
 
@@ -199,7 +200,9 @@ import Testing
         "sim.setAutoRenew": ["sim", "auto-renew"], "sim.consumptionReports": ["sim", "consumption"],
         "sim.setNotificationFault": ["sim", "notification-fault"], "sim.billing": ["sim", "billing"],
         "sim.refundDecision": ["sim", "refund-decision"], "fulfillment.reconcile": ["admin", "reconcile"],
-        "sim.lifecycleEvent": ["sim", "event"], "sim.notify": ["sim", "notify"],
+        "sim.lifecycleEvent": ["sim", "event"], "sim.notify": ["sim", "notify"], "sim.offerKey": ["sim", "offer-key"],
+        "fulfillment.offerEligibility": ["offers", "eligible"], "fulfillment.signOffer": ["offers", "sign"],
+        "catalog.setOffers": ["offers", "define"],
         "accounts.setConsumptionConsent": ["accounts", "consent"], "accounts.consumptionProfile": ["accounts", "consumption-profile"],
     ]
 
@@ -331,6 +334,35 @@ import Testing
             let testStatus = try await iap(
                 "appstore", "test-notification", "--status", requested.testNotificationToken, "--internal-token", SuiteFixture.internalToken)
             #expect(testStatus.status == 0 && testStatus.stdout.contains("TEST notification"), "\(testStatus.stdout)\(testStatus.stderr)")
+        }
+    }
+
+    @Test func offersAreDefinedSignedAndRedeemedInTheSimulatorThroughTheCLI() async throws {
+        try await SuiteFixture.with { suite in
+            let home = FileManager.default.temporaryDirectory.appendingPathComponent("cli-offers-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: home) }
+            var env = suite.environment
+            env["IAP_CONFIG"] = home.appendingPathComponent("config.json").path
+            func iap(_ args: String...) async throws -> Run { try await Self.iap(args, env: env) }
+            let erin = try await iap("accounts", "register", "erin", "--password", "correct horse battery", "--json").decode(SignedIn.self)
+            let defined = try await iap("offers", "define", "sub.premium", "spring", "--rule", "neverSubscribed", "--ends", "2099-01-01T00:00:00Z")
+            #expect(defined.status == 0, "\(defined.stderr)")
+            #expect(try await iap("offers", "define", "sub.premium", "x", "--rule", "sometimes").status == 64)
+            let listed = try await iap("offers", "list", "sub.premium")
+            #expect(listed.stdout.contains("spring") && listed.stdout.contains("neverSubscribed") && listed.stdout.contains("winback"))
+            let eligible = try await iap("offers", "eligible", "sub.premium")
+            #expect(eligible.stdout.contains("spring") && eligible.stdout.contains("introductory offer: eligible"), "\(eligible.stdout)")
+            let signed = try await iap("offers", "sign", "sub.premium", "spring", "--json")
+            #expect(signed.status == 0, "\(signed.stderr)")
+            let bought = try await iap(
+                "sim", "buy", "sub.premium", "--type", "autoRenewable", "--apple-id", "erin@icloud", "--app-account-token", erin.appAccountToken,
+                "--offer", signed.stdout, "--json"
+            ).decode(SimPurchase.Result.self)
+            let payload = try JSONValue(parsing: try #require(SignedPayloadVerifier.unverifiedPayload(bought.signedTransaction)))
+            #expect(payload["offerIdentifier"]?.stringValue == "spring")
+            #expect(try await iap("offers", "sign", "sub.premium", "winback").status == 1, "not eligible: refused")
+            #expect(try await iap("offers", "remove", "sub.premium", "spring").status == 0)
+            #expect(try await iap("offers", "list", "sub.premium").stdout.contains("spring") == false)
         }
     }
 

@@ -49,6 +49,16 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func reconcileCheckpoint(environment: String) async throws -> Int64? { nil }
     func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws {}
     func subscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [String] { [] }
+    func subscriptionHistory(accountId: String, scope: AccountScope, nowMs: Int64) async throws -> [SubscriptionHistoryRecord] {
+        ledger.withLockedValue { ledger in
+            ledger.entitlementRows.values.filter { $0.holder == Holder(accountId: accountId, scope: scope) && $0.expiresAtMs != nil }.map { e in
+                let periods = ledger.processedRows.values.filter { $0.originalTransactionId == e.originalTransactionId }
+                return SubscriptionHistoryRecord(
+                    originalTransactionId: e.originalTransactionId, productIds: Set(periods.map(\.productId)).union([e.productId]),
+                    active: GrantRules.isActive(e, renewal: nil, nowMs: nowMs), periodsPaid: periods.filter { $0.revokedAtMs == nil }.count)
+            }
+        }
+    }
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
         ledger.withLockedValue { $0.earlyRevocations[transactionId] = reason }
     }

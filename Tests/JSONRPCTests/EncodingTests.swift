@@ -83,6 +83,13 @@ extension JSONScanner {
             Product(
                 productId: "p", type: .consumable, referenceName: "r", title: "ü", description: "", status: .active,
                 grant: grants[0], price: Price(storefront: "USA", currency: "USD", amount: "1")),
+            Product(
+                productId: "s", type: .autoRenewable, referenceName: "r", title: "t", description: "d", status: .active, grant: grants[3],
+                offers: [
+                    SubscriptionOffer(offerId: "a", eligibility: .init(kind: .lapsed)),
+                    SubscriptionOffer(
+                        offerId: "b\"", eligibility: .init(kind: .subscribedAtMost, times: 2), startsAtMs: 1, endsAtMs: 2),
+                ]),
         ] {
             #expect(try viaEncoder(product) == viaStreamable(product))
             let list = CatalogListProducts.Result(etag: "\"e\"", notModified: false, products: [product, product])

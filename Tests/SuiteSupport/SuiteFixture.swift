@@ -57,7 +57,15 @@ public final class SuiteFixture: Sendable {
     public static let products: [ProductDefinition] = [
         product("coins.100", .consumable, .coins(100)),
         product("pack.castle", .nonConsumable, .content(entitlement: "castle", contentIds: [contentId])),
-        product("sub.premium", .autoRenewable, .subscription(entitlement: "premium", subscriptionGroup: "premium")),
+        {
+            var premium = product("sub.premium", .autoRenewable, .subscription(entitlement: "premium", subscriptionGroup: "premium"))
+            premium.offers = [
+                SubscriptionOffer(offerId: "winback", eligibility: .init(kind: .lapsed)),
+                SubscriptionOffer(offerId: "welcome", eligibility: .init(kind: .neverSubscribed)),
+                SubscriptionOffer(offerId: "loyal", eligibility: .init(kind: .subscribedAtMost, times: 1)),
+            ]
+            return premium
+        }(),
         product("sub.basic", .autoRenewable, .subscription(entitlement: "basic", subscriptionGroup: "premium")),
         product("pass.season", .nonRenewing, .timeLimited(entitlement: "season-pass", durationDays: 30)),
     ]
@@ -159,6 +167,9 @@ public final class SuiteFixture: Sendable {
         var config = FulfillmentConfiguration()
         config.adminToken = adminToken
         config.internalToken = internalToken
+        // Subscription offers signed with the key the simulated App Store checks them with (sim.offerKey).
+        config.offerKey = try OfferSigningKey(
+            keyId: sim.offerKey.keyId, issuerId: sim.offerKey.issuerId, bundleId: bundleId, pem: sim.offerKey.privateKey.pemRepresentation)
         configure(&config)
         let clock = ManualClock(startMs: ServiceClock.system.nowMs)
         var proxies: [String: FaultProxy] = [:]

@@ -11,7 +11,7 @@ struct SimCommand: AsyncParsableCommand {
         subcommands: [
             Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self, Fault.self, APIKey.self,
             NotificationURL.self, Deliver.self, AutoRenew.self, Consumption.self, NotificationFault.self, Billing.self, RefundDecision.self,
-            LifecycleEvent.self, Notify.self,
+            LifecycleEvent.self, Notify.self, OfferKey.self,
         ])
 
     struct Common: ParsableArguments {
@@ -51,10 +51,23 @@ struct SimCommand: AsyncParsableCommand {
         @Option(name: .customLong("app-account-token"), help: "The account's appAccountToken (UUID).") var appAccountToken: String?
         @Option(name: .customLong("device-identifier"), help: "identifierForVendor (UUID) for the receipt's device hash.")
         var deviceIdentifier: String?
+        @Option(
+            help: "A signed promotional offer: the JSON `iap offers sign --json` prints (a file, - for standard input, or the JSON itself).")
+        var offer: String?
 
         func run() async throws {
             guard let productType = ProductType(rawValue: type) else {
                 throw ValidationError("--type must be consumable, nonConsumable, autoRenewable or nonRenewing")
+            }
+            var promotional: SimPromotionalOffer?
+            if let offer {
+                let text = offer.hasPrefix("{") ? offer : try textArgument(offer)
+                guard let signed = try? JSONDecoder().decode(FulfillmentSignOffer.Result.self, from: Data(text.utf8)) else {
+                    throw ValidationError("--offer is not the JSON of a signed offer (iap offers sign PRODUCT OFFER --json)")
+                }
+                promotional = .init(
+                    offerIdentifier: signed.offerId, keyIdentifier: signed.keyId, nonce: signed.nonce, timestamp: signed.timestamp,
+                    signature: signed.signature)
             }
             try await SimCommand.run(
                 SimPurchase.self,
@@ -62,7 +75,7 @@ struct SimCommand: AsyncParsableCommand {
                     appleId: common.appleId, bundleId: common.bundleId, productId: productId,
                     productType: productType, quantity: quantity,
                     deviceIdentifier: deviceIdentifier, appAccountToken: appAccountToken,
-                    environment: common.simEnvironment),
+                    environment: common.simEnvironment, offer: promotional),
                 common
             ) {
                 "bought \(productId) (\($0.environment)): transaction \($0.transactionId) (original \($0.originalTransactionId))"
@@ -300,6 +313,25 @@ extension SimCommand {
 }
 
 extension SimCommand {
+    struct OfferKey: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "offer-key",
+            abstract: "The subscription-offer key the simulated App Store checks offers with (fulfillment-service --offer-key takes the PEM).")
+        @OptionGroup var common: Common
+        @Option(help: "Write the private key (PEM) to this file, mode 0600.") var output: String?
+        func run() async throws {
+            try await SimCommand.run(SimOfferKey.self, EmptyParams(), common) { key in
+                var lines = ["keyId \(key.keyId)", "issuerId \(key.issuerId)"]
+                if let output {
+                    let written = FileManager.default.createFile(
+                        atPath: output, contents: Data(key.privateKey.utf8), attributes: [.posixPermissions: 0o600])
+                    lines.append(written ? "private key written to \(output)" : "cannot write \(output)")
+                }
+                return lines.joined(separator: "\n")
+            }
+        }
+    }
+
     struct LifecycleEvent: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "event",

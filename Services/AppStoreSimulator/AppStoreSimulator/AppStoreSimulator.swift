@@ -21,6 +21,8 @@ public final class AppStoreSimulator: Sendable {
     let pki: SimulatorPKI
     /// The App Store Server API key its `/inApps` endpoints accept (`sim.apiKey`).
     public let apiKey: SimulatorAPIKey
+    /// The subscription-offer key purchases with a promotional offer must be signed with (`sim.offerKey`).
+    public let offerKey: SimulatorAPIKey
     private let clock: ServiceClock
     /// Sends notifications to the URLs `sim.setNotificationURL` configured.
     public let courier: NotificationCourier
@@ -32,6 +34,7 @@ public final class AppStoreSimulator: Sendable {
         self.store = store
         self.pki = try SimulatorPKI.loadOrCreate(directory: directory)
         self.apiKey = try SimulatorAPIKey.loadOrCreate(directory: directory)
+        self.offerKey = try SimulatorAPIKey.loadOrCreate(directory: directory, name: "offer-key")
         self.clock = clock
         self.courier = try NotificationCourier(store: store, configuration: delivery) { db in
             clock.nowMs + (try Int64.fetchOne(db, sql: "SELECT clockOffsetMs FROM simState")!)
@@ -72,8 +75,16 @@ public final class AppStoreSimulator: Sendable {
             throw RPCError.invalidParams("subscriptionPeriodDays must be 1-366", field: "subscriptionPeriodDays", reason: "invalidValue")
         }
         let environment = p.environment ?? .production
+        if p.offer != nil || p.offerJWS != nil {
+            guard p.productType == .autoRenewable, (p.offer == nil) != (p.offerJWS == nil) else {
+                throw RPCError.invalidParams(
+                    "one promotional offer (offer or offerJWS), and only for auto-renewable subscriptions", field: "offer",
+                    reason: "invalidValue")
+            }
+        }
         let (transaction, receipt) = try write { db -> (SimTransaction, Receipt) in
             let now = try self.now(db)
+            let offerIdentifier = try self.redeemOffer(p, nowMs: now, db: db)
             if let device = p.deviceIdentifier {
                 try db.execute(
                     sql: "INSERT OR REPLACE INTO simDevice (appleId, bundleId, deviceIdentifier) VALUES (?, ?, ?)",
@@ -94,7 +105,7 @@ public final class AppStoreSimulator: Sendable {
                 cancellationDateMs: nil, finished: false, reason: "PURCHASE",
                 webOrderLineItemId: p.productType == .autoRenewable ? Int64(id)! : 0, appAccountToken: p.appAccountToken,
                 periodDays: p.productType == .autoRenewable ? period : nil, environment: environment,
-                orderId: SimulatorStore.newOrderId())
+                orderId: SimulatorStore.newOrderId(), offerIdentifier: offerIdentifier)
             try SimulatorStore.insert(t, db: db)
             if p.productType == .autoRenewable {
                 let resubscribe = history.contains { $0.productType == .autoRenewable }
@@ -242,6 +253,7 @@ public final class AppStoreSimulator: Sendable {
         next.reason = "RENEWAL"
         next.finished = false
         next.orderId = SimulatorStore.newOrderId()
+        next.offerIdentifier = nil  // an offer is for the period it was redeemed in
         try SimulatorStore.insert(next, db: db)
         return next
     }
@@ -382,6 +394,10 @@ public final class AppStoreSimulator: Sendable {
         }
         if let token = t.appAccountToken { payload["appAccountToken"] = token.lowercased() }
         if t.productType == .autoRenewable { payload["subscriptionGroupIdentifier"] = "sim-group" }
+        if let offer = t.offerIdentifier {
+            payload["offerType"] = 2  // promotional
+            payload["offerIdentifier"] = offer
+        }
         return try pki.signedPayloads.sign(payload: Array(try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys])))
     }
 
@@ -442,6 +458,9 @@ public final class AppStoreSimulator: Sendable {
         }
         r.registerBlocking(SimTrustAnchor.self) { _, _ in try self.trustAnchor() }
         r.registerImmediate(SimAPIKey.self) { _, _ in self.apiKeyResult() }
+        r.registerImmediate(SimOfferKey.self) { _, _ in
+            .init(keyId: self.offerKey.keyId, issuerId: self.offerKey.issuerId, privateKey: self.offerKey.privateKey.pemRepresentation)
+        }
         r.registerBlocking(SimPurchase.self) { p, _ in try self.purchase(p) }
         r.registerBlocking(SimFinishTransaction.self) { p, _ in
             try self.finish(p)

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import IAPProtocol
 import JSONRPC
+import Receipts
 
 /// `sim.lifecycleEvent` and `sim.notify`: the rest of what Apple's notifications describe, so that every
 /// documented type and subtype can be produced and delivered like the ones renewals, billing and refunds make.
@@ -147,5 +148,47 @@ extension AppStoreSimulator {
         }
         courier.kick()
         return .init(signedPayload: payload)
+    }
+}
+
+/// Promotional offers as the App Store checks them when a purchase carries one.
+extension AppStoreSimulator {
+    /// The offer's id when the purchase carries a valid one (signed with the offer key for this app, product and
+    /// customer, within 24 hours, its nonce never seen before); nil without an offer; `forbidden` otherwise.
+    func redeemOffer(_ p: SimPurchase.Params, nowMs: Int64, db: Database) throws -> String? {
+        func refuse(_ detail: String, _ reason: String) -> RPCError { RPCError.forbidden(detail, reason: reason) }
+        let publicKey = offerKey.privateKey.publicKey
+        let offerId: String
+        let nonce: String
+        let signedAtMs: Int64
+        if let offer = p.offer {
+            guard offer.keyIdentifier == offerKey.keyId else { throw refuse("unknown offer key \(offer.keyIdentifier)", "invalidOfferSignature") }
+            let message = PromotionalOffer.message(
+                bundleId: p.bundleId, keyId: offer.keyIdentifier, productId: p.productId, offerId: offer.offerIdentifier,
+                appAccountToken: p.appAccountToken ?? "", nonce: offer.nonce, timestamp: offer.timestamp)
+            guard PromotionalOffer.isValidSignature(offer.signature, message: message, key: publicKey) else {
+                throw refuse("the offer's signature does not verify for this app, product, offer and customer", "invalidOfferSignature")
+            }
+            (offerId, nonce, signedAtMs) = (offer.offerIdentifier, offer.nonce.lowercased(), offer.timestamp)
+        } else if let jws = p.offerJWS {
+            guard let (_, claims) = PromotionalOffer.verifiedClaims(jws, key: { $0 == self.offerKey.keyId ? publicKey : nil }),
+                claims["aud"]?.stringValue == "promotional-offer", claims["bid"]?.stringValue == p.bundleId,
+                claims["iss"]?.stringValue == offerKey.issuerId, claims["productId"]?.stringValue == p.productId,
+                let id = claims["offerIdentifier"]?.stringValue, let n = claims["nonce"]?.stringValue, let iat = claims["iat"]?.intValue
+            else {
+                throw refuse("the offer's JWS does not verify for this app and product", "invalidOfferSignature")
+            }
+            (offerId, nonce, signedAtMs) = (id, n.lowercased(), iat * 1000)
+        } else {
+            return nil
+        }
+        guard signedAtMs <= nowMs + 300_000, nowMs - signedAtMs <= PromotionalOffer.validityMs else {
+            throw refuse("the offer was signed more than 24 hours ago (or in the future)", "offerExpired")
+        }
+        guard try Int.fetchOne(db, sql: "SELECT 1 FROM simOfferNonce WHERE nonce = ?", arguments: [nonce]) == nil else {
+            throw refuse("the offer's nonce was used before", "offerNonceReused")
+        }
+        try db.execute(sql: "INSERT INTO simOfferNonce (nonce, usedAtMs) VALUES (?, ?)", arguments: [nonce, nowMs])
+        return offerId
     }
 }

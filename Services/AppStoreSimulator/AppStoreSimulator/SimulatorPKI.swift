@@ -66,11 +66,12 @@ public struct SimulatorAPIKey: Sendable {
     public let issuerId: String
     public let privateKey: P256.Signing.PrivateKey
 
-    public static func loadOrCreate(directory: URL) throws -> SimulatorAPIKey {
+    /// `name`: `api-key` (App Store Server API) or `offer-key` (subscription offers), kept in `sim-pki`.
+    public static func loadOrCreate(directory: URL, name: String = "api-key") throws -> SimulatorAPIKey {
         let dir = directory.appendingPathComponent("sim-pki", isDirectory: true)
         struct Identity: Codable { var keyId: String; var issuerId: String }
-        let keyFile = dir.appendingPathComponent("api-key.p8")
-        let idFile = dir.appendingPathComponent("api-key.json")
+        let keyFile = dir.appendingPathComponent("\(name).p8")
+        let idFile = dir.appendingPathComponent("\(name).json")
         if let pem = try? String(contentsOf: keyFile, encoding: .utf8), let data = try? Data(contentsOf: idFile),
             let identity = try? JSONDecoder().decode(Identity.self, from: data)
         {

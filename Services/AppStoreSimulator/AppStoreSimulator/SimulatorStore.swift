@@ -27,6 +27,8 @@ public struct SimTransaction: Sendable, Equatable {
     public var orderId: String? = nil
     /// Increasing with every transaction the simulator records (history order, paging).
     public var seq: Int64 = 0
+    /// A purchase made with a promotional offer: Apple's offerType 2 and the offer's id.
+    public var offerIdentifier: String? = nil
 }
 
 /// The simulator's database: transactions, the device of each Apple ID's app, the simulated clock.
@@ -123,6 +125,14 @@ final class SimulatorStore: Sendable {
                     ALTER TABLE simRenewal ADD COLUMN expirationIntent INTEGER;
                     """)
         }
+        m.registerMigration("v8-offers") { db in
+            // Purchases with a promotional offer, and the offer nonces the App Store has seen (each works once).
+            try db.execute(
+                sql: """
+                    ALTER TABLE simTransaction ADD COLUMN offerIdentifier TEXT;
+                    CREATE TABLE simOfferNonce (nonce TEXT PRIMARY KEY NOT NULL, usedAtMs INTEGER NOT NULL) WITHOUT ROWID;
+                    """)
+        }
         try m.migrate(writer)
     }
 
@@ -139,14 +149,14 @@ final class SimulatorStore: Sendable {
             sql: """
                 INSERT INTO simTransaction (transactionId, seq, appleId, bundleId, productId, productType, quantity, originalTransactionId,
                     purchaseDateMs, originalPurchaseDateMs, expiresDateMs, cancellationDateMs, finished, reason, webOrderLineItemId,
-                    appAccountToken, periodDays, environment, orderId)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    appAccountToken, periodDays, environment, orderId, offerIdentifier)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 t.transactionId, seq, t.appleId, t.bundleId, t.productId, t.productType.rawValue, t.quantity,
                 t.originalTransactionId, t.purchaseDateMs, t.originalPurchaseDateMs, t.expiresDateMs,
                 t.cancellationDateMs, t.finished, t.reason, t.webOrderLineItemId, t.appAccountToken, t.periodDays, t.environment.rawValue,
-                t.orderId,
+                t.orderId, t.offerIdentifier,
             ])
     }
 
@@ -195,6 +205,7 @@ final class SimulatorStore: Sendable {
             originalPurchaseDateMs: r["originalPurchaseDateMs"], expiresDateMs: r["expiresDateMs"],
             cancellationDateMs: r["cancellationDateMs"], finished: r["finished"], reason: r["reason"],
             webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"],
-            environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox, orderId: r["orderId"], seq: r["seq"])
+            environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox, orderId: r["orderId"], seq: r["seq"],
+            offerIdentifier: r["offerIdentifier"])
     }
 }

@@ -20,6 +20,10 @@ extension CatalogService {
             try await self.retireProduct(p)
             return EmptyResult()
         }
+        r.register(CatalogSetOffers.self) { p, _ in
+            try await self.setOffers(p)
+            return EmptyResult()
+        }
         r.register(CatalogImportCatalog.self) { p, _ in .init(imported: try await self.importCatalog(p)) }
         return r
     }

@@ -157,7 +157,7 @@ public final class CatalogService: Sendable {
         }
         return Product(
             productId: d.productId, type: d.type, referenceName: d.referenceName, title: text.title,
-            description: text.description, status: status, grant: d.grant, price: price)
+            description: text.description, status: status, grant: d.grant, price: price, offers: d.offers)
     }
 
     static func localization(_ d: ProductDefinition, locale: String?) -> Localization {
@@ -227,6 +227,22 @@ public final class CatalogService: Sendable {
         let validated = try ProductValidation.checkPrices(p.prices, field: "prices")
         let change = try await write { try await self.store.setPrices(productId: p.productId, validated) }
         guard change == .done else { throw RPCError.notFound("no product \(p.productId)", reason: "unknownProduct") }
+    }
+
+    /// Replaces a product's offers, keeping the rest of its definition, its status and its prices.
+    public func setOffers(_ p: CatalogSetOffers.Params) async throws(RPCError) {
+        try checkAdmin(p.adminToken)
+        try ProductValidation.checkProductId(p.productId, field: "productId")
+        guard let entry = try await currentSnapshot().products.first(where: { $0.definition.productId == p.productId }) else {
+            throw RPCError.notFound("no product \(p.productId)", reason: "unknownProduct")
+        }
+        try ProductValidation.checkOffers(p.offers, type: entry.definition.type, field: "offers")
+        var definition = entry.definition
+        definition.offers = p.offers.isEmpty ? nil : p.offers
+        definition.status = entry.status
+        let ready = [(definition, [StoredPrice]?.none)]
+        try await write { try await self.store.upsert(ready) }
+        logger.info("offers set", metadata: ["productId": "\(p.productId)", "offers": "\(p.offers.count)"])
     }
 
     public func retireProduct(_ p: CatalogRetireProduct.Params) async throws(RPCError) {

@@ -28,6 +28,42 @@ public enum ProductValidation {
         }
         try checkGrant(p.grant, type: p.type, field: "\(field).grant")
         if let prices = p.prices { try checkPrices(prices, field: "\(field).prices") }
+        if let offers = p.offers { try checkOffers(offers, type: p.type, field: "\(field).offers") }
+    }
+
+    /// Offers belong to auto-renewables; ids are App Store Connect's (1-64 letters, digits, '.', '_', '-'),
+    /// unique per product; a window ends after it starts; `subscribedAtMost` says how many times.
+    static func checkOffers(_ offers: [SubscriptionOffer], type: ProductType, field: String) throws(RPCError) {
+        guard offers.isEmpty || type == .autoRenewable else {
+            throw RPCError.invalidParams("only auto-renewable subscriptions have offers", field: field, reason: "offersNotAllowed")
+        }
+        guard offers.count <= 100 else { throw RPCError.invalidParams("at most 100 offers a product", field: field, reason: "tooMany") }
+        var seen: Set<String> = []
+        for (i, offer) in offers.enumerated() {
+            let at = "\(field)[\(i)]"
+            let allowed = offer.offerId.unicodeScalars.allSatisfy {
+                $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0))
+            }
+            guard !offer.offerId.isEmpty, offer.offerId.count <= 64, allowed else {
+                throw RPCError.invalidParams(
+                    "offerId must be 1-64 letters, digits, '.', '_' or '-'", field: "\(at).offerId", reason: "invalidOfferId")
+            }
+            guard seen.insert(offer.offerId).inserted else {
+                throw RPCError.invalidParams("offer \(offer.offerId) is defined twice", field: "\(at).offerId", reason: "duplicateOffer")
+            }
+            guard offer.type == "promotional" else {
+                throw RPCError.invalidParams("type must be promotional", field: "\(at).type", reason: "invalidValue")
+            }
+            if offer.eligibility.kind == .subscribedAtMost {
+                guard let times = offer.eligibility.times, (0...10_000).contains(times) else {
+                    throw RPCError.invalidParams(
+                        "subscribedAtMost needs times (0-10000)", field: "\(at).eligibility.times", reason: "invalidValue")
+                }
+            }
+            if let starts = offer.startsAtMs, let ends = offer.endsAtMs, ends <= starts {
+                throw RPCError.invalidParams("endsAtMs must be after startsAtMs", field: "\(at).endsAtMs", reason: "invalidValue")
+            }
+        }
     }
 
     public static func checkProductId(_ id: String, field: String) throws(RPCError) {

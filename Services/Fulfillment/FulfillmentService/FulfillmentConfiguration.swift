@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import IAPProtocol
 import ServiceSupport
@@ -23,7 +24,28 @@ public enum SandboxPolicy: String, Sendable, CaseIterable {
     }
 }
 
+/// The subscription-offer key from App Store Connect (In-App Purchase keys): signs promotional offers and
+/// introductory-offer eligibility. Loaded once; its private half is never logged or returned.
+public struct OfferSigningKey: Sendable, CustomStringConvertible {
+    public let keyId: String
+    public let issuerId: String
+    /// The app the offers are for (signed into every offer).
+    public let bundleId: String
+    let key: P256.Signing.PrivateKey
+
+    public init(keyId: String, issuerId: String, bundleId: String, pem: String) throws {
+        self.keyId = keyId
+        self.issuerId = issuerId
+        self.bundleId = bundleId
+        self.key = try P256.Signing.PrivateKey(pemRepresentation: pem)
+    }
+
+    public var description: String { "OfferSigningKey(keyId: \(keyId), issuerId: \(issuerId), bundleId: \(bundleId), key: <redacted>)" }
+}
+
 public struct FulfillmentConfiguration: Sendable {
+    /// Signs subscription offers (`signOffer`, `offerEligibility`); without it offers are refused.
+    public var offerKey: OfferSigningKey?
     /// Token for `fulfillment.revokeTransaction`; nil refuses every admin call.
     public var adminToken: String?
     /// Token for accounts' internal methods: lets a notification about a purchase never redeemed find its

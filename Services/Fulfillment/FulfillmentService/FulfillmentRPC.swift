@@ -24,6 +24,8 @@ extension FulfillmentService {
         r.register(FulfillmentGrantOrder.self) { p, _ in try await self.grantOrder(p) }
         r.register(FulfillmentExtendSubscription.self) { p, _ in try await self.extendSubscription(p) }
         r.register(FulfillmentReconcile.self) { p, _ in try await self.reconcile(p) }
+        r.register(FulfillmentOfferEligibility.self) { p, _ in try await self.offerEligibility(p) }
+        r.register(FulfillmentSignOffer.self) { p, _ in try await self.signOffer(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in
             try await self.revokeTransaction(p)
             return EmptyResult()

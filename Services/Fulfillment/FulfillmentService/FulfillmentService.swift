@@ -14,12 +14,12 @@ import ServiceSupport
 /// call fail with `unavailable` (retryable). Every write is safe to retry: transactions are unique,
 /// spends carry idempotency keys.
 public final class FulfillmentService: Sendable {
-    private let store: any FulfillmentStorage
-    private let dependencies: any FulfillmentDependencies
+    let store: any FulfillmentStorage
+    let dependencies: any FulfillmentDependencies
     private let content: ContentLibrary
-    private let configuration: FulfillmentConfiguration
-    private let clock: ServiceClock
-    private let logger: Logger
+    let configuration: FulfillmentConfiguration
+    let clock: ServiceClock
+    let logger: Logger
     /// Notifications recorded by `receiveNotification {processLater}` wait here for the four processors; when it
     /// is full they are left `pending` and due now, for the inbox worker.
     private let laterQueue: AsyncStream<InboxEntry>.Continuation
@@ -987,7 +987,7 @@ public final class FulfillmentService: Sendable {
 
     /// Runs a store call; a database failure is an internal error (retryable: nothing was committed), and
     /// an amount past `CoinLimits` a conflict.
-    private func storeCall<T: Sendable>(_ body: @Sendable () async throws -> T) async throws(RPCError) -> T {
+    func storeCall<T: Sendable>(_ body: @Sendable () async throws -> T) async throws(RPCError) -> T {
         let logger = self.logger
         return try await StorageCalls(logger: logger, detail: "the ledger database failed; nothing was committed, retry") { error in
             guard let limit = error as? LedgerLimit else { return nil }

@@ -617,6 +617,26 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
         try await writer.read { db in try SQLiteFulfillmentTransaction(db: db).owner(original: originalTransactionId) }
     }
 
+    public func subscriptionHistory(accountId: String, scope: AccountScope, nowMs: Int64) async throws -> [SubscriptionHistoryRecord] {
+        try await writer.read { db in
+            let tx = SQLiteFulfillmentTransaction(db: db)
+            return try tx.entitlements(Holder(accountId: accountId, scope: scope), activeAtMs: nil).filter { $0.expiresAtMs != nil }.map {
+                record in
+                let paid = try Row.fetchAll(
+                    db.cachedStatement(
+                        sql: """
+                            SELECT productId, revokedAtMs FROM processedTransaction WHERE environment = ? AND originalTransactionId = ?
+                            """), arguments: [record.environment, record.originalTransactionId])
+                let renewal = try Self.renewal(record.originalTransactionId, db: db)
+                return SubscriptionHistoryRecord(
+                    originalTransactionId: record.originalTransactionId,
+                    productIds: Set(paid.map { $0["productId"] as String }).union([record.productId]),
+                    active: GrantRules.isActive(record, renewal: renewal, nowMs: nowMs),
+                    periodsPaid: paid.filter { ($0["revokedAtMs"] as Int64?) == nil }.count)
+            }
+        }
+    }
+
     public func balance(accountId: String, scope: AccountScope = .production) async throws -> Wallet {
         try await writer.read { db in try SQLiteFulfillmentTransaction(db: db).wallet(Holder(accountId: accountId, scope: scope)) }
     }

@@ -73,6 +73,8 @@ public protocol FulfillmentStorage: NotificationInboxStorage, AccountTokenOutbox
     /// True for a notification applied by a version of this service older than the inbox.
     func notificationWasApplied(_ uuid: String) async throws -> Bool
     func owner(originalTransactionId: String) async throws -> Holder?
+    /// The account's subscriptions in a scope, active or not, with the periods paid for each (offer eligibility).
+    func subscriptionHistory(accountId: String, scope: AccountScope, nowMs: Int64) async throws -> [SubscriptionHistoryRecord]
     func balance(accountId: String, scope: AccountScope) async throws -> Wallet
     func entitlements(accountId: String, scope: AccountScope, nowMs: Int64) async throws
         -> (entitlements: [Entitlement], balance: Int64, owed: Int64)

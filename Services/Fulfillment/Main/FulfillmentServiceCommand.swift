@@ -76,6 +76,20 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("content-url-lifetime"), help: "Seconds a content URL is good for (default 300).")
     var contentURLLifetime: Int64 = 300
 
+    @Option(
+        name: .customLong("offer-key"),
+        help: "The subscription-offer key from App Store Connect, a PEM file (env IAP_OFFER_KEY_FILE): signs promotional offers. Never logged.")
+    var offerKey: String?
+    @Option(
+        name: .customLong("offer-key-id"), help: "Its key id (env IAP_OFFER_KEY_ID; the simulator's are read from offer-key.json beside its key).")
+    var offerKeyId: String?
+    @Option(name: .customLong("offer-issuer-id"), help: "The issuer id of the App Store Connect team (env IAP_OFFER_ISSUER_ID).")
+    var offerIssuerId: String?
+    @Option(
+        name: .customLong("offer-bundle-id"),
+        help: "The app the offers are signed for (default: the first of IAP_BUNDLE_IDS).")
+    var offerBundleId: String?
+
     func validate() throws {
         guard (10...86_400).contains(contentURLLifetime) else { throw ValidationError("--content-url-lifetime must be 10-86400 seconds") }
         guard OwnershipPolicy(rawValue: ownershipPolicy) != nil else {
@@ -105,6 +119,28 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
             .map(ContentURLSigner.init(key:))
         config.contentURLBase = Environment.resolve(contentURLBase, env: "IAP_EDGE_PUBLIC_URL")
         config.contentURLLifetimeMs = contentURLLifetime * 1000
+        if let keyFile = Environment.resolve(offerKey, env: "IAP_OFFER_KEY_FILE") {
+            // The simulator keeps its key's ids beside it (`offer-key.json`); App Store Connect's come separately.
+            struct Identity: Decodable { var keyId: String; var issuerId: String }
+            let beside = (try? Data(contentsOf: URL(fileURLWithPath: keyFile).deletingPathExtension().appendingPathExtension("json")))
+                .flatMap { try? JSONDecoder().decode(Identity.self, from: $0) }
+            guard let keyId = Environment.resolve(offerKeyId, env: "IAP_OFFER_KEY_ID") ?? beside?.keyId,
+                let issuerId = Environment.resolve(offerIssuerId, env: "IAP_OFFER_ISSUER_ID") ?? beside?.issuerId,
+                let bundleId = offerBundleId
+                    ?? Environment.resolve(nil, env: "IAP_BUNDLE_IDS")?.split(separator: ",").first.map({
+                        $0.trimmingCharacters(in: .whitespaces)
+                    })
+            else {
+                throw ValidationError("--offer-key needs --offer-key-id, --offer-issuer-id and a bundle id (--offer-bundle-id or IAP_BUNDLE_IDS)")
+            }
+            do {
+                config.offerKey = try OfferSigningKey(
+                    keyId: keyId, issuerId: issuerId, bundleId: bundleId, pem: try String(contentsOfFile: keyFile, encoding: .utf8))
+            } catch {
+                throw ValidationError("--offer-key \(keyFile): not a readable PEM P-256 private key")
+            }
+            logger.info("subscription offers are signed", metadata: ["keyId": "\(keyId)", "bundleId": "\(bundleId)"])
+        }
         let dataDir = try options.resolvedDataDir()
         let contentURL = contentDir.map { URL(fileURLWithPath: $0, isDirectory: true) } ?? dataDir.appendingPathComponent("content")
         try FileManager.default.createDirectory(at: contentURL, withIntermediateDirectories: true)

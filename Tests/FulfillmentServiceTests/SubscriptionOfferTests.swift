@@ -1,0 +1,177 @@
+import Crypto
+import Foundation
+import IAPProtocol
+import JSONRPC
+import RPCTestSupport
+import Receipts
+import SuiteTestSupport
+import Testing
+
+/// Promotional offers through the whole suite over TCP: fulfillment decides eligibility from its records and
+/// signs with the subscription-offer key; the simulated App Store checks the signature as Apple does (key,
+/// app, product, customer, 24 hours, nonce once) and records the offer in the transaction. Both signature
+/// forms are also verified by Python's `cryptography`, independently of our code.
+@Suite struct SubscriptionOfferTests {
+    static let day: Int64 = 86_400_000
+
+    static func sign(_ suite: SuiteFixture, _ session: String, _ offerId: String, product: String = "sub.premium") async throws
+        -> FulfillmentSignOffer.Result
+    {
+        try await suite.fulfillment.call(FulfillmentSignOffer.self, .init(session: session, productId: product, offerId: offerId))
+    }
+
+    static func buy(
+        _ suite: SuiteFixture, _ appleId: String, token: String, product: String = "sub.premium", offer: SimPromotionalOffer? = nil,
+        jws: String? = nil
+    ) async throws -> SimPurchase.Result {
+        try await suite.simulator.call(
+            SimPurchase.self,
+            .init(
+                appleId: appleId, bundleId: SuiteFixture.bundleId, productId: product, productType: .autoRenewable, appAccountToken: token,
+                offer: offer, offerJWS: jws))
+    }
+
+    static func offer(_ s: FulfillmentSignOffer.Result) -> SimPromotionalOffer {
+        .init(offerIdentifier: s.offerId, keyIdentifier: s.keyId, nonce: s.nonce, timestamp: s.timestamp, signature: s.signature)
+    }
+
+    static func eligibility(_ suite: SuiteFixture, _ session: String) async throws -> [String: Bool] {
+        let answer = try await suite.fulfillment.call(FulfillmentOfferEligibility.self, .init(session: session, productId: "sub.premium"))
+        return Dictionary(uniqueKeysWithValues: answer.offers.map { ($0.offerId, $0.eligible) })
+    }
+
+    @Test func aLapsedSubscriberGetsAWinBackOfferTheAppStoreAcceptsOnce() async throws {
+        try await SuiteFixture.with { suite in
+            let amy = try await suite.register("amy")
+            let first = try await Self.buy(suite, "amy@icloud", token: amy.appAccountToken)
+            _ = try await suite.redeem(amy.session, signed: [first.signedTransaction])
+            #expect(try await Self.eligibility(suite, amy.session) == ["winback": false, "welcome": false, "loyal": true])
+            let refused = await rpcError { try await Self.sign(suite, amy.session, "winback") }
+            #expect(refused?.knownCode == .forbidden && refused?.reason == "notEligible")
+            #expect(refused?.message.contains("subscribed now") == true)
+            // Auto-renew off, the period ends: lapsed.
+            _ = try await suite.simulator.call(
+                SimSetAutoRenew.self, .init(appleId: "amy@icloud", transactionId: first.transactionId, enabled: false))
+            suite.clock.advance(ms: 31 * Self.day)
+            _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400))
+            #expect(try await Self.eligibility(suite, amy.session) == ["winback": true, "welcome": false, "loyal": true])
+            let signed = try await Self.sign(suite, amy.session, "winback")
+            #expect(signed.appAccountToken == amy.appAccountToken.lowercased())
+            let back = try await Self.buy(suite, "amy@icloud", token: amy.appAccountToken, offer: Self.offer(signed))
+            let payload = try #require(SignedPayloadVerifier.unverifiedPayload(back.signedTransaction))
+            let transaction = try JSONValue(parsing: payload)
+            #expect(transaction["offerType"]?.intValue == 2 && transaction["offerIdentifier"]?.stringValue == "winback")
+            #expect(try await suite.redeem(amy.session, signed: [back.signedTransaction]).results.map(\.outcome) == [.granted])
+            // The same signature again: the App Store has seen its nonce.
+            let replay = await rpcError { try await Self.buy(suite, "amy@icloud", token: amy.appAccountToken, offer: Self.offer(signed)) }
+            #expect(replay?.reason == "offerNonceReused")
+        }
+    }
+
+    @Test func anIneligibleAccountIsRefusedWithTheRuleAndUnknownOffersAndProductsAreNamed() async throws {
+        try await SuiteFixture.with { suite in
+            let bob = try await suite.register("bob")
+            #expect(try await Self.eligibility(suite, bob.session) == ["winback": false, "welcome": true, "loyal": true])
+            let winback = await rpcError { try await Self.sign(suite, bob.session, "winback") }
+            #expect(winback?.reason == "notEligible" && winback?.message.contains("never subscribed") == true)
+            #expect(await rpcError { try await Self.sign(suite, bob.session, "nope") }?.reason == "unknownOffer")
+            #expect(await rpcError { try await Self.sign(suite, bob.session, "welcome", product: "coins.100") }?.reason == "unknownProduct")
+            // Two paid periods: past "loyal" (at most one).
+            let sub = try await Self.buy(suite, "bob@icloud", token: bob.appAccountToken)
+            _ = try await suite.redeem(bob.session, signed: [sub.signedTransaction])
+            suite.clock.advance(ms: 31 * Self.day)
+            let renewal = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400))
+            for payload in renewal.notifications {
+                _ = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: payload))
+            }
+            let loyal = await rpcError { try await Self.sign(suite, bob.session, "loyal") }
+            #expect(loyal?.reason == "notEligible" && loyal?.message.contains("paid for 2") == true)
+            // The introductory offer is for accounts new to the group, signed for StoreKit.
+            let intro = try await suite.fulfillment.call(FulfillmentOfferEligibility.self, .init(session: bob.session, productId: "sub.premium"))
+            #expect(intro.introductoryOfferEligible == false)
+            let introJWS = try #require(intro.introductoryOfferJWS)
+            let claims = try JSONValue(parsing: try #require(SignedPayloadVerifier.unverifiedPayload(introJWS)))
+            #expect(claims["aud"]?.stringValue == "introductory-offer-eligibility" && claims["allowIntroductoryOffer"] == .bool(false))
+        }
+    }
+
+    @Test func theAppStoreRefusesTamperedMisdirectedExpiredAndReusedOffers() async throws {
+        try await SuiteFixture.with { suite in
+            let cal = try await suite.register("cal")
+            let other = try await suite.register("other")
+            let signed = try await Self.sign(suite, cal.session, "welcome")
+            var tampered = Self.offer(signed)
+            tampered.offerIdentifier = "loyal"  // the signature is for "welcome"
+            var wrongKey = Self.offer(signed)
+            wrongKey.keyIdentifier = "ZZZZZZZZZZ"
+            let cases: [(String, SimPromotionalOffer, String, String)] = [
+                ("another offer id", tampered, "sub.premium", cal.appAccountToken),
+                ("an unknown key id", wrongKey, "sub.premium", cal.appAccountToken),
+                ("another product", Self.offer(signed), "sub.basic", cal.appAccountToken),
+                ("another customer", Self.offer(signed), "sub.premium", other.appAccountToken),
+            ]
+            for (name, offer, product, token) in cases {
+                let refused = await rpcError { try await Self.buy(suite, "cal@icloud", token: token, product: product, offer: offer) }
+                #expect(refused?.reason == "invalidOfferSignature", "\(name): \(String(describing: refused))")
+            }
+            // The JWS form: accepted once; a payload altered after signing is not.
+            let jws = try await Self.sign(suite, cal.session, "welcome").jws
+            var parts = jws.split(separator: ".").map(String.init)
+            let claims = try JSONValue(parsing: try #require(SignedPayloadVerifier.unverifiedPayload(jws)))
+            var altered = try #require(claims.objectValue)
+            altered["offerIdentifier"] = "loyal"
+            parts[1] = JWSSigningPKI.base64URL(try JSONByteEncoder.encode(JSONValue.object(altered)))
+            let forged = await rpcError { try await Self.buy(suite, "cal@icloud", token: cal.appAccountToken, jws: parts.joined(separator: ".")) }
+            #expect(forged?.reason == "invalidOfferSignature")
+            let bought = try await Self.buy(suite, "cal@icloud", token: cal.appAccountToken, jws: jws)
+            let transaction = try JSONValue(parsing: try #require(SignedPayloadVerifier.unverifiedPayload(bought.signedTransaction)))
+            #expect(transaction["offerIdentifier"]?.stringValue == "welcome")
+            #expect(
+                await rpcError { try await Self.buy(suite, "cal@icloud", token: cal.appAccountToken, jws: jws) }?.reason == "offerNonceReused")
+            // Older than 24 hours at the App Store: expired (the first signature was never used).
+            _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 25 * 3_600))
+            let late = await rpcError { try await Self.buy(suite, "other@icloud", token: cal.appAccountToken, offer: Self.offer(signed)) }
+            #expect(late?.reason == "offerExpired")
+        }
+    }
+
+    @Test func bothSignatureFormsVerifyWithPythonsCryptography() async throws {
+        try await SuiteFixture.with { suite in
+            let dee = try await suite.register("dee")
+            let signed = try await Self.sign(suite, dee.session, "welcome")
+            let key = try await suite.simulator.call(SimOfferKey.self, .init())
+            let publicPEM = try P256.Signing.PrivateKey(pemRepresentation: key.privateKey).publicKey.pemRepresentation
+            let script = """
+                import base64, json, sys
+                from cryptography.hazmat.primitives import hashes, serialization
+                from cryptography.hazmat.primitives.asymmetric import ec
+                from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+                pub = serialization.load_pem_public_key(sys.argv[1].encode())
+                o = json.loads(sys.argv[2])
+                message = "\\u2063".join([o["bundleId"], o["keyId"], o["productId"], o["offerId"], o["appAccountToken"], o["nonce"], str(o["timestamp"])])
+                pub.verify(base64.b64decode(o["signature"]), message.encode(), ec.ECDSA(hashes.SHA256()))
+                def b64url(s):
+                    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+                h, p, s = o["jws"].split(".")
+                header, claims, raw = json.loads(b64url(h)), json.loads(b64url(p)), b64url(s)
+                assert header["alg"] == "ES256" and header["kid"] == o["keyId"] and header["typ"] == "JWT", header
+                der = encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big"))
+                pub.verify(der, (h + "." + p).encode(), ec.ECDSA(hashes.SHA256()))
+                assert claims["aud"] == "promotional-offer" and claims["bid"] == o["bundleId"], claims
+                assert claims["productId"] == o["productId"] and claims["offerIdentifier"] == o["offerId"], claims
+                assert claims["nonce"] == o["nonce"] and claims["iss"] == o["issuerId"] and isinstance(claims["iat"], int), claims
+                print("both forms verify")
+                """
+            let fields: JSONValue = [
+                "bundleId": .string(SuiteFixture.bundleId), "keyId": .string(signed.keyId), "productId": .string(signed.productId),
+                "offerId": .string(signed.offerId), "appAccountToken": .string(signed.appAccountToken), "nonce": .string(signed.nonce),
+                "timestamp": .int(signed.timestamp), "signature": .string(signed.signature), "jws": .string(signed.jws),
+                "issuerId": .string(key.issuerId),
+            ]
+            let run = try await Subprocess.run(
+                "python3", ["-c", script, publicPEM, String(decoding: try JSONByteEncoder.encode(fields), as: UTF8.self)])
+            #expect(run.status == 0, "\(run.stderr)")
+            #expect(run.stdout.contains("both forms verify"))
+        }
+    }
+}
