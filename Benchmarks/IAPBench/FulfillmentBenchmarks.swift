@@ -1,4 +1,5 @@
 import ArgumentParser
+import Crypto
 import Foundation
 import IAPProtocol
 import JSONRPC
@@ -216,6 +217,66 @@ struct SpendBenchmark: AsyncParsableCommand {
             : "MISMATCH: balances \(total), expected \(expected)"
         driver.print(withCheck)
         await setup.close()
+        for c in clients { await c.close() }
+    }
+}
+
+/// `fulfillment.signOffer`: promotional offers signed per second (each: the session checked with accounts,
+/// the product read from the catalog, the account's subscriptions read, two ECDSA P-256 signatures), with
+/// the single-core P-256 signing rate of this machine (swift-crypto, in this process) as the peer.
+struct OffersBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "offers", abstract: "Signed promotional offers per second (needs the running suite with an offer key).")
+    @OptionGroup var suite: SuiteAddresses
+    @OptionGroup var load: LoadOptions
+    @Option(help: "catalog-service address (the offer is defined there first).") var catalog = SuiteAddresses.env(
+        "IAP_CATALOG_ADDR", "127.0.0.1:7102")
+    @Option(help: "An auto-renewable product of the catalog.") var product = "pro.monthly"
+    @Option(name: .customLong("admin-token"), help: "Catalog admin token (default IAP_ADMIN_TOKEN).") var adminToken = SuiteAddresses.env(
+        "IAP_ADMIN_TOKEN", "")
+
+    func run() async throws {
+        let runId = String(UUID().uuidString.prefix(8)).lowercased()
+        let admin = try RPCClient(address: catalog)
+        let current = try await admin.call(CatalogGetProducts.self, .init(productIds: [product])).products.first?.offers ?? []
+        let offerId = "bench-anyone"
+        try await admin.call(
+            CatalogSetOffers.self,
+            .init(
+                adminToken: adminToken, productId: product,
+                offers: current.filter { $0.offerId != offerId } + [SubscriptionOffer(offerId: offerId, eligibility: .init(kind: .anyone))]))
+        await admin.close()
+        FileHandle.standardError.write(Data("signing in \(suite.users) accounts...\n".utf8))
+        let sessions = try await suite.signIn(run: runId)
+        // The peer: P-256 signatures per second on one core, same process, same library.
+        let key = P256.Signing.PrivateKey()
+        let digest = SHA256.hash(data: Array("bench".utf8))
+        let start = DispatchTime.now().uptimeNanoseconds
+        var signatures = 0
+        while DispatchTime.now().uptimeNanoseconds - start < 1_000_000_000 {
+            _ = try key.signature(for: digest)
+            signatures += 1
+        }
+        let clients = try suite.fulfillmentClients(load.connections)
+        let driver = LoadDriver(options: load)
+        let report = try await driver.run(
+            scenario: "signOffer", clients: clients,
+            notes: [
+                "peer": "ECDSA P-256 signatures on one core (swift-crypto): \(signatures)/s; each offer makes two",
+                "offer": "\(product) / \(offerId) (eligibility: anyone)",
+            ]
+        ) { client, i in
+            do {
+                _ = try await client.call(
+                    FulfillmentSignOffer.self, .init(session: sessions[i % sessions.count], productId: product, offerId: offerId))
+                return .ok
+            } catch let error as RPCError {
+                return .failed(code: error.code)
+            } catch {
+                return .failed(code: CallOutcome.otherError)
+            }
+        }
+        driver.print(report)
         for c in clients { await c.close() }
     }
 }
