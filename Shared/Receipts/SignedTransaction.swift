@@ -258,8 +258,36 @@ public struct JWSSigningPKI: Sendable {
         return input + "." + Self.base64URL(Array(signature.rawRepresentation))
     }
 
+    /// Unpadded base64url (RFC 4648 section 5), written byte by byte (Foundation's base64 plus three
+    /// `replacingOccurrences` passes was a sixth of the CPU of signing an offer).
     public static func base64URL(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        let alphabet: StaticString = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+        return alphabet.withUTF8Buffer { table in
+            String(unsafeUninitializedCapacity: (bytes.count * 4 + 2) / 3) { out in
+                var o = 0
+                var i = 0
+                while i + 3 <= bytes.count {
+                    let n = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+                    out[o] = table[Int(n >> 18 & 63)]
+                    out[o + 1] = table[Int(n >> 12 & 63)]
+                    out[o + 2] = table[Int(n >> 6 & 63)]
+                    out[o + 3] = table[Int(n & 63)]
+                    o += 4
+                    i += 3
+                }
+                let rest = bytes.count - i
+                if rest > 0 {
+                    let n = UInt32(bytes[i]) << 16 | (rest == 2 ? UInt32(bytes[i + 1]) << 8 : 0)
+                    out[o] = table[Int(n >> 18 & 63)]
+                    out[o + 1] = table[Int(n >> 12 & 63)]
+                    o += 2
+                    if rest == 2 {
+                        out[o] = table[Int(n >> 6 & 63)]
+                        o += 1
+                    }
+                }
+                return o
+            }
+        }
     }
 }

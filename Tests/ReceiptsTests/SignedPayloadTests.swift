@@ -1,6 +1,7 @@
 import Foundation
-import Receipts
 import Testing
+
+@testable import Receipts
 
 @Suite struct SignedPayloadTests {
     static let pki = try! JWSSigningPKI.generate()
@@ -136,5 +137,18 @@ import Testing
         #expect(
             await Self.outcome(xcodeAllowed, try mismatched.sign(payload: Self.payload(environment: "Xcode"), x5c: [x.leaf]))
                 == .signatureInvalid)
+    }
+}
+
+@Suite struct Base64URLTests {
+    @Test func encodesAsFoundationDoesWithoutPaddingAndWithTheURLAlphabet() {
+        var rng = SystemRandomNumberGenerator()
+        for length in 0..<70 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            let expected = Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+                .replacingOccurrences(of: "=", with: "")
+            #expect(JWSSigningPKI.base64URL(bytes) == expected, "\(length) bytes")
+            #expect(SignedPayloadVerifier.base64URL(ArraySlice(Array(JWSSigningPKI.base64URL(bytes).utf8))) == bytes)
+        }
     }
 }

@@ -100,7 +100,7 @@ extension FulfillmentService {
                     keyId: key.keyId, issuerId: key.issuerId, bundleId: key.bundleId, nonce: nonce, issuedAtMs: now, key: key.key)
             )
         }
-        logger.info(
+        logger.debug(
             "offer signed", metadata: ["productId": "\(p.productId)", "offerId": "\(p.offerId)", "accountId": "\(context.account.accountId)"])
         return .init(
             productId: p.productId, offerId: p.offerId, keyId: key.keyId, nonce: nonce, timestamp: now, appAccountToken: token,
