@@ -83,6 +83,7 @@ struct VerifyReceiptBenchmark: AsyncParsableCommand {
     @Option(help: "verification-service address.") var verification = SuiteAddresses.env("IAP_VERIFICATION_ADDR", "127.0.0.1:7103")
     @Option(name: .customLong("in-app"), help: "Purchases in the receipt (e.g. 1, 5, 50).") var inApp = 5
     @Option(help: "sha256 or sha1.") var digest = "sha256"
+    @Flag(name: .customLong("no-openssl"), help: "Skip the `openssl speed rsa2048` comparison.") var noOpenSSL = false
     @OptionGroup var load: LoadOptions
 
     func run() async throws {
@@ -106,7 +107,10 @@ struct VerifyReceiptBenchmark: AsyncParsableCommand {
         let pool = try clients(verification, load.connections)
         let params = try JSONWriter.encodeBodyOrThrow(VerificationVerifyReceipt.Params(receiptData: receipt))
         let driver = LoadDriver(options: load)
-        let notes = ["receipt": "\(inApp) purchases, \(digest), \(receipt.utf8.count) base64 bytes"]
+        var notes = ["receipt": "\(inApp) purchases, \(digest), \(receipt.utf8.count) base64 bytes"]
+        if !noOpenSSL, let rate = OpenSSLSpeed.verifyRate("rsa2048") {
+            notes["peer"] = "openssl speed rsa2048, one core: \(rate) verify/s (same run, before timing)"
+        }
         driver.print(
             try await driver.run(scenario: "verify-receipt", clients: pool, notes: notes) { client, _ in
                 await outcome {
@@ -115,6 +119,64 @@ struct VerifyReceiptBenchmark: AsyncParsableCommand {
                 }
             })
         for c in pool { await c.close() }
+    }
+}
+
+/// `verification.verifyTransaction` of StoreKit 2 JWS minted by the simulator (taken in turn; verification
+/// caches no answers, only the chain's validity), with OpenSSL's single-core ECDSA P-256 verify rate from the
+/// same run: the issue's ratio in one command.
+struct VerifyTransactionBenchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify-transaction",
+        abstract: "verification.verifyTransaction of simulator-signed JWS, beside `openssl speed ecdsap256` (needs the running suite).")
+    @OptionGroup var suite: SuiteAddresses
+    @Option(help: "verification-service address.") var verification = SuiteAddresses.env("IAP_VERIFICATION_ADDR", "127.0.0.1:7103")
+    @Option(help: "Signed transactions to mint before timing (used in turn).") var transactions = 1_000
+    @Flag(name: .customLong("no-openssl"), help: "Skip the `openssl speed` comparison.") var noOpenSSL = false
+    @OptionGroup var load: LoadOptions
+
+    func run() async throws {
+        try await suite.silenceSimulatorNotifications()
+        let runId = String(UUID().uuidString.prefix(8)).lowercased()
+        FileHandle.standardError.write(Data("minting \(transactions) signed transactions...\n".utf8))
+        let minted = try await suite.mint(count: transactions, productId: "coins.100", type: .consumable, run: runId)
+        let bodies = try minted.map {
+            try JSONWriter.encodeBodyOrThrow(VerificationVerifyTransaction.Params(signedTransaction: $0.signedTransaction))
+        }
+        let pool = try clients(verification, load.connections)
+        let driver = LoadDriver(options: load)
+        var notes = ["jws": "one new simulator-signed transaction per call (ES256, x5c of three)"]
+        if !noOpenSSL, let rate = OpenSSLSpeed.verifyRate("ecdsap256") {
+            notes["peer"] = "openssl speed ecdsap256, one core: \(rate) verify/s (same run, before timing)"
+        }
+        let report = try await driver.run(scenario: "verify-transaction", clients: pool, notes: notes) { client, i in
+            await outcome {
+                let raw = try await client.callRaw(method: VerificationVerifyTransaction.name, params: bodies[i % bodies.count])
+                guard raw.starts(with: Array(#"{"status":0"#.utf8)) else { throw RPCError.internalError("status not 0") }
+            }
+        }
+        driver.print(report)
+        for c in pool { await c.close() }
+    }
+}
+
+/// `openssl speed -seconds 3 ALGORITHM`'s verify/s on one core, read from its summary table; nil when
+/// openssl is not installed or prints something else.
+enum OpenSSLSpeed {
+    static func verifyRate(_ algorithm: String) -> Int? {
+        // Through a shell into a file: openssl speed's output is read once it has exited.
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("openssl-speed-\(UUID().uuidString).txt")
+        defer { try? FileManager.default.removeItem(at: file) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", "openssl speed -seconds 3 \(algorithm) >'\(file.path)' 2>/dev/null </dev/null"]
+        guard (try? process.run()) != nil else { return nil }
+        process.waitUntilExit()
+        // The last line: "... <sign> <verify> <sign/s> <verify/s>".
+        guard process.terminationStatus == 0, let text = try? String(contentsOf: file, encoding: .utf8),
+            let line = text.split(separator: "\n").last, let rate = line.split(separator: " ").last.flatMap({ Double($0) })
+        else { return nil }
+        return Int(rate)
     }
 }
 
