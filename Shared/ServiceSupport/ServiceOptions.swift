@@ -144,3 +144,17 @@ public enum DefaultPorts {
     public static let fulfillment = 7104
     public static let simulator = 7105
 }
+
+/// The ids App Store Connect shows next to a key it hands out (key id, issuer id). The simulator writes them
+/// beside each key it issues (`api-key.p8` -> `api-key.json`, `offer-key.p8` -> `offer-key.json`); Apple's
+/// keys come with them separately (flags or environment).
+public struct KeyIdentity: Decodable, Sendable {
+    public var keyId: String
+    public var issuerId: String
+
+    /// The identity kept beside `keyFile` (same name, `.json`), if there is one.
+    public static func beside(_ keyFile: String) -> KeyIdentity? {
+        let file = URL(fileURLWithPath: keyFile).deletingPathExtension().appendingPathExtension("json")
+        return (try? Data(contentsOf: file)).flatMap { try? JSONDecoder().decode(KeyIdentity.self, from: $0) }
+    }
+}

@@ -237,7 +237,8 @@ public final class AppStoreSimulator: Sendable {
     /// same original), recorded.
     /// A pending downgrade takes effect here (the new period is of the lower plan), and an accepted price
     /// increase is now the price.
-    func renew(_ t: SimTransaction, startingAt start: Int64, db: Database) throws -> SimTransaction {
+    /// `reason` PURCHASE: a plan upgrade's first period (it starts now).
+    func renew(_ t: SimTransaction, startingAt start: Int64, reason: String = "RENEWAL", db: Database) throws -> SimTransaction {
         var next = t
         var renewal = try SimulatorStore.renewal(t.originalTransactionId, db: db)
         if renewal.autoRenewProductId != nil || renewal.priceIncreaseStatus == 1 {
@@ -250,7 +251,7 @@ public final class AppStoreSimulator: Sendable {
         next.purchaseDateMs = start
         next.expiresDateMs = start + Int64(t.periodDays ?? Self.defaultPeriodDays) * 86_400_000
         next.webOrderLineItemId += 1
-        next.reason = "RENEWAL"
+        next.reason = reason
         next.finished = false
         next.orderId = SimulatorStore.newOrderId()
         next.offerIdentifier = nil  // an offer is for the period it was redeemed in

@@ -76,18 +76,11 @@ extension AppStoreSimulator {
             case .upgrade:
                 // Immediate: a period of the higher plan starts now (the customer is refunded the rest of the old
                 // one, which Apple does not signal through the old transaction's revocation).
-                var next = latest
-                next.productId = try plan()
-                next.transactionId = try SimulatorStore.nextTransactionId(db)
-                next.purchaseDateMs = now
-                next.expiresDateMs = now + Int64(latest.periodDays ?? Self.defaultPeriodDays) * 86_400_000
-                next.webOrderLineItemId += 1
-                next.reason = "PURCHASE"
-                next.finished = false
-                next.orderId = SimulatorStore.newOrderId()
-                try SimulatorStore.insert(next, db: db)
                 renewal.autoRenewProductId = nil
                 try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
+                var higher = latest
+                higher.productId = try plan()
+                let next = try self.renew(higher, startingAt: now, reason: "PURCHASE", db: db)
                 return try self.recordNotification("DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE", next, signedDate: now, db: db)
             case .withdrawProduct, .endOtherwise:
                 renewal.endingIntent = p.event == .withdrawProduct ? 4 : 5

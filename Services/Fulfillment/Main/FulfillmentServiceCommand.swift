@@ -120,10 +120,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         config.contentURLBase = Environment.resolve(contentURLBase, env: "IAP_EDGE_PUBLIC_URL")
         config.contentURLLifetimeMs = contentURLLifetime * 1000
         if let keyFile = Environment.resolve(offerKey, env: "IAP_OFFER_KEY_FILE") {
-            // The simulator keeps its key's ids beside it (`offer-key.json`); App Store Connect's come separately.
-            struct Identity: Decodable { var keyId: String; var issuerId: String }
-            let beside = (try? Data(contentsOf: URL(fileURLWithPath: keyFile).deletingPathExtension().appendingPathExtension("json")))
-                .flatMap { try? JSONDecoder().decode(Identity.self, from: $0) }
+            let beside = KeyIdentity.beside(keyFile)
             guard let keyId = Environment.resolve(offerKeyId, env: "IAP_OFFER_KEY_ID") ?? beside?.keyId,
                 let issuerId = Environment.resolve(offerIssuerId, env: "IAP_OFFER_ISSUER_ID") ?? beside?.issuerId,
                 let bundleId = offerBundleId

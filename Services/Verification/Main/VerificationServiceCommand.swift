@@ -89,10 +89,7 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     /// The App Store Server API client from the flags, for the first accepted bundle id; nil without a key.
     func appStoreAPIClient(config: VerificationConfiguration, logger: Logger) throws -> AppStoreServerAPIClient? {
         guard let keyFile = Environment.resolve(appStoreAPIKey, env: "IAP_APP_STORE_API_KEY") else { return nil }
-        // The simulator keeps its key's ids beside it (`api-key.json`); Apple's keys come with them separately.
-        struct Identity: Decodable { var keyId: String; var issuerId: String }
-        let beside = (try? Data(contentsOf: URL(fileURLWithPath: keyFile).deletingLastPathComponent().appendingPathComponent("api-key.json")))
-            .flatMap { try? JSONDecoder().decode(Identity.self, from: $0) }
+        let beside = KeyIdentity.beside(keyFile)
         guard let keyId = Environment.resolve(appStoreAPIKeyId, env: "IAP_APP_STORE_API_KEY_ID") ?? beside?.keyId,
             let issuerId = Environment.resolve(appStoreAPIIssuerId, env: "IAP_APP_STORE_API_ISSUER_ID") ?? beside?.issuerId
         else { throw ValidationError("--app-store-api-key needs --app-store-api-key-id and --app-store-api-issuer-id") }
