@@ -169,7 +169,8 @@ enum OpenSSLSpeed {
         defer { try? FileManager.default.removeItem(at: file) }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", "openssl speed -seconds 3 \(algorithm) >'\(file.path)' 2>/dev/null </dev/null"]
+        // Bounded: an openssl started with SIGALRM blocked (its timer) would never stop by itself.
+        process.arguments = ["-c", "timeout 30 openssl speed -seconds 3 \(algorithm) >'\(file.path)' 2>/dev/null </dev/null"]
         guard (try? process.run()) != nil else { return nil }
         process.waitUntilExit()
         // The last line: "... <sign> <verify> <sign/s> <verify/s>".
