@@ -42,31 +42,29 @@ public struct SubscriptionOffer: Codable, Sendable, Equatable {
     }
 }
 
+/// Eligibility is decided from the account's Production records only: an offer signature does not name an
+/// environment, so free Sandbox / TestFlight subscriptions must neither make an account eligible (a lapsed
+/// TestFlight subscription is not a lapsed customer) nor hide a real subscription.
 public struct OfferParams: Codable, Sendable, Equatable {
     public var session: String
     public var productId: String
     public var offerId: String
-    /// The scope whose records decide (default Production).
-    public var environment: AccountScope?
-    public init(session: String, productId: String, offerId: String, environment: AccountScope? = nil) {
+    public init(session: String, productId: String, offerId: String) {
         self.session = session
         self.productId = productId
         self.offerId = offerId
-        self.environment = environment
     }
 }
 
 /// Whether the account may redeem each offer of a product, and its introductory-offer eligibility signed for
-/// StoreKit (Apple's `introductory-offer-eligibility` JWS).
+/// StoreKit (Apple's `introductory-offer-eligibility` JWS); from Production records only (see `OfferParams`).
 public enum FulfillmentOfferEligibility: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var session: String
         public var productId: String
-        public var environment: AccountScope?
-        public init(session: String, productId: String, environment: AccountScope? = nil) {
+        public init(session: String, productId: String) {
             self.session = session
             self.productId = productId
-            self.environment = environment
         }
     }
     public struct OfferStanding: Codable, Sendable, Equatable {

@@ -203,15 +203,8 @@ private struct JSONValueParser {
         guard position + 4 <= bytes.count else { throw failure(.unexpectedEnd) }
         var value: UInt32 = 0
         for _ in 0..<4 {
-            let byte = bytes[position]
-            let digit: UInt8
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
-            default: throw failure(.invalidEscape)
-            }
-            value = value << 4 | UInt32(digit)
+            guard let digit = JSONScanner.hexValue(bytes[position]) else { throw failure(.invalidEscape) }
+            value = value << 4 | digit
             position += 1
         }
         return value

@@ -68,6 +68,34 @@ import Testing
         }
     }
 
+    @Test func aLapsedTestFlightSubscriptionDoesNotMakeAWinBackCustomer() async throws {
+        try await SuiteFixture.with { suite in
+            // Free Sandbox value: a TestFlight subscription, redeemed into the Sandbox scope, then lapsed.
+            let tess = try await suite.register("tess")
+            let sandbox = try await suite.buy("tess@icloud", "sub.premium", appAccountToken: tess.appAccountToken, environment: .sandbox)
+            _ = try await suite.redeem(tess.session, signed: [sandbox.signedTransaction])
+            #expect(try await suite.entitlements(tess.session, .sandbox).count == 1)
+            _ = try await suite.simulator.call(
+                SimSetAutoRenew.self, .init(appleId: "tess@icloud", transactionId: sandbox.transactionId, enabled: false))
+            suite.clock.advance(ms: 31 * Self.day)
+            _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400))
+            // Offers are decided from Production records: never subscribed there.
+            #expect(try await Self.eligibility(suite, tess.session) == ["winback": false, "welcome": true, "loyal": true])
+            #expect(await rpcError { try await Self.sign(suite, tess.session, "winback") }?.reason == "notEligible")
+            // A Production subscriber cannot ask to be judged by an empty Sandbox scope (the signature names no
+            // environment, so it would work in Production): there is no such parameter.
+            let ula = try await suite.register("ula")
+            let paid = try await suite.buy("ula@icloud", "sub.premium", appAccountToken: ula.appAccountToken)
+            _ = try await suite.redeem(ula.session, signed: [paid.signedTransaction])
+            let judged = await rpcError {
+                try await suite.fulfillment.callRaw(
+                    method: FulfillmentSignOffer.name,
+                    params: Array(#"{"session":"\#(ula.session)","productId":"sub.premium","offerId":"welcome","environment":"Sandbox"}"#.utf8))
+            }
+            #expect(judged?.reason == "notEligible")
+        }
+    }
+
     @Test func anIneligibleAccountIsRefusedWithTheRuleAndUnknownOffersAndProductsAreNamed() async throws {
         try await SuiteFixture.with { suite in
             let bob = try await suite.register("bob")

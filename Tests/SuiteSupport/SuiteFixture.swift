@@ -309,8 +309,8 @@ public final class SuiteFixture: Sendable {
         try await fulfillment.call(FulfillmentGetBalance.self, .init(session: session, environment: scope)).balance
     }
 
-    public func entitlements(_ session: String) async throws -> [Entitlement] {
-        try await fulfillment.call(FulfillmentGetEntitlements.self, .init(session: session)).entitlements
+    public func entitlements(_ session: String, _ scope: AccountScope? = nil) async throws -> [Entitlement] {
+        try await fulfillment.call(FulfillmentGetEntitlements.self, .init(session: session, environment: scope)).entitlements
     }
 
     public func ledger(_ session: String, _ scope: AccountScope? = nil) async throws -> [LedgerEntry] {

@@ -31,12 +31,10 @@ struct OffersCommand: AsyncParsableCommand {
     struct Eligible: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Which of a subscription's offers you may redeem (fulfillment.offerEligibility).")
         @Argument(help: "Product id.") var productId: String
-        @OptionGroup var scope: ScopeOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
             await ServiceCall(options: client).run(
-                .fulfillment, FulfillmentOfferEligibility.self,
-                .init(session: try client.requireSession(), productId: productId, environment: scope.scope)
+                .fulfillment, FulfillmentOfferEligibility.self, .init(session: try client.requireSession(), productId: productId)
             ) { result in
                 table(["offer", "eligible", "why not"], result.offers.map { [$0.offerId, $0.eligible ? "yes" : "no", $0.reason ?? ""] })
                     + "\nintroductory offer: \(result.introductoryOfferEligible ? "eligible" : "not eligible")"
@@ -49,12 +47,10 @@ struct OffersCommand: AsyncParsableCommand {
             abstract: "A promotional offer signed for you (fulfillment.signOffer); --json prints what `iap sim buy --offer` takes.")
         @Argument(help: "Product id.") var productId: String
         @Argument(help: "Offer id.") var offerId: String
-        @OptionGroup var scope: ScopeOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
             await ServiceCall(options: client).run(
-                .fulfillment, FulfillmentSignOffer.self,
-                .init(session: try client.requireSession(), productId: productId, offerId: offerId, environment: scope.scope)
+                .fulfillment, FulfillmentSignOffer.self, .init(session: try client.requireSession(), productId: productId, offerId: offerId)
             ) { "signed \($0.offerId) for \($0.productId): key \($0.keyId), nonce \($0.nonce), timestamp \($0.timestamp)" }
         }
     }

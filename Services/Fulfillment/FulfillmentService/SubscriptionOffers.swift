@@ -51,7 +51,7 @@ extension FulfillmentService {
     /// `fulfillment.offerEligibility`: each offer of the product, eligible or why not, and the introductory
     /// offer's eligibility signed for StoreKit when an offer key is configured.
     public func offerEligibility(_ p: FulfillmentOfferEligibility.Params) async throws(RPCError) -> FulfillmentOfferEligibility.Result {
-        let context = try await offerContext(session: p.session, productId: p.productId, scope: p.environment ?? .production)
+        let context = try await offerContext(session: p.session, productId: p.productId)
         let now = clock.nowMs
         let standings = (context.product.offers ?? []).map { offer in
             let refusal = OfferRules.refusal(offer, history: context.history, nowMs: now)
@@ -79,7 +79,7 @@ extension FulfillmentService {
                 code: .unavailable, message: "subscription offers are not configured on this server (--offer-key)",
                 reason: "offersNotConfigured", retryable: false)
         }
-        let context = try await offerContext(session: p.session, productId: p.productId, scope: p.environment ?? .production)
+        let context = try await offerContext(session: p.session, productId: p.productId)
         guard let offer = context.product.offers?.first(where: { $0.offerId == p.offerId }) else {
             throw RPCError.notFound("\(p.productId) has no offer \(p.offerId)", reason: "unknownOffer")
         }
@@ -116,8 +116,9 @@ extension FulfillmentService {
         }
     }
 
-    /// The caller, the product (an auto-renewable with its offers), and the caller's subscriptions in its group.
-    private func offerContext(session: String, productId: String, scope: AccountScope) async throws(RPCError) -> (
+    /// The caller, the product (an auto-renewable with its offers), and the caller's Production subscriptions in
+    /// its group (Sandbox value never counts for offers: their signatures name no environment).
+    private func offerContext(session: String, productId: String) async throws(RPCError) -> (
         account: AuthenticatedAccount, product: Product, history: [SubscriptionHistoryRecord]
     ) {
         let account = try await dependencies.authenticate(session)
@@ -127,7 +128,7 @@ extension FulfillmentService {
             throw RPCError.notFound("\(productId) is not an auto-renewable subscription in the catalog", reason: "unknownProduct")
         }
         let now = clock.nowMs
-        let records = try await storeCall { try await self.store.subscriptionHistory(accountId: account.accountId, scope: scope, nowMs: now) }
+        let records = try await storeCall { try await self.store.subscriptionHistory(accountId: account.accountId, scope: .production, nowMs: now) }
         // Which of the account's subscriptions are in this product's group: the catalog says of each plan.
         let plans = Array(Set(records.flatMap(\.productIds)).subtracting([productId]))
         var inGroup: Set<String> = [productId]
