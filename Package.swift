@@ -46,6 +46,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
         // /metrics in Prometheus's text format (small: swift-metrics and swift-atomics, both in the build already).
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        // PostgreSQL (`--database-url`): the stores of accounts, catalog and fulfillment on a shared server.
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
     ],
     targets: [
         // Wire types: JSON scanning, the JSON-RPC envelope, errors, method descriptors, schemas. No I/O.
@@ -94,6 +96,21 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
             ],
             path: "Shared/AppStoreServerAPI"
+        ),
+
+        // A pool of PostgreSQL connections for the synchronous store code, retries, versioned migrations.
+        .target(
+            name: "PostgresSupport",
+            dependencies: [
+                "JSONRPC",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Shared/Postgres"
         ),
 
         // Flags, environment and clocks shared by the service executables.
@@ -220,8 +237,9 @@ let package = Package(
         .target(
             name: "FulfillmentService",
             dependencies: [
-                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport", "Receipts",
+                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport", "Receipts", "PostgresSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -392,6 +410,7 @@ let package = Package(
             dependencies: [
                 "FulfillmentService", "AccountsService", "CatalogService", "VerificationService", "AppStoreSimulator",
                 "EdgeService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport", "AppStoreServerAPI", "Receipts",
+                "PostgresSupport",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -407,6 +426,7 @@ let package = Package(
             dependencies: [
                 "FulfillmentService", "SuiteTestSupport",
                 "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                "PostgresSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),

@@ -159,7 +159,7 @@ import Testing
             #expect(result.balance == 0)
             let reversal = try #require(try await suite.ledger(alice.session).last)
             #expect(reversal.kind == .reversal && reversal.delta == -30 && reversal.shortfall == 70 && reversal.balance == 0)
-            #expect(try await suite.store.balance(accountId: alice.accountId).owed == 70)
+            #expect(try await suite.store.balance(accountId: alice.accountId, scope: .production).owed == 70)
             #expect(try await suite.ledgerIsConsistent())
         }
     }

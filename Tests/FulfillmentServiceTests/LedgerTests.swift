@@ -148,7 +148,9 @@ import Testing
         }
     }
 
-    @Test func theSchemaRefusesWhatTheCodeMustNeverDo() async throws {
+    // The same refusals on PostgreSQL: PostgresStoreTests.theSchemaRefusesWhatTheCodeMustNeverDo.
+    @Test(.disabled(if: TestPostgres.suiteUsesPostgres, "the SQLite file's own schema"))
+    func theSchemaRefusesWhatTheCodeMustNeverDo() async throws {
         try await Self.withFunded(100) { suite, alice in
             let path = suite.directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path
             let db = try DatabaseQueue(path: path)
@@ -187,8 +189,12 @@ import Testing
     @Test func fulfillmentWritesWithSynchronousFull() async throws {
         try await Self.withFunded(100) { suite, _ in
             // The service's own connection settings, read through the store's pool.
-            let mode = try await suite.store.synchronousMode()
-            #expect(mode == 2)  // FULL
+            if let postgres = suite.store as? PostgresFulfillmentStore {
+                #expect(try await postgres.setting("synchronous_commit") == "on")  // commits wait for the WAL flush
+            } else {
+                let mode = try await #require(suite.store as? FulfillmentStore).synchronousMode()
+                #expect(mode == 2)  // FULL
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ import IAPProtocol
 import JSONRPC
 import Logging
 import NIOConcurrencyHelpers
+import PostgresSupport
 import RPCTestSupport
 import RPCTransport
 import Receipts
@@ -41,7 +42,8 @@ public final class SuiteFixture: Sendable {
     public let accounts: RPCClient
     public let catalog: RPCClient
     public let fulfillment: RPCClient
-    public let store: FulfillmentStore
+    /// Fulfillment's store: SQLite in `directory`, or PostgreSQL (a database of its own) with `IAP_TEST_ENGINE=postgres`.
+    public let store: any FulfillmentStorage & FulfillmentInvariants
     public let content: [UInt8]
     private let servers: NIOLockedValueBox<[String: RPCServer]>
     private let routers: [String: RPCRouter]
@@ -184,7 +186,7 @@ public final class SuiteFixture: Sendable {
             verification: "127.0.0.1:\(try await route("verification", verificationPort))",
             catalog: "127.0.0.1:\(try await route("catalog", catalogPort))", connections: 2,
             deadline: .milliseconds(dependencyDeadline))
-        let store = try FulfillmentStore.open(directory: dir.appendingPathComponent("fulfillment"))
+        let store = try await openFulfillmentStore(directory: dir.appendingPathComponent("fulfillment"), logger: quiet)
         let service = FulfillmentService(
             store: store, dependencies: dependencies,
             content: ContentLibrary(directory: dir.appendingPathComponent("fulfillment/content")),
@@ -220,7 +222,7 @@ public final class SuiteFixture: Sendable {
 
     private init(
         directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
-        store: FulfillmentStore, service: FulfillmentService, content: [UInt8], servers: [String: RPCServer],
+        store: any FulfillmentStorage & FulfillmentInvariants, service: FulfillmentService, content: [UInt8], servers: [String: RPCServer],
         routers: [String: RPCRouter], proxies: [String: FaultProxy], simHTTP: Task<Void, any Error>
     ) {
         self.simHTTP = simHTTP
@@ -239,6 +241,13 @@ public final class SuiteFixture: Sendable {
         self.service = service
     }
 
+    /// The engine `IAP_TEST_ENGINE` names: SQLite in `directory` (the default), or a new PostgreSQL database.
+    public static func openFulfillmentStore(directory: URL, logger: Logger) async throws -> any FulfillmentStorage & FulfillmentInvariants {
+        guard TestPostgres.suiteUsesPostgres else { return try FulfillmentStore.open(directory: directory) }
+        let url = try PostgresURL(try await TestPostgres.newDatabase())
+        return try await PostgresFulfillmentStore(pool: try PostgresPool(url: url, schema: "fulfillment", connections: 4, logger: logger))
+    }
+
     /// Runs slow synchronous work (key generation) on a GCD thread and waits for it.
     public static func offThePools<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
@@ -250,6 +259,7 @@ public final class SuiteFixture: Sendable {
         simHTTP.cancel()
         for proxy in proxies.values { await proxy.stop() }
         for server in servers.withLockedValue({ Array($0.values) }) { await server.shutdown() }
+        if store is PostgresFulfillmentStore { try? store.close() }
         try? FileManager.default.removeItem(at: directory)
     }
 
@@ -320,6 +330,11 @@ public final class SuiteFixture: Sendable {
     // MARK: the database, read directly (the real file)
 
     public func count(_ sql: String) async throws -> Int {
+        if let postgres = store as? PostgresFulfillmentStore {
+            // The same question in the PostgreSQL schema's names: processedTransaction -> processed_transaction.
+            let snake = sql.replacing(/([a-z0-9])([A-Z])/) { "\($0.output.1)_\($0.output.2.lowercased())" }
+            return try await postgres.count(snake)
+        }
         let queue = try DatabaseQueue(path: directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path)
         return try await queue.read { db in try Int.fetchOne(db, sql: sql) ?? 0 }
     }

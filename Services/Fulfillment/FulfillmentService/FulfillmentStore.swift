@@ -11,7 +11,7 @@ import JSONRPC
 /// ledger row per transaction; one spend per (account, idempotency key); balances CHECKed >= 0; the
 /// ledger refuses UPDATE and DELETE. Every grant commits in the same transaction as the record that
 /// its purchase was processed.
-public final class FulfillmentStore: FulfillmentStorage, Sendable {
+public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, Sendable {
     let writer: any DatabaseWriter
     private let commits: GroupCommit
 
@@ -692,13 +692,9 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
         }
     }
 
-    // MARK: invariants (tests, benchmarks, the crash harness)
+    // MARK: invariants (FulfillmentInvariants: tests, benchmarks, the crash harness)
 
-    /// Accounts whose wallet differs from their ledger, in any scope: `balance` must be the sum of the
-    /// deltas and `owed` the sum of debts less the sum of recoveries.
-    /// Transactions whose refunds and reversals did not alternate (a refund applied twice without a reversal
-    /// between, or a reversal twice): what a notification applied twice would leave.
-    package func duplicateLedgerEffects() async throws -> [String] {
+    public func duplicateLedgerEffects() async throws -> [String] {
         try await writer.read { db in
             let rows = try Row.fetchAll(
                 db, sql: "SELECT transactionId, kind FROM ledger WHERE kind IN ('reversal', 'reinstatement') ORDER BY id")
@@ -714,7 +710,7 @@ public final class FulfillmentStore: FulfillmentStorage, Sendable {
         }
     }
 
-    package func ledgerMismatches() async throws -> [String] {
+    public func ledgerMismatches() async throws -> [String] {
         try await writer.read { db in
             try String.fetchAll(
                 db,

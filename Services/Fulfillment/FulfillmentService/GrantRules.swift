@@ -83,6 +83,15 @@ public protocol FulfillmentStorage: NotificationInboxStorage, AccountTokenOutbox
     func close() throws
 }
 
+/// Checks of what the schema and the rules keep true, for tests, benchmarks and the crash harness (both engines).
+public protocol FulfillmentInvariants: Sendable {
+    /// Accounts whose wallet differs from their ledger, in any scope: `balance` must be the sum of the deltas and
+    /// `owed` the sum of debts less the sum of recoveries.
+    func ledgerMismatches() async throws -> [String]
+    /// Transactions whose refunds and reversals did not alternate: what a notification applied twice would leave.
+    func duplicateLedgerEffects() async throws -> [String]
+}
+
 /// The purchase-lifecycle rules of RECEIPTS.md and DESIGN.md section 6, as plain Swift over a
 /// `FulfillmentTransaction`: who owns a purchase, what it grants, what a refund takes back, what is owed.
 public enum GrantRules {

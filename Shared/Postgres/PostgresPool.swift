@@ -1,0 +1,284 @@
+import Foundation
+import JSONRPC
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import PostgresNIO
+
+/// Connections to one PostgreSQL database, each used by one thread at a time.
+///
+/// Why threads and blocking waits rather than `async` queries: the grant rules (`GrantRules`) are synchronous
+/// functions over a transaction, so that SQLite (GRDB's synchronous write closures) and PostgreSQL run the very
+/// same code, and so that nothing can interleave inside a rules transaction. A transaction here runs on one of
+/// the pool's threads, which holds one connection for the whole transaction and waits for each answer; the
+/// pool has as many threads as connections, so a caller never waits for a connection while holding one.
+///
+/// Failures: a serialization failure (SQLSTATE 40001), a deadlock (40P01), a unique violation that a concurrent
+/// transaction caused (23505, which PostgreSQL may report instead of 40001) or a connection lost before COMMIT
+/// run the whole transaction again on a fresh snapshot (the database rolled the first attempt back); a server
+/// that cannot be reached answers `unavailable` (nothing was changed); a connection lost during COMMIT answers
+/// `unavailable` with reason `storageOutcomeUnknown` (the change may or may not have committed: the caller
+/// retries, and every write the services make is idempotent by transaction id, idempotency key or UUID).
+public final class PostgresPool: Sendable {
+    public let url: PostgresURL
+    public let size: Int
+    private let configuration: PostgresConnection.Configuration
+    private let threads: NIOThreadPool
+    /// Connections not in use; nil once closed (a connection given back after `close` is closed at once).
+    private let idle = NIOLockedValueBox<[PostgresConnection]?>([])
+    private let ids = NIOLockedValueBox(0)
+    private let logger: Logger
+    /// How often one transaction is attempted before its failure is answered.
+    public let attempts = 8
+
+    /// The PostgreSQL schema (namespace) this pool's tables live in: each service keeps its own, so the services
+    /// can share one database or use one each.
+    public let schema: String
+
+    public init(url: PostgresURL, schema: String, connections: Int = 8, logger: Logger) throws {
+        guard !schema.isEmpty, schema.allSatisfy({ ("a"..."z").contains($0) || $0 == "_" }) else {
+            throw PostgresURL.Invalid(description: "a schema name is lowercase letters and underscores")
+        }
+        self.url = url
+        self.schema = schema
+        self.size = max(1, connections)
+        self.configuration = try url.configuration()
+        self.logger = logger
+        self.threads = NIOThreadPool(numberOfThreads: size)
+        threads.start()
+    }
+
+    /// Closes every connection and stops the threads; calls after it fail.
+    public func close() {
+        let connections = idle.withLockedValue { list in
+            defer { list = nil }
+            return list ?? []
+        }
+        for connection in connections { try? connection.close().wait() }
+        threads.shutdownGracefully { _ in }
+    }
+
+    /// Runs `body` in one SERIALIZABLE transaction, again from the start on the failures listed above.
+    @discardableResult
+    public func write<T: Sendable>(_ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
+        try await run(begin: "BEGIN ISOLATION LEVEL SERIALIZABLE", body)
+    }
+
+    /// Runs `body` in one read-only transaction over one snapshot (REPEATABLE READ).
+    public func read<T: Sendable>(_ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
+        try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
+    }
+
+    /// Runs `body` outside a transaction (each statement commits by itself): DDL with its own locking, LISTEN.
+    @discardableResult
+    public func withSession<T: Sendable>(_ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
+        try await run(begin: nil, body)
+    }
+
+    private func run<T: Sendable>(begin: String?, _ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
+        do {
+            return try await threads.runIfActive { try self.blocking(begin: begin, body) }
+        } catch let error as NIOThreadPoolError.ThreadPoolInactive {
+            _ = error
+            throw RPCError.unavailable("the database pool is closed", reason: "storageUnavailable")
+        }
+    }
+
+    /// On a pool thread: one connection, attempts until one commits or a failure is final.
+    private func blocking<T>(begin: String?, _ body: (PostgresSession) throws -> T) throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            let connection = try checkout()
+            let session = PostgresSession(connection: connection, logger: logger)
+            var committing = false
+            do {
+                if let begin { try session.execute(PostgresQuery(unsafeSQL: begin)) }
+                let value = try body(session)
+                if begin != nil {
+                    committing = true
+                    try session.execute("COMMIT")
+                }
+                checkin(connection)
+                return value
+            } catch let error as PSQLError {
+                let connectionLost = Self.isConnectionFailure(error)
+                if connectionLost {
+                    _ = try? connection.close().wait()
+                } else if begin != nil && !committing {
+                    if (try? session.execute("ROLLBACK")) == nil {
+                        _ = try? connection.close().wait()
+                    } else {
+                        checkin(connection)
+                    }
+                } else {
+                    checkin(connection)  // a failed COMMIT has ended the transaction
+                }
+                if connectionLost && committing {
+                    logger.error("database connection lost during COMMIT", metadata: ["database": "\(url.redacted)"])
+                    throw RPCError.unavailable(
+                        "the database connection was lost while committing; the change may or may not be recorded: retry it",
+                        reason: "storageOutcomeUnknown")
+                }
+                let retryable = connectionLost || Self.isTransient(error)
+                guard retryable, attempt < attempts else {
+                    if retryable || connectionLost {
+                        throw RPCError.unavailable(
+                            "the database is busy or unreachable; nothing was changed, retry later", reason: "storageUnavailable")
+                    }
+                    logger.error("database statement failed", metadata: ["error": "\(Self.describe(error))"])
+                    throw error
+                }
+                // Contending transactions: a short, growing, jittered pause before the next attempt.
+                let pauseMicros = UInt32.random(in: 0...(UInt32(200) << UInt32(min(attempt, 6))))
+                usleep(pauseMicros)
+            } catch {
+                // The body's own error (a rule refusing): nothing of it may commit.
+                if begin != nil, (try? session.execute("ROLLBACK")) == nil {
+                    _ = try? connection.close().wait()
+                } else {
+                    checkin(connection)
+                }
+                throw error
+            }
+        }
+    }
+
+    private func checkout() throws -> PostgresConnection {
+        while true {
+            let (closed, connection) = idle.withLockedValue { list in (list == nil, list?.popLast()) }
+            if closed { throw RPCError.unavailable("the database pool is closed", reason: "storageUnavailable") }
+            guard let connection else { break }
+            if !connection.isClosed { return connection }
+        }
+        let id = ids.withLockedValue { id in
+            id += 1
+            return id
+        }
+        do {
+            let connection = try PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: id, logger: logger
+            ).wait()
+            do {
+                // A statement that hangs (a lock held by a stuck client) ends rather than holding a thread forever.
+                _ = try connection.query("SET statement_timeout = '15s'", logger: logger).wait()
+                _ = try connection.query(PostgresQuery(unsafeSQL: "SET search_path TO \(schema)"), logger: logger).wait()
+            } catch {
+                _ = try? connection.close().wait()
+                throw error
+            }
+            return connection
+        } catch {
+            logger.warning("cannot connect to the database", metadata: ["database": "\(url.redacted)", "error": "\(Self.describe(error))"])
+            throw RPCError.unavailable("the database could not be reached; nothing was changed, retry later", reason: "storageUnavailable")
+        }
+    }
+
+    private func checkin(_ connection: PostgresConnection) {
+        guard !connection.isClosed else { return }
+        let kept = idle.withLockedValue { list in
+            guard list != nil else { return false }
+            list!.append(connection)
+            return true
+        }
+        if !kept { _ = try? connection.close().wait() }
+    }
+
+    /// SQLSTATEs after which running the transaction again may succeed.
+    static func isTransient(_ error: PSQLError) -> Bool {
+        guard error.code == .server, let state = error.serverInfo?[.sqlState] else { return false }
+        // serialization_failure, deadlock_detected, unique_violation (a concurrent insert), admin/crash shutdown,
+        // cannot_connect_now (starting up), query_canceled (statement_timeout).
+        return ["40001", "40P01", "23505", "57P01", "57P02", "57P03", "57014"].contains(state)
+    }
+
+    static func isConnectionFailure(_ error: PSQLError) -> Bool {
+        [.serverClosedConnection, .clientClosedConnection, .connectionError, .uncleanShutdown, .sslUnsupported]
+            .contains(error.code)
+            || (error.code == .server && ["57P01", "57P02"].contains(error.serverInfo?[.sqlState] ?? ""))
+    }
+
+    /// An error for a log line: the SQLSTATE and server message, never the statement's bound values.
+    public static func describe(_ error: any Error) -> String {
+        guard let error = error as? PSQLError else { return "\(error)" }
+        if let info = error.serverInfo {
+            return "\(info[.sqlState] ?? "?"): \(info[.message] ?? "")\(info[.detail].map { " (\($0))" } ?? "")"
+        }
+        return "\(error.code)"
+    }
+
+    /// The SQLSTATE of a server error, if `error` is one.
+    public static func sqlState(_ error: any Error) -> String? {
+        (error as? PSQLError)?.serverInfo?[.sqlState]
+    }
+}
+
+/// One connection inside one transaction (or none, for `withSession`), used from a pool thread: each call
+/// waits for PostgreSQL's answer.
+public struct PostgresSession {
+    let connection: PostgresConnection
+    let logger: Logger
+
+    /// Every row of the answer.
+    public func query(_ query: PostgresQuery) throws -> [PostgresRandomAccessRow] {
+        try connection.query(query, logger: logger).wait().rows.map { $0.makeRandomAccess() }
+    }
+
+    /// The first row of the answer, if any.
+    public func one(_ query: PostgresQuery) throws -> PostgresRandomAccessRow? {
+        try self.query(query).first
+    }
+
+    /// Runs a statement; answers how many rows it changed.
+    @discardableResult
+    public func execute(_ query: PostgresQuery) throws -> Int {
+        try connection.query(query, logger: logger).wait().metadata.rows ?? 0
+    }
+
+    /// Several statements in one string, without parameters (migrations), run one after another.
+    public func script(_ sql: String) throws {
+        for statement in Self.statements(sql) { try execute(PostgresQuery(unsafeSQL: statement)) }
+    }
+
+    /// Splits SQL at the semicolons that end statements: not inside quotes, `$$` bodies or `--` comments.
+    static func statements(_ sql: String) -> [String] {
+        var statements: [String] = []
+        var current = ""
+        var inQuote = false, inDollar = false, inComment = false
+        var characters = Array(sql)[...]
+        while let c = characters.popFirst() {
+            if inComment {
+                if c == "\n" { inComment = false }
+                current.append(c)
+                continue
+            }
+            if !inQuote && !inDollar && c == "-" && characters.first == "-" { inComment = true }
+            if !inDollar && c == "'" { inQuote.toggle() }
+            if !inQuote && c == "$" && characters.first == "$" {
+                inDollar.toggle()
+                current.append(c)
+                current.append(characters.removeFirst())
+                continue
+            }
+            if c == ";" && !inQuote && !inDollar {
+                statements.append(current)
+                current = ""
+                continue
+            }
+            current.append(c)
+        }
+        statements.append(current)
+        return statements.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { statement in
+            // Keep statements with something besides comments.
+            !statement.split(separator: "\n").allSatisfy { $0.trimmingCharacters(in: .whitespaces).hasPrefix("--") || $0.isEmpty }
+        }
+    }
+}
+
+extension PostgresRandomAccessRow {
+    /// The column `name` decoded as `T` (an optional type for a nullable column).
+    public func get<T: PostgresDecodable>(_ name: String, as type: T.Type = T.self) throws -> T {
+        try self[name].decode(T.self, context: .default)
+    }
+}

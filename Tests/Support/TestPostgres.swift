@@ -1,0 +1,146 @@
+import Foundation
+import Glibc
+import NIOConcurrencyHelpers
+
+/// A real PostgreSQL server for the tests: `IAP_TEST_POSTGRES_URL` (a server someone runs, reached as a user
+/// that may create databases), or else a throwaway cluster this test process starts on first use, with the
+/// PostgreSQL that Debian packages (`/usr/lib/postgresql/*/bin`), on a free loopback port in a temporary
+/// directory, stopped when the process exits. `initdb` refuses root, so as root it runs as the `postgres` user.
+///
+/// Without PostgreSQL installed the PostgreSQL variants of the tests are left out, unless
+/// `IAP_REQUIRE_POSTGRES=1` (CI), where that is a failure.
+public enum TestPostgres {
+    /// True when a server is configured or can be started here.
+    public static var isAvailable: Bool {
+        ProcessInfo.processInfo.environment["IAP_TEST_POSTGRES_URL"] != nil || binDirectory != nil
+            || ProcessInfo.processInfo.environment["IAP_REQUIRE_POSTGRES"] == "1"
+    }
+
+    /// `IAP_TEST_ENGINE=postgres`: the suite fixtures keep every store on PostgreSQL.
+    public static var suiteUsesPostgres: Bool { ProcessInfo.processInfo.environment["IAP_TEST_ENGINE"] == "postgres" }
+
+    /// A new, empty database on the test server; answers its URL.
+    public static func newDatabase() async throws -> String {
+        let base = try await server.baseURL()
+        let name = "iap_test_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(20)
+        let created = try await Subprocess.run(psql, [base, "-q", "-v", "ON_ERROR_STOP=1", "-c", "CREATE DATABASE \(name)"])
+        guard created.status == 0 else { throw Failure(description: "CREATE DATABASE failed: \(created.stderr)") }
+        return replacingDatabase(of: base, with: String(name))
+    }
+
+    /// Runs SQL as the server's administrator against the database at `url` (tests that tamper on purpose).
+    public static func psql(_ url: String, _ sql: String) async throws -> String {
+        let out = try await Subprocess.run(psql, [url, "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-c", sql])
+        guard out.status == 0 else { throw Failure(description: out.stderr) }
+        return out.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// Stops the throwaway server ("fast": open transactions are rolled back, connections dropped); `start` brings
+    /// it back on the same port and data. For tests of a database restart; not possible with `IAP_TEST_POSTGRES_URL`.
+    public static func stop() async throws { try await server.stop() }
+    public static func start() async throws { try await server.start() }
+
+    public struct Failure: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    static let server = TestPostgresServer()
+
+    static var binDirectory: String? {
+        let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+        return versions.compactMap(Int.init).sorted().reversed().map { "/usr/lib/postgresql/\($0)/bin" }
+            .first { FileManager.default.isExecutableFile(atPath: $0 + "/initdb") }
+    }
+
+    static var psql: String {
+        if let bin = binDirectory, FileManager.default.isExecutableFile(atPath: bin + "/psql") { return bin + "/psql" }
+        return "psql"
+    }
+
+    static func replacingDatabase(of url: String, with name: String) -> String {
+        guard var components = URLComponents(string: url) else { return url }
+        components.path = "/" + name
+        return components.string ?? url
+    }
+}
+
+/// The test process's one server.
+actor TestPostgresServer {
+    private var url: String?
+    private var cluster: (directory: String, port: Int, bin: String)?
+
+    func baseURL() async throws -> String {
+        if let url { return url }
+        if let given = ProcessInfo.processInfo.environment["IAP_TEST_POSTGRES_URL"] {
+            url = given
+            return given
+        }
+        guard let bin = TestPostgres.binDirectory else {
+            throw TestPostgres.Failure(description: "PostgreSQL is not installed (apt-get install postgresql) and IAP_TEST_POSTGRES_URL is not set")
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("iap-test-pg-\(getpid())-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        if geteuid() == 0 { try await run("/bin/chown", ["postgres", directory], asPostgres: false) }
+        try await run(bin + "/initdb", ["-D", directory + "/data", "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"])
+        let port = try Self.freePort()
+        cluster = (directory, port, bin)
+        try await start()
+        TestPostgresCleanup.register(directory: directory, bin: bin)
+        let base = "postgres://postgres@127.0.0.1:\(port)/postgres"
+        url = base
+        return base
+    }
+
+    func stop() async throws {
+        guard let cluster else { throw TestPostgres.Failure(description: "only a server these tests started can be stopped") }
+        try await run(cluster.bin + "/pg_ctl", ["-D", cluster.directory + "/data", "-m", "fast", "-w", "stop"])
+    }
+
+    func start() async throws {
+        guard let cluster else { throw TestPostgres.Failure(description: "only a server these tests started can be started") }
+        // fsync off: a test server's data need not survive a power cut (commits still wait for the WAL write, so a
+        // killed server loses nothing); many connections: suites run in parallel, each service with its own pool.
+        let options = "-p \(cluster.port) -k \(cluster.directory) -c listen_addresses=127.0.0.1 -c max_connections=1000 -c fsync=off"
+        try await run(
+            cluster.bin + "/pg_ctl", ["-D", cluster.directory + "/data", "-o", options, "-l", cluster.directory + "/log", "-w", "-t", "60", "start"])
+    }
+
+    private func run(_ executable: String, _ arguments: [String], asPostgres: Bool = true) async throws {
+        let (command, args) =
+            asPostgres && geteuid() == 0 ? ("/usr/sbin/runuser", ["-u", "postgres", "--", executable] + arguments) : (executable, arguments)
+        let out = try await Subprocess.run(command, args, currentDirectory: "/tmp")
+        guard out.status == 0 else {
+            throw TestPostgres.Failure(description: "\(executable) \(arguments.joined(separator: " ")) failed: \(out.stderr)\(out.stdout)")
+        }
+    }
+
+    private static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw TestPostgres.Failure(description: "no free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// Stops the throwaway cluster when the test process exits (however the tests ended).
+enum TestPostgresCleanup {
+    private static let registered = NIOLockedValueBox<(directory: String, bin: String)?>(nil)
+
+    static func register(directory: String, bin: String) {
+        registered.withLockedValue { $0 = (directory, bin) }
+        atexit {
+            guard let (directory, bin) = TestPostgresCleanup.registered.withLockedValue({ $0 }) else { return }
+            let stop = "\(bin)/pg_ctl -D \(directory)/data -m immediate stop >/dev/null 2>&1"
+            _ = system(geteuid() == 0 ? "/usr/sbin/runuser -u postgres -- \(stop)" : stop)
+            _ = system("rm -rf \(directory)")
+        }
+    }
+}
