@@ -252,7 +252,7 @@ let package = Package(
         .executableTarget(
             name: "FulfillmentServiceMain",
             dependencies: [
-                "FulfillmentService", "RPCTransport", "ServiceSupport",
+                "FulfillmentService", "RPCTransport", "ServiceSupport", "PostgresSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -55,7 +55,7 @@ public final class PostgresPool: Sendable {
             defer { list = nil }
             return list ?? []
         }
-        for connection in connections { try? connection.close().wait() }
+        for connection in connections { discard(connection) }
         threads.shutdownGracefully { _ in }
     }
 
@@ -102,13 +102,13 @@ public final class PostgresPool: Sendable {
                 }
                 checkin(connection)
                 return value
-            } catch let error as PSQLError {
-                let connectionLost = Self.isConnectionFailure(error)
+            } catch let error where error is PSQLError || error is StatementTimedOut {
+                let connectionLost = error is StatementTimedOut || Self.isConnectionFailure(error as! PSQLError)
                 if connectionLost {
-                    _ = try? connection.close().wait()
+                    discard(connection)
                 } else if begin != nil && !committing {
                     if (try? session.execute("ROLLBACK")) == nil {
-                        _ = try? connection.close().wait()
+                        discard(connection)
                     } else {
                         checkin(connection)
                     }
@@ -121,7 +121,7 @@ public final class PostgresPool: Sendable {
                         "the database connection was lost while committing; the change may or may not be recorded: retry it",
                         reason: "storageOutcomeUnknown")
                 }
-                let retryable = connectionLost || Self.isTransient(error)
+                let retryable = connectionLost || Self.isTransient(error as! PSQLError)
                 guard retryable, attempt < attempts else {
                     if retryable || connectionLost {
                         throw RPCError.unavailable(
@@ -136,7 +136,7 @@ public final class PostgresPool: Sendable {
             } catch {
                 // The body's own error (a rule refusing): nothing of it may commit.
                 if begin != nil, (try? session.execute("ROLLBACK")) == nil {
-                    _ = try? connection.close().wait()
+                    discard(connection)
                 } else {
                     checkin(connection)
                 }
@@ -157,21 +157,39 @@ public final class PostgresPool: Sendable {
             return id
         }
         do {
-            let connection = try PostgresConnection.connect(
-                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: id, logger: logger
-            ).wait()
+            let connecting = PostgresConnection.connect(
+                on: MultiThreadedEventLoopGroup.singleton.any(), configuration: configuration, id: id, logger: logger)
+            let connection = try PostgresSession.bounded(connecting, deadline: .seconds(10)) {
+                connecting.whenSuccess { self.discard($0) }  // a connection that arrives after the deadline is closed
+            }
             do {
                 // A statement that hangs (a lock held by a stuck client) ends rather than holding a thread forever.
-                _ = try connection.query("SET statement_timeout = '15s'", logger: logger).wait()
-                _ = try connection.query(PostgresQuery(unsafeSQL: "SET search_path TO \(schema)"), logger: logger).wait()
+                let session = PostgresSession(connection: connection, logger: logger)
+                try session.execute("SET statement_timeout = '15s'")
+                try session.execute(PostgresQuery(unsafeSQL: "SET search_path TO \(schema)"))
             } catch {
-                _ = try? connection.close().wait()
+                discard(connection)
                 throw error
             }
             return connection
         } catch {
             logger.warning("cannot connect to the database", metadata: ["database": "\(url.redacted)", "error": "\(Self.describe(error))"])
             throw RPCError.unavailable("the database could not be reached; nothing was changed, retry later", reason: "storageUnavailable")
+        }
+    }
+
+    /// Connections being closed: kept referenced until their close completes (postgres-nio asserts that a
+    /// connection is closed before it is released), and never waited for: a connection the server dropped may
+    /// never finish closing, and a pool thread must not hang on it.
+    private let closing = NIOLockedValueBox<[ObjectIdentifier: PostgresConnection]>([:])
+
+    private func discard(_ connection: PostgresConnection) {
+        let key = ObjectIdentifier(connection)
+        closing.withLockedValue { $0[key] = connection }
+        let closed: EventLoopFuture<Void> = connection.close()
+        closed.whenComplete { _ in
+            // Released on the next event-loop tick, after postgres-nio's own callbacks for the close have run.
+            connection.eventLoop.execute { _ = self.closing.withLockedValue { $0.removeValue(forKey: key) } }
         }
     }
 
@@ -182,8 +200,11 @@ public final class PostgresPool: Sendable {
             list!.append(connection)
             return true
         }
-        if !kept { _ = try? connection.close().wait() }
+        if !kept { discard(connection) }
     }
+
+    /// A statement that got no answer within `PostgresSession.deadline`: its connection is given up.
+    struct StatementTimedOut: Error {}
 
     /// SQLSTATEs after which running the transaction again may succeed.
     static func isTransient(_ error: PSQLError) -> Bool {
@@ -220,9 +241,36 @@ public struct PostgresSession {
     let connection: PostgresConnection
     let logger: Logger
 
+    /// How long one statement may take before the connection is given up (the server's own statement_timeout is
+    /// 15 s; this bound also covers a server that stopped answering altogether).
+    static let deadline = TimeAmount.seconds(20)
+
     /// Every row of the answer.
     public func query(_ query: PostgresQuery) throws -> [PostgresRandomAccessRow] {
-        try connection.query(query, logger: logger).wait().rows.map { $0.makeRandomAccess() }
+        try bounded(connection.query(query, logger: logger)).rows.map { $0.makeRandomAccess() }
+    }
+
+    /// Waits for `future`, at most `deadline`; past it the connection is closed and the wait fails.
+    private func bounded<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
+        let connection = self.connection
+        return try Self.bounded(future, deadline: Self.deadline) {
+            let closing: EventLoopFuture<Void> = connection.close()
+            _ = closing
+        }
+    }
+
+    /// Waits for `future` at most `deadline`; past it `onTimeout` runs and the wait fails with `StatementTimedOut`.
+    static func bounded<T: Sendable>(
+        _ future: EventLoopFuture<T>, deadline: TimeAmount, onTimeout: @escaping @Sendable () -> Void
+    ) throws -> T {
+        let promise = future.eventLoop.makePromise(of: T.self)
+        future.cascade(to: promise)
+        let timer = future.eventLoop.scheduleTask(in: deadline) {
+            promise.fail(PostgresPool.StatementTimedOut())
+            onTimeout()
+        }
+        defer { timer.cancel() }
+        return try promise.futureResult.wait()
     }
 
     /// The first row of the answer, if any.
@@ -233,7 +281,7 @@ public struct PostgresSession {
     /// Runs a statement; answers how many rows it changed.
     @discardableResult
     public func execute(_ query: PostgresQuery) throws -> Int {
-        try connection.query(query, logger: logger).wait().metadata.rows ?? 0
+        try bounded(connection.query(query, logger: logger)).metadata.rows ?? 0
     }
 
     /// Several statements in one string, without parameters (migrations), run one after another.

@@ -158,3 +158,30 @@ public struct KeyIdentity: Decodable, Sendable {
         return (try? Data(contentsOf: file)).flatMap { try? JSONDecoder().decode(KeyIdentity.self, from: $0) }
     }
 }
+
+/// Where accounts, catalog and fulfillment keep their records: SQLite in `--data-dir` (the default), or
+/// PostgreSQL when a URL is given (several instances of a service on one database, DESIGN.md section 10).
+public struct DatabaseOptions: ParsableArguments, Sendable {
+    @Option(
+        name: .customLong("database-url"),
+        help: """
+            postgres://USER:PASSWORD@HOST:PORT/DATABASE[?sslmode=require]: keep this service's records in PostgreSQL \
+            (env IAP_DATABASE_URL, which keeps the password out of `ps`; default: SQLite in --data-dir).
+            """)
+    public var databaseURL: String?
+
+    @Option(
+        name: .customLong("database-pool-size"), help: "PostgreSQL connections this instance opens at most (env IAP_DATABASE_POOL_SIZE; default 8).")
+    public var databasePoolSize: Int?
+
+    public init() {}
+
+    /// The URL from the flag or the environment; nil means SQLite.
+    public func resolvedURL() -> String? { Environment.resolve(databaseURL, env: "IAP_DATABASE_URL") }
+
+    public func resolvedPoolSize() throws -> Int {
+        let size = databasePoolSize ?? Environment.value("IAP_DATABASE_POOL_SIZE").flatMap { Int($0) } ?? 8
+        guard (1...256).contains(size) else { throw ValidationError("--database-pool-size must be 1 to 256") }
+        return size
+    }
+}

@@ -7,11 +7,164 @@ import PostgresSupport
 import RPCTestSupport
 import Testing
 
-@Suite struct PostgresStoreTests {
-    @Test func migrates() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let store = try await PostgresFulfillmentStore(
-            pool: try PostgresPool(url: url, schema: "fulfillment", connections: 2, logger: Logger(label: "t")))
-        try store.close()
+/// What only the PostgreSQL engine has: its schema's refusals, versioned migrations, a server restart under load.
+/// (The contract both engines share is `StoreEngineTests`.)
+@Suite(.enabled(if: TestPostgres.isAvailable, "PostgreSQL is not installed"), .serialized)
+struct PostgresStoreTests {
+    @Test func theSchemaRefusesWhatTheCodeMustNeverDo() async throws {
+        try await StoreEngine.postgres.open().with { db in
+            _ = try await db.first.apply(
+                [coins("2000000001")], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse,
+                answerScope: .production, nowMs: 1)
+            let url = try #require(db.url).description.replacingOccurrences(of: "postgres://", with: "postgresql://")
+            func refused(_ sql: String) async -> Bool {
+                do {
+                    _ = try await TestPostgres.psql(url, sql)
+                    return false
+                } catch { return true }
+            }
+            // The ledger and the audit log are append-only, whoever connects.
+            #expect(await refused("UPDATE fulfillment.ledger SET delta = 1000"))
+            #expect(await refused("DELETE FROM fulfillment.ledger"))
+            #expect(await refused("TRUNCATE fulfillment.ledger"))
+            #expect(
+                await refused(
+                    "INSERT INTO fulfillment.admin_audit (at_ms, action, reason, credential) VALUES (1, 'a', 'r', 'c'); DELETE FROM fulfillment.admin_audit"
+                ))
+            #expect(await refused("UPDATE fulfillment.wallet SET balance = -1"))
+            #expect(await refused("UPDATE fulfillment.wallet SET owed = -1"))
+            // A second processed row, owner or grant for one transaction, under any environment.
+            #expect(
+                await refused(
+                    """
+                    INSERT INTO fulfillment.processed_transaction SELECT transaction_id, 'Sandbox', original_transaction_id, 'bob', scope,
+                    product_id, grant_kind, coins_granted, purchase_date_ms, expires_date_ms, processed_at_ms FROM fulfillment.processed_transaction
+                    """))
+            #expect(
+                await refused(
+                    "INSERT INTO fulfillment.ownership SELECT original_transaction_id, 'Sandbox', 'bob', scope, product_id, 0 FROM fulfillment.ownership"
+                ))
+            #expect(
+                await refused(
+                    """
+                    INSERT INTO fulfillment.ledger (account_id, scope, delta, balance, kind, transaction_id, created_at_ms)
+                    VALUES ('bob', 'Production', 100, 100, 'grant', '2000000001', 0)
+                    """))
+            // A spend without its key, a grant that takes.
+            #expect(
+                await refused(
+                    "INSERT INTO fulfillment.ledger (account_id, scope, delta, balance, kind, created_at_ms) VALUES ('x', 'Production', -1, 0, 'spend', 0)"
+                ))
+            #expect(try await db.first.balance(accountId: "alice", scope: .production).balance == 100)
+            #expect(try await db.first.ledgerMismatches().isEmpty)
+        }
     }
+
+    @Test func migrationsRunOnceAndANewerSchemaIsRefused() async throws {
+        let url = try PostgresURL(try await TestPostgres.newDatabase())
+        // Three instances starting at once: each migration is applied once.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<3 {
+                group.addTask {
+                    let pool = try PostgresPool(url: url, schema: "fulfillment", connections: 2, logger: Logger(label: "t"))
+                    try await PostgresFulfillmentStore(pool: pool).close()
+                }
+            }
+            try await group.waitForAll()
+        }
+        let admin = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
+        #expect(try await TestPostgres.psql(admin, "SELECT string_agg(name, ',') FROM fulfillment.schema_migration") == "v1")
+        // A database a newer build migrated: this build refuses it rather than run on a schema it does not know.
+        _ = try await TestPostgres.psql(admin, "INSERT INTO fulfillment.schema_migration (name) VALUES ('v99-from-the-future')")
+        await #expect(throws: PostgresPool.SchemaTooNew.self) {
+            _ = try await PostgresFulfillmentStore(
+                pool: try PostgresPool(url: url, schema: "fulfillment", connections: 2, logger: Logger(label: "t")))
+        }
+    }
+
+    @Test func anUnreachableDatabaseAnswersUnavailableAndChangesNothing() async throws {
+        // Nothing listens on port 1.
+        let pool = try PostgresPool(
+            url: PostgresURL(host: "127.0.0.1", port: 1, username: "postgres", database: "nowhere"), schema: "fulfillment",
+            connections: 1, logger: Logger(label: "t"))
+        defer { pool.close() }
+        let error = await #expect(throws: RPCError.self) { try await pool.write { s in try s.execute("SELECT 1") } }
+        #expect(error?.knownCode == .unavailable && error?.reason == "storageUnavailable")
+    }
+
+    /// A PostgreSQL restart in the middle of spending through three instances: calls during it answer `unavailable`
+    /// (or succeed), every spend retried with its key after the restart lands exactly once, nothing is lost or doubled.
+    @Test(.enabled(if: TestPostgres.binDirectory != nil, "starts a PostgreSQL server of its own"))
+    func aDatabaseRestartMidLoadGivesUnavailableThenRecoveryWithNothingLostOrDoubled() async throws {
+        let server = TestPostgresServer(own: true)
+        defer { Task { await server.shutdown() } }
+        let url = try PostgresURL(try await server.newDatabase())
+        var stores: [any FulfillmentStorage & FulfillmentInvariants] = []
+        for _ in 0..<3 {
+            stores.append(
+                try await PostgresFulfillmentStore(
+                    pool: try PostgresPool(url: url, schema: "fulfillment", connections: 6, logger: Logger(label: "restart-test"))))
+        }
+        try await StoreInstances(stores: stores, directory: nil, url: url).with { db in
+            for i in 0..<20 {
+                _ = try await db.first.apply(
+                    [coins("40000000\(i + 10)")], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse,
+                    answerScope: .production, nowMs: 1)
+            }
+            let spends = 120
+            let (started, startedNow) = AsyncStream<Void>.makeStream()
+            let restart = Task {
+                var iterator = started.makeAsyncIterator()
+                _ = await iterator.next()  // once spending is under way
+                try await server.stop()
+                try await server.start()
+            }
+            // Each key is tried once while the server goes down and comes back; what failed is retried afterwards.
+            let failed = try await withThrowingTaskGroup(of: Int?.self) { group in
+                for i in 0..<spends {
+                    group.addTask {
+                        if i == 10 { startedNow.yield() }
+                        do {
+                            let outcome = try await db[i].spend(
+                                accountId: "alice", scope: .production, amount: 10, idempotencyKey: "key-\(i)", memo: nil, nowMs: 2)
+                            guard case .spent = outcome else { Issue.record("key-\(i): \(outcome)"); return nil }
+                            return nil
+                        } catch let error as RPCError {
+                            #expect(error.knownCode == .unavailable, "key-\(i): \(error)")
+                            return i
+                        }
+                    }
+                }
+                return try await group.reduce(into: [Int]()) { if let i = $1 { $0.append(i) } }
+            }
+            try await restart.value
+            var unavailable = 0
+            for i in failed {
+                var outcome: SpendOutcome?
+                for _ in 0..<50 where outcome == nil {
+                    do {
+                        outcome = try await db[i].spend(
+                            accountId: "alice", scope: .production, amount: 10, idempotencyKey: "key-\(i)", memo: nil, nowMs: 3)
+                    } catch let error as RPCError where error.knownCode == .unavailable {
+                        unavailable += 1
+                        try await Task.sleep(for: .milliseconds(100))  // the server is still starting: back off, as a client would
+                    }
+                }
+                // A spend whose first COMMIT outcome was unknown may have landed: then it replays, never spends twice.
+                #expect(outcome == .spent(balance: outcome.flatMap { if case .spent(let b) = $0 { b } else { nil } } ?? -1) || isReplay(outcome))
+            }
+            let wallet = try await db.first.balance(accountId: "alice", scope: .production)
+            #expect(wallet.balance == 2000 - Int64(spends) * 10)
+            let ledger = try await db.first.ledger(accountId: "alice", scope: .production, after: 0, limit: 1000).entries
+            #expect(ledger.filter { $0.kind == .spend }.count == spends)
+            #expect(try await db.first.ledgerMismatches().isEmpty)
+            FileHandle.standardError.write(
+                Data("restart mid-load: \(failed.count) of \(spends) spends answered unavailable during the restart; \(unavailable) retries\n".utf8))
+        }
+    }
+}
+
+private func isReplay(_ outcome: SpendOutcome?) -> Bool {
+    if case .replayed = outcome { return true }
+    return false
 }

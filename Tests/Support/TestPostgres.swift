@@ -20,7 +20,9 @@ public enum TestPostgres {
     public static var suiteUsesPostgres: Bool { ProcessInfo.processInfo.environment["IAP_TEST_ENGINE"] == "postgres" }
 
     /// A new, empty database on the test server; answers its URL.
-    public static func newDatabase() async throws -> String {
+    public static func newDatabase() async throws -> String { try await server.newDatabase() }
+
+    static func newDatabase(on server: TestPostgresServer) async throws -> String {
         let base = try await server.baseURL()
         let name = "iap_test_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased().prefix(20)
         let created = try await Subprocess.run(psql, [base, "-q", "-v", "ON_ERROR_STOP=1", "-c", "CREATE DATABASE \(name)"])
@@ -35,18 +37,13 @@ public enum TestPostgres {
         return out.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    /// Stops the throwaway server ("fast": open transactions are rolled back, connections dropped); `start` brings
-    /// it back on the same port and data. For tests of a database restart; not possible with `IAP_TEST_POSTGRES_URL`.
-    public static func stop() async throws { try await server.stop() }
-    public static func start() async throws { try await server.start() }
-
     public struct Failure: Error, CustomStringConvertible {
         public let description: String
     }
 
     static let server = TestPostgresServer()
 
-    static var binDirectory: String? {
+    public static var binDirectory: String? {
         let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
         return versions.compactMap(Int.init).sorted().reversed().map { "/usr/lib/postgresql/\($0)/bin" }
             .first { FileManager.default.isExecutableFile(atPath: $0 + "/initdb") }
@@ -64,14 +61,39 @@ public enum TestPostgres {
     }
 }
 
-/// The test process's one server.
-actor TestPostgresServer {
+/// A throwaway PostgreSQL cluster: `TestPostgres`'s shared one, or one of a test's own (`TestPostgresServer(own: true)`,
+/// for a test that stops and restarts it without disturbing the tests running beside it).
+public actor TestPostgresServer {
     private var url: String?
+    private let own: Bool
+
+    public init(own: Bool = false) { self.own = own }
+
+    /// A new, empty database on this server; answers its URL.
+    public func newDatabase() async throws -> String { try await TestPostgres.newDatabase(on: self) }
+
+    /// Stops and removes a cluster of a test's own.
+    public func shutdown() async {
+        guard let cluster else { return }
+        try? await run(cluster.bin + "/pg_ctl", ["-D", cluster.directory + "/data", "-m", "immediate", "-w", "stop"])
+        try? FileManager.default.removeItem(atPath: cluster.directory)
+        TestPostgresCleanup.forget(directory: cluster.directory)
+    }
     private var cluster: (directory: String, port: Int, bin: String)?
 
+    private var starting: Task<String, any Error>?
+
+    /// One server for the whole process: callers that arrive while it starts wait for the same start.
     func baseURL() async throws -> String {
         if let url { return url }
-        if let given = ProcessInfo.processInfo.environment["IAP_TEST_POSTGRES_URL"] {
+        if let starting { return try await starting.value }
+        let task = Task { try await self.startOnce() }
+        starting = task
+        return try await task.value
+    }
+
+    private func startOnce() async throws -> String {
+        if !own, let given = ProcessInfo.processInfo.environment["IAP_TEST_POSTGRES_URL"] {
             url = given
             return given
         }
@@ -91,12 +113,14 @@ actor TestPostgresServer {
         return base
     }
 
-    func stop() async throws {
+    /// Stops the cluster ("fast": open transactions are rolled back, connections dropped); `start` brings it back on
+    /// the same port and data.
+    public func stop() async throws {
         guard let cluster else { throw TestPostgres.Failure(description: "only a server these tests started can be stopped") }
         try await run(cluster.bin + "/pg_ctl", ["-D", cluster.directory + "/data", "-m", "fast", "-w", "stop"])
     }
 
-    func start() async throws {
+    public func start() async throws {
         guard let cluster else { throw TestPostgres.Failure(description: "only a server these tests started can be started") }
         // fsync off: a test server's data need not survive a power cut (commits still wait for the WAL write, so a
         // killed server loses nothing); many connections: suites run in parallel, each service with its own pool.
@@ -132,15 +156,24 @@ actor TestPostgresServer {
 
 /// Stops the throwaway cluster when the test process exits (however the tests ended).
 enum TestPostgresCleanup {
-    private static let registered = NIOLockedValueBox<(directory: String, bin: String)?>(nil)
+    private static let registered = NIOLockedValueBox<[String: String]>([:])
 
     static func register(directory: String, bin: String) {
-        registered.withLockedValue { $0 = (directory, bin) }
-        atexit {
-            guard let (directory, bin) = TestPostgresCleanup.registered.withLockedValue({ $0 }) else { return }
-            let stop = "\(bin)/pg_ctl -D \(directory)/data -m immediate stop >/dev/null 2>&1"
-            _ = system(geteuid() == 0 ? "/usr/sbin/runuser -u postgres -- \(stop)" : stop)
-            _ = system("rm -rf \(directory)")
+        let first = registered.withLockedValue { list in
+            defer { list[directory] = bin }
+            return list.isEmpty
         }
+        guard first else { return }
+        atexit {
+            for (directory, bin) in TestPostgresCleanup.registered.withLockedValue({ $0 }) {
+                let stop = "\(bin)/pg_ctl -D \(directory)/data -m immediate stop >/dev/null 2>&1"
+                _ = system(geteuid() == 0 ? "/usr/sbin/runuser -u postgres -- \(stop)" : stop)
+                _ = system("rm -rf \(directory)")
+            }
+        }
+    }
+
+    static func forget(directory: String) {
+        _ = registered.withLockedValue { $0.removeValue(forKey: directory) }
     }
 }

@@ -3,6 +3,7 @@ import Foundation
 import FulfillmentService
 import Logging
 import NIOCore
+import PostgresSupport
 import RPCTransport
 import ServiceLifecycle
 import ServiceSupport
@@ -14,6 +15,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         abstract: "Exactly-once grants, the coin ledger, entitlements, restores and content for the in-app purchase suite.")
 
     @OptionGroup var options: ServiceOptions
+    @OptionGroup var database: DatabaseOptions
 
     @Option(name: .customLong("accounts-addr"), help: "accounts-service HOST:PORT (env IAP_ACCOUNTS_ADDR; default 127.0.0.1:7101).")
     var accountsAddr: String?
@@ -146,7 +148,17 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
             verification: SuiteService.verification.address(flag: verificationAddr),
             catalog: SuiteService.catalog.address(flag: catalogAddr),
             deadline: .milliseconds(dependencyTimeoutMs))
-        let store = try FulfillmentStore.open(directory: dataDir)
+        let store: any FulfillmentStorage
+        let storeName: String
+        if let url = database.resolvedURL() {
+            let pool = try PostgresPool(
+                url: try PostgresURL(url), schema: "fulfillment", connections: try database.resolvedPoolSize(), logger: logger)
+            store = try await PostgresFulfillmentStore(pool: pool)
+            storeName = "PostgreSQL \(pool.url.redacted)"
+        } else {
+            store = try FulfillmentStore.open(directory: dataDir)
+            storeName = "fulfillment.sqlite"
+        }
         let service = FulfillmentService(
             store: store, dependencies: dependencies,
             content: ContentLibrary(directory: contentURL), configuration: config, logger: logger)
@@ -156,12 +168,13 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         logger.info(
             "fulfillment ready",
             metadata: [
-                "policy": "\(config.ownershipPolicy.rawValue)", "sandboxPolicy": "\(config.sandboxPolicy.rawValue)", "content": "\(contentURL.path)",
+                "store": "\(storeName)", "policy": "\(config.ownershipPolicy.rawValue)", "sandboxPolicy": "\(config.sandboxPolicy.rawValue)",
+                "content": "\(contentURL.path)",
             ])
         // Resources first: the group stops the server (draining it) before closing them.
         try await options.runUntilSignalled(
             [
-                ClosingService("fulfillment.sqlite", logger: logger) { try store.close() },
+                ClosingService(storeName, logger: logger) { try store.close() },
                 ClosingService("dependency clients", logger: logger) { await dependencies.close() },
                 InboxWorker(
                     service: service,

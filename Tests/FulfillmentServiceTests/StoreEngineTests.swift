@@ -1,0 +1,171 @@
+import Foundation
+import FulfillmentService
+import IAPProtocol
+import JSONRPC
+import Logging
+import PostgresSupport
+import RPCTestSupport
+import Testing
+
+/// A fulfillment database on one engine, opened by `instances` stores at once: instances of the service
+/// sharing it (several pools on one SQLite file, or several pools on one PostgreSQL database).
+enum StoreEngine: String, Sendable, CustomTestStringConvertible {
+    case sqlite, postgres
+
+    /// PostgreSQL when a server is configured or installed (`TestPostgres`).
+    static var available: [StoreEngine] { TestPostgres.isAvailable ? [.sqlite, .postgres] : [.sqlite] }
+
+    var testDescription: String { rawValue }
+
+    func open(instances: Int = 1) async throws -> StoreInstances {
+        switch self {
+        case .sqlite:
+            let dir = FileManager.default.temporaryDirectory.appendingPathComponent("store-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+            return StoreInstances(stores: try (0..<instances).map { _ in try FulfillmentStore.open(directory: dir) }, directory: dir, url: nil)
+        case .postgres:
+            let url = try PostgresURL(try await TestPostgres.newDatabase())
+            var stores: [any FulfillmentStorage & FulfillmentInvariants] = []
+            for _ in 0..<instances {
+                let pool = try PostgresPool(url: url, schema: "fulfillment", connections: 6, logger: Logger(label: "store-test"))
+                stores.append(try await PostgresFulfillmentStore(pool: pool))
+            }
+            return StoreInstances(stores: stores, directory: nil, url: url)
+        }
+    }
+}
+
+struct StoreInstances: Sendable {
+    let stores: [any FulfillmentStorage & FulfillmentInvariants]
+    let directory: URL?
+    let url: PostgresURL?
+
+    var first: any FulfillmentStorage & FulfillmentInvariants { stores[0] }
+    subscript(i: Int) -> any FulfillmentStorage & FulfillmentInvariants { stores[i % stores.count] }
+
+    func close() {
+        for store in stores { try? store.close() }
+        if let directory { try? FileManager.default.removeItem(at: directory) }
+    }
+
+    func with<T>(_ body: (StoreInstances) async throws -> T) async throws -> T {
+        do {
+            let result = try await body(self)
+            close()
+            return result
+        } catch {
+            close()
+            throw error
+        }
+    }
+}
+
+func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -> PlannedPurchase {
+    PlannedPurchase(
+        purchase: VerifiedPurchase(
+            environment: "Production", transactionId: transactionId, originalTransactionId: original ?? transactionId,
+            productId: "coins.100", purchaseDateMs: ms),
+        rule: .coins(perUnit: 100))
+}
+
+/// The store contract on both engines: what the grant rules and the schema keep true when instances race.
+@Suite struct StoreEngineTests {
+    @Test(arguments: StoreEngine.available)
+    func concurrentRedeemsOfOneReceiptFromTwoAccountsThroughThreeInstancesGrantOnce(engine: StoreEngine) async throws {
+        try await engine.open(instances: 3).with { db in
+            let outcomes = try await withThrowingTaskGroup(of: RedeemOutcome.self) { group in
+                for i in 0..<200 {
+                    group.addTask {
+                        try await db[i].apply(
+                            [coins("2000000001")], accountId: i % 2 == 0 ? "alice" : "bob", appAccountToken: nil, mode: .redeem,
+                            policy: .refuse, answerScope: .production, nowMs: 10
+                        ).results[0].outcome
+                    }
+                }
+                return try await group.reduce(into: [RedeemOutcome]()) { $0.append($1) }
+            }
+            #expect(outcomes.filter { $0 == .granted }.count == 1)
+            #expect(outcomes.allSatisfy { [.granted, .alreadyGranted, .ownedByAnotherAccount].contains($0) })
+            let alice = try await db.first.balance(accountId: "alice", scope: .production).balance
+            let bob = try await db.first.balance(accountId: "bob", scope: .production).balance
+            #expect(alice + bob == 100 && (alice == 0 || bob == 0))
+            #expect(try await db.first.ledgerMismatches().isEmpty)
+        }
+    }
+
+    @Test(arguments: StoreEngine.available)
+    func concurrentSpendsWithOneKeyThroughThreeInstancesSpendOnce(engine: StoreEngine) async throws {
+        try await engine.open(instances: 3).with { db in
+            for i in 0..<10 {
+                _ = try await db.first.apply(
+                    [coins("300000000\(i)")], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse,
+                    answerScope: .production, nowMs: 1)
+            }
+            let outcomes = try await withThrowingTaskGroup(of: SpendOutcome.self) { group in
+                for i in 0..<200 {
+                    group.addTask {
+                        try await db[i].spend(
+                            accountId: "alice", scope: .production, amount: 10, idempotencyKey: "sword", memo: "a sword", nowMs: 20)
+                    }
+                }
+                return try await group.reduce(into: [SpendOutcome]()) { $0.append($1) }
+            }
+            #expect(outcomes.filter { $0 == .spent(balance: 990) }.count == 1)
+            #expect(outcomes.filter { $0 == .replayed(balance: 990) }.count == 199)
+            #expect(try await db.first.balance(accountId: "alice", scope: .production).balance == 990)
+            let ledger = try await db.first.ledger(accountId: "alice", scope: .production, after: 0, limit: 1000).entries
+            #expect(ledger.filter { $0.kind == .spend }.count == 1)
+            #expect(try await db.first.ledgerMismatches().isEmpty)
+            // The same key with other terms is a conflict, never a second spend.
+            #expect(
+                try await db[1].spend(accountId: "alice", scope: .production, amount: 11, idempotencyKey: "sword", memo: "a sword", nowMs: 21)
+                    == .keyConflict)
+        }
+    }
+
+    @Test(arguments: StoreEngine.available)
+    func refundsReversalsAndDebtAddUp(engine: StoreEngine) async throws {
+        try await engine.open(instances: 2).with { db in
+            _ = try await db[0].apply(
+                [coins("2000000010")], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production,
+                nowMs: 1)
+            #expect(
+                try await db[1].spend(accountId: "alice", scope: .production, amount: 70, idempotencyKey: "k", memo: nil, nowMs: 2)
+                    == .spent(balance: 30))
+            #expect(try await db[0].revoke(transactionId: "2000000010", reason: "refunded", nowMs: 3) == .revoked)
+            #expect(try await db[1].revoke(transactionId: "2000000010", reason: "refunded", nowMs: 4) == .alreadyRevoked)
+            #expect(try await db[0].balance(accountId: "alice", scope: .production) == Wallet(balance: 0, owed: 70))
+            #expect(
+                try await db[1].spend(accountId: "alice", scope: .production, amount: 1, idempotencyKey: "k2", memo: nil, nowMs: 5)
+                    == .owes(owed: 70, balance: 0))
+            #expect(try await db[1].reinstate(transactionId: "2000000010", nowMs: 6))
+            #expect(try await db[0].reinstate(transactionId: "2000000010", nowMs: 7) == false)
+            #expect(try await db[0].balance(accountId: "alice", scope: .production) == Wallet(balance: 30, owed: 0))
+            #expect(try await db[0].revoke(transactionId: "unknown", reason: "refunded", nowMs: 8) == .notFound)
+            #expect(try await db.first.duplicateLedgerEffects().isEmpty)
+            #expect(try await db.first.ledgerMismatches().isEmpty)
+        }
+    }
+
+    @Test(arguments: StoreEngine.available)
+    func theInboxKeepsOneRowPerNotificationUUID(engine: StoreEngine) async throws {
+        try await engine.open(instances: 3).with { db in
+            let entry = InboxEntry(
+                notificationUUID: "uuid-1", notificationType: "REFUND", subtype: nil, signedDateMs: 5, signedPayload: "payload",
+                notification: Array("{\"a\":1}".utf8), receivedAtMs: 6, nextAttemptAtMs: 6, originalTransactionId: "2000000020")
+            let fresh = try await withThrowingTaskGroup(of: Bool.self) { group in
+                for i in 0..<30 { group.addTask { try await db[i].recordNotification(entry).isNew } }
+                return try await group.reduce(into: 0) { $0 += $1 ? 1 : 0 }
+            }
+            #expect(fresh == 1)
+            let stored = try #require(try await db[2].notification("uuid-1"))
+            #expect(stored == entry)
+            #expect(try await db[1].dueNotifications(nowMs: 6, limit: 10).map(\.notificationUUID) == ["uuid-1"])
+            try await db[0].settleNotification("uuid-1", state: .applied, attempts: 1, nextAttemptAtMs: 6, lastError: nil, nowMs: 7)
+            #expect(try await db[1].dueNotifications(nowMs: 100, limit: 10).isEmpty)
+            #expect(try await db[2].latestAppliedSignedDate(originalTransactionId: "2000000020") == 5)
+            #expect(try await db[2].notifications(state: .applied, limit: 10).map(\.processedAtMs) == [7])
+            #expect(try await db[2].notifications(state: .parked, limit: 10).isEmpty)
+        }
+    }
+}
