@@ -228,11 +228,6 @@ public final class PostgresPool: Sendable {
         }
         return "\(error.code)"
     }
-
-    /// The SQLSTATE of a server error, if `error` is one.
-    public static func sqlState(_ error: any Error) -> String? {
-        (error as? PSQLError)?.serverInfo?[.sqlState]
-    }
 }
 
 /// One connection inside one transaction (or none, for `withSession`), used from a pool thread: each call
@@ -290,7 +285,7 @@ public struct PostgresSession {
     }
 
     /// Splits SQL at the semicolons that end statements: not inside quotes, `$$` bodies or `--` comments.
-    static func statements(_ sql: String) -> [String] {
+    package static func statements(_ sql: String) -> [String] {
         var statements: [String] = []
         var current = ""
         var inQuote = false, inDollar = false, inComment = false

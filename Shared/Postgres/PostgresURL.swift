@@ -54,13 +54,6 @@ public struct PostgresURL: Sendable, Equatable, CustomStringConvertible {
     public var redacted: String { "postgres://\(username)\(password == nil ? "" : ":***")@\(host):\(port)/\(database)" }
     public var description: String { redacted }
 
-    /// The same server and credentials, another database (tests make one per suite).
-    public func database(_ name: String) -> PostgresURL {
-        var copy = self
-        copy.database = name
-        return copy
-    }
-
     func configuration() throws -> PostgresConnection.Configuration {
         let tls: PostgresConnection.Configuration.TLS
         switch sslMode {

@@ -73,19 +73,6 @@ import Testing
         case spend(session: Int, key: String, amount: Int64)
     }
 
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = 0
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        return Int(UInt16(bigEndian: addr.sin_port))
-    }
-
     @Test func killedAtRandomMomentsItLosesNothingAndGrantsNothingTwice() async throws {
         let environment = ProcessInfo.processInfo.environment
         let kills = Int(environment["IAP_CRASH_KILLS"] ?? "") ?? 20
@@ -93,7 +80,7 @@ import Testing
         let spends = purchases
         try await SuiteFixture.with { suite in
             let dataDir = suite.directory.appendingPathComponent("crash-fulfillment")
-            let service = FulfillmentProcess(port: try Self.freePort(), dataDir: dataDir, suite: suite)
+            let service = FulfillmentProcess(port: try LoopbackPort.free(), dataDir: dataDir, suite: suite)
             try await service.start()
 
             var sessions: [String] = []

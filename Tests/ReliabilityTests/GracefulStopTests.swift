@@ -20,7 +20,7 @@ import Testing
     @Test func sigtermMidCallAnswersEveryCallAndClosesTheDatabase() async throws {
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("graceful-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: data) }
-        let port = try CrashSafetyTests.freePort()
+        let port = try LoopbackPort.free()
         let process = try Subprocess.spawn(
             Self.executable.path,
             [

@@ -49,7 +49,7 @@ import Testing
         var rng = SeededGenerator(state: seed)
         try await SuiteFixture.with { suite in
             let process = CrashSafetyTests.FulfillmentProcess(
-                port: try CrashSafetyTests.freePort(), dataDir: suite.directory.appendingPathComponent("chaos-fulfillment"), suite: suite,
+                port: try LoopbackPort.free(), dataDir: suite.directory.appendingPathComponent("chaos-fulfillment"), suite: suite,
                 extraArguments: ["--internal-token", SuiteFixture.internalToken, "--reconcile-interval-s", "0"])
             try await process.start()
             // Generous deadlines: a reconciliation, or a delivery pass of every retry that fell due, does a lot at once.

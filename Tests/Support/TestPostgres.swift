@@ -104,7 +104,7 @@ public actor TestPostgresServer {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         if geteuid() == 0 { try await run("/bin/chown", ["postgres", directory], asPostgres: false) }
         try await run(bin + "/initdb", ["-D", directory + "/data", "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"])
-        let port = try Self.freePort()
+        let port = try LoopbackPort.free()
         cluster = (directory, port, bin)
         try await start()
         TestPostgresCleanup.register(directory: directory, bin: bin)
@@ -137,21 +137,6 @@ public actor TestPostgresServer {
             throw TestPostgres.Failure(description: "\(executable) \(arguments.joined(separator: " ")) failed: \(out.stderr)\(out.stdout)")
         }
     }
-
-    private static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw TestPostgres.Failure(description: "no free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 }
 
 /// Stops the throwaway cluster when the test process exits (however the tests ended).
@@ -175,5 +160,23 @@ enum TestPostgresCleanup {
 
     static func forget(directory: String) {
         _ = registered.withLockedValue { $0.removeValue(forKey: directory) }
+    }
+}
+
+/// A TCP port nothing listens on now (bound to 127.0.0.1 and released), for a child process to take.
+public enum LoopbackPort {
+    public static func free() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw TestPostgres.Failure(description: "no free port") }
+        return Int(UInt16(bigEndian: address.sin_port))
     }
 }
