@@ -165,8 +165,9 @@ let package = Package(
         .target(
             name: "AccountsService",
             dependencies: [
-                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport",
+                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport", "PostgresSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -178,7 +179,7 @@ let package = Package(
         .executableTarget(
             name: "AccountsServiceMain",
             dependencies: [
-                "AccountsService", "RPCTransport", "ServiceSupport",
+                "AccountsService", "RPCTransport", "ServiceSupport", "PostgresSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -189,8 +190,9 @@ let package = Package(
         .target(
             name: "CatalogService",
             dependencies: [
-                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport",
+                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport", "PostgresSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -200,7 +202,7 @@ let package = Package(
         .executableTarget(
             name: "CatalogServiceMain",
             dependencies: [
-                "CatalogService", "IAPProtocol", "RPCTransport", "ServiceSupport",
+                "CatalogService", "IAPProtocol", "RPCTransport", "ServiceSupport", "PostgresSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -349,7 +351,7 @@ let package = Package(
         .testTarget(
             name: "AccountsServiceTests",
             dependencies: [
-                "AccountsService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                "AccountsService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport", "PostgresSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -399,7 +401,7 @@ let package = Package(
         .testTarget(
             name: "CatalogServiceTests",
             dependencies: [
-                "CatalogService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                "CatalogService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport", "PostgresSupport",
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/CatalogServiceTests"

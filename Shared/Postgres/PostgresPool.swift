@@ -23,12 +23,12 @@ import PostgresNIO
 public final class PostgresPool: Sendable {
     public let url: PostgresURL
     public let size: Int
-    private let configuration: PostgresConnection.Configuration
+    let configuration: PostgresConnection.Configuration
     private let threads: NIOThreadPool
     /// Connections not in use; nil once closed (a connection given back after `close` is closed at once).
     private let idle = NIOLockedValueBox<[PostgresConnection]?>([])
-    private let ids = NIOLockedValueBox(0)
-    private let logger: Logger
+    let ids = NIOLockedValueBox(0)
+    let logger: Logger
     /// How often one transaction is attempted before its failure is answered.
     public let attempts = 8
 
@@ -74,6 +74,18 @@ public final class PostgresPool: Sendable {
     @discardableResult
     public func withSession<T: Sendable>(_ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
         try await run(begin: nil, body)
+    }
+
+    /// `write` on the calling thread, which must be one that may block (a server's blocking pool, never an event
+    /// loop): for storage methods that are synchronous because they are on every request's hot path. Such callers
+    /// may open connections beyond `size` (one per blocking thread at most).
+    public func writeHere<T>(_ body: (PostgresSession) throws -> T) throws -> T {
+        try blocking(begin: "BEGIN ISOLATION LEVEL SERIALIZABLE", body)
+    }
+
+    /// One statement (or several, each committing by itself) on the calling thread, like `writeHere`.
+    public func withSessionHere<T>(_ body: (PostgresSession) throws -> T) throws -> T {
+        try blocking(begin: nil, body)
     }
 
     private func run<T: Sendable>(begin: String?, _ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
@@ -180,17 +192,26 @@ public final class PostgresPool: Sendable {
 
     /// Connections being closed: kept referenced until their close completes (postgres-nio asserts that a
     /// connection is closed before it is released), and never waited for: a connection the server dropped may
-    /// never finish closing, and a pool thread must not hang on it.
-    private let closing = NIOLockedValueBox<[ObjectIdentifier: PostgresConnection]>([:])
+    /// never finish closing, and a pool thread must not hang on it. Process-wide, so a pool released without
+    /// `close` can still hand its connections over here.
+    private static let closing = NIOLockedValueBox<[ObjectIdentifier: PostgresConnection]>([:])
 
-    private func discard(_ connection: PostgresConnection) {
+    func discard(_ connection: PostgresConnection) { Self.discard(connection) }
+
+    static func discard(_ connection: PostgresConnection) {
         let key = ObjectIdentifier(connection)
         closing.withLockedValue { $0[key] = connection }
         let closed: EventLoopFuture<Void> = connection.close()
         closed.whenComplete { _ in
             // Released on the next event-loop tick, after postgres-nio's own callbacks for the close have run.
-            connection.eventLoop.execute { _ = self.closing.withLockedValue { $0.removeValue(forKey: key) } }
+            connection.eventLoop.execute { _ = closing.withLockedValue { $0.removeValue(forKey: key) } }
         }
+    }
+
+    /// A pool released without `close` (a caller's mistake) still closes its connections and stops its threads.
+    deinit {
+        for connection in idle.withLockedValue({ $0 ?? [] }) { Self.discard(connection) }
+        threads.shutdownGracefully { _ in }
     }
 
     private func checkin(_ connection: PostgresConnection) {

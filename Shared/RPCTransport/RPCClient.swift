@@ -5,6 +5,10 @@ import NIOCore
 import NIOPosix
 import Synchronization
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 public struct RPCClientConfiguration: Sendable {
     /// Connections kept to the peer; calls are spread over them round-robin.
     public var connections: Int = 1
@@ -20,41 +24,70 @@ public struct RPCClientConfiguration: Sendable {
     }
 }
 
-/// A JSON-RPC client for one peer address.
+/// A JSON-RPC client for one service, reached at one address or several (its instances).
 ///
-/// Many calls may be in flight at once, over one connection or a small pool; replies are matched to
-/// calls by id, never by order. A connection that drops fails its outstanding calls with
-/// `unavailable` (retryable) and is re-established by the next call, so a client outlives restarts
-/// of its peer. Every failure is an `RPCError`.
+/// Many calls may be in flight at once, over a small pool of connections per instance; replies are matched to
+/// calls by id, never by order. A connection that drops fails its outstanding calls with `unavailable`
+/// (retryable) and is re-established by the next call, so a client outlives restarts of its peer. Every failure
+/// is an `RPCError`.
+///
+/// Several instances (`host:port,host:port`): calls are spread over them round-robin. An instance that cannot
+/// be connected to is taken out for a while (1 s, doubling up to 30 s while it keeps failing) and the call goes
+/// to the next instance: a call is only sent once a connection exists, so moving it is safe. A call already sent
+/// to an instance that then dies fails with `unavailable` (it may or may not have run: the caller retries with
+/// its idempotency key). A host name is resolved again each time a connection to it is opened, and a name
+/// with several addresses has its connections spread over them.
 public final class RPCClient: Sendable {
-    public let host: String
-    public let port: Int
+    /// The first instance's host and port.
+    public var host: String { endpoints[0].host }
+    public var port: Int { endpoints[0].port }
     public let configuration: RPCClientConfiguration
     private let group: any EventLoopGroup
-    private let slots: [ConnectionSlot]
+    private let endpoints: [Endpoint]
     private let nextID = Atomic<Int64>(0)
-    private let nextSlot = Atomic<Int>(0)
+    private let nextEndpoint = Atomic<Int>(0)
 
-    public init(
+    public convenience init(
         host: String,
         port: Int,
         configuration: RPCClientConfiguration = .init(),
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) {
-        self.host = host
-        self.port = port
+        self.init(instances: [(host, port)], configuration: configuration, eventLoopGroup: eventLoopGroup)
+    }
+
+    /// A client of several instances of one service (at least one).
+    public init(
+        instances: [(host: String, port: Int)], configuration: RPCClientConfiguration = .init(),
+        eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
+    ) {
+        precondition(!instances.isEmpty, "an RPCClient needs an address")
         self.configuration = configuration
         self.group = eventLoopGroup
-        self.slots = (0..<max(1, configuration.connections)).map { _ in ConnectionSlot() }
+        self.endpoints = instances.map { Endpoint(host: $0.host, port: $0.port, connections: max(1, configuration.connections)) }
     }
 
-    /// `host:port` form, as in `IAP_ACCOUNTS_ADDR=127.0.0.1:7101`.
+    /// `host:port` form, as in `IAP_ACCOUNTS_ADDR=127.0.0.1:7101`, or several separated by commas
+    /// (`10.0.0.5:7101,10.0.0.6:7101`): the instances of one service.
     public convenience init(address: String, configuration: RPCClientConfiguration = .init()) throws(RPCError) {
-        let (host, port) = try Self.parseAddress(address)
-        self.init(host: host, port: port, configuration: configuration)
+        self.init(instances: try Self.parseAddresses(address), configuration: configuration)
     }
 
-    public var address: String { "\(host):\(port)" }
+    /// Every instance, comma-separated.
+    public var address: String { endpoints.map(\.address).joined(separator: ",") }
+
+    /// `host:port[,host:port...]`; each part as `parseAddress`, duplicates refused.
+    public static func parseAddresses(_ list: String) throws(RPCError) -> [(host: String, port: Int)] {
+        var out: [(host: String, port: Int)] = []
+        for part in list.split(separator: ",", omittingEmptySubsequences: false) {
+            let parsed = try parseAddress(part.trimmingCharacters(in: .whitespaces))
+            guard !out.contains(where: { $0.host == parsed.host && $0.port == parsed.port }) else {
+                throw RPCError(code: .invalidParams, message: "address \"\(part)\" is listed twice", reason: "invalidAddress")
+            }
+            out.append(parsed)
+        }
+        return out
+    }
 
     public static func parseAddress(_ address: String) throws(RPCError) -> (host: String, port: Int) {
         guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]),
@@ -80,20 +113,28 @@ public final class RPCClient: Sendable {
         var line: [UInt8] = []
         JSONWriter.request(id: RPCID(id), method: method, params: params ?? Array("{}".utf8), into: &line)
         line.append(UInt8(ascii: "\n"))
-        let channel = try await connection()
-        let completion = CallCompletion(channel.eventLoop.makePromise(of: [UInt8].self))
-        let deadline = NIODeadline.now() + (timeout ?? configuration.callTimeout)
-        // A write to a connection that closed meanwhile never reaches the handler: fail the call here
-        // (whichever side completes it first wins; the other is ignored).
-        channel.writeAndFlush(OutgoingCall(id: id, line: line, deadline: deadline, completion: completion)).whenFailure { [address] error in
-            completion.fail(RPCError.unavailable("call to \(address) failed: \(error)", reason: "connectionLost"))
-        }
-        do {
-            return try await completion.promise.futureResult.get()
-        } catch let error as RPCError {
-            throw error
-        } catch {
-            throw RPCError.unavailable("call to \(address) failed: \(error)", reason: "connectionLost")
+        // A connection that closed before the call was written (its instance stopped): the call was never sent,
+        // so it goes on another connection, possibly another instance. Once written, it is never sent again.
+        var attempts = 0
+        while true {
+            attempts += 1
+            let channel = try await connection()
+            let completion = CallCompletion(channel.eventLoop.makePromise(of: [UInt8].self))
+            let deadline = NIODeadline.now() + (timeout ?? configuration.callTimeout)
+            // A write to a connection that closed meanwhile never reaches the handler: fail the call here
+            // (whichever side completes it first wins; the other is ignored).
+            channel.writeAndFlush(OutgoingCall(id: id, line: line, deadline: deadline, completion: completion)).whenFailure { error in
+                completion.fail(error)
+            }
+            do {
+                return try await completion.promise.futureResult.get()
+            } catch let error as RPCError {
+                throw error
+            } catch ChannelError.ioOnClosedChannel where attempts <= endpoints.count * configuration.connections {
+                continue
+            } catch {
+                throw RPCError.unavailable("call to \(address) failed: \(error)", reason: "connectionLost")
+            }
         }
     }
 
@@ -127,29 +168,44 @@ public final class RPCClient: Sendable {
 
     /// Closes every connection; outstanding calls fail with `unavailable`.
     public func close() async {
-        for slot in slots {
-            if let channel = slot.current() { try? await channel.close() }
+        for endpoint in endpoints {
+            for slot in endpoint.slots {
+                if let channel = slot.current() { try? await channel.close() }
+            }
         }
     }
 
+    /// Instances taken out because they could not be connected to (for logs and tests).
+    public var ejectedInstances: [String] {
+        let now = NIODeadline.now()
+        return endpoints.filter { $0.isEjected(at: now) }.map(\.address)
+    }
+
+    /// A connection to the next instance in turn that is in service; instances taken out are tried last, so a
+    /// call fails only when no instance can be reached.
     private func connection() async throws(RPCError) -> any Channel {
-        let index = nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue % slots.count
-        let slot = slots[index]
-        if let channel = slot.current(), channel.isActive { return channel }
-        let future = slot.connecting { self.connect() }
-        do {
-            return try await future.get()
-        } catch let error as RPCError {
-            throw error
-        } catch {
-            throw RPCError.unavailable("cannot reach \(address): \(error)", reason: "connectFailed")
+        let first = nextEndpoint.wrappingAdd(1, ordering: .relaxed).oldValue
+        let now = NIODeadline.now()
+        let inTurn = endpoints.indices.map { endpoints[(first &+ $0) % endpoints.count] }
+        let order = inTurn.filter { !$0.isEjected(at: now) } + inTurn.filter { $0.isEjected(at: now) }
+        var failure = RPCError.unavailable("cannot reach \(address)", reason: "connectFailed")
+        for endpoint in order {
+            do {
+                let channel = try await endpoint.connection(opening: { self.connect(endpoint) })
+                endpoint.succeeded()
+                return channel
+            } catch {
+                endpoint.failed()
+                failure = error
+            }
         }
+        throw failure
     }
 
-    private func connect() -> EventLoopFuture<any Channel> {
+    private func connect(_ endpoint: Endpoint) -> EventLoopFuture<any Channel> {
         let maxLine = configuration.maxLineBytes
-        let address = self.address
-        return ClientBootstrap(group: group)
+        let address = endpoint.address
+        let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(configuration.connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
@@ -162,10 +218,95 @@ public final class RPCClient: Sendable {
                     return channel.eventLoop.makeFailedFuture(error)
                 }
             }
-            .connect(host: host, port: port)
-            .flatMapErrorThrowing { error in
-                throw RPCError.unavailable("cannot reach \(address): \(error)", reason: "connectFailed")
+        let connecting: EventLoopFuture<any Channel>
+        if let target = endpoint.nextResolvedAddress() {
+            connecting = bootstrap.connect(to: target)
+        } else {
+            connecting = bootstrap.connect(host: endpoint.host, port: endpoint.port)
+        }
+        return connecting.flatMapErrorThrowing { error in
+            throw RPCError.unavailable("cannot reach \(address): \(error)", reason: "connectFailed")
+        }
+    }
+}
+
+/// One instance of the peer service: its connection pool and whether it is taken out.
+private final class Endpoint: Sendable {
+    let host: String
+    let port: Int
+    let slots: [ConnectionSlot]
+    private let nextSlot = Atomic<Int>(0)
+    private let nextAddress = Atomic<Int>(0)
+    private let health = NIOLockedValueBox<(failures: Int, ejectedUntil: NIODeadline?)>((0, nil))
+
+    init(host: String, port: Int, connections: Int) {
+        self.host = host
+        self.port = port
+        self.slots = (0..<connections).map { _ in ConnectionSlot() }
+    }
+
+    var address: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    func isEjected(at now: NIODeadline) -> Bool {
+        health.withLockedValue { $0.ejectedUntil.map { $0 > now } ?? false }
+    }
+
+    func succeeded() {
+        health.withLockedValue { $0 = (0, nil) }
+    }
+
+    /// Out for 1 s after the first failure to connect, twice as long after each further one, at most 30 s.
+    func failed() {
+        health.withLockedValue { h in
+            h.failures += 1
+            let seconds = min(30, 1 << min(h.failures - 1, 5))
+            h.ejectedUntil = .now() + .seconds(Int64(seconds))
+        }
+    }
+
+    func connection(opening connect: () -> EventLoopFuture<any Channel>) async throws(RPCError) -> any Channel {
+        let slot = slots[nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue % slots.count]
+        if let channel = slot.current(), channel.isActive { return channel }
+        do {
+            return try await slot.connecting(connect).get()
+        } catch let error as RPCError {
+            throw error
+        } catch {
+            throw RPCError.unavailable("cannot reach \(address): \(error)", reason: "connectFailed")
+        }
+    }
+
+    /// For a host name with several addresses, the next of them in turn (each new connection goes to the next);
+    /// nil for an IP address or a name that does not resolve (NIO resolves it when connecting, and reports).
+    func nextResolvedAddress() -> SocketAddress? {
+        guard (try? SocketAddress(ipAddress: host, port: port)) == nil,
+            case let all = Self.resolveAll(host: host, port: port), all.count > 1
+        else { return nil }
+        return all[nextAddress.wrappingAdd(1, ordering: .relaxed).oldValue % all.count]
+    }
+
+    /// Every TCP address `host` resolves to (getaddrinfo), without repeats, in the resolver's order.
+    static func resolveAll(host: String, port: Int) -> [SocketAddress] {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var result: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, String(port), &hints, &result) == 0, let first = result else { return [] }
+        defer { freeaddrinfo(first) }
+        var out: [SocketAddress] = []
+        var next: UnsafeMutablePointer<addrinfo>? = first
+        while let info = next {
+            next = info.pointee.ai_next
+            guard let raw = info.pointee.ai_addr else { continue }
+            let address: SocketAddress
+            switch info.pointee.ai_family {
+            case AF_INET: address = raw.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { SocketAddress($0.pointee, host: host) }
+            case AF_INET6: address = raw.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { SocketAddress($0.pointee, host: host) }
+            default: continue
             }
+            if !out.contains(address) { out.append(address) }
+        }
+        return out
     }
 }
 

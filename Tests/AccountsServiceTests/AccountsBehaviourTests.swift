@@ -7,7 +7,8 @@ import RPCTestSupport
 import Testing
 
 @Suite struct AccountsBehaviourTests {
-    @Test func tokensAndPasswordsAreNeverStoredInPlaintext() async throws {
+    @Test(.disabled(if: TestPostgres.suiteUsesPostgres, "reads the SQLite file; PostgresAccountsTests covers PostgreSQL"))
+    func tokensAndPasswordsAreNeverStoredInPlaintext() async throws {
         let f = try await AccountsFixture.start()
         defer { Task { await f.stop() } }
         let password = "plaintext canary passphrase"
@@ -179,7 +180,8 @@ import Testing
         #expect(wrong == unknown)
     }
 
-    @Test func olderHashesAreUpgradedOnLogin() async throws {
+    @Test(.disabled(if: TestPostgres.suiteUsesPostgres, "reads the SQLite file; PostgresAccountsTests covers PostgreSQL"))
+    func olderHashesAreUpgradedOnLogin() async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("accounts-\(UUID().uuidString)")
         let old = try await AccountsFixture.start(directory: dir)
         _ = try await old.register("upgrader")

@@ -3,22 +3,29 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import Logging
+import PostgresSupport
 import RPCTestSupport
 import RPCTransport
 import ServiceSupport
 
-/// A real accounts service on a free port: its own SQLite file in a temp directory, a manual clock,
-/// cheap scrypt parameters (the cost is configuration; the code path is the production one).
+/// A real accounts service on a free port: its own SQLite file in a temp directory (or, with
+/// `IAP_TEST_ENGINE=postgres`, a PostgreSQL database of its own, whose URL is kept in that directory so a restart
+/// on the same directory finds the same records), a manual clock, cheap scrypt parameters (the cost is
+/// configuration; the code path is the production one).
 final class AccountsFixture: Sendable {
     let directory: URL
     let clock: ManualClock
+    let store: any AccountsStorage
     let service: AccountsService
     let server: RPCServer
     let client: RPCClient
     let configuration: AccountsConfiguration
     static let internalToken = "internal-secret-for-tests"
 
-    static func start(directory: URL? = nil, configure: (inout AccountsConfiguration) -> Void = { _ in }) async throws -> AccountsFixture {
+    /// `databaseURL`: this PostgreSQL database whatever the engine (instances sharing one database).
+    static func start(directory: URL? = nil, databaseURL: String? = nil, configure: (inout AccountsConfiguration) -> Void = { _ in }) async throws
+        -> AccountsFixture
+    {
         let dir = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("accounts-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         var config = AccountsConfiguration()
@@ -30,28 +37,47 @@ final class AccountsFixture: Sendable {
         let clock = ManualClock()
         var logger = Logger(label: "accounts-test")
         logger.logLevel = .critical
+        let store = try await openStore(directory: dir, databaseURL: databaseURL, logger: logger)
         let service = AccountsService(
-            store: try AccountsStore.open(directory: dir), configuration: config,
+            store: store, configuration: config,
             clock: clock.clock, logger: logger)
         let server = RPCServer(configuration: .init(serviceName: "accounts"), router: service.router(), logger: logger)
         try await server.start()
         return AccountsFixture(
-            directory: dir, clock: clock, service: service, server: server, configuration: config,
+            directory: dir, clock: clock, store: store, service: service, server: server, configuration: config,
             client: RPCClient(
                 host: "127.0.0.1", port: server.localPort!,
                 configuration: .patient))
     }
 
     private init(
-        directory: URL, clock: ManualClock, service: AccountsService, server: RPCServer,
+        directory: URL, clock: ManualClock, store: any AccountsStorage, service: AccountsService, server: RPCServer,
         configuration: AccountsConfiguration, client: RPCClient
     ) {
         self.directory = directory
         self.clock = clock
+        self.store = store
         self.service = service
         self.server = server
         self.configuration = configuration
         self.client = client
+    }
+
+    /// The engine `IAP_TEST_ENGINE` names: SQLite in `directory`, or the PostgreSQL database named in
+    /// `directory/postgres-url` (created on first use).
+    static func openStore(directory: URL, databaseURL: String? = nil, logger: Logger) async throws -> any AccountsStorage {
+        guard TestPostgres.suiteUsesPostgres || databaseURL != nil else { return try AccountsStore.open(directory: directory) }
+        let file = directory.appendingPathComponent("postgres-url")
+        let url: String
+        if let databaseURL {
+            url = databaseURL
+        } else if let kept = try? String(contentsOf: file, encoding: .utf8) {
+            url = kept
+        } else {
+            url = try await TestPostgres.newDatabase()
+            try url.write(to: file, atomically: true, encoding: .utf8)
+        }
+        return try await PostgresAccountsStore(pool: try PostgresPool(url: try PostgresURL(url), schema: "accounts", connections: 4, logger: logger))
     }
 
     var port: Int { server.localPort! }
@@ -61,6 +87,7 @@ final class AccountsFixture: Sendable {
         await client.close()
         await server.shutdown()
         await service.shutdown()
+        try? store.close()
     }
 
     func register(_ username: String, _ password: String = "correct horse battery", device: String? = nil) async throws -> SignedIn {

@@ -4,6 +4,7 @@ import IAPProtocol
 import JSONRPC
 import Logging
 import NIOConcurrencyHelpers
+import PostgresSupport
 import RPCTestSupport
 import RPCTransport
 import ServiceSupport
@@ -14,7 +15,9 @@ final class CatalogFixture: Sendable {
     static let adminToken = "admin-secret-for-tests"
     let directory: URL
     let clock: ManualClock
-    let store: CatalogStore
+    let store: any CatalogStorage
+    /// The PostgreSQL database's URL when the fixture runs on PostgreSQL (`IAP_TEST_ENGINE=postgres`).
+    let databaseURL: String?
     let service: CatalogService
     let server: RPCServer
     let client: RPCClient
@@ -22,7 +25,7 @@ final class CatalogFixture: Sendable {
 
     static func start(
         seed: [ProductDefinition] = standardCatalog,
-        source makeSource: (CatalogStore) -> any PriceSource = { DatabasePriceSource(store: $0) },
+        source makeSource: (any CatalogStorage) -> any PriceSource = { DatabasePriceSource(store: $0) },
         configure: (inout CatalogConfiguration) -> Void = { _ in }
     ) async throws -> CatalogFixture {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("catalog-\(UUID().uuidString)")
@@ -33,7 +36,8 @@ final class CatalogFixture: Sendable {
         let clock = ManualClock()
         let logs = LogCapture()
         let logger = logs.logger(label: "catalog-test")
-        let store = try CatalogStore.open(directory: dir)
+        let databaseURL = TestPostgres.suiteUsesPostgres ? try await TestPostgres.newDatabase() : nil
+        let store = try await openStore(directory: dir, databaseURL: databaseURL)
         let source = makeSource(store)
         let service = try await CatalogService(store: store, source: source, configuration: config, clock: clock.clock, logger: logger)
         if !seed.isEmpty {
@@ -49,16 +53,17 @@ final class CatalogFixture: Sendable {
         let server = RPCServer(configuration: .init(serviceName: "catalog"), router: service.router(), logger: quiet)
         try await server.start()
         return CatalogFixture(
-            directory: dir, clock: clock, store: store, service: service, server: server,
+            directory: dir, databaseURL: databaseURL, clock: clock, store: store, service: service, server: server,
             client: RPCClient(host: "127.0.0.1", port: server.localPort!, configuration: .patient),
             logs: logs)
     }
 
     private init(
-        directory: URL, clock: ManualClock, store: CatalogStore, service: CatalogService, server: RPCServer,
+        directory: URL, databaseURL: String?, clock: ManualClock, store: any CatalogStorage, service: CatalogService, server: RPCServer,
         client: RPCClient, logs: LogCapture
     ) {
         self.directory = directory
+        self.databaseURL = databaseURL
         self.clock = clock
         self.store = store
         self.service = service
@@ -69,9 +74,24 @@ final class CatalogFixture: Sendable {
 
     var port: Int { server.localPort! }
 
+    /// SQLite in `directory`, or PostgreSQL at `databaseURL`.
+    static func openStore(directory: URL, databaseURL: String?) async throws -> any CatalogStorage {
+        guard let databaseURL else { return try CatalogStore.open(directory: directory) }
+        var quiet = Logger(label: "catalog-test-db")
+        quiet.logLevel = .critical
+        return try await PostgresCatalogStore(
+            pool: try PostgresPool(url: try PostgresURL(databaseURL), schema: "catalog", connections: 2, logger: quiet))
+    }
+
+    /// A second store on the same database, as a second instance has.
+    func openAnotherStore() async throws -> any CatalogStorage {
+        try await Self.openStore(directory: directory, databaseURL: databaseURL)
+    }
+
     func stop() async {
         await client.close()
         await server.shutdown()
+        try? store.close()
     }
 
     var target: ContractTarget { ContractTarget(port: port, stop: { await self.stop() }) }

@@ -198,7 +198,7 @@ final class ScriptedPriceSource: PriceSource {
         defer { Task { await a.stop() } }
         // A second service on the same database file, as a second instance would be.
         let b = try await CatalogService(
-            store: try CatalogStore.open(directory: a.directory), source: DatabasePriceSource(store: a.store),
+            store: try await a.openAnotherStore(), source: DatabasePriceSource(store: a.store),
             configuration: {
                 var c = CatalogConfiguration(); c.adminToken = "x"; return c
             }(),

@@ -44,6 +44,8 @@ public final class SuiteFixture: Sendable {
     public let fulfillment: RPCClient
     /// Fulfillment's store: SQLite in `directory`, or PostgreSQL (a database of its own) with `IAP_TEST_ENGINE=postgres`.
     public let store: any FulfillmentStorage & FulfillmentInvariants
+    /// Accounts' and catalog's stores (closed by `stop`: on PostgreSQL each holds a pool of threads).
+    let otherStores: [@Sendable () throws -> Void]
     public let content: [UInt8]
     private let servers: NIOLockedValueBox<[String: RPCServer]>
     private let routers: [String: RPCRouter]
@@ -120,14 +122,24 @@ public final class SuiteFixture: Sendable {
         accountsConfig.internalToken = internalToken
         // Every test client registers from 127.0.0.1; the per-address registration limit has its own test.
         accountsConfig.throttle.registrationThreshold = 1_000_000
-        let accounts = AccountsService(
-            store: try AccountsStore.open(directory: dir.appendingPathComponent("accounts")),
-            configuration: accountsConfig, logger: quiet)
+        // With IAP_TEST_ENGINE=postgres every store is on one new PostgreSQL database, each service in its schema.
+        let databaseURL = TestPostgres.suiteUsesPostgres ? try await TestPostgres.newDatabase() : nil
+        func pool(_ schema: String) throws -> PostgresPool {
+            try PostgresPool(url: try PostgresURL(databaseURL!), schema: schema, connections: 4, logger: quiet)
+        }
+        let accountsStore: any AccountsStorage =
+            databaseURL == nil
+            ? try AccountsStore.open(directory: dir.appendingPathComponent("accounts"))
+            : try await PostgresAccountsStore(pool: try pool("accounts"))
+        let accounts = AccountsService(store: accountsStore, configuration: accountsConfig, logger: quiet)
         let accountsPort = try await serve("accounts", accounts.router())
 
         var catalogConfig = CatalogConfiguration()
         catalogConfig.adminToken = adminToken
-        let catalogStore = try CatalogStore.open(directory: dir.appendingPathComponent("catalog"))
+        let catalogStore: any CatalogStorage =
+            databaseURL == nil
+            ? try CatalogStore.open(directory: dir.appendingPathComponent("catalog"))
+            : try await PostgresCatalogStore(pool: try pool("catalog"))
         let catalog = try await CatalogService(
             store: catalogStore, source: DatabasePriceSource(store: catalogStore),
             configuration: catalogConfig, logger: quiet)
@@ -186,7 +198,10 @@ public final class SuiteFixture: Sendable {
             verification: "127.0.0.1:\(try await route("verification", verificationPort))",
             catalog: "127.0.0.1:\(try await route("catalog", catalogPort))", connections: 2,
             deadline: .milliseconds(dependencyDeadline))
-        let store = try await openFulfillmentStore(directory: dir.appendingPathComponent("fulfillment"), logger: quiet)
+        let store: any FulfillmentStorage & FulfillmentInvariants =
+            databaseURL == nil
+            ? try FulfillmentStore.open(directory: dir.appendingPathComponent("fulfillment"))
+            : try await PostgresFulfillmentStore(pool: try pool("fulfillment"))
         let service = FulfillmentService(
             store: store, dependencies: dependencies,
             content: ContentLibrary(directory: dir.appendingPathComponent("fulfillment/content")),
@@ -197,7 +212,8 @@ public final class SuiteFixture: Sendable {
             accounts: RPCClient(host: "127.0.0.1", port: accountsPort, configuration: patient),
             catalog: RPCClient(host: "127.0.0.1", port: catalogPort, configuration: patient),
             fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort, configuration: patient),
-            store: store, service: service, content: content, servers: servers, routers: routers, proxies: proxies,
+            store: store, otherStores: [accountsStore.close, catalogStore.close], service: service, content: content, servers: servers,
+            routers: routers, proxies: proxies,
             simHTTP: simHTTPTask)
     }
 
@@ -222,7 +238,8 @@ public final class SuiteFixture: Sendable {
 
     private init(
         directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
-        store: any FulfillmentStorage & FulfillmentInvariants, service: FulfillmentService, content: [UInt8], servers: [String: RPCServer],
+        store: any FulfillmentStorage & FulfillmentInvariants, otherStores: [@Sendable () throws -> Void], service: FulfillmentService,
+        content: [UInt8], servers: [String: RPCServer],
         routers: [String: RPCRouter], proxies: [String: FaultProxy], simHTTP: Task<Void, any Error>
     ) {
         self.simHTTP = simHTTP
@@ -234,18 +251,12 @@ public final class SuiteFixture: Sendable {
         self.catalog = catalog
         self.fulfillment = fulfillment
         self.store = store
+        self.otherStores = otherStores
         self.content = content
         self.servers = NIOLockedValueBox(servers)
         self.routers = routers
         self.ports = servers.mapValues { $0.localPort! }
         self.service = service
-    }
-
-    /// The engine `IAP_TEST_ENGINE` names: SQLite in `directory` (the default), or a new PostgreSQL database.
-    public static func openFulfillmentStore(directory: URL, logger: Logger) async throws -> any FulfillmentStorage & FulfillmentInvariants {
-        guard TestPostgres.suiteUsesPostgres else { return try FulfillmentStore.open(directory: directory) }
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        return try await PostgresFulfillmentStore(pool: try PostgresPool(url: url, schema: "fulfillment", connections: 4, logger: logger))
     }
 
     /// Runs slow synchronous work (key generation) on a GCD thread and waits for it.
@@ -259,7 +270,10 @@ public final class SuiteFixture: Sendable {
         simHTTP.cancel()
         for proxy in proxies.values { await proxy.stop() }
         for server in servers.withLockedValue({ Array($0.values) }) { await server.shutdown() }
-        if store is PostgresFulfillmentStore { try? store.close() }
+        if store is PostgresFulfillmentStore {
+            try? store.close()
+            for close in otherStores { try? close() }
+        }
         try? FileManager.default.removeItem(at: directory)
     }
 

@@ -37,6 +37,15 @@ public enum TestPostgres {
         return out.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
+    /// Every row of the database at `url` as `pg_dump --data-only` writes it (tests that look for what must not be
+    /// stored).
+    public static func dump(_ url: String) async throws -> String {
+        let pgDump = binDirectory.map { $0 + "/pg_dump" } ?? "pg_dump"
+        let out = try await Subprocess.run(pgDump, ["--data-only", "--dbname", url])
+        guard out.status == 0 else { throw Failure(description: out.stderr) }
+        return out.stdout
+    }
+
     public struct Failure: Error, CustomStringConvertible {
         public let description: String
     }

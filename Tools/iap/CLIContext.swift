@@ -66,7 +66,10 @@ enum CLIError: Error, CustomStringConvertible {
 
 /// Options every service command takes: where the services are, which session, output format.
 struct ClientOptions: ParsableArguments {
-    @Option(help: "Service address HOST:PORT (default: IAP_<SERVICE>_ADDR, the config file, else 127.0.0.1 and the DESIGN.md port).")
+    @Option(
+        help:
+            "Service address HOST:PORT, or HOST:PORT,HOST:PORT for instances (default: IAP_<SERVICE>_ADDR, the config file, else 127.0.0.1 and the DESIGN.md port)."
+    )
     var addr: String?
     @Option(help: "Session token (default: IAP_SESSION, else the one saved by `iap accounts login`).") var session: String?
     @Flag(help: "Print exactly the service's result as JSON.") var json = false

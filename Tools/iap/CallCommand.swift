@@ -12,7 +12,8 @@ struct CallCommand: AsyncParsableCommand {
     @Argument(help: "accounts, catalog, verification, fulfillment, sim, or HOST:PORT.") var service: String
     @Argument(help: "Method name, e.g. catalog.listProducts.") var method: String
     @Argument(help: "Params as a JSON object.") var params: String = "{}"
-    @Option(help: "Service address HOST:PORT (default: IAP_<SERVICE>_ADDR, else 127.0.0.1 and the DESIGN.md port).")
+    @Option(
+        help: "Service address HOST:PORT, or HOST:PORT,HOST:PORT for instances (default: IAP_<SERVICE>_ADDR, else 127.0.0.1 and the DESIGN.md port).")
     var addr: String?
 
     func run() async throws {

@@ -1,6 +1,7 @@
 import AccountsService
 import ArgumentParser
 import Logging
+import PostgresSupport
 import RPCTransport
 import ServiceLifecycle
 import ServiceSupport
@@ -12,6 +13,7 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         abstract: "Users, password login, sessions and appAccountToken for the in-app purchase suite.")
 
     @OptionGroup var options: ServiceOptions
+    @OptionGroup var database: DatabaseOptions
 
     @Option(name: .customLong("internal-token"), help: "Token other services present for internal methods (env IAP_INTERNAL_TOKEN).")
     var internalToken: String?
@@ -55,7 +57,14 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         if config.internalToken == nil {
             logger.warning("no internal token configured (--internal-token or IAP_INTERNAL_TOKEN): internal methods will refuse every call")
         }
-        let store = try AccountsStore.open(directory: options.resolvedDataDir())
+        let store: any AccountsStorage
+        if let url = database.resolvedURL() {
+            let pool = try PostgresPool(url: try PostgresURL(url), schema: "accounts", connections: try database.resolvedPoolSize(), logger: logger)
+            store = try await PostgresAccountsStore(pool: pool)
+            logger.info("accounts store: PostgreSQL \(pool.url.redacted)")
+        } else {
+            store = try AccountsStore.open(directory: options.resolvedDataDir())
+        }
         let service = AccountsService(store: store, configuration: config, logger: logger)
         let server = RPCServer(
             configuration: options.serverConfiguration(serviceName: "accounts", defaultPort: DefaultPorts.accounts),
@@ -63,7 +72,7 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         // Resources first: the group stops the server (draining it) before closing them.
         try await options.runUntilSignalled(
             [
-                ClosingService("accounts.sqlite", logger: logger) { try store.close() },
+                ClosingService("accounts database", logger: logger) { try store.close() },
                 ClosingService("password hasher", logger: logger) { await service.shutdown() },
                 server,
             ], logger: logger)

@@ -274,6 +274,14 @@ public final class CatalogService: Sendable {
         }
     }
 
+    /// Another instance changed the catalog (on PostgreSQL, its NOTIFY): re-reads it now rather than at the next
+    /// recheck, and drops cached prices (they may be admin-set ones that changed).
+    public func changedElsewhere() async {
+        state.withLockedValue { $0.checkedAtMs = clock.nowMs - configuration.catalogRecheckMs }
+        _ = try? await currentSnapshot()
+        await prices.invalidate()
+    }
+
     /// The in-memory catalog, re-read when another instance changed the database (checked at most
     /// once per `catalogRecheckMs`).
     private func currentSnapshot() async throws(RPCError) -> CatalogSnapshot {

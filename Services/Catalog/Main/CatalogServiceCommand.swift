@@ -3,6 +3,7 @@ import CatalogService
 import Foundation
 import IAPProtocol
 import Logging
+import PostgresSupport
 import RPCTransport
 import ServiceLifecycle
 import ServiceSupport
@@ -14,6 +15,7 @@ struct CatalogServiceCommand: AsyncParsableCommand {
         abstract: "Products, what each grants, localized text and prices per storefront for the in-app purchase suite.")
 
     @OptionGroup var options: ServiceOptions
+    @OptionGroup var database: DatabaseOptions
 
     @Option(name: .customLong("admin-token"), help: "Token for the admin methods (env IAP_ADMIN_TOKEN).")
     var adminToken: String?
@@ -44,9 +46,21 @@ struct CatalogServiceCommand: AsyncParsableCommand {
         if config.adminToken == nil {
             logger.warning("no admin token configured (--admin-token or IAP_ADMIN_TOKEN): admin methods will refuse every call")
         }
-        let store = try CatalogStore.open(directory: options.resolvedDataDir())
+        let store: any CatalogStorage
+        var pool: PostgresPool?
+        if let url = database.resolvedURL() {
+            pool = try PostgresPool(url: try PostgresURL(url), schema: "catalog", connections: try database.resolvedPoolSize(), logger: logger)
+            store = try await PostgresCatalogStore(pool: pool!)
+            logger.info("catalog store: PostgreSQL \(pool!.url.redacted)")
+        } else {
+            store = try CatalogStore.open(directory: options.resolvedDataDir())
+        }
         let source: any PriceSource = priceFeed.map { PriceFeedSource(path: $0) } ?? DatabasePriceSource(store: store)
         let service = try await CatalogService(store: store, source: source, configuration: config, logger: logger)
+        // Other instances' writes, heard at once (SQLite: one instance per file, nothing to hear).
+        let listener = try pool.map { pool in
+            try PostgresListener(pool: pool, channel: PostgresCatalogStore.changesChannel) { await service.changedElsewhere() }
+        }
         if let seed {
             struct SeedFile: Decodable { let products: [ProductDefinition] }
             let file = try JSONDecoder().decode(SeedFile.self, from: Data(contentsOf: URL(fileURLWithPath: seed)))
@@ -61,7 +75,13 @@ struct CatalogServiceCommand: AsyncParsableCommand {
             configuration: options.serverConfiguration(serviceName: "catalog", defaultPort: DefaultPorts.catalog),
             router: service.router(), logger: logger)
         try await options.runUntilSignalled(
-            [ClosingService("catalog.sqlite", logger: logger) { try store.close() }, server],
+            [
+                ClosingService(pool == nil ? "catalog.sqlite" : "catalog database", logger: logger) {
+                    listener?.stop()
+                    try store.close()
+                },
+                server,
+            ],
             logger: logger)
     }
 }

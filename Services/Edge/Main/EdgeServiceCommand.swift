@@ -21,9 +21,16 @@ struct EdgeServiceCommand: AsyncParsableCommand {
 
     @Option(help: "Address to bind (default 127.0.0.1; env IAP_HOST).") var host: String?
     @Option(help: "Port (default 8443).") var port: Int = 8443
-    @Option(name: .customLong("accounts-addr"), help: "accounts-service HOST:PORT (env IAP_ACCOUNTS_ADDR).") var accountsAddr: String?
-    @Option(name: .customLong("catalog-addr"), help: "catalog-service HOST:PORT (env IAP_CATALOG_ADDR).") var catalogAddr: String?
-    @Option(name: .customLong("fulfillment-addr"), help: "fulfillment-service HOST:PORT (env IAP_FULFILLMENT_ADDR).") var fulfillmentAddr: String?
+    @Option(
+        name: .customLong("accounts-addr"),
+        help: "accounts-service HOST:PORT, or several comma-separated for several instances (env IAP_ACCOUNTS_ADDR).") var accountsAddr: String?
+    @Option(
+        name: .customLong("catalog-addr"), help: "catalog-service HOST:PORT, or several comma-separated for several instances (env IAP_CATALOG_ADDR)."
+    ) var catalogAddr: String?
+    @Option(
+        name: .customLong("fulfillment-addr"),
+        help: "fulfillment-service HOST:PORT, or several comma-separated for several instances (env IAP_FULFILLMENT_ADDR).") var fulfillmentAddr:
+        String?
     @Option(name: .customLong("trusted-proxy"), help: "A reverse proxy's address whose X-Forwarded-For is believed. Repeatable.")
     var trustedProxies: [String] = []
     @Flag(

@@ -17,13 +17,19 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
     @OptionGroup var options: ServiceOptions
     @OptionGroup var database: DatabaseOptions
 
-    @Option(name: .customLong("accounts-addr"), help: "accounts-service HOST:PORT (env IAP_ACCOUNTS_ADDR; default 127.0.0.1:7101).")
+    @Option(
+        name: .customLong("accounts-addr"),
+        help: "accounts-service HOST:PORT, or several comma-separated for several instances (env IAP_ACCOUNTS_ADDR; default 127.0.0.1:7101).")
     var accountsAddr: String?
 
-    @Option(name: .customLong("verification-addr"), help: "verification-service HOST:PORT (env IAP_VERIFICATION_ADDR; default 127.0.0.1:7103).")
+    @Option(
+        name: .customLong("verification-addr"),
+        help: "verification-service HOST:PORT, or several comma-separated for several instances (env IAP_VERIFICATION_ADDR; default 127.0.0.1:7103).")
     var verificationAddr: String?
 
-    @Option(name: .customLong("catalog-addr"), help: "catalog-service HOST:PORT (env IAP_CATALOG_ADDR; default 127.0.0.1:7102).")
+    @Option(
+        name: .customLong("catalog-addr"),
+        help: "catalog-service HOST:PORT, or several comma-separated for several instances (env IAP_CATALOG_ADDR; default 127.0.0.1:7102).")
     var catalogAddr: String?
 
     @Option(name: .customLong("admin-token"), help: "Token for fulfillment.revokeTransaction (env IAP_ADMIN_TOKEN).")

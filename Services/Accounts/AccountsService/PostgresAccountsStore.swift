@@ -1,0 +1,247 @@
+import Foundation
+import PostgresNIO
+import PostgresSupport
+
+/// The accounts database on PostgreSQL (`--database-url`), for several accounts instances on one database: the
+/// same records as `AccountsStore` (SQLite) in the `accounts` schema. Sessions and the login-throttle counters
+/// live here, so every instance sees a sign-out at once and a guesser cannot spread attempts over instances:
+/// `admitAttempt` reads and counts in one SERIALIZABLE transaction, so two instances cannot both admit the
+/// attempt that reaches a limit.
+public final class PostgresAccountsStore: AccountsStorage, Sendable {
+    let pool: PostgresPool
+
+    /// Brings the schema up to date; on failure the pool is closed and the error thrown.
+    public init(pool: PostgresPool) async throws {
+        self.pool = pool
+        do {
+            try await pool.migrate(Self.migrations)
+        } catch {
+            pool.close()
+            throw error
+        }
+    }
+
+    public func close() throws { pool.close() }
+
+    static let migrations: [PostgresMigration] = [
+        PostgresMigration(
+            "v1",
+            """
+            CREATE TABLE account (
+                id TEXT PRIMARY KEY,
+                username TEXT NOT NULL,
+                username_key TEXT NOT NULL UNIQUE,
+                password_hash TEXT NOT NULL,
+                app_account_token TEXT NOT NULL UNIQUE,
+                created_at_ms BIGINT NOT NULL,
+                consumption_consent BOOLEAN NOT NULL DEFAULT false);
+            -- Sessions by the SHA-256 of their token only.
+            CREATE TABLE session (
+                token_hash BYTEA PRIMARY KEY CHECK (length(token_hash) = 32),
+                account_id TEXT NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                device_name TEXT,
+                created_at_ms BIGINT NOT NULL,
+                last_seen_at_ms BIGINT NOT NULL,
+                expires_at_ms BIGINT NOT NULL);
+            CREATE INDEX session_by_account ON session (account_id);
+            CREATE TABLE login_throttle (
+                key TEXT PRIMARY KEY,
+                failures BIGINT NOT NULL CHECK (failures >= 0),
+                window_start_ms BIGINT NOT NULL,
+                locked_until_ms BIGINT NOT NULL);
+            """)
+    ]
+
+    // MARK: accounts
+
+    public func createAccount(_ account: AccountRow, usernameKey: String, session: NewSession, nowMs: Int64) async throws -> CreateOutcome {
+        try await pool.write { db in
+            // ON CONFLICT rather than catching 23505: a unique violation is what the pool retries as a race.
+            let inserted = try db.execute(
+                """
+                INSERT INTO account (id, username, username_key, password_hash, app_account_token, created_at_ms)
+                VALUES (\(account.id), \(account.username), \(usernameKey), \(account.passwordHash), \(account.appAccountToken), \(nowMs))
+                ON CONFLICT (username_key) DO NOTHING
+                """)
+            guard inserted == 1 else { return .usernameTaken }
+            try Self.insert(session, accountId: account.id, db)
+            return .created
+        }
+    }
+
+    public func account(usernameKey: String) async throws -> AccountRow? {
+        try await pool.read { db in
+            try db.one("SELECT id, username, password_hash, app_account_token FROM account WHERE username_key = \(usernameKey)")
+                .map(Self.accountRow)
+        }
+    }
+
+    public func account(id: String) async throws -> AccountRow? {
+        try await pool.read { db in
+            try db.one("SELECT id, username, password_hash, app_account_token FROM account WHERE id = \(id)").map(Self.accountRow)
+        }
+    }
+
+    public func accountId(appAccountToken: String) async throws -> String? {
+        try await pool.read { db in
+            try db.one("SELECT id FROM account WHERE app_account_token = \(appAccountToken)").map { try $0.get("id", as: String.self) }
+        }
+    }
+
+    public func replacePasswordHash(accountId: String, expected: String, new: String) async throws {
+        try await pool.write { db in
+            try db.execute("UPDATE account SET password_hash = \(new) WHERE id = \(accountId) AND password_hash = \(expected)")
+        }
+    }
+
+    public func changePassword(accountId: String, expected: String, new: String, keepSession keep: Data) async throws -> Bool {
+        try await pool.write { db in
+            guard try db.execute("UPDATE account SET password_hash = \(new) WHERE id = \(accountId) AND password_hash = \(expected)") == 1
+            else { return false }
+            try db.execute("DELETE FROM session WHERE account_id = \(accountId) AND token_hash != \(keep)")
+            return true
+        }
+    }
+
+    public func setConsumptionConsent(accountId: String, consent: Bool) async throws {
+        try await pool.write { db in
+            try db.execute("UPDATE account SET consumption_consent = \(consent) WHERE id = \(accountId)")
+        }
+    }
+
+    public func consumptionProfile(accountId: String) async throws -> (consent: Bool, createdAtMs: Int64, appAccountToken: String)? {
+        try await pool.read { db in
+            try db.one("SELECT consumption_consent, created_at_ms, app_account_token FROM account WHERE id = \(accountId)").map {
+                (
+                    try $0.get("consumption_consent", as: Bool.self), try $0.get("created_at_ms", as: Int64.self),
+                    try $0.get("app_account_token", as: String.self)
+                )
+            }
+        }
+    }
+
+    private static func accountRow(_ row: PostgresRandomAccessRow) throws -> AccountRow {
+        AccountRow(
+            id: try row.get("id"), username: try row.get("username"), passwordHash: try row.get("password_hash"),
+            appAccountToken: try row.get("app_account_token"))
+    }
+
+    // MARK: sessions
+
+    public func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int = .max) async throws {
+        try await pool.write { db in
+            try db.execute("DELETE FROM session WHERE account_id = \(accountId) AND expires_at_ms <= \(nowMs)")
+            try Self.insert(session, accountId: accountId, db)
+            // The new session always stays; of the others, the newest cap - 1 do.
+            try db.execute(
+                """
+                DELETE FROM session WHERE token_hash IN (
+                    SELECT token_hash FROM session WHERE account_id = \(accountId) AND token_hash != \(session.tokenHash)
+                    ORDER BY created_at_ms DESC, last_seen_at_ms DESC OFFSET \(Int64(max(0, min(cap, Int(Int32.max)) - 1))))
+                """)
+        }
+    }
+
+    private static func insert(_ s: NewSession, accountId: String, _ db: PostgresSession) throws {
+        try db.execute(
+            """
+            INSERT INTO session (token_hash, account_id, device_name, created_at_ms, last_seen_at_ms, expires_at_ms)
+            VALUES (\(s.tokenHash), \(accountId), \(s.deviceName), \(s.createdAtMs), \(s.createdAtMs), \(s.expiresAtMs))
+            """)
+    }
+
+    /// One indexed lookup on the calling thread (the server's blocking pool; see `AccountsService.authenticate`).
+    public func session(tokenHash: Data) throws -> SessionRow? {
+        try pool.withSessionHere { db in
+            try db.one(
+                """
+                SELECT s.token_hash, s.account_id, a.username, a.app_account_token, s.device_name, s.created_at_ms,
+                       s.last_seen_at_ms, s.expires_at_ms
+                FROM session s JOIN account a ON a.id = s.account_id
+                WHERE s.token_hash = \(tokenHash)
+                """
+            ).map(Self.sessionRow)
+        }
+    }
+
+    public func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws {
+        // One statement: atomic by itself, no transaction needed (and no serialization retries on a hot row).
+        try pool.withSessionHere { db in
+            try db.execute(
+                """
+                UPDATE session SET last_seen_at_ms = \(nowMs), expires_at_ms = \(expiresAtMs)
+                WHERE token_hash = \(tokenHash) AND expires_at_ms > \(nowMs)
+                """)
+        }
+    }
+
+    public func deleteSession(tokenHash: Data) throws {
+        try pool.withSessionHere { db in try db.execute("DELETE FROM session WHERE token_hash = \(tokenHash)") }
+    }
+
+    public func sessions(accountId: String, nowMs: Int64) throws -> [SessionRow] {
+        try pool.withSessionHere { db in
+            try db.query(
+                """
+                SELECT s.token_hash, s.account_id, a.username, a.app_account_token, s.device_name, s.created_at_ms,
+                       s.last_seen_at_ms, s.expires_at_ms
+                FROM session s JOIN account a ON a.id = s.account_id
+                WHERE s.account_id = \(accountId) AND s.expires_at_ms > \(nowMs)
+                ORDER BY s.created_at_ms, s.device_name, s.token_hash
+                """
+            ).map(Self.sessionRow)
+        }
+    }
+
+    private static func sessionRow(_ row: PostgresRandomAccessRow) throws -> SessionRow {
+        SessionRow(
+            tokenHash: try row.get("token_hash"), accountId: try row.get("account_id"), username: try row.get("username"),
+            appAccountToken: try row.get("app_account_token"), deviceName: try row.get("device_name"),
+            createdAtMs: try row.get("created_at_ms"), lastSeenAtMs: try row.get("last_seen_at_ms"),
+            expiresAtMs: try row.get("expires_at_ms"))
+    }
+
+    // MARK: login throttle
+
+    public func admitAttempt(
+        keys: [String], wait: @escaping @Sendable (String, ThrottleState?) -> Int64,
+        record: @escaping @Sendable (String, ThrottleState?) -> ThrottleState
+    ) async throws -> Int64 {
+        try await pool.write { db in
+            var states: [String: ThrottleState] = [:]
+            for key in keys { states[key] = try Self.throttleState(key, db) }
+            let longest = keys.map { wait($0, states[$0]) }.max() ?? 0
+            guard longest == 0 else { return longest }
+            for key in keys { try Self.saveThrottle(key, record(key, states[key]), db) }
+            return 0
+        }
+    }
+
+    public func updateThrottle(keys: [String], _ update: @escaping @Sendable (String, ThrottleState?) -> ThrottleState?) async throws {
+        try await pool.write { db in
+            for key in keys { try Self.saveThrottle(key, update(key, try Self.throttleState(key, db)), db) }
+        }
+    }
+
+    private static func throttleState(_ key: String, _ db: PostgresSession) throws -> ThrottleState? {
+        try db.one("SELECT failures, window_start_ms, locked_until_ms FROM login_throttle WHERE key = \(key)").map {
+            ThrottleState(
+                failures: Int(try $0.get("failures", as: Int64.self)), windowStartMs: try $0.get("window_start_ms"),
+                lockedUntilMs: try $0.get("locked_until_ms"))
+        }
+    }
+
+    private static func saveThrottle(_ key: String, _ next: ThrottleState?, _ db: PostgresSession) throws {
+        if let next {
+            try db.execute(
+                """
+                INSERT INTO login_throttle (key, failures, window_start_ms, locked_until_ms)
+                VALUES (\(key), \(Int64(next.failures)), \(next.windowStartMs), \(next.lockedUntilMs))
+                ON CONFLICT (key) DO UPDATE SET failures = excluded.failures, window_start_ms = excluded.window_start_ms,
+                                                locked_until_ms = excluded.locked_until_ms
+                """)
+        } else {
+            try db.execute("DELETE FROM login_throttle WHERE key = \(key)")
+        }
+    }
+}

@@ -1,0 +1,96 @@
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import PostgresNIO
+
+/// Hears `NOTIFY <channel>` from the other instances of a service, on a connection of its own (a pooled
+/// connection cannot listen: it goes back to the pool between transactions).
+///
+/// `onChange` runs for every notification and once each time the listener (re)connects: a notification sent
+/// while no connection was listening is gone, so after a gap the caller must re-read what it caches. A lost
+/// connection is opened again after a short, growing pause (0.1 s up to 5 s) until `stop`.
+public final class PostgresListener: Sendable {
+    private let pool: PostgresPool
+    public let channel: String
+    private let onChange: @Sendable () async -> Void
+    private let state = NIOLockedValueBox(State())
+
+    private struct State {
+        var stopped = false
+        var connection: PostgresConnection?
+        var task: Task<Void, Never>?
+    }
+
+    /// Starts listening at once. `channel` is lowercase letters and underscores.
+    public init(pool: PostgresPool, channel: String, onChange: @escaping @Sendable () async -> Void) throws {
+        guard !channel.isEmpty, channel.allSatisfy({ ("a"..."z").contains($0) || $0 == "_" }) else {
+            throw PostgresURL.Invalid(description: "a channel name is lowercase letters and underscores")
+        }
+        self.pool = pool
+        self.channel = channel
+        self.onChange = onChange
+        let task = Task { await self.run() }
+        state.withLockedValue { $0.task = task }
+    }
+
+    /// Stops listening and closes the connection; `onChange` is not called after this returns, except by a call
+    /// already running.
+    public func stop() {
+        let (connection, task) = state.withLockedValue { s in
+            s.stopped = true
+            defer { s.connection = nil }
+            return (s.connection, s.task)
+        }
+        if let connection { pool.discard(connection) }
+        task?.cancel()
+    }
+
+    private var stopped: Bool { state.withLockedValue { $0.stopped } }
+
+    private func run() async {
+        var pause = Duration.milliseconds(100)
+        while !stopped {
+            do {
+                let id = pool.ids.withLockedValue { id in
+                    id += 1
+                    return id
+                }
+                let connection = try await PostgresConnection.connect(
+                    on: MultiThreadedEventLoopGroup.singleton.any(), configuration: pool.configuration, id: id,
+                    logger: pool.logger)
+                let kept = state.withLockedValue { s in
+                    guard !s.stopped else { return false }
+                    s.connection = connection
+                    return true
+                }
+                guard kept else {
+                    pool.discard(connection)
+                    return
+                }
+                try await connection.listen(on: channel) { notifications in
+                    pause = .milliseconds(100)
+                    await onChange()  // whatever changed while nobody listened
+                    for try await _ in notifications {
+                        guard !stopped else { return }
+                        await onChange()
+                    }
+                }
+            } catch {
+                if !stopped {
+                    pool.logger.warning(
+                        "lost the database listener; re-reading when it is back",
+                        metadata: ["channel": "\(channel)", "error": "\(PostgresPool.describe(error))"])
+                }
+            }
+            let lost = state.withLockedValue { s in
+                defer { s.connection = nil }
+                return s.connection
+            }
+            if let lost { pool.discard(lost) }
+            guard !stopped else { return }
+            try? await Task.sleep(for: pause)
+            pause = min(pause * 2, .seconds(5))
+        }
+    }
+}

@@ -1,0 +1,98 @@
+import Foundation
+import JSONRPC
+import NIOCore
+import RPCTestSupport
+import RPCTransport
+import Testing
+
+private enum WhoAmI: RPCMethod {
+    typealias Params = EmptyParams
+    typealias Result = String
+    static let name = "test.whoami"
+    static let summary = "The instance's name."
+}
+
+/// One client over several instances of a service (`host:port,host:port`): calls spread over them, an instance
+/// that cannot be reached is taken out and its calls go to the others.
+@Suite struct InstancesClientTests {
+    static func instance(_ name: String) async throws -> RPCServer {
+        var router = RPCRouter()
+        router.registerImmediate(WhoAmI.self) { _, _ in name }
+        return try await TestServer.start(router: router)
+    }
+
+    static func calls(_ client: RPCClient, _ count: Int) async throws -> [String: Int] {
+        try await withThrowingTaskGroup(of: String.self) { group in
+            for _ in 0..<count { group.addTask { try await client.call(WhoAmI.self, EmptyParams()) } }
+            var seen: [String: Int] = [:]
+            for try await name in group { seen[name, default: 0] += 1 }
+            return seen
+        }
+    }
+
+    @Test func callsAreSpreadEvenlyOverTheInstances() async throws {
+        let servers = [try await Self.instance("a"), try await Self.instance("b"), try await Self.instance("c")]
+        defer { Task { for s in servers { await s.shutdown() } } }
+        let client = try RPCClient(
+            address: servers.map { "127.0.0.1:\($0.localPort!)" }.joined(separator: ","), configuration: .init(connections: 2))
+        defer { Task { await client.close() } }
+        #expect(try await Self.calls(client, 300) == ["a": 100, "b": 100, "c": 100])
+        #expect(client.ejectedInstances.isEmpty)
+    }
+
+    @Test func anInstanceThatIsDownIsTakenOutAndNoCallFails() async throws {
+        let a = try await Self.instance("a")
+        let b = try await Self.instance("b")
+        let down = try LoopbackPort.free()  // nothing listens here
+        defer {
+            Task {
+                await a.shutdown(); await b.shutdown()
+            }
+        }
+        let client = try RPCClient(address: "127.0.0.1:\(a.localPort!),127.0.0.1:\(down),127.0.0.1:\(b.localPort!)")
+        defer { Task { await client.close() } }
+        let seen = try await Self.calls(client, 300)
+        #expect(seen.values.reduce(0, +) == 300, "every call answered")
+        #expect(Set(seen.keys) == ["a", "b"])
+        #expect(client.ejectedInstances == ["127.0.0.1:\(down)"])
+
+        // An instance that stops while in use: a call sent on a connection the client has not yet seen close
+        // may fail, as retryable `unavailable` (it may have run: only the caller can retry it, with its key);
+        // then the instance is out and every call goes to the other one.
+        let stopped = "127.0.0.1:\(a.localPort!)"
+        await a.shutdown()
+        let during = await withTaskGroup(of: String.self) { group in
+            for _ in 0..<100 {
+                group.addTask {
+                    do { return try await client.call(WhoAmI.self, EmptyParams()) } catch let e as RPCError {
+                        return e.knownCode == .unavailable ? "unavailable" : "\(e)"
+                    } catch { return "\(error)" }
+                }
+            }
+            var all: Set<String> = []
+            for await outcome in group { all.insert(outcome) }
+            return all
+        }
+        #expect(during.isSubset(of: ["b", "unavailable"]), "\(during)")
+        #expect(try await Self.calls(client, 100) == ["b": 100])
+        #expect(Set(client.ejectedInstances) == ["127.0.0.1:\(down)", stopped])
+    }
+
+    @Test func whenNoInstanceCanBeReachedTheCallIsUnavailable() async throws {
+        let client = try RPCClient(address: "127.0.0.1:\(try LoopbackPort.free()),127.0.0.1:\(try LoopbackPort.free())")
+        defer { Task { await client.close() } }
+        let error = await rpcError { try await client.call(WhoAmI.self, EmptyParams()) }
+        #expect(error?.knownCode == .unavailable)
+        #expect(error?.reason == "connectFailed")
+        #expect(client.ejectedInstances.count == 2)
+    }
+
+    @Test func addressListsAreParsedStrictly() throws {
+        let parsed = try RPCClient.parseAddresses("10.0.0.5:7101, accounts-2:7101,[::1]:7101")
+        #expect(parsed.map { "\($0.host) \($0.port)" } == ["10.0.0.5 7101", "accounts-2 7101", "::1 7101"])
+        for bad in ["", "a:1,", "a:1,a:1", "a:1,b", "a:1,b:70000", ",a:1"] {
+            #expect(throws: RPCError.self, "\(bad)") { try RPCClient.parseAddresses(bad) }
+        }
+        #expect(try RPCClient(address: "127.0.0.1:1,127.0.0.1:2").address == "127.0.0.1:1,127.0.0.1:2")
+    }
+}
