@@ -73,82 +73,104 @@ import Testing
         case spend(session: Int, key: String, amount: Int64)
     }
 
-    @Test func killedAtRandomMomentsItLosesNothingAndGrantsNothingTwice() async throws {
-        let environment = ProcessInfo.processInfo.environment
-        let kills = Int(environment["IAP_CRASH_KILLS"] ?? "") ?? 20
-        let purchases = Int(environment["IAP_CRASH_PURCHASES"] ?? "") ?? 240
+    struct CrashRun {
+        let redeemIds: [String]
+        /// Idempotency key -> the balance the spend was answered with.
+        let acknowledgedSpends: [String: Int64]
+        let kills: Int
+        let operations: Int
+        let attempts: Int
+    }
+
+    /// Redeems `purchases` purchases and makes as many spends through `instances` (one client over all of them),
+    /// each retried until acknowledged, while one instance at a time is SIGKILLed at random moments (`kills`
+    /// times) and restarted.
+    static func runUnderKills(suite: SuiteFixture, instances: [FulfillmentProcess], kills: Int, purchases: Int) async throws -> CrashRun {
         let spends = purchases
-        try await SuiteFixture.with { suite in
-            let dataDir = suite.directory.appendingPathComponent("crash-fulfillment")
-            let service = FulfillmentProcess(port: try LoopbackPort.free(), dataDir: dataDir, suite: suite)
-            try await service.start()
+        var sessions: [String] = []
+        for i in 0..<8 { sessions.append(try await suite.register("crash-\(i)").session) }
+        var ops: [Op] = []
+        for i in 0..<purchases {
+            let bought = try await suite.buy("crash-\(i)@icloud", "coins.100")
+            ops.append(.redeem(session: i % sessions.count, receipt: bought.receiptData, transactionId: bought.transactionId))
+        }
+        for i in 0..<spends { ops.append(.spend(session: i % sessions.count, key: "spend-\(i)", amount: 7)) }
+        ops.shuffle()
+        let allOps = ops
+        let redeemIds = ops.compactMap { op -> String? in if case let .redeem(_, _, t) = op { return t } else { return nil } }
 
-            var sessions: [String] = []
-            for i in 0..<8 { sessions.append(try await suite.register("crash-\(i)").session) }
-            var ops: [Op] = []
-            for i in 0..<purchases {
-                let bought = try await suite.buy("crash-\(i)@icloud", "coins.100")
-                ops.append(.redeem(session: i % sessions.count, receipt: bought.receiptData, transactionId: bought.transactionId))
-            }
-            for i in 0..<spends { ops.append(.spend(session: i % sessions.count, key: "spend-\(i)", amount: 7)) }
-            ops.shuffle()
-            let allOps = ops
-            let redeemIds = ops.compactMap { op -> String? in if case let .redeem(_, _, t) = op { return t } else { return nil } }
-
-            // Clients: each op is retried until acknowledged (a reply, success or refusal). Acknowledged
-            // spends keep the balance they were answered with.
-            let client = RPCClient(host: "127.0.0.1", port: service.port, configuration: .init(connections: 4, callTimeout: .seconds(10)))
-            let next = NIOLockedValueBox(0)
-            let acknowledgedSpends = NIOLockedValueBox<[String: Int64]>([:])
-            let attempts = NIOLockedValueBox(0)
-            let sessionsCopy = sessions
-            let load = Task {
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    for _ in 0..<12 {
-                        group.addTask {
+        // Clients: each op is retried until acknowledged (a reply, success or refusal). Acknowledged
+        // spends keep the balance they were answered with.
+        let client = try RPCClient(
+            address: instances.map { "127.0.0.1:\($0.port)" }.joined(separator: ","),
+            configuration: .init(connections: 4, callTimeout: .seconds(10)))
+        let next = NIOLockedValueBox(0)
+        let acknowledgedSpends = NIOLockedValueBox<[String: Int64]>([:])
+        let attempts = NIOLockedValueBox(0)
+        let sessionsCopy = sessions
+        let load = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<12 {
+                    group.addTask {
+                        while true {
+                            let index = next.withLockedValue { v in
+                                defer { v += 1 }; return v
+                            }
+                            guard index < allOps.count else { return }
                             while true {
-                                let index = next.withLockedValue { v in
-                                    defer { v += 1 }; return v
-                                }
-                                guard index < allOps.count else { return }
-                                while true {
-                                    attempts.withLockedValue { $0 += 1 }
-                                    do {
-                                        switch allOps[index] {
-                                        case let .redeem(s, receipt, _):
-                                            _ = try await client.call(FulfillmentRedeem.self, .init(session: sessionsCopy[s], receiptData: receipt))
-                                        case let .spend(s, key, amount):
-                                            let balance = try await client.call(
-                                                FulfillmentSpendCoins.self,
-                                                .init(session: sessionsCopy[s], amount: amount, idempotencyKey: key))
-                                            acknowledgedSpends.withLockedValue { $0[key] = balance.balance }
-                                        }
-                                        break
-                                    } catch let error as RPCError where error.knownCode == .unavailable || error.knownCode == .internalError {
-                                        try await Task.sleep(nanoseconds: 5_000_000)  // the service is down: try again shortly
-                                    } catch let error as RPCError where error.knownCode == .insufficientFunds {
-                                        break  // acknowledged: refused, nothing changed
+                                attempts.withLockedValue { $0 += 1 }
+                                do {
+                                    switch allOps[index] {
+                                    case let .redeem(s, receipt, _):
+                                        _ = try await client.call(FulfillmentRedeem.self, .init(session: sessionsCopy[s], receiptData: receipt))
+                                    case let .spend(s, key, amount):
+                                        let balance = try await client.call(
+                                            FulfillmentSpendCoins.self,
+                                            .init(session: sessionsCopy[s], amount: amount, idempotencyKey: key))
+                                        acknowledgedSpends.withLockedValue { $0[key] = balance.balance }
                                     }
+                                    break
+                                } catch let error as RPCError where error.knownCode == .unavailable || error.knownCode == .internalError {
+                                    try await Task.sleep(nanoseconds: 5_000_000)  // the service is down: try again shortly
+                                } catch let error as RPCError where error.knownCode == .insufficientFunds {
+                                    break  // acknowledged: refused, nothing changed
                                 }
                             }
                         }
                     }
-                    try await group.waitForAll()
                 }
+                try await group.waitForAll()
             }
+        }
 
-            // Kill it at random moments while the load runs, and bring it back.
-            var performed = 0
-            while performed < kills {
-                try await Task.sleep(nanoseconds: UInt64.random(in: 30_000_000...250_000_000))  // a random moment, not a sync point
-                await service.kill()
-                performed += 1
-                try await service.start()
-            }
-            try await load.value
-            await client.close()
-            await service.kill()
+        // Kill one instance at random moments while the load runs, and bring it back.
+        var performed = 0
+        while performed < kills {
+            try await Task.sleep(nanoseconds: UInt64.random(in: 30_000_000...250_000_000))  // a random moment, not a sync point
+            let victim = instances.randomElement()!
+            await victim.kill()
+            performed += 1
+            try await victim.start()
+        }
+        try await load.value
+        await client.close()
+        for instance in instances { await instance.kill() }
+        return CrashRun(
+            redeemIds: redeemIds, acknowledgedSpends: acknowledgedSpends.withLockedValue { $0 }, kills: performed,
+            operations: allOps.count, attempts: attempts.withLockedValue { $0 })
 
+    }
+
+    @Test func killedAtRandomMomentsItLosesNothingAndGrantsNothingTwice() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let kills = Int(environment["IAP_CRASH_KILLS"] ?? "") ?? 20
+        let purchases = Int(environment["IAP_CRASH_PURCHASES"] ?? "") ?? 240
+        try await SuiteFixture.with { suite in
+            let dataDir = suite.directory.appendingPathComponent("crash-fulfillment")
+            let service = FulfillmentProcess(port: try LoopbackPort.free(), dataDir: dataDir, suite: suite)
+            try await service.start()
+            let run = try await Self.runUnderKills(suite: suite, instances: [service], kills: kills, purchases: purchases)
+            let redeemIds = run.redeemIds
             // The database as the last crash left it.
             let db = try DatabaseQueue(path: dataDir.appendingPathComponent("fulfillment.sqlite").path)
             try await db.read { db in
@@ -169,7 +191,7 @@ import Testing
                             SELECT idempotencyKey, balance FROM ledger WHERE kind = 'spend'
                             """
                     ).map { ($0["idempotencyKey"], $0["balance"]) })
-                let acknowledged = acknowledgedSpends.withLockedValue { $0 }
+                let acknowledged = run.acknowledgedSpends
                 #expect(acknowledged.allSatisfy { spendRows[$0.key] == $0.value }, "every acknowledged spend is there, once, as answered")
                 #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ledger WHERE kind = 'spend'") == spendRows.count)
                 let mismatched = try Int.fetchOne(
@@ -183,7 +205,61 @@ import Testing
                 #expect(total == Int64(redeemIds.count) * 100 - Int64(spendRows.count) * 7)
                 #expect(try String.fetchOne(db, sql: "PRAGMA integrity_check") == "ok")
             }
-            print("crash safety: \(performed) SIGKILLs, \(allOps.count) operations, \(attempts.withLockedValue { $0 }) attempts")
+            print("crash safety: \(run.kills) SIGKILLs, \(run.operations) operations, \(run.attempts) attempts")
+        }
+    }
+}
+
+/// The crash test on PostgreSQL with three fulfillment instances on one database: one client spreads the load
+/// over all three, a random instance is SIGKILLed at random moments (its open transactions roll back) and
+/// restarted, and a retried operation may land on another instance than its first attempt. The same invariants
+/// as on SQLite, read from the database with psql.
+@Suite(.serialized, .enabled(if: TestPostgres.isAvailable, "PostgreSQL is not installed"))
+struct PostgresCrashSafetyTests {
+    @Test func threeInstancesKilledAtRandomLoseNothingAndGrantNothingTwice() async throws {
+        let environment = ProcessInfo.processInfo.environment
+        let kills = Int(environment["IAP_CRASH_KILLS"] ?? "") ?? 20
+        let purchases = Int(environment["IAP_CRASH_PURCHASES"] ?? "") ?? 240
+        try await SuiteFixture.with { suite in
+            let url = try await TestPostgres.newDatabase()
+            var instances: [CrashSafetyTests.FulfillmentProcess] = []
+            for i in 0..<3 {
+                instances.append(
+                    CrashSafetyTests.FulfillmentProcess(
+                        port: try LoopbackPort.free(), dataDir: suite.directory.appendingPathComponent("crash-pg-\(i)"), suite: suite,
+                        extraArguments: ["--database-url", url, "--database-pool-size", "4"]))
+            }
+            for instance in instances { try await instance.start() }
+            let run = try await CrashSafetyTests.runUnderKills(suite: suite, instances: instances, kills: kills, purchases: purchases)
+
+            func rows(_ sql: String) async throws -> [String: Int64] {
+                var out: [String: Int64] = [:]
+                for line in try await TestPostgres.psql(url, sql).split(separator: "\n") {
+                    let parts = line.split(separator: "|")
+                    out[String(parts[0])] = Int64(parts[1])
+                }
+                return out
+            }
+            func number(_ sql: String) async throws -> Int64 { Int64(try await TestPostgres.psql(url, sql)) ?? -1 }
+
+            let grants = try await rows("SELECT transaction_id, COUNT(*) FROM fulfillment.ledger WHERE kind = 'grant' GROUP BY transaction_id")
+            #expect(grants.count == run.redeemIds.count, "every purchase granted")
+            #expect(run.redeemIds.allSatisfy { grants[$0] == 1 }, "each exactly once")
+            #expect(try await number("SELECT COUNT(*) FROM fulfillment.processed_transaction") == Int64(run.redeemIds.count))
+            let spendRows = try await rows("SELECT idempotency_key, balance FROM fulfillment.ledger WHERE kind = 'spend'")
+            #expect(
+                run.acknowledgedSpends.allSatisfy { spendRows[$0.key] == $0.value }, "every acknowledged spend is there, once, as answered")
+            #expect(try await number("SELECT COUNT(*) FROM fulfillment.ledger WHERE kind = 'spend'") == Int64(spendRows.count))
+            let mismatched = try await number(
+                """
+                SELECT COUNT(*) FROM fulfillment.wallet w LEFT JOIN (
+                    SELECT account_id, scope, SUM(delta) AS total FROM fulfillment.ledger GROUP BY account_id, scope) l
+                ON l.account_id = w.account_id AND l.scope = w.scope WHERE w.balance != COALESCE(l.total, 0)
+                """)
+            #expect(mismatched == 0, "balance = sum of ledger for every account")
+            let total = try await number("SELECT COALESCE(SUM(balance), 0) FROM fulfillment.wallet")
+            #expect(total == Int64(run.redeemIds.count) * 100 - Int64(spendRows.count) * 7)
+            print("crash safety on PostgreSQL, 3 instances: \(run.kills) SIGKILLs, \(run.operations) operations, \(run.attempts) attempts")
         }
     }
 }
