@@ -129,6 +129,41 @@ for name, service in services.items():
             problems.append(f"{name}: uses ${{{used}}}, which compose/.env does not define")
 
 
+# Each service gets only the tokens it checks or presents (the simulator none).
+needed_tokens = {
+    "accounts": {"IAP_INTERNAL_TOKEN"}, "catalog": {"IAP_ADMIN_TOKEN"}, "verification": {"IAP_INTERNAL_TOKEN"},
+    "fulfillment": {"IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN"}, "edge": {"IAP_INTERNAL_TOKEN"}, "appstore-sim": set(),
+}
+for name, service in compose.get("services", {}).items():
+    given = {k for k in service.get("environment", {}) if k.endswith("_TOKEN")}
+    if name in needed_tokens and given != needed_tokens[name]:
+        problems.append(f"{name}: given tokens {sorted(given)}, needs {sorted(needed_tokens[name])}")
+
+# compose.postgres.yaml: valid, and every instance of accounts, catalog and fulfillment on the database, with the
+# same command as its first instance, and every caller given every instance.
+pg = yaml.safe_load((root / "compose.postgres.yaml").read_text())
+for error in jsonschema.Draft7Validator(schema).iter_errors(pg):
+    problems.append(f"schema: compose.postgres.yaml: {'/'.join(map(str, error.path))}: {error.message}")
+scaled = merged(production, pg)
+for name in ("accounts", "catalog", "fulfillment"):
+    for instance in (name, f"{name}-2"):
+        service = scaled["services"].get(instance, {})
+        if "IAP_DATABASE_URL" not in service.get("environment", {}):
+            problems.append(f"compose.postgres.yaml: {instance} is not on PostgreSQL")
+        given = {k for k in service.get("environment", {}) if k.endswith("_TOKEN")}
+        if given != needed_tokens[name]:
+            problems.append(f"compose.postgres.yaml: {instance} given tokens {sorted(given)}, needs {sorted(needed_tokens[name])}")
+    first, second = scaled["services"][name].get("command", []), scaled["services"].get(f"{name}-2", {}).get("command", [])
+    if set(flag_names(second)) != set(flag_names(first)) - {"--seed"}:
+        problems.append(f"compose.postgres.yaml: {name}-2 runs {second}, {name} runs {first}")
+for caller, deps in (("fulfillment", ("accounts", "catalog")), ("fulfillment-2", ("accounts", "catalog")),
+                     ("edge", ("accounts", "catalog", "fulfillment"))):
+    env_of = scaled["services"][caller].get("environment", {})
+    for dep in deps:
+        addr = str(env_of.get(f"IAP_{dep.upper()}_ADDR", ""))
+        if addr.split(",") != [f"{dep}:${{IAP_{dep.upper()}_PORT}}", f"{dep}-2:${{IAP_{dep.upper()}_PORT}}"]:
+            problems.append(f"compose.postgres.yaml: {caller} reaches {dep} at {addr!r}, not at both instances")
+
 for pair in sys.argv[2:]:  # the DESIGN.md ports, as the Swift code has them
     name, _, port = pair.partition("=")
     key = f"IAP_{name.upper()}_PORT"

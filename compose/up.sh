@@ -5,6 +5,15 @@
 #   everything is, and stops them all on Ctrl-C (SIGINT/SIGTERM: each drains and closes its database).
 # Tokens: IAP_INTERNAL_TOKEN and IAP_ADMIN_TOKEN if set, otherwise random ones kept (mode 0600) in
 # the data directory so they survive restarts.
+#
+# The PostgreSQL flavour: IAP_POSTGRES=1 compose/up.sh
+#   accounts, catalog and fulfillment keep their records in PostgreSQL instead of SQLite, and run
+#   IAP_INSTANCES (default 2) instances each, the second on its port + 100 (7201, 7202, 7204), every
+#   client given all of them (IAP_ACCOUNTS_ADDR=127.0.0.1:7101,127.0.0.1:7201 ...). The database is
+#   IAP_DATABASE_URL when set (a server you run); otherwise a local PostgreSQL server (Debian's package,
+#   /usr/lib/postgresql/*/bin) is started in $IAP_DATA_DIR/postgres on 127.0.0.1:$IAP_POSTGRES_PORT
+#   (default 7432) with a password kept in $IAP_DATA_DIR/postgres-password, as the `postgres` user when
+#   run as root (initdb refuses root), with durable commits (synchronous_commit=on), and stopped with the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Ports: compose/.env, the same file compose.yaml takes them from.
@@ -38,6 +47,51 @@ export IAP_EDGE_PUBLIC_URL=$IAP_EDGE_URL
 compose/dev-cert.sh "$IAP_DATA_DIR/edge-tls"
 export IAP_EDGE_CA=${IAP_EDGE_CA:-$IAP_DATA_DIR/edge-tls/cert.pem}
 
+pg_stop=()
+if [[ ${IAP_POSTGRES:-0} == 1 ]]; then
+  instances=${IAP_INSTANCES:-2}
+  if [[ -z ${IAP_DATABASE_URL:-} ]]; then
+    pgbin=$(find /usr/lib/postgresql -maxdepth 2 -name bin -type d 2>/dev/null | sort -V | tail -1)
+    [[ -x $pgbin/initdb ]] || { echo "IAP_POSTGRES=1 needs PostgreSQL (apt-get install postgresql) or IAP_DATABASE_URL" >&2; exit 1; }
+    pgport=${IAP_POSTGRES_PORT:-7432}
+    pgdir=$IAP_DATA_DIR/postgres
+    pgpass=$(secret postgres-password)
+    as_pg=()
+    mkdir -p "$pgdir"
+    if [[ $(id -u) == 0 ]]; then
+      as_pg=(runuser -u postgres --)
+      chown postgres "$pgdir"
+      chmod 700 "$pgdir"
+    fi
+    if [[ ! -s $pgdir/PG_VERSION ]]; then
+      pwfile=$(mktemp)
+      printf '%s\n' "$pgpass" >"$pwfile"
+      [[ $(id -u) == 0 ]] && chown postgres "$pwfile"
+      "${as_pg[@]}" "$pgbin/initdb" -D "$pgdir" -U iap --auth=scram-sha-256 --pwfile="$pwfile" >"$IAP_DATA_DIR/logs/initdb.log" 2>&1 ||
+        { rm -f "$pwfile"; echo "initdb failed; see $IAP_DATA_DIR/logs/initdb.log (the postgres user must be able to reach $pgdir)" >&2; exit 1; }
+      rm -f "$pwfile"
+    fi
+    touch "$IAP_DATA_DIR/logs/postgres.log"
+    [[ $(id -u) == 0 ]] && chown postgres "$IAP_DATA_DIR/logs/postgres.log"
+    "${as_pg[@]}" "$pgbin/pg_ctl" -D "$pgdir" -l "$IAP_DATA_DIR/logs/postgres.log" -w start \
+      -o "-p $pgport -k $pgdir -c listen_addresses=127.0.0.1 -c synchronous_commit=on -c max_connections=300" >/dev/null
+    pg_stop=("${as_pg[@]}" "$pgbin/pg_ctl" -D "$pgdir" -m fast -w stop)
+    trap '"${pg_stop[@]}" >/dev/null 2>&1 || true' EXIT  # until the suite's own stop takes over, below
+    export IAP_DATABASE_URL=postgres://iap:$pgpass@127.0.0.1:$pgport/iap
+    if ! PGPASSWORD=$pgpass "$pgbin/psql" -h 127.0.0.1 -p "$pgport" -U iap -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'iap'" | grep -q 1; then
+      PGPASSWORD=$pgpass "$pgbin/createdb" -h 127.0.0.1 -p "$pgport" -U iap iap
+    fi
+    echo "  postgres      127.0.0.1:$pgport  (data: $pgdir, log: $IAP_DATA_DIR/logs/postgres.log)"
+  fi
+  addresses() {  # addresses PORT: every instance's address, comma-separated
+    local list="" k
+    for ((k = 0; k < instances; k++)); do list+="${list:+,}127.0.0.1:$(($1 + 100 * k))"; done
+    printf '%s' "$list"
+  }
+  export IAP_ACCOUNTS_ADDR=$(addresses "$IAP_ACCOUNTS_PORT") IAP_CATALOG_ADDR=$(addresses "$IAP_CATALOG_PORT")
+  export IAP_FULFILLMENT_ADDR=$(addresses "$IAP_FULFILLMENT_PORT")
+fi
+
 # name executable port [flags]: every service of DESIGN.md section 1.
 # In start order: the simulator first, since verification trusts the roots it writes on first start
 # (and uses its HTTP verifyReceipt endpoints for mode remote/auto, and its App Store Server API with the
@@ -53,6 +107,19 @@ services=(
   "fulfillment fulfillment-service $IAP_FULFILLMENT_PORT --dependency-timeout-ms $IAP_DEPENDENCY_TIMEOUT_MS --content-dir $IAP_DATA_DIR/content --offer-key $IAP_DATA_DIR/sim-pki/offer-key.p8"
   "edge edge-service $IAP_EDGE_PORT --tls-cert $IAP_DATA_DIR/edge-tls/cert.pem --tls-key $IAP_DATA_DIR/edge-tls/key.pem --content-dir $IAP_DATA_DIR/content"
 )
+
+# The PostgreSQL flavour: the further instances of accounts, catalog and fulfillment, each right after its first.
+if [[ ${IAP_POSTGRES:-0} == 1 ]]; then
+  expanded=()
+  for entry in "${services[@]}"; do
+    expanded+=("$entry")
+    read -r name exe port extra <<<"$entry"
+    if [[ $name == accounts || $name == catalog || $name == fulfillment ]]; then
+      for ((k = 1; k < instances; k++)); do expanded+=("$name-$((k + 1)) $exe $((port + 100 * k)) $extra"); done
+    fi
+  done
+  services=("${expanded[@]}")
+fi
 
 # The demo catalog's downloadable content (levels.pack1 grants levels-pack-1.zip): 4 MiB, so a
 # download shows progress and can be resumed; its SHA-256 is checked by the client.
@@ -88,6 +155,7 @@ stop() {
     kill -KILL "${pids[$i]}" 2>/dev/null || true
   done
   wait || true
+  if ((${#pg_stop[@]})); then "${pg_stop[@]}" >/dev/null 2>&1 || true; fi
 }
 trap stop INT TERM EXIT
 
@@ -99,6 +167,22 @@ for entry in "${services[@]}"; do  # a port already taken would make a health ch
     exit 1
   fi
 done
+
+# rotate FILE: appends its input to FILE; past IAP_LOG_MAX_BYTES (default 10 MiB) FILE becomes FILE.1 (FILE.1
+# becomes FILE.2, ... up to IAP_LOG_KEEP, default 5, the oldest dropped), so logs never grow without bound.
+rotate() {
+  local file=$1 max=${IAP_LOG_MAX_BYTES:-10485760} keep=${IAP_LOG_KEEP:-5} size line i
+  size=$(stat -c %s "$file" 2>/dev/null || echo 0)
+  while IFS= read -r line || [[ -n $line ]]; do
+    printf '%s\n' "$line" >>"$file"
+    size=$((size + ${#line} + 1))
+    if ((size >= max)); then
+      for ((i = keep - 1; i >= 1; i--)); do [[ -f $file.$i ]] && mv -f "$file.$i" "$file.$((i + 1))"; done
+      mv -f "$file" "$file.1"
+      size=0
+    fi
+  done
+}
 
 health() {  # health PORT: prints the health.check reply line, or nothing
   { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
@@ -121,7 +205,7 @@ for entry in "${services[@]}"; do  # start each, and wait until it is healthy be
   data=(--data-dir "$IAP_DATA_DIR")
   [[ $name == edge ]] && data=()  # the edge keeps no data
   # shellcheck disable=SC2086  # extra flags are words on purpose
-  "$bin/$exe" --port "$port" "${data[@]}" $extra >>"$IAP_DATA_DIR/logs/$name.log" 2>&1 &
+  "$bin/$exe" --port "$port" "${data[@]}" $extra > >(rotate "$IAP_DATA_DIR/logs/$name.log") 2>&1 &
   pid=$!
   pids+=("$pid")
   names+=("$name")

@@ -65,6 +65,15 @@ public final class PostgresPool: Sendable {
         try await run(begin: "BEGIN ISOLATION LEVEL SERIALIZABLE", body)
     }
 
+    /// `write`, but first waits for an advisory lock on each of `keys` (say, the account whose wallet it changes),
+    /// held until the transaction has ended: writers of one hot row queue up instead of aborting each other with
+    /// serialization failures (measured: 32 concurrent spends on 32 accounts exhausted the retries without it).
+    /// The lock is taken before BEGIN, so the transaction's snapshot already sees the previous holder's commit.
+    @discardableResult
+    public func write<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
+        try await run(begin: "BEGIN ISOLATION LEVEL SERIALIZABLE", locking: keys, body)
+    }
+
     /// Runs `body` in one read-only transaction over one snapshot (REPEATABLE READ).
     public func read<T: Sendable>(_ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
         try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
@@ -88,9 +97,11 @@ public final class PostgresPool: Sendable {
         try blocking(begin: nil, body)
     }
 
-    private func run<T: Sendable>(begin: String?, _ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
+    private func run<T: Sendable>(
+        begin: String?, locking keys: [String] = [], _ body: @escaping @Sendable (PostgresSession) throws -> T
+    ) async throws -> T {
         do {
-            return try await threads.runIfActive { try self.blocking(begin: begin, body) }
+            return try await threads.runIfActive { try self.blocking(begin: begin, locking: keys, body) }
         } catch let error as NIOThreadPoolError.ThreadPoolInactive {
             _ = error
             throw RPCError.unavailable("the database pool is closed", reason: "storageUnavailable")
@@ -98,14 +109,25 @@ public final class PostgresPool: Sendable {
     }
 
     /// On a pool thread: one connection, attempts until one commits or a failure is final.
-    private func blocking<T>(begin: String?, _ body: (PostgresSession) throws -> T) throws -> T {
+    private func blocking<T>(begin: String?, locking keys: [String] = [], _ body: (PostgresSession) throws -> T) throws -> T {
         var attempt = 0
         while true {
             attempt += 1
             let connection = try checkout()
             let session = PostgresSession(connection: connection, logger: logger)
+            // Advisory locks end with the session, not the transaction: released before the connection is reused
+            // (a connection that cannot release them is closed, which releases them).
+            func checkin(_ connection: PostgresConnection) {
+                if !keys.isEmpty, (try? session.execute("SELECT pg_advisory_unlock_all()")) == nil {
+                    discard(connection)
+                } else {
+                    self.checkin(connection)
+                }
+            }
             var committing = false
             do {
+                // Sorted, so two transactions wanting the same keys cannot wait for each other.
+                for key in Set(keys).sorted() { try session.execute("SELECT pg_advisory_lock(hashtextextended(\(key), 0))") }
                 if let begin { try session.execute(PostgresQuery(unsafeSQL: begin)) }
                 let value = try body(session)
                 if begin != nil {

@@ -17,10 +17,13 @@ public struct RPCClientConfiguration: Sendable {
     public var callTimeout: TimeAmount = .seconds(10)
     /// Longest reply line accepted (content chunks can be large).
     public var maxLineBytes: Int = 32 * 1024 * 1024
+    /// TLS to the peer (its certificate checked against the given roots); nil: plain TCP.
+    public var tls: RPCClientTLS?
 
-    public init(connections: Int = 1, callTimeout: TimeAmount = .seconds(10)) {
+    public init(connections: Int = 1, callTimeout: TimeAmount = .seconds(10), tls: RPCClientTLS? = nil) {
         self.connections = connections
         self.callTimeout = callTimeout
+        self.tls = tls
     }
 }
 
@@ -205,12 +208,15 @@ public final class RPCClient: Sendable {
     private func connect(_ endpoint: Endpoint) -> EventLoopFuture<any Channel> {
         let maxLine = configuration.maxLineBytes
         let address = endpoint.address
+        let tls = configuration.tls
+        let host = endpoint.host
         let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(configuration.connectTimeout)
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 do {
                     let sync = channel.pipeline.syncOperations
+                    if let tls { try sync.addHandler(try tls.handler(host: host)) }
                     try sync.addHandler(ByteToMessageHandler(LineFrameDecoder(maxLineBytes: maxLine)))
                     try sync.addHandler(RPCClientHandler(peer: address))
                     return channel.eventLoop.makeSucceededVoidFuture()

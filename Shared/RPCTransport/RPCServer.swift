@@ -124,6 +124,7 @@ public final class RPCServer: Service, Sendable {
                 channel.closeFuture.whenComplete { _ in self.forget(connectionID, address: address) }
                 do {
                     let sync = channel.pipeline.syncOperations
+                    if let tls = config.tls { try sync.addHandler(tls.handler()) }
                     try sync.addHandler(IdleStateHandler(readTimeout: config.idleTimeout))
                     try sync.addHandler(PartialLineDeadlineHandler(deadline: config.partialLineTimeout, logger: shared.logger))
                     try sync.addHandler(ByteToMessageHandler(LineFrameDecoder(maxLineBytes: config.maxLineBytes)))
@@ -141,6 +142,7 @@ public final class RPCServer: Service, Sendable {
             "listening",
             metadata: [
                 "address": "\(config.host):\(channel.localAddress?.port ?? config.port)",
+                "tls": "\(config.tls == nil ? "off" : config.tls!.requiresClientCertificate ? "mutual" : "on")",
                 "methods": "\(shared.router.methodNames.count)",
             ])
         return channel

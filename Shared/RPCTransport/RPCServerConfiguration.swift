@@ -39,6 +39,8 @@ public struct RPCServerConfiguration: Sendable {
     public var blockingThreads: Int = max(1, System.coreCount / 2)
     /// Where metrics go; nil uses the process-wide `MetricsSystem` (what a deployment bootstraps).
     public var metricsFactory: (any MetricsFactory)?
+    /// TLS on the listener (and mutual TLS when it has a client CA); nil: plain TCP.
+    public var tls: RPCServerTLS?
     /// Probes of the services this one calls, reported by `health.check`.
     public var healthProbes: [HealthProbe] = []
 

@@ -1,19 +1,36 @@
 import JSONRPC
 import Logging
+import Synchronization
 
 /// The one check for the suite's shared secrets: admin methods (`adminToken`) and service-to-service
 /// methods (`internalToken`). Refuses when none is configured; compares in constant time.
 public enum TokenGate: String, Sendable {
     case admin, `internal`
 
+    /// Checks `presented` against the configured token and, while a rotation is under way, the previous one
+    /// (`IAP_ADMIN_TOKEN_PREVIOUS` / `IAP_INTERNAL_TOKEN_PREVIOUS`, read at start by `Environment.token`).
     public func check(_ presented: String?, configured: String?) throws(RPCError) {
+        try check(presented, configured: configured, previous: Self.previous.withLock { $0[self] })
+    }
+
+    public func check(_ presented: String?, configured: String?, previous: String?) throws(RPCError) {
         let reason = "\(rawValue)TokenRequired"
         guard let configured else {
             throw RPCError.forbidden("\(rawValue) methods are disabled: no \(rawValue) token is configured", reason: reason)
         }
-        guard let presented, SecretComparison.equal(presented, configured) else {
+        guard let presented,
+            SecretComparison.equal(presented, configured) || previous.map({ SecretComparison.equal(presented, $0) }) == true
+        else {
             throw RPCError.forbidden("\(rawValue) token is missing or wrong", reason: reason)
         }
+    }
+
+    /// Tokens being rotated out, accepted next to the configured ones until the process restarts without them.
+    private static let previous = Mutex<[TokenGate: String]>([:])
+
+    /// Accepts `token` as well as the configured one for this gate (nil: only the configured one).
+    public func acceptPrevious(_ token: String?) {
+        Self.previous.withLock { $0[self] = token }
     }
 }
 

@@ -27,7 +27,37 @@ public struct ServiceOptions: ParsableArguments, Sendable {
     @Option(name: .customLong("metrics-host"), help: "Address the metrics port binds (default 127.0.0.1).")
     public var metricsHost: String?
 
+    @Option(
+        name: .customLong("tls-cert"),
+        help: "PEM certificate chain: serve JSON-RPC over TLS 1.2+ (env IAP_TLS_CERT; with --tls-key; default: plain TCP).")
+    public var tlsCert: String?
+
+    @Option(name: .customLong("tls-key"), help: "PEM private key of --tls-cert (env IAP_TLS_KEY). Read once, never logged.")
+    public var tlsKey: String?
+
+    @Option(
+        name: .customLong("tls-client-ca"),
+        help: "PEM roots: accept only clients presenting a certificate that chains to them (mutual TLS; env IAP_TLS_CLIENT_CA).")
+    public var tlsClientCA: String?
+
     public init() {}
+
+    /// The listener's TLS from `--tls-cert`/`--tls-key`/`--tls-client-ca` (or IAP_TLS_*); nil for plain TCP.
+    public func serverTLS() throws -> RPCServerTLS? {
+        let cert = Environment.resolve(tlsCert, env: "IAP_TLS_CERT")
+        let key = Environment.resolve(tlsKey, env: "IAP_TLS_KEY")
+        let clientCA = Environment.resolve(tlsClientCA, env: "IAP_TLS_CLIENT_CA")
+        guard let cert, let key else {
+            if cert != nil || key != nil { throw ValidationError("--tls-cert and --tls-key go together") }
+            if clientCA != nil { throw ValidationError("--tls-client-ca needs --tls-cert and --tls-key") }
+            return nil
+        }
+        do {
+            return try RPCServerTLS(certificateFile: cert, keyFile: key, clientCAFile: clientCA)
+        } catch {
+            throw ValidationError("cannot use the TLS certificate \(cert) and its key: \(error)")
+        }
+    }
 
     var resolvedMetricsPort: Int? { metricsPort ?? Environment.value("IAP_METRICS_PORT").flatMap { Int($0) } }
 
@@ -54,8 +84,9 @@ extension ServiceOptions {
     /// The server settings every service starts from: `--host`/`--port` (or their defaults) and its name.
     /// The JSON-RPC server's settings. With `--metrics-port` this also makes Prometheus the process's metrics
     /// backend, before the server creates its counters.
-    public func serverConfiguration(serviceName: String, defaultPort: Int) -> RPCServerConfiguration {
+    public func serverConfiguration(serviceName: String, defaultPort: Int) throws -> RPCServerConfiguration {
         var configuration = RPCServerConfiguration(serviceName: serviceName, host: resolvedHost(), port: resolvedPort(default: defaultPort))
+        configuration.tls = try serverTLS()
         if resolvedMetricsPort != nil { configuration.metricsFactory = PrometheusMetrics.factory(registry: PrometheusMetrics.bootstrapProcess()) }
         return configuration
     }
@@ -96,15 +127,28 @@ public enum Environment {
 
     /// A secret token from its flag, else its environment variable; nil when neither is set. One that is
     /// set but empty or shorter than `minimumTokenBytes` stops the start with a message saying what to pass.
+    /// A token from its flag or environment variable, at least `minimumTokenBytes` long. For the admin and internal
+    /// tokens, `<NAME>_PREVIOUS` (e.g. `IAP_ADMIN_TOKEN_PREVIOUS`) is accepted as well while set: the old token
+    /// during a rotation (README, "Rotating tokens").
     public static func token(_ flag: String?, flagName: String, env name: String) throws -> String? {
         let given = flag ?? ProcessInfo.processInfo.environment[name]
         guard let given else { return nil }
-        guard given.utf8.count >= minimumTokenBytes else {
-            throw ValidationError(
-                "\(flagName) / \(name) must be at least \(minimumTokenBytes) bytes (it is \(given.utf8.count)); "
-                    + "make one with: head -c 32 /dev/urandom | base64")
+        try checkLength(given, flagName, name)
+        let gate: TokenGate? = name == "IAP_ADMIN_TOKEN" ? .admin : name == "IAP_INTERNAL_TOKEN" ? .internal : nil
+        if let gate {
+            let previous = ProcessInfo.processInfo.environment[name + "_PREVIOUS"].flatMap { $0.isEmpty ? nil : $0 }
+            if let previous { try checkLength(previous, name + "_PREVIOUS", name + "_PREVIOUS") }
+            gate.acceptPrevious(previous)
         }
         return given
+    }
+
+    private static func checkLength(_ token: String, _ flagName: String, _ name: String) throws {
+        guard token.utf8.count >= minimumTokenBytes else {
+            throw ValidationError(
+                "\(flagName) / \(name) must be at least \(minimumTokenBytes) bytes (it is \(token.utf8.count)); "
+                    + "make one with: head -c 32 /dev/urandom | base64")
+        }
     }
 
     /// A comma-separated list from the environment, blanks dropped.
@@ -133,6 +177,46 @@ public enum SuiteService: String, CaseIterable, Sendable {
 
     public func address(flag: String?, configured: String? = nil) -> String {
         flag ?? Environment.value(environmentVariable) ?? configured ?? "127.0.0.1:\(defaultPort)"
+    }
+}
+
+/// TLS on the connections a service (or `iap`) opens to the suite's services: `--tls-ca` turns it on.
+public struct InternalClientTLSOptions: ParsableArguments, Sendable {
+    @Option(
+        name: .customLong("tls-ca"),
+        help: "PEM roots: call the suite's services over TLS, their certificates chaining to these (env IAP_TLS_CA; default: plain TCP).")
+    public var tlsCA: String?
+
+    @Option(
+        name: .customLong("tls-client-cert"),
+        help: "PEM certificate presented to services that require one (env IAP_TLS_CLIENT_CERT; with --tls-client-key).")
+    public var tlsClientCert: String?
+
+    @Option(name: .customLong("tls-client-key"), help: "PEM private key of --tls-client-cert (env IAP_TLS_CLIENT_KEY). Never logged.")
+    public var tlsClientKey: String?
+
+    public init() {}
+
+    /// nil (plain TCP) without a CA.
+    public func clientTLS() throws -> RPCClientTLS? {
+        try Self.clientTLS(ca: tlsCA, certificate: tlsClientCert, key: tlsClientKey)
+    }
+
+    /// From the given files, else IAP_TLS_CA / IAP_TLS_CLIENT_CERT / IAP_TLS_CLIENT_KEY (what `iap` uses).
+    public static func clientTLS(ca: String? = nil, certificate: String? = nil, key: String? = nil) throws -> RPCClientTLS? {
+        let ca = Environment.resolve(ca, env: "IAP_TLS_CA")
+        let cert = Environment.resolve(certificate, env: "IAP_TLS_CLIENT_CERT")
+        let key = Environment.resolve(key, env: "IAP_TLS_CLIENT_KEY")
+        if (cert == nil) != (key == nil) { throw ValidationError("--tls-client-cert and --tls-client-key go together") }
+        guard let ca else {
+            if cert != nil { throw ValidationError("--tls-client-cert needs --tls-ca") }
+            return nil
+        }
+        do {
+            return try RPCClientTLS(caFile: ca, certificateFile: cert, keyFile: key)
+        } catch {
+            throw ValidationError("cannot use the TLS roots \(ca) or the client certificate: \(error)")
+        }
     }
 }
 

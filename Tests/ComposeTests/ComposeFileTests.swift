@@ -29,6 +29,31 @@ import Testing
         #expect(status == 0, "\(output)")
     }
 
+    /// up.sh's log files stay bounded: past the size limit a log moves to .1 (and .1 to .2 ...), the oldest dropped,
+    /// and what is kept is the newest lines, in order, none lost between the files.
+    @Test func theLocalRunnersLogsAreRotated() async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("rotate-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let log = dir.appendingPathComponent("svc.log").path
+        let script = """
+            eval "$(sed -n '/^rotate() {/,/^}/p' compose/up.sh)"
+            seq 1 2000 | IAP_LOG_MAX_BYTES=1000 IAP_LOG_KEEP=3 rotate \(log)
+            """
+        let (status, output) = try await Self.run("bash", ["-c", script])
+        #expect(status == 0, "\(output)")
+        let files = [log + ".3", log + ".2", log + ".1", log]
+        #expect(!FileManager.default.fileExists(atPath: log + ".4"), "only IAP_LOG_KEEP old files are kept")
+        var kept: [Int] = []
+        for file in files {
+            let text = try String(contentsOfFile: file, encoding: .utf8)
+            #expect(text.utf8.count <= 1000 + 5, "\(file) is \(text.utf8.count) bytes")
+            kept += text.split(separator: "\n").compactMap { Int($0) }
+        }
+        #expect(kept.last == 2000)
+        #expect(kept == Array((kept.first ?? 0)...2000), "the newest lines, in order, none missing")
+    }
+
     /// The image and the local runner build the same way (one script), and that script builds every
     /// executable product but the benchmark, one `swift build --product` each.
     @Test func theImageAndTheLocalRunnerBuildEveryProductWithOneScript() async throws {
@@ -50,11 +75,11 @@ import Testing
 /// The production compose file is checked, not just parsed: a copy that trusts the simulator's roots,
 /// runs the simulator, or leaves bundle ids optional is refused.
 @Suite struct ComposeProductionChecks {
-    static func check(after edit: (String) -> String) async throws -> (status: Int32, output: String) {
+    static func check(file name: String = "compose.yaml", after edit: (String) -> String) async throws -> (status: Int32, output: String) {
         let copy = FileManager.default.temporaryDirectory.appendingPathComponent("compose-\(UUID().uuidString)")
         try FileManager.default.copyItem(at: ComposeFileTests.repository.appendingPathComponent("compose"), to: copy)
         defer { try? FileManager.default.removeItem(at: copy) }
-        let file = copy.appendingPathComponent("compose.yaml")
+        let file = copy.appendingPathComponent(name)
         try edit(try String(contentsOf: file, encoding: .utf8)).write(to: file, atomically: true, encoding: .utf8)
         let schema = ComposeFileTests.repository.appendingPathComponent("Tests/Schemas/compose-spec.json")
         let run = try await Subprocess.run("python3", [copy.appendingPathComponent("check_compose.py").path, schema.path])
@@ -74,5 +99,25 @@ import Testing
         #expect(trusted.status == 1 && trusted.output.contains("development flags"), "\(trusted.output)")
         let optional = try await Self.check { $0.replacingOccurrences(of: "${IAP_BUNDLE_IDS:?", with: "${IAP_BUNDLE_IDS:-") }
         #expect(optional.status == 1 && optional.output.contains("must require IAP_BUNDLE_IDS"), "\(optional.output)")
+    }
+
+    @Test func aServiceGivenATokenItDoesNotNeedIsRefused() async throws {
+        let catalogWithInternal = try await Self.check {
+            $0.replacingOccurrences(
+                of: "      IAP_ADMIN_TOKEN: *admin-token\n    volumes: [\"catalog-data:/data\"]",
+                with: "      IAP_ADMIN_TOKEN: *admin-token\n      IAP_INTERNAL_TOKEN: *internal-token\n    volumes: [\"catalog-data:/data\"]")
+        }
+        #expect(catalogWithInternal.status == 1 && catalogWithInternal.output.contains("catalog: given tokens"), "\(catalogWithInternal.output)")
+        let scaledWithoutDatabase = try await Self.check(file: "compose.postgres.yaml") {
+            $0.replacingOccurrences(of: "      IAP_DATABASE_URL: *database\n      IAP_INTERNAL_TOKEN", with: "      IAP_INTERNAL_TOKEN")
+        }
+        #expect(
+            scaledWithoutDatabase.status == 1 && scaledWithoutDatabase.output.contains("accounts-2 is not on PostgreSQL"),
+            "\(scaledWithoutDatabase.output)")
+        let oneInstance = try await Self.check(file: "compose.postgres.yaml") {
+            $0.replacingOccurrences(
+                of: "fulfillment:${IAP_FULFILLMENT_PORT},fulfillment-2:${IAP_FULFILLMENT_PORT}", with: "fulfillment:${IAP_FULFILLMENT_PORT}")
+        }
+        #expect(oneInstance.status == 1 && oneInstance.output.contains("edge reaches fulfillment"), "\(oneInstance.output)")
     }
 }

@@ -22,7 +22,8 @@ struct ReceiveNotificationCommand: AsyncParsableCommand {
 /// `iap admin ...`: operator commands that need the admin token.
 struct AdminCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "admin", abstract: "Operator commands (admin token).", subcommands: [Notifications.self, RetryNotification.self, Reconcile.self])
+        commandName: "admin", abstract: "Operator commands (admin token).",
+        subcommands: [Notifications.self, RetryNotification.self, Reconcile.self, DataBackupCommand.self, DataRestoreCommand.self])
 
     struct Reconcile: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

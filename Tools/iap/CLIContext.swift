@@ -107,6 +107,16 @@ func printError(_ text: String) {
     FileHandle.standardError.write(Data((text.hasSuffix("\n") ? text : text + "\n").utf8))
 }
 
+/// TLS to the suite's services from IAP_TLS_CA (and IAP_TLS_CLIENT_CERT / IAP_TLS_CLIENT_KEY), as the services
+/// take it; nil (plain TCP) without IAP_TLS_CA.
+func internalTLS() -> RPCClientTLS? {
+    do {
+        return try InternalClientTLSOptions.clientTLS()
+    } catch {
+        fail("\(error)", exit: ExitCodes.usage)
+    }
+}
+
 func fail(_ text: String, exit code: ExitCode) -> Never {
     printError(text)
     Foundation.exit(code.rawValue)
@@ -175,7 +185,8 @@ struct ServiceCall {
         let address = service.address(flag: addr)
         let client: RPCClient
         do {
-            client = try RPCClient(address: address, configuration: .init(connections: 1, callTimeout: .seconds(timeoutSeconds)))
+            client = try RPCClient(
+                address: address, configuration: .init(connections: 1, callTimeout: .seconds(timeoutSeconds), tls: internalTLS()))
         } catch {
             fail("\(service.rawValue) address: \(error.message)", exit: ExitCodes.usage)
         }
@@ -192,7 +203,7 @@ struct ServiceCall {
     func callRaw(method: String, params: [UInt8], address: String, target: String) async -> [UInt8] {
         let client: RPCClient
         do {
-            client = try RPCClient(address: address, configuration: .init(connections: 1, callTimeout: .seconds(30)))
+            client = try RPCClient(address: address, configuration: .init(connections: 1, callTimeout: .seconds(30), tls: internalTLS()))
         } catch {
             fail("address: \(error.message)", exit: ExitCodes.usage)
         }

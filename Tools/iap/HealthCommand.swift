@@ -34,7 +34,7 @@ struct HealthCommand: AsyncParsableCommand {
         var reports: [(SuiteService, String, HealthReport?, String?)] = []
         for service in SuiteService.allCases {
             let address = service.address(flag: nil)
-            let client = try RPCClient(address: address, configuration: .init(connections: 1, callTimeout: .seconds(5)))
+            let client = try RPCClient(address: address, configuration: .init(connections: 1, callTimeout: .seconds(5), tls: internalTLS()))
             do {
                 reports.append((service, address, try await client.call(HealthCheck.self, EmptyParams()), nil))
             } catch {

@@ -207,7 +207,7 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
         keys: [String], wait: @escaping @Sendable (String, ThrottleState?) -> Int64,
         record: @escaping @Sendable (String, ThrottleState?) -> ThrottleState
     ) async throws -> Int64 {
-        try await pool.write { db in
+        try await pool.write(locking: keys.map { "accounts:throttle:" + $0 }) { db in
             var states: [String: ThrottleState] = [:]
             for key in keys { states[key] = try Self.throttleState(key, db) }
             let longest = keys.map { wait($0, states[$0]) }.max() ?? 0
@@ -218,7 +218,7 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     }
 
     public func updateThrottle(keys: [String], _ update: @escaping @Sendable (String, ThrottleState?) -> ThrottleState?) async throws {
-        try await pool.write { db in
+        try await pool.write(locking: keys.map { "accounts:throttle:" + $0 }) { db in
             for key in keys { try Self.saveThrottle(key, update(key, try Self.throttleState(key, db)), db) }
         }
     }

@@ -67,7 +67,7 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         }
         let service = AccountsService(store: store, configuration: config, logger: logger)
         let server = RPCServer(
-            configuration: options.serverConfiguration(serviceName: "accounts", defaultPort: DefaultPorts.accounts),
+            configuration: try options.serverConfiguration(serviceName: "accounts", defaultPort: DefaultPorts.accounts),
             router: service.router(), logger: logger)
         // Resources first: the group stops the server (draining it) before closing them.
         try await options.runUntilSignalled(

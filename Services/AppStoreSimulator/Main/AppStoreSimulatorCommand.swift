@@ -58,7 +58,7 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
             simulator: simulator,
             sharedSecret: Environment.resolve(sharedSecret, env: "IAP_SIM_SHARED_SECRET"))
         logger.warning("this is the App Store SIMULATOR: its receipts are signed by its own test PKI (see sim.trustAnchor)")
-        var config = options.serverConfiguration(serviceName: "appstore-sim", defaultPort: DefaultPorts.simulator)
+        var config = try options.serverConfiguration(serviceName: "appstore-sim", defaultPort: DefaultPorts.simulator)
         config.blockingThreads = 2  // RSA signing per call
         let server = RPCServer(configuration: config, router: simulator.router(endpoint: endpoint), logger: logger)
         let api = AppStoreServerAPIEndpoint(simulator: simulator, faults: endpoint.faults)

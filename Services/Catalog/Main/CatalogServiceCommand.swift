@@ -72,7 +72,7 @@ struct CatalogServiceCommand: AsyncParsableCommand {
             logger.info("seeded the catalog", metadata: ["file": "\(seed)", "products": "\(file.products.count)"])
         }
         let server = RPCServer(
-            configuration: options.serverConfiguration(serviceName: "catalog", defaultPort: DefaultPorts.catalog),
+            configuration: try options.serverConfiguration(serviceName: "catalog", defaultPort: DefaultPorts.catalog),
             router: service.router(), logger: logger)
         try await options.runUntilSignalled(
             [

@@ -16,6 +16,8 @@ struct EdgeServiceCommand: AsyncParsableCommand {
             loopback unless --allow-plain-http-on-any-address (behind a TLS-terminating proxy).
             """)
 
+    @OptionGroup var clientTLS: InternalClientTLSOptions
+
     @Option(name: .customLong("tls-cert"), help: "PEM certificate chain (env IAP_EDGE_TLS_CERT).") var tlsCert: String?
     @Option(name: .customLong("tls-key"), help: "PEM private key (env IAP_EDGE_TLS_KEY). Read once, never logged.") var tlsKey: String?
 
@@ -114,7 +116,7 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         if (config.contentSigner == nil) != (config.contentDirectory == nil) {
             throw ValidationError("content downloads need both --content-dir and --content-url-key (IAP_CONTENT_DIR, IAP_CONTENT_URL_KEY)")
         }
-        let clientConfig = RPCClientConfiguration(connections: 4, callTimeout: config.callTimeout)
+        let clientConfig = RPCClientConfiguration(connections: 4, callTimeout: config.callTimeout, tls: try clientTLS.clientTLS())
         let edge = EdgeService(
             accounts: try RPCClient(address: SuiteService.accounts.address(flag: accountsAddr), configuration: clientConfig),
             catalog: try RPCClient(address: SuiteService.catalog.address(flag: catalogAddr), configuration: clientConfig),

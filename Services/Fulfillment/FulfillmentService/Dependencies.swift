@@ -52,12 +52,13 @@ public struct Dependencies: FulfillmentDependencies {
         self.deadline = deadline
     }
 
-    /// Addresses as `host:port` (IAP_ACCOUNTS_ADDR and friends); a pool of `connections` per peer.
+    /// Addresses as `host:port` or `host:port,host:port` (IAP_ACCOUNTS_ADDR and friends); a pool of `connections`
+    /// per instance; `tls` for services that listen with TLS.
     public init(
         accounts: String, verification: String, catalog: String, connections: Int = 4,
-        deadline: TimeAmount = .seconds(3)
+        deadline: TimeAmount = .seconds(3), tls: RPCClientTLS? = nil
     ) throws(RPCError) {
-        let config = RPCClientConfiguration(connections: connections, callTimeout: deadline)
+        let config = RPCClientConfiguration(connections: connections, callTimeout: deadline, tls: tls)
         self.init(
             accounts: try RPCClient(address: accounts, configuration: config),
             verification: try RPCClient(address: verification, configuration: config),

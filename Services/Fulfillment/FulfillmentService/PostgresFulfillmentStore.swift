@@ -346,7 +346,7 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
         _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
     ) async throws -> AppliedPurchases {
-        try await pool.write { s in
+        try await pool.write(locking: ["fulfillment:account:" + accountId]) { s in
             try GrantRules.apply(
                 planned, accountId: accountId, appAccountToken: appAccountToken, mode: mode, policy: policy,
                 answerScope: answerScope, nowMs: nowMs, in: PostgresFulfillmentTransaction(s))
@@ -419,7 +419,7 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
         accountId: String, scope: AccountScope = .production, amount: Int64, idempotencyKey: String, memo: String?,
         nowMs: Int64
     ) async throws -> SpendOutcome {
-        try await pool.write { s in
+        try await pool.write(locking: ["fulfillment:account:" + accountId]) { s in
             try GrantRules.spend(
                 Holder(accountId: accountId, scope: scope), amount: amount, idempotencyKey: idempotencyKey, memo: memo,
                 nowMs: nowMs, in: PostgresFulfillmentTransaction(s))

@@ -16,6 +16,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
 
     @OptionGroup var options: ServiceOptions
     @OptionGroup var database: DatabaseOptions
+    @OptionGroup var clientTLS: InternalClientTLSOptions
 
     @Option(
         name: .customLong("accounts-addr"),
@@ -153,7 +154,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
             accounts: SuiteService.accounts.address(flag: accountsAddr),
             verification: SuiteService.verification.address(flag: verificationAddr),
             catalog: SuiteService.catalog.address(flag: catalogAddr),
-            deadline: .milliseconds(dependencyTimeoutMs))
+            deadline: .milliseconds(dependencyTimeoutMs), tls: try clientTLS.clientTLS())
         let store: any FulfillmentStorage
         let storeName: String
         if let url = database.resolvedURL() {
@@ -168,7 +169,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         let service = FulfillmentService(
             store: store, dependencies: dependencies,
             content: ContentLibrary(directory: contentURL), configuration: config, logger: logger)
-        var serverConfig = options.serverConfiguration(serviceName: "fulfillment", defaultPort: DefaultPorts.fulfillment)
+        var serverConfig = try options.serverConfiguration(serviceName: "fulfillment", defaultPort: DefaultPorts.fulfillment)
         serverConfig.healthProbes = dependencies.probes
         let server = RPCServer(configuration: serverConfig, router: service.router(), logger: logger)
         logger.info(

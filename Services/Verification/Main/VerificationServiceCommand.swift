@@ -176,7 +176,7 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         config.appStoreAPI = try appStoreAPIClient(config: config, logger: logger)
         let service = VerificationService(configuration: config, logger: logger)
         let server = RPCServer(
-            configuration: options.serverConfiguration(serviceName: "verification", defaultPort: DefaultPorts.verification),
+            configuration: try options.serverConfiguration(serviceName: "verification", defaultPort: DefaultPorts.verification),
             router: service.router(), logger: logger)
         try await options.runUntilSignalled([server], logger: logger)
     }
