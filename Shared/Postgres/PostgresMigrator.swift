@@ -25,6 +25,17 @@ extension PostgresPool {
         }
     }
 
+    /// `migrate`, for a store opening on this pool: on failure the pool is closed (its threads and connections
+    /// released) before the error is thrown.
+    public func migrateOrClose(_ migrations: [PostgresMigration]) async throws {
+        do {
+            try await migrate(migrations)
+        } catch {
+            close()
+            throw error
+        }
+    }
+
     public func migrate(_ migrations: [PostgresMigration]) async throws {
         let schema = self.schema
         try await withSession { session in

@@ -16,12 +16,7 @@ public final class PostgresCatalogStore: CatalogStorage, Sendable {
     /// Brings the schema up to date; on failure the pool is closed and the error thrown.
     public init(pool: PostgresPool) async throws {
         self.pool = pool
-        do {
-            try await pool.migrate(Self.migrations)
-        } catch {
-            pool.close()
-            throw error
-        }
+        try await pool.migrateOrClose(Self.migrations)
     }
 
     public func close() throws { pool.close() }
