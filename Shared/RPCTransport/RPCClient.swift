@@ -19,6 +19,9 @@ public struct RPCClientConfiguration: Sendable {
     public var maxLineBytes: Int = 32 * 1024 * 1024
     /// TLS to the peer (its certificate checked against the given roots); nil: plain TCP.
     public var tls: RPCClientTLS?
+    /// How long an instance that could not be connected to is left out the first time (doubling while it keeps
+    /// failing, at most 30 times this).
+    public var ejection: TimeAmount = .seconds(1)
 
     public init(connections: Int = 1, callTimeout: TimeAmount = .seconds(10), tls: RPCClientTLS? = nil) {
         self.connections = connections
@@ -67,7 +70,9 @@ public final class RPCClient: Sendable {
         precondition(!instances.isEmpty, "an RPCClient needs an address")
         self.configuration = configuration
         self.group = eventLoopGroup
-        self.endpoints = instances.map { Endpoint(host: $0.host, port: $0.port, connections: max(1, configuration.connections)) }
+        self.endpoints = instances.map {
+            Endpoint(host: $0.host, port: $0.port, connections: max(1, configuration.connections), ejection: configuration.ejection)
+        }
     }
 
     /// `host:port` form, as in `IAP_ACCOUNTS_ADDR=127.0.0.1:7101`, or several separated by commas
@@ -245,9 +250,12 @@ private final class Endpoint: Sendable {
     private let nextAddress = Atomic<Int>(0)
     private let health = NIOLockedValueBox<(failures: Int, ejectedUntil: NIODeadline?)>((0, nil))
 
-    init(host: String, port: Int, connections: Int) {
+    private let ejection: TimeAmount
+
+    init(host: String, port: Int, connections: Int, ejection: TimeAmount) {
         self.host = host
         self.port = port
+        self.ejection = ejection
         self.slots = (0..<connections).map { _ in ConnectionSlot() }
     }
 
@@ -261,12 +269,12 @@ private final class Endpoint: Sendable {
         health.withLockedValue { $0 = (0, nil) }
     }
 
-    /// Out for 1 s after the first failure to connect, twice as long after each further one, at most 30 s.
+    /// Out for `ejection` (1 s) after the first failure to connect, twice as long after each further one, at most 30x.
     func failed() {
         health.withLockedValue { h in
             h.failures += 1
-            let seconds = min(30, 1 << min(h.failures - 1, 5))
-            h.ejectedUntil = .now() + .seconds(Int64(seconds))
+            let times = min(30, 1 << min(h.failures - 1, 5))
+            h.ejectedUntil = .now() + ejection * Int64(times)
         }
     }
 

@@ -49,7 +49,10 @@ private enum WhoAmI: RPCMethod {
                 await a.shutdown(); await b.shutdown()
             }
         }
-        let client = try RPCClient(address: "127.0.0.1:\(a.localPort!),127.0.0.1:\(down),127.0.0.1:\(b.localPort!)")
+        // Ejections long enough that a loaded machine cannot outlast them between the calls and the checks.
+        var patient = RPCClientConfiguration()
+        patient.ejection = .seconds(120)
+        let client = try RPCClient(address: "127.0.0.1:\(a.localPort!),127.0.0.1:\(down),127.0.0.1:\(b.localPort!)", configuration: patient)
         defer { Task { await client.close() } }
         let seen = try await Self.calls(client, 300)
         #expect(seen.values.reduce(0, +) == 300, "every call answered")
@@ -79,7 +82,9 @@ private enum WhoAmI: RPCMethod {
     }
 
     @Test func whenNoInstanceCanBeReachedTheCallIsUnavailable() async throws {
-        let client = try RPCClient(address: "127.0.0.1:\(try LoopbackPort.free()),127.0.0.1:\(try LoopbackPort.free())")
+        var patient = RPCClientConfiguration()
+        patient.ejection = .seconds(120)
+        let client = try RPCClient(address: "127.0.0.1:\(try LoopbackPort.free()),127.0.0.1:\(try LoopbackPort.free())", configuration: patient)
         defer { Task { await client.close() } }
         let error = await rpcError { try await client.call(WhoAmI.self, EmptyParams()) }
         #expect(error?.knownCode == .unavailable)
