@@ -77,8 +77,14 @@ public final class PostgresPool: Sendable {
     /// transactions both pass: the second gets 23505 and runs again on the first one's row.
     @discardableResult
     public func write<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
-        try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ", locking: keys, body)
+        // Queued here first: at most one pool thread per key waits on the database's lock (see `KeyedLocks`).
+        try await localLocks.withLocks(keys) {
+            try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ", locking: keys, body)
+        }
     }
+
+    /// Callers of `write(locking:)` in this process, queued by key before they take a pool thread.
+    let localLocks = KeyedLocks()
 
     /// Runs `body` in one read-only transaction over one snapshot (REPEATABLE READ).
     public func read<T: Sendable>(_ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {

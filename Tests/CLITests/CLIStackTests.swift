@@ -31,13 +31,7 @@ import Testing
     /// Runs the built `iap` with the suite's addresses and a private config file; no IAP_* variable of
     /// this process leaks into it.
     static func iap(_ args: [String], env: [String: String]) async throws -> Run {
-        let binDir =
-            ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
-            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        var environment = ProcessInfo.processInfo.environment
-        for key in environment.keys where key.hasPrefix("IAP_") && key != "IAP_BIN_DIR" { environment[key] = nil }
-        environment.merge(env) { _, new in new }
-        let run = try await Subprocess.run(binDir.appendingPathComponent("iap").path, args, environment: environment)
+        let run = try await BuiltExecutables.run("iap", args, env: env)
         return Run(status: run.status, stdout: run.stdout, stderr: run.stderr)
     }
 

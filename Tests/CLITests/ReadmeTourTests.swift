@@ -26,9 +26,7 @@ import Testing
             defer { try? FileManager.default.removeItem(at: work) }
             // The demo catalog and its content, as compose/up.sh sets them up.
             try Data(repeating: 7, count: 300_000).write(to: suite.directory.appendingPathComponent("fulfillment/content/levels-pack-1.zip"))
-            let binDir =
-                ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
-                ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+            let binDir = BuiltExecutables.directory
             var env = ProcessInfo.processInfo.environment
             for key in env.keys where key.hasPrefix("IAP_") { env[key] = nil }
             env.merge(suite.environment) { _, new in new }

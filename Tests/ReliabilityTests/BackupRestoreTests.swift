@@ -11,13 +11,7 @@ import Testing
 /// after it the restarted service has exactly those records (a grant kept, a later spend gone, nothing doubled).
 @Suite(.serialized) struct BackupRestoreTests {
     static func iap(_ args: [String], env: [String: String]) async throws -> (status: Int32, stdout: String, stderr: String) {
-        let binDir =
-            ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
-            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        var environment = ProcessInfo.processInfo.environment
-        for key in environment.keys where key.hasPrefix("IAP_") && key != "IAP_BIN_DIR" { environment[key] = nil }
-        environment.merge(env) { _, new in new }
-        let run = try await Subprocess.run(binDir.appendingPathComponent("iap").path, args, environment: environment)
+        let run = try await BuiltExecutables.run("iap", args, env: env)
         return (run.status, run.stdout, run.stderr)
     }
 

@@ -34,11 +34,7 @@ import Testing
                 ] + extraArguments
         }
 
-        static var executable: URL {
-            (ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
-                ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent())
-                .appendingPathComponent("fulfillment-service")
-        }
+        static var executable: URL { BuiltExecutables.url("fulfillment-service") }
 
         /// Starts it and waits (polling, bounded) until it answers rpc.ping.
         func start() async throws {

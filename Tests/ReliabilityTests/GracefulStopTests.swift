@@ -11,11 +11,7 @@ import Testing
 /// clean error, and the database is closed through the ServiceGroup (WAL checkpointed and removed),
 /// holding exactly the registrations that were acknowledged.
 @Suite struct GracefulStopTests {
-    static var executable: URL {
-        (ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
-            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent())
-            .appendingPathComponent("accounts-service")
-    }
+    static var executable: URL { BuiltExecutables.url("accounts-service") }
 
     @Test func sigtermMidCallAnswersEveryCallAndClosesTheDatabase() async throws {
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("graceful-\(UUID().uuidString)")

@@ -13,9 +13,7 @@ import Testing
     static let new = String(repeating: "n", count: 40)
 
     static func accounts(environment extra: [String: String]) async throws -> (Subprocess, RPCClient) {
-        var environment = ProcessInfo.processInfo.environment
-        for key in environment.keys where key.hasPrefix("IAP_") && key != "IAP_BIN_DIR" { environment[key] = nil }
-        environment.merge(extra) { $1 }
+        let environment = BuiltExecutables.environment(extra)
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("rotation-\(UUID().uuidString)")
         let port = try LoopbackPort.free()
         let process = try Subprocess.spawn(

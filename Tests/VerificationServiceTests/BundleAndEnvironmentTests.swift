@@ -116,16 +116,8 @@ import VerificationService
         #expect(await service.verifyNotification(.init(signedPayload: summary)).status == 0)
     }
 
-    static var binDir: URL {
-        ProcessInfo.processInfo.environment["IAP_BIN_DIR"].map { URL(fileURLWithPath: $0) }
-            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-    }
-
     static func start(_ executable: String, _ arguments: [String], env: [String: String] = [:]) async throws -> Subprocess.Output {
-        var environment = ProcessInfo.processInfo.environment
-        for key in environment.keys where key.hasPrefix("IAP_") && key != "IAP_BIN_DIR" { environment[key] = nil }
-        environment.merge(env) { _, new in new }
-        return try await Subprocess.run(binDir.appendingPathComponent(executable).path, arguments, environment: environment)
+        try await BuiltExecutables.run(executable, arguments, env: env)
     }
 
     @Test func theExecutablesRefuseToStartWithoutABundleIdOrWithShortTokens() async throws {
