@@ -36,7 +36,7 @@ public enum ContractMethods {
         .init(SimRefund.self), .init(SimAdvanceClock.self), .init(SimReceipt.self), .init(SimSetFault.self),
         .init(SimAPIKey.self), .init(SimSetNotificationURL.self), .init(SimDeliverNotifications.self), .init(SimSetAutoRenew.self),
         .init(SimConsumptionReports.self), .init(SimSetNotificationFault.self), .init(SimBilling.self), .init(SimRefundDecision.self),
-        .init(SimLifecycleEvent.self), .init(SimNotify.self), .init(SimOfferKey.self),
+        .init(SimLifecycleEvent.self), .init(SimNotify.self), .init(SimOfferKey.self), .init(SimRevokeCertificate.self),
     ]
     public static let builtin: [OpenRPCMethodDescription] = [
         .init(RPCPing.self), .init(RPCDiscover.self), .init(HealthCheck.self),

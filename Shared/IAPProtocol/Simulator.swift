@@ -471,3 +471,24 @@ public enum SimNotify: RPCMethod {
     public static let summary =
         "Send a documented notification that changes no state kept by the simulator (offers, mass extensions, external purchase tokens)."
 }
+
+/// Revokes one of the simulator's certificates: its OCSP responder answers `revoked` about it from then on.
+public enum SimRevokeCertificate: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        /// `jws-leaf`, `jws-intermediate`, `receipt-leaf` or `receipt-intermediate`.
+        public var certificate: String
+        public init(certificate: String) { self.certificate = certificate }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// The revoked certificate's serial number, hex.
+        public var serialNumber: String
+        /// The responder its certificates name (nil: made without one, so verifiers never ask).
+        public var ocspURL: String?
+        public init(serialNumber: String, ocspURL: String?) {
+            self.serialNumber = serialNumber
+            self.ocspURL = ocspURL
+        }
+    }
+    public static let name = "sim.revokeCertificate"
+    public static let summary = "Revoke one of the simulator's signing certificates (its OCSP responder then answers revoked)."
+}

@@ -17,10 +17,20 @@ public enum ReceiptFailure: String, Error, Sendable, Equatable {
     case unsupportedAlgorithm
     /// A `receipt_type` that is none of Apple's (so no environment can be given to its purchases).
     case unknownEnvironment
+    /// A certificate of the chain is revoked (OCSP).
+    case revoked
+    /// Revocation is checked hard-fail and a responder could not be asked: retryable.
+    case revocationUnknown
 
-    /// verifyReceipt's status for this failure: 21002 for unreadable data, 21003 for anything that
-    /// could not be authenticated.
-    public var status: Int { self == .malformed || self == .unknownEnvironment ? 21002 : 21003 }
+    /// verifyReceipt's status for this failure: 21002 for unreadable data, 21005 (try again) when the
+    /// revocation status could not be learnt, 21003 for anything that could not be authenticated.
+    public var status: Int {
+        switch self {
+        case .malformed, .unknownEnvironment: 21002
+        case .revocationUnknown: 21005
+        default: 21003
+        }
+    }
 }
 
 /// The environment of a purchase, from an app receipt's `receipt_type` or a JWS payload's
@@ -107,10 +117,13 @@ public final class ReceiptVerifier: Sendable {
     private let trust: ReceiptTrust
     private let limits: ASN1Limits
     private let cache = TrustedChainCache()
+    private let revocation: RevocationChecker?
 
-    public init(trust: ReceiptTrust, limits: ASN1Limits = .init()) {
+    /// `revocation`: online checks (OCSP) of the chain's certificates; nil checks none.
+    public init(trust: ReceiptTrust, limits: ASN1Limits = .init(), revocation: RevocationChecker? = nil) {
         self.trust = trust
         self.limits = limits
+        self.revocation = revocation
     }
 
     public struct Options: Sendable {
@@ -160,8 +173,11 @@ public final class ReceiptVerifier: Sendable {
             if let failure = Self.checkSignature(container, key: leaf.publicKey) { return .failure(failure) }
             guard let created = receipt.creationDateMs else { return .failure(.malformed) }
             let at = Date(timeIntervalSince1970: Double(created) / 1000)
-            guard await chainIsTrusted(leaf: leaf, others: certificates.filter { $0 != leaf }, ders: container.certificates, at: at) else {
-                return .failure(.untrustedChain)
+            switch await chainVerdict(leaf: leaf, others: certificates.filter { $0 != leaf }, ders: container.certificates, at: at) {
+            case .trusted: break
+            case .untrusted: return .failure(.untrustedChain)
+            case .revoked: return .failure(.revoked)
+            case .revocationUnknown: return .failure(.revocationUnknown)
             }
             guard let known = PurchaseEnvironment.fromReceiptType(receipt.receiptType), known != "Xcode" else {
                 return .failure(.unknownEnvironment)
@@ -211,8 +227,8 @@ public final class ReceiptVerifier: Sendable {
     }
 
     /// `ders`: the container's certificates as carried, which identify the chain for the cache.
-    private func chainIsTrusted(leaf: Certificate, others: [Certificate], ders: [[UInt8]], at date: Date) async -> Bool {
-        await cache.isTrusted(leaf: leaf, intermediates: others, roots: trust.roots, ders: ders, at: date) {
+    private func chainVerdict(leaf: Certificate, others: [Certificate], ders: [[UInt8]], at date: Date) async -> TrustedChainCache.Verdict {
+        await cache.verdict(leaf: leaf, intermediates: others, roots: trust.roots, ders: ders, at: date, revocation: revocation) {
             RFC5280Policy(fixedExpiryValidationTime: date)
             AppleMarkerPolicy()
         }

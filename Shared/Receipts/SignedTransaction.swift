@@ -17,8 +17,18 @@ public enum JWSFailure: String, Error, Sendable, Equatable {
     /// certificate was not valid at `signedDate`.
     case untrustedChain
     case signatureInvalid
+    /// A certificate of the chain is revoked (OCSP).
+    case revoked
+    /// Revocation is checked hard-fail and a responder could not be asked: retryable (21005, "try again").
+    case revocationUnknown
 
-    public var status: Int { self == .malformed ? 21002 : 21003 }
+    public var status: Int {
+        switch self {
+        case .malformed: 21002
+        case .revocationUnknown: 21005
+        default: 21003
+        }
+    }
 }
 
 /// Verifies compact JWS from StoreKit 2 and App Store Server Notifications v2 (RECEIPTS.md section 4).
@@ -36,11 +46,14 @@ public final class SignedPayloadVerifier: Sendable {
     private let roots: [Certificate]
     private let allowXcode: Bool
     private let cache = TrustedChainCache()
+    private let revocation: RevocationChecker?
     public static let maxBytes = 64 * 1024
 
-    public init(roots: [Certificate], allowXcode: Bool = false) {
+    /// `revocation`: online checks (OCSP) of the chain's certificates; nil checks none.
+    public init(roots: [Certificate], allowXcode: Bool = false, revocation: RevocationChecker? = nil) {
         self.roots = roots
         self.allowXcode = allowXcode
+        self.revocation = revocation
     }
 
     struct Header: Decodable {
@@ -121,14 +134,18 @@ public final class SignedPayloadVerifier: Sendable {
         }
         let at = Date(timeIntervalSince1970: Double(signedDate) / 1000)
         // Leaf and intermediate from x5c, up to a configured root; x5c[2] is not trusted (a hint only).
-        let trusted = await cache.isTrusted(
-            leaf: chain[0], intermediates: [chain[1]], roots: roots, ders: ders, key: header.chainKey, at: at
+        let verdict = await cache.verdict(
+            leaf: chain[0], intermediates: [chain[1]], roots: roots, ders: ders, key: header.chainKey, at: at, revocation: revocation
         ) {
             RFC5280Policy(fixedExpiryValidationTime: at)
             AppleMarkerPolicy()
         }
-        guard trusted else { return .failure(.untrustedChain) }
-        return .success((payload, object))
+        switch verdict {
+        case .trusted: return .success((payload, object))
+        case .untrusted: return .failure(.untrustedChain)
+        case .revoked: return .failure(.revoked)
+        case .revocationUnknown: return .failure(.revocationUnknown)
+        }
     }
 
     /// A certificate issued by itself and signed with its own key.
@@ -180,18 +197,27 @@ public struct JWSSigningPKI: Sendable {
     public let intermediate: Certificate
     public let leaf: Certificate
     public let leafKey: P256.Signing.PrivateKey
+    /// The issuers' keys, kept where the PKI answers OCSP about its certificates (the simulator); nil otherwise.
+    public let intermediateKey: P256.Signing.PrivateKey?
+    public let rootKey: P256.Signing.PrivateKey?
 
-    public init(root: Certificate, intermediate: Certificate, leaf: Certificate, leafKey: P256.Signing.PrivateKey) {
+    public init(
+        root: Certificate, intermediate: Certificate, leaf: Certificate, leafKey: P256.Signing.PrivateKey,
+        intermediateKey: P256.Signing.PrivateKey? = nil, rootKey: P256.Signing.PrivateKey? = nil
+    ) {
         self.root = root
         self.intermediate = intermediate
         self.leaf = leaf
         self.leafKey = leafKey
+        self.intermediateKey = intermediateKey
+        self.rootKey = rootKey
     }
 
+    /// `ocspURL`: put in the leaf's and the intermediate's Authority Information Access, as Apple's carry theirs.
     public static func generate(
         name: String = "Simulated", notBefore: Date = Date(timeIntervalSince1970: 1_577_836_800),
         notAfter: Date = Date(timeIntervalSince1970: 2_524_608_000),
-        markers: Bool = true
+        markers: Bool = true, ocspURL: String? = nil
     ) throws -> JWSSigningPKI {
         let rootKey = P256.Signing.PrivateKey()
         let intermediateKey = P256.Signing.PrivateKey()
@@ -219,6 +245,7 @@ public struct JWSSigningPKI: Sendable {
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
                 if markers { Certificate.Extension(oid: AppleMarkers.wwdrIntermediate, critical: false, value: [0x05, 0x00]) }
+                if let ocspURL { AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(ocspURL))]) }
             }, issuerPrivateKey: .init(rootKey))
         let leaf = try Certificate(
             version: .v3, serialNumber: .init(), publicKey: .init(leafKey.publicKey), notValidBefore: notBefore, notValidAfter: notAfter,
@@ -227,8 +254,10 @@ public struct JWSSigningPKI: Sendable {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
                 if markers { Certificate.Extension(oid: AppleMarkers.receiptSigning, critical: false, value: [0x05, 0x00]) }
+                if let ocspURL { AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(ocspURL))]) }
             }, issuerPrivateKey: .init(intermediateKey))
-        return JWSSigningPKI(root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey)
+        return JWSSigningPKI(
+            root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey, intermediateKey: intermediateKey, rootKey: rootKey)
     }
 
     /// What Xcode's StoreKit testing signs with: one self-signed P-256 certificate ("StoreKit Testing in

@@ -14,16 +14,19 @@ public struct ReceiptSigningPKI: Sendable {
     public let leafKey: _RSA.Signing.PrivateKey
     /// Kept so more leaves can be issued under the same chain (an expired one for negative tests).
     public let intermediateKey: _RSA.Signing.PrivateKey
+    /// Kept where the PKI answers OCSP about its intermediate (the simulator); nil otherwise.
+    public let rootKey: _RSA.Signing.PrivateKey?
 
     public init(
         root: Certificate, intermediate: Certificate, leaf: Certificate, leafKey: _RSA.Signing.PrivateKey,
-        intermediateKey: _RSA.Signing.PrivateKey
+        intermediateKey: _RSA.Signing.PrivateKey, rootKey: _RSA.Signing.PrivateKey? = nil
     ) {
         self.root = root
         self.intermediate = intermediate
         self.leaf = leaf
         self.leafKey = leafKey
         self.intermediateKey = intermediateKey
+        self.rootKey = rootKey
     }
 
     /// The same chain with a new receipt-signing leaf valid only in `notBefore...notAfter`.
@@ -38,7 +41,8 @@ public struct ReceiptSigningPKI: Sendable {
                 Certificate.Extension(oid: AppleMarkers.receiptSigning, critical: false, value: [0x05, 0x00])
             },
             issuerPrivateKey: .init(intermediateKey))
-        return ReceiptSigningPKI(root: root, intermediate: intermediate, leaf: leaf, leafKey: key, intermediateKey: intermediateKey)
+        return ReceiptSigningPKI(
+            root: root, intermediate: intermediate, leaf: leaf, leafKey: key, intermediateKey: intermediateKey, rootKey: rootKey)
     }
 
     public struct Options: Sendable {
@@ -50,6 +54,8 @@ public struct ReceiptSigningPKI: Sendable {
         public var leafMarker = true
         public var intermediateMarker = true
         public var keyBits = 2048
+        /// Put in the leaf's and the intermediate's Authority Information Access (an OCSP responder).
+        public var ocspURL: String?
         public init() {}
     }
 
@@ -88,6 +94,7 @@ public struct ReceiptSigningPKI: Sendable {
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
                 if o.intermediateMarker { Certificate.Extension(oid: AppleMarkers.wwdrIntermediate, critical: false, value: [0x05, 0x00]) }
+                if let url = o.ocspURL { AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(url))]) }
             },
             issuerPrivateKey: .init(rootKey))
         let leaf = try Certificate(
@@ -98,9 +105,11 @@ public struct ReceiptSigningPKI: Sendable {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
                 if o.leafMarker { Certificate.Extension(oid: AppleMarkers.receiptSigning, critical: false, value: [0x05, 0x00]) }
+                if let url = o.ocspURL { AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(url))]) }
             },
             issuerPrivateKey: .init(intermediateKey))
-        return ReceiptSigningPKI(root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey, intermediateKey: intermediateKey)
+        return ReceiptSigningPKI(
+            root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey, intermediateKey: intermediateKey, rootKey: rootKey)
     }
 
     /// A signed receipt file for `receipt`, carrying the leaf and the intermediate (not the root).

@@ -14,6 +14,8 @@ final class TrustedChainCache: Sendable {
     private struct ValidityWindow {
         let notBefore: Date
         let notAfter: Date
+        /// With revocation checks: when the chain must be verified (and its certificates asked about) again.
+        var recheckAfter: Date?
     }
 
     private let chains = NIOLockedValueBox<[Data: ValidityWindow]>([:])
@@ -32,13 +34,29 @@ final class TrustedChainCache: Sendable {
         return parsed
     }
 
-    /// Whether `leaf` chains through `intermediates` to one of `roots` at `date` under `policy`.
+    /// What a chain verification concluded.
+    enum Verdict: Equatable {
+        case trusted
+        case untrusted
+        /// An OCSP responder answered (validly) that a certificate of the chain is revoked.
+        case revoked
+        /// Revocation is checked hard-fail and a responder could not be asked: retryable.
+        case revocationUnknown
+    }
+
+    /// Whether `leaf` chains through `intermediates` to one of `roots` at `date` under `policy`, and, with
+    /// `revocation`, whether no certificate of the chain is revoked now (OCSP).
     /// `ders`: the certificates as carried, which identify the chain for the cache. One cache serves one
     /// fixed set of roots (the verifier's own), or `ders` must include the root.
-    func isTrusted(
+    ///
+    /// With revocation checks a chain is kept no longer than the earliest `nextUpdate` of the answers it got (or
+    /// `softFailRecheck` when a responder could not be asked), so a revocation is seen within the responder's own
+    /// validity window.
+    func verdict(
         leaf: Certificate, intermediates: [Certificate], roots: [Certificate], ders: [[UInt8]], key known: Data? = nil, at date: Date,
+        revocation: RevocationChecker? = nil,
         @PolicyBuilder policy: () -> some VerifierPolicy
-    ) async -> Bool {
+    ) async -> Verdict {
         // `known`: the SHA-256 of `ders`, when the caller already has it.
         let key =
             known
@@ -48,17 +66,40 @@ final class TrustedChainCache: Sendable {
                 return Data(hasher.finalize())
             }()
         if let window = chains.withLockedValue({ $0[key] }) {
-            return window.notBefore <= date && date <= window.notAfter
+            if let recheck = window.recheckAfter, recheck <= revocation?.currentDate() ?? Date() {
+                chains.withLockedValue { _ = $0.removeValue(forKey: key) }
+            } else {
+                return window.notBefore <= date && date <= window.notAfter ? .trusted : .untrusted
+            }
         }
-        var verifier = Verifier(rootCertificates: CertificateStore(roots), policy: policy)
-        guard case .validCertificate(let chain) = await verifier.validate(leaf: leaf, intermediates: CertificateStore(intermediates)) else {
-            return false
+        var verifier = Verifier(rootCertificates: CertificateStore(roots)) {
+            policy()
+            if let revocation { revocation.policy() }
         }
-        let window = ValidityWindow(notBefore: chain.map(\.notValidBefore).max()!, notAfter: chain.map(\.notValidAfter).min()!)
+        let observation = RevocationChecker.Observation()
+        let result = await RevocationChecker.$observation.withValue(observation) {
+            await verifier.validate(leaf: leaf, intermediates: CertificateStore(intermediates))
+        }
+        let seen = observation.seen.withLockedValue { $0 }
+        guard case .validCertificate(let chain) = result else {
+            if seen.revoked { return .revoked }
+            if seen.unanswered, revocation?.configuration.hardFail == true { return .revocationUnknown }
+            return .untrusted
+        }
+        var recheck: Date?
+        if let revocation {
+            recheck = seen.earliestNextUpdate
+            if seen.unanswered {
+                let soon = revocation.currentDate().addingTimeInterval(revocation.configuration.softFailRecheck.seconds)
+                recheck = min(recheck ?? soon, soon)
+            }
+        }
+        let window = ValidityWindow(
+            notBefore: chain.map(\.notValidBefore).max()!, notAfter: chain.map(\.notValidAfter).min()!, recheckAfter: recheck)
         chains.withLockedValue { cache in
             if cache.count > limit { cache.removeAll() }
             cache[key] = window
         }
-        return true
+        return .trusted
     }
 }

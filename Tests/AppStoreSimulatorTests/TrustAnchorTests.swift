@@ -24,7 +24,7 @@ import VerificationService
         trusting.extraRoots = try TrustAnchors.load(files)
         let verdict = try await VerificationService(configuration: trusting).verifyReceipt(.init(receiptData: bought.receiptData))
         #expect(verdict.status == 0)
-        let jws = await VerificationService(configuration: trusting).verifyTransaction(.init(signedTransaction: bought.signedTransaction))
+        let jws = try await VerificationService(configuration: trusting).verifyTransaction(.init(signedTransaction: bought.signedTransaction))
         #expect(jws.status == 0)
         let appleOnly = try await VerificationService(configuration: .init()).verifyReceipt(.init(receiptData: bought.receiptData))
         #expect(appleOnly.status == 21003)

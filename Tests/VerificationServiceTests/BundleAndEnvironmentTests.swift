@@ -47,9 +47,9 @@ import VerificationService
     @Test func anotherAppsTransactionIsRefusedAndACallerCannotWidenTheBundleSet() async throws {
         let service = Self.service()
         let foreign = try Self.transaction(bundle: Self.theirs)
-        #expect(await service.verifyTransaction(.init(signedTransaction: foreign)).reason == "bundleMismatch")
-        #expect(await service.verifyTransaction(.init(signedTransaction: foreign, expectedBundleId: Self.theirs)).reason == "bundleMismatch")
-        #expect(await service.verifyTransaction(.init(signedTransaction: try Self.transaction())).status == 0)
+        #expect(try await service.verifyTransaction(.init(signedTransaction: foreign)).reason == "bundleMismatch")
+        #expect(try await service.verifyTransaction(.init(signedTransaction: foreign, expectedBundleId: Self.theirs)).reason == "bundleMismatch")
+        #expect(try await service.verifyTransaction(.init(signedTransaction: try Self.transaction())).status == 0)
         let foreignReceipt = try Self.receipt(type: "Production", bundle: Self.theirs)
         #expect(try await service.verifyReceipt(.init(receiptData: foreignReceipt)).reason == "bundleMismatch")
         #expect(try await service.verifyReceipt(.init(receiptData: foreignReceipt, expectedBundleId: Self.theirs)).reason == "bundleMismatch")
@@ -57,10 +57,10 @@ import VerificationService
 
     @Test func withoutABundleIdNothingIsAcceptedUnlessAnyIsAskedFor() async throws {
         let unconfigured = Self.service { _ in }
-        #expect(await unconfigured.verifyTransaction(.init(signedTransaction: try Self.transaction())).reason == "bundleMismatch")
+        #expect(try await unconfigured.verifyTransaction(.init(signedTransaction: try Self.transaction())).reason == "bundleMismatch")
         #expect(try await unconfigured.verifyReceipt(.init(receiptData: try Self.receipt(type: "Production"))).reason == "bundleMismatch")
         let any = Self.service { $0.acceptAnyBundleId = true }
-        #expect(await any.verifyTransaction(.init(signedTransaction: try Self.transaction(bundle: Self.theirs))).status == 0)
+        #expect(try await any.verifyTransaction(.init(signedTransaction: try Self.transaction(bundle: Self.theirs))).status == 0)
     }
 
     @Test func receiptTypesMapToEnvironmentsAndUnknownOnesAreRefused() async throws {
@@ -77,43 +77,43 @@ import VerificationService
             #expect(answer.status == 21002 && answer.reason == "unknownEnvironment", "\(type ?? "none")")
         }
         #expect(
-            await service.verifyTransaction(.init(signedTransaction: try Self.transaction(environment: "Staging"))).reason
+            try await service.verifyTransaction(.init(signedTransaction: try Self.transaction(environment: "Staging"))).reason
                 == "unknownEnvironment")
     }
 
     @Test func notificationsAreCheckedDownToTheirNestedPayloads() async throws {
         let service = Self.service()
         let ok = try Self.notification(["bundleId": Self.ours, "environment": "Production", "signedTransactionInfo": try Self.transaction()])
-        #expect(await service.verifyNotification(.init(signedPayload: ok)).status == 0)
+        #expect(try await service.verifyNotification(.init(signedPayload: ok)).status == 0)
         // About another app.
         let foreign = try Self.notification([
             "bundleId": Self.theirs, "environment": "Production",
             "signedTransactionInfo": try Self.transaction(bundle: Self.theirs),
         ])
-        #expect(await service.verifyNotification(.init(signedPayload: foreign)).reason == "bundleMismatch")
+        #expect(try await service.verifyNotification(.init(signedPayload: foreign)).reason == "bundleMismatch")
         // Ours on the outside, another app's transaction inside.
         let smuggled = try Self.notification([
             "bundleId": Self.ours, "environment": "Production",
             "signedTransactionInfo": try Self.transaction(bundle: Self.theirs),
         ])
-        #expect(await service.verifyNotification(.init(signedPayload: smuggled)).reason == "signedTransactionInfo: bundleMismatch")
+        #expect(try await service.verifyNotification(.init(signedPayload: smuggled)).reason == "signedTransactionInfo: bundleMismatch")
         // A Sandbox transaction inside a notification that says Production.
         let relabelled = try Self.notification([
             "bundleId": Self.ours, "environment": "Production",
             "signedTransactionInfo": try Self.transaction(environment: "Sandbox"),
         ])
-        #expect(await service.verifyNotification(.init(signedPayload: relabelled)).reason == "signedTransactionInfo: environmentMismatch")
+        #expect(try await service.verifyNotification(.init(signedPayload: relabelled)).reason == "signedTransactionInfo: environmentMismatch")
         // Renewal info about another app.
         let renewal = try VerificationFixture.jwsPKI.sign(
             payload: Array(#"{"bundleId":"\#(Self.theirs)","environment":"Production","productId":"sub","signedDate":1772366401000}"#.utf8))
         let foreignRenewal = try Self.notification(["bundleId": Self.ours, "environment": "Production", "signedRenewalInfo": renewal])
-        let renewalAnswer = await service.verifyNotification(.init(signedPayload: foreignRenewal))
+        let renewalAnswer = try await service.verifyNotification(.init(signedPayload: foreignRenewal))
         #expect(renewalAnswer.reason == "signedRenewalInfo: bundleMismatch", "\(renewalAnswer)")
         // Naming no app at all.
-        #expect(await service.verifyNotification(.init(signedPayload: try Self.notification(nil))).reason == "bundleMismatch")
+        #expect(try await service.verifyNotification(.init(signedPayload: try Self.notification(nil))).reason == "bundleMismatch")
         // A summary notification (mass renewal extension) names its app in `summary`.
         let summary = try Self.notification(["bundleId": Self.ours, "environment": "Production", "requestIdentifier": "r"], section: "summary")
-        #expect(await service.verifyNotification(.init(signedPayload: summary)).status == 0)
+        #expect(try await service.verifyNotification(.init(signedPayload: summary)).status == 0)
     }
 
     static func start(_ executable: String, _ arguments: [String], env: [String: String] = [:]) async throws -> Subprocess.Output {

@@ -127,7 +127,7 @@ enum VerificationFixture {
         #expect(config.receiptRoots.count == 3)
         let service = VerificationService(configuration: config)
         let jws = try VerificationFixture.jwsPKI.sign(payload: Array(#"{"signedDate":1772366401000}"#.utf8))
-        let answer = await service.verifyTransaction(.init(signedTransaction: jws))
+        let answer = try await service.verifyTransaction(.init(signedTransaction: jws))
         #expect(answer.status == 21003)
         #expect(answer.reason == "untrustedChain")
     }

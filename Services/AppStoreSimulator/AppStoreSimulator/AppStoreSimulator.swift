@@ -27,12 +27,19 @@ public final class AppStoreSimulator: Sendable {
     /// Sends notifications to the URLs `sim.setNotificationURL` configured.
     public let courier: NotificationCourier
     private let negativePKIs = NIOLockedValueBox<[SimSigning: ReceiptSigningPKI]>([:])
+    /// Answers OCSP about the simulator's certificates (`POST /ocsp`; `sim.revokeCertificate`).
+    public let ocsp: SimulatorOCSPResponder
     public static let defaultPeriodDays = 30
 
-    public init(directory: URL, clock: ServiceClock = .system, delivery: NotificationCourier.Configuration = .init()) throws {
+    /// `ocspURL`: the responder a new data directory's certificates name (the simulator's own `/ocsp`, as the
+    /// verifiers reach it); an existing directory keeps the certificates it has.
+    public init(
+        directory: URL, clock: ServiceClock = .system, delivery: NotificationCourier.Configuration = .init(), ocspURL: String? = nil
+    ) throws {
         let store = try SimulatorStore(directory: directory)
         self.store = store
-        self.pki = try SimulatorPKI.loadOrCreate(directory: directory)
+        self.pki = try SimulatorPKI.loadOrCreate(directory: directory, ocspURL: ocspURL)
+        self.ocsp = SimulatorOCSPResponder(pki: pki, directory: directory) { Date(timeIntervalSince1970: Double(clock.nowMs) / 1000) }
         self.apiKey = try SimulatorAPIKey.loadOrCreate(directory: directory)
         self.offerKey = try SimulatorAPIKey.loadOrCreate(directory: directory, name: "offer-key")
         self.clock = clock
@@ -458,6 +465,9 @@ public final class AppStoreSimulator: Sendable {
             }
         }
         r.registerBlocking(SimTrustAnchor.self) { _, _ in try self.trustAnchor() }
+        r.registerBlocking(SimRevokeCertificate.self) { p, _ in
+            .init(serialNumber: try self.ocsp.revoke(p.certificate, nowMs: self.clock.nowMs), ocspURL: self.pki.ocspURL)
+        }
         r.registerImmediate(SimAPIKey.self) { _, _ in self.apiKeyResult() }
         r.registerImmediate(SimOfferKey.self) { _, _ in
             .init(keyId: self.offerKey.keyId, issuerId: self.offerKey.issuerId, privateKey: self.offerKey.privateKey.pemRepresentation)

@@ -8,28 +8,48 @@ import X509
 /// The simulator's two chains (RSA for receipts, ECDSA P-256 for JWS), created on first start and kept in
 /// the data directory (certificates as DER, private keys as DER with mode 0600) so receipts stay
 /// verifiable across restarts.
+///
+/// With `ocspURL` (given when the directory is first used), leaves and intermediates name that OCSP responder, as
+/// Apple's do, and the issuers' keys are kept too so the simulator can answer OCSP about them. A directory made
+/// without one keeps certificates without a responder (they are never checked online).
 public struct SimulatorPKI: Sendable {
     public let receipts: ReceiptSigningPKI
     public let signedPayloads: JWSSigningPKI
 
-    public static func loadOrCreate(directory: URL) throws -> SimulatorPKI {
+    public static func loadOrCreate(directory: URL, ocspURL: String? = nil) throws -> SimulatorPKI {
         let dir = directory.appendingPathComponent("sim-pki", isDirectory: true)
         if let existing = try? load(dir) { return existing }
-        let pki = SimulatorPKI(receipts: try ReceiptSigningPKI.generate(), signedPayloads: try JWSSigningPKI.generate())
+        var receiptOptions = ReceiptSigningPKI.Options()
+        receiptOptions.ocspURL = ocspURL
+        let pki = SimulatorPKI(
+            receipts: try ReceiptSigningPKI.generate(receiptOptions), signedPayloads: try JWSSigningPKI.generate(ocspURL: ocspURL))
         try pki.save(dir)
         return pki
+    }
+
+    /// The OCSP responder URL the certificates carry, if any.
+    public var ocspURL: String? {
+        guard let access = try? signedPayloads.leaf.extensions.authorityInformationAccess else { return nil }
+        for description in access where description.method == .ocspServer {
+            if case .uniformResourceIdentifier(let url) = description.location { return url }
+        }
+        return nil
     }
 
     private static func load(_ dir: URL) throws -> SimulatorPKI {
         func bytes(_ name: String) throws -> [UInt8] { Array(try Data(contentsOf: dir.appendingPathComponent(name))) }
         func cert(_ name: String) throws -> Certificate { try Certificate(derEncoded: try bytes(name)) }
+        // Issuer keys exist only in directories made since the simulator answers OCSP.
+        let receiptRootKey = try? _RSA.Signing.PrivateKey(derRepresentation: try bytes("receipt-root.key"))
         let receipts = ReceiptSigningPKI(
             root: try cert("receipt-root.der"), intermediate: try cert("receipt-intermediate.der"), leaf: try cert("receipt-leaf.der"),
             leafKey: try _RSA.Signing.PrivateKey(derRepresentation: try bytes("receipt-leaf.key")),
-            intermediateKey: try _RSA.Signing.PrivateKey(derRepresentation: try bytes("receipt-intermediate.key")))
+            intermediateKey: try _RSA.Signing.PrivateKey(derRepresentation: try bytes("receipt-intermediate.key")), rootKey: receiptRootKey)
         let jws = JWSSigningPKI(
             root: try cert("jws-root.der"), intermediate: try cert("jws-intermediate.der"), leaf: try cert("jws-leaf.der"),
-            leafKey: try P256.Signing.PrivateKey(derRepresentation: try bytes("jws-leaf.key")))
+            leafKey: try P256.Signing.PrivateKey(derRepresentation: try bytes("jws-leaf.key")),
+            intermediateKey: try? P256.Signing.PrivateKey(derRepresentation: try bytes("jws-intermediate.key")),
+            rootKey: try? P256.Signing.PrivateKey(derRepresentation: try bytes("jws-root.key")))
         return SimulatorPKI(receipts: receipts, signedPayloads: jws)
     }
 
@@ -49,6 +69,9 @@ public struct SimulatorPKI: Sendable {
         try write("jws-intermediate.der", Self.der(signedPayloads.intermediate))
         try write("jws-leaf.der", Self.der(signedPayloads.leaf))
         try write("jws-leaf.key", Array(signedPayloads.leafKey.derRepresentation), secret: true)
+        if let key = receipts.rootKey { try write("receipt-root.key", Array(key.derRepresentation), secret: true) }
+        if let key = signedPayloads.intermediateKey { try write("jws-intermediate.key", Array(key.derRepresentation), secret: true) }
+        if let key = signedPayloads.rootKey { try write("jws-root.key", Array(key.derRepresentation), secret: true) }
     }
 
     public static func der(_ cert: Certificate) throws -> [UInt8] {

@@ -20,9 +20,12 @@ public final class VerifyReceiptEndpoint: Sendable {
     private let sharedSecret: String?
     /// `sim.setFault`'s fault, shared with the App Store Server API endpoint on the same port.
     public let faults: SimHTTPFaults
+    /// The simulator's OCSP responder, served at `/ocsp` on the same port.
+    let ocsp: SimulatorOCSPResponder
 
     public init(simulator: AppStoreSimulator, sharedSecret: String?, faults: SimHTTPFaults = SimHTTPFaults()) throws {
         self.faults = faults
+        self.ocsp = simulator.ocsp
         var config = VerificationConfiguration()
         config.acceptAnyBundleId = true  // Apple's endpoint answers for every app; the caller checks the bundle id
         config.receiptRoots = [simulator.receiptRoot]
@@ -89,6 +92,13 @@ public final class VerifyReceiptEndpoint: Sendable {
                     status: status, headers: [.contentType: "application/json"],
                     body: .init(byteBuffer: ByteBuffer(bytes: body)))
             }
+        }
+        // OCSP (RFC 6960 appendix A.1): a DER request POSTed, a DER response.
+        router.post("ocsp") { request, _ -> Response in
+            let buffer = try await request.body.collect(upTo: 64 * 1024)
+            let answer = self.ocsp.respond(to: Array(buffer: buffer))
+            return Response(
+                status: .ok, headers: [.contentType: "application/ocsp-response"], body: .init(byteBuffer: ByteBuffer(bytes: answer)))
         }
         return Application(
             router: router, configuration: .init(address: .hostname(host, port: port), serverName: "appstore-sim"),

@@ -19,6 +19,13 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
         name: .customLong("http-port"), help: "Port of the HTTP endpoints: verifyReceipt and the App Store Server API (/inApps/...). Default 7180.")
     var httpPort = 7180
 
+    @Option(
+        name: .customLong("ocsp-url"),
+        help:
+            "The OCSP responder URL a NEW data directory's certificates carry (env IAP_SIM_OCSP_URL; default http://127.0.0.1:HTTP-PORT/ocsp, this simulator's own). Give the address verifiers reach it at, e.g. http://appstore-sim:7180/ocsp under compose."
+    )
+    var ocspURL: String?
+
     @Option(name: .customLong("shared-secret"), help: "App-specific shared secret the verifyReceipt endpoints require (env IAP_SIM_SHARED_SECRET).")
     var sharedSecret: String?
 
@@ -44,7 +51,9 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
         if let ca = Environment.resolve(notificationCA, env: "IAP_SIM_NOTIFICATION_CA") {
             delivery.trustRootsPEM = try String(contentsOfFile: ca, encoding: .utf8)
         }
-        let simulator = try AppStoreSimulator(directory: options.resolvedDataDir(), delivery: delivery)
+        let simulator = try AppStoreSimulator(
+            directory: options.resolvedDataDir(), delivery: delivery,
+            ocspURL: Environment.resolve(ocspURL, env: "IAP_SIM_OCSP_URL") ?? "http://127.0.0.1:\(httpPort)/ocsp")
         for (environment, flag, env) in [
             (SimEnvironment.production, notificationURL, "IAP_SIM_NOTIFICATION_URL"),
             (SimEnvironment.sandbox, sandboxNotificationURL, "IAP_SIM_SANDBOX_NOTIFICATION_URL"),

@@ -50,6 +50,40 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("shared-secret"), help: "App-specific shared secret sent to verifyReceipt (env IAP_SHARED_SECRET). Never logged.")
     var sharedSecret: String?
 
+    @Flag(
+        name: .customLong("ocsp"),
+        help:
+            "Check online (OCSP) that no certificate signing receipts and JWS is revoked (env IAP_OCSP=soft|hard). Answers are cached until their nextUpdate; a responder that cannot be reached is soft-failed (accepted, with a warning) unless --ocsp-hard-fail."
+    )
+    var ocsp = false
+
+    @Flag(
+        name: .customLong("ocsp-hard-fail"),
+        help: "With --ocsp: when a responder cannot be reached, refuse with the retryable `unavailable` (reason revocationUnknown).")
+    var ocspHardFail = false
+
+    @Option(name: .customLong("ocsp-timeout-ms"), help: "With --ocsp: the longest wait for one responder's answer (default 3000).")
+    var ocspTimeoutMs: Int = 3_000
+
+    /// The revocation checker the flags ask for (`IAP_OCSP` when no flag is given), or nil.
+    func revocationChecker(logger: Logger) throws -> RevocationChecker? {
+        let fromEnvironment = Environment.resolve(nil, env: "IAP_OCSP")
+        guard ocsp || ocspHardFail || (fromEnvironment != nil && fromEnvironment != "off") else { return nil }
+        if let fromEnvironment, !["off", "soft", "hard"].contains(fromEnvironment) {
+            throw ValidationError("IAP_OCSP must be off, soft or hard (got \(fromEnvironment))")
+        }
+        guard (1...60_000).contains(ocspTimeoutMs) else { throw ValidationError("--ocsp-timeout-ms must be 1...60000") }
+        var configuration = RevocationChecker.Configuration()
+        configuration.hardFail = ocspHardFail || (!ocsp && fromEnvironment == "hard")
+        configuration.timeout = .milliseconds(ocspTimeoutMs)
+        logger.notice(
+            "online revocation checks (OCSP) on",
+            metadata: ["unreachable": "\(configuration.hardFail ? "hard-fail" : "soft-fail")", "timeoutMs": "\(ocspTimeoutMs)"])
+        return RevocationChecker(configuration: configuration, transport: OCSPHTTPTransport.post) { message in
+            logger.warning("\(message)")
+        }
+    }
+
     /// `--bundle-id`, else `IAP_BUNDLE_IDS`.
     var resolvedBundleIds: [String] { bundleIds.isEmpty ? Environment.list("IAP_BUNDLE_IDS") : bundleIds }
 
@@ -117,7 +151,8 @@ struct VerificationServiceCommand: AsyncParsableCommand {
                 "keyId": "\(keyId)", "bundleId": "\(bundleId)", "production": "\(apiConfig.productionURL)", "sandbox": "\(apiConfig.sandboxURL)",
             ])
         return AppStoreServerAPIClient(
-            credentials: credentials, verifier: SignedPayloadVerifier(roots: config.signedPayloadRoots + config.extraRoots),
+            credentials: credentials,
+            verifier: SignedPayloadVerifier(roots: config.signedPayloadRoots + config.extraRoots, revocation: config.revocation),
             configuration: apiConfig)
     }
 
@@ -173,6 +208,7 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         }
         if allowXcode { logger.warning("--allow-xcode: Xcode StoreKit-testing receipts and JWS are accepted (never in production)") }
         config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
+        config.revocation = try revocationChecker(logger: logger)
         config.appStoreAPI = try appStoreAPIClient(config: config, logger: logger)
         let service = VerificationService(configuration: config, logger: logger)
         let server = RPCServer(

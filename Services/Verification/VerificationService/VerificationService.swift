@@ -32,6 +32,8 @@ public struct VerificationConfiguration: Sendable {
     public var appStoreAPI: AppStoreServerAPIClient?
     /// The suite's internal token: `transactionInfo` and `transactionHistory` refuse callers without it.
     public var internalToken: String?
+    /// Online revocation checks (OCSP) of receipt and JWS chains (`--ocsp`); nil checks none.
+    public var revocation: RevocationChecker?
 
     public init() {}
 }
@@ -51,9 +53,11 @@ public final class VerificationService: Sendable {
         receipts = ReceiptVerifier(
             trust: ReceiptTrust(
                 roots: configuration.receiptRoots + configuration.extraRoots,
-                xcodeCertificate: configuration.allowXcode ? ShippedTrust.certificate(ShippedTrust.storeKitTestDER) : nil))
+                xcodeCertificate: configuration.allowXcode ? ShippedTrust.certificate(ShippedTrust.storeKitTestDER) : nil),
+            revocation: configuration.revocation)
         payloads = SignedPayloadVerifier(
-            roots: configuration.signedPayloadRoots + configuration.extraRoots, allowXcode: configuration.allowXcode)
+            roots: configuration.signedPayloadRoots + configuration.extraRoots, allowXcode: configuration.allowXcode,
+            revocation: configuration.revocation)
     }
 
     public func verifyReceipt(_ p: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {
@@ -109,13 +113,15 @@ public final class VerificationService: Sendable {
         switch await receipts.verify(base64: p.receiptData, options: .init(bundleIds: accepted ?? [], deviceIdentifier: p.deviceIdentifier)) {
         case .success(let verified):
             return VerifyReceiptResponse(status: 0, environment: verified.environment, receipt: VerifyReceiptJSON.body(verified.receipt))
+        case .failure(.revocationUnknown):
+            throw Self.revocationUnknown
         case .failure(let failure):
             return VerifyReceiptResponse(status: failure.status, reason: failure.rawValue)
         }
     }
 
-    public func verifyTransaction(_ p: VerificationVerifyTransaction.Params) async -> VerificationVerifyTransaction.Result {
-        switch await decode(p.signedTransaction) {
+    public func verifyTransaction(_ p: VerificationVerifyTransaction.Params) async throws(RPCError) -> VerificationVerifyTransaction.Result {
+        switch try await decode(p.signedTransaction) {
         case .failure(let f): return .init(status: f.status, reason: f.rawValue)
         case .success(let transaction): return accept(transaction, expectedBundleId: p.expectedBundleId)
         }
@@ -360,9 +366,11 @@ public final class VerificationService: Sendable {
 
     /// App Store Server Notifications v2: the outer payload, and the signed transaction and renewal
     /// info inside it, each verified; decoded copies are added as `transactionInfo` / `renewalInfo`.
-    public func verifyNotification(_ p: VerificationVerifyNotification.Params) async -> VerificationVerifyNotification.Result {
+    public func verifyNotification(_ p: VerificationVerifyNotification.Params) async throws(RPCError)
+        -> VerificationVerifyNotification.Result
+    {
         let notification: JSONValue
-        switch await decode(p.signedPayload) {
+        switch try await decode(p.signedPayload) {
         case .success(let value): notification = value
         case .failure(let f): return .init(status: f.status, reason: f.rawValue)
         }
@@ -380,7 +388,7 @@ public final class VerificationService: Sendable {
         }
         for (signedKey, decodedKey) in [("signedTransactionInfo", "transactionInfo"), ("signedRenewalInfo", "renewalInfo")] {
             guard let nested = data[signedKey]?.stringValue else { continue }
-            switch await decode(nested) {
+            switch try await decode(nested) {
             case .success(let value):
                 // The nested payloads must be about the same app and the same environment as the notification.
                 if let bundle = value["bundleId"]?.stringValue, !bundleAccepted(bundle) || bundle != data["bundleId"]?.stringValue {
@@ -400,16 +408,24 @@ public final class VerificationService: Sendable {
         return .init(status: 0, notification: .object(root))
     }
 
-    private func decode(_ jws: String) async -> Result<JSONValue, JWSFailure> {
-        await payloads.verifiedObject(jws)
+    /// A verified JWS, or why not; a revocation status that could not be learnt (hard-fail) is no answer about
+    /// the payload: `unavailable`, so the caller tries again (and Apple retries a notification).
+    private func decode(_ jws: String) async throws(RPCError) -> Result<JSONValue, JWSFailure> {
+        let result = await payloads.verifiedObject(jws)
+        if case .failure(.revocationUnknown) = result { throw Self.revocationUnknown }
+        return result
     }
+
+    static let revocationUnknown = RPCError.unavailable(
+        "the certificates' revocation status could not be checked (OCSP responder unreachable, hard-fail); retry later",
+        reason: "revocationUnknown")
 
     /// The `verification.*` methods of the v1 contract, on this service.
     public func router() -> RPCRouter {
         var r = RPCRouter()
         r.register(VerificationVerifyReceipt.self) { p, _ in try await self.verifyReceipt(p) }
-        r.register(VerificationVerifyTransaction.self) { p, _ in await self.verifyTransaction(p) }
-        r.register(VerificationVerifyNotification.self) { p, _ in await self.verifyNotification(p) }
+        r.register(VerificationVerifyTransaction.self) { p, _ in try await self.verifyTransaction(p) }
+        r.register(VerificationVerifyNotification.self) { p, _ in try await self.verifyNotification(p) }
         r.register(VerificationTransactionInfo.self) { p, _ in try await self.transactionInfo(p) }
         r.register(VerificationTransactionHistory.self) { p, _ in try await self.transactionHistory(p) }
         r.register(VerificationLookUpOrder.self) { p, _ in try await self.lookUpOrder(p) }
