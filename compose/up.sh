@@ -100,10 +100,10 @@ fi
 # same services, commands and flags as compose/compose.yaml with compose/compose.dev.yaml on top
 # (Tests/ComposeTests checks that they agree).
 services=(
-  "appstore-sim appstore-sim $IAP_SIM_PORT --http-port $IAP_SIM_HTTP_PORT --notification-url $IAP_EDGE_URL/v1/notifications/appstore --sandbox-notification-url $IAP_EDGE_URL/v1/notifications/appstore/sandbox --notification-ca $IAP_DATA_DIR/edge-tls/cert.pem"
+  "appstore-sim appstore-sim $IAP_SIM_PORT --http-port $IAP_SIM_HTTP_PORT --ocsp-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/ocsp --notification-url $IAP_EDGE_URL/v1/notifications/appstore --sandbox-notification-url $IAP_EDGE_URL/v1/notifications/appstore/sandbox --notification-ca $IAP_DATA_DIR/edge-tls/cert.pem"
   "accounts accounts-service $IAP_ACCOUNTS_PORT"
   "catalog catalog-service $IAP_CATALOG_PORT --seed compose/demo-catalog.json"
-  "verification verification-service $IAP_VERIFICATION_PORT --trust-anchor-dir $IAP_DATA_DIR/sim-pki --verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox/verifyReceipt --app-store-api-key $IAP_DATA_DIR/sim-pki/api-key.p8 --app-store-api-url http://127.0.0.1:$IAP_SIM_HTTP_PORT --app-store-api-sandbox-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox"
+  "verification verification-service $IAP_VERIFICATION_PORT --trust-anchor-dir $IAP_DATA_DIR/sim-pki --ocsp --verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox/verifyReceipt --app-store-api-key $IAP_DATA_DIR/sim-pki/api-key.p8 --app-store-api-url http://127.0.0.1:$IAP_SIM_HTTP_PORT --app-store-api-sandbox-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox"
   "fulfillment fulfillment-service $IAP_FULFILLMENT_PORT --dependency-timeout-ms $IAP_DEPENDENCY_TIMEOUT_MS --content-dir $IAP_DATA_DIR/content --offer-key $IAP_DATA_DIR/sim-pki/offer-key.p8"
   "edge edge-service $IAP_EDGE_PORT --tls-cert $IAP_DATA_DIR/edge-tls/cert.pem --tls-key $IAP_DATA_DIR/edge-tls/key.pem --content-dir $IAP_DATA_DIR/content"
 )

@@ -195,6 +195,7 @@ import Testing
         "sim.setNotificationFault": ["sim", "notification-fault"], "sim.billing": ["sim", "billing"],
         "sim.refundDecision": ["sim", "refund-decision"], "fulfillment.reconcile": ["admin", "reconcile"],
         "sim.lifecycleEvent": ["sim", "event"], "sim.notify": ["sim", "notify"], "sim.offerKey": ["sim", "offer-key"],
+        "sim.revokeCertificate": ["sim", "revoke"],
         "fulfillment.offerEligibility": ["offers", "eligible"], "fulfillment.signOffer": ["offers", "sign"],
         "catalog.setOffers": ["offers", "define"],
         "accounts.setConsumptionConsent": ["accounts", "consent"], "accounts.consumptionProfile": ["accounts", "consumption-profile"],

@@ -85,7 +85,8 @@ public final class SuiteFixture: Sendable {
     /// `allowXcode`: verification runs with `--allow-xcode` (Xcode StoreKit-testing receipts and JWS).
     public static func start(
         configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
-        proxied: Bool = false, allowXcode: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil
+        proxied: Bool = false, allowXcode: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil,
+        ocsp: RevocationChecker.Configuration? = nil
     ) async throws -> SuiteFixture {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("suite-\(UUID().uuidString)")
         for sub in ["sim", "accounts", "catalog", "fulfillment/content"] {
@@ -113,7 +114,10 @@ public final class SuiteFixture: Sendable {
         // Generating its RSA and ECDSA PKI takes a while: on a GCD thread, neither on the few cooperative threads
         // every test in this process shares nor on NIO's blocking pool (the simulators' API handlers run there).
         let simDirectory = dir.appendingPathComponent("sim")
-        let sim = try await Self.offThePools { try AppStoreSimulator(directory: simDirectory) }
+        // With `ocsp`, the simulator's HTTP port is chosen first: its certificates name the responder on it.
+        let ocspPort = ocsp == nil ? 0 : try LoopbackPort.free()
+        let ocspURL = ocsp == nil ? nil : "http://127.0.0.1:\(ocspPort)/ocsp"
+        let sim = try await Self.offThePools { try AppStoreSimulator(directory: simDirectory, ocspURL: ocspURL) }
         let simHTTPPort = AsyncStream<Int>.makeStream()
         let simClient = RPCClient(host: "127.0.0.1", port: try await serve("appstore-sim", sim.router()), configuration: patient)
 
@@ -153,10 +157,11 @@ public final class SuiteFixture: Sendable {
         }
         verificationConfig.bundleIds = [bundleId]
         verificationConfig.allowXcode = allowXcode
+        verificationConfig.revocation = ocsp.map { RevocationChecker(configuration: $0, transport: OCSPHTTPTransport.post) }
         // The simulator as Apple's App Store Server API, on its own HTTP port, for verification.
         let faults = SimHTTPFaults()
         let simHTTP = try VerifyReceiptEndpoint(simulator: sim, sharedSecret: nil, faults: faults).application(
-            host: "127.0.0.1", port: 0, logger: quiet, api: AppStoreServerAPIEndpoint(simulator: sim, faults: faults)
+            host: "127.0.0.1", port: ocspPort, logger: quiet, api: AppStoreServerAPIEndpoint(simulator: sim, faults: faults)
         ) { port in simHTTPPort.continuation.yield(port) }
         let simHTTPTask = Task { try await simHTTP.run() }
         var ports = simHTTPPort.stream.makeAsyncIterator()
@@ -222,10 +227,10 @@ public final class SuiteFixture: Sendable {
     public static func with<T>(
         configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
         proxied: Bool = false, allowXcode: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil,
-        _ body: (SuiteFixture) async throws -> T
+        ocsp: RevocationChecker.Configuration? = nil, _ body: (SuiteFixture) async throws -> T
     ) async throws -> T {
         let suite = try await start(
-            configure: configure, dependencyDeadline: dependencyDeadline, proxied: proxied, allowXcode: allowXcode, logs: logs)
+            configure: configure, dependencyDeadline: dependencyDeadline, proxied: proxied, allowXcode: allowXcode, logs: logs, ocsp: ocsp)
         do {
             let result = try await body(suite)
             await suite.stop()

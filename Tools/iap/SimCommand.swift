@@ -11,7 +11,7 @@ struct SimCommand: AsyncParsableCommand {
         subcommands: [
             Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self, Fault.self, APIKey.self,
             NotificationURL.self, Deliver.self, AutoRenew.self, Consumption.self, NotificationFault.self, Billing.self, RefundDecision.self,
-            LifecycleEvent.self, Notify.self, OfferKey.self,
+            LifecycleEvent.self, Notify.self, OfferKey.self, Revoke.self,
         ])
 
     struct Common: ParsableArguments {
@@ -313,6 +313,21 @@ extension SimCommand {
 }
 
 extension SimCommand {
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "revoke",
+            abstract: "Revoke one of the simulator's signing certificates: its OCSP responder answers revoked from then on.")
+        @OptionGroup var common: Common
+        @Argument(help: "jws-leaf, jws-intermediate, receipt-leaf or receipt-intermediate.") var certificate: String
+        func run() async throws {
+            try await SimCommand.run(SimRevokeCertificate.self, .init(certificate: certificate), common) { revoked in
+                "revoked \(certificate) serial \(revoked.serialNumber)"
+                    + (revoked.ocspURL.map { " (responder \($0))" }
+                        ?? " (its certificates name no responder: verifiers never ask; a new data directory gets one)")
+            }
+        }
+    }
+
     struct OfferKey: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "offer-key",
