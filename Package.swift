@@ -446,7 +446,9 @@ let package = Package(
         .testTarget(
             name: "EdgeServiceTests",
             dependencies: [
-                "EdgeService", "FulfillmentService", "SuiteTestSupport", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                "EdgeService", "FulfillmentService", "AccountsService", "SuiteTestSupport", "IAPProtocol", "JSONRPC", "RPCTransport",
+                "RPCTestSupport",
+                "ServiceSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "X509", package: "swift-certificates"),

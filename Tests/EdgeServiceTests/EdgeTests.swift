@@ -1,3 +1,4 @@
+import AccountsService
 import AsyncHTTPClient
 import Crypto
 import Foundation
@@ -26,9 +27,10 @@ import X509
     /// Runs `body` with the suite and an edge in front of it, on a free port.
     static func withEdge(
         configure: (inout EdgeConfiguration) -> Void = { _ in },
+        accounts: (inout AccountsConfiguration) -> Void = { _ in },
         _ body: (SuiteFixture, String) async throws -> Void
     ) async throws {
-        try await SuiteFixture.with { suite in
+        try await SuiteFixture.with(accountsConfigure: accounts) { suite in
             var config = EdgeConfiguration()
             // The webhook's effects are asserted right after its answer here; answering once recorded has its own test.
             config.webhookAnswersOnceRecorded = false
@@ -243,10 +245,14 @@ import X509
                 .get()
         }
 
-        try await Self.withEdge(configure: {
-            $0.internalToken = SuiteFixture.internalToken
-            $0.trustedProxies = ["127.0.0.1"]
-        }) { _, base in
+        try await Self.withEdge(
+            configure: {
+                $0.internalToken = SuiteFixture.internalToken
+                $0.trustedProxies = ["127.0.0.1"]
+            },
+            // Locked for ten minutes, not one second: a loaded machine must not see the lock end before the 21st try.
+            accounts: { $0.throttle.baseLockMs = 600_000 }
+        ) { _, base in
             func login(_ user: String, from address: String) async throws -> String {
                 var request = HTTPClientRequest(url: base + "/v1/rpc")
                 request.method = .POST

@@ -86,7 +86,7 @@ public final class SuiteFixture: Sendable {
     public static func start(
         configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
         proxied: Bool = false, allowXcode: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil,
-        ocsp: RevocationChecker.Configuration? = nil
+        ocsp: RevocationChecker.Configuration? = nil, accountsConfigure: (inout AccountsConfiguration) -> Void = { _ in }
     ) async throws -> SuiteFixture {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("suite-\(UUID().uuidString)")
         for sub in ["sim", "accounts", "catalog", "fulfillment/content"] {
@@ -126,6 +126,7 @@ public final class SuiteFixture: Sendable {
         accountsConfig.internalToken = internalToken
         // Every test client registers from 127.0.0.1; the per-address registration limit has its own test.
         accountsConfig.throttle.registrationThreshold = 1_000_000
+        accountsConfigure(&accountsConfig)
         // With IAP_TEST_ENGINE=postgres every store is on one new PostgreSQL database, each service in its schema.
         let databaseURL = TestPostgres.suiteUsesPostgres ? try await TestPostgres.newDatabase() : nil
         func pool(_ schema: String) throws -> PostgresPool {
@@ -227,10 +228,12 @@ public final class SuiteFixture: Sendable {
     public static func with<T>(
         configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
         proxied: Bool = false, allowXcode: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil,
-        ocsp: RevocationChecker.Configuration? = nil, _ body: (SuiteFixture) async throws -> T
+        ocsp: RevocationChecker.Configuration? = nil, accountsConfigure: (inout AccountsConfiguration) -> Void = { _ in },
+        _ body: (SuiteFixture) async throws -> T
     ) async throws -> T {
         let suite = try await start(
-            configure: configure, dependencyDeadline: dependencyDeadline, proxied: proxied, allowXcode: allowXcode, logs: logs, ocsp: ocsp)
+            configure: configure, dependencyDeadline: dependencyDeadline, proxied: proxied, allowXcode: allowXcode, logs: logs, ocsp: ocsp,
+            accountsConfigure: accountsConfigure)
         do {
             let result = try await body(suite)
             await suite.stop()
