@@ -1,8 +1,9 @@
 import Foundation
-import FulfillmentService
 import GRDB
 import IAPProtocol
 import Testing
+
+@testable import FulfillmentService
 
 /// A v1 database (one wallet per account, `shortfall` for refunded spent coins) upgraded in place: nothing
 /// is lost, the owed coins become debt in the Production scope, and the ledger stays append-only.
@@ -47,5 +48,38 @@ import Testing
         // Still append-only.
         await #expect(throws: (any Error).self) { try await queue.write { db in try db.execute(sql: "DELETE FROM ledger") } }
         await #expect(throws: (any Error).self) { try await queue.write { db in try db.execute(sql: "UPDATE ledger SET delta = 0") } }
+    }
+}
+
+/// The worker's batch of due notifications reads its index only, in order, and stops at the batch size: no row of
+/// a backlog beyond the batch is read and nothing is sorted (before v8 every pending row was read and sorted for
+/// each batch of 100, so draining a backlog cost its square).
+@Suite struct InboxQueryPlanTests {
+    @Test func dueNotificationsUseTheirIndex() async throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("plan-\(UUID().uuidString).sqlite").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let queue = try DatabaseQueue(path: path)
+        try FulfillmentStore.migrator.migrate(queue)
+        let plan = try await queue.read { db in
+            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + FulfillmentStore.dueNotificationsSQL, arguments: [0, 100]).map {
+                $0["detail"] as String
+            }
+        }
+        #expect(plan.contains { $0.contains("COVERING INDEX inbox_pending_order") }, "\(plan)")
+        // The outer ORDER BY sorts the batch (at most `limit` rows); the inner one must not sort the backlog.
+        #expect(plan.filter { $0.contains("TEMP B-TREE") }.count <= 1, "\(plan)")
+        #expect(!plan.contains { $0.contains("SCAN notificationInbox") && !$0.contains("INDEX") }, "\(plan)")
+
+        // And the batch is what it was: pending, due, in signed order, at most `limit`.
+        let store = try FulfillmentStore(writer: queue)
+        for (i, signed) in [30, 10, 20, 40].enumerated() {
+            _ = try await store.recordNotification(
+                InboxEntry(
+                    notificationUUID: "n\(i)", notificationType: "REFUND", subtype: nil, signedDateMs: Int64(signed), signedPayload: "p",
+                    notification: Array("{}".utf8), receivedAtMs: Int64(i), state: .pending, attempts: 0, nextAttemptAtMs: i == 3 ? 1_000 : 0,
+                    lastError: nil, processedAtMs: nil, originalTransactionId: nil))
+        }
+        #expect(try await store.dueNotifications(nowMs: 500, limit: 2).map(\.notificationUUID) == ["n1", "n2"])
+        #expect(try await store.dueNotifications(nowMs: 500, limit: 10).map(\.notificationUUID) == ["n1", "n2", "n0"])
     }
 }

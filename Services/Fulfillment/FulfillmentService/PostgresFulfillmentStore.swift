@@ -169,7 +169,14 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
 
             -- A refund or revocation Apple announced before the purchase was ever redeemed here.
             CREATE TABLE early_revocation (transaction_id TEXT PRIMARY KEY, reason TEXT NOT NULL, recorded_at_ms BIGINT NOT NULL);
-            """)
+            """),
+        // The worker's batches of due notifications, in signed order, without reading or sorting every pending row.
+        PostgresMigration(
+            "v2-inbox-pending-order",
+            """
+            CREATE INDEX inbox_pending_order ON notification_inbox (signed_date_ms NULLS FIRST, received_at_ms, next_attempt_at_ms)
+                WHERE state = 'pending';
+            """),
     ]
 
     // MARK: ties to make at Apple (AccountTokenOutboxStorage)
