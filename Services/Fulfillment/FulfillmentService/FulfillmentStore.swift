@@ -321,14 +321,44 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
                         BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
                     """)
         }
-        m.registerMigration("v8-inbox-pending-order") { db in
-            // The worker takes due notifications in signed order. With only (state, nextAttemptAtMs) SQLite read
-            // EVERY pending row, payloads included (~20 KB each), and sorted them for each batch of 100: a backlog of
-            // B cost B^2/100 row reads to drain (found by the webhook benchmark: a fifth of fulfillment's CPU was
-            // copying pages). This index is in the batch's order and covers its filter.
+        m.registerMigration("v8-inbox-payload-apart") { db in
+            // Found profiling the webhook benchmark (fulfillment read ~300 KB per notification):
+            // - The signed payload and the decoded notification (~13 KB a row) lived in the inbox row, which changes
+            //   state two or three times (leased, applied); SQLite rewrites a whole row, overflow pages and all, on
+            //   every UPDATE. They now live apart, written once; the inbox row is small.
+            // - The worker takes due notifications in signed order; with only (state, nextAttemptAtMs) SQLite read
+            //   every pending row, payloads included, and sorted them for each batch of 100 (a backlog cost its square
+            //   to drain). `inbox_pending_order` is in the batch's order and covers its filter.
             try db.execute(
                 sql: """
-                    CREATE INDEX inbox_pending_order ON notificationInbox(state, signedDateMs, receivedAtMs, nextAttemptAtMs, notificationUUID)
+                    CREATE TABLE notificationPayload (
+                        notificationUUID TEXT PRIMARY KEY NOT NULL,
+                        signedPayload TEXT NOT NULL,
+                        notification BLOB NOT NULL
+                    );
+                    INSERT INTO notificationPayload (notificationUUID, signedPayload, notification)
+                        SELECT notificationUUID, signedPayload, notification FROM notificationInbox ORDER BY receivedAtMs;
+                    CREATE TABLE notificationInbox_v8 (
+                        notificationUUID TEXT PRIMARY KEY NOT NULL,
+                        notificationType TEXT NOT NULL,
+                        subtype TEXT,
+                        signedDateMs INTEGER,
+                        receivedAtMs INTEGER NOT NULL,
+                        state TEXT NOT NULL CHECK (state IN ('pending', 'applied', 'ignored', 'parked')),
+                        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+                        nextAttemptAtMs INTEGER NOT NULL,
+                        lastError TEXT,
+                        processedAtMs INTEGER,
+                        originalTransactionId TEXT
+                    ) WITHOUT ROWID;
+                    INSERT INTO notificationInbox_v8
+                        SELECT notificationUUID, notificationType, subtype, signedDateMs, receivedAtMs, state, attempts, nextAttemptAtMs,
+                               lastError, processedAtMs, originalTransactionId FROM notificationInbox;
+                    DROP TABLE notificationInbox;
+                    ALTER TABLE notificationInbox_v8 RENAME TO notificationInbox;
+                    CREATE INDEX inbox_received ON notificationInbox(receivedAtMs);
+                    CREATE INDEX inbox_by_original ON notificationInbox(originalTransactionId, state, signedDateMs);
+                    CREATE INDEX inbox_pending_order ON notificationInbox(state, signedDateMs, receivedAtMs, nextAttemptAtMs, notificationUUID);
                     """)
         }
         return m
@@ -403,10 +433,18 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
 
     // MARK: the notification inbox
 
-    private static let inboxColumns = """
-        notificationUUID, notificationType, subtype, signedDateMs, signedPayload, notification, receivedAtMs, state, attempts,
-        nextAttemptAtMs, lastError, processedAtMs, originalTransactionId
+    /// The inbox row's own columns (small; its state changes) ...
+    private static let inboxRowColumns = """
+        notificationUUID, notificationType, subtype, signedDateMs, receivedAtMs, state, attempts, nextAttemptAtMs, lastError,
+        processedAtMs, originalTransactionId
         """
+
+    /// ... and a whole entry, with its payload (written once, kept apart), from `inboxWithPayload`.
+    private static let inboxColumns = """
+        i.notificationUUID, i.notificationType, i.subtype, i.signedDateMs, p.signedPayload, p.notification, i.receivedAtMs, i.state,
+        i.attempts, i.nextAttemptAtMs, i.lastError, i.processedAtMs, i.originalTransactionId
+        """
+    private static let inboxWithPayload = "notificationInbox i JOIN notificationPayload p ON p.notificationUUID = i.notificationUUID"
 
     private static func inboxEntry(_ row: Row) -> InboxEntry {
         InboxEntry(
@@ -421,16 +459,20 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
         try await commits.write { db in
             try db.cachedStatement(
                 sql: """
-                    INSERT OR IGNORE INTO notificationInbox (\(Self.inboxColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT OR IGNORE INTO notificationInbox (\(Self.inboxRowColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """
             ).execute(arguments: [
-                entry.notificationUUID, entry.notificationType, entry.subtype, entry.signedDateMs, entry.signedPayload,
-                Data(entry.notification), entry.receivedAtMs, entry.state.rawValue, entry.attempts, entry.nextAttemptAtMs,
-                entry.lastError, entry.processedAtMs, entry.originalTransactionId,
+                entry.notificationUUID, entry.notificationType, entry.subtype, entry.signedDateMs, entry.receivedAtMs,
+                entry.state.rawValue, entry.attempts, entry.nextAttemptAtMs, entry.lastError, entry.processedAtMs,
+                entry.originalTransactionId,
             ])
-            if db.changesCount == 1 { return (entry, true) }
+            if db.changesCount == 1 {
+                try db.cachedStatement(sql: "INSERT INTO notificationPayload (notificationUUID, signedPayload, notification) VALUES (?, ?, ?)")
+                    .execute(arguments: [entry.notificationUUID, entry.signedPayload, Data(entry.notification)])
+                return (entry, true)
+            }
             let row = try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT \(Self.inboxColumns) FROM notificationInbox WHERE notificationUUID = ?"),
+                db.cachedStatement(sql: "SELECT \(Self.inboxColumns) FROM \(Self.inboxWithPayload) WHERE i.notificationUUID = ?"),
                 arguments: [entry.notificationUUID])
             return (row.map(Self.inboxEntry) ?? entry, false)
         }
@@ -439,10 +481,10 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
     /// The batch's ids are found in `inbox_pending_order` alone (in order, filtered on the index's own columns,
     /// stopping at `limit`); only those rows are read. `dueNotificationsUseTheirIndex` checks the plan.
     static let dueNotificationsSQL = """
-        SELECT \(inboxColumns) FROM notificationInbox WHERE notificationUUID IN (
+        SELECT \(inboxColumns) FROM \(inboxWithPayload) WHERE i.notificationUUID IN (
             SELECT notificationUUID FROM notificationInbox INDEXED BY inbox_pending_order
             WHERE state = 'pending' AND nextAttemptAtMs <= ? ORDER BY signedDateMs, receivedAtMs LIMIT ?)
-        ORDER BY signedDateMs, receivedAtMs
+        ORDER BY i.signedDateMs, i.receivedAtMs
         """
 
     public func dueNotifications(nowMs: Int64, limit: Int) async throws -> [InboxEntry] {
@@ -480,18 +522,22 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
     public func notification(_ uuid: String) async throws -> InboxEntry? {
         try await writer.read { db in
             try Row.fetchOne(
-                db.cachedStatement(sql: "SELECT \(Self.inboxColumns) FROM notificationInbox WHERE notificationUUID = ?"), arguments: [uuid]
+                db.cachedStatement(sql: "SELECT \(Self.inboxColumns) FROM \(Self.inboxWithPayload) WHERE i.notificationUUID = ?"),
+                arguments: [uuid]
             ).map(Self.inboxEntry)
         }
     }
 
     public func notifications(state: NotificationState?, limit: Int) async throws -> [InboxEntry] {
         try await writer.read { db in
-            let filter = state == nil ? "" : "WHERE state = ?"
+            let filter = state == nil ? "" : "WHERE i.state = ?"
             let arguments: StatementArguments = state.map { [$0.rawValue, limit] } ?? [limit]
             return try Row.fetchAll(
                 db.cachedStatement(
-                    sql: "SELECT \(Self.inboxColumns) FROM notificationInbox \(filter) ORDER BY receivedAtMs DESC, notificationUUID LIMIT ?"),
+                    sql: """
+                        SELECT \(Self.inboxColumns) FROM \(Self.inboxWithPayload) \(filter)
+                        ORDER BY i.receivedAtMs DESC, i.notificationUUID LIMIT ?
+                        """),
                 arguments: arguments
             ).map(Self.inboxEntry)
         }
