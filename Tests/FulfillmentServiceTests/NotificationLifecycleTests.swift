@@ -142,6 +142,28 @@ import Testing
         }
     }
 
+    /// A reconciliation is not cut off when its caller gives up (the CLI's 30 s timeout, a dropped connection), and
+    /// a call made while one runs joins it rather than starting a second one beside it.
+    @Test func aReconciliationOutlivesACallerThatGivesUpAndIsJoinedMeanwhile() async throws {
+        try await SuiteFixture.with { suite in
+            let ri = try await suite.register("ri")
+            for _ in 0..<3 { _ = try await suite.buy("ri@icloud", "coins.100", appAccountToken: ri.appAccountToken) }
+            // Apple answers slowly (each App Store Server API call takes 300 ms), so the run is still going when the
+            // second call comes.
+            _ = try await suite.simulator.call(SimSetFault.self, .init(mode: .slow, delayMs: 300))
+            let caller = Task { try await suite.service.reconcile(notificationHistory: true, subscriptionStatuses: false) }
+            caller.cancel()  // gives up at once
+            let joined = try await suite.service.reconcile(notificationHistory: true, subscriptionStatuses: false)
+            let abandoned = try await caller.value
+            #expect(abandoned.notificationsTakenIn == 3 && abandoned == joined, "\(abandoned) / \(joined)")
+            _ = try await suite.simulator.call(SimSetFault.self, .init(mode: .none))
+            #expect(try await suite.balance(ri.session) == 300)
+            // Once it has ended, the next call is a run of its own (and finds nothing new).
+            let next = try await suite.service.reconcile(notificationHistory: true, subscriptionStatuses: false)
+            #expect(next.notificationsTakenIn == 0 && next.notificationsSeen == 3)
+        }
+    }
+
     @Test func aConsumptionRequestIsAnsweredOnlyWithConsentWithinTheWindowAndOnce() async throws {
         try await SuiteFixture.with { suite in
             let nia = try await suite.register("nia")

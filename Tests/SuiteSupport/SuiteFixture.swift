@@ -119,7 +119,11 @@ public final class SuiteFixture: Sendable {
         let ocspURL = ocsp == nil ? nil : "http://127.0.0.1:\(ocspPort)/ocsp"
         let sim = try await Self.offThePools { try AppStoreSimulator(directory: simDirectory, ocspURL: ocspURL) }
         let simHTTPPort = AsyncStream<Int>.makeStream()
-        let simClient = RPCClient(host: "127.0.0.1", port: try await serve("appstore-sim", sim.router()), configuration: patient)
+        // `sim.setFault` makes its HTTP endpoints (verifyReceipt, the App Store Server API) misbehave.
+        let faults = SimHTTPFaults()
+        let simEndpoint = try VerifyReceiptEndpoint(simulator: sim, sharedSecret: nil, faults: faults)
+        let simClient = RPCClient(
+            host: "127.0.0.1", port: try await serve("appstore-sim", sim.router(endpoint: simEndpoint)), configuration: patient)
 
         var accountsConfig = AccountsConfiguration()
         accountsConfig.passwordHashing = .testing
@@ -160,8 +164,7 @@ public final class SuiteFixture: Sendable {
         verificationConfig.allowXcode = allowXcode
         verificationConfig.revocation = ocsp.map { RevocationChecker(configuration: $0, transport: OCSPHTTPTransport.post) }
         // The simulator as Apple's App Store Server API, on its own HTTP port, for verification.
-        let faults = SimHTTPFaults()
-        let simHTTP = try VerifyReceiptEndpoint(simulator: sim, sharedSecret: nil, faults: faults).application(
+        let simHTTP = simEndpoint.application(
             host: "127.0.0.1", port: ocspPort, logger: quiet, api: AppStoreServerAPIEndpoint(simulator: sim, faults: faults)
         ) { port in simHTTPPort.continuation.yield(port) }
         let simHTTPTask = Task { try await simHTTP.run() }

@@ -3,6 +3,7 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import Logging
+import NIOConcurrencyHelpers
 import Receipts
 import ServiceSupport
 
@@ -20,6 +21,9 @@ public final class FulfillmentService: Sendable {
     let configuration: FulfillmentConfiguration
     let clock: ServiceClock
     let logger: Logger
+    /// The reconciliation in progress, if any (`reconcile`): one at a time, joined by whoever asks meanwhile.
+    private let reconciliation = NIOLockedValueBox<(id: Int, run: Task<FulfillmentReconcile.Result, any Error>)?>(nil)
+    private let reconciliations = NIOLockedValueBox(0)
     /// Notifications recorded by `receiveNotification {processLater}` wait here for the four processors; when it
     /// is full they are left `pending` and due now, for the inbox worker.
     private let laterQueue: AsyncStream<InboxEntry>.Continuation
@@ -893,9 +897,39 @@ public final class FulfillmentService: Sendable {
         return try await reconcile(notificationHistory: p.notificationHistory ?? true, subscriptionStatuses: p.subscriptionStatuses ?? true)
     }
 
+    /// Reconciles with Apple (Notification History, then the subscription status sweep) in a task of its own, one
+    /// at a time: a call made while a run is under way joins it and gets its result. The run is never cancelled with
+    /// its caller (an admin's CLI that gives up after 30 s, the server's request deadline), so a long history is read
+    /// to its end and the notification being taken in is never cut off half-way.
     public func reconcile(notificationHistory: Bool = true, subscriptionStatuses: Bool = true) async throws(RPCError)
         -> FulfillmentReconcile.Result
     {
+        let run = reconciliation.withLockedValue { current -> Task<FulfillmentReconcile.Result, any Error> in
+            if let current { return current.run }
+            let id = reconciliations.withLockedValue { n -> Int in
+                n += 1
+                return n
+            }
+            let run = Task.detached { [self] () async throws -> FulfillmentReconcile.Result in
+                defer { reconciliation.withLockedValue { if $0?.id == id { $0 = nil } } }
+                return try await reconcileNow(notificationHistory: notificationHistory, subscriptionStatuses: subscriptionStatuses)
+            }
+            current = (id, run)
+            return run
+        }
+        do {
+            return try await run.value
+        } catch let error as RPCError {
+            throw error
+        } catch {
+            throw RPCError.internalError()
+        }
+    }
+
+    /// Reconciliation runs started so far (joined calls not counted).
+    var reconciliationRuns: Int { reconciliations.withLockedValue { $0 } }
+
+    private func reconcileNow(notificationHistory: Bool, subscriptionStatuses: Bool) async throws(RPCError) -> FulfillmentReconcile.Result {
         let token = try internalTokenForApple("reconciling with Apple")
         var result = FulfillmentReconcile.Result(notificationsSeen: 0, notificationsTakenIn: 0, subscriptionsChecked: 0, subscriptionsUpdated: 0)
         if notificationHistory {
