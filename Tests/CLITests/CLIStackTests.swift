@@ -368,6 +368,25 @@ import Testing
         #expect(health.status == 2, "\(health.stderr)")
     }
 
+    /// Several instances of a service are checked one by one: one down among two is reported (and exits 2) although a
+    /// client over both would still be answered.
+    @Test func healthChecksEveryInstanceOfAService() async throws {
+        try await SuiteFixture.with { suite in
+            var env = suite.environment
+            let up = suite.accounts.address
+            env["IAP_ACCOUNTS_ADDR"] = up + ",127.0.0.1:1"
+            let health = try await Self.iap(["health"], env: env)
+            #expect(health.status == 2, "\(health.stderr)")
+            let rows = health.stdout.split(separator: "\n").filter { $0.hasPrefix("accounts") }
+            #expect(
+                rows.count == 2 && rows.contains { $0.contains(up) && $0.contains("ok") }
+                    && rows.contains { $0.contains("127.0.0.1:1") && $0.contains("down") })
+            let json = try JSONValue.parseJSON(try await Self.iap(["health", "--json"], env: env).stdout)
+            #expect(json["accounts"]?[up]?["status"] == .string("ok") && json["accounts"]?["127.0.0.1:1"] == .null)
+            #expect(json["catalog"]?["status"] == .string("ok"), "a service of one instance keeps its shape")
+        }
+    }
+
     /// Without `IAP_CONFIG` the session goes under `$XDG_CONFIG_HOME`, else `$HOME/.config`, as the
     /// environment says (not the passwd entry's home).
     @Test func theConfigFileFollowsXDGConfigHomeThenHome() async throws {

@@ -10,6 +10,7 @@ struct HealthCommand: AsyncParsableCommand {
         commandName: "health", abstract: "Check every service of the suite and what each depends on.",
         discussion: """
             Exit code 0 when every service answers ok, 2 when any cannot be reached, 1 when any answers degraded. \
+            A service given as several instances (IAP_*_ADDR=host:port,host:port) is checked instance by instance. \
             With --edge URL: only the edge's GET /readyz (it checks accounts, catalog and fulfillment itself), as seen from outside.
             """)
     @Flag(help: "Print {service: health report or null} as JSON.") var json = false
@@ -32,21 +33,35 @@ struct HealthCommand: AsyncParsableCommand {
             return
         }
         var reports: [(SuiteService, String, HealthReport?, String?)] = []
+        var instanceCounts: [SuiteService: Int] = [:]
         for service in SuiteService.allCases {
-            let address = service.address(flag: nil)
-            let client = try RPCClient(address: address, configuration: .init(connections: 1, callTimeout: .seconds(5), tls: internalTLS()))
-            do {
-                reports.append((service, address, try await client.call(HealthCheck.self, EmptyParams()), nil))
-            } catch {
-                reports.append((service, address, nil, error.message))
+            // Each instance on its own: a client over the list would answer from whichever instance is up.
+            let instances = try RPCClient.parseAddresses(service.address(flag: nil))
+            instanceCounts[service] = instances.count
+            for instance in instances {
+                let address = "\(instance.host):\(instance.port)"
+                let client = RPCClient(
+                    host: instance.host, port: instance.port, configuration: .init(connections: 1, callTimeout: .seconds(5), tls: internalTLS()))
+                do {
+                    reports.append((service, address, try await client.call(HealthCheck.self, EmptyParams()), nil))
+                } catch {
+                    reports.append((service, address, nil, error.message))
+                }
+                await client.close()
             }
-            await client.close()
         }
         if json {
+            // {service: report or null}; a service of several instances: {service: {"host:port": report or null}}.
             var object: [String: JSONValue] = [:]
-            for (service, _, report, _) in reports {
-                object[service.rawValue] =
-                    try report.map { try JSONDecoder().decode(JSONValue.self, from: Data(try JSONByteEncoder.encode($0))) } ?? .null
+            for (service, address, report, _) in reports {
+                let value = try report.map { try JSONDecoder().decode(JSONValue.self, from: Data(try JSONByteEncoder.encode($0))) } ?? .null
+                if instanceCounts[service, default: 1] > 1 {
+                    var byInstance = object[service.rawValue]?.objectValue ?? [:]
+                    byInstance[address] = value
+                    object[service.rawValue] = .object(byInstance)
+                } else {
+                    object[service.rawValue] = value
+                }
             }
             print(String(decoding: try JSONByteEncoder.encode(JSONValue.object(object)), as: UTF8.self))
         } else {
