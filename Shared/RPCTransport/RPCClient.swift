@@ -229,11 +229,16 @@ public final class RPCClient: Sendable {
                     return channel.eventLoop.makeFailedFuture(error)
                 }
             }
-        let connecting: EventLoopFuture<any Channel>
-        if let target = endpoint.nextResolvedAddress() {
-            connecting = bootstrap.connect(to: target)
-        } else {
-            connecting = bootstrap.connect(host: endpoint.host, port: endpoint.port)
+        // A host name is looked up (getaddrinfo, which may wait on DNS) on NIO's blocking pool, never on the caller's
+        // thread (a cooperative one) or an event loop; an IP address needs no lookup.
+        let eventLoop = group.next()
+        let target: EventLoopFuture<SocketAddress?> =
+            (try? SocketAddress(ipAddress: endpoint.host, port: endpoint.port)) != nil
+            ? eventLoop.makeSucceededFuture(nil)
+            : NIOThreadPool.singleton.runIfActive(eventLoop: eventLoop) { endpoint.nextResolvedAddress() }
+        let connecting = target.flatMap { resolved -> EventLoopFuture<any Channel> in
+            if let resolved { return bootstrap.connect(to: resolved) }
+            return bootstrap.connect(host: endpoint.host, port: endpoint.port)
         }
         return connecting.flatMapErrorThrowing { error in
             throw RPCError.unavailable("cannot reach \(address): \(error)", reason: "connectFailed")

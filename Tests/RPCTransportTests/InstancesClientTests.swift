@@ -30,6 +30,20 @@ private enum WhoAmI: RPCMethod {
         }
     }
 
+    /// A host name is looked up off the caller's thread (NIO's blocking pool) and connected to; a name that does not
+    /// resolve is `unavailable`, not a hang or a crash.
+    @Test func aHostNameIsResolvedAndAnUnknownOneIsUnavailable() async throws {
+        let server = try await Self.instance("named")
+        defer { Task { await server.shutdown() } }
+        let client = try RPCClient(address: "localhost:\(server.localPort!)", configuration: .init(connections: 2))
+        defer { Task { await client.close() } }
+        #expect(try await Self.calls(client, 10) == ["named": 10])
+        let nowhere = try RPCClient(address: "no-such-host.invalid:7101", configuration: .init(connections: 1, callTimeout: .seconds(30)))
+        defer { Task { await nowhere.close() } }
+        let error = await #expect(throws: RPCError.self) { _ = try await nowhere.call(WhoAmI.self, EmptyParams()) }
+        #expect(error?.knownCode == .unavailable)
+    }
+
     @Test func callsAreSpreadEvenlyOverTheInstances() async throws {
         let servers = [try await Self.instance("a"), try await Self.instance("b"), try await Self.instance("c")]
         defer { Task { for s in servers { await s.shutdown() } } }
