@@ -1,59 +1,73 @@
 import NIOConcurrencyHelpers
 
-/// In-process locks by name, taken before a database advisory lock of the same name: a burst of writes for one
-/// key (a flood of sign-ins from one address, say) then waits here, suspended, with at most one of them holding a
-/// pool thread and a connection while it waits for the database lock (which other instances may hold). Without
-/// it, every pool thread could end up blocked on that one key and the pool would serve nobody else.
+/// In-process limits by name, taken before a database advisory lock of the same name: at most `permits` callers
+/// per key go on to take a pool thread and a connection (one holding the database lock, the next ones already
+/// waiting in the database so the lock passes on without a round trip through this process); the rest wait here,
+/// suspended. Without it a burst
+/// of writes for one key (a flood of sign-ins from one address, say) could take every pool thread, each blocked on
+/// that one key's database lock (which another instance may hold), and the pool would serve nobody else.
 ///
 /// Waiters of a key are served in arrival order; several keys are taken in sorted order, as the database takes
-/// them, so two callers wanting the same keys cannot wait for each other.
+/// them, so callers wanting the same keys cannot wait for each other in a cycle.
 final class KeyedLocks: Sendable {
-    /// Per held key, the callers waiting for it (empty: held, nobody waiting). An absent key is free.
-    private let held = NIOLockedValueBox<[String: [CheckedContinuation<Void, Never>]]>([:])
+    private struct Entry {
+        var holders = 0
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let table = NIOLockedValueBox<[String: Entry]>([:])
+    let permits: Int
+
+    init(permits: Int) {
+        self.permits = max(1, permits)
+    }
 
     func withLocks<T: Sendable>(_ keys: [String], _ body: () async throws -> T) async throws -> T {
         let sorted = Set(keys).sorted()
-        for key in sorted { await lock(key) }
-        defer { for key in sorted.reversed() { unlock(key) } }
+        for key in sorted { await acquire(key) }
+        defer { for key in sorted.reversed() { release(key) } }
         return try await body()
     }
 
-    /// How many callers wait for `key` (held by another); for tests.
+    /// How many callers wait here for `key` (all its permits taken); for tests.
     func waiting(_ key: String) -> Int {
-        held.withLockedValue { $0[key]?.count ?? 0 }
+        table.withLockedValue { $0[key]?.waiters.count ?? 0 }
     }
 
-    private func lock(_ key: String) async {
-        // Claimed at once when free; otherwise queued, and resumed by `unlock` already owning the key.
-        let claimed = held.withLockedValue { table -> Bool in
-            guard table[key] == nil else { return false }
-            table[key] = []
+    private func acquire(_ key: String) async {
+        let granted = table.withLockedValue { table -> Bool in
+            var entry = table[key] ?? Entry()
+            guard entry.holders < permits else { return false }
+            entry.holders += 1
+            table[key] = entry
             return true
         }
-        if claimed { return }
+        if granted { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let claimedMeanwhile = held.withLockedValue { table -> Bool in
-                guard table[key] != nil else {
-                    table[key] = []
-                    return true
+            let grantedMeanwhile = table.withLockedValue { table -> Bool in
+                var entry = table[key] ?? Entry()
+                defer { table[key] = entry }
+                guard entry.holders < permits else {
+                    entry.waiters.append(continuation)
+                    return false
                 }
-                table[key]!.append(continuation)
-                return false
+                entry.holders += 1
+                return true
             }
-            if claimedMeanwhile { continuation.resume() }
+            if grantedMeanwhile { continuation.resume() }
         }
     }
 
-    private func unlock(_ key: String) {
-        let next = held.withLockedValue { table -> CheckedContinuation<Void, Never>? in
-            guard var waiters = table[key], !waiters.isEmpty else {
-                table[key] = nil
+    private func release(_ key: String) {
+        let next = table.withLockedValue { table -> CheckedContinuation<Void, Never>? in
+            guard var entry = table[key] else { return nil }
+            defer { table[key] = entry.holders == 0 && entry.waiters.isEmpty ? nil : entry }
+            guard !entry.waiters.isEmpty else {
+                entry.holders -= 1
                 return nil
             }
-            let first = waiters.removeFirst()
-            table[key] = waiters
-            return first
+            return entry.waiters.removeFirst()  // the permit passes to the first waiter
         }
-        next?.resume()  // ownership passes to the first waiter
+        next?.resume()
     }
 }

@@ -31,7 +31,9 @@ import Testing
         #expect(codes.count == 256, "every guess failed")
         let checked = f.service.passwordDerivations - before
         #expect(checked <= f.configuration.throttle.usernameThreshold, "\(checked) passwords were checked")
-        #expect(codes.filter { $0 == RPCErrorCode.rateLimited.rawValue }.count >= 256 - f.configuration.throttle.usernameThreshold)
+        #expect(
+            codes.filter { $0 == RPCErrorCode.rateLimited.rawValue }.count >= 256 - f.configuration.throttle.usernameThreshold,
+            "\(Dictionary(grouping: codes, by: { $0 }).mapValues(\.count))")
     }
 
     @Test func sixtyFourConnectionsAtOnceGetNoMoreGuessesThanTheLimit() async throws {

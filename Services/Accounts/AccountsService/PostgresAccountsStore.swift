@@ -202,7 +202,14 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
         keys: [String], wait: @escaping @Sendable (String, ThrottleState?) -> Int64,
         record: @escaping @Sendable (String, ThrottleState?) -> ThrottleState
     ) async throws -> Int64 {
-        try await pool.write(locking: keys.map { "accounts:throttle:" + $0 }) { db in
+        // A key already locked out refuses at once, without queueing for its lock: a flood on a locked name or address
+        // (the abuse this exists for) is answered in parallel instead of one transaction at a time. A read that is a
+        // moment stale can only show a lock that held a moment ago; an unlocked key goes on to the locked check below.
+        let alreadyLocked = try await pool.read { db in
+            try keys.map { key in wait(key, try Self.throttleState(key, db)) }.max() ?? 0
+        }
+        if alreadyLocked > 0 { return alreadyLocked }
+        return try await pool.write(locking: keys.map { "accounts:throttle:" + $0 }) { db in
             var states: [String: ThrottleState] = [:]
             for key in keys { states[key] = try Self.throttleState(key, db) }
             let longest = keys.map { wait($0, states[$0]) }.max() ?? 0
