@@ -46,9 +46,6 @@ public final class PostgresPool: Sendable {
         self.configuration = try url.configuration()
         self.logger = logger
         self.threads = NIOThreadPool(numberOfThreads: size)
-        // Half the pool at most for one key: enough callers in the database to pass its lock on without a gap
-        // (measured: with two, 256 sign-ins of one username under CI load queued past the 30 s request deadline).
-        self.localLocks = KeyedLocks(permits: max(1, size / 2))
         threads.start()
     }
 
@@ -80,14 +77,8 @@ public final class PostgresPool: Sendable {
     /// transactions both pass: the second gets 23505 and runs again on the first one's row.
     @discardableResult
     public func write<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
-        // Queued here first: at most half the pool's threads per key go on to the database's lock (see `KeyedLocks`).
-        try await localLocks.withLocks(keys) {
-            try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ", locking: keys, body)
-        }
+        try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ", locking: keys, body)
     }
-
-    /// Callers of `write(locking:)` in this process, queued by key before they take a pool thread.
-    let localLocks: KeyedLocks
 
     /// Runs `body` in one read-only transaction over one snapshot (REPEATABLE READ).
     public func read<T: Sendable>(_ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {

@@ -3,11 +3,9 @@ import FulfillmentService
 import IAPProtocol
 import JSONRPC
 import Logging
-import NIOConcurrencyHelpers
+import PostgresSupport
 import RPCTestSupport
 import Testing
-
-@testable import PostgresSupport
 
 /// What only the PostgreSQL engine has: its schema's refusals, versioned migrations, a server restart under load.
 /// (The contract both engines share is `StoreEngineTests`.)
@@ -94,78 +92,6 @@ struct PostgresStoreTests {
         defer { pool.close() }
         let error = await #expect(throws: RPCError.self) { try await pool.write { s in try s.execute("SELECT 1") } }
         #expect(error?.knownCode == .unavailable && error?.reason == "storageUnavailable")
-    }
-
-    /// A flood of writes for one lock key (sign-ins from one address, spends of one account) while another instance
-    /// holds that key's database lock: at most half of this pool's threads wait on the database (`KeyedLocks`' permits),
-    /// so the pool still serves every other key. (Before `KeyedLocks`, the flood took all the pool's threads.)
-    @Test(.timeLimit(.minutes(1))) func aFloodOnOneLockKeyLeavesThePoolToOtherKeys() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let pool = try PostgresPool(url: url, schema: "flood", connections: 4, logger: Logger(label: "flood-test"))
-        let other = try PostgresPool(url: url, schema: "flood", connections: 1, logger: Logger(label: "flood-holder"))
-        defer {
-            pool.close()
-            other.close()
-        }
-        // Another instance holds the key (a session lock: it outlives this call, on the holder's one connection).
-        try await other.withSession { s in try s.execute("SELECT pg_advisory_lock(hashtextextended('flood', 0))") }
-        let flood = 12
-        let floods = Task {
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                for _ in 0..<flood {
-                    group.addTask {
-                        _ = try await pool.write(locking: ["flood"]) { s in try s.execute("SELECT 1") }
-                    }
-                }
-                try await group.waitForAll()
-            }
-        }
-        func waitingOnTheDatabase() async throws -> Int {
-            Int(
-                try await TestPostgres.psql(
-                    url.description.replacingOccurrences(of: "postgres://", with: "postgresql://"),
-                    "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE d.datname = current_database() AND l.locktype = 'advisory' AND NOT l.granted"
-                )) ?? -1
-        }
-        // Until the flood is queued: `permits` (2 of 4) wait on the database, the rest in this process.
-        let permits = pool.localLocks.permits
-        #expect(permits == 2)
-        var polls = 0
-        while true {
-            let onTheDatabase = try await waitingOnTheDatabase()
-            if pool.localLocks.waiting("flood") == flood - permits && onTheDatabase >= permits { break }
-            polls += 1
-            #expect(polls < 2_000, "the flood never queued")
-            if polls >= 2_000 { break }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        #expect(try await waitingOnTheDatabase() == permits)
-        // Another key is served at once, though the flood's key is still held elsewhere.
-        // (Bounded: a pool whose threads all wait on the flood would never answer; the unlock below then frees it.)
-        let served = Task {
-            try await pool.write(locking: ["someone-else"]) { s in try s.one("SELECT 7 AS n").map { try $0.get("n", as: Int64.self) } }
-        }
-        let answeredInTime = await withCheckedContinuation { (done: CheckedContinuation<Bool, Never>) in
-            let once = NIOLockedValueBox(false)
-            @Sendable func finish(_ value: Bool) {
-                if once.withLockedValue({ fired in
-                    defer { fired = true }; return !fired
-                }) {
-                    done.resume(returning: value)
-                }
-            }
-            Task {
-                _ = try? await served.value; finish(true)
-            }
-            Task {
-                try? await Task.sleep(for: .seconds(20)); finish(false)
-            }
-        }
-        #expect(answeredInTime, "another key waited behind the flood")
-        try await other.withSession { s in try s.execute("SELECT pg_advisory_unlock_all()") }
-        try await floods.value
-        #expect(try await served.value == 7)
-        #expect(pool.localLocks.waiting("flood") == 0)
     }
 
     /// A PostgreSQL restart in the middle of spending through three instances: calls during it answer `unavailable`
