@@ -374,7 +374,7 @@ let package = Package(
         .testTarget(
             name: "VerificationServiceTests",
             dependencies: [
-                "VerificationService", "Receipts", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport",
+                "VerificationService", "Receipts", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "AppStoreServerAPI",
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -1,10 +1,12 @@
+import AppStoreServerAPI
 import Foundation
 import IAPProtocol
 import JSONRPC
 import RPCTestSupport
 import Receipts
 import Testing
-import VerificationService
+
+@testable import VerificationService
 
 /// Trust boundaries in verification (DESIGN.md section 6): only the configured apps' purchases, receipt
 /// types mapped to environments without defaults, notifications checked down to their nested payloads,
@@ -136,5 +138,16 @@ import VerificationService
         let emptyToken = try await Self.start("accounts-service", ["--port", "0", "--data-dir", data, "--internal-token", ""])
         #expect(emptyToken.status != 0)
         #expect(emptyToken.stderr.contains("at least 32 bytes"), "\(emptyToken.stderr)")
+    }
+}
+
+/// A transaction fetched from Apple whose chain's revocation status could not be learnt (hard-fail OCSP) is no
+/// verdict on the purchase: retryable `unavailable`, never an invalid purchase; a revoked chain is refused for good.
+@Suite struct AppStoreAPIRevocationTests {
+    @Test func revocationUnknownIsRetryableAndRevokedIsNot() {
+        let unknown = VerificationService.rpcError(AppStoreAPIError.verification(.revocationUnknown), transactionId: "1")
+        #expect(unknown.knownCode == .unavailable && unknown.reason == "revocationUnknown")
+        let revoked = VerificationService.rpcError(AppStoreAPIError.verification(.revoked), transactionId: "1")
+        #expect(revoked.knownCode == .invalidReceipt && revoked.reason == "revoked")
     }
 }

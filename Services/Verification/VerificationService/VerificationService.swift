@@ -353,6 +353,8 @@ public final class VerificationService: Sendable {
             return e
         case .unauthorized:
             return .internalError("the App Store Server API refused this server's key (key id, issuer id, key or bundle id)")
+        case .verification(.revocationUnknown):
+            return revocationUnknown  // retryable: nothing is known against the transaction
         case .verification(let failure):
             return .invalidReceipt(status: failure.status, reason: failure.rawValue, detail: "a transaction from Apple failed verification")
         case .bundleMismatch:
