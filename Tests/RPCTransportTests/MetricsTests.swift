@@ -11,7 +11,8 @@ import Testing
         let metrics = TestMetrics()
         let server = try await TestServer.start { $0.metricsFactory = metrics }
         defer { Task { await server.shutdown() } }
-        let client = RPCClient(host: "127.0.0.1", port: server.localPort!)
+        // Patient: this checks what is recorded, not speed, and every suite starts at once on two cores.
+        let client = RPCClient(host: "127.0.0.1", port: server.localPort!, configuration: .patient)
         defer { Task { await client.close() } }
         _ = try await client.call(TypedAdd.self, .init(a: 1, b: 2, label: nil))
         _ = await rpcError { try await client.callRaw(method: "typed.add", params: Array(#"{"a":"x","b":1}"#.utf8)) }
