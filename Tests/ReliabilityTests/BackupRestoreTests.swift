@@ -36,6 +36,11 @@ import Testing
         let backup = try await iap(["admin", "backup", "--data-dir", data.path, "--to", backupDir.path] + database, env: [:])
         #expect(backup.status == 0, "\(backup.stderr)")
         #expect(backup.stdout.contains(engine.isEmpty ? "fulfillment.sqlite" : "iap.pgdump"), "\(backup.stdout)")
+        // Owner-only: it holds password and session-token hashes.
+        for file in try FileManager.default.contentsOfDirectory(atPath: backupDir.path) {
+            let mode = try FileManager.default.attributesOfItem(atPath: backupDir.appendingPathComponent(file).path)[.posixPermissions] as? Int
+            #expect(mode.map { $0 & 0o077 } == 0, "\(file) is readable by others: \(String(mode ?? 0, radix: 8))")
+        }
         #expect(try await spend("after-backup") == 70)
 
         // Only fulfillment runs here: accounts and catalog are pointed at ports where nothing listens.

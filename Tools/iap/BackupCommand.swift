@@ -28,7 +28,10 @@ struct DataBackupCommand: AsyncParsableCommand {
 
     func run() async throws {
         let out = URL(fileURLWithPath: destination, isDirectory: true)
-        try FileManager.default.createDirectory(at: out, withIntermediateDirectories: true)
+        // A backup holds password hashes, session-token hashes and every account's ledger: owner-only, like the keys.
+        try FileManager.default.createDirectory(at: out, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let previousMask = umask(0o077)
+        defer { umask(previousMask) }
         if let url = Environment.resolve(databaseURL, env: "IAP_DATABASE_URL") {
             let file = out.appendingPathComponent(SuiteBackup.dumpName)
             guard !FileManager.default.fileExists(atPath: file.path) else { fail("\(file.path) exists already", exit: ExitCodes.usage) }

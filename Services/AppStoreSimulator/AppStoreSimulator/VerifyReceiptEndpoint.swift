@@ -5,6 +5,7 @@ import JSONRPC
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOPosix
 import Receipts
 import ServiceSupport
 import VerificationService
@@ -93,10 +94,11 @@ public final class VerifyReceiptEndpoint: Sendable {
                     body: .init(byteBuffer: ByteBuffer(bytes: body)))
             }
         }
-        // OCSP (RFC 6960 appendix A.1): a DER request POSTed, a DER response.
+        // OCSP (RFC 6960 appendix A.1): a DER request POSTed, a DER response, signed (RSA or ECDSA) on NIO's blocking
+        // pool, never on the cooperative threads.
         router.post("ocsp") { request, _ -> Response in
-            let buffer = try await request.body.collect(upTo: 64 * 1024)
-            let answer = self.ocsp.respond(to: Array(buffer: buffer))
+            let bytes = Array(buffer: try await request.body.collect(upTo: 64 * 1024))
+            let answer = try await NIOThreadPool.singleton.runIfActive { self.ocsp.respond(to: bytes) }
             return Response(
                 status: .ok, headers: [.contentType: "application/ocsp-response"], body: .init(byteBuffer: ByteBuffer(bytes: answer)))
         }

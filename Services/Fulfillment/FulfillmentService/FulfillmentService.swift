@@ -926,9 +926,6 @@ public final class FulfillmentService: Sendable {
         }
     }
 
-    /// Reconciliation runs started so far (joined calls not counted).
-    var reconciliationRuns: Int { reconciliations.withLockedValue { $0 } }
-
     private func reconcileNow(notificationHistory: Bool, subscriptionStatuses: Bool) async throws(RPCError) -> FulfillmentReconcile.Result {
         let token = try internalTokenForApple("reconciling with Apple")
         var result = FulfillmentReconcile.Result(notificationsSeen: 0, notificationsTakenIn: 0, subscriptionsChecked: 0, subscriptionsUpdated: 0)
