@@ -375,13 +375,14 @@ import Testing
             var env = suite.environment
             let up = suite.accounts.address
             env["IAP_ACCOUNTS_ADDR"] = up + ",127.0.0.1:1"
-            let health = try await Self.iap(["health"], env: env)
+            // A patient timeout: every suite of the test run starts at once, and this asks whether instances answer at all.
+            let health = try await Self.iap(["health", "--timeout", "30"], env: env)
             #expect(health.status == 2, "\(health.stderr)")
             let rows = health.stdout.split(separator: "\n").filter { $0.hasPrefix("accounts") }
             #expect(
                 rows.count == 2 && rows.contains { $0.contains(up) && $0.contains("ok") }
-                    && rows.contains { $0.contains("127.0.0.1:1") && $0.contains("down") })
-            let json = try JSONValue.parseJSON(try await Self.iap(["health", "--json"], env: env).stdout)
+                    && rows.contains { $0.contains("127.0.0.1:1") && $0.contains("down") }, "\(health.stdout)")
+            let json = try JSONValue.parseJSON(try await Self.iap(["health", "--json", "--timeout", "30"], env: env).stdout)
             #expect(json["accounts"]?[up]?["status"] == .string("ok") && json["accounts"]?["127.0.0.1:1"] == .null)
             #expect(json["catalog"]?["status"] == .string("ok"), "a service of one instance keeps its shape")
         }

@@ -81,7 +81,7 @@ struct TestCA {
         defer { Task { await server.shutdown() } }
         let client = RPCClient(
             host: "127.0.0.1", port: server.localPort!,
-            configuration: .init(callTimeout: .seconds(5), tls: try RPCClientTLS(caFile: suiteCA.caFile)))
+            configuration: .init(callTimeout: .seconds(30), tls: try RPCClientTLS(caFile: suiteCA.caFile)))
         defer { Task { await client.close() } }
         let error = await rpcError { try await client.call(Echo.self, ["token": "internal-secret"]) }
         #expect(error?.knownCode == .unavailable, "the call must not be sent to a server the client cannot trust")
@@ -95,7 +95,7 @@ struct TestCA {
         let server = try await Self.server(try RPCServerTLS(certificateFile: leaf.cert, keyFile: leaf.key, clientCAFile: ca.caFile))
         defer { Task { await server.shutdown() } }
         func call(_ tls: RPCClientTLS) async -> RPCError? {
-            let client = RPCClient(host: "127.0.0.1", port: server.localPort!, configuration: .init(callTimeout: .seconds(5), tls: tls))
+            let client = RPCClient(host: "127.0.0.1", port: server.localPort!, configuration: .init(callTimeout: .seconds(30), tls: tls))
             defer { Task { await client.close() } }
             return await rpcError { try await client.call(Echo.self, ["n": 1]) }
         }

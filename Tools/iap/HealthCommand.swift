@@ -16,6 +16,11 @@ struct HealthCommand: AsyncParsableCommand {
     @Flag(help: "Print {service: health report or null} as JSON.") var json = false
     @Option(help: "Check the edge at this URL (/readyz) instead of each service (e.g. https://localhost:8443).") var edge: String?
     @Option(help: "PEM certificate authority for the edge's certificate (default: IAP_EDGE_CA).") var ca: String?
+    @Option(help: "Seconds to wait for each instance's answer before reporting it down.") var timeout: Double = 5
+
+    func validate() throws {
+        guard timeout > 0, timeout <= 3600 else { throw ValidationError("--timeout must be between 0 and 3600 seconds") }
+    }
 
     func run() async throws {
         if let edge {
@@ -41,7 +46,8 @@ struct HealthCommand: AsyncParsableCommand {
             for instance in instances {
                 let address = "\(instance.host):\(instance.port)"
                 let client = RPCClient(
-                    host: instance.host, port: instance.port, configuration: .init(connections: 1, callTimeout: .seconds(5), tls: internalTLS()))
+                    host: instance.host, port: instance.port,
+                    configuration: .init(connections: 1, callTimeout: .milliseconds(Int64(timeout * 1000)), tls: internalTLS()))
                 do {
                     reports.append((service, address, try await client.call(HealthCheck.self, EmptyParams()), nil))
                 } catch {
