@@ -3,8 +3,10 @@ import Crypto
 import Foundation
 import IAPProtocol
 import JSONRPC
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 import ServiceSupport
 import SuiteTestSupport
 import Testing
@@ -33,8 +35,12 @@ import Testing
         return Download(status: Int(response.status.code), bytes: Array(buffer: body), headers: fields)
     }
 
-    static func withContentEdge(_ body: (SuiteFixture, String) async throws -> Void) async throws {
-        try await EdgeFixture.withContentEdge(configure: { $0.contentChunkBytes = 64 * 1024 }, body)
+    static func withContentEdge(sendfile: Bool = true, _ body: (SuiteFixture, String) async throws -> Void) async throws {
+        try await EdgeFixture.withContentEdge(
+            configure: {
+                $0.contentChunkBytes = 64 * 1024
+                $0.contentSendfile = sendfile
+            }, body)
     }
 
     /// `fulfillment.contentURL` through the edge's JSON-RPC: the result, or the error object.
@@ -48,8 +54,9 @@ import Testing
 
     static func sha256(_ bytes: [UInt8]) -> String { SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined() }
 
-    @Test func anEntitledAccountDownloadsWholeRangedAndResumed() async throws {
-        try await Self.withContentEdge { suite, base in
+    /// Both ways a body leaves the edge: `sendfile` (plain HTTP/1.1) and buffers (as over TLS).
+    @Test(arguments: [true, false]) func anEntitledAccountDownloadsWholeRangedAndResumed(sendfile: Bool) async throws {
+        try await Self.withContentEdge(sendfile: sendfile) { suite, base in
             let alice = try await suite.register("alice")
             _ = try await suite.redeem(alice.session, signed: [try await suite.buy("alice@icloud", "pack.castle").signedTransaction])
             let issued = try await Self.contentURL(base, session: alice.session)
@@ -62,6 +69,7 @@ import Testing
             // The whole file: bytes, SHA-256 and its ETag.
             let whole = try await Self.get(url)
             #expect(whole.status == 200 && whole.bytes == suite.content)
+            #expect(whole.headers.keys.allSatisfy { !$0.hasPrefix("iap-") }, "no internal header reaches the client")
             let etag = try #require(whole.headers["etag"])
             #expect(etag == "\"\(Self.sha256(suite.content))\"" && whole.headers["accept-ranges"] == "bytes")
 
@@ -90,6 +98,40 @@ import Testing
             let head = try await Self.get(url, method: .HEAD)
             #expect(head.status == 200 && head.headers["content-length"] == "\(size)" && head.bytes.isEmpty)
             #expect(head.headers["etag"] == etag)
+        }
+    }
+
+    /// Pipelined requests on one keep-alive connection, sent in one write: file bodies sent by `sendfile` and
+    /// ordinary answers come back whole and in order, and the route's internal header never leaves the edge.
+    @Test func pipelinedDownloadsAndAnswersKeepTheirOrder() async throws {
+        try await Self.withContentEdge { suite, base in
+            let alice = try await suite.register("alice")
+            _ = try await suite.redeem(alice.session, signed: [try await suite.buy("alice@icloud", "pack.castle").signedTransaction])
+            let path = try #require(try await Self.contentURL(base, session: alice.session)["url"]?.stringValue)
+            func get(_ target: String, _ extra: String = "") -> String { "GET \(target) HTTP/1.1\r\nHost: localhost\r\n\(extra)\r\n" }
+            let wire =
+                get(path, "Range: bytes=0-99\r\n") + get("/healthz") + get(path, "Range: bytes=1000-1999\r\n")
+                + get(path, "Connection: close\r\n")
+            let port = Int(base.split(separator: ":").last!)!
+            var rest = try await RawHTTP.exchange(port: port, send: Array(wire.utf8))[...]
+            var answers: [(head: String, body: [UInt8])] = []
+            while let end = rest.firstRange(of: Array("\r\n\r\n".utf8)) {
+                let head = String(decoding: rest[..<end.lowerBound], as: UTF8.self)
+                let length =
+                    head.split(separator: "\r\n").first { $0.lowercased().hasPrefix("content-length:") }
+                    .flatMap { Int($0.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) } ?? 0
+                let bodyStart = end.upperBound
+                guard rest.endIndex - bodyStart >= length else { break }
+                answers.append((head, Array(rest[bodyStart..<(bodyStart + length)])))
+                rest = rest[(bodyStart + length)...]
+            }
+            #expect(answers.count == 4 && rest.isEmpty, "\(answers.map(\.head)) and \(rest.count) bytes left")
+            guard answers.count == 4 else { return }
+            #expect(answers[0].head.hasPrefix("HTTP/1.1 206") && answers[0].body == Array(suite.content[0...99]))
+            #expect(answers[1].head.hasPrefix("HTTP/1.1 200") && answers[1].body == Array("ok\n".utf8))
+            #expect(answers[2].head.hasPrefix("HTTP/1.1 206") && answers[2].body == Array(suite.content[1000...1999]))
+            #expect(answers[3].head.hasPrefix("HTTP/1.1 200") && answers[3].body == suite.content)
+            #expect(answers.allSatisfy { !$0.head.lowercased().contains(FileRegionResponses.header) }, "no internal header reaches the client")
         }
     }
 
@@ -181,5 +223,30 @@ import Testing
         #expect(signer.check(contentId: "a.bin", query: later, nowMs: 1_000) == .failure(.badSignature))
         #expect(ContentURLSigner(key: Self.key + "x").check(contentId: "a.bin", query: query, nowMs: 1_000) == .failure(.badSignature))
         #expect(signer.check(contentId: "a.bin", query: [:], nowMs: 1_000) == .failure(.malformed))
+    }
+}
+
+/// A raw TCP exchange: sends the bytes in one write and returns everything the server sends until it closes.
+enum RawHTTP {
+    static func exchange(port: Int, send bytes: [UInt8]) async throws -> [UInt8] {
+        let received = NIOLockedValueBox<[UInt8]>([])
+        let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(Collector(received: received)) }
+            }
+            .connect(host: "127.0.0.1", port: port).get()
+        try await channel.writeAndFlush(ByteBuffer(bytes: bytes))
+        try await channel.closeFuture.get()
+        return received.withLockedValue { $0 }
+    }
+
+    private final class Collector: ChannelInboundHandler {
+        typealias InboundIn = ByteBuffer
+        let received: NIOLockedValueBox<[UInt8]>
+        init(received: NIOLockedValueBox<[UInt8]>) { self.received = received }
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            let buffer = unwrapInboundIn(data)
+            received.withLockedValue { $0 += buffer.readableBytesView }
+        }
     }
 }

@@ -41,8 +41,12 @@ public struct EdgeConfiguration: Sendable {
     /// URLs carry. Without both the route answers 404.
     public var contentDirectory: URL?
     public var contentSigner: ContentURLSigner?
-    /// Size of each read of a content file (and of each write to the connection).
+    /// Size of each read of a content file (and of each write to the connection) when the file cannot go by
+    /// `sendfile`: over TLS, or with `contentSendfile` off.
     public var contentChunkBytes = 256 * 1024
+    /// Over plain HTTP/1.1, content bodies go from the file to the socket by `sendfile(2)` (no copy through the
+    /// edge). Off: read in `contentChunkBytes` buffers, as over TLS (for file systems without `sendfile`).
+    public var contentSendfile = true
     /// The clock content URLs expire by.
     public var clock: ServiceClock = .system
     /// An HTTP/1.1 connection's next request head must arrive within this (slow headers, idle keep-alive).
@@ -257,8 +261,9 @@ public final class EdgeService: Sendable {
     /// A content file for a signed URL (`ContentURLSigner`): 403 for a URL that is tampered with, expired or
     /// made for another file; 404 when the file is not installed; single byte ranges (206, 416), `ETag` (the
     /// file's SHA-256), `If-Range`, `HEAD`. The file is read in `contentChunkBytes` chunks straight into the
-    /// buffers written to the connection.
-    func content(_ request: Request, context: EdgeRequestContext, contentId: String, head: Bool) async -> Response {
+    /// buffers written to the connection, or, over plain HTTP/1.1 (`zeroCopy`), handed to the kernel with
+    /// `sendfile` by `FileRegionResponses`.
+    func content(_ request: Request, context: EdgeRequestContext, contentId: String, head: Bool, zeroCopy: Bool) async -> Response {
         guard let files = contentFiles, let signer = configuration.contentSigner else { return Self.plain(.notFound, "not found") }
         // Downloads pay into the same per-address bucket as /v1/rpc: a valid URL cannot be fetched in a
         // loop to burn the edge's bandwidth and disk, and guessing signatures is bounded too.
@@ -306,6 +311,10 @@ public final class EdgeService: Sendable {
             let length = installed.size == 0 ? 0 : range.upperBound - range.lowerBound + 1
             headers[.contentLength] = String(length)
             if head || length == 0 { return Response(status: status, headers: headers, body: .init()) }
+            if zeroCopy {
+                headers[HTTPField.Name(FileRegionResponses.header)!] = "\(range.lowerBound) \(length) \(installed.path)"
+                return Response(status: status, headers: headers, body: .init())
+            }
             do {
                 let body = try await fileIO.loadFile(
                     path: installed.path, range: Int(range.lowerBound)...Int(range.upperBound), context: context,
@@ -338,7 +347,8 @@ public final class EdgeService: Sendable {
     }
 
     /// The Hummingbird router: `/v1/rpc`, the two notification URLs and `/healthz`.
-    public func router() -> Router<EdgeRequestContext> {
+    /// `zeroCopy`: content bodies are sent by `FileRegionResponses` (only for `ZeroCopyHTTP1Channel`, plain HTTP/1.1).
+    public func router(zeroCopy: Bool = false) -> Router<EdgeRequestContext> {
         let router = Router(context: EdgeRequestContext.self)
         router.add(middleware: HTTPServerMetrics(factory: PrometheusMetrics.factory(registry: metricsRegistry)))
         let maxBody = configuration.maxBodyBytes
@@ -390,10 +400,10 @@ public final class EdgeService: Sendable {
                 body: .init(byteBuffer: ByteBuffer(bytes: body)))
         }
         router.get("v1/content/:contentId") { request, context -> Response in
-            await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: false)
+            await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: false, zeroCopy: zeroCopy)
         }
         router.head("v1/content/:contentId") { request, context -> Response in
-            await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: true)
+            await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: true, zeroCopy: zeroCopy)
         }
         for (path, sandbox) in [("v1/notifications/appstore", false), ("v1/notifications/appstore/sandbox", true)] {
             router.post(RouterPath(path)) { request, context -> Response in
@@ -425,12 +435,12 @@ public final class EdgeService: Sendable {
         var http2Streams = http1
         http2Streams.additionalChannelHandlers = { [] }  // an HTTP/2 stream's head arrives whole, in one HEADERS frame
         return Application(
-            router: router(),
+            router: router(zeroCopy: tls == nil && configuration.contentSendfile),
             server: try tls.map {
                 try .http2Upgrade(
                     tlsConfiguration: $0,
                     configuration: .init(idleTimeout: configuration.idleTimeout, streamConfiguration: http2Streams))
-            } ?? .http1(configuration: http1),
+            } ?? HTTPServerBuilder { responder in ZeroCopyHTTP1Channel(responder: responder, configuration: http1) },
             configuration: .init(address: .hostname(host, port: port), serverName: "iap-edge"),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) }, logger: logger)
     }

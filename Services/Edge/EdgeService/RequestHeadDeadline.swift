@@ -8,7 +8,7 @@ import NIOHTTPTypes
 /// its header block has arrived.
 ///
 /// One repeating check per connection (every quarter of the timeout) reads when the wait began; requests
-/// only write a timestamp, so the deadline costs nothing per request (scheduling a timer per response cost
+/// only write a timestamp when their end is written, so the deadline costs almost nothing per request (scheduling a timer per response cost
 /// the edge ~3% of its CPU).
 final class RequestHeadDeadline: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
@@ -44,8 +44,17 @@ final class RequestHeadDeadline: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        if case .end = unwrapOutboundIn(data) { waitingSince = .now() }
-        context.write(data, promise: promise)
+        guard case .end = unwrapOutboundIn(data) else {
+            context.write(data, promise: promise)
+            return
+        }
+        // The wait begins once the response is out: its end is written after its body (a file body sent by
+        // `sendfile` can take minutes after the end was handed down).
+        let written = context.eventLoop.makePromise(of: Void.self)
+        let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        written.futureResult.whenComplete { _ in loopBound.value.waitingSince = .now() }
+        if let promise { written.futureResult.cascade(to: promise) }
+        context.write(data, promise: written)
     }
 
     func channelInactive(context: ChannelHandlerContext) {

@@ -53,8 +53,12 @@ struct EdgeServiceCommand: AsyncParsableCommand {
     var contentURLKey: String?
     @Option(
         name: .customLong("content-chunk-kib"),
-        help: "Size of each read of a content file and write to the connection (default 256 KiB; measured best on loopback).")
+        help: "Over TLS (or without sendfile): size of each read of a content file and write to the connection (default 256 KiB).")
     var contentChunkKiB = 256
+    @Flag(
+        name: .customLong("no-sendfile"),
+        help: "Over plain HTTP, read content files into buffers instead of sendfile(2) (for file systems without it).")
+    var noSendfile = false
     @Option(name: .customLong("requests-per-second"), help: "Per client address: requests per second refilled into its bucket (default 20).")
     var requestsPerSecond: Double = 20
     @Option(help: "Per client address: the bucket's size, the burst allowed at once (default 100).") var burst: Double = 100
@@ -93,6 +97,7 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         var config = EdgeConfiguration()
         config.trustedProxies = Set(trustedProxies)
         config.contentChunkBytes = max(16, min(contentChunkKiB, 16 * 1024)) * 1024
+        config.contentSendfile = !noSendfile
         config.metricsRegistry = PrometheusMetrics.bootstrapProcess()
         config.requestsPerSecond = requestsPerSecond
         config.burst = burst
