@@ -7,6 +7,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import RPCTransport
 import ServiceSupport
 import SuiteTestSupport
 import Testing
@@ -132,6 +133,36 @@ import Testing
             #expect(answers[2].head.hasPrefix("HTTP/1.1 206") && answers[2].body == Array(suite.content[1000...1999]))
             #expect(answers[3].head.hasPrefix("HTTP/1.1 200") && answers[3].body == suite.content)
             #expect(answers.allSatisfy { !$0.head.lowercased().contains(FileRegionResponses.header) }, "no internal header reaches the client")
+        }
+    }
+
+    /// A file far larger than the socket buffers, asked for with `Connection: close`: every byte arrives before
+    /// the server closes the connection, on both body paths.
+    @Test(arguments: [true, false]) func aLargeFileArrivesWholeBeforeTheConnectionCloses(sendfile: Bool) async throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("edge-large-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        var generator = SystemRandomNumberGenerator()
+        let file = (0..<(48 << 20) / 8).flatMap { _ in withUnsafeBytes(of: generator.next() as UInt64) { Array($0) } }
+        try Data(file).write(to: dir.appendingPathComponent("large.bin"))
+        var config = EdgeConfiguration()
+        config.contentDirectory = dir
+        config.contentSigner = ContentURLSigner(key: Self.key)
+        config.contentSendfile = sendfile
+        func dead() throws -> RPCClient { try RPCClient(address: "127.0.0.1:1", configuration: .init(connections: 1)) }
+        let edge = EdgeService(
+            accounts: try dead(), catalog: try dead(), fulfillment: try dead(), configuration: config, logger: EdgeFixture.quiet)
+        try await EdgeFixture.serving(edge) { port in
+            let path = ContentURLSigner(key: Self.key).path(
+                for: .init(
+                    contentId: "large.bin", accountId: "a", scope: "Production", expiresAtMs: Int64(Date().timeIntervalSince1970 * 1000) + 600_000))
+            let wire = "GET \(path) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+            let received = try await RawHTTP.exchange(port: port, send: Array(wire.utf8))
+            let end = try #require(received.firstRange(of: Array("\r\n\r\n".utf8)))
+            #expect(String(decoding: received[..<end.lowerBound], as: UTF8.self).hasPrefix("HTTP/1.1 200"))
+            let body = received[end.upperBound...]
+            #expect(body.count == file.count)
+            #expect(Self.sha256(Array(body)) == Self.sha256(file))
         }
     }
 

@@ -43,8 +43,9 @@ struct ZeroCopyHTTP1Channel: HTTPChannelHandler {
 /// Turns a response head carrying `FileRegionResponses.header` (`OFFSET LENGTH PATH`, set only by the edge's own
 /// content route after it checked the signed URL and the range) into the head without that header followed by
 /// the file's bytes as a `FileRegion`. The file is opened on NIO's blocking pool; parts written meanwhile (the
-/// response's end, a next response) wait behind it in order, and so does a close (`Connection: close`, the end of
-/// the connection's task): NIO fails writes still pending when a socket closes, which would cut the file short.
+/// response's end, a next response) wait behind it in order, and so does a close until the body is out (NIO fails
+/// writes still pending at a full close, as graceful shutdown makes after a response's end, which would cut the
+/// file short; a half close, the usual end of a connection, waits for pending writes by itself).
 /// The header never reaches the client.
 final class FileRegionResponses: ChannelOutboundHandler, RemovableChannelHandler {
     typealias OutboundIn = HTTPServerResponsePart
