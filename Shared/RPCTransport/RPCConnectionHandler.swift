@@ -145,11 +145,9 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
             return
         }
         let ctx = makeContext(request.method)
-        switch implementation {
-        case .immediate(let body):
-            let outcome = runImmediate(body, request, ctx)
+        if let outcome = runInline(implementation, request, ctx) {
             if let id = request.id { appendOutcome(id, outcome) }
-        case .async, .blocking:
+        } else {
             flow.requestStarted()
             runDeferred(implementation, request: request, ctx: ctx) { [self] outcome in
                 if let id = request.id { appendOutcome(id, outcome) }
@@ -173,11 +171,9 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
                     continue
                 }
                 let ctx = makeContext(request.method)
-                switch implementation {
-                case .immediate(let body):
-                    let outcome = runImmediate(body, request, ctx)
+                if let outcome = runInline(implementation, request, ctx) {
                     batch.fill(index, request.id.map { encode($0, outcome) })
-                case .async, .blocking:
+                } else {
                     asyncCount += 1
                     runDeferred(implementation, request: request, ctx: ctx) { [self] outcome in
                         batch.fill(index, request.id.map { encode($0, outcome) })
@@ -196,11 +192,26 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
         }
     }
 
-    /// Runs an immediate handler inline, timed.
-    private func runImmediate(_ body: RPCRouter.SyncBody, _ request: RPCRequest, _ ctx: RequestContext) -> Result<[UInt8], RPCError> {
+    /// Runs an immediate handler (or the inline half of an immediate-or-async one) on the event loop, timed; nil
+    /// when the request must run deferred.
+    private func runInline(
+        _ implementation: RPCRouter.Implementation, _ request: RPCRequest, _ ctx: RequestContext
+    ) -> Result<[UInt8], RPCError>? {
         let start = NIODeadline.now()
         let outcome: Result<[UInt8], RPCError>
-        do { outcome = .success(try body(request.params, ctx)) } catch { outcome = .failure(error) }
+        switch implementation {
+        case .immediate(let body):
+            do { outcome = .success(try body(request.params, ctx)) } catch { outcome = .failure(error) }
+        case .immediateOrAsync(let fast, _):
+            do {
+                guard let answer = try fast(request.params, ctx) else { return nil }
+                outcome = .success(answer)
+            } catch {
+                outcome = .failure(error)
+            }
+        case .async, .blocking:
+            return nil
+        }
         shared.metrics.record(method: request.method, start: start, outcome: outcome)
         return outcome
     }
@@ -227,7 +238,7 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
         }
         var task: Task<Void, Never>?
         switch implementation {
-        case .async(let body):
+        case .async(let body), .immediateOrAsync(_, let body):
             task = Task {
                 do throws(RPCError) { finish(.success(try await body(params, ctx))) } catch { finish(.failure(error)) }
             }

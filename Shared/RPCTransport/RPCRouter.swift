@@ -8,6 +8,8 @@ import NIOCore
 public struct RPCRouter: Sendable {
     typealias SyncBody = @Sendable ([UInt8]?, RequestContext) throws(RPCError) -> [UInt8]
     typealias AsyncBody = @Sendable ([UInt8]?, RequestContext) async throws(RPCError) -> [UInt8]
+    /// An answer computed inline, or nil when only the async body can give it.
+    typealias FastBody = @Sendable ([UInt8]?, RequestContext) throws(RPCError) -> [UInt8]?
 
     enum Implementation: Sendable {
         /// Runs on the connection's event loop, inline: for cheap, non-blocking work only.
@@ -17,6 +19,8 @@ public struct RPCRouter: Sendable {
         /// Runs on the server's thread pool for blocking work (synchronous SQLite), then replies from
         /// the event loop: two thread hops, where a task that awaits a database queue takes four.
         case blocking(SyncBody)
+        /// Tries the first body inline on the event loop; when it answers nil, runs the second as a task.
+        case immediateOrAsync(FastBody, AsyncBody)
     }
 
     struct Entry: Sendable {
@@ -68,6 +72,31 @@ public struct RPCRouter: Sendable {
         handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
     ) {
         add(M.self, .immediate(Self.syncBody(M.self, handler)))
+    }
+
+    /// Registers a handler that answers inline on the event loop when it can do so from memory (`immediate`:
+    /// CPU work only, no waiting; nil when it cannot, e.g. a cache miss that needs I/O), and otherwise as an
+    /// async handler (`handler`). CPU-bound answers (signature checks) skip the two thread hops of a task.
+    public mutating func registerImmediateOrAsync<M: RPCMethod>(
+        _ method: M.Type,
+        immediate: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result?,
+        handler: @escaping @Sendable (M.Params, RequestContext) async throws -> M.Result
+    ) {
+        add(
+            M.self,
+            .immediateOrAsync(
+                { params, ctx throws(RPCError) in
+                    let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+                    let result: M.Result?
+                    do { result = try immediate(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
+                    return try result.map { result throws(RPCError) in try JSONWriter.encodeBodyOrThrow(result) }
+                },
+                { params, ctx throws(RPCError) in
+                    let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+                    let result: M.Result
+                    do { result = try await handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
+                    return try JSONWriter.encodeBodyOrThrow(result)
+                }))
     }
 
     /// Registers a handler that may block briefly (a synchronous SQLite read or write). It runs on the

@@ -145,6 +145,40 @@ public final class ReceiptVerifier: Sendable {
     }
 
     public func verify(_ bytes: [UInt8], options: Options) async -> Result<VerifiedReceipt, ReceiptFailure> {
+        var asked: TrustedChainCache.Question?
+        if let known = check(
+            bytes, options: options,
+            chain: { question in
+                if let cached = cache.cachedVerdict(question, revocation: revocation) { return cached }
+                asked = question
+                return nil
+            })
+        {
+            return known
+        }
+        guard let question = asked else { return .failure(.untrustedChain) }
+        let verdict = await cache.verdict(question, roots: trust.roots, revocation: revocation) {
+            RFC5280Policy(fixedExpiryValidationTime: question.at)
+            AppleMarkerPolicy()
+        }
+        return check(bytes, options: options) { _ in verdict } ?? .failure(.untrustedChain)
+    }
+
+    /// `verify`'s answer when it needs nothing but memory and CPU: the chain was validated before and its
+    /// revocation recheck is not due. Nil when the chain must be validated (which may ask an OCSP responder):
+    /// then call `verify`. Never waits, so a server can answer on its event loop.
+    public func verifyFromMemory(base64 text: String, options: Options) -> Result<VerifiedReceipt, ReceiptFailure>? {
+        guard let data = Data(base64Encoded: text, options: .ignoreUnknownCharacters), !data.isEmpty else {
+            return .failure(.malformed)
+        }
+        return check(Array(data), options: options) { cache.cachedVerdict($0, revocation: revocation) }
+    }
+
+    /// Every check of a receipt, with the chain's verdict from `chain`; nil when `chain` has none (it must be
+    /// validated first).
+    private func check(
+        _ bytes: [UInt8], options: Options, chain: (TrustedChainCache.Question) -> TrustedChainCache.Verdict?
+    ) -> Result<VerifiedReceipt, ReceiptFailure>? {
         let container: ReceiptContainer
         let receipt: Receipt
         do {
@@ -173,7 +207,8 @@ public final class ReceiptVerifier: Sendable {
             if let failure = Self.checkSignature(container, key: leaf.publicKey) { return .failure(failure) }
             guard let created = receipt.creationDateMs else { return .failure(.malformed) }
             let at = Date(timeIntervalSince1970: Double(created) / 1000)
-            switch await chainVerdict(leaf: leaf, others: certificates.filter { $0 != leaf }, ders: container.certificates, at: at) {
+            switch chain(.init(leaf: leaf, intermediates: certificates.filter { $0 != leaf }, ders: container.certificates, at: at)) {
+            case nil: return nil
             case .trusted: break
             case .untrusted: return .failure(.untrustedChain)
             case .revoked: return .failure(.revoked)
@@ -224,14 +259,6 @@ public final class ReceiptVerifier: Sendable {
         }
         guard let ok = digestMatches(container.payload) else { return .unsupportedAlgorithm }
         return ok ? nil : .signatureInvalid
-    }
-
-    /// `ders`: the container's certificates as carried, which identify the chain for the cache.
-    private func chainVerdict(leaf: Certificate, others: [Certificate], ders: [[UInt8]], at date: Date) async -> TrustedChainCache.Verdict {
-        await cache.verdict(leaf: leaf, intermediates: others, roots: trust.roots, ders: ders, at: date, revocation: revocation) {
-            RFC5280Policy(fixedExpiryValidationTime: date)
-            AppleMarkerPolicy()
-        }
     }
 
     /// UUID string -> its 16 bytes; otherwise hex, otherwise base64 (a MAC address).

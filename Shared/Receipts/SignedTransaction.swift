@@ -107,7 +107,39 @@ public final class SignedPayloadVerifier: Sendable {
         await verifyParsed(jws).map(\.object)
     }
 
+    /// `verifiedObject`'s answer when it needs nothing but memory and CPU: the chain was validated before and
+    /// its revocation recheck is not due. Nil when the chain must be validated (which may ask an OCSP
+    /// responder): then call `verifiedObject`. Never waits, so a server can answer on its event loop.
+    public func verifiedObjectFromMemory(_ jws: String) -> Result<JSONValue, JWSFailure>? {
+        check(jws) { cache.cachedVerdict($0, revocation: revocation) }?.map(\.object)
+    }
+
     private func verifyParsed(_ jws: String) async -> Result<(bytes: [UInt8], object: JSONValue), JWSFailure> {
+        var asked: TrustedChainCache.Question?
+        if let known = check(
+            jws,
+            chain: { question in
+                if let cached = cache.cachedVerdict(question, revocation: revocation) { return cached }
+                asked = question
+                return nil
+            })
+        {
+            return known
+        }
+        guard let question = asked else { return .failure(.untrustedChain) }
+        // Leaf and intermediate from x5c, up to a configured root; x5c[2] is not trusted (a hint only).
+        let verdict = await cache.verdict(question, roots: roots, revocation: revocation) {
+            RFC5280Policy(fixedExpiryValidationTime: question.at)
+            AppleMarkerPolicy()
+        }
+        return check(jws) { _ in verdict } ?? .failure(.untrustedChain)
+    }
+
+    /// Every check of a JWS, with the chain's verdict from `chain`; nil when `chain` has none (it must be
+    /// validated first).
+    private func check(
+        _ jws: String, chain: (TrustedChainCache.Question) -> TrustedChainCache.Verdict?
+    ) -> Result<(bytes: [UInt8], object: JSONValue), JWSFailure>? {
         guard jws.utf8.count <= Self.maxBytes else { return .failure(.malformed) }
         let bytes = Array(jws.utf8)
         let parts = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
@@ -116,8 +148,8 @@ public final class SignedPayloadVerifier: Sendable {
         else { return .failure(.malformed) }
         guard header.alg == "ES256" else { return .failure(.wrongAlgorithm) }
         guard let ders = header.ders, ders.count == 3 || allowXcode else { return .failure(.invalidChain) }
-        let chain = header.chain
-        guard let key = P256.Signing.PublicKey(chain[0].publicKey),
+        let certificates = header.chain
+        guard let key = P256.Signing.PublicKey(certificates[0].publicKey),
             let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
         else { return .failure(.signatureInvalid) }
         let signingInput = bytes[..<(parts[0].count + 1 + parts[1].count)]
@@ -127,20 +159,16 @@ public final class SignedPayloadVerifier: Sendable {
         }
         if ders.count == 1 {
             // Xcode's StoreKit testing: its own self-signed certificate, for Xcode-environment payloads only.
-            guard PurchaseEnvironment.fromSignedPayload(object["environment"]?.stringValue) == "Xcode", Self.isSelfSigned(chain[0]) else {
+            guard PurchaseEnvironment.fromSignedPayload(object["environment"]?.stringValue) == "Xcode", Self.isSelfSigned(certificates[0]) else {
                 return .failure(.untrustedChain)
             }
             return .success((payload, object))
         }
         let at = Date(timeIntervalSince1970: Double(signedDate) / 1000)
-        // Leaf and intermediate from x5c, up to a configured root; x5c[2] is not trusted (a hint only).
-        let verdict = await cache.verdict(
-            leaf: chain[0], intermediates: [chain[1]], roots: roots, ders: ders, key: header.chainKey, at: at, revocation: revocation
-        ) {
-            RFC5280Policy(fixedExpiryValidationTime: at)
-            AppleMarkerPolicy()
-        }
-        switch verdict {
+        let question = TrustedChainCache.Question(
+            leaf: certificates[0], intermediates: [certificates[1]], ders: ders, key: header.chainKey, at: at)
+        switch chain(question) {
+        case nil: return nil
         case .trusted: return .success((payload, object))
         case .untrusted: return .failure(.untrustedChain)
         case .revoked: return .failure(.revoked)

@@ -44,41 +44,61 @@ final class TrustedChainCache: Sendable {
         case revocationUnknown
     }
 
-    /// Whether `leaf` chains through `intermediates` to one of `roots` at `date` under `policy`, and, with
-    /// `revocation`, whether no certificate of the chain is revoked now (OCSP).
-    /// `ders`: the certificates as carried, which identify the chain for the cache. One cache serves one
-    /// fixed set of roots (the verifier's own), or `ders` must include the root.
+    /// A chain to judge: the leaf, the certificates that may link it to a root, the certificates as carried
+    /// (`ders`, which identify the chain for the cache; one cache serves one fixed set of roots, or `ders` must
+    /// include the root), and the time at which it must hold.
+    struct Question {
+        let leaf: Certificate
+        let intermediates: [Certificate]
+        let ders: [[UInt8]]
+        let key: Data
+        let at: Date
+
+        /// `key`: the SHA-256 of `ders`, when the caller already has it.
+        init(leaf: Certificate, intermediates: [Certificate], ders: [[UInt8]], key known: Data? = nil, at: Date) {
+            self.leaf = leaf
+            self.intermediates = intermediates
+            self.ders = ders
+            self.at = at
+            self.key =
+                known
+                ?? {
+                    var hasher = SHA256()
+                    for der in ders { hasher.update(data: der) }
+                    return Data(hasher.finalize())
+                }()
+        }
+    }
+
+    /// The verdict on a chain already validated and still within its recheck time, from memory alone (no I/O, no
+    /// waiting: callers may use it on an event loop); nil when `verdict` must validate it (first sight, or a
+    /// revocation recheck is due).
+    func cachedVerdict(_ question: Question, revocation: RevocationChecker? = nil) -> Verdict? {
+        guard let window = chains.withLockedValue({ $0[question.key] }) else { return nil }
+        if let recheck = window.recheckAfter, recheck <= revocation?.currentDate() ?? Date() { return nil }
+        return window.notBefore <= question.at && question.at <= window.notAfter ? .trusted : .untrusted
+    }
+
+    /// Whether the question's leaf chains through its intermediates to one of `roots` at its time under
+    /// `policy`, and, with `revocation`, whether no certificate of the chain is revoked now (OCSP).
     ///
     /// With revocation checks a chain is kept no longer than the earliest `nextUpdate` of the answers it got (or
     /// `softFailRecheck` when a responder could not be asked), so a revocation is seen within the responder's own
     /// validity window.
     func verdict(
-        leaf: Certificate, intermediates: [Certificate], roots: [Certificate], ders: [[UInt8]], key known: Data? = nil, at date: Date,
-        revocation: RevocationChecker? = nil,
+        _ question: Question, roots: [Certificate], revocation: RevocationChecker? = nil,
         @PolicyBuilder policy: () -> some VerifierPolicy
     ) async -> Verdict {
-        // `known`: the SHA-256 of `ders`, when the caller already has it.
-        let key =
-            known
-            ?? {
-                var hasher = SHA256()
-                for der in ders { hasher.update(data: der) }
-                return Data(hasher.finalize())
-            }()
-        if let window = chains.withLockedValue({ $0[key] }) {
-            if let recheck = window.recheckAfter, recheck <= revocation?.currentDate() ?? Date() {
-                chains.withLockedValue { _ = $0.removeValue(forKey: key) }
-            } else {
-                return window.notBefore <= date && date <= window.notAfter ? .trusted : .untrusted
-            }
-        }
+        let key = question.key
+        if let cached = cachedVerdict(question, revocation: revocation) { return cached }
+        chains.withLockedValue { _ = $0.removeValue(forKey: key) }
         var verifier = Verifier(rootCertificates: CertificateStore(roots)) {
             policy()
             if let revocation { revocation.policy() }
         }
         let observation = RevocationChecker.Observation()
         let result = await RevocationChecker.$observation.withValue(observation) {
-            await verifier.validate(leaf: leaf, intermediates: CertificateStore(intermediates))
+            await verifier.validate(leaf: question.leaf, intermediates: CertificateStore(question.intermediates))
         }
         let seen = observation.seen.withLockedValue { $0 }
         guard case .validCertificate(let chain) = result else {

@@ -104,6 +104,42 @@ import X509
         #expect(checker.responderQueries == 6 && fixture.simulator.ocsp.requestCount == 6)
     }
 
+    /// The inline path (what the server answers on its event loop) has an answer only while a chain's verdict is
+    /// in memory and fresh: none on first sight and none once a recheck is due, so OCSP is never skipped by it;
+    /// when it answers, it agrees with the full path.
+    @Test func theInlinePathAnswersOnlyWhileAChainsVerdictIsFresh() async throws {
+        let fixture = try await Fixture()
+        let checker = Self.checker(hardFail: true, time: fixture.time)
+        let verification = try fixture.verification(checker)
+        let bought = try fixture.buy()
+        let transaction = VerificationVerifyTransaction.Params(signedTransaction: bought.signedTransaction)
+        let receipt = VerificationVerifyReceipt.Params(receiptData: bought.receiptData)
+        #expect(verification.verifyTransactionFromMemory(transaction) == nil)
+        #expect(verification.verifyReceiptFromMemory(receipt) == nil)
+
+        let full = try await verification.verifyTransaction(transaction)
+        #expect(full.status == 0)
+        #expect(try await verification.verifyReceipt(receipt).status == 0)
+        let queries = checker.responderQueries
+        let inline = try #require(verification.verifyTransactionFromMemory(transaction))
+        #expect(inline.status == 0 && inline.transaction == full.transaction && inline.environment == full.environment)
+        #expect(verification.verifyReceiptFromMemory(receipt)?.status == 0)
+        // A tampered payload under a known chain is refused inline too.
+        var parts = bought.signedTransaction.split(separator: ".").map(String.init)
+        parts[2] = (parts[2].first == "A" ? "B" : "A") + parts[2].dropFirst()
+        let forged = VerificationVerifyTransaction.Params(signedTransaction: parts.joined(separator: "."))
+        #expect(verification.verifyTransactionFromMemory(forged)?.reason == "signatureInvalid")
+        #expect(checker.responderQueries == queries, "the inline path asked no responder")
+
+        // Past the answers' nextUpdate: no inline answer; the full path asks again.
+        fixture.time.advance(ms: 3_700_000)
+        #expect(verification.verifyTransactionFromMemory(transaction) == nil)
+        #expect(verification.verifyReceiptFromMemory(receipt) == nil)
+        #expect(try await verification.verifyTransaction(transaction).status == 0)
+        #expect(checker.responderQueries > queries)
+        #expect(verification.verifyTransactionFromMemory(transaction)?.status == 0)
+    }
+
     @Test func aRevokedIntermediateOrLeafIsRefusedOnceTheCachedGoodAnswerExpires() async throws {
         let fixture = try await Fixture()
         let time = fixture.time

@@ -2,6 +2,7 @@ import Foundation
 import JSONRPC
 import Logging
 import NIOCore
+import NIOPosix
 import RPCTestSupport
 import RPCTransport
 
@@ -75,6 +76,13 @@ enum EchoAsync: RPCMethod {
     typealias Result = JSONValue
     static let name = "echo.async"
     static let summary = "Answers its params, from a task."
+}
+
+enum EchoFast: RPCMethod {
+    typealias Params = JSONValue
+    typealias Result = JSONValue
+    static let name = "echo.fast"
+    static let summary = "Answers inline when params.fast is true, from a task otherwise; fails inline when params.fail is."
 }
 
 enum TypedAdd: RPCMethod {
@@ -193,6 +201,13 @@ enum TestServer {
         r.registerImmediate(GetData.self) { _, _ in ["hello", 5] }
         r.registerImmediate(Echo.self) { p, _ in p }
         r.register(EchoAsync.self) { p, _ in p }
+        r.registerImmediateOrAsync(EchoFast.self) { p, _ in
+            if p["fail"] == .bool(true) { throw RPCError.invalidParams("asked to fail", field: "fail", reason: "failed") }
+            guard p["fast"] == .bool(true) else { return nil }
+            return ["path": "inline", "onEventLoop": .bool(MultiThreadedEventLoopGroup.currentEventLoop != nil)]
+        } handler: { _, _ in
+            ["path": "task", "onEventLoop": .bool(MultiThreadedEventLoopGroup.currentEventLoop != nil)]
+        }
         r.registerImmediate(TypedAdd.self) { p, _ in .init(total: p.a + p.b, label: p.label) }
         r.register(GateWait.self) { p, _ in
             await gates.wait(p.key)

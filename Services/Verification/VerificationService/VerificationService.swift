@@ -106,6 +106,24 @@ public final class VerificationService: Sendable {
         return checked
     }
 
+    /// `verifyReceipt`'s answer from memory alone (the receipt's chain validated before, no recheck due, local
+    /// mode): nil when the async path must run (a chain to validate, or the remote endpoint to ask).
+    public func verifyReceiptFromMemory(_ p: VerificationVerifyReceipt.Params) -> VerifyReceiptResponse? {
+        guard p.mode != .remote else { return nil }
+        let accepted = acceptedBundles(p.expectedBundleId)
+        if let accepted, accepted.isEmpty { return VerifyReceiptResponse(status: 21003, reason: "bundleMismatch") }
+        let options = ReceiptVerifier.Options(bundleIds: accepted ?? [], deviceIdentifier: p.deviceIdentifier)
+        switch receipts.verifyFromMemory(base64: p.receiptData, options: options) {
+        case nil: return nil
+        case .success(let verified):
+            return VerifyReceiptResponse(status: 0, environment: verified.environment, receipt: VerifyReceiptJSON.body(verified.receipt))
+        case .failure(let failure):
+            // `auto` may ask the remote endpoint about this failure: that is the async path's.
+            if p.mode == .auto, remote != nil, configuration.autoRemoteReasons.contains(failure.rawValue) { return nil }
+            return VerifyReceiptResponse(status: failure.status, reason: failure.rawValue)
+        }
+    }
+
     private func verifyLocally(_ p: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {
         // An empty set refuses every bundle in the verifier; nil (any) is the verifier's empty set.
         let accepted = acceptedBundles(p.expectedBundleId)
@@ -117,6 +135,16 @@ public final class VerificationService: Sendable {
             throw Self.revocationUnknown
         case .failure(let failure):
             return VerifyReceiptResponse(status: failure.status, reason: failure.rawValue)
+        }
+    }
+
+    /// `verifyTransaction`'s answer from memory alone (the JWS chain validated before, no recheck due); nil when
+    /// the async path must validate the chain.
+    public func verifyTransactionFromMemory(_ p: VerificationVerifyTransaction.Params) -> VerificationVerifyTransaction.Result? {
+        switch payloads.verifiedObjectFromMemory(p.signedTransaction) {
+        case nil: return nil
+        case .failure(let f): return .init(status: f.status, reason: f.rawValue)
+        case .success(let transaction): return accept(transaction, expectedBundleId: p.expectedBundleId)
         }
     }
 
@@ -425,8 +453,17 @@ public final class VerificationService: Sendable {
     /// The `verification.*` methods of the v1 contract, on this service.
     public func router() -> RPCRouter {
         var r = RPCRouter()
-        r.register(VerificationVerifyReceipt.self) { p, _ in try await self.verifyReceipt(p) }
-        r.register(VerificationVerifyTransaction.self) { p, _ in try await self.verifyTransaction(p) }
+        // The two hot methods answer on the event loop when the chain is known: a verification is CPU work only.
+        r.registerImmediateOrAsync(VerificationVerifyReceipt.self) { p, _ in
+            self.verifyReceiptFromMemory(p)
+        } handler: { p, _ in
+            try await self.verifyReceipt(p)
+        }
+        r.registerImmediateOrAsync(VerificationVerifyTransaction.self) { p, _ in
+            self.verifyTransactionFromMemory(p)
+        } handler: { p, _ in
+            try await self.verifyTransaction(p)
+        }
         r.register(VerificationVerifyNotification.self) { p, _ in try await self.verifyNotification(p) }
         r.register(VerificationTransactionInfo.self) { p, _ in try await self.transactionInfo(p) }
         r.register(VerificationTransactionHistory.self) { p, _ in try await self.transactionHistory(p) }
