@@ -68,6 +68,7 @@ public final class RPCClient: Sendable {
         eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton
     ) {
         precondition(!instances.isEmpty, "an RPCClient needs an address")
+        CooperativePoolHeartbeat.start()
         self.configuration = configuration
         self.group = eventLoopGroup
         self.endpoints = instances.map {

@@ -90,6 +90,7 @@ public final class RPCServer: Service, Sendable {
     /// (`run()` does both, for use in a ServiceGroup.)
     @discardableResult
     public func start() async throws -> Int {
+        CooperativePoolHeartbeat.start()
         let listener = try await bind()
         return listener.localAddress?.port ?? shared.configuration.port
     }

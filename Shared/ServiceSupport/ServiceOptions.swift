@@ -105,6 +105,7 @@ extension ServiceOptions {
 
     /// Runs the services until SIGTERM or SIGINT, then shuts them down gracefully (in reverse order).
     public static func runUntilSignalled(_ services: [any Service], logger: Logger) async throws {
+        CooperativePoolHeartbeat.start()
         let group = ServiceGroup(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         try await group.run()
     }

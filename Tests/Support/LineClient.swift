@@ -19,6 +19,7 @@ public final class LineClient: Sendable {
     /// `from`: the local address to connect from (another loopback address, e.g. 127.0.0.2, is another
     /// client host as far as per-address limits go).
     public static func connect(host: String = "127.0.0.1", port: Int, from source: String? = nil) async throws -> LineClient {
+        CooperativePoolHeartbeat.start()
         let events = EventQueue()
         var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
         if let source { bootstrap = bootstrap.bind(to: try SocketAddress(ipAddress: source, port: 0)) }

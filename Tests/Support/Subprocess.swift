@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import NIOConcurrencyHelpers
+import RPCTransport
 
 /// A child process started with `posix_spawn`, for tests that run our executables, python3 or bash.
 ///
@@ -54,6 +55,7 @@ public final class Subprocess: Sendable {
         _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
         currentDirectory: String? = nil, stdout: String? = nil, stderr: String? = nil
     ) throws -> Subprocess {
+        CooperativePoolHeartbeat.start()  // the tests that wait on children wait on the global executor too
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
