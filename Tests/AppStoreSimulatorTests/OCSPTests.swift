@@ -39,12 +39,18 @@ import X509
             let application = try VerifyReceiptEndpoint(simulator: simulator, sharedSecret: nil).application(
                 host: "127.0.0.1", port: port, logger: quiet
             ) { port in continuation.yield(port) }
-            app = Task { try await application.run() }
+            // The stream ends if the server stops (a port it could not bind): then this fails instead of waiting.
+            app = Task {
+                defer { continuation.finish() }
+                try await application.run()
+            }
             var iterator = ports.makeAsyncIterator()
-            guard await iterator.next() != nil else { throw CancellationError() }
+            guard await iterator.next() != nil else { throw ServerDidNotStart(port: port) }
         }
 
         deinit { app.cancel() }
+
+        struct ServerDidNotStart: Error { let port: Int }
 
         func verification(_ checker: RevocationChecker) throws -> VerificationService {
             var config = VerificationConfiguration()

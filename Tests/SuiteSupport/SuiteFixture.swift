@@ -167,9 +167,13 @@ public final class SuiteFixture: Sendable {
         let simHTTP = simEndpoint.application(
             host: "127.0.0.1", port: ocspPort, logger: quiet, api: AppStoreServerAPIEndpoint(simulator: sim, faults: faults)
         ) { port in simHTTPPort.continuation.yield(port) }
-        let simHTTPTask = Task { try await simHTTP.run() }
+        // The stream ends if the server stops (a port it could not bind): then this fails instead of waiting.
+        let simHTTPTask = Task {
+            defer { simHTTPPort.continuation.finish() }
+            try await simHTTP.run()
+        }
         var ports = simHTTPPort.stream.makeAsyncIterator()
-        guard let apiPort = await ports.next() else { throw CancellationError() }
+        guard let apiPort = await ports.next() else { throw SuiteFixtureError("the simulator's HTTP server did not start (port \(ocspPort))") }
         let key = sim.apiKeyResult()
         var apiConfig = AppStoreServerAPIClient.Configuration()
         apiConfig.productionURL = "http://127.0.0.1:\(apiPort)"
@@ -368,4 +372,10 @@ public final class SuiteFixture: Sendable {
     public func ledgerIsConsistent() async throws -> Bool {
         try await store.ledgerMismatches().isEmpty
     }
+}
+
+/// A part of the suite that could not be started.
+struct SuiteFixtureError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
 }

@@ -174,18 +174,33 @@ enum TestPostgresCleanup {
 
 /// A TCP port nothing listens on now (bound to 127.0.0.1 and released), for a child process to take.
 public enum LoopbackPort {
+    /// Ports handed out by this process, never handed out twice.
+    private static let given = NIOLockedValueBox<Set<Int>>([])
+
+    /// A port below the kernel's ephemeral range (32768-60999 here), free now. Not from the ephemeral range: the
+    /// tests hold thousands of client connections, each on an ephemeral local port, and one of them taking the
+    /// port between this answer and the child's bind made that bind fail (a test then waited for a server that
+    /// never came up).
     public static func free() throws -> Int {
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<200 {
+            let port = Int.random(in: 20_000..<32_000, using: &generator)
+            guard given.withLockedValue({ $0.insert(port).inserted }) else { continue }
+            if bindable(port) { return port }
+        }
+        throw TestPostgres.Failure(description: "no free port")
+    }
+
+    private static func bindable(_ port: Int) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        address.sin_port = UInt16(port).bigEndian
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        return withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 }
         }
-        guard bound else { throw TestPostgres.Failure(description: "no free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 }
