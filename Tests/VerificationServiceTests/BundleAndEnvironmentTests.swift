@@ -116,6 +116,14 @@ import Testing
         // A summary notification (mass renewal extension) names its app in `summary`.
         let summary = try Self.notification(["bundleId": Self.ours, "environment": "Production", "requestIdentifier": "r"], section: "summary")
         #expect(try await service.verifyNotification(.init(signedPayload: summary)).status == 0)
+
+        // The inline path (answered on the event loop once every chain is known) agrees with the full one in each
+        // case; a service that has validated no chain yet has no inline answer.
+        for payload in [ok, foreign, smuggled, relabelled, foreignRenewal, summary] {
+            let full = try await service.verifyNotification(.init(signedPayload: payload))
+            #expect(service.verifyNotificationFromMemory(.init(signedPayload: payload)) == full)
+        }
+        #expect(Self.service().verifyNotificationFromMemory(.init(signedPayload: ok)) == nil)
     }
 
     static func start(_ executable: String, _ arguments: [String], env: [String: String] = [:]) async throws -> Subprocess.Output {

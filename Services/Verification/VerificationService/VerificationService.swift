@@ -399,8 +399,35 @@ public final class VerificationService: Sendable {
     public func verifyNotification(_ p: VerificationVerifyNotification.Params) async throws(RPCError)
         -> VerificationVerifyNotification.Result
     {
+        // The checks run from memory; each JWS whose chain is not known yet (the notification's, then the ones it
+        // carries) is verified on the async path first (at most three rounds).
+        var answers: [String: Result<JSONValue, JWSFailure>] = [:]
+        while true {
+            var missing: String?
+            let checked = checkNotification(p) { jws in
+                if let known = answers[jws] ?? payloads.verifiedObjectFromMemory(jws) { return known }
+                missing = jws
+                return nil
+            }
+            if let checked { return checked }
+            guard let jws = missing else { return .init(status: 21002, reason: "malformed") }
+            answers[jws] = try await decode(jws)
+        }
+    }
+
+    /// `verifyNotification`'s answer from memory alone (every chain it carries known, no recheck due); nil when
+    /// the async path must validate a chain.
+    public func verifyNotificationFromMemory(_ p: VerificationVerifyNotification.Params) -> VerificationVerifyNotification.Result? {
+        checkNotification(p, decode: payloads.verifiedObjectFromMemory)
+    }
+
+    /// Every check of a notification, with its JWS decoded by `decode`; nil when `decode` has no answer for one.
+    private func checkNotification(
+        _ p: VerificationVerifyNotification.Params, decode: (String) -> Result<JSONValue, JWSFailure>?
+    ) -> VerificationVerifyNotification.Result? {
         let notification: JSONValue
-        switch try await decode(p.signedPayload) {
+        switch decode(p.signedPayload) {
+        case nil: return nil
         case .success(let value): notification = value
         case .failure(let f): return .init(status: f.status, reason: f.rawValue)
         }
@@ -418,7 +445,8 @@ public final class VerificationService: Sendable {
         }
         for (signedKey, decodedKey) in [("signedTransactionInfo", "transactionInfo"), ("signedRenewalInfo", "renewalInfo")] {
             guard let nested = data[signedKey]?.stringValue else { continue }
-            switch try await decode(nested) {
+            switch decode(nested) {
+            case nil: return nil
             case .success(let value):
                 // The nested payloads must be about the same app and the same environment as the notification.
                 if let bundle = value["bundleId"]?.stringValue, !bundleAccepted(bundle) || bundle != data["bundleId"]?.stringValue {
@@ -464,7 +492,11 @@ public final class VerificationService: Sendable {
         } handler: { p, _ in
             try await self.verifyTransaction(p)
         }
-        r.register(VerificationVerifyNotification.self) { p, _ in try await self.verifyNotification(p) }
+        r.registerImmediateOrAsync(VerificationVerifyNotification.self) { p, _ in
+            self.verifyNotificationFromMemory(p)
+        } handler: { p, _ in
+            try await self.verifyNotification(p)
+        }
         r.register(VerificationTransactionInfo.self) { p, _ in try await self.transactionInfo(p) }
         r.register(VerificationTransactionHistory.self) { p, _ in try await self.transactionHistory(p) }
         r.register(VerificationLookUpOrder.self) { p, _ in try await self.lookUpOrder(p) }
