@@ -145,23 +145,8 @@ public final class ReceiptVerifier: Sendable {
     }
 
     public func verify(_ bytes: [UInt8], options: Options) async -> Result<VerifiedReceipt, ReceiptFailure> {
-        var asked: TrustedChainCache.Question?
-        if let known = check(
-            bytes, options: options,
-            chain: { question in
-                if let cached = cache.cachedVerdict(question, revocation: revocation) { return cached }
-                asked = question
-                return nil
-            })
-        {
-            return known
-        }
-        guard let question = asked else { return .failure(.untrustedChain) }
-        let verdict = await cache.verdict(question, roots: trust.roots, revocation: revocation) {
-            RFC5280Policy(fixedExpiryValidationTime: question.at)
-            AppleMarkerPolicy()
-        }
-        return check(bytes, options: options) { _ in verdict } ?? .failure(.untrustedChain)
+        await cache.checked(roots: trust.roots, revocation: revocation) { chain in check(bytes, options: options, chain: chain) }
+            ?? .failure(.untrustedChain)
     }
 
     /// `verify`'s answer when it needs nothing but memory and CPU: the chain was validated before and its

@@ -115,24 +115,8 @@ public final class SignedPayloadVerifier: Sendable {
     }
 
     private func verifyParsed(_ jws: String) async -> Result<(bytes: [UInt8], object: JSONValue), JWSFailure> {
-        var asked: TrustedChainCache.Question?
-        if let known = check(
-            jws,
-            chain: { question in
-                if let cached = cache.cachedVerdict(question, revocation: revocation) { return cached }
-                asked = question
-                return nil
-            })
-        {
-            return known
-        }
-        guard let question = asked else { return .failure(.untrustedChain) }
         // Leaf and intermediate from x5c, up to a configured root; x5c[2] is not trusted (a hint only).
-        let verdict = await cache.verdict(question, roots: roots, revocation: revocation) {
-            RFC5280Policy(fixedExpiryValidationTime: question.at)
-            AppleMarkerPolicy()
-        }
-        return check(jws) { _ in verdict } ?? .failure(.untrustedChain)
+        await cache.checked(roots: roots, revocation: revocation) { chain in check(jws, chain: chain) } ?? .failure(.untrustedChain)
     }
 
     /// Every check of a JWS, with the chain's verdict from `chain`; nil when `chain` has none (it must be

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 import NIOConcurrencyHelpers
-import X509
+@_spi(FixedExpiryValidationTime) import X509
 
 /// Parsed certificates and chain-validation results, cached: receipts and signed transactions carry
 /// the same few chains over and over, so a busy server validates each chain once and afterwards
@@ -77,6 +77,28 @@ final class TrustedChainCache: Sendable {
         guard let window = chains.withLockedValue({ $0[question.key] }) else { return nil }
         if let recheck = window.recheckAfter, recheck <= revocation?.currentDate() ?? Date() { return nil }
         return window.notBefore <= question.at && question.at <= window.notAfter ? .trusted : .untrusted
+    }
+
+    /// Runs `check` with chain verdicts from memory; when it asks about a chain whose verdict is not there, that
+    /// chain is validated (RFC 5280 at the question's time, Apple's marker extensions; with `revocation`, OCSP,
+    /// which may wait on a responder) and `check` runs again with the verdict. Nil only when `check` answers nil
+    /// without asking.
+    func checked<R>(
+        roots: [Certificate], revocation: RevocationChecker?, _ check: ((Question) -> Verdict?) -> R?
+    ) async -> R? {
+        var asked: Question?
+        let fromMemory = check { question in
+            if let cached = cachedVerdict(question, revocation: revocation) { return cached }
+            asked = question
+            return nil
+        }
+        if let fromMemory { return fromMemory }
+        guard let question = asked else { return nil }
+        let answer = await verdict(question, roots: roots, revocation: revocation) {
+            RFC5280Policy(fixedExpiryValidationTime: question.at)
+            AppleMarkerPolicy()
+        }
+        return check { _ in answer }
     }
 
     /// Whether the question's leaf chains through its intermediates to one of `roots` at its time under

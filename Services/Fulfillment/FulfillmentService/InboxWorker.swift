@@ -28,7 +28,7 @@ public struct InboxWorker: Service {
                 if let every = self.reconcileInterval, ContinuousClock.now >= nextReconcile {
                     nextReconcile = ContinuousClock.now + every
                     do {
-                        try await self.service.reconcile()
+                        _ = try await self.service.reconcile()  // its report is for callers of fulfillment.reconcile
                     } catch {
                         self.logger.warning("reconciliation with Apple failed; will try at the next interval", metadata: ["error": "\(error)"])
                     }
