@@ -111,7 +111,8 @@ final class FileRegionResponses: ChannelOutboundHandler, RemovableChannelHandler
     }
 
     func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
-        guard opening || regionsInFlight > 0 else {
+        // Closing the input never cuts a body short: it goes through at once.
+        guard mode != .input, opening || regionsInFlight > 0 else {
             context.close(mode: mode, promise: promise)
             return
         }
