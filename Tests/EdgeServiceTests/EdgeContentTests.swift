@@ -136,26 +136,35 @@ import Testing
         }
     }
 
-    /// A file far larger than the socket buffers, asked for with `Connection: close`: every byte arrives before
-    /// the server closes the connection, on both body paths.
-    @Test(arguments: [true, false]) func aLargeFileArrivesWholeBeforeTheConnectionCloses(sendfile: Bool) async throws {
+    /// 16 MiB of random bytes, read once: more than the socket buffers on both sides of a loopback connection hold.
+    static let largeFile: [UInt8] = Array(FileHandle(forReadingAtPath: "/dev/urandom")!.readData(ofLength: 16 << 20))
+
+    /// An edge alone (no suite behind it) serving `largeFile`; `body` gets its port, the file's path and bytes.
+    static func withLargeFile(
+        configure: (inout EdgeConfiguration) -> Void, _ body: (Int, String, [UInt8]) async throws -> Void
+    ) async throws {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("edge-large-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
-        var generator = SystemRandomNumberGenerator()
-        let file = (0..<(48 << 20) / 8).flatMap { _ in withUnsafeBytes(of: generator.next() as UInt64) { Array($0) } }
+        let file = Self.largeFile
         try Data(file).write(to: dir.appendingPathComponent("large.bin"))
         var config = EdgeConfiguration()
         config.contentDirectory = dir
         config.contentSigner = ContentURLSigner(key: Self.key)
-        config.contentSendfile = sendfile
+        configure(&config)
         func dead() throws -> RPCClient { try RPCClient(address: "127.0.0.1:1", configuration: .init(connections: 1)) }
         let edge = EdgeService(
             accounts: try dead(), catalog: try dead(), fulfillment: try dead(), configuration: config, logger: EdgeFixture.quiet)
-        try await EdgeFixture.serving(edge) { port in
-            let path = ContentURLSigner(key: Self.key).path(
-                for: .init(
-                    contentId: "large.bin", accountId: "a", scope: "Production", expiresAtMs: Int64(Date().timeIntervalSince1970 * 1000) + 600_000))
+        let path = ContentURLSigner(key: Self.key).path(
+            for: .init(contentId: "large.bin", accountId: "a", scope: "Production", expiresAtMs: Int64(Date().timeIntervalSince1970 * 1000) + 600_000)
+        )
+        try await EdgeFixture.serving(edge) { port in try await body(port, path, file) }
+    }
+
+    /// A file far larger than the socket buffers, asked for with `Connection: close`: every byte arrives before
+    /// the server closes the connection, on both body paths.
+    @Test(arguments: [true, false]) func aLargeFileArrivesWholeBeforeTheConnectionCloses(sendfile: Bool) async throws {
+        try await Self.withLargeFile(configure: { $0.contentSendfile = sendfile }) { port, path, file in
             let wire = "GET \(path) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
             let received = try await RawHTTP.exchange(port: port, send: Array(wire.utf8))
             let end = try #require(received.firstRange(of: Array("\r\n\r\n".utf8)))
@@ -163,6 +172,33 @@ import Testing
             let body = received[end.upperBound...]
             #expect(body.count == file.count)
             #expect(Self.sha256(Array(body)) == Self.sha256(file))
+        }
+    }
+
+    /// A client that asks for a large file and stops reading: once its writes have made no progress for the stalled
+    /// write timeout, the edge closes the connection (the client, reading again later, gets what was already in
+    /// flight and the end, not the file); on both body paths.
+    @Test(arguments: [true, false]) func aDownloadThatStopsBeingReadIsClosed(sendfile: Bool) async throws {
+        try await Self.withLargeFile(configure: {
+            $0.contentSendfile = sendfile
+            $0.stalledWriteTimeout = .seconds(1)
+        }) { port, path, file in
+            let received = NIOLockedValueBox<[UInt8]>([])
+            let channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+                .channelOption(.autoRead, value: false)
+                .channelOption(.socketOption(.so_rcvbuf), value: 16 * 1024)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(RawHTTP.Collector(received: received)) }
+                }
+                .connect(host: "127.0.0.1", port: port).get()
+            try await channel.writeAndFlush(ByteBuffer(string: "GET \(path) HTTP/1.1\r\nHost: localhost\r\n\r\n"))
+            // The stall under test: four times the timeout without reading a byte.
+            try await Task.sleep(for: .seconds(4))
+            try await channel.setOption(.autoRead, value: true)
+            channel.read()
+            try await channel.closeFuture.get()
+            let count = received.withLockedValue { $0.count }
+            #expect(count > 0 && count < file.count, "\(count) of \(file.count) bytes: the edge should have given up")
         }
     }
 
@@ -271,7 +307,7 @@ enum RawHTTP {
         return received.withLockedValue { $0 }
     }
 
-    private final class Collector: ChannelInboundHandler {
+    final class Collector: ChannelInboundHandler {
         typealias InboundIn = ByteBuffer
         let received: NIOLockedValueBox<[UInt8]>
         init(received: NIOLockedValueBox<[UInt8]>) { self.received = received }

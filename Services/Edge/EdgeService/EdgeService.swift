@@ -51,6 +51,8 @@ public struct EdgeConfiguration: Sendable {
     public var clock: ServiceClock = .system
     /// An HTTP/1.1 connection's next request head must arrive within this (slow headers, idle keep-alive).
     public var requestHeadTimeout: TimeAmount = .seconds(30)
+    /// A connection whose pending writes make no progress for this long is closed (a client that stopped reading).
+    public var stalledWriteTimeout: TimeAmount = .seconds(60)
     /// An HTTP/2 connection with no open stream is closed after this.
     public var idleTimeout: Duration = .seconds(60)
     /// Largest request header block (all fields) and field count; past them the request is refused.
@@ -434,13 +436,19 @@ public final class EdgeService: Sendable {
                 maxHeaderFieldCount: configuration.maxHeaderFields))
         var http2Streams = http1
         http2Streams.additionalChannelHandlers = { [] }  // an HTTP/2 stream's head arrives whole, in one HEADERS frame
+        let http2 = HTTP2UpgradeChannel.Configuration(idleTimeout: configuration.idleTimeout, streamConfiguration: http2Streams)
+        let stall = configuration.stalledWriteTimeout
         return Application(
             router: router(zeroCopy: tls == nil && configuration.contentSendfile),
-            server: try tls.map {
-                try .http2Upgrade(
-                    tlsConfiguration: $0,
-                    configuration: .init(idleTimeout: configuration.idleTimeout, streamConfiguration: http2Streams))
-            } ?? HTTPServerBuilder { responder in ZeroCopyHTTP1Channel(responder: responder, configuration: http1) },
+            server: tls.map { tls in
+                HTTPServerBuilder { responder in
+                    WriteProgressDeadlineChannel(
+                        base: try HTTP2UpgradeChannel(tlsConfiguration: tls, configuration: http2, responder: responder), timeout: stall)
+                }
+            }
+                ?? HTTPServerBuilder { responder in
+                    WriteProgressDeadlineChannel(base: ZeroCopyHTTP1Channel(responder: responder, configuration: http1), timeout: stall)
+                },
             configuration: .init(address: .hostname(host, port: port), serverName: "iap-edge"),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) }, logger: logger)
     }

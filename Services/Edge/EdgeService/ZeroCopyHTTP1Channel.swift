@@ -52,6 +52,7 @@ final class FileRegionResponses: ChannelOutboundHandler, RemovableChannelHandler
     typealias OutboundOut = HTTPServerResponsePart
 
     static let header = "iap-edge-file-region"
+    static let regionBytes = 1 << 20
     struct MalformedFileRegionHeader: Error {}
     private static let fileIO = NonBlockingFileIO(threadPool: .singleton)
 
@@ -88,9 +89,17 @@ final class FileRegionResponses: ChannelOutboundHandler, RemovableChannelHandler
             switch result {
             case .success(let (file, _)):
                 context.write(handler.wrapOutboundOut(.head(head)), promise: promise)
-                let region = FileRegion(fileHandle: file, readerIndex: offset, endIndex: offset + length)
+                // In regions of `regionBytes`: each one the kernel takes is progress `WriteProgressDeadline` sees.
                 handler.regionsInFlight += 1
-                context.write(handler.wrapOutboundOut(.body(.fileRegion(region)))).whenComplete { _ in
+                var start = offset
+                var last: EventLoopFuture<Void>?
+                while start < offset + length {
+                    let end = min(start + Self.regionBytes, offset + length)
+                    last = context.write(handler.wrapOutboundOut(.body(.fileRegion(FileRegion(fileHandle: file, readerIndex: start, endIndex: end)))))
+                    start = end
+                }
+                // Writes complete in order (a failure fails the rest): the last one's completion ends the body.
+                last?.whenComplete { _ in
                     try? file.close()
                     let (handler, context) = loopBound.value
                     handler.regionsInFlight -= 1
