@@ -7,35 +7,26 @@ import NIOHTTPTypes
 /// connection is closed after it too. Placed after the HTTP decoder, which only hands on a head once all of
 /// its header block has arrived.
 ///
-/// One repeating check per connection (every quarter of the timeout) reads when the wait began; requests
-/// only write a timestamp when their end is written, so the deadline costs almost nothing per request (scheduling a timer per response cost
-/// the edge ~3% of its CPU).
-final class RequestHeadDeadline: ChannelDuplexHandler, RemovableChannelHandler {
+/// A `ConnectionDeadline`: responses only write when the wait began, once their end is written out.
+final class RequestHeadDeadline: ConnectionDeadline {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
     typealias OutboundIn = HTTPResponsePart
     typealias OutboundOut = HTTPResponsePart
 
-    private let timeout: TimeAmount
-    /// When the wait for the next head began; nil while a request is being read or answered.
-    private var waitingSince: NIODeadline?
-    private var check: RepeatedTask?
+    let timeout: TimeAmount
+    /// When the wait for the next head began (the connection opening, a response's end); nil while a request is
+    /// being read or answered.
+    private var waitingSince: NIODeadline? = .now()
+    var check: RepeatedTask?
 
     init(timeout: TimeAmount) {
         self.timeout = timeout
     }
 
-    func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { start(context) }
-    }
-
-    func channelActive(context: ChannelHandlerContext) {
-        start(context)
-        context.fireChannelActive()
-    }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        stop()
+    func expired() -> Bool {
+        guard let since = waitingSince else { return false }
+        return NIODeadline.now() - since >= timeout
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -55,29 +46,5 @@ final class RequestHeadDeadline: ChannelDuplexHandler, RemovableChannelHandler {
         written.futureResult.whenComplete { _ in loopBound.value.waitingSince = .now() }
         if let promise { written.futureResult.cascade(to: promise) }
         context.write(data, promise: written)
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        stop()
-        context.fireChannelInactive()
-    }
-
-    private func start(_ context: ChannelHandlerContext) {
-        guard check == nil else { return }
-        waitingSince = .now()
-        let period = TimeAmount.nanoseconds(max(timeout.nanoseconds / 4, 1_000_000))
-        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        check = context.eventLoop.scheduleRepeatedTask(initialDelay: period, delay: period) { _ in
-            let (handler, context) = loopBound.value
-            if let since = handler.waitingSince, NIODeadline.now() - since >= handler.timeout {
-                handler.stop()
-                context.close(promise: nil)
-            }
-        }
-    }
-
-    private func stop() {
-        check?.cancel()
-        check = nil
     }
 }

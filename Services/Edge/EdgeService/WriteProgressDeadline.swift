@@ -8,37 +8,23 @@ import NIOCore
 /// every chunk the kernel takes counts as progress: a slow client that keeps reading is never cut, and a connection
 /// with nothing to write is not this handler's business (`RequestHeadDeadline` closes idle ones).
 ///
-/// One repeating check per connection (every quarter of the timeout), as `RequestHeadDeadline`.
-final class WriteProgressDeadline: ChannelDuplexHandler, RemovableChannelHandler {
+/// A `ConnectionDeadline`, as `RequestHeadDeadline`.
+final class WriteProgressDeadline: ConnectionDeadline {
     typealias InboundIn = NIOAny
     typealias OutboundIn = NIOAny
 
-    private let timeout: TimeAmount
+    let timeout: TimeAmount
     private var pending = 0
     /// When the oldest pending write began to wait, or the last write completed since.
     private var lastProgress = NIODeadline.now()
-    private var check: RepeatedTask?
+    var check: RepeatedTask?
 
     init(timeout: TimeAmount) {
         self.timeout = timeout
     }
 
-    func handlerAdded(context: ChannelHandlerContext) {
-        if context.channel.isActive { start(context) }
-    }
-
-    func channelActive(context: ChannelHandlerContext) {
-        start(context)
-        context.fireChannelActive()
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        stop()
-        context.fireChannelInactive()
-    }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        stop()
+    func expired() -> Bool {
+        pending > 0 && NIODeadline.now() - lastProgress >= timeout
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
@@ -52,24 +38,6 @@ final class WriteProgressDeadline: ChannelDuplexHandler, RemovableChannelHandler
             handler.lastProgress = .now()
         }
         context.write(data, promise: written)
-    }
-
-    private func start(_ context: ChannelHandlerContext) {
-        guard check == nil else { return }
-        let period = TimeAmount.nanoseconds(max(timeout.nanoseconds / 4, 1_000_000))
-        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        check = context.eventLoop.scheduleRepeatedTask(initialDelay: period, delay: period) { _ in
-            let (handler, context) = loopBound.value
-            if handler.pending > 0, NIODeadline.now() - handler.lastProgress >= handler.timeout {
-                handler.stop()
-                context.close(promise: nil)
-            }
-        }
-    }
-
-    private func stop() {
-        check?.cancel()
-        check = nil
     }
 }
 
