@@ -8,11 +8,17 @@ import Testing
 /// A v1 database (one wallet per account, `shortfall` for refunded spent coins) upgraded in place: nothing
 /// is lost, the owed coins become debt in the Production scope, and the ledger stays append-only.
 @Suite struct MigrationTests {
-    @Test func aVersion1LedgerUpgradesWithItsDebtAndInvariantsIntact() async throws {
+    /// A new SQLite file migrated up to `version` (nil: every migration); the caller removes `path`.
+    static func database(upTo version: String?) throws -> (DatabaseQueue, path: String) {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("migrate-\(UUID().uuidString).sqlite").path
-        defer { try? FileManager.default.removeItem(atPath: path) }
         let queue = try DatabaseQueue(path: path)
-        try FulfillmentStore.migrator.migrate(queue, upTo: "v1")
+        if let version { try FulfillmentStore.migrator.migrate(queue, upTo: version) } else { try FulfillmentStore.migrator.migrate(queue) }
+        return (queue, path)
+    }
+
+    @Test func aVersion1LedgerUpgradesWithItsDebtAndInvariantsIntact() async throws {
+        let (queue, path) = try Self.database(upTo: "v1")
+        defer { try? FileManager.default.removeItem(atPath: path) }
         try await queue.write { db in
             try db.execute(
                 sql: """
@@ -56,10 +62,8 @@ import Testing
 /// each batch of 100, so draining a backlog cost its square).
 @Suite struct InboxQueryPlanTests {
     @Test func dueNotificationsUseTheirIndex() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("plan-\(UUID().uuidString).sqlite").path
+        let (queue, path) = try MigrationTests.database(upTo: nil)
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let queue = try DatabaseQueue(path: path)
-        try FulfillmentStore.migrator.migrate(queue)
         let plan = try await queue.read { db in
             try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + FulfillmentStore.dueNotificationsSQL, arguments: [0, 100]).map {
                 $0["detail"] as String
@@ -85,10 +89,8 @@ import Testing
 
     /// v8 moves payloads out of the inbox row: an entry recorded before it comes back whole after it.
     @Test func anInboxEntryRecordedBeforeV8KeepsItsPayload() async throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("v8-\(UUID().uuidString).sqlite").path
+        let (queue, path) = try MigrationTests.database(upTo: "v7-renewal-state-and-reinstatement")
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let queue = try DatabaseQueue(path: path)
-        try FulfillmentStore.migrator.migrate(queue, upTo: "v7-renewal-state-and-reinstatement")
         try await queue.write { db in
             try db.execute(
                 sql: """

@@ -110,31 +110,36 @@ public final class VerificationService: Sendable {
     /// mode): nil when the async path must run (a chain to validate, or the remote endpoint to ask).
     public func verifyReceiptFromMemory(_ p: VerificationVerifyReceipt.Params) -> VerifyReceiptResponse? {
         guard p.mode != .remote else { return nil }
-        let accepted = acceptedBundles(p.expectedBundleId)
-        if let accepted, accepted.isEmpty { return VerifyReceiptResponse(status: 21003, reason: "bundleMismatch") }
-        let options = ReceiptVerifier.Options(bundleIds: accepted ?? [], deviceIdentifier: p.deviceIdentifier)
-        switch receipts.verifyFromMemory(base64: p.receiptData, options: options) {
-        case nil: return nil
-        case .success(let verified):
-            return VerifyReceiptResponse(status: 0, environment: verified.environment, receipt: VerifyReceiptJSON.body(verified.receipt))
-        case .failure(let failure):
-            // `auto` may ask the remote endpoint about this failure: that is the async path's.
-            if p.mode == .auto, remote != nil, configuration.autoRemoteReasons.contains(failure.rawValue) { return nil }
-            return VerifyReceiptResponse(status: failure.status, reason: failure.rawValue)
+        guard let options = receiptOptions(p) else { return VerifyReceiptResponse(status: 21003, reason: "bundleMismatch") }
+        guard let result = receipts.verifyFromMemory(base64: p.receiptData, options: options) else { return nil }
+        // `auto` may ask the remote endpoint about this failure: that is the async path's.
+        if case .failure(let failure) = result, p.mode == .auto, remote != nil, configuration.autoRemoteReasons.contains(failure.rawValue) {
+            return nil
         }
+        return Self.response(result)
     }
 
     private func verifyLocally(_ p: VerificationVerifyReceipt.Params) async throws(RPCError) -> VerifyReceiptResponse {
+        guard let options = receiptOptions(p) else { return VerifyReceiptResponse(status: 21003, reason: "bundleMismatch") }
+        let result = await receipts.verify(base64: p.receiptData, options: options)
+        if case .failure(.revocationUnknown) = result { throw Self.revocationUnknown }
+        return Self.response(result)
+    }
+
+    /// The verifier's options for a call; nil when the call's expected bundle id is not one this service accepts.
+    private func receiptOptions(_ p: VerificationVerifyReceipt.Params) -> ReceiptVerifier.Options? {
         // An empty set refuses every bundle in the verifier; nil (any) is the verifier's empty set.
         let accepted = acceptedBundles(p.expectedBundleId)
-        if let accepted, accepted.isEmpty { return VerifyReceiptResponse(status: 21003, reason: "bundleMismatch") }
-        switch await receipts.verify(base64: p.receiptData, options: .init(bundleIds: accepted ?? [], deviceIdentifier: p.deviceIdentifier)) {
+        if let accepted, accepted.isEmpty { return nil }
+        return .init(bundleIds: accepted ?? [], deviceIdentifier: p.deviceIdentifier)
+    }
+
+    private static func response(_ result: Result<VerifiedReceipt, ReceiptFailure>) -> VerifyReceiptResponse {
+        switch result {
         case .success(let verified):
-            return VerifyReceiptResponse(status: 0, environment: verified.environment, receipt: VerifyReceiptJSON.body(verified.receipt))
-        case .failure(.revocationUnknown):
-            throw Self.revocationUnknown
+            VerifyReceiptResponse(status: 0, environment: verified.environment, receipt: VerifyReceiptJSON.body(verified.receipt))
         case .failure(let failure):
-            return VerifyReceiptResponse(status: failure.status, reason: failure.rawValue)
+            VerifyReceiptResponse(status: failure.status, reason: failure.rawValue)
         }
     }
 
