@@ -46,6 +46,14 @@ extension Receipt {
     /// Decodes the payload: `SET OF SEQUENCE { type INTEGER, version INTEGER, value OCTET STRING }`.
     /// Unknown attribute types are ignored; a known type with a value of the wrong shape is an error.
     public init(payload: [UInt8]) throws(ReceiptPayloadError) {
+        // Walked in place: slices of an array retain and release its storage at every step, which was a
+        // third of decoding a receipt.
+        self = try payload.withUnsafeBufferPointer { bytes in
+            Result { () throws(ReceiptPayloadError) in try Receipt(payloadBytes: bytes) }
+        }.get()
+    }
+
+    init(payloadBytes payload: UnsafeBufferPointer<UInt8>) throws(ReceiptPayloadError) {
         self.init()
         var outer = DERReader(payload)
         let set = try outer.read(expecting: 0x31, "receipt payload")
@@ -72,7 +80,7 @@ extension Receipt {
         }
     }
 
-    static func attribute(_ reader: inout DERReader) throws(ReceiptPayloadError) -> (Int64, ArraySlice<UInt8>) {
+    static func attribute(_ reader: inout DERReader) throws(ReceiptPayloadError) -> (Int64, UnsafeBufferPointer<UInt8>) {
         var seq = DERReader(try reader.read(expecting: 0x30, "receipt attribute"))
         let type = try DERValue.integerContent(try seq.read(expecting: 0x02, "attribute type"))
         _ = try seq.read(expecting: 0x02, "attribute version")
@@ -82,7 +90,7 @@ extension Receipt {
 }
 
 extension InAppPurchaseReceipt {
-    init(attributes bytes: ArraySlice<UInt8>) throws(ReceiptPayloadError) {
+    init(attributes bytes: UnsafeBufferPointer<UInt8>) throws(ReceiptPayloadError) {
         self.init()
         var outer = DERReader(bytes)
         var attributes = DERReader(try outer.read(expecting: 0x31, "in-app purchase"))
@@ -108,46 +116,41 @@ extension InAppPurchaseReceipt {
     }
 }
 
-/// Reads definite-length DER TLVs from bytes (the receipt payload is DER). Contents are slices of the
-/// input: nothing is copied while walking.
+/// Reads definite-length DER TLVs from bytes (the receipt payload is DER). Contents are views of the
+/// input, valid while it is: nothing is copied or retained while walking.
 struct DERReader {
-    private let bytes: ArraySlice<UInt8>
-    private var pos: Int
+    private let bytes: UnsafeBufferPointer<UInt8>
+    private var pos = 0
 
-    init(_ bytes: [UInt8]) {
-        self.init(bytes[...])
-    }
-
-    init(_ bytes: ArraySlice<UInt8>) {
+    init(_ bytes: UnsafeBufferPointer<UInt8>) {
         self.bytes = bytes
-        self.pos = bytes.startIndex
     }
 
-    var isAtEnd: Bool { pos >= bytes.endIndex }
+    var isAtEnd: Bool { pos >= bytes.count }
 
     /// The next element: its tag and content.
-    mutating func next() throws(ReceiptPayloadError) -> (tag: UInt8, content: ArraySlice<UInt8>) {
-        guard pos + 2 <= bytes.endIndex else { throw ReceiptPayloadError(description: "truncated element") }
+    mutating func next() throws(ReceiptPayloadError) -> (tag: UInt8, content: UnsafeBufferPointer<UInt8>) {
+        guard pos + 2 <= bytes.count else { throw ReceiptPayloadError(description: "truncated element") }
         let tag = bytes[pos]
         guard tag & 0x1F != 0x1F else { throw ReceiptPayloadError(description: "unexpected long-form tag") }
         var length = Int(bytes[pos + 1])
         pos += 2
         if length & 0x80 != 0 {
             let count = length & 0x7F
-            guard count >= 1, count <= 4, pos + count <= bytes.endIndex else { throw ReceiptPayloadError(description: "bad length") }
+            guard count >= 1, count <= 4, pos + count <= bytes.count else { throw ReceiptPayloadError(description: "bad length") }
             length = 0
             for _ in 0..<count {
                 length = length << 8 | Int(bytes[pos])
                 pos += 1
             }
         }
-        guard length <= bytes.endIndex - pos else { throw ReceiptPayloadError(description: "truncated element") }
-        let content = bytes[pos..<(pos + length)]
+        guard length <= bytes.count - pos else { throw ReceiptPayloadError(description: "truncated element") }
+        let content = UnsafeBufferPointer(rebasing: bytes[pos..<(pos + length)])
         pos += length
         return (tag, content)
     }
 
-    mutating func read(expecting tag: UInt8, _ what: String) throws(ReceiptPayloadError) -> ArraySlice<UInt8> {
+    mutating func read(expecting tag: UInt8, _ what: String) throws(ReceiptPayloadError) -> UnsafeBufferPointer<UInt8> {
         let (found, content) = try next()
         guard found == tag else {
             throw ReceiptPayloadError(description: "\(what): expected tag \(tag), found \(found)")
@@ -158,36 +161,45 @@ struct DERReader {
 
 /// Attribute values: a DER UTF8String / IA5String / INTEGER inside the OCTET STRING.
 enum DERValue {
-    static func string(_ value: ArraySlice<UInt8>) throws(ReceiptPayloadError) -> String {
+    static func string(_ value: UnsafeBufferPointer<UInt8>) throws(ReceiptPayloadError) -> String {
+        try text(try stringContent(value))
+    }
+
+    static func stringContent(_ value: UnsafeBufferPointer<UInt8>) throws(ReceiptPayloadError) -> UnsafeBufferPointer<UInt8> {
         var r = DERReader(value)
         let (tag, content) = try r.next()
         guard tag == 0x0C || tag == 0x16 || tag == 0x13 else {
             throw ReceiptPayloadError(description: "expected a string, found tag \(tag)")
         }
+        return content
+    }
+
+    static func text(_ content: UnsafeBufferPointer<UInt8>) throws(ReceiptPayloadError) -> String {
         guard let s = String(validating: content, as: UTF8.self) else {
             throw ReceiptPayloadError(description: "string is not UTF-8")
         }
         return s
     }
 
-    static func integer(_ value: ArraySlice<UInt8>) throws(ReceiptPayloadError) -> Int64 {
+    static func integer(_ value: UnsafeBufferPointer<UInt8>) throws(ReceiptPayloadError) -> Int64 {
         var r = DERReader(value)
         return try integerContent(try r.read(expecting: 0x02, "integer"))
     }
 
-    static func integerContent(_ content: ArraySlice<UInt8>) throws(ReceiptPayloadError) -> Int64 {
+    static func integerContent(_ content: UnsafeBufferPointer<UInt8>) throws(ReceiptPayloadError) -> Int64 {
         guard !content.isEmpty, content.count <= 8 else { throw ReceiptPayloadError(description: "integer out of range") }
-        var v = Int64(Int8(bitPattern: content[content.startIndex]))
+        var v = Int64(Int8(bitPattern: content[0]))
         for b in content.dropFirst() { v = v << 8 | Int64(b) }
         return v
     }
 
-    /// An IA5String date; the empty string means "no date" (nil), not an error.
-    static func date(_ value: ArraySlice<UInt8>) throws(ReceiptPayloadError) -> Int64? {
-        let text = try string(value)
-        if text.isEmpty { return nil }
-        guard let ms = ReceiptDate.parse(text) else { throw ReceiptPayloadError(description: "unreadable date \"\(text)\"") }
-        return ms
+    /// An IA5String date; the empty string means "no date" (nil), not an error. Read from the bytes; the
+    /// text is made only to name an unreadable one.
+    static func date(_ value: UnsafeBufferPointer<UInt8>) throws(ReceiptPayloadError) -> Int64? {
+        let content = try stringContent(value)
+        if content.isEmpty { return nil }
+        if let ms = ReceiptDate.parse(utf8: content) { return ms }
+        throw ReceiptPayloadError(description: "unreadable date \"\(try text(content))\"")
     }
 }
 
@@ -195,7 +207,11 @@ enum DERValue {
 /// (no colon), optionally with fractional seconds. Returns Unix milliseconds.
 public enum ReceiptDate {
     public static func parse(_ text: String) -> Int64? {
-        let b = Array(text.utf8)
+        var text = text
+        return text.withUTF8 { parse(utf8: $0) }
+    }
+
+    static func parse(utf8 b: UnsafeBufferPointer<UInt8>) -> Int64? {
         func num(_ at: Int, _ n: Int) -> Int? {
             guard at + n <= b.count else { return nil }
             var v = 0

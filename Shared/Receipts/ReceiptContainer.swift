@@ -1,16 +1,18 @@
+import Foundation
+import NIOConcurrencyHelpers
 import SwiftASN1
 
 /// The parts of a PKCS#7 / CMS SignedData container that receipt verification needs.
 /// Parsed as BER (a superset of DER): Xcode receipts use indefinite lengths and a chunked,
 /// constructed OCTET STRING payload.
-public struct ReceiptContainer: Sendable {
+public struct ReceiptContainer: Sendable, Equatable {
     /// The signed content: the receipt payload (DER `SET OF ReceiptAttribute`).
     public let payload: [UInt8]
     /// Certificates carried in the container, DER, in the order found.
     public let certificates: [[UInt8]]
     public let signer: SignerInfo
 
-    public struct SignerInfo: Sendable {
+    public struct SignerInfo: Sendable, Equatable {
         /// OID of the digest algorithm (SHA-1 `1.3.14.3.2.26`, SHA-256 `2.16.840.1.101.3.4.2.1`).
         public let digestAlgorithm: String
         /// OID of the signature algorithm: `rsaEncryption` or `sha*WithRSAEncryption`.
@@ -45,8 +47,33 @@ public struct ReceiptContainer: Sendable {
         } catch {
             throw .limits(error)
         }
+        if let shaped = try? parseFieldByField(bytes) { return shaped }
+        return try parseWholeTree(bytes)
+    }
+
+    /// The container parsed as one BER tree: the reference every other path must agree with, and the path
+    /// for anything not in the usual shape (non-minimal lengths, long tags, unexpected fields, errors).
+    static func parseWholeTree(_ bytes: [UInt8]) throws(ParseError) -> ReceiptContainer {
         do {
-            return try parseChecked(bytes)
+            let root = try BER.parse(bytes)
+            let contentInfo = try children(root, "ContentInfo")
+            guard contentInfo.count >= 2, try oid(contentInfo[0]) == signedDataOID else {
+                throw ParseError.malformed("not a PKCS#7 SignedData")
+            }
+            let explicit = try children(contentInfo[1], "content [0]")
+            guard contentInfo[1].identifier == ASN1Identifier(tagWithNumber: 0, tagClass: .contextSpecific), explicit.count == 1 else {
+                throw ParseError.malformed("SignedData is not in an explicit [0]")
+            }
+            let signedData = try children(explicit[0], "SignedData")
+            guard signedData.count >= 4 else { throw ParseError.malformed("SignedData is missing fields") }
+            // signedData[0] version, [1] digestAlgorithms, [2] encapContentInfo, then [0] certificates, [1] crls, signerInfos
+            return try assemble(encap: signedData[2], signerInfos: signedData.dropFirst(3).last { $0.identifier == .set }) {
+                var certificates: [[UInt8]] = []
+                for node in signedData.dropFirst(3) where node.identifier == ASN1Identifier(tagWithNumber: 0, tagClass: .contextSpecific) {
+                    certificates += try certificateList(node)
+                }
+                return certificates
+            }
         } catch let error as ParseError {
             throw error
         } catch {
@@ -54,39 +81,59 @@ public struct ReceiptContainer: Sendable {
         }
     }
 
-    private static func parseChecked(_ bytes: [UInt8]) throws -> ReceiptContainer {
-        let root = try BER.parse(bytes)
-        let contentInfo = try children(root, "ContentInfo")
-        guard contentInfo.count >= 2, try oid(contentInfo[0]) == signedDataOID else {
-            throw ParseError.malformed("not a PKCS#7 SignedData")
+    /// The same container, read without building a tree of Apple's certificates on every receipt: for the
+    /// usual shape (definite lengths in their shortest form, or indefinite ones; ContentInfo {signedData OID,
+    /// [0] {SignedData {version, digestAlgorithms, encapContentInfo, [0] certificates?, signerInfos}}}) the
+    /// outer headers are walked here and each field is parsed as BER on its own, the certificate field only
+    /// when its bytes differ from one already parsed. Every part `parseWholeTree` parses is parsed (or was, byte for byte), and
+    /// `ASN1Limits` bounded the whole depth first, so this accepts exactly what that does and answers the
+    /// same; anything else throws and the caller takes `parseWholeTree`.
+    static func parseFieldByField(_ bytes: [UInt8]) throws -> ReceiptContainer {
+        let root = try DERElement.read(bytes, at: 0, within: bytes.count)
+        let contentInfo = try root.children(bytes)
+        guard root.tag == 0x30, root.end == bytes.count, contentInfo.count == 2, contentInfo[1].tag == 0xA0,
+            bytes[contentInfo[0].start..<contentInfo[0].end].elementsEqual(signedDataOIDDER)
+        else { throw DERElement.NotDER() }
+        let explicit = try contentInfo[1].children(bytes)
+        guard explicit.count == 1, explicit[0].tag == 0x30 else { throw DERElement.NotDER() }
+        let fields = try explicit[0].children(bytes)
+        let hasCertificates = fields.count == 5 && fields[3].tag == 0xA0
+        guard fields.count == 4 || hasCertificates, fields[0].tag == 0x02, fields[1].tag == 0x31, fields[2].tag == 0x30,
+            let last = fields.last, last.tag == 0x31
+        else { throw DERElement.NotDER() }
+        func slice(_ e: DERElement) -> ArraySlice<UInt8> { bytes[e.start..<e.end] }
+        // The fields parseWholeTree would parse within the tree, each parsed on its own.
+        _ = try BER.parse(slice(fields[0]))
+        _ = try BER.parse(slice(fields[1]))
+        let encap = try BER.parse(slice(fields[2]))
+        let signerInfos = try BER.parse(slice(last))
+        return try assemble(encap: encap, signerInfos: signerInfos) {
+            hasCertificates ? try CertificateFieldCache.shared.certificates(slice(fields[3])) : []
         }
-        let explicit = try children(contentInfo[1], "content [0]")
-        guard contentInfo[1].identifier == ASN1Identifier(tagWithNumber: 0, tagClass: .contextSpecific), explicit.count == 1 else {
-            throw ParseError.malformed("SignedData is not in an explicit [0]")
+    }
+
+    /// The DER of the signedData OID (1.2.840.113549.1.7.2), tag and length included.
+    static let signedDataOIDDER: [UInt8] = [0x06, 0x09, 0x2A, 0x86, 0x48, 0x86, 0xF7, 0x0D, 0x01, 0x07, 0x02]
+
+    /// The certificates of a `[0] certificates` field, each as its own DER.
+    static func certificateList(_ node: ASN1Node) throws -> [[UInt8]] {
+        try children(node, "certificates").map { cert in
+            guard !cert.encodedBytes.isEmpty else { throw ParseError.malformed("a certificate is not DER") }
+            return Array(cert.encodedBytes)
         }
-        let signedData = try children(explicit[0], "SignedData")
-        guard signedData.count >= 4 else { throw ParseError.malformed("SignedData is missing fields") }
-        // signedData[0] version, [1] digestAlgorithms, [2] encapContentInfo, then [0] certificates, [1] crls, signerInfos
-        let encap = try children(signedData[2], "encapContentInfo")
+    }
+
+    /// The payload, certificates and the one signer, from the parsed fields, checked in this order (both
+    /// paths end here).
+    static func assemble(
+        encap encapNode: ASN1Node, signerInfos: ASN1Node?, certificates: () throws -> [[UInt8]]
+    ) throws -> ReceiptContainer {
+        let encap = try children(encapNode, "encapContentInfo")
         guard encap.count == 2, try oid(encap[0]) == dataOID else { throw ParseError.malformed("content is not PKCS#7 data") }
         let eContent = try children(encap[1], "eContent [0]")
         guard eContent.count == 1 else { throw ParseError.malformed("eContent") }
         let payload = try octetString(eContent[0])
-
-        var certificates: [[UInt8]] = []
-        var signerInfos: ASN1Node?
-        for node in signedData.dropFirst(3) {
-            if node.identifier == ASN1Identifier(tagWithNumber: 0, tagClass: .contextSpecific) {
-                for cert in try children(node, "certificates") {
-                    guard let der = cert.encodedBytes.isEmpty ? nil : Array(cert.encodedBytes) else {
-                        throw ParseError.malformed("a certificate is not DER")
-                    }
-                    certificates.append(der)
-                }
-            } else if node.identifier == .set {
-                signerInfos = node
-            }
-        }
+        let certificates = try certificates()
         guard let signerInfos else { throw ParseError.malformed("no signerInfos") }
         let signers = try children(signerInfos, "signerInfos")
         guard signers.count == 1 else { throw ParseError.malformed("expected exactly one signer, found \(signers.count)") }
@@ -151,6 +198,100 @@ public struct ReceiptContainer: Sendable {
             var out: [UInt8] = []
             for chunk in chunks { out += try octetString(chunk) }
             return out
+        }
+    }
+}
+
+/// One element's position: tag byte, where it starts, where its content starts and ends, where it ends.
+/// Only headers BER accepts: a one-byte tag, a definite length in its shortest form (as DER writes it), or
+/// an indefinite length on a constructed element (as Apple's and Xcode's receipts use), whose end is found
+/// by walking its children's headers to the end-of-contents octets; nothing is allocated.
+struct DERElement {
+    let tag: UInt8
+    let start: Int
+    let contentStart: Int
+    let contentEnd: Int
+    let end: Int
+
+    struct NotDER: Error {}
+
+    /// The element at `start`, which must end by `limit` (its parent's content end).
+    static func read(_ bytes: [UInt8], at start: Int, within limit: Int) throws(NotDER) -> DERElement {
+        guard start + 2 <= limit else { throw NotDER() }
+        let tag = bytes[start]
+        guard tag & 0x1F != 0x1F, tag != 0 else { throw NotDER() }
+        let first = Int(bytes[start + 1])
+        var pos = start + 2
+        if first == 0x80 {
+            guard tag & 0x20 != 0 else { throw NotDER() }
+            let contentStart = pos
+            while true {
+                guard pos + 2 <= limit else { throw NotDER() }
+                if bytes[pos] == 0 && bytes[pos + 1] == 0 {
+                    return DERElement(tag: tag, start: start, contentStart: contentStart, contentEnd: pos, end: pos + 2)
+                }
+                pos = try read(bytes, at: pos, within: limit).end
+            }
+        }
+        var length = first
+        if first & 0x80 != 0 {
+            let count = first & 0x7F
+            guard (1...4).contains(count), pos + count <= limit, bytes[pos] != 0 else { throw NotDER() }
+            length = 0
+            for _ in 0..<count {
+                length = length << 8 | Int(bytes[pos])
+                pos += 1
+            }
+            guard length >= 0x80 else { throw NotDER() }
+        }
+        guard length <= limit - pos else { throw NotDER() }
+        return DERElement(tag: tag, start: start, contentStart: pos, contentEnd: pos + length, end: pos + length)
+    }
+
+    /// The elements that fill this one's content exactly.
+    func children(_ bytes: [UInt8]) throws(NotDER) -> [DERElement] {
+        var out: [DERElement] = []
+        var pos = contentStart
+        while pos < contentEnd {
+            let child = try DERElement.read(bytes, at: pos, within: contentEnd)
+            out.append(child)
+            pos = child.end
+        }
+        return out
+    }
+}
+
+/// The certificate fields of recent receipts, parsed once: receipts signed by the same chain carry the same
+/// bytes there, and building SwiftASN1's tree of three certificates was most of a container's parse.
+/// At most `capacity` fields, most recent first; a field that fails to parse is not kept.
+final class CertificateFieldCache: Sendable {
+    static let shared = CertificateFieldCache()
+    let capacity = 8
+    private let entries = NIOLockedValueBox<[(field: [UInt8], certificates: [[UInt8]])]>([])
+
+    func certificates(_ field: ArraySlice<UInt8>) throws -> [[UInt8]] {
+        let hit = entries.withLockedValue { entries -> [[UInt8]]? in
+            guard let i = entries.firstIndex(where: { Self.same($0.field, field) }) else { return nil }
+            if i > 0 { entries.insert(entries.remove(at: i), at: 0) }
+            return entries[0].certificates
+        }
+        if let hit { return hit }
+        // A field seen for the first time (or changed) is parsed exactly as the whole tree would parse it.
+        let parsed = try ReceiptContainer.certificateList(try BER.parse(field))
+        entries.withLockedValue { entries in
+            entries.insert((Array(field), parsed), at: 0)
+            if entries.count > capacity { entries.removeLast() }
+        }
+        return parsed
+    }
+
+    static func same(_ a: [UInt8], _ b: ArraySlice<UInt8>) -> Bool {
+        guard a.count == b.count else { return false }
+        return a.withUnsafeBytes { x in
+            b.withUnsafeBytes { y in
+                guard let p = x.baseAddress, let q = y.baseAddress else { return x.count == 0 }
+                return memcmp(p, q, x.count) == 0
+            }
         }
     }
 }
