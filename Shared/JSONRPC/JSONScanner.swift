@@ -277,6 +277,13 @@ public struct JSONScanner: ~Copyable {
         let contentStart = pos
         var hasEscapes = false
         while true {
+            // Eight bytes at a time while none is a quote, a backslash, a control character or non-ASCII
+            // (long strings, such as base64 receipts, are mostly such runs).
+            while pos + 8 <= count {
+                let v = UnsafeRawPointer(base + pos).loadUnaligned(as: UInt64.self)
+                if Self.hasSpecialStringByte(v) { break }
+                pos += 8
+            }
             guard pos < count else { throw JSONSyntaxError(reason: .unexpectedEnd, offset: pos) }
             let b = base[pos]
             if b == UInt8(ascii: "\"") { break }
@@ -309,6 +316,18 @@ public struct JSONScanner: ~Copyable {
         let content = UnsafeBufferPointer(start: base + contentStart, count: contentEnd - contentStart)
         if !hasEscapes { return String(decoding: content, as: UTF8.self) }
         return JSONScanner.unescape(content)
+    }
+
+    /// Whether any of the eight bytes in `v` needs a look in a string: `"`, `\\`, below 0x20 or above 0x7F.
+    /// (The classic zero-byte test, `(x - 0x01..) & ~x & 0x80..`, is exact as a yes/no answer.)
+    @inline(__always)
+    static func hasSpecialStringByte(_ v: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let high: UInt64 = 0x8080_8080_8080_8080
+        let quote = v ^ (ones &* 0x22)
+        let backslash = v ^ (ones &* 0x5C)
+        let control = (v &- ones &* 0x20) & ~v
+        return (v | control | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)) & high != 0
     }
 
     /// Validates one multi-byte UTF-8 sequence at `pos` (RFC 3629: no overlongs, no surrogates, <= U+10FFFF).

@@ -1,5 +1,11 @@
 import NIOCore
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// One frame of the line-delimited protocol.
 public enum LineFrame: Sendable, Equatable {
     /// A line without its `\n` (and without a trailing `\r`). Blank lines are never emitted.
@@ -49,10 +55,17 @@ public struct LineFrameDecoder: ByteToMessageDecoder {
                 buffer.moveReaderIndex(to: buffer.writerIndex)
                 return nil
             }
-            let view = buffer.readableBytesView
-            let from = view.index(view.startIndex, offsetBy: min(searched, view.count))
-            guard let newline = view[from...].firstIndex(of: UInt8(ascii: "\n")) else {
-                searched = view.count
+            let readable = buffer.readableBytes
+            let from = min(searched, readable)
+            // memchr: a byte-at-a-time search through a Collection was 2% of a service's CPU on 8 KB lines.
+            let found: Int? = buffer.withUnsafeReadableBytes { bytes in
+                guard from < bytes.count, let base = bytes.baseAddress,
+                    let hit = memchr(base + from, Int32(UInt8(ascii: "\n")), bytes.count - from)
+                else { return nil }
+                return UnsafeRawPointer(hit) - base
+            }
+            guard let length = found else {
+                searched = readable
                 if searched > maxLineBytes {
                     overflowed = true
                     buffer.moveReaderIndex(to: buffer.writerIndex)
@@ -60,7 +73,6 @@ public struct LineFrameDecoder: ByteToMessageDecoder {
                 }
                 return nil
             }
-            let length = newline - view.startIndex
             searched = 0
             if length > maxLineBytes {
                 overflowed = true

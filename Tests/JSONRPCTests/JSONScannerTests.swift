@@ -1,5 +1,6 @@
-import JSONRPC
 import Testing
+
+@testable import JSONRPC
 
 @Suite struct JSONScannerTests {
     private func scan(_ s: String, depth: Int = 64) -> Result<ScannedJSON, JSONSyntaxError> {
@@ -66,5 +67,36 @@ import Testing
         let params = scanned.root.members[2]
         #expect(String(decoding: bytes[params.value], as: UTF8.self) == #"{"x":[1,2]}"#)
         #expect(scanned.root.members[0].isIntegerLiteral)
+    }
+
+    @Test func theEightByteStepFlagsExactlyTheBytesAStringMustLookAt() {
+        let plain = Array(repeating: UInt8(ascii: "a"), count: 8)
+        for lane in 0..<8 {
+            for b in 0...255 {
+                var bytes = plain
+                bytes[lane] = UInt8(b)
+                let v = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+                let special = b == 0x22 || b == 0x5C || b < 0x20 || b >= 0x80
+                #expect(JSONScanner.hasSpecialStringByte(v) == special, "byte \(b) in lane \(lane)")
+            }
+        }
+    }
+
+    @Test func everySpecialByteIsFoundWhereverItSitsInALongString() throws {
+        for at in 0..<40 {
+            func string(_ special: [UInt8]) -> [UInt8] {
+                [0x22] + Array(repeating: UInt8(ascii: "a"), count: at) + special + Array(repeating: UInt8(ascii: "b"), count: 40) + [0x22]
+            }
+            let offset = 1 + at
+            for (special, reason) in [([UInt8(0x01)], JSONSyntaxError.Reason.controlCharacter), ([0xFF], .invalidUTF8)] {
+                #expect(throws: JSONSyntaxError(reason: reason, offset: offset)) { try JSONScanner.scan(string(special)) }
+            }
+            #expect(throws: JSONSyntaxError(reason: .invalidEscape, offset: offset + 1)) { try JSONScanner.scan(string([0x5C, 0x78])) }
+            #expect(throws: JSONSyntaxError.self) { try JSONScanner.scan(string([0x22])) }  // the string ends early
+            // Keys are decoded: escapes and non-ASCII text at every position come back as written.
+            let key = String(repeating: "k", count: at) + "\u{e9}\"" + String(repeating: "z", count: 17)
+            let json = "{\"" + String(repeating: "k", count: at) + "\u{e9}\\\"" + String(repeating: "z", count: 17) + "\":1}"
+            #expect(try JSONScanner.scan(Array(json.utf8)).root.members.map(\.key) == [key])
+        }
     }
 }

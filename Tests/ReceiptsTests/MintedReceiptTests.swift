@@ -146,6 +146,22 @@ import X509
         }
     }
 
+    @Test func base64WithLineBreaksOrStrayCharactersDecodesAsPlainBase64() async throws {
+        let bytes = try Self.pki.sign(Self.receipt())
+        let plain = Data(bytes).base64EncodedString()
+        let wrapped = Data(bytes).base64EncodedString(options: [.lineLength76Characters, .endLineWithCarriageReturn, .endLineWithLineFeed])
+        #expect(wrapped.contains("\r\n"))
+        guard case .success(let expected) = await Self.verifier.verify(bytes, options: .init()) else {
+            Issue.record("the receipt does not verify")
+            return
+        }
+        for text in [plain, wrapped, " " + plain + "\n", plain.replacingOccurrences(of: "A", with: "A*")] {
+            let decoded = try await Self.verifier.verify(base64: text, options: .init()).get()
+            #expect(decoded.receipt == expected.receipt && decoded.environment == expected.environment)
+        }
+        #expect(await Self.verifier.verify(base64: "***", options: .init()) == .failure(.malformed))
+    }
+
     @Test func truncatedAndBitFlippedReceiptsFailCleanly() async throws {
         let bytes = try Self.pki.sign(Self.receipt(purchases: 2))
         var accepted = 0
