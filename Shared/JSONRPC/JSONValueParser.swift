@@ -11,8 +11,15 @@ extension JSONValue {
 
     /// Parses a whole JSON document. Integers that fit in 64 bits become `.int`; other numbers `.double`.
     public init(parsing bytes: [UInt8]) throws(JSONSyntaxError) {
+        try self.init(parsing: bytes, refusingRepeatedKeys: false)
+    }
+
+    /// `refusingRepeatedKeys`: an object that names a key twice is an error (`unexpectedByte` at the second),
+    /// for callers that must not guess which one a reader would take.
+    init(parsing bytes: [UInt8], refusingRepeatedKeys: Bool) throws(JSONSyntaxError) {
         let result: Result<JSONValue, JSONSyntaxError> = bytes.withUnsafeBufferPointer { buffer in
             var parser = JSONValueParser(bytes: buffer)
+            parser.refuseRepeatedKeys = refusingRepeatedKeys
             return Result { () throws(JSONSyntaxError) -> JSONValue in
                 parser.skipWhitespace()
                 let value = try parser.value(depth: 0)
@@ -28,6 +35,7 @@ extension JSONValue {
 private struct JSONValueParser {
     let bytes: UnsafeBufferPointer<UInt8>
     var position = 0
+    var refuseRepeatedKeys = false
 
     init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
@@ -91,7 +99,13 @@ private struct JSONValueParser {
             guard bytes[position] == UInt8(ascii: ":") else { throw failure(.unexpectedByte) }
             position += 1
             skipWhitespace()
-            members[key] = try value(depth: depth)  // a repeated key: the last one wins, as with JSONDecoder
+            let keyAt = position
+            let member = try value(depth: depth)
+            // A repeated key: the last one wins here (Foundation's JSONDecoder keeps the first), unless refused.
+            if members.updateValue(member, forKey: key) != nil, refuseRepeatedKeys {
+                position = keyAt
+                throw failure(.unexpectedByte)
+            }
             skipWhitespace()
             guard position < bytes.count else { throw failure(.unexpectedEnd) }
             switch bytes[position] {
@@ -134,6 +148,13 @@ private struct JSONValueParser {
         let start = position
         // The common case: no escapes; the bytes between the quotes are the string.
         while position < bytes.count {
+            // Plain ASCII runs eight bytes at a time (non-ASCII is validated with the whole string below).
+            while position + 8 <= bytes.count,
+                !JSONScanner.hasSpecialStringByte(UnsafeRawPointer(bytes.baseAddress! + position).loadUnaligned(as: UInt64.self))
+            {
+                position += 8
+            }
+            guard position < bytes.count else { break }
             let byte = bytes[position]
             if byte == UInt8(ascii: "\"") {
                 let raw = UnsafeBufferPointer(rebasing: bytes[start..<position])

@@ -14,6 +14,7 @@ public enum RPCCodec {
         if P.self == EmptyParams.self, bytes == nil || bytes?.first == UInt8(ascii: "{") {
             return EmptyParams() as! P
         }
+        if let quick = quickly(P.self, from: bytes ?? Array("{}".utf8)) { return quick }
         do {
             return try decoder.decode(P.self, from: bytes.map { Data($0) } ?? emptyObject)
         } catch let error as DecodingError {
@@ -54,6 +55,7 @@ public enum RPCCodec {
     /// Decodes any JSON body; failures become `internalError` with reason `malformedResponse`
     /// (a peer answered with something that does not match the contract).
     public static func decodeResult<R: Decodable>(_ type: R.Type, from bytes: [UInt8]) throws(RPCError) -> R {
+        if let quick = quickly(R.self, from: bytes) { return quick }
         do {
             return try decoder.decode(R.self, from: Data(bytes))
         } catch {
@@ -62,6 +64,14 @@ public enum RPCCodec {
                 code: .internalError, message: "reply does not match the contract: \(described.message)",
                 reason: "malformedResponse", retryable: false)
         }
+    }
+
+    /// The value `decoder` would give, without it when `JSONTreeDecoder` is sure; nil sends the caller to
+    /// `decoder` (which also words every error).
+    static func quickly<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) -> T? {
+        // Repeated keys are left to `decoder` (which keeps the first; this parser would keep the last).
+        guard let tree = try? JSONValue(parsing: bytes, refusingRepeatedKeys: true) else { return nil }
+        return try? JSONTreeDecoder.decode(T.self, from: tree)
     }
 
     /// A readable, typed error for a params decoding failure, e.g.
