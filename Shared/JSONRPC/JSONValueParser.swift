@@ -101,8 +101,11 @@ private struct JSONValueParser {
             skipWhitespace()
             let keyAt = position
             let member = try value(depth: depth)
-            // A repeated key: the last one wins here (Foundation's JSONDecoder keeps the first), unless refused.
-            if members.updateValue(member, forKey: key) != nil, refuseRepeatedKeys {
+            // A repeated key: the first one stands, as Foundation's JSONDecoder reads it (so a payload read both
+            // ways says the same), unless repeats are refused.
+            if members[key] == nil {
+                members[key] = member
+            } else if refuseRepeatedKeys {
                 position = keyAt
                 throw failure(.unexpectedByte)
             }

@@ -69,7 +69,7 @@ public enum RPCCodec {
     /// The value `decoder` would give, without it when `JSONTreeDecoder` is sure; nil sends the caller to
     /// `decoder` (which also words every error).
     static func quickly<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) -> T? {
-        // Repeated keys are left to `decoder` (which keeps the first; this parser would keep the last).
+        // Repeated keys are left to `decoder` (both keep the first, but which one stands is not a promise).
         guard let tree = try? JSONValue(parsing: bytes, refusingRepeatedKeys: true) else { return nil }
         return try? JSONTreeDecoder.decode(T.self, from: tree)
     }

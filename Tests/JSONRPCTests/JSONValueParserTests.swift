@@ -13,6 +13,7 @@ import Testing
         #"{"signedDate":1700000000000,"data":{"bundleId":"com.example.game","status":1,"nested":{"deep":[[[{}]]]}}}"#,
         "\"caf\u{e9} \u{1F600}\"",
         "{}", "[]", "0", "true", "null",
+        #"{"signedDate":1,"signedDate":2,"inner":{"k":"first","k":"second"}}"#,  // repeated keys: the first stands in both
     ]
 
     @Test func agreesWithFoundationOnValidDocuments() throws {
