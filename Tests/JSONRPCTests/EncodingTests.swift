@@ -98,4 +98,44 @@ extension JSONScanner {
         let empty = CatalogListProducts.Result(etag: "", notModified: true, products: [])
         #expect(try viaEncoder(empty) == viaStreamable(empty))
     }
+
+    @Test func verifyReceiptWritersMatchCodableByteForByte() throws {
+        var full = InAppPurchase(quantity: "1", productId: "p\"", transactionId: "1")
+        full.originalTransactionId = "2"
+        full.purchaseDate = "2026-01-01 00:00:00 Etc/GMT"
+        full.purchaseDateMs = "1767225600000"
+        full.originalPurchaseDate = "a"
+        full.originalPurchaseDateMs = "b"
+        full.expiresDate = "c"
+        full.expiresDateMs = "d"
+        full.cancellationDate = "e"
+        full.cancellationDateMs = "f"
+        full.webOrderLineItemId = "g"
+        full.isTrialPeriod = "false"
+        full.isInIntroOfferPeriod = "true"
+        full.promotionalOfferId = "ü"
+        full.productType = "h"
+        let bare = InAppPurchase(quantity: "", productId: "", transactionId: "")
+        for purchase in [full, bare] { #expect(try viaEncoder(purchase) == viaStreamable(purchase)) }
+        var body = ReceiptBody(bundleId: "com.example", inApp: [full, bare])
+        let bareBody = ReceiptBody(bundleId: "b", inApp: [])
+        body.receiptType = "Production"
+        body.appItemId = "1"
+        body.applicationVersion = "2"
+        body.originalApplicationVersion = "3"
+        body.receiptCreationDate = "4"
+        body.receiptCreationDateMs = "5"
+        body.originalPurchaseDate = "6"
+        body.originalPurchaseDateMs = "7"
+        body.expirationDate = "8"
+        body.expirationDateMs = "9"
+        for b in [body, bareBody] { #expect(try viaEncoder(b) == viaStreamable(b)) }
+        for response in [
+            VerifyReceiptResponse(status: 0, environment: "Sandbox", receipt: body), VerifyReceiptResponse(status: 21002, reason: "malformed"),
+            VerifyReceiptResponse(status: -1, reason: "r", environment: "e", receipt: bareBody),
+        ] {
+            #expect(try viaEncoder(response) == viaStreamable(response))
+            #expect(try JSONByteEncoder.encode(response) == Array(viaEncoder(response).utf8))
+        }
+    }
 }
