@@ -53,12 +53,7 @@ extension Product: JSONStreamable {
         if let price { w.member("price", first: false); price.writeJSON(to: w) }
         if let offers {
             w.member("offers", first: false)
-            w.beginArray()
-            for (i, offer) in offers.enumerated() {
-                if i > 0 { w.comma() }
-                offer.writeJSON(to: w)
-            }
-            w.endArray()
+            w.writeArray(offers)
         }
         w.endObject()
     }
@@ -86,12 +81,7 @@ extension CatalogListProducts.Result: JSONStreamable {
         w.member("etag", first: true); w.writeString(etag)
         w.member("notModified", first: false); w.writeBool(notModified)
         w.member("products", first: false)
-        w.beginArray()
-        for (i, p) in products.enumerated() {
-            if i > 0 { w.comma() }
-            p.writeJSON(to: w)
-        }
-        w.endArray()
+        w.writeArray(products)
         w.endObject()
     }
 }

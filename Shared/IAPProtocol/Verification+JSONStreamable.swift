@@ -38,12 +38,7 @@ extension ReceiptBody: JSONStreamable {
         optional("expiration_date", expirationDate)
         optional("expiration_date_ms", expirationDateMs)
         w.member("in_app", first: false)
-        w.beginArray()
-        for (i, purchase) in inApp.enumerated() {
-            if i > 0 { w.comma() }
-            purchase.writeJSON(to: w)
-        }
-        w.endArray()
+        w.writeArray(inApp)
         w.endObject()
     }
 }

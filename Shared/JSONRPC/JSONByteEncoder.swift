@@ -131,6 +131,16 @@ public final class JSONStreamWriter {
         append("\":")
     }
 
+    /// Writes `[a,b,...]`, each item by its own writer.
+    public func writeArray(_ items: [some JSONStreamable]) {
+        beginArray()
+        for (i, item) in items.enumerated() {
+            if i > 0 { comma() }
+            item.writeJSON(to: self)
+        }
+        endArray()
+    }
+
     public func writeKey(_ key: String) {
         writeString(key)
         append(UInt8(ascii: ":"))
