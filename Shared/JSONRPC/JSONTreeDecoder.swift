@@ -9,6 +9,11 @@ import Foundation
 /// `Data`/`Date`/`URL`/`Decimal` strategies, `superDecoder`) throws `Unsure`, and so does every mismatch;
 /// `RPCCodec` then asks `JSONDecoder`, whose answer (and error message) stands. Errors here carry no detail,
 /// and `codingPath` is always empty (nothing reads it but error messages, which come from `JSONDecoder`).
+///
+/// One rule for wire types: an `init(from:)` must not catch a decoding error to try another shape (`try?
+/// c.decode(Double.self)` then a string, say). This decoder refuses more than `JSONDecoder` does, so such a
+/// type could take another branch here and decode to a different value. None does today (`Grant`,
+/// `RPCErrorData` and `JSONValue` were checked; `JSONValue` is answered from the tree directly).
 enum JSONTreeDecoder {
     struct Unsure: Error {}
 
