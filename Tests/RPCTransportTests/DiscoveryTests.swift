@@ -71,9 +71,9 @@ import Testing
     @Test func healthCheckReportsDependencies() async throws {
         let up = try await TestServer.start()
         defer { Task { await up.shutdown() } }
-        let down = try await TestServer.start()
-        let downPort = down.localPort!
-        await down.shutdown()
+        // A port nothing listens on and no server of this process can be given (a released port-0 port could be
+        // bound again by a test running beside this one, which then answered the "down" probe: seen in CI).
+        let downPort = try LoopbackPort.free()
         let server = try await TestServer.start(router: RPCRouter()) { config in
             config.healthProbes = [
                 RPCClient(host: "127.0.0.1", port: up.localPort!).healthProbe(name: "up"),
