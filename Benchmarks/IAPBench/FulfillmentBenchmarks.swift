@@ -30,9 +30,15 @@ struct SuiteAddresses: ParsableArguments {
         return try await withThrowingTaskGroup(of: (Int, String, String).self) { group in
             for i in 0..<users {
                 group.addTask {
-                    let signedIn = try await client.call(
-                        AccountsRegister.self, .init(username: "bench-\(run)-\(i)", password: "benchmark passphrase \(i)"))
-                    return (i, signedIn.session.token, signedIn.appAccountToken)
+                    do {
+                        let signedIn = try await client.call(
+                            AccountsRegister.self, .init(username: "bench-\(run)-\(i)", password: "benchmark passphrase \(i)"))
+                        return (i, signedIn.session.token, signedIn.appAccountToken)
+                    } catch let error as RPCError where error.reason == "rateLimited" {
+                        // accounts allows 30 registrations per address by default; the load comes from one address.
+                        throw ValidationError(
+                            "\(error.message): start the suite with IAP_REGISTRATIONS_PER_ADDRESS=1000000 to register \(users) accounts from here")
+                    }
                 }
             }
             var out: [(Int, String, String)] = []
