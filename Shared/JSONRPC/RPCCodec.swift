@@ -6,6 +6,7 @@ public enum RPCCodec {
     // JSONDecoder is immutable once configured and documented thread-safe for decoding.
     public static let decoder = JSONDecoder()
     private static let emptyObject = Data("{}".utf8)
+    private static let emptyObjectBytes = Array("{}".utf8)
 
     /// Decodes method params; absent params decode as `{}`.
     public static func decodeParams<P: Decodable>(_ type: P.Type, from bytes: [UInt8]?) throws(RPCError) -> P {
@@ -14,7 +15,7 @@ public enum RPCCodec {
         if P.self == EmptyParams.self, bytes == nil || bytes?.first == UInt8(ascii: "{") {
             return EmptyParams() as! P
         }
-        if let quick = quickly(P.self, from: bytes ?? Array("{}".utf8)) { return quick }
+        if let quick = quickly(P.self, from: bytes ?? emptyObjectBytes) { return quick }
         do {
             return try decoder.decode(P.self, from: bytes.map { Data($0) } ?? emptyObject)
         } catch let error as DecodingError {

@@ -167,33 +167,25 @@ extension ReceiptDate {
         let days = seconds >= 0 ? seconds / 86_400 : (seconds - 86_399) / 86_400
         let secondOfDay = seconds - days * 86_400
         let (y, m, d) = civilFromDays(days)
-        func two(_ v: Int) -> String { v < 10 ? "0\(v)" : "\(v)" }
-        guard (1000...9999).contains(y) else {
-            return
-                "\(y)-\(two(m))-\(two(d))\(dateTimeSeparator)\(two(secondOfDay / 3600)):\(two(secondOfDay % 3600 / 60)):\(two(secondOfDay % 60))\(zone)"
-        }
-        // Four-digit years (every real receipt): written byte by byte, one allocation (interpolating eleven
-        // pieces was most of the cost of verifyReceipt's date strings).
+        // Written byte by byte, one allocation (interpolating eleven pieces was most of the cost of verifyReceipt's
+        // date strings). Years as Swift prints them (four digits for every real receipt), the rest two digits.
         var bytes: [UInt8] = []
         bytes.reserveCapacity(19 + zone.utf8.count)
-        func digits(_ v: Int, _ n: Int) {
-            var divisor = n == 4 ? 1000 : 10
-            while divisor > 0 {
-                bytes.append(UInt8(ascii: "0") + UInt8(v / divisor % 10))
-                divisor /= 10
-            }
+        func two(_ v: Int) {
+            bytes.append(UInt8(ascii: "0") + UInt8(v / 10))
+            bytes.append(UInt8(ascii: "0") + UInt8(v % 10))
         }
-        digits(y, 4)
+        bytes += String(y).utf8
         bytes.append(UInt8(ascii: "-"))
-        digits(m, 2)
+        two(m)
         bytes.append(UInt8(ascii: "-"))
-        digits(d, 2)
+        two(d)
         bytes += dateTimeSeparator.utf8
-        digits(secondOfDay / 3600, 2)
+        two(secondOfDay / 3600)
         bytes.append(UInt8(ascii: ":"))
-        digits(secondOfDay % 3600 / 60, 2)
+        two(secondOfDay % 3600 / 60)
         bytes.append(UInt8(ascii: ":"))
-        digits(secondOfDay % 60, 2)
+        two(secondOfDay % 60)
         bytes += zone.utf8
         return String(decoding: bytes, as: UTF8.self)
     }

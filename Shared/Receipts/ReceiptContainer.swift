@@ -85,9 +85,9 @@ public struct ReceiptContainer: Sendable, Equatable {
     /// usual shape (definite lengths in their shortest form, or indefinite ones; ContentInfo {signedData OID,
     /// [0] {SignedData {version, digestAlgorithms, encapContentInfo, [0] certificates?, signerInfos}}}) the
     /// outer headers are walked here and each field is parsed as BER on its own, the certificate field only
-    /// when its bytes differ from one already parsed. Every part `parseWholeTree` parses is parsed (or was, byte for byte), and
-    /// `ASN1Limits` bounded the whole depth first, so this accepts exactly what that does and answers the
-    /// same; anything else throws and the caller takes `parseWholeTree`.
+    /// when its bytes differ from one already parsed. Every part `parseWholeTree` parses is parsed (or was,
+    /// byte for byte), and `ASN1Limits` bounded the whole depth first, so this accepts exactly what that does
+    /// and answers the same; anything else throws and the caller takes `parseWholeTree`.
     static func parseFieldByField(_ bytes: [UInt8]) throws -> ReceiptContainer {
         let root = try DERElement.read(bytes, at: 0, within: bytes.count)
         let contentInfo = try root.children(bytes)
@@ -263,13 +263,20 @@ struct DERElement {
 
 /// The certificate fields of recent receipts, parsed once: receipts signed by the same chain carry the same
 /// bytes there, and building SwiftASN1's tree of three certificates was most of a container's parse.
-/// At most `capacity` fields, most recent first; a field that fails to parse is not kept.
+/// At most `capacity` fields of at most `maxFieldBytes` each (Apple's chain is about 4 KB; a receipt crafted with
+/// a huge field is parsed each time rather than kept, so nobody can fill memory or make lookups compare megabytes
+/// under the lock), most recent first; a field that fails to parse is not kept.
 final class CertificateFieldCache: Sendable {
     static let shared = CertificateFieldCache()
     let capacity = 8
+    let maxFieldBytes = 16 * 1024
     private let entries = NIOLockedValueBox<[(field: [UInt8], certificates: [[UInt8]])]>([])
 
+    /// Fields kept now (for tests).
+    var count: Int { entries.withLockedValue { $0.count } }
+
     func certificates(_ field: ArraySlice<UInt8>) throws -> [[UInt8]] {
+        guard field.count <= maxFieldBytes else { return try ReceiptContainer.certificateList(try BER.parse(field)) }
         let hit = entries.withLockedValue { entries -> [[UInt8]]? in
             guard let i = entries.firstIndex(where: { Self.same($0.field, field) }) else { return nil }
             if i > 0 { entries.insert(entries.remove(at: i), at: 0) }

@@ -74,6 +74,15 @@ import Testing
         #expect(Self.same(WithDouble.self, #"{"price":1}"#).foundation == WithDouble(price: 1))
     }
 
+    @Test func aRepeatedKeyInParamsCountsWithItsFirstValue() throws {
+        // What the README promises for params, through the codec every service uses.
+        let bytes = Array(#"{"name":"first","count":1,"name":"second","flag":true,"inner":{"id":"a","amount":1,"id":"b"}}"#.utf8)
+        let decoded = try RPCCodec.decodeParams(Sample.self, from: bytes)
+        #expect(decoded.name == "first")
+        #expect(decoded.inner?.id == "a")
+        #expect(try JSONValue(parsing: bytes)["name"]?.stringValue == "first")
+    }
+
     @Test func mutatedTextIsNeverDecodedDifferently() {
         var rng = SystemRandomNumberGenerator()
         let alphabet = Array(#"{}[]":,0123456789.-eEtrufalsn \"#.utf8) + [0xC3, 0xA9, 0xFF]

@@ -60,6 +60,25 @@ import Testing
         #expect(Result.success(again) == Self.reference(changed))
     }
 
+    @Test func theCertificateCacheKeepsSmallFieldsOnceAndNeverHugeOnes() throws {
+        let certificate = try ReceiptContainer.parse(try MintedReceiptTests.pki.sign(MintedReceiptTests.receipt())).certificates[0]
+        func field(_ copies: Int) -> ArraySlice<UInt8> {
+            let content = Array(repeating: certificate, count: copies).flatMap { $0 }
+            let n = content.count
+            return ([0xA0, 0x83, UInt8(n >> 16), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF)] + content)[...]
+        }
+        let cache = CertificateFieldCache()
+        let huge = field(cache.maxFieldBytes / certificate.count + 1)
+        #expect(huge.count > cache.maxFieldBytes)
+        #expect(try cache.certificates(huge).count == cache.maxFieldBytes / certificate.count + 1)
+        #expect(cache.count == 0)
+        #expect(try cache.certificates(field(2)) == [certificate, certificate])
+        #expect(try cache.certificates(field(2)) == [certificate, certificate])
+        #expect(cache.count == 1)
+        for copies in 3...12 { _ = try cache.certificates(field(copies)) }
+        #expect(cache.count == cache.capacity)
+    }
+
     @Test func mutantsGetTheSameAnswerOnBothPaths() throws {
         var rng = SystemRandomNumberGenerator()
         var shapedAccepted = 0
