@@ -197,4 +197,16 @@ import Testing
             }
         }
     }
+
+    @Test func savepointJournalsStayInMemory() async throws {
+        // Group commit's savepoints would otherwise spill their statement journal to a temporary file.
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("ledger-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try FulfillmentStore.open(directory: directory)
+        defer { try? store.close() }
+        let modes = try await store.tempStoreModes()
+        #expect(modes.writer == 2)  // MEMORY
+        #expect(modes.reader == 2)
+    }
 }
