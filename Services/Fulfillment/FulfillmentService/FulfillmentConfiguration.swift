@@ -75,6 +75,10 @@ public struct FulfillmentConfiguration: Sendable {
     /// Apple accepts consumption information for this long after its CONSUMPTION_REQUEST.
     public var consumptionWindowMs: Int64 = 12 * 60 * 60 * 1000
 
+    /// How long what the catalog says a product grants is reused before asking again (`GrantRuleCache`):
+    /// a grant changed in the catalog reaches redeems at most this much later. Zero asks every time.
+    public var catalogCacheMs: Int64 = 2_000
+
     /// Largest `readContent` chunk (its base64 must fit well inside a 4 MiB line).
     public var maxContentChunk = 1 << 20
     /// Largest single spend.

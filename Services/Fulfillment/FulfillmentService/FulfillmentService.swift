@@ -27,6 +27,8 @@ public final class FulfillmentService: Sendable {
     /// Notifications recorded by `receiveNotification {processLater}` wait here for the four processors; when it
     /// is full they are left `pending` and due now, for the inbox worker.
     private let laterQueue: AsyncStream<InboxEntry>.Continuation
+    /// What products grant, as the catalog said a moment ago.
+    private let grantRuleCache: GrantRuleCache
 
     public init(
         store: any FulfillmentStorage, dependencies: any FulfillmentDependencies, content: ContentLibrary,
@@ -38,6 +40,7 @@ public final class FulfillmentService: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.logger = logger
+        self.grantRuleCache = GrantRuleCache(settings: .init(lifetime: .milliseconds(max(0, configuration.catalogCacheMs))))
         let (stream, continuation) = AsyncStream<InboxEntry>.makeStream(bufferingPolicy: .bufferingOldest(1_000))
         self.laterQueue = continuation
         let queue = stream
@@ -320,12 +323,7 @@ public final class FulfillmentService: Sendable {
 
     /// What the catalog says each product grants; products it does not know map to nil.
     private func grantRules(for productIds: [String]) async throws(RPCError) -> [String: GrantRule] {
-        let unique = Array(Set(productIds)).sorted()
-        guard !unique.isEmpty else { return [:] }
-        let answer = try await dependencies.products(unique)
-        var rules: [String: GrantRule] = [:]
-        for product in answer.products { rules[product.productId] = GrantRule(product) }
-        return rules
+        try await grantRuleCache.rules(for: productIds) { ids throws(RPCError) in try await dependencies.products(ids).products }
     }
 
     // MARK: reads

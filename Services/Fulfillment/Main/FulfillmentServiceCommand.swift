@@ -60,6 +60,13 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("dependency-timeout-ms"), help: "Deadline for each call to accounts, verification or catalog. Default 3000.")
     var dependencyTimeoutMs: Int64 = 3000
 
+    @Option(
+        name: .customLong("catalog-cache-ms"),
+        help:
+            "How long what the catalog says a product grants is reused (a catalog change reaches redeems at most this much later); 0 asks the catalog every time. Default 2000."
+    )
+    var catalogCacheMs: Int64 = 2000
+
     @Option(name: .customLong("content-dir"), help: "Directory of downloadable content files named by content id. Default DATA_DIR/content.")
     var contentDir: String?
 
@@ -108,6 +115,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
             throw ValidationError("--sandbox-policy must be isolate, refuse or grant")
         }
         guard (50...60_000).contains(dependencyTimeoutMs) else { throw ValidationError("--dependency-timeout-ms must be 50-60000") }
+        guard (0...60_000).contains(catalogCacheMs) else { throw ValidationError("--catalog-cache-ms must be 0-60000") }
     }
 
     func run() async throws {
@@ -128,6 +136,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
             .map(ContentURLSigner.init(key:))
         config.contentURLBase = Environment.resolve(contentURLBase, env: "IAP_EDGE_PUBLIC_URL")
         config.contentURLLifetimeMs = contentURLLifetime * 1000
+        config.catalogCacheMs = catalogCacheMs
         if let keyFile = Environment.resolve(offerKey, env: "IAP_OFFER_KEY_FILE") {
             let beside = KeyIdentity.beside(keyFile)
             guard let keyId = Environment.resolve(offerKeyId, env: "IAP_OFFER_KEY_ID") ?? beside?.keyId,
