@@ -26,12 +26,12 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     }
 
     func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode, policy: OwnershipPolicy,
-        answerScope: AccountScope, nowMs: Int64
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, tieTo: String?, mode: FulfillmentMode,
+        policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
     ) async throws -> AppliedPurchases {
         try ledger.withLockedValue {
             try GrantRules.apply(
-                planned, accountId: accountId, appAccountToken: appAccountToken, mode: mode, policy: policy,
+                planned, accountId: accountId, appAccountToken: appAccountToken, tieTo: tieTo, mode: mode, policy: policy,
                 answerScope: answerScope, nowMs: nowMs, in: $0)
         }
     }

@@ -30,6 +30,34 @@ import Testing
             appAccountToken: token, mode: mode, policy: policy, answerScope: scope, nowMs: now, in: ledger)
     }
 
+    @Test func grantedPurchasesWithoutATokenAreTiedToTheAccountOnceEach() throws {
+        let mine = "AAAAAAAA-0000-0000-0000-000000000000"
+        let planned = [
+            (purchase("r1"), GrantRule.coins(perUnit: 100)),  // a receipt's purchase: no token
+            (purchase("s1", product: "sub", expires: 100), .subscription(entitlement: "pro")),
+            (purchase("s2", original: "s1", product: "sub", purchasedAt: 100, expires: 200), .subscription(entitlement: "pro")),
+            (purchase("k1", token: mine.lowercased()), .coins(perUnit: 100)),  // made with the account's token already
+            (purchase("u1", product: "unknown"), nil),  // not granted: nothing to tie
+        ]
+        let items = planned.map { PlannedPurchase(purchase: $0.0, rule: $0.1, scope: .production) }
+        let first = try GrantRules.apply(
+            items, accountId: Self.alice, appAccountToken: mine, tieTo: mine, mode: .redeem, policy: .refuse, answerScope: .production,
+            nowMs: 10, in: ledger)
+        #expect(first.results.map(\.outcome) == [.granted, .granted, .granted, .granted, .unknownProduct])
+        #expect(
+            ledger.accountTokenTies == [
+                PendingAccountToken(originalTransactionId: "r1", appAccountToken: mine.lowercased()),
+                PendingAccountToken(originalTransactionId: "s1", appAccountToken: mine.lowercased()),
+            ])
+        // A second redeem of the same purchases grants nothing and ties nothing again; without tieTo, no ties at all.
+        ledger.accountTokenTies = []
+        _ = try GrantRules.apply(
+            items, accountId: Self.alice, appAccountToken: mine, tieTo: mine, mode: .redeem, policy: .refuse, answerScope: .production,
+            nowMs: 11, in: ledger)
+        try apply([(purchase("r2"), .coins(perUnit: 100))], token: mine)
+        #expect(ledger.accountTokenTies.isEmpty)
+    }
+
     @Test func coinsAreGrantedOnceAndRestoreNeverGrantsThem() throws {
         let coins = purchase("t1", quantity: 3)
         #expect(try apply([(coins, .coins(perUnit: 100))], mode: .restore).results.isEmpty)

@@ -79,6 +79,12 @@ final class InMemoryLedger: FulfillmentTransaction {
         wallets[row.holder] = Wallet(balance: row.balance, owed: row.owed)
     }
 
+    var accountTokenTies: [PendingAccountToken] = []
+    func enqueueAccountToken(_ item: PendingAccountToken, nowMs: Int64) {
+        accountTokenTies.removeAll { $0.originalTransactionId == item.originalTransactionId }
+        accountTokenTies.append(item)
+    }
+
     func spend(_ holder: Holder, idempotencyKey: String) -> RecordedSpend? {
         rows.first { $0.holder == holder && $0.idempotencyKey == idempotencyKey }.map {
             RecordedSpend(delta: $0.delta, balance: $0.balance, memo: $0.memo)

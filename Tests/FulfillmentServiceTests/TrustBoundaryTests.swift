@@ -186,6 +186,35 @@ import Testing
         }
     }
 
+    @Test func aTieToMakeAtAppleIsRecordedOnlyWithItsGrant() async throws {
+        try await SuiteFixture.with { suite in
+            let alice = try await suite.register("alice")
+            func purchase(_ id: String, quantity: Int64 = 1) -> VerifiedPurchase {
+                VerifiedPurchase(
+                    environment: "Production", transactionId: id, originalTransactionId: id, productId: "coins.100", quantity: quantity,
+                    purchaseDateMs: 1)
+            }
+            // A grant that fails rolls its tie back with it.
+            await #expect(throws: LedgerLimit.self) {
+                _ = try await suite.store.apply(
+                    [.init(purchase: purchase("2000000901", quantity: 10), rule: .coins(perUnit: Int64.max / 4))],
+                    accountId: alice.accountId, appAccountToken: alice.appAccountToken, tieTo: alice.appAccountToken, mode: .redeem,
+                    policy: .refuse, answerScope: .production, nowMs: 1)
+            }
+            #expect(try await suite.count("SELECT COUNT(*) FROM accountTokenOutbox") == 0)
+            // One that commits carries its tie in the same commit.
+            let granted = try await suite.store.apply(
+                [.init(purchase: purchase("2000000902"), rule: .coins(perUnit: 100))], accountId: alice.accountId,
+                appAccountToken: alice.appAccountToken, tieTo: alice.appAccountToken, mode: .redeem, policy: .refuse,
+                answerScope: .production, nowMs: 2)
+            #expect(granted.results.map(\.outcome) == [.granted])
+            #expect(
+                try await suite.store.dueAccountTokens(nowMs: 2, limit: 10) == [
+                    PendingAccountToken(originalTransactionId: "2000000902", appAccountToken: alice.appAccountToken.lowercased())
+                ])
+        }
+    }
+
     @Test func coinArithmeticIsCheckedNeverWrapped() async throws {
         try await SuiteFixture.with { suite in
             let alice = try await suite.register("alice")

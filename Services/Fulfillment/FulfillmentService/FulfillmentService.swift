@@ -107,12 +107,15 @@ public final class FulfillmentService: Sendable {
         rejected += wrongEnvironment
         let answerScope = p.environment ?? planned.first?.scope ?? .production
         let toApply = planned
+        // Granted purchases without an appAccountToken are tied to the account at Apple (Set App Account Token), so
+        // Apple's later notifications about them name the account: recorded in the outbox in the grant's own
+        // transaction (never lost, no second commit), made later by `tieAccountsAtApple`, out of the request path.
+        let tieTo = configuration.internalToken == nil ? nil : account.appAccountToken
         let applied = try await storeCall {
             try await self.store.apply(
-                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, mode: mode,
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, tieTo: tieTo, mode: mode,
                 policy: self.configuration.ownershipPolicy, answerScope: answerScope, nowMs: self.clock.nowMs)
         }
-        await enqueueTies(purchases, results: applied.results, appAccountToken: account.appAccountToken)
         for t in applied.transfers {
             logger.notice(
                 "entitlement transferred under the transfer policy",
@@ -138,29 +141,6 @@ public final class FulfillmentService: Sendable {
                 detail: "the receipt failed verification (status \(answer.status)\(answer.reason.map { ", \($0)" } ?? ""))")
         }
         return try VerifiedPurchase.fromReceipt(answer)
-    }
-
-    /// Purchases granted here that carry no appAccountToken (receipts never do; purchases made outside the
-    /// app neither) are tied to the account at Apple (Set App Account Token), so Apple's later notifications
-    /// about them name the account. Recorded in the outbox here (durable, out of the request path: Apple's
-    /// latency is not added to a redeem) and made by `tieAccountsAtApple`. Best effort: a failure to record
-    /// is logged, and the notification path still finds the purchase by its owner.
-    private func enqueueTies(_ purchases: [VerifiedPurchase], results: [TransactionResult], appAccountToken: String) async {
-        guard configuration.internalToken != nil else { return }
-        let granted = Set(results.filter { [.granted, .restored].contains($0.outcome) }.map(\.transactionId))
-        var items: [PendingAccountToken] = []
-        for p in purchases where p.appAccountToken == nil && granted.contains(p.transactionId) {
-            if !items.contains(where: { $0.originalTransactionId == p.originalTransactionId }) {
-                items.append(PendingAccountToken(originalTransactionId: p.originalTransactionId, appAccountToken: appAccountToken.lowercased()))
-            }
-        }
-        guard !items.isEmpty else { return }
-        let ties = items
-        do {
-            try await store.enqueueAccountTokens(ties, nowMs: clock.nowMs)
-        } catch {
-            logger.warning("could not record purchases to tie to their account at Apple", metadata: ["error": "\(error)"])
-        }
     }
 
     /// Makes the due ties of the outbox at Apple; answers how many were tried. The executable's worker
@@ -825,8 +805,9 @@ public final class FulfillmentService: Sendable {
         let toApply = planned
         let applied = try await storeCall {
             try await self.store.apply(
-                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, mode: .redeem,
-                policy: self.configuration.ownershipPolicy, answerScope: toApply.first?.scope ?? .production, nowMs: self.clock.nowMs)
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, tieTo: account.appAccountToken,
+                mode: .redeem, policy: self.configuration.ownershipPolicy, answerScope: toApply.first?.scope ?? .production,
+                nowMs: self.clock.nowMs)
         }
         results += applied.results
         for result in applied.results where [.granted, .restored].contains(result.outcome) {
@@ -834,7 +815,6 @@ public final class FulfillmentService: Sendable {
                 "grantOrder", accountId: account.accountId, transactionId: result.transactionId, reason: "order \(p.orderId): \(p.reason)",
                 token: p.adminToken)
         }
-        await enqueueTies(purchases, results: applied.results, appAccountToken: account.appAccountToken)
         logger.notice(
             "order granted by an administrator",
             metadata: ["orderId": "\(p.orderId)", "accountId": "\(account.accountId)", "outcomes": "\(results.map(\.outcome.rawValue))"])

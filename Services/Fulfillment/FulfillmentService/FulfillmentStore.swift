@@ -374,14 +374,8 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
     public func enqueueAccountTokens(_ items: [PendingAccountToken], nowMs: Int64) async throws {
         guard !items.isEmpty else { return }
         try await commits.write { db in
-            for item in items {
-                try db.cachedStatement(
-                    sql: """
-                        INSERT OR REPLACE INTO accountTokenOutbox (originalTransactionId, appAccountToken, attempts, nextAttemptAtMs)
-                        VALUES (?, ?, 0, ?)
-                        """
-                ).execute(arguments: [item.originalTransactionId, item.appAccountToken, nowMs])
-            }
+            let tx = SQLiteFulfillmentTransaction(db: db)
+            for item in items { try tx.enqueueAccountToken(item, nowMs: nowMs) }
         }
     }
 
@@ -553,12 +547,12 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
     /// Records and grants every purchase in ONE write transaction (`GrantRules.apply`); the answer is
     /// what was committed, with the balance and entitlements of `answerScope`.
     public func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, tieTo: String?, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
     ) async throws -> AppliedPurchases {
         try await commits.write { db in
             try GrantRules.apply(
-                planned, accountId: accountId, appAccountToken: appAccountToken, mode: mode, policy: policy,
+                planned, accountId: accountId, appAccountToken: appAccountToken, tieTo: tieTo, mode: mode, policy: policy,
                 answerScope: answerScope, nowMs: nowMs, in: SQLiteFulfillmentTransaction(db: db))
         }
     }
@@ -812,6 +806,15 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
 /// grant rules need, and nothing else.
 struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
     let db: Database
+
+    func enqueueAccountToken(_ item: PendingAccountToken, nowMs: Int64) throws {
+        try db.cachedStatement(
+            sql: """
+                INSERT OR REPLACE INTO accountTokenOutbox (originalTransactionId, appAccountToken, attempts, nextAttemptAtMs)
+                VALUES (?, ?, 0, ?)
+                """
+        ).execute(arguments: [item.originalTransactionId, item.appAccountToken, nowMs])
+    }
 
     func owner(original: String) throws -> Holder? {
         try Row.fetchOne(

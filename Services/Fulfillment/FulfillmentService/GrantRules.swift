@@ -35,14 +35,18 @@ public protocol FulfillmentTransaction {
     /// Appends the row and sets the holder's wallet to the row's `balance` and `owed`.
     func append(_ row: LedgerRow) throws
     func spend(_ holder: Holder, idempotencyKey: String) throws -> RecordedSpend?
+    /// Adds (or replaces, for a purchase moved to another account) a tie to make at Apple (`AccountTokenOutboxStorage`).
+    func enqueueAccountToken(_ item: PendingAccountToken, nowMs: Int64) throws
 }
 
 /// What the fulfillment service needs from storage: each write runs `GrantRules` inside one transaction
 /// of the engine (`FulfillmentStore` on SQLite; a PostgreSQL store implements the same over its own
 /// `FulfillmentTransaction`), and the reads answer from committed data.
 public protocol FulfillmentStorage: NotificationInboxStorage, AccountTokenOutboxStorage {
+    /// `tieTo`: the account's appAccountToken when granted purchases without one are to be tied to the account
+    /// at Apple (recorded in the outbox in the same transaction as their grant); nil records no ties.
     func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, tieTo: String?, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
     ) async throws -> AppliedPurchases
     func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome
@@ -83,6 +87,18 @@ public protocol FulfillmentStorage: NotificationInboxStorage, AccountTokenOutbox
     func close() throws
 }
 
+extension FulfillmentStorage {
+    /// `apply` recording no ties to make at Apple.
+    public func apply(
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
+        policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
+    ) async throws -> AppliedPurchases {
+        try await apply(
+            planned, accountId: accountId, appAccountToken: appAccountToken, tieTo: nil, mode: mode, policy: policy,
+            answerScope: answerScope, nowMs: nowMs)
+    }
+}
+
 /// Checks of what the schema and the rules keep true, for tests, benchmarks and the crash harness (both engines).
 public protocol FulfillmentInvariants: Sendable {
     /// Accounts whose wallet differs from their ledger, in any scope: `balance` must be the sum of the deltas and
@@ -97,8 +113,9 @@ public protocol FulfillmentInvariants: Sendable {
 public enum GrantRules {
     /// Records and grants every purchase; answers what was done and the `answerScope`'s state.
     /// `appAccountToken` is the account's own: a StoreKit 2 purchase made with another belongs to another account.
+    /// `tieTo`: see `FulfillmentStorage.apply`.
     public static func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, tieTo: String? = nil, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64,
         in tx: some FulfillmentTransaction
     ) throws -> AppliedPurchases {
@@ -165,11 +182,28 @@ public enum GrantRules {
             }
             result(try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx))
         }
+        if let tieTo {
+            for item in ties(planned.map(\.purchase), results: results, appAccountToken: tieTo) { try tx.enqueueAccountToken(item, nowMs: nowMs) }
+        }
         let answer = Holder(accountId: accountId, scope: answerScope)
         let wallet = try tx.wallet(answer)
         return AppliedPurchases(
             results: results, balance: wallet.balance, owed: wallet.owed,
             entitlements: activeEntitlements(try tx.entitlements(answer, activeAtMs: nowMs)), transfers: transfers)
+    }
+
+    /// The purchases to tie to the account at Apple (Set App Account Token) after a redeem: those granted or
+    /// restored here that carry no appAccountToken (receipts never do; purchases made outside the app neither),
+    /// one per original transaction, so that Apple's later notifications about them name the account.
+    static func ties(_ purchases: [VerifiedPurchase], results: [TransactionResult], appAccountToken: String) -> [PendingAccountToken] {
+        let granted = Set(results.filter { [.granted, .restored].contains($0.outcome) }.map(\.transactionId))
+        var items: [PendingAccountToken] = []
+        for p in purchases where p.appAccountToken == nil && granted.contains(p.transactionId) {
+            if !items.contains(where: { $0.originalTransactionId == p.originalTransactionId }) {
+                items.append(PendingAccountToken(originalTransactionId: p.originalTransactionId, appAccountToken: appAccountToken.lowercased()))
+            }
+        }
+        return items
     }
 
     /// Grants a new, unrefunded transaction. `firstOfOriginal`: nothing of its original was bound before.

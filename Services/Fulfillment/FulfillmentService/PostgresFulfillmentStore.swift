@@ -184,15 +184,8 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
     public func enqueueAccountTokens(_ items: [PendingAccountToken], nowMs: Int64) async throws {
         guard !items.isEmpty else { return }
         try await pool.write { s in
-            for item in items {
-                try s.execute(
-                    """
-                    INSERT INTO account_token_outbox (original_transaction_id, app_account_token, attempts, next_attempt_at_ms, last_error)
-                    VALUES (\(item.originalTransactionId), \(item.appAccountToken), 0, \(nowMs), NULL)
-                    ON CONFLICT (original_transaction_id) DO UPDATE SET app_account_token = excluded.app_account_token,
-                        attempts = 0, next_attempt_at_ms = excluded.next_attempt_at_ms, last_error = NULL
-                    """)
-            }
+            let tx = PostgresFulfillmentTransaction(s)
+            for item in items { try tx.enqueueAccountToken(item, nowMs: nowMs) }
         }
     }
 
@@ -345,12 +338,12 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
     // MARK: writes: the grant rules over this database
 
     public func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, tieTo: String?, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
     ) async throws -> AppliedPurchases {
         try await pool.write(locking: ["fulfillment:account:" + accountId]) { s in
             try GrantRules.apply(
-                planned, accountId: accountId, appAccountToken: appAccountToken, mode: mode, policy: policy,
+                planned, accountId: accountId, appAccountToken: appAccountToken, tieTo: tieTo, mode: mode, policy: policy,
                 answerScope: answerScope, nowMs: nowMs, in: PostgresFulfillmentTransaction(s))
         }
     }
@@ -602,6 +595,16 @@ struct PostgresFulfillmentTransaction: FulfillmentTransaction {
     let s: PostgresSession
 
     init(_ session: PostgresSession) { self.s = session }
+
+    func enqueueAccountToken(_ item: PendingAccountToken, nowMs: Int64) throws {
+        try s.execute(
+            """
+            INSERT INTO account_token_outbox (original_transaction_id, app_account_token, attempts, next_attempt_at_ms, last_error)
+            VALUES (\(item.originalTransactionId), \(item.appAccountToken), 0, \(nowMs), NULL)
+            ON CONFLICT (original_transaction_id) DO UPDATE SET app_account_token = excluded.app_account_token,
+                attempts = 0, next_attempt_at_ms = excluded.next_attempt_at_ms, last_error = NULL
+            """)
+    }
 
     func owner(original: String) throws -> Holder? {
         try s.one("SELECT account_id, scope FROM ownership WHERE original_transaction_id = \(original)").map(Self.holder)
