@@ -2,6 +2,7 @@ import AccountsService
 import AsyncHTTPClient
 import Crypto
 import Foundation
+import FulfillmentService
 import IAPProtocol
 import JSONRPC
 import Logging
@@ -28,9 +29,10 @@ import X509
     static func withEdge(
         configure: (inout EdgeConfiguration) -> Void = { _ in },
         accounts: (inout AccountsConfiguration) -> Void = { _ in },
+        fulfillment: (inout FulfillmentConfiguration) -> Void = { _ in },
         _ body: (SuiteFixture, String) async throws -> Void
     ) async throws {
-        try await SuiteFixture.with(accountsConfigure: accounts) { suite in
+        try await SuiteFixture.with(configure: fulfillment, accountsConfigure: accounts) { suite in
             var config = EdgeConfiguration()
             // The webhook's effects are asserted right after its answer here; answering once recorded has its own test.
             config.webhookAnswersOnceRecorded = false

@@ -50,7 +50,8 @@ import Testing
     /// inbox, and is granted once catalog is back; one that keeps failing is parked, listed for admins and
     /// retried by them.
     @Test func notificationsThatCannotBeProcessedWaitInTheInboxNotInApplesQueue() async throws {
-        try await EdgeTests.withEdge { suite, base in
+        // Grants are asked of the catalog every time: processing must need the catalog that is stopped below.
+        try await EdgeTests.withEdge(fulfillment: { $0.catalogCacheMs = 0 }) { suite, base in
             let alice = try await suite.register("alice")
             let bought = try await suite.buy("alice@icloud", "sub.premium")
             _ = try await suite.redeem(alice.session, signed: [bought.signedTransaction])
@@ -91,7 +92,10 @@ import Testing
     }
 
     @Test func aNotificationThatKeepsFailingIsParkedThenRetriedByAnAdmin() async throws {
-        try await SuiteFixture.with(configure: { $0.inboxRetry.maxAttempts = 2 }) { suite in
+        try await SuiteFixture.with(configure: {
+            $0.inboxRetry.maxAttempts = 2
+            $0.catalogCacheMs = 0  // processing must need the catalog that is stopped below
+        }) { suite in
             var config = EdgeConfiguration()
             config.callTimeout = .seconds(30)
             config.webhookAnswersOnceRecorded = false

@@ -88,6 +88,21 @@ import Testing
     }
 
     /// v8 moves payloads out of the inbox row: an entry recorded before it comes back whole after it.
+    @Test func aNotificationAppliedBeforeTheInboxExistedStaysApplied() async throws {
+        let (queue, path) = try MigrationTests.database(upTo: "v1")
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try await queue.write { db in
+            try db.execute(sql: "INSERT INTO appliedNotification (notificationUUID, notificationType, appliedAtMs) VALUES ('old', 'REFUND', 1)")
+        }
+        let store = try FulfillmentStore(writer: queue)
+        #expect(try await store.notificationWasApplied("old"))
+        #expect(try await store.notificationWasApplied("new") == false)
+        // A database that never had the old table's rows answers without reading it.
+        let (fresh, freshPath) = try MigrationTests.database(upTo: nil)
+        defer { try? FileManager.default.removeItem(atPath: freshPath) }
+        #expect(try await FulfillmentStore(writer: fresh).notificationWasApplied("old") == false)
+    }
+
     @Test func anInboxEntryRecordedBeforeV8KeepsItsPayload() async throws {
         let (queue, path) = try MigrationTests.database(upTo: "v7-renewal-state-and-reinstatement")
         defer { try? FileManager.default.removeItem(atPath: path) }

@@ -14,6 +14,9 @@ import JSONRPC
 public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, Sendable {
     let writer: any DatabaseWriter
     private let commits: GroupCommit
+    /// Whether `appliedNotification` (v1-v2 databases, never written since) has rows: if not, no delivery can
+    /// have been applied before the inbox existed and `notificationWasApplied` answers without a read.
+    private let hasNotificationsFromBeforeTheInbox: Bool
 
     /// Opens (creating if needed) `fulfillment.sqlite` in `directory`: WAL with `synchronous=FULL`, so
     /// a grant acknowledged with `finishable: true` survives a power cut, not only a process crash (in
@@ -43,6 +46,9 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
         self.writer = writer
         self.commits = GroupCommit(writer: writer)
         try Self.migrator.migrate(writer)
+        self.hasNotificationsFromBeforeTheInbox = try writer.read { db in
+            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM appliedNotification)") ?? false
+        }
     }
 
     package static var migrator: DatabaseMigrator {
@@ -668,7 +674,8 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
 
     /// True for a notification id applied before the inbox existed (v1-v2 databases: `appliedNotification`).
     public func notificationWasApplied(_ uuid: String) async throws -> Bool {
-        try await writer.read { db in
+        guard hasNotificationsFromBeforeTheInbox else { return false }
+        return try await writer.read { db in
             try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM appliedNotification WHERE notificationUUID = ?"), arguments: [uuid]) ?? false
         }
     }
