@@ -26,12 +26,12 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     }
 
     func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, tieTo: String?, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, recordTies: Bool, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
     ) async throws -> AppliedPurchases {
         try ledger.withLockedValue {
             try GrantRules.apply(
-                planned, accountId: accountId, appAccountToken: appAccountToken, tieTo: tieTo, mode: mode, policy: policy,
+                planned, accountId: accountId, appAccountToken: appAccountToken, recordTies: recordTies, mode: mode, policy: policy,
                 answerScope: answerScope, nowMs: nowMs, in: $0)
         }
     }
@@ -62,7 +62,6 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
         ledger.withLockedValue { $0.earlyRevocations[transactionId] = reason }
     }
-    func enqueueAccountTokens(_ items: [PendingAccountToken], nowMs: Int64) async throws {}
     func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken] { [] }
     func settleAccountToken(_ item: PendingAccountToken, done: Bool, nextAttemptAtMs: Int64?, lastError: String?) async throws {}
     func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool {

@@ -41,7 +41,7 @@ import Testing
         ]
         let items = planned.map { PlannedPurchase(purchase: $0.0, rule: $0.1, scope: .production) }
         let first = try GrantRules.apply(
-            items, accountId: Self.alice, appAccountToken: mine, tieTo: mine, mode: .redeem, policy: .refuse, answerScope: .production,
+            items, accountId: Self.alice, appAccountToken: mine, recordTies: true, mode: .redeem, policy: .refuse, answerScope: .production,
             nowMs: 10, in: ledger)
         #expect(first.results.map(\.outcome) == [.granted, .granted, .granted, .granted, .unknownProduct])
         #expect(
@@ -49,10 +49,10 @@ import Testing
                 PendingAccountToken(originalTransactionId: "r1", appAccountToken: mine.lowercased()),
                 PendingAccountToken(originalTransactionId: "s1", appAccountToken: mine.lowercased()),
             ])
-        // A second redeem of the same purchases grants nothing and ties nothing again; without tieTo, no ties at all.
+        // A second redeem of the same purchases grants nothing and ties nothing again; without recordTies, no ties at all.
         ledger.accountTokenTies = []
         _ = try GrantRules.apply(
-            items, accountId: Self.alice, appAccountToken: mine, tieTo: mine, mode: .redeem, policy: .refuse, answerScope: .production,
+            items, accountId: Self.alice, appAccountToken: mine, recordTies: true, mode: .redeem, policy: .refuse, answerScope: .production,
             nowMs: 11, in: ledger)
         try apply([(purchase("r2"), .coins(perUnit: 100))], token: mine)
         #expect(ledger.accountTokenTies.isEmpty)

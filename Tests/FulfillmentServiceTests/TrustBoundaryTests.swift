@@ -198,14 +198,14 @@ import Testing
             await #expect(throws: LedgerLimit.self) {
                 _ = try await suite.store.apply(
                     [.init(purchase: purchase("2000000901", quantity: 10), rule: .coins(perUnit: Int64.max / 4))],
-                    accountId: alice.accountId, appAccountToken: alice.appAccountToken, tieTo: alice.appAccountToken, mode: .redeem,
+                    accountId: alice.accountId, appAccountToken: alice.appAccountToken, recordTies: true, mode: .redeem,
                     policy: .refuse, answerScope: .production, nowMs: 1)
             }
             #expect(try await suite.count("SELECT COUNT(*) FROM accountTokenOutbox") == 0)
             // One that commits carries its tie in the same commit.
             let granted = try await suite.store.apply(
                 [.init(purchase: purchase("2000000902"), rule: .coins(perUnit: 100))], accountId: alice.accountId,
-                appAccountToken: alice.appAccountToken, tieTo: alice.appAccountToken, mode: .redeem, policy: .refuse,
+                appAccountToken: alice.appAccountToken, recordTies: true, mode: .redeem, policy: .refuse,
                 answerScope: .production, nowMs: 2)
             #expect(granted.results.map(\.outcome) == [.granted])
             #expect(

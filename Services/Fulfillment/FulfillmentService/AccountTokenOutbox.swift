@@ -12,12 +12,10 @@ public struct PendingAccountToken: Sendable, Equatable {
 }
 
 /// Purchases granted here without an appAccountToken are tied to their account at Apple after the grant,
-/// out of the request path: the grant records them in this outbox (durable), and the worker calls Apple,
+/// out of the request path: the grant's own transaction records them in this outbox (`FulfillmentTransaction.enqueueAccountToken`), and the worker calls Apple,
 /// retrying on the inbox's schedule; one that keeps failing is dropped with an error log (the notification
 /// path still finds the purchase by its owner here).
 public protocol AccountTokenOutboxStorage: Sendable {
-    /// Adds (or replaces, for a purchase moved to another account) the ties to make.
-    func enqueueAccountTokens(_ items: [PendingAccountToken], nowMs: Int64) async throws
     /// Ties due by `nowMs`, oldest first.
     func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken]
     /// Done: removed. Not done: tried again at `nextAttemptAtMs` (nil: given up, removed).

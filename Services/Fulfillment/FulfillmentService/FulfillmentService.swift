@@ -110,10 +110,10 @@ public final class FulfillmentService: Sendable {
         // Granted purchases without an appAccountToken are tied to the account at Apple (Set App Account Token), so
         // Apple's later notifications about them name the account: recorded in the outbox in the grant's own
         // transaction (never lost, no second commit), made later by `tieAccountsAtApple`, out of the request path.
-        let tieTo = configuration.internalToken == nil ? nil : account.appAccountToken
+        let recordTies = configuration.internalToken != nil  // the worker needs it to reach Apple
         let applied = try await storeCall {
             try await self.store.apply(
-                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, tieTo: tieTo, mode: mode,
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: recordTies, mode: mode,
                 policy: self.configuration.ownershipPolicy, answerScope: answerScope, nowMs: self.clock.nowMs)
         }
         for t in applied.transfers {
@@ -805,7 +805,7 @@ public final class FulfillmentService: Sendable {
         let toApply = planned
         let applied = try await storeCall {
             try await self.store.apply(
-                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, tieTo: account.appAccountToken,
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: true,
                 mode: .redeem, policy: self.configuration.ownershipPolicy, answerScope: toApply.first?.scope ?? .production,
                 nowMs: self.clock.nowMs)
         }

@@ -377,14 +377,6 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
 
     // MARK: ties to make at Apple (AccountTokenOutboxStorage)
 
-    public func enqueueAccountTokens(_ items: [PendingAccountToken], nowMs: Int64) async throws {
-        guard !items.isEmpty else { return }
-        try await commits.write { db in
-            let tx = SQLiteFulfillmentTransaction(db: db)
-            for item in items { try tx.enqueueAccountToken(item, nowMs: nowMs) }
-        }
-    }
-
     public func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken] {
         try await writer.read { db in
             try Row.fetchAll(
@@ -553,12 +545,12 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
     /// Records and grants every purchase in ONE write transaction (`GrantRules.apply`); the answer is
     /// what was committed, with the balance and entitlements of `answerScope`.
     public func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, tieTo: String?, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, recordTies: Bool, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
     ) async throws -> AppliedPurchases {
         try await commits.write { db in
             try GrantRules.apply(
-                planned, accountId: accountId, appAccountToken: appAccountToken, tieTo: tieTo, mode: mode, policy: policy,
+                planned, accountId: accountId, appAccountToken: appAccountToken, recordTies: recordTies, mode: mode, policy: policy,
                 answerScope: answerScope, nowMs: nowMs, in: SQLiteFulfillmentTransaction(db: db))
         }
     }

@@ -43,10 +43,10 @@ public protocol FulfillmentTransaction {
 /// of the engine (`FulfillmentStore` on SQLite; a PostgreSQL store implements the same over its own
 /// `FulfillmentTransaction`), and the reads answer from committed data.
 public protocol FulfillmentStorage: NotificationInboxStorage, AccountTokenOutboxStorage {
-    /// `tieTo`: the account's appAccountToken when granted purchases without one are to be tied to the account
-    /// at Apple (recorded in the outbox in the same transaction as their grant); nil records no ties.
+    /// `recordTies`: granted purchases without an appAccountToken are to be tied to the account's
+    /// `appAccountToken` at Apple, recorded in the outbox in the same transaction as their grant.
     func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, tieTo: String?, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, recordTies: Bool, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
     ) async throws -> AppliedPurchases
     func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome
@@ -94,7 +94,7 @@ extension FulfillmentStorage {
         policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
     ) async throws -> AppliedPurchases {
         try await apply(
-            planned, accountId: accountId, appAccountToken: appAccountToken, tieTo: nil, mode: mode, policy: policy,
+            planned, accountId: accountId, appAccountToken: appAccountToken, recordTies: false, mode: mode, policy: policy,
             answerScope: answerScope, nowMs: nowMs)
     }
 }
@@ -113,9 +113,9 @@ public protocol FulfillmentInvariants: Sendable {
 public enum GrantRules {
     /// Records and grants every purchase; answers what was done and the `answerScope`'s state.
     /// `appAccountToken` is the account's own: a StoreKit 2 purchase made with another belongs to another account.
-    /// `tieTo`: see `FulfillmentStorage.apply`.
+    /// `recordTies`: see `FulfillmentStorage.apply`.
     public static func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, tieTo: String? = nil, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, recordTies: Bool = false, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64,
         in tx: some FulfillmentTransaction
     ) throws -> AppliedPurchases {
@@ -182,8 +182,10 @@ public enum GrantRules {
             }
             result(try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx))
         }
-        if let tieTo {
-            for item in ties(planned.map(\.purchase), results: results, appAccountToken: tieTo) { try tx.enqueueAccountToken(item, nowMs: nowMs) }
+        if recordTies, let appAccountToken {
+            for item in ties(planned.map(\.purchase), results: results, appAccountToken: appAccountToken) {
+                try tx.enqueueAccountToken(item, nowMs: nowMs)
+            }
         }
         let answer = Holder(accountId: accountId, scope: answerScope)
         let wallet = try tx.wallet(answer)

@@ -181,14 +181,6 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
 
     // MARK: ties to make at Apple (AccountTokenOutboxStorage)
 
-    public func enqueueAccountTokens(_ items: [PendingAccountToken], nowMs: Int64) async throws {
-        guard !items.isEmpty else { return }
-        try await pool.write { s in
-            let tx = PostgresFulfillmentTransaction(s)
-            for item in items { try tx.enqueueAccountToken(item, nowMs: nowMs) }
-        }
-    }
-
     public func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken] {
         try await pool.read { s in
             try s.query(
@@ -338,12 +330,12 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
     // MARK: writes: the grant rules over this database
 
     public func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, tieTo: String?, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, recordTies: Bool, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
     ) async throws -> AppliedPurchases {
         try await pool.write(locking: ["fulfillment:account:" + accountId]) { s in
             try GrantRules.apply(
-                planned, accountId: accountId, appAccountToken: appAccountToken, tieTo: tieTo, mode: mode, policy: policy,
+                planned, accountId: accountId, appAccountToken: appAccountToken, recordTies: recordTies, mode: mode, policy: policy,
                 answerScope: answerScope, nowMs: nowMs, in: PostgresFulfillmentTransaction(s))
         }
     }
