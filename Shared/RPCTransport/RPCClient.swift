@@ -147,6 +147,48 @@ public final class RPCClient: Sendable {
         }
     }
 
+    /// `callRaw` for a caller on an event loop, without a Swift task (the edge answers HTTP on its loops): the
+    /// call goes on a connection already open to the next instance in turn, one on `eventLoop` when there is
+    /// one (no thread hop either way); with none open, or when that connection closed before the call was
+    /// written, it takes `callRaw`'s path (which connects, and sends on another connection). Completes on
+    /// `eventLoop`, failing only with `RPCError`.
+    public func callRaw(method: String, params: [UInt8]?, timeout: TimeAmount? = nil, on eventLoop: any EventLoop)
+        -> EventLoopFuture<[UInt8]>
+    {
+        let viaTask: @Sendable () -> EventLoopFuture<[UInt8]> = {
+            eventLoop.makeFutureWithTask { try await self.callRaw(method: method, params: params, timeout: timeout) }
+        }
+        guard let channel = openConnection(preferring: eventLoop) else { return viaTask() }
+        let id = nextID.wrappingAdd(1, ordering: .relaxed).newValue
+        var line: [UInt8] = []
+        JSONWriter.request(id: RPCID(id), method: method, params: params ?? Array("{}".utf8), into: &line)
+        line.append(UInt8(ascii: "\n"))
+        let completion = CallCompletion(channel.eventLoop.makePromise(of: [UInt8].self))
+        let deadline = NIODeadline.now() + (timeout ?? configuration.callTimeout)
+        channel.writeAndFlush(OutgoingCall(id: id, line: line, deadline: deadline, completion: completion)).whenFailure { error in
+            completion.fail(error)
+        }
+        return completion.promise.futureResult.hop(to: eventLoop).flatMapError { error in
+            switch error {
+            case let error as RPCError: return eventLoop.makeFailedFuture(error)
+            case ChannelError.ioOnClosedChannel: return viaTask()  // never written: safe to send elsewhere
+            default: return eventLoop.makeFailedFuture(RPCError.unavailable("call to \(self.address) failed: \(error)", reason: "connectionLost"))
+            }
+        }
+    }
+
+    /// An open connection to the next instance in service, preferring one on `eventLoop`; nil when that
+    /// instance's next connection in turn is not open (the async path opens it).
+    private func openConnection(preferring eventLoop: any EventLoop) -> (any Channel)? {
+        let first = nextEndpoint.wrappingAdd(1, ordering: .relaxed).oldValue
+        let now = NIODeadline.now()
+        for offset in endpoints.indices {
+            let endpoint = endpoints[(first &+ offset) % endpoints.count]
+            if !endpoint.isEjected(at: now) { return endpoint.openConnection(preferring: eventLoop) }
+        }
+        return nil
+    }
+
     /// Sends a notification: no reply, no confirmation beyond the write.
     public func notify<M: RPCMethod>(_ method: M.Type, _ params: M.Params) async throws(RPCError) {
         var line: [UInt8] = []
@@ -282,6 +324,22 @@ private final class Endpoint: Sendable {
             let times = min(30, 1 << min(h.failures - 1, 5))
             h.ejectedUntil = .now() + ejection * Int64(times)
         }
+    }
+
+    /// An open connection on `eventLoop` if one is, else the first open one in turn; nil when the connection
+    /// next in turn is not open (so every slot is opened in time by the async path).
+    func openConnection(preferring eventLoop: any EventLoop) -> (any Channel)? {
+        let start = nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue
+        var fallback: (any Channel)?
+        for offset in slots.indices {
+            guard let channel = slots[(start &+ offset) % slots.count].current(), channel.isActive else {
+                if offset == 0 { return nil }
+                continue
+            }
+            if channel.eventLoop === eventLoop { return channel }
+            if fallback == nil { fallback = channel }
+        }
+        return fallback
     }
 
     func connection(opening connect: () -> EventLoopFuture<any Channel>) async throws(RPCError) -> any Channel {

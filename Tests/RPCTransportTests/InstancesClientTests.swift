@@ -1,6 +1,7 @@
 import Foundation
 import JSONRPC
 import NIOCore
+import NIOPosix
 import RPCTestSupport
 import RPCTransport
 import Testing
@@ -93,6 +94,44 @@ private enum WhoAmI: RPCMethod {
         #expect(during.isSubset(of: ["b", "unavailable"]), "\(during)")
         #expect(try await Self.calls(client, 100) == ["b": 100])
         #expect(Set(client.ejectedInstances) == ["127.0.0.1:\(down)", stopped])
+    }
+
+    /// `callRaw(on:)`, as the edge calls from its event loops: answered on that loop, spread over the instances,
+    /// and when an instance stops, its calls go to the other one (through the async path that reconnects).
+    @Test func callsMadeOnAnEventLoopAreAnsweredThereAndSpreadOverTheInstances() async throws {
+        let a = try await Self.instance("a")
+        let b = try await Self.instance("b")
+        defer { Task { await b.shutdown() } }
+        var patient = RPCClientConfiguration(connections: 4)
+        patient.ejection = .seconds(120)
+        let client = try RPCClient(address: "127.0.0.1:\(a.localPort!),127.0.0.1:\(b.localPort!)", configuration: patient)
+        defer { Task { await client.close() } }
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        func onTheLoop(_ count: Int) async -> [String] {
+            let calls = (0..<count).map { _ in
+                client.callRaw(method: WhoAmI.name, params: nil, on: loop).map { bytes -> String in
+                    guard loop.inEventLoop else { return "answered off the loop" }
+                    return String(decoding: bytes, as: UTF8.self)
+                }
+            }
+            var outcomes: [String] = []
+            for call in calls {
+                do { outcomes.append(try await call.get()) } catch let e as RPCError {
+                    outcomes.append(e.knownCode == .unavailable ? "unavailable" : "\(e)")
+                } catch { outcomes.append("\(error)") }
+            }
+            return outcomes
+        }
+        // The first calls open the connections (the async path); then calls go straight onto them.
+        let first = await onTheLoop(200)
+        #expect(Set(first) == [#""a""#, #""b""#], "\(Set(first))")
+        let second = await onTheLoop(200)
+        #expect(second.filter { $0 == #""a""# }.count == 100 && second.filter { $0 == #""b""# }.count == 100)
+
+        await a.shutdown()
+        let during = await onTheLoop(100)
+        #expect(Set(during).isSubset(of: [#""b""#, "unavailable"]), "\(Set(during))")
+        #expect(Set(await onTheLoop(100)) == [#""b""#])
     }
 
     @Test func whenNoInstanceCanBeReachedTheCallIsUnavailable() async throws {

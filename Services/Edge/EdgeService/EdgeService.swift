@@ -12,6 +12,7 @@ import NIOSSL
 import Prometheus
 import RPCTransport
 import ServiceSupport
+import Synchronization
 
 public struct EdgeConfiguration: Sendable {
     /// Largest request body accepted (a receipt is at most ~1 MiB as base64).
@@ -76,6 +77,9 @@ public final class EdgeService: Sendable {
     private let publicMethods = ContractMethods.publicAtTheEdge
     private let contentFiles: ContentFiles?
     private let metricsRegistry: PrometheusCollectorRegistry
+    let requestMetrics: HTTPServerRequestMetrics
+    /// `/v1/rpc` requests `RPCOnTheEventLoop` answered (the rest went through the router): for tests.
+    package let answeredOnTheEventLoop = Atomic<Int>(0)
     private let fileIO = FileIO()
 
     public init(accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient, configuration: EdgeConfiguration, logger: Logger) {
@@ -86,6 +90,7 @@ public final class EdgeService: Sendable {
         self.logger = logger
         self.contentFiles = configuration.contentDirectory.map(ContentFiles.init(directory:))
         self.metricsRegistry = configuration.metricsRegistry ?? PrometheusCollectorRegistry()
+        self.requestMetrics = HTTPServerRequestMetrics(factory: PrometheusMetrics.factory(registry: metricsRegistry))
     }
 
     public func close() async {
@@ -94,6 +99,54 @@ public final class EdgeService: Sendable {
 
     // MARK: POST /v1/rpc
 
+    /// What `/v1/rpc` answers over HTTP, whichever path took the request.
+    struct RPCHTTPAnswer: Sendable {
+        var status: HTTPResponse.Status
+        var headers: HTTPFields = [:]
+        var body: [UInt8] = []
+
+        var response: Response {
+            Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
+        }
+    }
+
+    /// `/v1/rpc`'s checks before its body is read: the client address's bucket (429 with `Retry-After`) and the
+    /// media type (415). Returns the client's address either way.
+    func rpcAdmission(headers: HTTPFields, peer: String?) -> (address: String, refusal: RPCHTTPAnswer?) {
+        let address = clientAddress(peer: peer, forwardedFor: headers[.xForwardedFor])
+        if let wait = limiter.take(address) {
+            return (address, RPCHTTPAnswer(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))]))
+        }
+        guard (headers[.contentType] ?? "").lowercased().hasPrefix("application/json") else {
+            return (address, RPCHTTPAnswer(status: .unsupportedMediaType))
+        }
+        return (address, nil)
+    }
+
+    /// The answer to an admitted `/v1/rpc` request whose body (at most `maxBodyBytes`) has arrived: the bearer
+    /// token as the session, a batch's extra members charged to the bucket. Never fails; completes on `eventLoop`.
+    func rpcAnswer(headers: HTTPFields, address: String, body: [UInt8], on eventLoop: any EventLoop) -> EventLoopFuture<RPCHTTPAnswer> {
+        var bearer: String?
+        if let authorization = headers[.authorization], authorization.lowercased().hasPrefix("bearer ") {
+            bearer = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        }
+        var batchWait: Double?
+        let answer = rpc(
+            body: body, bearer: bearer, clientAddress: address,
+            charge: { extra in
+                guard extra > 0 else { return true }
+                batchWait = self.limiter.take(address, cost: Double(extra))
+                return batchWait == nil
+            }, on: eventLoop)
+        let wait = batchWait
+        return answer.map { status, body in
+            if status == .tooManyRequests {
+                return RPCHTTPAnswer(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int((wait ?? 1).rounded(.up))))])
+            }
+            return RPCHTTPAnswer(status: status, headers: status == .noContent ? [:] : [.contentType: "application/json"], body: body)
+        }
+    }
+
     /// The HTTP answer to one `/v1/rpc` body: 200 with the JSON-RPC response, 204 when every request was a
     /// notification, 415 for a body that is not JSON.
     /// `charge(n)`: the client's bucket pays for the `n` requests of a batch beyond the first (the HTTP
@@ -101,40 +154,60 @@ public final class EdgeService: Sendable {
     public func rpc(body: [UInt8], bearer: String?, clientAddress: String? = nil, charge: (Int) -> Bool = { _ in true }) async
         -> (HTTPResponse.Status, [UInt8])
     {
+        // Never fails: every outcome is an answer.
+        (try? await rpc(body: body, bearer: bearer, clientAddress: clientAddress, charge: charge, on: MultiThreadedEventLoopGroup.singleton.any())
+            .get()) ?? (.internalServerError, [])
+    }
+
+    /// `rpc` on an event loop, without a Swift task (`RPCOnTheEventLoop`); the future completes on `eventLoop`
+    /// and never fails. Batch members are forwarded one after another, in order.
+    func rpc(body: [UInt8], bearer: String?, clientAddress: String?, charge: (Int) -> Bool, on eventLoop: any EventLoop)
+        -> EventLoopFuture<(HTTPResponse.Status, [UInt8])>
+    {
         // The suite's own scanner (strict, bounded nesting, ids kept byte for byte): params are forwarded as
         // the app sent them unless the edge must add or drop a member.
         switch RPCMessageParser.parse(body, limits: .init(maxNestingDepth: 64, maxBatchSize: 64)) {
         case .single(.failure(let rejection)):
-            return (.ok, Self.line(failureFor: rejection.id, rejection.error))
+            return eventLoop.makeSucceededFuture((.ok, Self.line(failureFor: rejection.id, rejection.error)))
         case .single(.success(let request)):
-            guard let reply = await one(request, bearer: bearer, clientAddress: clientAddress) else { return (.noContent, []) }
-            return (.ok, reply)
-        case .batch(let items):
-            guard charge(items.count - 1) else { return (.tooManyRequests, []) }
-            var out: [UInt8] = [UInt8(ascii: "[")]
-            var answered = 0
-            for item in items {
-                let reply: [UInt8]?
-                switch item {
-                case .failure(let rejection): reply = Self.line(failureFor: rejection.id, rejection.error)
-                case .success(let request): reply = await one(request, bearer: bearer, clientAddress: clientAddress)
-                }
-                guard let reply else { continue }
-                if answered > 0 { out.append(UInt8(ascii: ",")) }
-                out += reply
-                answered += 1
+            return one(request, bearer: bearer, clientAddress: clientAddress, on: eventLoop).map { reply in
+                reply.map { (.ok, $0) } ?? (.noContent, [])
             }
-            guard answered > 0 else { return (.noContent, []) }
-            out.append(UInt8(ascii: "]"))
-            return (.ok, out)
+        case .batch(let items):
+            guard charge(items.count - 1) else { return eventLoop.makeSucceededFuture((.tooManyRequests, [])) }
+            var replies = eventLoop.makeSucceededFuture([[UInt8]]())
+            for item in items {
+                replies = replies.flatMap { done in
+                    switch item {
+                    case .failure(let rejection):
+                        return eventLoop.makeSucceededFuture(done + [Self.line(failureFor: rejection.id, rejection.error)])
+                    case .success(let request):
+                        return self.one(request, bearer: bearer, clientAddress: clientAddress, on: eventLoop).map { reply in
+                            reply.map { done + [$0] } ?? done
+                        }
+                    }
+                }
+            }
+            return replies.map { replies in
+                guard !replies.isEmpty else { return (.noContent, []) }
+                var out: [UInt8] = [UInt8(ascii: "[")]
+                for (index, reply) in replies.enumerated() {
+                    if index > 0 { out.append(UInt8(ascii: ",")) }
+                    out += reply
+                }
+                out.append(UInt8(ascii: "]"))
+                return (.ok, out)
+            }
         }
     }
 
     /// One request: forwarded if its method is public here; nil for a notification.
-    private func one(_ request: RPCRequest, bearer: String?, clientAddress: String?) async -> [UInt8]? {
+    private func one(_ request: RPCRequest, bearer: String?, clientAddress: String?, on eventLoop: any EventLoop)
+        -> EventLoopFuture<[UInt8]?>
+    {
         let id = request.id
         guard let service = publicMethods[request.method], let client = clients[service] else {
-            return id.map { Self.line(failureFor: $0, RPCError.methodNotFound(request.method)) }
+            return eventLoop.makeSucceededFuture(id.map { Self.line(failureFor: $0, RPCError.methodNotFound(request.method)) })
         }
         let params: [UInt8]
         switch Self.forwardedParams(
@@ -142,21 +215,22 @@ public final class EdgeService: Sendable {
             internalToken: configuration.internalToken)
         {
         case .success(let bytes): params = bytes
-        case .failure(let error): return id.map { Self.line(failureFor: $0, error) }
+        case .failure(let error): return eventLoop.makeSucceededFuture(id.map { Self.line(failureFor: $0, error) })
         }
-        let outcome: Result<[UInt8], RPCError>
-        do {
-            outcome = .success(try await client.callRaw(method: request.method, params: params, timeout: configuration.callTimeout))
-        } catch {
-            outcome = .failure(Self.passThrough(error, service: service))
-        }
-        guard let id else { return nil }
-        var out: [UInt8] = []
-        switch outcome {
-        case .success(let result): JSONWriter.success(id: id, result: result, into: &out)
-        case .failure(let error): JSONWriter.failure(id: id, error: error, into: &out)
-        }
-        return out
+        return client.callRaw(method: request.method, params: params, timeout: configuration.callTimeout, on: eventLoop)
+            .map { Result<[UInt8], RPCError>.success($0) }
+            .recover { error in
+                .failure(Self.passThrough(error as? RPCError ?? .unavailable("\(error)", reason: "connectionLost"), service: service))
+            }
+            .map { outcome in
+                guard let id else { return nil }
+                var out: [UInt8] = []
+                switch outcome {
+                case .success(let result): JSONWriter.success(id: id, result: result, into: &out)
+                case .failure(let error): JSONWriter.failure(id: id, error: error, into: &out)
+                }
+                return out
+            }
     }
 
     /// The params the edge forwards, as bytes: the app's own object unchanged when nothing must change
@@ -352,7 +426,7 @@ public final class EdgeService: Sendable {
     /// `zeroCopy`: content bodies are sent by `FileRegionResponses` (only for `ZeroCopyHTTP1Channel`, plain HTTP/1.1).
     public func router(zeroCopy: Bool = false) -> Router<EdgeRequestContext> {
         let router = Router(context: EdgeRequestContext.self)
-        router.add(middleware: HTTPServerMetrics(factory: PrometheusMetrics.factory(registry: metricsRegistry)))
+        router.add(middleware: HTTPServerMetrics(metrics: requestMetrics))
         let maxBody = configuration.maxBodyBytes
         router.get("healthz") { _, _ -> Response in
             Response(status: .ok, headers: [.contentType: "text/plain"], body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
@@ -376,30 +450,14 @@ public final class EdgeService: Sendable {
                 body: .init(byteBuffer: ByteBuffer(bytes: report)))
         }
         router.post("v1/rpc") { request, context -> Response in
-            let address = self.clientAddress(peer: context.remoteAddress?.ipAddress, forwardedFor: request.headers[.xForwardedFor])
-            if let wait = self.limiter.take(address) {
-                return Response(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))])
-            }
-            guard (request.headers[.contentType] ?? "").lowercased().hasPrefix("application/json") else {
-                return Response(status: .unsupportedMediaType)
-            }
+            // Over HTTP/2 and when `RPCOnTheEventLoop` hands a request on (see there); the same steps as there.
+            let (address, refusal) = self.rpcAdmission(headers: request.headers, peer: context.remoteAddress?.ipAddress)
+            if let refusal { return refusal.response }
             guard let buffer = try? await request.body.collect(upTo: maxBody) else { return Response(status: .contentTooLarge) }
-            var bearer: String?
-            if let authorization = request.headers[.authorization], authorization.lowercased().hasPrefix("bearer ") {
-                bearer = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
-            }
-            var batchWait: Double?
-            let (status, body) = await self.rpc(body: Array(buffer: buffer), bearer: bearer, clientAddress: address) { extra in
-                guard extra > 0 else { return true }
-                batchWait = self.limiter.take(address, cost: Double(extra))
-                return batchWait == nil
-            }
-            if status == .tooManyRequests {
-                return Response(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int((batchWait ?? 1).rounded(.up))))])
-            }
-            return Response(
-                status: status, headers: status == .noContent ? [:] : [.contentType: "application/json"],
-                body: .init(byteBuffer: ByteBuffer(bytes: body)))
+            let answer = try await self.rpcAnswer(
+                headers: request.headers, address: address, body: Array(buffer: buffer), on: MultiThreadedEventLoopGroup.singleton.any()
+            ).get()
+            return answer.response
         }
         router.get("v1/content/:contentId") { request, context -> Response in
             await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: false, zeroCopy: zeroCopy)
@@ -429,13 +487,15 @@ public final class EdgeService: Sendable {
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
         let headTimeout = configuration.requestHeadTimeout
+        let maxBody = configuration.maxBodyBytes
         let http1 = HTTP1Channel.Configuration(
-            additionalChannelHandlers: [RequestHeadDeadline(timeout: headTimeout)],
+            additionalChannelHandlers: [RequestHeadDeadline(timeout: headTimeout), RPCOnTheEventLoop(edge: self, maxBodyBytes: maxBody)],
             httpDecoderConfiguration: .init(
                 maxHeaderFieldSize: configuration.maxHeaderBytes, maxHeaderListSize: configuration.maxHeaderBytes,
                 maxHeaderFieldCount: configuration.maxHeaderFields))
         var http2Streams = http1
-        http2Streams.additionalChannelHandlers = { [] }  // an HTTP/2 stream's head arrives whole, in one HEADERS frame
+        // An HTTP/2 stream's head arrives whole, in one HEADERS frame: no head deadline there.
+        http2Streams.additionalChannelHandlers = { [RPCOnTheEventLoop(edge: self, maxBodyBytes: maxBody)] }
         let http2 = HTTP2UpgradeChannel.Configuration(idleTimeout: configuration.idleTimeout, streamConfiguration: http2Streams)
         let stall = configuration.stalledWriteTimeout
         return Application(
@@ -449,9 +509,12 @@ public final class EdgeService: Sendable {
                 ?? HTTPServerBuilder { responder in
                     WriteProgressDeadlineChannel(base: ZeroCopyHTTP1Channel(responder: responder, configuration: http1), timeout: stall)
                 },
-            configuration: .init(address: .hostname(host, port: port), serverName: "iap-edge"),
+            configuration: .init(address: .hostname(host, port: port), serverName: Self.serverName),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) }, logger: logger)
     }
+
+    /// The `Server` header of every answer.
+    static let serverName = "iap-edge"
 
     /// The server's TLS settings from PEM files: TLS 1.2 or later. The key is read once and never logged.
     public static func tlsConfiguration(certificateFile: String, keyFile: String) throws -> TLSConfiguration {
