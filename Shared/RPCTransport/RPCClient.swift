@@ -467,6 +467,7 @@ final class RPCClientHandler: ChannelDuplexHandler {
 
     private let peer: String
     private var pending: [Int64: (promise: CallCompletion, timer: Scheduled<Void>)] = [:]
+    private var flushScheduled = false
 
     init(peer: String) {
         self.peer = peer
@@ -482,6 +483,19 @@ final class RPCClientHandler: ChannelDuplexHandler {
         }
         pending[id] = (call.completion, timer)
         context.write(wrapOutboundOut(context.channel.allocator.buffer(bytes: call.line)), promise: promise)
+    }
+
+    /// Calls written in the same turn of the event loop go out in one write: the flush waits for the end of the
+    /// turn (the edge forwards many requests per turn from its loops; each had made a write of its own).
+    func flush(context: ChannelHandlerContext) {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            let (handler, context) = bound.value
+            handler.flushScheduled = false
+            context.flush()
+        }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {

@@ -503,7 +503,9 @@ public final class EdgeService: Sendable {
             server: tls.map { tls in
                 HTTPServerBuilder { responder in
                     WriteProgressDeadlineChannel(
-                        base: try HTTP2UpgradeChannel(tlsConfiguration: tls, configuration: http2, responder: responder), timeout: stall)
+                        base: TLSRecordCoalescingChannel(
+                            base: try HTTP2UpgradeChannel(tlsConfiguration: tls, configuration: http2, responder: responder)),
+                        timeout: stall)
                 }
             }
                 ?? HTTPServerBuilder { responder in
