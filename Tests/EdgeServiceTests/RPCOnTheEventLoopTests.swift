@@ -73,8 +73,8 @@ import Testing
         deinit { channel.outbound.finish() }  // NIO's writer must be finished before it goes
     }
 
-    static func post(_ body: String, contentType: String = "application/json") -> [HTTPClientRequestPart] {
-        var head = HTTPRequestHead(version: .http1_1, method: .POST, uri: "/v1/rpc")
+    static func post(_ body: String, contentType: String = "application/json", path: String = "/v1/rpc") -> [HTTPClientRequestPart] {
+        var head = HTTPRequestHead(version: .http1_1, method: .POST, uri: path)
         head.headers.add(name: "Host", value: "localhost")
         head.headers.add(name: "Content-Type", value: contentType)
         head.headers.add(name: "Content-Length", value: String(body.utf8.count))
@@ -172,6 +172,26 @@ import Testing
             #expect(try await connection.next()?.status == 413)
             #expect(Self.id(try await connection.next()) == 11)
             #expect(edge.answeredOnTheEventLoop.load(ordering: .relaxed) == 4)
+            await connection.close()
+        }
+    }
+
+    /// Apple's webhook takes the same path: what fails verification or is not Apple's body is 400, a body past its
+    /// cap 413 (and the connection goes on), each answered on the event loop.
+    @Test func theWebhookIsAnsweredOnTheEventLoopToo() async throws {
+        try await Self.withEdge(configure: { $0.maxWebhookBodyBytes = 4096 }) { edge, port in
+            let connection = try await RawHTTP(port: port)
+            let webhook = "/v1/notifications/appstore"
+            try await connection.send(
+                Self.post(#"{"signedPayload":"a.b.c"}"#, path: webhook) + Self.post(#"{"signedPayload":5}"#, path: webhook + "/sandbox")
+                    + Self.post("not json", path: webhook) + Self.post(String(repeating: "a", count: 5000), path: webhook)
+                    + Self.post(Self.list(12)))
+            #expect(try await connection.next()?.status == 400, "a forgery")
+            #expect(try await connection.next()?.status == 400, "not a string")
+            #expect(try await connection.next()?.status == 400, "not JSON")
+            #expect(try await connection.next()?.status == 413)
+            #expect(Self.id(try await connection.next()) == 12)
+            #expect(edge.answeredOnTheEventLoop.load(ordering: .relaxed) == 5)
             await connection.close()
         }
     }

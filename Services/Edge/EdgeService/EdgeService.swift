@@ -78,7 +78,7 @@ public final class EdgeService: Sendable {
     private let contentFiles: ContentFiles?
     private let metricsRegistry: PrometheusCollectorRegistry
     let requestMetrics: HTTPServerRequestMetrics
-    /// `/v1/rpc` requests `RPCOnTheEventLoop` answered (the rest went through the router): for tests.
+    /// Requests `RPCOnTheEventLoop` answered (`/v1/rpc` and the webhook; the rest went through the router): for tests.
     package let answeredOnTheEventLoop = Atomic<Int>(0)
     private let fileIO = FileIO()
 
@@ -308,28 +308,48 @@ public final class EdgeService: Sendable {
     /// fails), 400 for one that fails verification (a forgery: logged), 503 when it cannot be recorded
     /// now (fulfillment or verification down): Apple delivers it again later.
     public func appStoreNotification(body: [UInt8], sandbox: Bool) async -> HTTPResponse.Status {
-        struct Body: Decodable { let signedPayload: String }
-        guard let parsed = try? JSONDecoder().decode(Body.self, from: Data(body)) else { return .badRequest }
-        guard let client = clients["fulfillment"] else { return .serviceUnavailable }
-        do {
-            let result = try await client.call(
-                FulfillmentReceiveNotification.self,
-                .init(signedPayload: parsed.signedPayload, processLater: configuration.webhookAnswersOnceRecorded ? true : nil),
-                timeout: configuration.callTimeout)
-            logger.info(
-                "App Store notification recorded",
-                metadata: [
-                    "notificationUUID": "\(result.notificationUUID)", "state": "\(result.state.rawValue)",
-                    "firstDelivery": "\(result.firstDelivery)", "sandboxURL": "\(sandbox)",
-                ])
-            return .ok
-        } catch  where error.knownCode == .invalidReceipt {
-            logger.warning("App Store notification refused: it failed verification", metadata: ["reason": "\(error.data.reason)"])
-            return .badRequest
-        } catch {
-            logger.error("App Store notification could not be recorded; Apple will retry", metadata: ["error": "\(error.message)"])
-            return .serviceUnavailable
-        }
+        (try? await webhookAnswer(body: body, sandbox: sandbox, on: MultiThreadedEventLoopGroup.singleton.any()).get()) ?? .serviceUnavailable
+    }
+
+    /// The webhook's check before its body is read: the address's own bucket (429 with `Retry-After`).
+    func webhookAdmission(headers: HTTPFields, peer: String?) -> RPCHTTPAnswer? {
+        let address = clientAddress(peer: peer, forwardedFor: headers[.xForwardedFor])
+        guard let wait = webhookLimiter.take(address) else { return nil }
+        return RPCHTTPAnswer(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))])
+    }
+
+    /// `appStoreNotification` on an event loop (`RPCOnTheEventLoop`): never fails; completes on `eventLoop`.
+    /// The signed payload is forwarded as the JSON string Apple sent (not decoded and encoded again).
+    func webhookAnswer(body: [UInt8], sandbox: Bool, on eventLoop: any EventLoop) -> EventLoopFuture<HTTPResponse.Status> {
+        guard let scanned = try? JSONScanner.scan(body), scanned.root.kind == .object,
+            let payload = scanned.root.members.first(where: { $0.key == "signedPayload" }), body[payload.value.lowerBound] == UInt8(ascii: "\"")
+        else { return eventLoop.makeSucceededFuture(.badRequest) }
+        guard let client = clients["fulfillment"] else { return eventLoop.makeSucceededFuture(.serviceUnavailable) }
+        var params: [UInt8] = Array(#"{"signedPayload":"#.utf8)
+        params += body[payload.value]
+        if configuration.webhookAnswersOnceRecorded { params += Array(#","processLater":true"#.utf8) }
+        params.append(UInt8(ascii: "}"))
+        let logger = self.logger
+        return client.callRaw(method: FulfillmentReceiveNotification.name, params: params, timeout: configuration.callTimeout, on: eventLoop)
+            .map { bytes -> HTTPResponse.Status in
+                let result = try? RPCCodec.decodeResult(FulfillmentReceiveNotification.Result.self, from: bytes)
+                logger.info(
+                    "App Store notification recorded",
+                    metadata: [
+                        "notificationUUID": "\(result?.notificationUUID ?? "?")", "state": "\(result?.state.rawValue ?? "?")",
+                        "firstDelivery": "\(result?.firstDelivery ?? false)", "sandboxURL": "\(sandbox)",
+                    ])
+                return .ok
+            }
+            .recover { error in
+                let error = error as? RPCError ?? .unavailable("\(error)", reason: "connectionLost")
+                if error.knownCode == .invalidReceipt {
+                    logger.warning("App Store notification refused: it failed verification", metadata: ["reason": "\(error.data.reason)"])
+                    return .badRequest
+                }
+                logger.error("App Store notification could not be recorded; Apple will retry", metadata: ["error": "\(error.message)"])
+                return .serviceUnavailable
+            }
     }
 
     // MARK: GET /v1/content/{contentId}
@@ -466,10 +486,10 @@ public final class EdgeService: Sendable {
             await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: true, zeroCopy: zeroCopy)
         }
         for (path, sandbox) in [("v1/notifications/appstore", false), ("v1/notifications/appstore/sandbox", true)] {
+            // Through the router when `RPCOnTheEventLoop` hands a request on (see there); the same steps as there.
             router.post(RouterPath(path)) { request, context -> Response in
-                let address = self.clientAddress(peer: context.remoteAddress?.ipAddress, forwardedFor: request.headers[.xForwardedFor])
-                if let wait = self.webhookLimiter.take(address) {
-                    return Response(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))])
+                if let refusal = self.webhookAdmission(headers: request.headers, peer: context.remoteAddress?.ipAddress) {
+                    return refusal.response
                 }
                 guard let buffer = try? await request.body.collect(upTo: self.configuration.maxWebhookBodyBytes) else {
                     return Response(status: .contentTooLarge)
@@ -488,14 +508,17 @@ public final class EdgeService: Sendable {
     ) throws -> some ApplicationProtocol {
         let headTimeout = configuration.requestHeadTimeout
         let maxBody = configuration.maxBodyBytes
+        let maxWebhookBody = configuration.maxWebhookBodyBytes
         let http1 = HTTP1Channel.Configuration(
-            additionalChannelHandlers: [RequestHeadDeadline(timeout: headTimeout), RPCOnTheEventLoop(edge: self, maxBodyBytes: maxBody)],
+            additionalChannelHandlers: [
+                RequestHeadDeadline(timeout: headTimeout), RPCOnTheEventLoop(edge: self, maxBodyBytes: maxBody, maxWebhookBodyBytes: maxWebhookBody),
+            ],
             httpDecoderConfiguration: .init(
                 maxHeaderFieldSize: configuration.maxHeaderBytes, maxHeaderListSize: configuration.maxHeaderBytes,
                 maxHeaderFieldCount: configuration.maxHeaderFields))
         var http2Streams = http1
         // An HTTP/2 stream's head arrives whole, in one HEADERS frame: no head deadline there.
-        http2Streams.additionalChannelHandlers = { [RPCOnTheEventLoop(edge: self, maxBodyBytes: maxBody)] }
+        http2Streams.additionalChannelHandlers = { [RPCOnTheEventLoop(edge: self, maxBodyBytes: maxBody, maxWebhookBodyBytes: maxWebhookBody)] }
         let http2 = HTTP2UpgradeChannel.Configuration(idleTimeout: configuration.idleTimeout, streamConfiguration: http2Streams)
         let stall = configuration.stalledWriteTimeout
         return Application(

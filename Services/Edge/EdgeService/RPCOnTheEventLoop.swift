@@ -4,16 +4,17 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTPTypes
 
-/// `POST /v1/rpc` answered on the connection's event loop, without Hummingbird's per-request Swift task: the
-/// request's parts are collected here, forwarded with `RPCClient.callRaw(on:)` (a connection on the same event
-/// loop when there is one) and the answer written back from the reply's callback. Through Hummingbird each call
-/// cost four thread hops (event loop to task, task to the client's loop, the reply back to the task, the answer
-/// back to the loop); this is the edge's busiest route. The steps are the route's (`EdgeService.rpcAdmission`,
-/// `rpcAnswer`, the same metrics), so both paths answer alike.
+/// `POST /v1/rpc` and Apple's webhook (`POST /v1/notifications/appstore[/sandbox]`) answered on the connection's
+/// event loop, without Hummingbird's per-request Swift task: the request's parts are collected here, forwarded with
+/// `RPCClient.callRaw(on:)` (a connection on the same event loop when there is one) and the answer written back from
+/// the reply's callback. Through Hummingbird each call cost four thread hops (event loop to task, task to the client's
+/// loop, the reply back to the task, the answer back to the loop); these are the edge's busiest routes. The steps are
+/// the router's (`EdgeService.rpcAdmission`/`rpcAnswer`, `webhookAdmission`/`webhookAnswer`, the same metrics), so
+/// both paths answer alike.
 ///
 /// Sits after the HTTP codec, before Hummingbird's connection handler, on HTTP/1.1 connections (plain and TLS)
-/// and on HTTP/2 streams. Everything else goes on to Hummingbird untouched, and so does a `/v1/rpc` request that
-/// must wait behind one Hummingbird has not answered yet (HTTP/1.1 answers in order), asks `Expect:` or
+/// and on HTTP/2 streams. Everything else goes on to Hummingbird untouched, and so does a request of these routes
+/// that must wait behind one Hummingbird has not answered yet (HTTP/1.1 answers in order), asks `Expect:` or
 /// `Connection: close`. While an answer is being made, parts that arrive after the request (a pipelined
 /// request), reads and inbound events (input closed, quiesce) wait here, then go on in order: nothing
 /// overtakes the answer and nothing closes the connection under it.
@@ -28,10 +29,33 @@ final class RPCOnTheEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
         /// Hummingbird has this request (its body parts follow it there).
         case passing
         /// An admitted request whose body arrives into `body`.
-        case collecting(head: HTTPRequest, address: String, started: ContinuousClock.Instant)
+        case collecting(route: Route, head: HTTPRequest, address: String, started: ContinuousClock.Instant)
         case answering
         /// Answered early (413): the rest of the request's body is read and dropped.
         case discarding
+    }
+
+    /// The routes answered here: JSON-RPC, and Apple's webhook (production or sandbox URL).
+    enum Route: Equatable {
+        case rpc
+        case webhook(sandbox: Bool)
+
+        init?(_ head: HTTPRequest) {
+            guard head.method == .post else { return nil }
+            switch head.path {
+            case "/v1/rpc": self = .rpc
+            case "/v1/notifications/appstore": self = .webhook(sandbox: false)
+            case "/v1/notifications/appstore/sandbox": self = .webhook(sandbox: true)
+            default: return nil
+            }
+        }
+
+        var path: String {
+            switch self {
+            case .rpc: "/v1/rpc"
+            case .webhook(let sandbox): sandbox ? "/v1/notifications/appstore/sandbox" : "/v1/notifications/appstore"
+            }
+        }
     }
 
     private enum Held {
@@ -41,6 +65,7 @@ final class RPCOnTheEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
 
     private let edge: EdgeService
     private let maxBodyBytes: Int
+    private let maxWebhookBodyBytes: Int
     private var state = State.idle
     /// Requests handed to Hummingbird whose answer has not been written yet.
     private var unansweredByHummingbird = 0
@@ -50,9 +75,14 @@ final class RPCOnTheEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
     private var eventsWhileCollecting: [Any] = []
     private var body = ByteBuffer()
 
-    init(edge: EdgeService, maxBodyBytes: Int) {
+    init(edge: EdgeService, maxBodyBytes: Int, maxWebhookBodyBytes: Int) {
         self.edge = edge
         self.maxBodyBytes = maxBodyBytes
+        self.maxWebhookBodyBytes = maxWebhookBodyBytes
+    }
+
+    private func cap(_ route: Route) -> Int {
+        route == .rpc ? maxBodyBytes : maxWebhookBodyBytes
     }
 
     private var isAnswering: Bool {
@@ -72,7 +102,7 @@ final class RPCOnTheEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
     private func take(_ part: HTTPRequestPart, context: ChannelHandlerContext) {
         switch (state, part) {
         case (.idle, .head(let head)):
-            guard unansweredByHummingbird == 0, head.method == .post, head.path == "/v1/rpc", head.headerFields[.expect] == nil,
+            guard unansweredByHummingbird == 0, let route = Route(head), head.headerFields[.expect] == nil,
                 !(head.headerFields[.connection] ?? "").lowercased().contains("close")
             else {
                 unansweredByHummingbird += 1
@@ -83,31 +113,40 @@ final class RPCOnTheEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
             let started = ContinuousClock.now
             edge.requestMetrics.active.increment()
             let peer = context.channel.remoteAddress?.ipAddress ?? context.channel.parent?.remoteAddress?.ipAddress
-            let (address, refusal) = edge.rpcAdmission(headers: head.headerFields, peer: peer)
+            let (address, refusal) =
+                route == .rpc
+                ? edge.rpcAdmission(headers: head.headerFields, peer: peer)
+                : ("", edge.webhookAdmission(headers: head.headerFields, peer: peer))
             if let refusal {
-                answer(refusal, to: head, started: started, requestEnded: false, context: context)
-            } else if let length = head.headerFields[.contentLength].flatMap(Int.init), length > maxBodyBytes {
-                answer(.init(status: .contentTooLarge), to: head, started: started, requestEnded: false, context: context)
+                answer(refusal, route: route, to: head, started: started, requestEnded: false, context: context)
+            } else if let length = head.headerFields[.contentLength].flatMap(Int.init), length > cap(route) {
+                answer(.init(status: .contentTooLarge), route: route, to: head, started: started, requestEnded: false, context: context)
             } else {
                 body.clear()
-                state = .collecting(head: head, address: address, started: started)
+                state = .collecting(route: route, head: head, address: address, started: started)
             }
-        case (.collecting(let head, _, let started), .body(var chunk)):
-            if body.readableBytes + chunk.readableBytes > maxBodyBytes {
+        case (.collecting(let route, let head, _, let started), .body(var chunk)):
+            if body.readableBytes + chunk.readableBytes > cap(route) {
                 body = ByteBuffer()
-                answer(.init(status: .contentTooLarge), to: head, started: started, requestEnded: false, context: context)
+                answer(.init(status: .contentTooLarge), route: route, to: head, started: started, requestEnded: false, context: context)
                 return
             }
             body.writeBuffer(&chunk)
-        case (.collecting(let head, let address, let started), .end):
+        case (.collecting(let route, let head, let address, let started), .end):
             state = .answering
             let bytes = Array(buffer: body)
             body = ByteBuffer()
             let eventLoop = context.eventLoop
             let loopBound = NIOLoopBound((self, context), eventLoop: eventLoop)
-            edge.rpcAnswer(headers: head.headerFields, address: address, body: bytes, on: eventLoop).whenSuccess { answer in
+            let answering: EventLoopFuture<EdgeService.RPCHTTPAnswer>
+            switch route {
+            case .rpc: answering = edge.rpcAnswer(headers: head.headerFields, address: address, body: bytes, on: eventLoop)
+            case .webhook(let sandbox):
+                answering = edge.webhookAnswer(body: bytes, sandbox: sandbox, on: eventLoop).map { EdgeService.RPCHTTPAnswer(status: $0) }
+            }
+            answering.whenSuccess { answer in
                 let (handler, context) = loopBound.value
-                handler.answer(answer, to: head, started: started, requestEnded: true, context: context)
+                handler.answer(answer, route: route, to: head, started: started, requestEnded: true, context: context)
             }
         case (.discarding, .body):
             break
@@ -124,7 +163,7 @@ final class RPCOnTheEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Writes `answer` and goes on with what waited behind it.
     private func answer(
-        _ answer: EdgeService.RPCHTTPAnswer, to head: HTTPRequest, started: ContinuousClock.Instant, requestEnded: Bool,
+        _ answer: EdgeService.RPCHTTPAnswer, route: Route, to head: HTTPRequest, started: ContinuousClock.Instant, requestEnded: Bool,
         context: ChannelHandlerContext
     ) {
         var fields = answer.headers
@@ -134,7 +173,7 @@ final class RPCOnTheEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
         context.write(wrapOutboundOut(.head(HTTPResponse(status: answer.status, headerFields: fields))), promise: nil)
         if !answer.body.isEmpty { context.write(wrapOutboundOut(.body(context.channel.allocator.buffer(bytes: answer.body))), promise: nil) }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
-        edge.requestMetrics.record(method: head.method, route: "/v1/rpc", status: Int(answer.status.code), since: started)
+        edge.requestMetrics.record(method: head.method, route: route.path, status: Int(answer.status.code), since: started)
         edge.requestMetrics.active.decrement()
         edge.answeredOnTheEventLoop.add(1, ordering: .relaxed)
         state = requestEnded ? .idle : .discarding
