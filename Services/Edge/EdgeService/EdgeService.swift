@@ -78,7 +78,7 @@ public final class EdgeService: Sendable {
     private let contentFiles: ContentFiles?
     private let metricsRegistry: PrometheusCollectorRegistry
     let requestMetrics: HTTPServerRequestMetrics
-    /// Requests `RPCOnTheEventLoop` answered (`/v1/rpc` and the webhook; the rest went through the router): for tests.
+    /// Requests `EventLoopRoutes` answered (`/v1/rpc` and the webhook; the rest went through the router): for tests.
     package let answeredOnTheEventLoop = Atomic<Int>(0)
     private let fileIO = FileIO()
 
@@ -159,7 +159,7 @@ public final class EdgeService: Sendable {
             .get()) ?? (.internalServerError, [])
     }
 
-    /// `rpc` on an event loop, without a Swift task (`RPCOnTheEventLoop`); the future completes on `eventLoop`
+    /// `rpc` on an event loop, without a Swift task (`EventLoopRoutes`); the future completes on `eventLoop`
     /// and never fails. Batch members are forwarded one after another, in order.
     func rpc(body: [UInt8], bearer: String?, clientAddress: String?, charge: (Int) -> Bool, on eventLoop: any EventLoop)
         -> EventLoopFuture<(HTTPResponse.Status, [UInt8])>
@@ -318,7 +318,7 @@ public final class EdgeService: Sendable {
         return RPCHTTPAnswer(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))])
     }
 
-    /// `appStoreNotification` on an event loop (`RPCOnTheEventLoop`): never fails; completes on `eventLoop`.
+    /// `appStoreNotification` on an event loop (`EventLoopRoutes`): never fails; completes on `eventLoop`.
     /// The signed payload is forwarded as the JSON string Apple sent (not decoded and encoded again).
     func webhookAnswer(body: [UInt8], sandbox: Bool, on eventLoop: any EventLoop) -> EventLoopFuture<HTTPResponse.Status> {
         guard let scanned = try? JSONScanner.scan(body), scanned.root.kind == .object,
@@ -470,7 +470,7 @@ public final class EdgeService: Sendable {
                 body: .init(byteBuffer: ByteBuffer(bytes: report)))
         }
         router.post("v1/rpc") { request, context -> Response in
-            // Over HTTP/2 and when `RPCOnTheEventLoop` hands a request on (see there); the same steps as there.
+            // Over HTTP/2 and when `EventLoopRoutes` hands a request on (see there); the same steps as there.
             let (address, refusal) = self.rpcAdmission(headers: request.headers, peer: context.remoteAddress?.ipAddress)
             if let refusal { return refusal.response }
             guard let buffer = try? await request.body.collect(upTo: maxBody) else { return Response(status: .contentTooLarge) }
@@ -486,7 +486,7 @@ public final class EdgeService: Sendable {
             await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: true, zeroCopy: zeroCopy)
         }
         for (path, sandbox) in [("v1/notifications/appstore", false), ("v1/notifications/appstore/sandbox", true)] {
-            // Through the router when `RPCOnTheEventLoop` hands a request on (see there); the same steps as there.
+            // Through the router when `EventLoopRoutes` hands a request on (see there); the same steps as there.
             router.post(RouterPath(path)) { request, context -> Response in
                 if let refusal = self.webhookAdmission(headers: request.headers, peer: context.remoteAddress?.ipAddress) {
                     return refusal.response
@@ -511,14 +511,14 @@ public final class EdgeService: Sendable {
         let maxWebhookBody = configuration.maxWebhookBodyBytes
         let http1 = HTTP1Channel.Configuration(
             additionalChannelHandlers: [
-                RequestHeadDeadline(timeout: headTimeout), RPCOnTheEventLoop(edge: self, maxBodyBytes: maxBody, maxWebhookBodyBytes: maxWebhookBody),
+                RequestHeadDeadline(timeout: headTimeout), EventLoopRoutes(edge: self, maxBodyBytes: maxBody, maxWebhookBodyBytes: maxWebhookBody),
             ],
             httpDecoderConfiguration: .init(
                 maxHeaderFieldSize: configuration.maxHeaderBytes, maxHeaderListSize: configuration.maxHeaderBytes,
                 maxHeaderFieldCount: configuration.maxHeaderFields))
         var http2Streams = http1
         // An HTTP/2 stream's head arrives whole, in one HEADERS frame: no head deadline there.
-        http2Streams.additionalChannelHandlers = { [RPCOnTheEventLoop(edge: self, maxBodyBytes: maxBody, maxWebhookBodyBytes: maxWebhookBody)] }
+        http2Streams.additionalChannelHandlers = { [EventLoopRoutes(edge: self, maxBodyBytes: maxBody, maxWebhookBodyBytes: maxWebhookBody)] }
         let http2 = HTTP2UpgradeChannel.Configuration(idleTimeout: configuration.idleTimeout, streamConfiguration: http2Streams)
         let stall = configuration.stalledWriteTimeout
         return Application(

@@ -6,7 +6,7 @@ import NIOConcurrencyHelpers
 /// OpenTelemetry's HTTP server metrics for every request the edge answers: `http.server.request.duration`
 /// (a timer per method, route and status code) and `http.server.active_requests` (requests in progress).
 /// Prometheus shows them as `http_server_request_duration` (a histogram in seconds) and
-/// `http_server_active_requests`. Shared by the router's middleware and `RPCOnTheEventLoop`.
+/// `http_server_active_requests`. Shared by the router's middleware and `EventLoopRoutes`.
 /// Timers are made once per (method, route, status) and reused: making one checks and escapes its name and
 /// labels, which cost 14% of the edge's CPU when done per request.
 final class HTTPServerRequestMetrics: Sendable {

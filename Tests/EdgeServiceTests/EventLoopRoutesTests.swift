@@ -9,10 +9,10 @@ import Testing
 
 @testable import EdgeService
 
-/// `/v1/rpc` answered on the event loop (`RPCOnTheEventLoop`) beside Hummingbird on the same connection: answers
+/// `/v1/rpc` answered on the event loop (`EventLoopRoutes`) beside Hummingbird on the same connection: answers
 /// in request order whichever path takes a request, nothing lost to a half close, 413 without losing the
 /// connection. Over a raw TCP socket with NIO's HTTP/1 response parser, so requests can be pipelined byte for byte.
-@Suite struct RPCOnTheEventLoopTests {
+@Suite struct EventLoopRoutesTests {
     /// One HTTP/1.1 connection: raw bytes out, parsed responses in. Used by one task.
     final class RawHTTP {
         struct Answer: Sendable {

@@ -18,7 +18,7 @@ import NIOHTTPTypes
 /// `Connection: close`. While an answer is being made, parts that arrive after the request (a pipelined
 /// request), reads and inbound events (input closed, quiesce) wait here, then go on in order: nothing
 /// overtakes the answer and nothing closes the connection under it.
-final class RPCOnTheEventLoop: ChannelDuplexHandler, RemovableChannelHandler {
+final class EventLoopRoutes: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPRequestPart
     typealias InboundOut = HTTPRequestPart
     typealias OutboundIn = HTTPResponsePart
