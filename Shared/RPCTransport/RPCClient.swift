@@ -118,31 +118,21 @@ public final class RPCClient: Sendable {
 
     /// Calls a method by name with raw JSON params; returns the raw JSON of the result.
     public func callRaw(method: String, params: [UInt8]?, timeout: TimeAmount? = nil) async throws(RPCError) -> [UInt8] {
-        let id = nextID.wrappingAdd(1, ordering: .relaxed).newValue
-        var line: [UInt8] = []
-        JSONWriter.request(id: RPCID(id), method: method, params: params ?? Array("{}".utf8), into: &line)
-        line.append(UInt8(ascii: "\n"))
+        let (id, line) = requestLine(method: method, params: params)
         // A connection that closed before the call was written (its instance stopped): the call was never sent,
         // so it goes on another connection, possibly another instance. Once written, it is never sent again.
         var attempts = 0
         while true {
             attempts += 1
             let channel = try await connection()
-            let completion = CallCompletion(channel.eventLoop.makePromise(of: [UInt8].self))
-            let deadline = NIODeadline.now() + (timeout ?? configuration.callTimeout)
-            // A write to a connection that closed meanwhile never reaches the handler: fail the call here
-            // (whichever side completes it first wins; the other is ignored).
-            channel.writeAndFlush(OutgoingCall(id: id, line: line, deadline: deadline, completion: completion)).whenFailure { error in
-                completion.fail(error)
-            }
             do {
-                return try await completion.promise.futureResult.get()
+                return try await send(id: id, line: line, timeout: timeout, on: channel).get()
             } catch let error as RPCError {
                 throw error
             } catch ChannelError.ioOnClosedChannel where attempts <= endpoints.count * configuration.connections {
                 continue
             } catch {
-                throw RPCError.unavailable("call to \(address) failed: \(error)", reason: "connectionLost")
+                throw connectionLost(error)
             }
         }
     }
@@ -159,22 +149,40 @@ public final class RPCClient: Sendable {
             eventLoop.makeFutureWithTask { try await self.callRaw(method: method, params: params, timeout: timeout) }
         }
         guard let channel = openConnection(preferring: eventLoop) else { return viaTask() }
+        let (id, line) = requestLine(method: method, params: params)
+        return send(id: id, line: line, timeout: timeout, on: channel).hop(to: eventLoop).flatMapError { error in
+            switch error {
+            case let error as RPCError: return eventLoop.makeFailedFuture(error)
+            case ChannelError.ioOnClosedChannel: return viaTask()  // never written: safe to send elsewhere
+            default: return eventLoop.makeFailedFuture(self.connectionLost(error))
+            }
+        }
+    }
+
+    /// A new call's id and its request line (newline included).
+    private func requestLine(method: String, params: [UInt8]?) -> (id: Int64, line: [UInt8]) {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).newValue
         var line: [UInt8] = []
         JSONWriter.request(id: RPCID(id), method: method, params: params ?? Array("{}".utf8), into: &line)
         line.append(UInt8(ascii: "\n"))
+        return (id, line)
+    }
+
+    /// Writes a call on `channel`; the future is its reply (on the channel's event loop): the service's answer, its
+    /// `RPCError`, a timeout or lost connection as `RPCError`, or `ChannelError.ioOnClosedChannel` when the call
+    /// was never written (a write to a connection that closed meanwhile never reaches the handler: failed here;
+    /// whichever side completes the call first wins).
+    private func send(id: Int64, line: [UInt8], timeout: TimeAmount?, on channel: any Channel) -> EventLoopFuture<[UInt8]> {
         let completion = CallCompletion(channel.eventLoop.makePromise(of: [UInt8].self))
         let deadline = NIODeadline.now() + (timeout ?? configuration.callTimeout)
         channel.writeAndFlush(OutgoingCall(id: id, line: line, deadline: deadline, completion: completion)).whenFailure { error in
             completion.fail(error)
         }
-        return completion.promise.futureResult.hop(to: eventLoop).flatMapError { error in
-            switch error {
-            case let error as RPCError: return eventLoop.makeFailedFuture(error)
-            case ChannelError.ioOnClosedChannel: return viaTask()  // never written: safe to send elsewhere
-            default: return eventLoop.makeFailedFuture(RPCError.unavailable("call to \(self.address) failed: \(error)", reason: "connectionLost"))
-            }
-        }
+        return completion.promise.futureResult
+    }
+
+    private func connectionLost(_ error: any Error) -> RPCError {
+        RPCError.unavailable("call to \(address) failed: \(error)", reason: "connectionLost")
     }
 
     /// An open connection to the next instance in service, preferring one on `eventLoop`; nil when that

@@ -33,7 +33,7 @@ import Testing
 
     static func withHostileEdge(_ body: (Int) async throws -> Void) async throws {
         try await EdgeTests.withEdge(configure: {
-            $0.requestHeadTimeout = .milliseconds(500)
+            $0.requestTimeout = .milliseconds(500)
             $0.maxHeaderBytes = 8 * 1024
         }) { _, base in
             try await body(Int(base.split(separator: ":").last!)!)
@@ -58,6 +58,43 @@ import Testing
             #expect(ContinuousClock.now - started < .seconds(15), "closed by the head deadline, not by the drip ending")
 
             // Everyone else is answered.
+            let fine = try await LineClient.connect(port: port)
+            try await fine.send(bytes: Array(Self.request.utf8))
+            #expect(try await Self.statusLine(fine) == "HTTP/1.1 200 OK")
+            await fine.close()
+        }
+    }
+
+    /// The same deadline covers the body: a request whose body trickles in a byte at a time is cut without an answer
+    /// (nothing of it forwarded), and a connection answered 413 before its body ended is still closed when it idles.
+    @Test func bodiesSentAByteAtATimeLoseTheConnectionAtTheDeadline() async throws {
+        try await Self.withHostileEdge { port in
+            let slow = try await LineClient.connect(port: port)
+            let drip = Task {
+                try await slow.send(
+                    bytes: Array(
+                        "POST /v1/rpc HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{".utf8))
+                for _ in 0..<400 {
+                    try await Task.sleep(for: .milliseconds(50))
+                    try await slow.send(bytes: [UInt8(ascii: " ")])
+                }
+            }
+            defer { drip.cancel() }
+            let started = ContinuousClock.now
+            let outcome = try await Self.statusThenClose(slow)
+            #expect(outcome.closed && outcome.status == nil, "closed without an answer")
+            #expect(ContinuousClock.now - started < .seconds(15), "closed by the deadline, not by the drip ending")
+
+            // Answered 413 from its Content-Length (past the 2 MiB cap), its body sent whole after, then silent: the wait
+            // for the next request runs from that answer, not from the refused request's end.
+            let early = try await LineClient.connect(port: port)
+            let size = 2_100_000
+            try await early.send(
+                bytes: Array("POST /v1/rpc HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: \(size)\r\n\r\n".utf8)
+                    + [UInt8](repeating: UInt8(ascii: " "), count: size))
+            let refused = try await Self.statusThenClose(early)
+            #expect(refused.status?.hasPrefix("HTTP/1.1 413") == true && refused.closed, "\(refused.status ?? "")")
+
             let fine = try await LineClient.connect(port: port)
             try await fine.send(bytes: Array(Self.request.utf8))
             #expect(try await Self.statusLine(fine) == "HTTP/1.1 200 OK")

@@ -50,8 +50,8 @@ public struct EdgeConfiguration: Sendable {
     public var contentSendfile = true
     /// The clock content URLs expire by.
     public var clock: ServiceClock = .system
-    /// An HTTP/1.1 connection's next request head must arrive within this (slow headers, idle keep-alive).
-    public var requestHeadTimeout: TimeAmount = .seconds(30)
+    /// An HTTP/1.1 connection's next request, head and body, must arrive within this (slow headers or bodies, idle keep-alive).
+    public var requestTimeout: TimeAmount = .seconds(30)
     /// A connection whose pending writes make no progress for this long is closed (a client that stopped reading).
     public var stalledWriteTimeout: TimeAmount = .seconds(60)
     /// An HTTP/2 connection with no open stream is closed after this.
@@ -99,8 +99,8 @@ public final class EdgeService: Sendable {
 
     // MARK: POST /v1/rpc
 
-    /// What `/v1/rpc` answers over HTTP, whichever path took the request.
-    struct RPCHTTPAnswer: Sendable {
+    /// What `/v1/rpc` and the webhook answer over HTTP, whichever path took the request.
+    struct HTTPAnswer: Sendable {
         var status: HTTPResponse.Status
         var headers: HTTPFields = [:]
         var body: [UInt8] = []
@@ -108,24 +108,29 @@ public final class EdgeService: Sendable {
         var response: Response {
             Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
         }
+
+        /// 429 with `Retry-After`: the whole seconds until the bucket has a token again (at least 1).
+        static func tooManyRequests(wait: Double) -> HTTPAnswer {
+            HTTPAnswer(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))])
+        }
     }
 
     /// `/v1/rpc`'s checks before its body is read: the client address's bucket (429 with `Retry-After`) and the
     /// media type (415). Returns the client's address either way.
-    func rpcAdmission(headers: HTTPFields, peer: String?) -> (address: String, refusal: RPCHTTPAnswer?) {
+    func rpcAdmission(headers: HTTPFields, peer: String?) -> (address: String, refusal: HTTPAnswer?) {
         let address = clientAddress(peer: peer, forwardedFor: headers[.xForwardedFor])
         if let wait = limiter.take(address) {
-            return (address, RPCHTTPAnswer(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))]))
+            return (address, .tooManyRequests(wait: wait))
         }
         guard (headers[.contentType] ?? "").lowercased().hasPrefix("application/json") else {
-            return (address, RPCHTTPAnswer(status: .unsupportedMediaType))
+            return (address, HTTPAnswer(status: .unsupportedMediaType))
         }
         return (address, nil)
     }
 
     /// The answer to an admitted `/v1/rpc` request whose body (at most `maxBodyBytes`) has arrived: the bearer
     /// token as the session, a batch's extra members charged to the bucket. Never fails; completes on `eventLoop`.
-    func rpcAnswer(headers: HTTPFields, address: String, body: [UInt8], on eventLoop: any EventLoop) -> EventLoopFuture<RPCHTTPAnswer> {
+    func rpcAnswer(headers: HTTPFields, address: String, body: [UInt8], on eventLoop: any EventLoop) -> EventLoopFuture<HTTPAnswer> {
         var bearer: String?
         if let authorization = headers[.authorization], authorization.lowercased().hasPrefix("bearer ") {
             bearer = String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces)
@@ -141,9 +146,9 @@ public final class EdgeService: Sendable {
         let wait = batchWait
         return answer.map { status, body in
             if status == .tooManyRequests {
-                return RPCHTTPAnswer(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int((wait ?? 1).rounded(.up))))])
+                return .tooManyRequests(wait: wait ?? 1)
             }
-            return RPCHTTPAnswer(status: status, headers: status == .noContent ? [:] : [.contentType: "application/json"], body: body)
+            return HTTPAnswer(status: status, headers: status == .noContent ? [:] : [.contentType: "application/json"], body: body)
         }
     }
 
@@ -312,10 +317,10 @@ public final class EdgeService: Sendable {
     }
 
     /// The webhook's check before its body is read: the address's own bucket (429 with `Retry-After`).
-    func webhookAdmission(headers: HTTPFields, peer: String?) -> RPCHTTPAnswer? {
+    func webhookAdmission(headers: HTTPFields, peer: String?) -> HTTPAnswer? {
         let address = clientAddress(peer: peer, forwardedFor: headers[.xForwardedFor])
         guard let wait = webhookLimiter.take(address) else { return nil }
-        return RPCHTTPAnswer(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))])
+        return .tooManyRequests(wait: wait)
     }
 
     /// `appStoreNotification` on an event loop (`EventLoopRoutes`): never fails; completes on `eventLoop`.
@@ -365,7 +370,7 @@ public final class EdgeService: Sendable {
         // loop to burn the edge's bandwidth and disk, and guessing signatures is bounded too.
         let address = clientAddress(peer: context.remoteAddress?.ipAddress, forwardedFor: request.headers[.xForwardedFor])
         if let wait = limiter.take(address) {
-            return Response(status: .tooManyRequests, headers: [.retryAfter: String(max(1, Int(wait.rounded(.up))))])
+            return HTTPAnswer.tooManyRequests(wait: wait).response
         }
         var query: [String: String] = [:]
         for (key, value) in request.uri.queryParameters { query[String(key)] = String(value) }
@@ -506,12 +511,12 @@ public final class EdgeService: Sendable {
         host: String, port: Int, tls: TLSConfiguration? = nil,
         onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
     ) throws -> some ApplicationProtocol {
-        let headTimeout = configuration.requestHeadTimeout
+        let requestTimeout = configuration.requestTimeout
         let maxBody = configuration.maxBodyBytes
         let maxWebhookBody = configuration.maxWebhookBodyBytes
         let http1 = HTTP1Channel.Configuration(
             additionalChannelHandlers: [
-                RequestHeadDeadline(timeout: headTimeout), EventLoopRoutes(edge: self, maxBodyBytes: maxBody, maxWebhookBodyBytes: maxWebhookBody),
+                RequestDeadline(timeout: requestTimeout), EventLoopRoutes(edge: self, maxBodyBytes: maxBody, maxWebhookBodyBytes: maxWebhookBody),
             ],
             httpDecoderConfiguration: .init(
                 maxHeaderFieldSize: configuration.maxHeaderBytes, maxHeaderListSize: configuration.maxHeaderBytes,

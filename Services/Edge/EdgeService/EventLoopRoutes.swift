@@ -1,6 +1,5 @@
 import Foundation
 import HTTPTypes
-import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTPTypes
 
@@ -138,11 +137,11 @@ final class EventLoopRoutes: ChannelDuplexHandler, RemovableChannelHandler {
             body = ByteBuffer()
             let eventLoop = context.eventLoop
             let loopBound = NIOLoopBound((self, context), eventLoop: eventLoop)
-            let answering: EventLoopFuture<EdgeService.RPCHTTPAnswer>
+            let answering: EventLoopFuture<EdgeService.HTTPAnswer>
             switch route {
             case .rpc: answering = edge.rpcAnswer(headers: head.headerFields, address: address, body: bytes, on: eventLoop)
             case .webhook(let sandbox):
-                answering = edge.webhookAnswer(body: bytes, sandbox: sandbox, on: eventLoop).map { EdgeService.RPCHTTPAnswer(status: $0) }
+                answering = edge.webhookAnswer(body: bytes, sandbox: sandbox, on: eventLoop).map { EdgeService.HTTPAnswer(status: $0) }
             }
             answering.whenSuccess { answer in
                 let (handler, context) = loopBound.value
@@ -163,7 +162,7 @@ final class EventLoopRoutes: ChannelDuplexHandler, RemovableChannelHandler {
 
     /// Writes `answer` and goes on with what waited behind it.
     private func answer(
-        _ answer: EdgeService.RPCHTTPAnswer, route: Route, to head: HTTPRequest, started: ContinuousClock.Instant, requestEnded: Bool,
+        _ answer: EdgeService.HTTPAnswer, route: Route, to head: HTTPRequest, started: ContinuousClock.Instant, requestEnded: Bool,
         context: ChannelHandlerContext
     ) {
         var fields = answer.headers
@@ -219,28 +218,5 @@ final class EventLoopRoutes: ChannelDuplexHandler, RemovableChannelHandler {
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         if case .end = unwrapOutboundIn(data), unansweredByHummingbird > 0 { unansweredByHummingbird -= 1 }
         context.write(data, promise: promise)
-    }
-}
-
-/// The `Date` header's value (RFC 9110's IMF-fixdate), made at most once a second.
-enum HTTPDate {
-    private static let cache = NIOLockedValueBox<(second: Int, text: String)>((-1, ""))
-
-    static func now() -> String {
-        let second = time(nil)
-        return cache.withLockedValue { cached in
-            if cached.second == second { return cached.text }
-            var t = second
-            var parts = tm()
-            gmtime_r(&t, &parts)
-            let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
-            let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-            func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
-            let text =
-                "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(1900 + parts.tm_year) "
-                + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
-            cached = (second, text)
-            return text
-        }
     }
 }

@@ -6,9 +6,9 @@ import NIOCore
 /// stops reading would otherwise hold the connection, its buffers and its open file for ever (and a flood of such
 /// clients, each within its address's rate limit, would pile them up). Placed next to the socket (below TLS), so
 /// every chunk the kernel takes counts as progress: a slow client that keeps reading is never cut, and a connection
-/// with nothing to write is not this handler's business (`RequestHeadDeadline` closes idle ones).
+/// with nothing to write is not this handler's business (`RequestDeadline` closes idle ones).
 ///
-/// A `ConnectionDeadline`, as `RequestHeadDeadline`.
+/// A `ConnectionDeadline`, as `RequestDeadline`.
 final class WriteProgressDeadline: ConnectionDeadline {
     typealias InboundIn = NIOAny
     typealias OutboundIn = NIOAny
