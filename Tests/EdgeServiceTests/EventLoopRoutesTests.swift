@@ -1,9 +1,14 @@
 import Foundation
+import HTTPTypes
 import JSONRPC
 import NIOCore
+import NIOEmbedded
 import NIOHTTP1
+import NIOHTTPTypes
 import NIOPosix
+import Prometheus
 import RPCTestSupport
+import RPCTransport
 import SuiteTestSupport
 import Testing
 
@@ -211,5 +216,31 @@ import Testing
             #expect(edge.answeredOnTheEventLoop.load(ordering: .relaxed) == 3)
             await connection.close()
         }
+    }
+}
+
+/// The route's gauge of requests in progress on an embedded channel: a client that leaves mid-body is no longer
+/// counted (nothing is forwarded, so no network is needed here).
+@Suite struct EventLoopRoutesGaugeTests {
+    @Test func aClientLeavingMidBodyIsNoLongerAnActiveRequest() throws {
+        let registry = PrometheusCollectorRegistry()
+        var config = EdgeConfiguration()
+        config.metricsRegistry = registry
+        let nowhere = RPCClient(host: "127.0.0.1", port: 1)
+        let edge = EdgeService(accounts: nowhere, catalog: nowhere, fulfillment: nowhere, configuration: config, logger: EdgeTests.quiet)
+        func active() -> String? {
+            var text: [UInt8] = []
+            registry.emit(into: &text)
+            return String(decoding: text, as: UTF8.self).split(separator: "\n").first { $0.hasPrefix("http_server_active_requests") }.map(String.init)
+        }
+        let channel = EmbeddedChannel(handler: EventLoopRoutes(edge: edge, maxBodyBytes: 1024, maxWebhookBodyBytes: 1024))
+        var head = HTTPRequest(method: .post, scheme: "http", authority: "localhost", path: "/v1/rpc")
+        head.headerFields[.contentType] = "application/json"
+        try channel.writeInbound(HTTPRequestPart.head(head))
+        try channel.writeInbound(HTTPRequestPart.body(ByteBuffer(string: #"{"jsonrpc":"2.0","#)))
+        #expect(active() == "http_server_active_requests 1.0", "\(active() ?? "no gauge")")
+        #expect(try channel.readInbound(as: HTTPRequestPart.self) == nil, "the request is this handler's, not Hummingbird's")
+        _ = try channel.finish()
+        #expect(active() == "http_server_active_requests 0.0", "\(active() ?? "no gauge")")
     }
 }

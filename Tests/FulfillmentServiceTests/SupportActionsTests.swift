@@ -146,4 +146,15 @@ import Testing
             #expect(try await suite.entitlements(gil.session).first?.expiresAtMs == extended.expiresAtMs + 7 * 86_400_000)
         }
     }
+
+    /// Without the internal token the tie worker cannot reach Apple, so a redeem records no tie it would never
+    /// make (the outbox would only grow). (Support grants refuse without the token altogether.)
+    @Test func withoutTheInternalTokenNoTieIsRecorded() async throws {
+        try await SuiteFixture.with(configure: { $0.internalToken = nil }) { suite in
+            let ivy = try await suite.register("ivy")
+            let coins = try await suite.buy("ivy@icloud", "coins.100")
+            #expect(try await suite.redeem(ivy.session, receipt: coins.receiptData).balance == 100)
+            #expect(try await suite.count("SELECT COUNT(*) FROM accountTokenOutbox") == 0)
+        }
+    }
 }

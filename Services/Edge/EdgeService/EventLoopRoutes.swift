@@ -211,6 +211,17 @@ final class EventLoopRoutes: ChannelDuplexHandler, RemovableChannelHandler {
         }
     }
 
+    /// A client that leaves while its body arrives: the request is counted as no longer active (nothing was
+    /// forwarded; an answer in progress decrements when its reply comes, written or not).
+    func channelInactive(context: ChannelHandlerContext) {
+        if case .collecting = state {
+            edge.requestMetrics.active.decrement()
+            state = .idle
+            body = ByteBuffer()
+        }
+        context.fireChannelInactive()
+    }
+
     func read(context: ChannelHandlerContext) {
         if isAnswering { readHeld = true } else { context.read() }
     }

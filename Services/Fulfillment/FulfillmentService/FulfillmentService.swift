@@ -110,10 +110,9 @@ public final class FulfillmentService: Sendable {
         // Granted purchases without an appAccountToken are tied to the account at Apple (Set App Account Token), so
         // Apple's later notifications about them name the account: recorded in the outbox in the grant's own
         // transaction (never lost, no second commit), made later by `tieAccountsAtApple`, out of the request path.
-        let recordTies = configuration.internalToken != nil  // the worker needs it to reach Apple
         let applied = try await storeCall {
             try await self.store.apply(
-                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: recordTies, mode: mode,
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: self.recordsTies, mode: mode,
                 policy: self.configuration.ownershipPolicy, answerScope: answerScope, nowMs: self.clock.nowMs)
         }
         for t in applied.transfers {
@@ -142,6 +141,10 @@ public final class FulfillmentService: Sendable {
         }
         return try VerifiedPurchase.fromReceipt(answer)
     }
+
+    /// Whether grants record ties to make at Apple: only with the internal token the worker needs to reach Apple
+    /// (without it nothing would ever take them out of the outbox).
+    private var recordsTies: Bool { configuration.internalToken != nil }
 
     /// Makes the due ties of the outbox at Apple; answers how many were tried. The executable's worker
     /// calls it every few seconds.
@@ -805,7 +808,7 @@ public final class FulfillmentService: Sendable {
         let toApply = planned
         let applied = try await storeCall {
             try await self.store.apply(
-                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: true,
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: self.recordsTies,
                 mode: .redeem, policy: self.configuration.ownershipPolicy, answerScope: toApply.first?.scope ?? .production,
                 nowMs: self.clock.nowMs)
         }
