@@ -202,7 +202,7 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
         switch implementation {
         case .immediate(let body):
             do { outcome = .success(try body(request.params, ctx)) } catch { outcome = .failure(error) }
-        case .immediateOrAsync(let fast, _):
+        case .immediateOrAsync(let fast, _), .immediateOrBlocking(let fast, _):
             do {
                 guard let answer = try fast(request.params, ctx) else { return nil }
                 outcome = .success(answer)
@@ -242,7 +242,7 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
             task = Task {
                 do throws(RPCError) { finish(.success(try await body(params, ctx))) } catch { finish(.failure(error)) }
             }
-        case .blocking(let body):
+        case .blocking(let body), .immediateOrBlocking(_, let body):
             shared.blockingPool.runIfActive(eventLoop: loop) { () -> Result<[UInt8], RPCError> in
                 do throws(RPCError) { return .success(try body(params, ctx)) } catch { return .failure(error) }
             }.whenComplete { result in

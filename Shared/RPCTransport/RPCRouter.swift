@@ -21,6 +21,8 @@ public struct RPCRouter: Sendable {
         case blocking(SyncBody)
         /// Tries the first body inline on the event loop; when it answers nil, runs the second as a task.
         case immediateOrAsync(FastBody, AsyncBody)
+        /// Tries the first body inline on the event loop; when it answers nil, runs the second on the blocking pool.
+        case immediateOrBlocking(FastBody, SyncBody)
     }
 
     struct Entry: Sendable {
@@ -97,6 +99,25 @@ public struct RPCRouter: Sendable {
                     do { result = try await handler(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
                     return try JSONWriter.encodeBodyOrThrow(result)
                 }))
+    }
+
+    /// Registers a handler that answers inline on the event loop when it can without waiting (`immediate`; nil when
+    /// it cannot: a write to make, or storage that is a network away), and otherwise on the server's blocking pool
+    /// (`handler`). For reads that are cheap in the common case: the two thread hops of the pool cost more than them.
+    public mutating func registerImmediateOrBlocking<M: RPCMethod>(
+        _ method: M.Type,
+        immediate: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result?,
+        handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
+    ) {
+        add(
+            M.self,
+            .immediateOrBlocking(
+                { params, ctx throws(RPCError) in
+                    let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+                    let result: M.Result?
+                    do { result = try immediate(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
+                    return try result.map { result throws(RPCError) in try JSONWriter.encodeBodyOrThrow(result) }
+                }, Self.syncBody(M.self, handler)))
     }
 
     /// Registers a handler that may block briefly (a synchronous SQLite read or write). It runs on the

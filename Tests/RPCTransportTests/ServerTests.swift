@@ -18,8 +18,11 @@ import Testing
     }
 
     /// An immediate-or-async method answers on the event loop when its inline half can, from a task when that
-    /// half says no (nil), and its inline errors are answered as errors; alone and in a batch.
-    @Test func immediateOrAsyncMethodsAnswerInlineWhenTheyCan() async throws {
+    /// half says no (nil), and its inline errors are answered as errors; alone and in a batch. Likewise an
+    /// immediate-or-blocking one, whose other half runs on the blocking pool.
+    @Test(arguments: [("echo.fast", "task"), ("echo.fastOrBlocking", "pool")])
+    func immediateOrDeferredMethodsAnswerInlineWhenTheyCan(method: String, deferredPath: String) async throws {
+        let otherPath = JSONValue.string(deferredPath)
         let server = try await TestServer.start()
         defer { Task { await server.shutdown() } }
         let client = try await LineClient.connect(port: server.localPort!)
@@ -29,19 +32,19 @@ import Testing
             return try JSONValue.parse(reply)["result"]
         }
         #expect(
-            try await result(#"{"jsonrpc":"2.0","method":"echo.fast","params":{"fast":true},"id":1}"#) == ["path": "inline", "onEventLoop": true])
+            try await result(#"{"jsonrpc":"2.0","method":"\#(method)","params":{"fast":true},"id":1}"#) == ["path": "inline", "onEventLoop": true])
         #expect(
-            try await result(#"{"jsonrpc":"2.0","method":"echo.fast","params":{"fast":false},"id":2}"#) == ["path": "task", "onEventLoop": false])
-        try await client.send(line: #"{"jsonrpc":"2.0","method":"echo.fast","params":{"fail":true},"id":3}"#)
+            try await result(#"{"jsonrpc":"2.0","method":"\#(method)","params":{"fast":false},"id":2}"#) == ["path": otherPath, "onEventLoop": false])
+        try await client.send(line: #"{"jsonrpc":"2.0","method":"\#(method)","params":{"fail":true},"id":3}"#)
         guard case .line(let failed) = try await client.next() else { Issue.record("closed"); return }
         #expect(try JSONValue.parse(failed)["error"]?["data"]?["reason"] == "failed")
         try await client.send(
             line:
-                #"[{"jsonrpc":"2.0","method":"echo.fast","params":{"fast":false},"id":4},{"jsonrpc":"2.0","method":"echo.fast","params":{"fast":true},"id":5}]"#
+                #"[{"jsonrpc":"2.0","method":"\#(method)","params":{"fast":false},"id":4},{"jsonrpc":"2.0","method":"\#(method)","params":{"fast":true},"id":5}]"#
         )
         guard case .line(let batch) = try await client.next() else { Issue.record("closed"); return }
         let answers = try JSONValue.parse(batch).arrayValue ?? []
-        #expect(answers.count == 2 && answers[0]["result"]?["path"] == "task" && answers[1]["result"]?["path"] == "inline")
+        #expect(answers.count == 2 && answers[0]["result"]?["path"] == otherPath && answers[1]["result"]?["path"] == "inline")
     }
 
     @Test func tenThousandLevelsOfNestingAreRefusedAndTheServerStaysUp() async throws {

@@ -85,6 +85,13 @@ enum EchoFast: RPCMethod {
     static let summary = "Answers inline when params.fast is true, from a task otherwise; fails inline when params.fail is."
 }
 
+enum EchoFastOrBlocking: RPCMethod {
+    typealias Params = JSONValue
+    typealias Result = JSONValue
+    static let name = "echo.fastOrBlocking"
+    static let summary = "Answers inline when params.fast is true, from the blocking pool otherwise; fails inline when params.fail is."
+}
+
 enum TypedAdd: RPCMethod {
     struct Params: Codable, Sendable {
         var a: Int64
@@ -207,6 +214,13 @@ enum TestServer {
             return ["path": "inline", "onEventLoop": .bool(MultiThreadedEventLoopGroup.currentEventLoop != nil)]
         } handler: { _, _ in
             ["path": "task", "onEventLoop": .bool(MultiThreadedEventLoopGroup.currentEventLoop != nil)]
+        }
+        r.registerImmediateOrBlocking(EchoFastOrBlocking.self) { p, _ in
+            if p["fail"] == .bool(true) { throw RPCError.invalidParams("asked to fail", field: "fail", reason: "failed") }
+            guard p["fast"] == .bool(true) else { return nil }
+            return ["path": "inline", "onEventLoop": .bool(MultiThreadedEventLoopGroup.currentEventLoop != nil)]
+        } handler: { _, _ in
+            ["path": "pool", "onEventLoop": .bool(MultiThreadedEventLoopGroup.currentEventLoop != nil)]
         }
         r.registerImmediate(TypedAdd.self) { p, _ in .init(total: p.a + p.b, label: p.label) }
         r.register(GateWait.self) { p, _ in

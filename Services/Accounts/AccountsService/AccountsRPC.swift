@@ -12,7 +12,9 @@ extension AccountsService {
             try self.logout(p.session)
             return EmptyResult()
         }
-        r.registerBlocking(AccountsAuthenticate.self) { p, _ in try self.authenticate(p.session) }
+        r.registerImmediateOrBlocking(
+            AccountsAuthenticate.self, immediate: { p, _ in try self.authenticateWithoutWaiting(p.session) },
+            handler: { p, _ in try self.authenticate(p.session) })
         r.register(AccountsChangePassword.self) { p, _ in
             try await self.changePassword(p)
             return EmptyResult()

@@ -128,8 +128,19 @@ public final class AccountsService: Sendable {
     /// Resolves a session token: one indexed read; a write at most once per touch interval.
     /// Synchronous: served from the server's blocking pool (the hot path of the whole suite).
     public func authenticate(_ token: String) throws(RPCError) -> AuthenticatedAccount {
-        let session = try currentSession(token)
-        return AuthenticatedAccount(
+        Self.authenticated(try currentSession(token))
+    }
+
+    /// `authenticate` answered on the event loop when that needs no waiting: the store reads without waiting
+    /// (SQLite) and the session is not due its touch (a write). Nil otherwise: `authenticate` answers on the
+    /// blocking pool. The same checks in the same order, so both give the same answer for the same token.
+    public func authenticateWithoutWaiting(_ token: String) throws(RPCError) -> AuthenticatedAccount? {
+        guard store.readsSessionsWithoutWaiting else { return nil }
+        return try currentSession(token, touching: false).map(Self.authenticated)
+    }
+
+    private static func authenticated(_ session: SessionRow) -> AuthenticatedAccount {
+        AuthenticatedAccount(
             accountId: session.accountId, username: session.username,
             appAccountToken: session.appAccountToken, expiresAtMs: session.expiresAtMs)
     }
@@ -214,6 +225,13 @@ public final class AccountsService: Sendable {
     /// The live session for a token, sliding its expiry; 1001 when unknown, expired or revoked.
     /// Blocks on SQLite briefly (an indexed read; a write at most once per touch interval).
     private func currentSession(_ token: String) throws(RPCError) -> SessionRow {
+        // With `touching`, nil is never answered.
+        try currentSession(token, touching: true)!
+    }
+
+    /// The live session of a token, touched (`lastSeenAtMs`, sliding expiry) once per touch interval; when the
+    /// touch is due and `touching` is false, nil (the caller goes where it may write).
+    private func currentSession(_ token: String, touching: Bool) throws(RPCError) -> SessionRow? {
         guard let hash = SessionTokens.hash(token) else { throw RPCError.unauthenticated() }
         let now = clock.nowMs
         guard let session = try runBlocking({ try self.store.session(tokenHash: hash) }) else {
@@ -223,6 +241,7 @@ public final class AccountsService: Sendable {
             throw RPCError(code: .unauthenticated, message: "session expired; sign in again", reason: "sessionExpired")
         }
         if now - session.lastSeenAtMs >= configuration.sessionTouchIntervalMs {
+            guard touching else { return nil }
             let expires = sessionExpiry(createdAtMs: session.createdAtMs, nowMs: now)
             try runBlocking { try self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }
             return SessionRow(

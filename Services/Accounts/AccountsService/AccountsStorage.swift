@@ -19,6 +19,9 @@ public protocol AccountsStorage: Sendable {
     /// Adds a session, drops the account's expired ones, and evicts the oldest beyond `cap`.
     func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int) async throws
     func session(tokenHash: Data) throws -> SessionRow?
+    /// True when `session(tokenHash:)` never waits on anything but memory and the local file (SQLite in WAL mode:
+    /// a read takes no lock the writer holds), so it may run on an event loop; false for a server a network away.
+    var readsSessionsWithoutWaiting: Bool { get }
     func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws
     func deleteSession(tokenHash: Data) throws
     func sessions(accountId: String, nowMs: Int64) throws -> [SessionRow]

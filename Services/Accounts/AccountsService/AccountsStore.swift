@@ -192,6 +192,9 @@ public final class AccountsStore: AccountsStorage, Sendable {
         }
     }
 
+    /// WAL mode: a reader sees the last commit without waiting for the writer (the database is opened as a pool).
+    public var readsSessionsWithoutWaiting: Bool { true }
+
     /// Records use of a session and slides its expiry, unless it was revoked or expired meanwhile.
     public func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws {
         try writer.write { db in
