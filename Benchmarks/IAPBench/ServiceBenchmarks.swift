@@ -78,15 +78,50 @@ struct AuthenticateBenchmark: AsyncParsableCommand {
 struct VerifyReceiptBenchmark: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify-receipt",
-        abstract: "verification.verifyReceipt of a receipt minted by the simulator.")
+        abstract: "verification.verifyReceipt of a receipt minted by the simulator, or of the receipt files in --receipts.")
     @OptionGroup var suite: SuiteAddresses
     @Option(help: "verification-service address.") var verification = SuiteAddresses.env("IAP_VERIFICATION_ADDR", "127.0.0.1:7103")
     @Option(name: .customLong("in-app"), help: "Purchases in the receipt (e.g. 1, 5, 50).") var inApp = 5
     @Option(help: "sha256 or sha1.") var digest = "sha256"
+    @Option(
+        help: """
+            Verify these receipt files instead of minting one (every regular file in the directory, DER or base64, taken \
+            in turn; no simulator needed). Each must verify (status 0): Xcode receipts need a verification-service \
+            started with --allow-xcode.
+            """)
+    var receipts: String?
     @Flag(name: .customLong("no-openssl"), help: "Skip the `openssl speed rsa2048` comparison.") var noOpenSSL = false
     @OptionGroup var load: LoadOptions
 
     func run() async throws {
+        let bodies: [[UInt8]]
+        var notes: [String: String]
+        if let receipts {
+            let files = try ReceiptFiles.load(directory: receipts)
+            bodies = try files.map { try JSONWriter.encodeBodyOrThrow(VerificationVerifyReceipt.Params(receiptData: $0.base64)) }
+            notes = ["receipts": files.map { "\($0.name) (\($0.bytes) bytes)" }.joined(separator: ", ") + ", in turn"]
+        } else {
+            let receipt = try await mintReceipt()
+            bodies = [try JSONWriter.encodeBodyOrThrow(VerificationVerifyReceipt.Params(receiptData: receipt))]
+            notes = ["receipt": "\(inApp) purchases, \(digest), \(receipt.utf8.count) base64 bytes"]
+        }
+        let pool = try clients(verification, load.connections)
+        let driver = LoadDriver(options: load)
+        if !noOpenSSL, let rate = OpenSSLSpeed.verifyRate("rsa2048") {
+            notes["peer"] = "openssl speed rsa2048, one core: \(rate) verify/s (same run, before timing)"
+        }
+        driver.print(
+            try await driver.run(scenario: "verify-receipt", clients: pool, notes: notes) { client, i in
+                await outcome {
+                    let raw = try await client.callRaw(method: VerificationVerifyReceipt.name, params: bodies[i % bodies.count])
+                    guard raw.starts(with: Array(#"{"status":0"#.utf8)) else { throw RPCError.internalError("status not 0") }
+                }
+            })
+        for c in pool { await c.close() }
+    }
+
+    /// Buys `inApp` consumables for a new Apple ID in the simulator and asks for its receipt (base64).
+    private func mintReceipt() async throws -> String {
         guard let simDigest = SimDigest(rawValue: digest) else { throw ValidationError("--digest must be sha256 or sha1") }
         let sim = try RPCClient(address: suite.sim, configuration: .init(connections: 1, callTimeout: .seconds(60)))
         let appleId = "bench-verify-\(UUID().uuidString.prefix(8))@icloud"
@@ -104,21 +139,36 @@ struct VerifyReceiptBenchmark: AsyncParsableCommand {
                 receipt: .init(digest: simDigest))
         ).receiptData
         await sim.close()
-        let pool = try clients(verification, load.connections)
-        let params = try JSONWriter.encodeBodyOrThrow(VerificationVerifyReceipt.Params(receiptData: receipt))
-        let driver = LoadDriver(options: load)
-        var notes = ["receipt": "\(inApp) purchases, \(digest), \(receipt.utf8.count) base64 bytes"]
-        if !noOpenSSL, let rate = OpenSSLSpeed.verifyRate("rsa2048") {
-            notes["peer"] = "openssl speed rsa2048, one core: \(rate) verify/s (same run, before timing)"
+        return receipt
+    }
+}
+
+/// Receipt files for `verify-receipt --receipts`: every regular file of a directory, by name, as base64 (a file
+/// that is base64 text already is taken as it is; anything else is taken as the DER bytes).
+enum ReceiptFiles {
+    struct File {
+        let name: String
+        let bytes: Int
+        let base64: String
+    }
+
+    static func load(directory: String) throws -> [File] {
+        let url = URL(fileURLWithPath: directory)
+        let names = try FileManager.default.contentsOfDirectory(atPath: url.path).sorted()
+        var files: [File] = []
+        for name in names where !name.hasPrefix(".") {
+            let fileURL = url.appendingPathComponent(name)
+            guard (try? fileURL.resourceValues(forKeys: [.isRegularFileKey]))?.isRegularFile == true else { continue }
+            let data = try Data(contentsOf: fileURL)
+            let text = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            if let der = Data(base64Encoded: text), !der.isEmpty {
+                files.append(File(name: name, bytes: der.count, base64: text))
+            } else {
+                files.append(File(name: name, bytes: data.count, base64: data.base64EncodedString()))
+            }
         }
-        driver.print(
-            try await driver.run(scenario: "verify-receipt", clients: pool, notes: notes) { client, _ in
-                await outcome {
-                    let raw = try await client.callRaw(method: VerificationVerifyReceipt.name, params: params)
-                    guard raw.starts(with: Array(#"{"status":0"#.utf8)) else { throw RPCError.internalError("status not 0") }
-                }
-            })
-        for c in pool { await c.close() }
+        guard !files.isEmpty else { throw ValidationError("no receipt files in \(directory)") }
+        return files
     }
 }
 

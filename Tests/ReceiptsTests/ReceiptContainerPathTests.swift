@@ -1,4 +1,5 @@
 import Foundation
+import SwiftASN1
 import Testing
 
 @testable import Receipts
@@ -35,6 +36,16 @@ import Testing
             out.append((name, try XcodeFixtureTests.fixture(name)))
         }
         return out
+    }
+
+    /// The OIDs read by table give exactly the text SwiftASN1 gives for the same bytes.
+    @Test func knownOIDsReadAsSwiftASN1ReadsThem() throws {
+        for known in ReceiptContainer.knownOIDs {
+            let der = [0x06, UInt8(known.content.count)] + known.content
+            let node = try BER.parse(der)
+            #expect(try ASN1ObjectIdentifier(derEncoded: node).description == known.dotted)
+            #expect(try ReceiptContainer.oid(node) == known.dotted)
+        }
     }
 
     @Test func mintedAndXcodeReceiptsTakeTheFieldByFieldPathAndAgreeWithTheTree() throws {
