@@ -76,14 +76,42 @@ struct LoadDriver {
             ? await openLoop(clients: clients, seconds: options.duration, next: nextIndex, call: call)
             : await closedLoop(clients: clients, seconds: options.duration, next: nextIndex, call: call)
         sampler.stop()
+        return report(
+            scenario: scenario, connections: clients.count, latenciesUs: measured.latenciesUs, errors: measured.errors,
+            seconds: measured.seconds, peakRssMiB: sampler.peaksMiB(), notes: notes)
+    }
 
-        var latencies = measured.latenciesUs
+    /// The closed loop on the event loops (`PipelinedLoad`): one method, answers checked by their first bytes.
+    func runPipelined(
+        scenario: String, address: String, method: String, notes: [String: String] = [:],
+        params: @escaping @Sendable (Int) -> [UInt8], expect: [UInt8]
+    ) async throws -> Report {
+        guard options.rate == 0 else { throw ValidationError("--pipelined is a closed loop: leave out --rate") }
+        let (host, port) = try RPCClient.parseAddress(address)
+        let sampler = RSSSampler(names: options.rssProcesses.split(separator: ",").map(String.init))
+        sampler.start()
+        let measured = try await PipelinedLoad.run(
+            host: host, port: port, connections: options.connections, inFlight: options.inFlight, warmup: options.warmup,
+            seconds: options.duration, method: method, params: params, expect: expect)
+        sampler.stop()
+        var notes = notes
+        notes["driver"] = "pipelined on NIO's event loops (no task per call)"
+        return report(
+            scenario: scenario, connections: options.connections, latenciesUs: measured.latenciesUs, errors: measured.errors,
+            seconds: measured.seconds, peakRssMiB: sampler.peaksMiB(), notes: notes)
+    }
+
+    private func report(
+        scenario: String, connections: Int, latenciesUs: [UInt32], errors measuredErrors: [Int: Int], seconds: Double,
+        peakRssMiB: [String: Double], notes: [String: String]
+    ) -> Report {
+        var latencies = latenciesUs
         latencies.sort()
         func pct(_ p: Double) -> Double {
             latencies.isEmpty ? 0 : Double(latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))]) / 1000
         }
         var errors: [String: Int] = [:]
-        for (code, n) in measured.errors {
+        for (code, n) in measuredErrors {
             let name =
                 RPCErrorCode(rawValue: code).map { "\(code) \($0.name)" }
                 ?? [
@@ -93,14 +121,14 @@ struct LoadDriver {
             errors[name] = n
         }
         return Report(
-            scenario: scenario, mode: options.rate > 0 ? "open" : "closed", connections: clients.count, inFlight: options.inFlight,
-            targetRate: options.rate > 0 ? options.rate : nil, seconds: measured.seconds, requests: latencies.count,
-            requestsPerSecond: Double(latencies.count) / max(measured.seconds, 1e-9),
+            scenario: scenario, mode: options.rate > 0 ? "open" : "closed", connections: connections, inFlight: options.inFlight,
+            targetRate: options.rate > 0 ? options.rate : nil, seconds: seconds, requests: latencies.count,
+            requestsPerSecond: Double(latencies.count) / max(seconds, 1e-9),
             latencyMs: [
                 "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99), "p99.9": pct(0.999),
                 "max": latencies.last.map { Double($0) / 1000 } ?? 0,
             ],
-            errors: errors, peakRssMiB: sampler.peaksMiB(), notes: notes)
+            errors: errors, peakRssMiB: peakRssMiB, notes: notes)
     }
 
     func print(_ report: Report) {

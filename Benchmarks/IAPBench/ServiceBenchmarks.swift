@@ -91,6 +91,8 @@ struct VerifyReceiptBenchmark: AsyncParsableCommand {
             """)
     var receipts: String?
     @Flag(name: .customLong("no-openssl"), help: "Skip the `openssl speed rsa2048` comparison.") var noOpenSSL = false
+    @Flag(help: "Drive the load on NIO's event loops, no task per call (less of the shared cores for the load generator).")
+    var pipelined = false
     @OptionGroup var load: LoadOptions
 
     func run() async throws {
@@ -105,11 +107,17 @@ struct VerifyReceiptBenchmark: AsyncParsableCommand {
             bodies = [try JSONWriter.encodeBodyOrThrow(VerificationVerifyReceipt.Params(receiptData: receipt))]
             notes = ["receipt": "\(inApp) purchases, \(digest), \(receipt.utf8.count) base64 bytes"]
         }
-        let pool = try clients(verification, load.connections)
         let driver = LoadDriver(options: load)
         if !noOpenSSL, let rate = OpenSSLSpeed.verifyRate("rsa2048") {
             notes["peer"] = "openssl speed rsa2048, one core: \(rate) verify/s (same run, before timing)"
         }
+        if pipelined {
+            return driver.print(
+                try await driver.runPipelined(
+                    scenario: "verify-receipt", address: verification, method: VerificationVerifyReceipt.name, notes: notes,
+                    params: { bodies[$0 % bodies.count] }, expect: Array(#"{"status":0"#.utf8)))
+        }
+        let pool = try clients(verification, load.connections)
         driver.print(
             try await driver.run(scenario: "verify-receipt", clients: pool, notes: notes) { client, i in
                 await outcome {
@@ -183,6 +191,8 @@ struct VerifyTransactionBenchmark: AsyncParsableCommand {
     @Option(help: "verification-service address.") var verification = SuiteAddresses.env("IAP_VERIFICATION_ADDR", "127.0.0.1:7103")
     @Option(help: "Signed transactions to mint before timing (used in turn).") var transactions = 1_000
     @Flag(name: .customLong("no-openssl"), help: "Skip the `openssl speed` comparison.") var noOpenSSL = false
+    @Flag(help: "Drive the load on NIO's event loops, no task per call (less of the shared cores for the load generator).")
+    var pipelined = false
     @OptionGroup var load: LoadOptions
 
     func run() async throws {
@@ -193,12 +203,18 @@ struct VerifyTransactionBenchmark: AsyncParsableCommand {
         let bodies = try minted.map {
             try JSONWriter.encodeBodyOrThrow(VerificationVerifyTransaction.Params(signedTransaction: $0.signedTransaction))
         }
-        let pool = try clients(verification, load.connections)
         let driver = LoadDriver(options: load)
         var notes = ["jws": "one new simulator-signed transaction per call (ES256, x5c of three)"]
         if !noOpenSSL, let rate = OpenSSLSpeed.verifyRate("ecdsap256") {
             notes["peer"] = "openssl speed ecdsap256, one core: \(rate) verify/s (same run, before timing)"
         }
+        if pipelined {
+            return driver.print(
+                try await driver.runPipelined(
+                    scenario: "verify-transaction", address: verification, method: VerificationVerifyTransaction.name, notes: notes,
+                    params: { bodies[$0 % bodies.count] }, expect: Array(#"{"status":0"#.utf8)))
+        }
+        let pool = try clients(verification, load.connections)
         let report = try await driver.run(scenario: "verify-transaction", clients: pool, notes: notes) { client, i in
             await outcome {
                 let raw = try await client.callRaw(method: VerificationVerifyTransaction.name, params: bodies[i % bodies.count])
