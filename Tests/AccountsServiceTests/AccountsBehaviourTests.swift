@@ -72,6 +72,26 @@ import Testing
         #expect(await rpcError { try await f.client.call(AccountsListSessions.self, .init(session: token)) }?.knownCode == .unauthenticated)
     }
 
+    /// `authenticate` on the event loop (its own SQLite connection, no write): the same account as the blocking
+    /// pool's answer, nothing inline when the session is due its touch (the pool writes that), and every commit
+    /// (a logout) seen at once.
+    @Test(.disabled(if: TestPostgres.suiteUsesPostgres, "the inline reader is SQLite's; PostgreSQL always takes the pool"))
+    func theEventLoopReaderSeesEveryCommitAndLeavesTouchesToThePool() async throws {
+        let f = try await AccountsFixture.start()
+        defer { Task { await f.stop() } }
+        let token = try await f.register("inline").session.token
+        let viaPool = try await f.authenticate(token)
+        #expect(try f.service.authenticateWithoutWaiting(token) == viaPool)
+        f.clock.advance(ms: f.configuration.sessionTouchIntervalMs)
+        #expect(try f.service.authenticateWithoutWaiting(token) == nil)
+        let touched = try await f.authenticate(token)
+        #expect(touched.expiresAtMs == f.clock.nowMs + f.configuration.sessionLifetimeMs)
+        #expect(try f.service.authenticateWithoutWaiting(token) == touched)
+        _ = try await f.client.call(AccountsLogout.self, .init(session: token))
+        #expect(throws: RPCError.self) { try f.service.authenticateWithoutWaiting(token) }
+        #expect(throws: RPCError.self) { try f.service.authenticateWithoutWaiting("not-a-token") }
+    }
+
     @Test func revokedSessionsFail() async throws {
         let f = try await AccountsFixture.start()
         defer { Task { await f.stop() } }

@@ -131,12 +131,12 @@ public final class AccountsService: Sendable {
         Self.authenticated(try currentSession(token))
     }
 
-    /// `authenticate` answered on the event loop when that needs no waiting: the store reads without waiting
-    /// (SQLite) and the session is not due its touch (a write). Nil otherwise: `authenticate` answers on the
-    /// blocking pool. The same checks in the same order, so both give the same answer for the same token.
+    /// `authenticate` answered on the event loop when that needs no waiting: the store can read without waiting
+    /// now (`sessionWithoutWaiting`: SQLite, its inline reader free) and the session is not due its touch (a
+    /// write). Nil otherwise: `authenticate` answers on the blocking pool. The same checks in the same order, so
+    /// both give the same answer for the same token.
     public func authenticateWithoutWaiting(_ token: String) throws(RPCError) -> AuthenticatedAccount? {
-        guard store.readsSessionsWithoutWaiting else { return nil }
-        return try currentSession(token, touching: false).map(Self.authenticated)
+        try currentSession(token, inline: true).map(Self.authenticated)
     }
 
     private static func authenticated(_ session: SessionRow) -> AuthenticatedAccount {
@@ -225,23 +225,32 @@ public final class AccountsService: Sendable {
     /// The live session for a token, sliding its expiry; 1001 when unknown, expired or revoked.
     /// Blocks on SQLite briefly (an indexed read; a write at most once per touch interval).
     private func currentSession(_ token: String) throws(RPCError) -> SessionRow {
-        // With `touching`, nil is never answered.
-        try currentSession(token, touching: true)!
+        // Not inline: nil is never answered.
+        try currentSession(token, inline: false)!
     }
 
-    /// The live session of a token, touched (`lastSeenAtMs`, sliding expiry) once per touch interval; when the
-    /// touch is due and `touching` is false, nil (the caller goes where it may write).
-    private func currentSession(_ token: String, touching: Bool) throws(RPCError) -> SessionRow? {
+    /// The live session of a token, touched (`lastSeenAtMs`, sliding expiry) once per touch interval. `inline`
+    /// (an event loop): read only without waiting, and never written; nil when that cannot answer (the caller
+    /// goes where it may wait and write).
+    private func currentSession(_ token: String, inline: Bool) throws(RPCError) -> SessionRow? {
         guard let hash = SessionTokens.hash(token) else { throw RPCError.unauthenticated() }
         let now = clock.nowMs
-        guard let session = try runBlocking({ try self.store.session(tokenHash: hash) }) else {
-            throw RPCError.unauthenticated()
+        let found: SessionRow?
+        if inline {
+            switch try runBlocking({ try self.store.sessionWithoutWaiting(tokenHash: hash) }) {
+            case .found(let row): found = row
+            case .absent: found = nil
+            case .notNow: return nil
+            }
+        } else {
+            found = try runBlocking { try self.store.session(tokenHash: hash) }
         }
+        guard let session = found else { throw RPCError.unauthenticated() }
         guard session.expiresAtMs > now, now - session.createdAtMs < configuration.sessionAbsoluteLifetimeMs else {
             throw RPCError(code: .unauthenticated, message: "session expired; sign in again", reason: "sessionExpired")
         }
         if now - session.lastSeenAtMs >= configuration.sessionTouchIntervalMs {
-            guard touching else { return nil }
+            if inline { return nil }
             let expires = sessionExpiry(createdAtMs: session.createdAtMs, nowMs: now)
             try runBlocking { try self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }
             return SessionRow(

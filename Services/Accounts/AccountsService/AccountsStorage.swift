@@ -19,9 +19,10 @@ public protocol AccountsStorage: Sendable {
     /// Adds a session, drops the account's expired ones, and evicts the oldest beyond `cap`.
     func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int) async throws
     func session(tokenHash: Data) throws -> SessionRow?
-    /// True when `session(tokenHash:)` never waits on anything but memory and the local file (SQLite in WAL mode:
-    /// a read takes no lock the writer holds), so it may run on an event loop; false for a server a network away.
-    var readsSessionsWithoutWaiting: Bool { get }
+    /// `session(tokenHash:)` for a caller on an event loop: answered only when that waits on nothing but memory and
+    /// the local file (SQLite in WAL mode: a read takes no lock the writer holds) and nobody else is reading this
+    /// way right now; `.notNow` otherwise (always, for a server a network away).
+    func sessionWithoutWaiting(tokenHash: Data) throws -> SessionReadWithoutWaiting
     func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws
     func deleteSession(tokenHash: Data) throws
     func sessions(accountId: String, nowMs: Int64) throws -> [SessionRow]
@@ -54,6 +55,13 @@ public struct NewSession: Sendable {
     public let deviceName: String?
     public let createdAtMs: Int64
     public let expiresAtMs: Int64
+}
+
+/// What `sessionWithoutWaiting` found: the session, none, or nothing yet (ask `session(tokenHash:)` elsewhere).
+public enum SessionReadWithoutWaiting: Sendable, Equatable {
+    case found(SessionRow)
+    case absent
+    case notNow
 }
 
 public struct SessionRow: Sendable, Equatable {
