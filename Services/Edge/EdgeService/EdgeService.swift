@@ -522,8 +522,16 @@ public final class EdgeService: Sendable {
                 maxHeaderFieldSize: configuration.maxHeaderBytes, maxHeaderListSize: configuration.maxHeaderBytes,
                 maxHeaderFieldCount: configuration.maxHeaderFields))
         var http2Streams = http1
-        // An HTTP/2 stream's head arrives whole, in one HEADERS frame: no head deadline there.
-        http2Streams.additionalChannelHandlers = { [EventLoopRoutes(edge: self, maxBodyBytes: maxBody, maxWebhookBodyBytes: maxWebhookBody)] }
+        // Each HTTP/2 stream is a channel of its own: the same deadline for its request (the head comes whole in one
+        // HEADERS frame; the body could trickle), and closing the stream resets it alone, not the connection. Without
+        // it, an open stream kept the connection from its idle timeout with up to 2 MiB of body buffered, 100 streams
+        // a connection.
+        http2Streams.additionalChannelHandlers = {
+            [
+                RequestDeadline(timeout: requestTimeout),
+                EventLoopRoutes(edge: self, maxBodyBytes: maxBody, maxWebhookBodyBytes: maxWebhookBody),
+            ]
+        }
         let http2 = HTTP2UpgradeChannel.Configuration(idleTimeout: configuration.idleTimeout, streamConfiguration: http2Streams)
         let stall = configuration.stalledWriteTimeout
         return Application(

@@ -5,7 +5,8 @@ import NIOHTTPTypes
 /// connection opening or of the previous response ending: a client sending its headers or its body a byte at a
 /// time (slowloris) holds a connection, and the body buffered so far, for at most that long, however often it
 /// sends, and an idle keep-alive connection is closed after it too. Placed after the HTTP decoder, which hands on
-/// a request's parts as they arrive; the wait ends with the request's end.
+/// a request's parts as they arrive; the wait ends with the request's end. On an HTTP/2 stream (a channel of its
+/// own) the same rule resets that stream alone.
 ///
 /// A `ConnectionDeadline`: responses only write when the wait began, once their end is written out.
 final class RequestDeadline: ConnectionDeadline {
