@@ -160,6 +160,69 @@ import Testing
         }
     }
 
+    /// One address holds at most `maxConnectionsPerAddress` connections: the next is closed at once, unanswered,
+    /// while the ones it holds are served; one closing makes room again.
+    @Test func connectionsPastTheCapForOneAddressAreClosedAtOnce() async throws {
+        try await SuiteFixture.with { suite in
+            var config = EdgeConfiguration()
+            config.maxConnectionsPerAddress = 4
+            let edge = EdgeService(
+                accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config,
+                logger: EdgeTests.quiet)
+            try await EdgeTests.serving(edge) { port in
+                // Each answered once: accepted and counted.
+                var held: [LineClient] = []
+                for _ in 0..<4 {
+                    let client = try await LineClient.connect(port: port)
+                    try await client.send(bytes: Array(Self.request.utf8))
+                    #expect(try await Self.statusLine(client) == "HTTP/1.1 200 OK")
+                    held.append(client)
+                }
+                #expect(edge.connections.open("127.0.0.1") == 4, "\(edge.connections.debugDescription)")
+
+                let over = try await LineClient.connect(port: port)
+                try? await over.send(bytes: Array(Self.request.utf8))  // may find it closed already
+                let refused = try await Self.statusThenClose(over)
+                #expect(refused.closed && refused.status == nil, "closed without an answer")
+                #expect(edge.connections.refused >= 1)
+
+                // The first answer's body has no newline: the next status line follows it on the same line.
+                try await held[0].send(bytes: Array(Self.request.utf8))
+                var served = false
+                while !served, case .line(let line) = try await held[0].next() { served = line.contains("HTTP/1.1 200 OK") }
+                #expect(served, "the held ones are still served")
+
+                // The edge learns of a close asynchronously: connect until admitted (bounded).
+                await held[1].close()
+                var admitted = false
+                for _ in 0..<200 where !admitted {
+                    let again = try await LineClient.connect(port: port)
+                    if (try? await again.send(bytes: Array(Self.request.utf8))) != nil, try await Self.statusLine(again) == "HTTP/1.1 200 OK" {
+                        admitted = true
+                    }
+                    await again.close()
+                    await Task.yield()
+                }
+                #expect(admitted, "a connection closing makes room")
+                for client in held { await client.close() }
+            }
+        }
+    }
+
+    /// The counting rule alone: up to the cap per address, each address on its own, a trusted proxy never counted.
+    @Test func theConnectionCapCountsEachAddressAndExemptsTrustedProxies() {
+        let connections = ConnectionsPerAddress(cap: 2, exempt: ["10.0.0.1"])
+        #expect(connections.admit("192.0.2.1") && connections.admit("192.0.2.1"))
+        #expect(!connections.admit("192.0.2.1"), "the third from one address")
+        #expect(connections.admit("192.0.2.2"), "another address has its own count")
+        #expect((0..<10).allSatisfy { _ in connections.admit("10.0.0.1") }, "a trusted proxy is not counted")
+        connections.release("192.0.2.1")
+        #expect(connections.open("192.0.2.1") == 1 && connections.admit("192.0.2.1"))
+        connections.release("192.0.2.2")
+        connections.release("192.0.2.2")
+        #expect(connections.open("192.0.2.2") == 0 && connections.refused == 1)
+    }
+
     @Test func silentConnectionsAreClosedAndTheEdgeKeepsAnswering() async throws {
         try await Self.withHostileEdge { port in
             var silent: [LineClient] = []

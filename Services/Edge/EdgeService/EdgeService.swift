@@ -56,6 +56,9 @@ public struct EdgeConfiguration: Sendable {
     public var stalledWriteTimeout: TimeAmount = .seconds(60)
     /// An HTTP/2 connection with no open stream is closed after this.
     public var idleTimeout: Duration = .seconds(60)
+    /// Open connections per client address (the peer's; a trusted proxy's are not counted); past it a new
+    /// connection is closed at once.
+    public var maxConnectionsPerAddress = 512
     /// Largest request header block (all fields) and field count; past them the request is refused.
     public var maxHeaderBytes = 32 * 1024
     public var maxHeaderFields = 100
@@ -78,6 +81,8 @@ public final class EdgeService: Sendable {
     private let contentFiles: ContentFiles?
     private let metricsRegistry: PrometheusCollectorRegistry
     let requestMetrics: HTTPServerRequestMetrics
+    /// Open connections per client address, capped (`maxConnectionsPerAddress`).
+    let connections: ConnectionsPerAddress
     /// Requests `EventLoopRoutes` answered (`/v1/rpc` and the webhook; the rest went through the router): for tests.
     package let answeredOnTheEventLoop = Atomic<Int>(0)
     private let fileIO = FileIO()
@@ -91,6 +96,7 @@ public final class EdgeService: Sendable {
         self.contentFiles = configuration.contentDirectory.map(ContentFiles.init(directory:))
         self.metricsRegistry = configuration.metricsRegistry ?? PrometheusCollectorRegistry()
         self.requestMetrics = HTTPServerRequestMetrics(factory: PrometheusMetrics.factory(registry: metricsRegistry))
+        self.connections = ConnectionsPerAddress(cap: configuration.maxConnectionsPerAddress, exempt: configuration.trustedProxies)
     }
 
     public func close() async {
@@ -534,18 +540,22 @@ public final class EdgeService: Sendable {
         }
         let http2 = HTTP2UpgradeChannel.Configuration(idleTimeout: configuration.idleTimeout, streamConfiguration: http2Streams)
         let stall = configuration.stalledWriteTimeout
+        let connections = self.connections
         return Application(
             router: router(zeroCopy: tls == nil && configuration.contentSendfile),
             server: tls.map { tls in
                 HTTPServerBuilder { responder in
-                    WriteProgressDeadlineChannel(
-                        base: TLSRecordCoalescingChannel(
-                            base: try HTTP2UpgradeChannel(tlsConfiguration: tls, configuration: http2, responder: responder)),
-                        timeout: stall)
+                    ConnectionCapChannel(
+                        base: WriteProgressDeadlineChannel(
+                            base: TLSRecordCoalescingChannel(
+                                base: try HTTP2UpgradeChannel(tlsConfiguration: tls, configuration: http2, responder: responder)),
+                            timeout: stall), connections: connections)
                 }
             }
                 ?? HTTPServerBuilder { responder in
-                    WriteProgressDeadlineChannel(base: ZeroCopyHTTP1Channel(responder: responder, configuration: http1), timeout: stall)
+                    ConnectionCapChannel(
+                        base: WriteProgressDeadlineChannel(base: ZeroCopyHTTP1Channel(responder: responder, configuration: http1), timeout: stall),
+                        connections: connections)
                 },
             configuration: .init(address: .hostname(host, port: port), serverName: Self.serverName),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) }, logger: logger)

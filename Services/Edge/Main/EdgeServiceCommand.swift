@@ -63,6 +63,10 @@ struct EdgeServiceCommand: AsyncParsableCommand {
     var requestsPerSecond: Double = 20
     @Option(help: "Per client address: the bucket's size, the burst allowed at once (default 100).") var burst: Double = 100
     @Option(
+        name: .customLong("max-connections-per-address"),
+        help: "Per client address: open connections at most; past it a new one is closed at once (default 512; trusted proxies exempt).")
+    var maxConnectionsPerAddress = 512
+    @Option(
         name: .customLong("webhook-requests-per-second"),
         help: "Apple's webhook, per client address: deliveries per second refilled into its bucket (env IAP_EDGE_WEBHOOK_RPS; default 200).")
     var webhookRequestsPerSecond: Double?
@@ -80,6 +84,7 @@ struct EdgeServiceCommand: AsyncParsableCommand {
     func validate() throws {
         if (certFile == nil) != (keyFile == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
         guard requestsPerSecond > 0, burst >= 1 else { throw ValidationError("--requests-per-second must be > 0 and --burst >= 1") }
+        guard maxConnectionsPerAddress >= 1 else { throw ValidationError("--max-connections-per-address must be >= 1") }
         if certFile != nil { return }
         let loopback = ["127.0.0.1", "::1", "localhost"].contains(resolvedHost) || resolvedHost.hasPrefix("127.")
         if !loopback && !allowPlainHTTP {
@@ -101,6 +106,7 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         config.metricsRegistry = PrometheusMetrics.bootstrapProcess()
         config.requestsPerSecond = requestsPerSecond
         config.burst = burst
+        config.maxConnectionsPerAddress = maxConnectionsPerAddress
         if let rate = webhookRequestsPerSecond ?? Environment.value("IAP_EDGE_WEBHOOK_RPS").flatMap(Double.init) {
             guard rate > 0 else { throw ValidationError("--webhook-requests-per-second must be > 0") }
             config.webhookRequestsPerSecond = rate
