@@ -108,14 +108,10 @@ struct VerifyReceiptBenchmark: AsyncParsableCommand {
             notes = ["receipt": "\(inApp) purchases, \(digest), \(receipt.utf8.count) base64 bytes"]
         }
         let driver = LoadDriver(options: load)
-        if !noOpenSSL, let rate = OpenSSLSpeed.verifyRate("rsa2048") {
-            notes["peer"] = "openssl speed rsa2048, one core: \(rate) verify/s (same run, before timing)"
-        }
+        if !noOpenSSL { notes["peer"] = OpenSSLSpeed.peerNote("rsa2048") }
         if pipelined {
-            return driver.print(
-                try await driver.runPipelined(
-                    scenario: "verify-receipt", address: verification, method: VerificationVerifyReceipt.name, notes: notes,
-                    params: { bodies[$0 % bodies.count] }, expect: Array(#"{"status":0"#.utf8)))
+            return try await driver.runVerification(
+                "verify-receipt", address: verification, method: VerificationVerifyReceipt.name, bodies: bodies, notes: notes)
         }
         let pool = try clients(verification, load.connections)
         driver.print(
@@ -205,14 +201,10 @@ struct VerifyTransactionBenchmark: AsyncParsableCommand {
         }
         let driver = LoadDriver(options: load)
         var notes = ["jws": "one new simulator-signed transaction per call (ES256, x5c of three)"]
-        if !noOpenSSL, let rate = OpenSSLSpeed.verifyRate("ecdsap256") {
-            notes["peer"] = "openssl speed ecdsap256, one core: \(rate) verify/s (same run, before timing)"
-        }
+        if !noOpenSSL { notes["peer"] = OpenSSLSpeed.peerNote("ecdsap256") }
         if pipelined {
-            return driver.print(
-                try await driver.runPipelined(
-                    scenario: "verify-transaction", address: verification, method: VerificationVerifyTransaction.name, notes: notes,
-                    params: { bodies[$0 % bodies.count] }, expect: Array(#"{"status":0"#.utf8)))
+            return try await driver.runVerification(
+                "verify-transaction", address: verification, method: VerificationVerifyTransaction.name, bodies: bodies, notes: notes)
         }
         let pool = try clients(verification, load.connections)
         let report = try await driver.run(scenario: "verify-transaction", clients: pool, notes: notes) { client, i in
@@ -229,6 +221,11 @@ struct VerifyTransactionBenchmark: AsyncParsableCommand {
 /// `openssl speed -seconds 3 ALGORITHM`'s verify/s on one core, read from its summary table; nil when
 /// openssl is not installed or prints something else.
 enum OpenSSLSpeed {
+    /// The `peer` line of a verification scenario; nil when openssl could not say.
+    static func peerNote(_ algorithm: String) -> String? {
+        verifyRate(algorithm).map { "openssl speed \(algorithm), one core: \($0) verify/s (same run, before timing)" }
+    }
+
     static func verifyRate(_ algorithm: String) -> Int? {
         // Through a shell into a file: openssl speed's output is read once it has exited.
         let file = FileManager.default.temporaryDirectory.appendingPathComponent("openssl-speed-\(UUID().uuidString).txt")
@@ -244,6 +241,16 @@ enum OpenSSLSpeed {
             let line = text.split(separator: "\n").last, let rate = line.split(separator: " ").last.flatMap({ Double($0) })
         else { return nil }
         return Int(rate)
+    }
+}
+
+extension LoadDriver {
+    /// A verification scenario on the pipelined driver: request `i` is `bodies[i % count]`; status 0 answers count.
+    func runVerification(_ scenario: String, address: String, method: String, bodies: [[UInt8]], notes: [String: String]) async throws {
+        print(
+            try await runPipelined(
+                scenario: scenario, address: address, method: method, notes: notes, params: { bodies[$0 % bodies.count] },
+                expect: Array(#"{"status":0"#.utf8)))
     }
 }
 

@@ -87,12 +87,7 @@ public struct RPCRouter: Sendable {
         add(
             M.self,
             .immediateOrAsync(
-                { params, ctx throws(RPCError) in
-                    let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
-                    let result: M.Result?
-                    do { result = try immediate(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
-                    return try result.map { result throws(RPCError) in try JSONWriter.encodeBodyOrThrow(result) }
-                },
+                Self.fastBody(M.self, immediate),
                 { params, ctx throws(RPCError) in
                     let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
                     let result: M.Result
@@ -111,13 +106,7 @@ public struct RPCRouter: Sendable {
     ) {
         add(
             M.self,
-            .immediateOrBlocking(
-                { params, ctx throws(RPCError) in
-                    let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
-                    let result: M.Result?
-                    do { result = try immediate(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
-                    return try result.map { result throws(RPCError) in try JSONWriter.encodeBodyOrThrow(result) }
-                }, Self.syncBody(M.self, handler)))
+            .immediateOrBlocking(Self.fastBody(M.self, immediate), Self.syncBody(M.self, handler)))
     }
 
     /// Registers a handler that may block briefly (a synchronous SQLite read or write). It runs on the
@@ -144,6 +133,19 @@ public struct RPCRouter: Sendable {
 
     private mutating func add<M: RPCMethod>(_ method: M.Type, _ implementation: Implementation) {
         entries[M.name] = Entry(description: OpenRPCMethodDescription(M.self), implementation: implementation)
+    }
+
+    /// Decode params, run inline; nil (not answered inline) stays nil, a result is encoded; errors become wire errors.
+    private static func fastBody<M: RPCMethod>(
+        _ method: M.Type,
+        _ immediate: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result?
+    ) -> FastBody {
+        { params, ctx throws(RPCError) in
+            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
+            let result: M.Result?
+            do { result = try immediate(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
+            return try result.map { result throws(RPCError) in try JSONWriter.encodeBodyOrThrow(result) }
+        }
     }
 
     /// Decode params, run, encode the result; errors become wire errors.
