@@ -173,6 +173,32 @@ import X509
         await edge.close()
     }
 
+    /// The suite, an edge in front of it over HTTPS (a certificate made here), and an AsyncHTTPClient that trusts it:
+    /// `body` gets the suite, the edge, its port and the client.
+    static func withTLSEdge(
+        configure: (inout EdgeConfiguration) -> Void = { _ in },
+        httpVersion: HTTPClient.Configuration.HTTPVersion = .automatic,
+        _ body: (SuiteFixture, EdgeService, Int, HTTPClient) async throws -> Void
+    ) async throws {
+        let (dir, certPEM, tls) = try localhostCertificate()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        try await SuiteFixture.with { suite in
+            var config = EdgeConfiguration()
+            configure(&config)
+            let edge = EdgeService(
+                accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config, logger: quiet)
+            try await serving(edge, tls: tls) { port in
+                var clientTLS = TLSConfiguration.makeClientConfiguration()
+                clientTLS.trustRoots = .certificates([try NIOSSLCertificate(bytes: Array(certPEM.utf8), format: .pem)])
+                var clientConfig = HTTPClient.Configuration(tlsConfiguration: clientTLS)
+                clientConfig.httpVersion = httpVersion
+                let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfig)
+                defer { _ = client.shutdown() }
+                try await body(suite, edge, port, client)
+            }
+        }
+    }
+
     /// A self-signed certificate for localhost made here, written as PEM files to a new directory (`cert.pem`,
     /// `key.pem`), and the edge's TLS configuration read back from them.
     static func localhostCertificate() throws -> (directory: URL, certificatePEM: String, tls: TLSConfiguration) {
@@ -198,27 +224,15 @@ import X509
     /// HTTPS from PEM files: a self-signed certificate made here, TLS 1.2+, HTTP/2 negotiated by ALPN, and
     /// the same routes as over plain HTTP.
     @Test func servesHTTPSWithHTTP2FromPEMFiles() async throws {
-        let (dir, certPEM, tls) = try Self.localhostCertificate()
-        defer { try? FileManager.default.removeItem(at: dir) }
-
-        try await SuiteFixture.with { suite in
-            let edge = EdgeService(
-                accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: EdgeConfiguration(),
-                logger: Self.quiet)
-            try await Self.serving(edge, tls: tls) { bound in
-                var clientTLS = TLSConfiguration.makeClientConfiguration()
-                clientTLS.trustRoots = .certificates([try NIOSSLCertificate(bytes: Array(certPEM.utf8), format: .pem)])
-                let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(tlsConfiguration: clientTLS))
-                defer { _ = client.shutdown() }
-                var request = HTTPClientRequest(url: "https://localhost:\(bound)/v1/rpc")
-                request.method = .POST
-                request.headers.add(name: "Content-Type", value: "application/json")
-                request.body = .bytes(ByteBuffer(string: #"{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts"}"#))
-                let response = try await client.execute(request, timeout: .seconds(30))
-                let body = String(buffer: try await response.body.collect(upTo: 1 << 20))
-                #expect(response.status == .ok && body.contains(#""etag""#), "\(body)")
-                #expect(response.version == .http2, "negotiated \(response.version)")
-            }
+        try await Self.withTLSEdge { _, _, bound, client in
+            var request = HTTPClientRequest(url: "https://localhost:\(bound)/v1/rpc")
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: #"{"jsonrpc":"2.0","id":1,"method":"catalog.listProducts"}"#))
+            let response = try await client.execute(request, timeout: .seconds(30))
+            let body = String(buffer: try await response.body.collect(upTo: 1 << 20))
+            #expect(response.status == .ok && body.contains(#""etag""#), "\(body)")
+            #expect(response.version == .http2, "negotiated \(response.version)")
         }
     }
 

@@ -107,56 +107,43 @@ import Testing
     /// Over HTTP/2 each stream has the same deadline for its body: a body trickled a byte at a time loses its
     /// stream (reset), not the whole connection, and other requests on that connection are answered.
     @Test func http2BodiesSentAByteAtATimeLoseTheirStreamAtTheDeadline() async throws {
-        let (dir, certPEM, tls) = try EdgeTests.localhostCertificate()
-        defer { try? FileManager.default.removeItem(at: dir) }
-        try await SuiteFixture.with { suite in
-            var config = EdgeConfiguration()
-            config.requestTimeout = .milliseconds(500)
-            let edge = EdgeService(
-                accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config,
-                logger: EdgeTests.quiet)
-            try await EdgeTests.serving(edge, tls: tls) { port in
-                var clientTLS = TLSConfiguration.makeClientConfiguration()
-                clientTLS.trustRoots = .certificates([try NIOSSLCertificate(bytes: Array(certPEM.utf8), format: .pem)])
-                let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init(tlsConfiguration: clientTLS))
-                defer { _ = client.shutdown() }
-                let url = "https://localhost:\(port)/v1/rpc"
-                func rpc() -> HTTPClientRequest {
-                    var request = HTTPClientRequest(url: url)
-                    request.method = .POST
-                    request.headers.add(name: "Content-Type", value: "application/json")
-                    return request
-                }
-                var first = rpc()
-                first.body = .bytes(ByteBuffer(string: #"{"jsonrpc":"2.0","id":1,"method":"rpc.ping"}"#))
-                let answered = try await client.execute(first, timeout: .seconds(30))
-                #expect(answered.version == .http2 && answered.status == .ok)
-
-                var slow = rpc()
-                let drip = AsyncStream<ByteBuffer> { continuation in
-                    let task = Task {
-                        continuation.yield(ByteBuffer(string: "{"))
-                        for _ in 0..<400 {
-                            try? await Task.sleep(for: .milliseconds(50))
-                            continuation.yield(ByteBuffer(string: " "))
-                        }
-                        continuation.finish()
-                    }
-                    continuation.onTermination = { _ in task.cancel() }
-                }
-                slow.body = .stream(drip, length: .known(Int64(100_000)))
-                let started = ContinuousClock.now
-                await #expect(throws: (any Error).self, "the stream is reset at the deadline") {
-                    let response = try await client.execute(slow, timeout: .seconds(30))
-                    _ = try await response.body.collect(upTo: 1 << 20)
-                }
-                #expect(ContinuousClock.now - started < .seconds(15), "ended by the deadline, not by the drip ending")
-
-                var after = rpc()
-                after.body = .bytes(ByteBuffer(string: #"{"jsonrpc":"2.0","id":2,"method":"rpc.ping"}"#))
-                let again = try await client.execute(after, timeout: .seconds(30))
-                #expect(again.version == .http2 && again.status == .ok)
+        try await EdgeTests.withTLSEdge(configure: { $0.requestTimeout = .milliseconds(500) }) { _, _, port, client in
+            let url = "https://localhost:\(port)/v1/rpc"
+            func rpc() -> HTTPClientRequest {
+                var request = HTTPClientRequest(url: url)
+                request.method = .POST
+                request.headers.add(name: "Content-Type", value: "application/json")
+                return request
             }
+            var first = rpc()
+            first.body = .bytes(ByteBuffer(string: #"{"jsonrpc":"2.0","id":1,"method":"rpc.ping"}"#))
+            let answered = try await client.execute(first, timeout: .seconds(30))
+            #expect(answered.version == .http2 && answered.status == .ok)
+
+            var slow = rpc()
+            let drip = AsyncStream<ByteBuffer> { continuation in
+                let task = Task {
+                    continuation.yield(ByteBuffer(string: "{"))
+                    for _ in 0..<400 {
+                        try? await Task.sleep(for: .milliseconds(50))
+                        continuation.yield(ByteBuffer(string: " "))
+                    }
+                    continuation.finish()
+                }
+                continuation.onTermination = { _ in task.cancel() }
+            }
+            slow.body = .stream(drip, length: .known(Int64(100_000)))
+            let started = ContinuousClock.now
+            await #expect(throws: (any Error).self, "the stream is reset at the deadline") {
+                let response = try await client.execute(slow, timeout: .seconds(30))
+                _ = try await response.body.collect(upTo: 1 << 20)
+            }
+            #expect(ContinuousClock.now - started < .seconds(15), "ended by the deadline, not by the drip ending")
+
+            var after = rpc()
+            after.body = .bytes(ByteBuffer(string: #"{"jsonrpc":"2.0","id":2,"method":"rpc.ping"}"#))
+            let again = try await client.execute(after, timeout: .seconds(30))
+            #expect(again.version == .http2 && again.status == .ok)
         }
     }
 

@@ -51,7 +51,7 @@ import Testing
 
     @Test(arguments: [HTTPClient.Configuration.HTTPVersion.automatic, .http1Only])
     func filesDownloadWholeOverTLS(version: HTTPClient.Configuration.HTTPVersion) async throws {
-        let (dir, certPEM, tls) = try EdgeTests.localhostCertificate()
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tls-coalescer-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: dir) }
         let content = dir.appendingPathComponent("content")
         try FileManager.default.createDirectory(at: content, withIntermediateDirectories: true)
@@ -59,34 +59,25 @@ import Testing
         let file = Data((0..<(3 << 20) + 12_345).map { _ in UInt8.random(in: 0...255, using: &generator) })
         try file.write(to: content.appendingPathComponent("big.bin"))
         let key = "tls-coalescer-test-key-0123456789abcdef"
-        try await SuiteFixture.with { suite in
-            var config = EdgeConfiguration()
-            config.contentDirectory = content
-            config.contentSigner = ContentURLSigner(key: key)
-            let edge = EdgeService(
-                accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config,
-                logger: EdgeTests.quiet)
-            try await EdgeTests.serving(edge, tls: tls) { port in
-                var clientTLS = TLSConfiguration.makeClientConfiguration()
-                clientTLS.trustRoots = .certificates([try NIOSSLCertificate(bytes: Array(certPEM.utf8), format: .pem)])
-                var clientConfig = HTTPClient.Configuration(tlsConfiguration: clientTLS)
-                clientConfig.httpVersion = version
-                let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfig)
-                defer { _ = client.shutdown() }
-                let grant = ContentURLSigner.Grant(
-                    contentId: "big.bin", accountId: "tester", scope: "Production", expiresAtMs: Int64(Date().timeIntervalSince1970 * 1000) + 600_000)
-                let url = "https://localhost:\(port)" + ContentURLSigner(key: key).path(for: grant)
-                let whole = try await client.execute(HTTPClientRequest(url: url), timeout: .seconds(60))
-                #expect(whole.version == (version == .http1Only ? .http1_1 : .http2))
-                let body = try await whole.body.collect(upTo: 8 << 20)
-                #expect(body.readableBytes == file.count && Data(SHA256.hash(data: Data(buffer: body))) == Data(SHA256.hash(data: file)))
+        try await EdgeTests.withTLSEdge(
+            configure: {
+                $0.contentDirectory = content
+                $0.contentSigner = ContentURLSigner(key: key)
+            }, httpVersion: version
+        ) { _, _, port, client in
+            let grant = ContentURLSigner.Grant(
+                contentId: "big.bin", accountId: "tester", scope: "Production", expiresAtMs: Int64(Date().timeIntervalSince1970 * 1000) + 600_000)
+            let url = "https://localhost:\(port)" + ContentURLSigner(key: key).path(for: grant)
+            let whole = try await client.execute(HTTPClientRequest(url: url), timeout: .seconds(60))
+            #expect(whole.version == (version == .http1Only ? .http1_1 : .http2))
+            let body = try await whole.body.collect(upTo: 8 << 20)
+            #expect(body.readableBytes == file.count && Data(SHA256.hash(data: Data(buffer: body))) == Data(SHA256.hash(data: file)))
 
-                var ranged = HTTPClientRequest(url: url)
-                ranged.headers.add(name: "Range", value: "bytes=1000-200999")
-                let part = try await client.execute(ranged, timeout: .seconds(60))
-                #expect(part.status == .partialContent)
-                #expect(Data(buffer: try await part.body.collect(upTo: 1 << 20)) == file[1000...200_999])
-            }
+            var ranged = HTTPClientRequest(url: url)
+            ranged.headers.add(name: "Range", value: "bytes=1000-200999")
+            let part = try await client.execute(ranged, timeout: .seconds(60))
+            #expect(part.status == .partialContent)
+            #expect(Data(buffer: try await part.body.collect(upTo: 1 << 20)) == file[1000...200_999])
         }
     }
 }
