@@ -1,3 +1,4 @@
+import CoreMetrics
 import HummingbirdCore
 import Logging
 import NIOConcurrencyHelpers
@@ -12,21 +13,24 @@ final class ConnectionsPerAddress: Sendable {
     let cap: Int
     let exempt: Set<String>
     private let state = NIOLockedValueBox(State())
+    /// `edge.connections.refused` (Prometheus: `edge_connections_refused`): connections closed for the cap.
+    private let refusedMetric: Counter?
 
     private struct State {
         var open: [String: Int] = [:]
         var refused = 0
     }
 
-    init(cap: Int, exempt: Set<String>) {
+    init(cap: Int, exempt: Set<String>, metrics: (any MetricsFactory)? = nil) {
         self.cap = cap
         self.exempt = exempt
+        self.refusedMetric = metrics.map { Counter(label: "edge.connections.refused", dimensions: [], factory: $0) }
     }
 
     /// Counts a new connection from `address`; false (nothing counted) when the address is at the cap.
     func admit(_ address: String) -> Bool {
         if exempt.contains(address) { return true }
-        return state.withLockedValue { s in
+        let admitted = state.withLockedValue { s in
             let open = s.open[address, default: 0]
             guard open < cap else {
                 s.refused += 1
@@ -35,6 +39,8 @@ final class ConnectionsPerAddress: Sendable {
             s.open[address] = open + 1
             return true
         }
+        if !admitted { refusedMetric?.increment() }
+        return admitted
     }
 
     /// A counted connection from `address` closed.

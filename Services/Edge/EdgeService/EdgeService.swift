@@ -79,7 +79,7 @@ public final class EdgeService: Sendable {
     private let logger: Logger
     private let publicMethods = ContractMethods.publicAtTheEdge
     private let contentFiles: ContentFiles?
-    private let metricsRegistry: PrometheusCollectorRegistry
+    let metricsRegistry: PrometheusCollectorRegistry
     let requestMetrics: HTTPServerRequestMetrics
     /// Open connections per client address, capped (`maxConnectionsPerAddress`).
     let connections: ConnectionsPerAddress
@@ -96,7 +96,9 @@ public final class EdgeService: Sendable {
         self.contentFiles = configuration.contentDirectory.map(ContentFiles.init(directory:))
         self.metricsRegistry = configuration.metricsRegistry ?? PrometheusCollectorRegistry()
         self.requestMetrics = HTTPServerRequestMetrics(factory: PrometheusMetrics.factory(registry: metricsRegistry))
-        self.connections = ConnectionsPerAddress(cap: configuration.maxConnectionsPerAddress, exempt: configuration.trustedProxies)
+        self.connections = ConnectionsPerAddress(
+            cap: configuration.maxConnectionsPerAddress, exempt: configuration.trustedProxies,
+            metrics: PrometheusMetrics.factory(registry: metricsRegistry))
     }
 
     public func close() async {
