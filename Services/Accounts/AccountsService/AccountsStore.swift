@@ -24,6 +24,9 @@ public final class AccountsStore: AccountsStorage, Sendable {
         let pool = try DatabasePool(path: path, configuration: config)
         var readOnly = config
         readOnly.readonly = true
+        // On an event loop nothing may wait: a busy database (rare in WAL mode: recovery after a crash) is an error
+        // here at once, and the read goes to the blocking pool, which waits as usual.
+        readOnly.busyMode = .immediateError
         return try AccountsStore(writer: pool, inlineReader: try DatabaseQueue(path: path, configuration: readOnly))
     }
 
@@ -198,7 +201,12 @@ public final class AccountsStore: AccountsStorage, Sendable {
         guard let inlineReader, inlineReaderBusy.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
         else { return .notNow }
         defer { inlineReaderBusy.store(false, ordering: .releasing) }
-        return try inlineReader.inDatabase { db in try Self.session(tokenHash: tokenHash, db) }.map { .found($0) } ?? .absent
+        // Any failure here (busy, I/O) is answered by the blocking pool's read instead, which reports it as usual.
+        do {
+            return try inlineReader.inDatabase { db in try Self.session(tokenHash: tokenHash, db) }.map { .found($0) } ?? .absent
+        } catch {
+            return .notNow
+        }
     }
 
     private static func session(tokenHash: Data, _ db: Database) throws -> SessionRow? {
