@@ -77,6 +77,8 @@ enum PipelinedLoad {
         private var buffered: ByteBuffer?
         private var outcome = Outcome()
         private var lastMeasuredNs: UInt64 = 0
+        /// `done` is completed once: when the last answer after the window arrives, or when the connection closes.
+        private var finished = false
 
         init(
             first: Int, stride: Int, inFlight: Int, method: String, params: @escaping @Sendable (Int) -> [UInt8], expect: [UInt8],
@@ -149,14 +151,21 @@ enum PipelinedLoad {
         }
 
         private func finishIfDrained(now: UInt64) {
-            guard sentAtNs.isEmpty, let window else { return }
-            outcome.seconds = Double(max(lastMeasuredNs, window.endNs) - window.measureFromNs) / 1e9
-            done.succeed(outcome)
+            guard sentAtNs.isEmpty, window != nil else { return }
+            finish()
         }
 
         func channelInactive(context: ChannelHandlerContext) {
-            outcome.errors[CallOutcome.otherError, default: 0] += sentAtNs.count
-            sentAtNs.removeAll()
+            if !finished {
+                outcome.errors[CallOutcome.otherError, default: 0] += sentAtNs.count
+                sentAtNs.removeAll()
+            }
+            finish()
+        }
+
+        private func finish() {
+            guard !finished else { return }
+            finished = true
             if let window { outcome.seconds = Double(max(lastMeasuredNs, window.endNs) - window.measureFromNs) / 1e9 }
             done.succeed(outcome)
         }
