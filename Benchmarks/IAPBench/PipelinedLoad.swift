@@ -74,7 +74,7 @@ enum PipelinedLoad {
         private var next: Int
         private var window: Window?
         private var sentAtNs: [Int: UInt64] = [:]
-        private var buffered: ByteBuffer?
+        private var buffered = ByteBuffer()
         private var outcome = Outcome()
         private var lastMeasuredNs: UInt64 = 0
         /// `done` is completed once: when the last answer after the window arrives, or when the connection closes.
@@ -115,17 +115,17 @@ enum PipelinedLoad {
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             var incoming = unwrapInboundIn(data)
-            if buffered == nil { buffered = incoming } else { buffered!.writeBuffer(&incoming) }
+            buffered.writeBuffer(&incoming)
             guard let window else { return }
-            while let length = buffered!.withUnsafeReadableBytes({ raw -> Int? in
+            while let length = buffered.withUnsafeReadableBytes({ raw -> Int? in
                 guard let base = raw.baseAddress, let hit = memchr(base, 0x0A, raw.count) else { return nil }
                 return base.distance(to: UnsafeRawPointer(hit))
             }) {
-                let line = buffered!.readSlice(length: length)!
-                buffered!.moveReaderIndex(forwardBy: 1)
+                let line = buffered.readSlice(length: length)!
+                buffered.moveReaderIndex(forwardBy: 1)
                 answered(line, context: context, window: window)
             }
-            buffered!.discardReadBytes()
+            buffered.discardReadBytes()
         }
 
         func channelReadComplete(context: ChannelHandlerContext) {
@@ -137,7 +137,7 @@ enum PipelinedLoad {
             let bytes = line.readableBytesView
             guard let id = Self.id(in: bytes), let sent = sentAtNs.removeValue(forKey: id) else {
                 outcome.errors[CallOutcome.otherError, default: 0] += 1
-                return finishIfDrained(now: now)
+                return finishIfDrained()
             }
             if sent >= window.measureFromNs && sent < window.endNs {
                 if Self.contains(bytes, expect) {
@@ -147,10 +147,10 @@ enum PipelinedLoad {
                 }
                 lastMeasuredNs = max(lastMeasuredNs, now)
             }
-            if now < window.endNs { send(context) } else { finishIfDrained(now: now) }
+            if now < window.endNs { send(context) } else { finishIfDrained() }
         }
 
-        private func finishIfDrained(now: UInt64) {
+        private func finishIfDrained() {
             guard sentAtNs.isEmpty, window != nil else { return }
             finish()
         }

@@ -45,28 +45,40 @@ import Testing
         }
     }
 
+    /// Sends `opening` on a raw connection, then `drop(i)` every 50 ms for 20 s: the edge must close it without an
+    /// answer well before the drip ends (its deadline, not the drip).
+    static func expectCutByTheDeadline(port: Int, opening: String, drop: @escaping @Sendable (Int) -> [UInt8]) async throws {
+        let slow = try await LineClient.connect(port: port)
+        let drip = Task {
+            try await slow.send(bytes: Array(opening.utf8))
+            for i in 0..<400 {
+                try await Task.sleep(for: .milliseconds(50))
+                try await slow.send(bytes: drop(i))
+            }
+        }
+        defer { drip.cancel() }
+        let started = ContinuousClock.now
+        let outcome = try await statusThenClose(slow)
+        #expect(outcome.closed && outcome.status == nil, "closed without an answer")
+        #expect(ContinuousClock.now - started < .seconds(15), "closed by the deadline, not by the drip ending")
+    }
+
+    /// A well-behaved client on a new connection is answered.
+    static func expectAnswered(port: Int) async throws {
+        let fine = try await LineClient.connect(port: port)
+        try await fine.send(bytes: Array(request.utf8))
+        #expect(try await statusLine(fine) == "HTTP/1.1 200 OK")
+        await fine.close()
+    }
+
     @Test func headersSentAByteAtATimeLoseTheConnectionAtTheDeadline() async throws {
         try await Self.withHostileEdge { port in
-            let slow = try await LineClient.connect(port: port)
             // The attack: a header line every 50 ms, for ever; only the deadline can end it.
-            let drip = Task {
-                try await slow.send(bytes: Array("POST /v1/rpc HTTP/1.1\r\nHost: localhost\r\n".utf8))
-                for i in 0..<400 {
-                    try await Task.sleep(for: .milliseconds(50))
-                    try await slow.send(bytes: Array("X-Drip-\(i): a\r\n".utf8))
-                }
+            try await Self.expectCutByTheDeadline(port: port, opening: "POST /v1/rpc HTTP/1.1\r\nHost: localhost\r\n") {
+                Array("X-Drip-\($0): a\r\n".utf8)
             }
-            defer { drip.cancel() }
-            let started = ContinuousClock.now
-            let outcome = try await Self.statusThenClose(slow)
-            #expect(outcome.closed && outcome.status == nil, "closed without an answer")
-            #expect(ContinuousClock.now - started < .seconds(15), "closed by the head deadline, not by the drip ending")
-
             // Everyone else is answered.
-            let fine = try await LineClient.connect(port: port)
-            try await fine.send(bytes: Array(Self.request.utf8))
-            #expect(try await Self.statusLine(fine) == "HTTP/1.1 200 OK")
-            await fine.close()
+            try await Self.expectAnswered(port: port)
         }
     }
 
@@ -74,21 +86,10 @@ import Testing
     /// (nothing of it forwarded), and a connection answered 413 before its body ended is still closed when it idles.
     @Test func bodiesSentAByteAtATimeLoseTheConnectionAtTheDeadline() async throws {
         try await Self.withHostileEdge { port in
-            let slow = try await LineClient.connect(port: port)
-            let drip = Task {
-                try await slow.send(
-                    bytes: Array(
-                        "POST /v1/rpc HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{".utf8))
-                for _ in 0..<400 {
-                    try await Task.sleep(for: .milliseconds(50))
-                    try await slow.send(bytes: [UInt8(ascii: " ")])
-                }
-            }
-            defer { drip.cancel() }
-            let started = ContinuousClock.now
-            let outcome = try await Self.statusThenClose(slow)
-            #expect(outcome.closed && outcome.status == nil, "closed without an answer")
-            #expect(ContinuousClock.now - started < .seconds(15), "closed by the deadline, not by the drip ending")
+            try await Self.expectCutByTheDeadline(
+                port: port,
+                opening: "POST /v1/rpc HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"
+            ) { _ in [UInt8(ascii: " ")] }
 
             // Answered 413 from its Content-Length (past the 2 MiB cap), its body sent whole after, then silent: the wait
             // for the next request runs from that answer, not from the refused request's end.
@@ -100,10 +101,7 @@ import Testing
             let refused = try await Self.statusThenClose(early)
             #expect(refused.status?.hasPrefix("HTTP/1.1 413") == true && refused.closed, "\(refused.status ?? "")")
 
-            let fine = try await LineClient.connect(port: port)
-            try await fine.send(bytes: Array(Self.request.utf8))
-            #expect(try await Self.statusLine(fine) == "HTTP/1.1 200 OK")
-            await fine.close()
+            try await Self.expectAnswered(port: port)
         }
     }
 

@@ -237,7 +237,7 @@ public final class AccountsService: Sendable {
         let now = clock.nowMs
         let found: SessionRow?
         if inline {
-            switch try runBlocking({ try self.store.sessionWithoutWaiting(tokenHash: hash) }) {
+            switch store.sessionWithoutWaiting(tokenHash: hash) {
             case .found(let row): found = row
             case .absent: found = nil
             case .notNow: return nil

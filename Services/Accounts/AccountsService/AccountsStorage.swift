@@ -21,8 +21,9 @@ public protocol AccountsStorage: Sendable {
     func session(tokenHash: Data) throws -> SessionRow?
     /// `session(tokenHash:)` for a caller on an event loop: answered only when that waits on nothing but memory and
     /// the local file (SQLite in WAL mode: a read takes no lock the writer holds) and nobody else is reading this
-    /// way right now; `.notNow` otherwise (always, for a server a network away).
-    func sessionWithoutWaiting(tokenHash: Data) throws -> SessionReadWithoutWaiting
+    /// way right now; `.notNow` otherwise (always, for a server a network away, and on any failure: the caller then
+    /// reads with `session(tokenHash:)`, which reports it).
+    func sessionWithoutWaiting(tokenHash: Data) -> SessionReadWithoutWaiting
     func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws
     func deleteSession(tokenHash: Data) throws
     func sessions(accountId: String, nowMs: Int64) throws -> [SessionRow]

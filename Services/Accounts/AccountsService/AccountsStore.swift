@@ -197,7 +197,7 @@ public final class AccountsStore: AccountsStorage, Sendable {
     }
 
     /// The same lookup on the inline reader, when no other thread is using it.
-    public func sessionWithoutWaiting(tokenHash: Data) throws -> SessionReadWithoutWaiting {
+    public func sessionWithoutWaiting(tokenHash: Data) -> SessionReadWithoutWaiting {
         guard let inlineReader, inlineReaderBusy.compareExchange(expected: false, desired: true, ordering: .acquiring).exchanged
         else { return .notNow }
         defer { inlineReaderBusy.store(false, ordering: .releasing) }

@@ -160,7 +160,7 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     }
 
     /// A round trip to the server: never on an event loop.
-    public func sessionWithoutWaiting(tokenHash: Data) throws -> SessionReadWithoutWaiting { .notNow }
+    public func sessionWithoutWaiting(tokenHash: Data) -> SessionReadWithoutWaiting { .notNow }
 
     public func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws {
         // One statement: atomic by itself, no transaction needed (and no serialization retries on a hot row).
