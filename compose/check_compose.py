@@ -56,6 +56,8 @@ for name, service in prod_services.items():
         problems.append(f"compose.yaml: {name} passes development flags {sorted(used)}")
     if any("sim" in str(v).split(":")[0] for v in service.get("volumes", [])):
         problems.append(f"compose.yaml: {name} mounts the simulator's data (its PKI)")
+    if "--seed" in service.get("command", []):
+        problems.append(f"compose.yaml: {name} seeds its store on every start; production seeds nothing")
     if "--sandbox-policy" in service.get("command", []):
         policy = service["command"][service["command"].index("--sandbox-policy") + 1]
         if policy == "grant":

@@ -100,7 +100,7 @@ extension AppStoreServerAPIClient {
         if let transaction = section?["signedTransactionInfo"]?.stringValue { _ = try await verified(transaction) }
         if let renewal = section?["signedRenewalInfo"]?.stringValue { _ = try await verifiedData(renewal) }
         let attempts = (item["sendAttempts"]?.arrayValue ?? []).map {
-            NotificationSendAttempt(attemptDateMs: $0["attemptDate"]?.intValue ?? 0, result: $0["sendAttemptResult"]?.stringValue ?? "OTHER")
+            NotificationSendAttempt(attemptDateMs: $0["attemptDate"]?.millisecondsValue ?? 0, result: $0["sendAttemptResult"]?.stringValue ?? "OTHER")
         }
         return NotificationRecord(notification: notification, sendAttempts: attempts)
     }

@@ -115,7 +115,7 @@ extension AppStoreServerAPIClient {
         guard let original = answer["originalTransactionId"]?.stringValue else { throw AppStoreAPIError.malformedResponse }
         return ExtendRenewalDateResponse(
             originalTransactionId: original, webOrderLineItemId: answer["webOrderLineItemId"]?.stringValue ?? "",
-            success: answer["success"]?.boolValue ?? false, effectiveDateMs: answer["effectiveDate"]?.intValue)
+            success: answer["success"]?.boolValue ?? false, effectiveDateMs: answer["effectiveDate"]?.millisecondsValue)
     }
 
     /// A signed payload verified (chain, signature) and decoded; not a transaction (no bundle id in it).

@@ -51,6 +51,15 @@ public enum JSONValue: Sendable, Hashable {
         default: return nil
         }
     }
+    /// A date in milliseconds as Apple's libraries read one: an integer, or a number with a fraction (Xcode's
+    /// StoreKit testing writes `1697679936049.7297`) floored to whole milliseconds.
+    public var millisecondsValue: Int64? {
+        switch self {
+        case .int(let i): return i
+        case .double(let d) where d.isFinite && abs(d) < 9.0e15: return Int64(d.rounded(.down))
+        default: return nil
+        }
+    }
     public var boolValue: Bool? { if case .bool(let b) = self { return b } else { return nil } }
     public var objectValue: [String: JSONValue]? { if case .object(let o) = self { return o } else { return nil } }
     public var arrayValue: [JSONValue]? { if case .array(let a) = self { return a } else { return nil } }

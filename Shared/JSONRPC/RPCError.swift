@@ -164,4 +164,10 @@ extension RPCError {
     public static func unavailable(_ detail: String, reason: String = "unavailable") -> RPCError {
         RPCError(code: .unavailable, message: detail, reason: reason, retryable: true)
     }
+    public static func unavailable(_ detail: String, reason: RPCErrorReason) -> RPCError {
+        unavailable(detail, reason: reason.rawValue)
+    }
+    public static func forbidden(_ detail: String, reason: RPCErrorReason) -> RPCError {
+        forbidden(detail, reason: reason.rawValue)
+    }
 }

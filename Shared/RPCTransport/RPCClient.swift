@@ -182,7 +182,7 @@ public final class RPCClient: Sendable {
     }
 
     private func connectionLost(_ error: any Error) -> RPCError {
-        RPCError.unavailable("call to \(address) failed: \(error)", reason: "connectionLost")
+        RPCError.unavailable("call to \(address) failed: \(error)", reason: .connectionLost)
     }
 
     /// An open connection to the next instance in service, preferring one on `eventLoop`; nil when that
@@ -206,7 +206,7 @@ public final class RPCClient: Sendable {
         do {
             try await channel.writeAndFlush(channel.allocator.buffer(bytes: line))
         } catch {
-            throw RPCError.unavailable("write to \(address) failed: \(error)", reason: "connectionLost")
+            throw RPCError.unavailable("write to \(address) failed: \(error)", reason: .connectionLost)
         }
     }
 
@@ -247,7 +247,7 @@ public final class RPCClient: Sendable {
         let now = NIODeadline.now()
         let inTurn = endpoints.indices.map { endpoints[(first &+ $0) % endpoints.count] }
         let order = inTurn.filter { !$0.isEjected(at: now) } + inTurn.filter { $0.isEjected(at: now) }
-        var failure = RPCError.unavailable("cannot reach \(address)", reason: "connectFailed")
+        var failure = RPCError.unavailable("cannot reach \(address)", reason: .connectFailed)
         for endpoint in order {
             do {
                 let channel = try await endpoint.connection(opening: { self.connect(endpoint) })
@@ -292,7 +292,7 @@ public final class RPCClient: Sendable {
             return bootstrap.connect(host: endpoint.host, port: endpoint.port)
         }
         return connecting.flatMapErrorThrowing { error in
-            throw RPCError.unavailable("cannot reach \(address): \(error)", reason: "connectFailed")
+            throw RPCError.unavailable("cannot reach \(address): \(error)", reason: .connectFailed)
         }
     }
 }
@@ -358,7 +358,7 @@ private final class Endpoint: Sendable {
         } catch let error as RPCError {
             throw error
         } catch {
-            throw RPCError.unavailable("cannot reach \(address): \(error)", reason: "connectFailed")
+            throw RPCError.unavailable("cannot reach \(address): \(error)", reason: .connectFailed)
         }
     }
 
@@ -539,12 +539,12 @@ final class RPCClientHandler: ChannelDuplexHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        failAll(RPCError.unavailable("connection to \(peer) closed", reason: "connectionLost"))
+        failAll(RPCError.unavailable("connection to \(peer) closed", reason: .connectionLost))
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        failAll(RPCError.unavailable("connection to \(peer) failed: \(error)", reason: "connectionLost"))
+        failAll(RPCError.unavailable("connection to \(peer) failed: \(error)", reason: .connectionLost))
         context.close(promise: nil)
     }
 

@@ -109,7 +109,8 @@ public enum OCSPMessages {
     // MARK: Building responses (the simulator's responder)
 
     /// How a responder signs: the issuer's key (responses are signed by the issuer of the certificate asked about,
-    /// named `byName` after the issuer's subject, as the simplest authorised responder of RFC 6960 section 4.2.2.2).
+    /// the simplest authorised responder of RFC 6960 section 4.2.2.2, named `byKey` as Apple's responders name
+    /// theirs: Apple's libraries read no other form).
     public enum SigningKey: Sendable {
         case p256(P256.Signing.PrivateKey)
         case rsa(_RSA.Signing.PrivateKey)
@@ -118,11 +119,15 @@ public enum OCSPMessages {
     /// A successful basic response about `certID`.
     public static func response(
         certID: CertID, status: CertStatus, revokedAt: Date? = nil, producedAt: Date, thisUpdate: Date, nextUpdate: Date,
-        responder: DistinguishedName, key: SigningKey
+        responder: Certificate, key: SigningKey
     ) throws -> [UInt8] {
+        // ResponderID byKey [2]: the SHA-1 of the responder's subjectPublicKey, as in its Subject Key Identifier.
+        let keyHash = SubjectKeyIdentifier(hash: responder.publicKey).keyIdentifier
         var data = DER.Serializer()
         try data.appendConstructedNode(identifier: .sequence) { tbs in
-            try tbs.serialize(explicitlyTaggedWithTagNumber: 1, tagClass: .contextSpecific) { try $0.serialize(responder) }
+            try tbs.serialize(explicitlyTaggedWithTagNumber: 2, tagClass: .contextSpecific) {
+                try $0.serialize(ASN1OctetString(contentBytes: keyHash))
+            }
             try tbs.serialize(try generalizedTime(producedAt))
             try tbs.appendConstructedNode(identifier: .sequence) { responses in
                 try responses.appendConstructedNode(identifier: .sequence) { single in

@@ -82,6 +82,24 @@ public struct ReceiptTrust: Sendable {
 public enum AppleMarkers {
     public static let receiptSigning = try! ASN1ObjectIdentifier(dotRepresentation: "1.2.840.113635.100.6.11.1")
     public static let wwdrIntermediate = try! ASN1ObjectIdentifier(dotRepresentation: "1.2.840.113635.100.6.2.1")
+
+    /// The certificate policy Apple's App Store signing leaves carry (1.2.840.113635.100.5.6.1, with Apple's CPS),
+    /// non-critical: certificatePolicies { PolicyInformation { id, { PolicyQualifierInfo { id-qt-cps, IA5String } } } }.
+    public static func signingLeafPolicy(cps: String = "http://www.apple.com/certificateauthority/") throws -> Certificate.Extension {
+        var der = DER.Serializer()
+        try der.appendConstructedNode(identifier: .sequence) { policies in
+            try policies.appendConstructedNode(identifier: .sequence) { information in
+                try information.serialize(try ASN1ObjectIdentifier(dotRepresentation: "1.2.840.113635.100.5.6.1"))
+                try information.appendConstructedNode(identifier: .sequence) { qualifiers in
+                    try qualifiers.appendConstructedNode(identifier: .sequence) { qualifier in
+                        try qualifier.serialize(try ASN1ObjectIdentifier(dotRepresentation: "1.3.6.1.5.5.7.2.1"))
+                        try qualifier.serialize(try ASN1IA5String(cps))
+                    }
+                }
+            }
+        }
+        return Certificate.Extension(oid: [2, 5, 29, 32], critical: false, value: der.serializedBytes[...])
+    }
 }
 
 /// The chain must be leaf (receipt-signing marker) <- intermediate (WWDR marker) <- root.

@@ -99,30 +99,32 @@ public final class SignedPayloadVerifier: Sendable {
 
     /// The payload's JSON bytes, once everything checks out.
     public func verify(_ jws: String) async -> Result<[UInt8], JWSFailure> {
-        await verifyParsed(jws).map(\.bytes)
+        await verifyParsed(jws, xcode: true).map(\.bytes)
     }
 
-    /// The payload, parsed (a JSON object), once everything checks out.
-    public func verifiedObject(_ jws: String) async -> Result<JSONValue, JWSFailure> {
-        await verifyParsed(jws).map(\.object)
+    /// The payload, parsed (a JSON object), once everything checks out. `xcode: false` refuses Xcode's
+    /// self-signed form even where `allowXcode` accepts it for purchases (notifications: Xcode sends none).
+    public func verifiedObject(_ jws: String, xcode: Bool = true) async -> Result<JSONValue, JWSFailure> {
+        await verifyParsed(jws, xcode: xcode).map(\.object)
     }
 
     /// `verifiedObject`'s answer when it needs nothing but memory and CPU: the chain was validated before and
     /// its revocation recheck is not due. Nil when the chain must be validated (which may ask an OCSP
     /// responder): then call `verifiedObject`. Never waits, so a server can answer on its event loop.
-    public func verifiedObjectFromMemory(_ jws: String) -> Result<JSONValue, JWSFailure>? {
-        check(jws) { cache.cachedVerdict($0, revocation: revocation) }?.map(\.object)
+    public func verifiedObjectFromMemory(_ jws: String, xcode: Bool = true) -> Result<JSONValue, JWSFailure>? {
+        check(jws, xcode: xcode) { cache.cachedVerdict($0, revocation: revocation) }?.map(\.object)
     }
 
-    private func verifyParsed(_ jws: String) async -> Result<(bytes: [UInt8], object: JSONValue), JWSFailure> {
+    private func verifyParsed(_ jws: String, xcode: Bool) async -> Result<(bytes: [UInt8], object: JSONValue), JWSFailure> {
         // Leaf and intermediate from x5c, up to a configured root; x5c[2] is not trusted (a hint only).
-        await cache.checked(roots: roots, revocation: revocation) { chain in check(jws, chain: chain) } ?? .failure(.untrustedChain)
+        await cache.checked(roots: roots, revocation: revocation) { chain in check(jws, xcode: xcode, chain: chain) }
+            ?? .failure(.untrustedChain)
     }
 
     /// Every check of a JWS, with the chain's verdict from `chain`; nil when `chain` has none (it must be
-    /// validated first).
+    /// validated first). `xcode`: whether Xcode's one self-signed certificate may sign it (with `allowXcode`).
     private func check(
-        _ jws: String, chain: (TrustedChainCache.Question) -> TrustedChainCache.Verdict?
+        _ jws: String, xcode: Bool, chain: (TrustedChainCache.Question) -> TrustedChainCache.Verdict?
     ) -> Result<(bytes: [UInt8], object: JSONValue), JWSFailure>? {
         guard jws.utf8.count <= Self.maxBytes else { return .failure(.malformed) }
         let bytes = Array(jws.utf8)
@@ -131,14 +133,15 @@ public final class SignedPayloadVerifier: Sendable {
             let signatureBytes = Self.base64URL(parts[2])
         else { return .failure(.malformed) }
         guard header.alg == "ES256" else { return .failure(.wrongAlgorithm) }
-        guard let ders = header.ders, ders.count == 3 || allowXcode else { return .failure(.invalidChain) }
+        guard let ders = header.ders, ders.count == 3 || (allowXcode && xcode) else { return .failure(.invalidChain) }
         let certificates = header.chain
         guard let key = P256.Signing.PublicKey(certificates[0].publicKey),
             let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes)
         else { return .failure(.signatureInvalid) }
         let signingInput = bytes[..<(parts[0].count + 1 + parts[1].count)]
         guard key.isValidSignature(signature, for: SHA256.hash(data: signingInput)) else { return .failure(.signatureInvalid) }
-        guard let object = try? JSONValue(parsing: payload), object.objectValue != nil, let signedDate = object["signedDate"]?.intValue else {
+        guard let object = try? JSONValue(parsing: payload), object.objectValue != nil, let signedDate = object["signedDate"]?.millisecondsValue
+        else {
             return .failure(.malformed)
         }
         if ders.count == 1 {
@@ -225,7 +228,12 @@ public struct JWSSigningPKI: Sendable {
         self.rootKey = rootKey
     }
 
-    /// `ocspURL`: put in the leaf's and the intermediate's Authority Information Access, as Apple's carry theirs.
+    /// A chain shaped like Apple's (Apple Root CA - G3, WWDR G6, the App Store's signing leaf), field by field, so
+    /// that OpenSSL's strict verification (Apple's own libraries use `X509_STRICT`) accepts it: names CN, OU, O, C;
+    /// Subject and Authority Key Identifiers (SHA-1 of the key) on every link; critical basic constraints and key
+    /// usages; the leaf's certificate policy; Apple's marker extensions. `ocspURL`: the responder the leaf's and the
+    /// intermediate's Authority Information Access name, as Apple's name theirs. Unlike Apple's two-year leaves,
+    /// the validity is long: the simulator's clock can be moved on by years.
     public static func generate(
         name: String = "Simulated", notBefore: Date = Date(timeIntervalSince1970: 1_577_836_800),
         notAfter: Date = Date(timeIntervalSince1970: 2_524_608_000),
@@ -234,19 +242,24 @@ public struct JWSSigningPKI: Sendable {
         let rootKey = P256.Signing.PrivateKey()
         let intermediateKey = P256.Signing.PrivateKey()
         let leafKey = P256.Signing.PrivateKey()
-        let rootName = try DistinguishedName {
-            CommonName("\(name) Root CA - G3"); OrganizationName("\(name) Store")
+        func distinguished(_ commonName: String, _ unit: String) throws -> DistinguishedName {
+            try DistinguishedName {
+                CommonName(commonName)
+                OrganizationalUnitName(unit)
+                OrganizationName("\(name) Inc.")
+                CountryName("US")
+            }
         }
-        let intermediateName = try DistinguishedName {
-            CommonName("\(name) WWDR CA - G6"); OrganizationName("\(name) Store")
-        }
-        let leafName = try DistinguishedName {
-            CommonName("\(name) StoreKit Signing"); OrganizationName("\(name) Store")
-        }
+        let rootName = try distinguished("\(name) Root CA - G3", "\(name) Certification Authority")
+        let intermediateName = try distinguished("\(name) Worldwide Developer Relations Certification Authority", "G6")
+        let leafName = try distinguished("\(name) ECC Mac App Store and iTunes Store Receipt Signing", "\(name) Worldwide Developer Relations")
+        let rootSKI = SubjectKeyIdentifier(hash: .init(rootKey.publicKey))
+        let intermediateSKI = SubjectKeyIdentifier(hash: .init(intermediateKey.publicKey))
         let root = try Certificate(
             version: .v3, serialNumber: .init(), publicKey: .init(rootKey.publicKey), notValidBefore: notBefore, notValidAfter: notAfter,
             issuer: rootName, subject: rootName, signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
+                rootSKI
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: nil))
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
             }, issuerPrivateKey: .init(rootKey))
@@ -255,18 +268,23 @@ public struct JWSSigningPKI: Sendable {
             notValidAfter: notAfter, issuer: rootName, subject: intermediateName, signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.isCertificateAuthority(maxPathLength: 0))
+                AuthorityKeyIdentifier(keyIdentifier: rootSKI.keyIdentifier)
+                if let ocspURL { AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(ocspURL))]) }
+                intermediateSKI
                 Critical(KeyUsage(keyCertSign: true, cRLSign: true))
                 if markers { Certificate.Extension(oid: AppleMarkers.wwdrIntermediate, critical: false, value: [0x05, 0x00]) }
-                if let ocspURL { AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(ocspURL))]) }
             }, issuerPrivateKey: .init(rootKey))
         let leaf = try Certificate(
             version: .v3, serialNumber: .init(), publicKey: .init(leafKey.publicKey), notValidBefore: notBefore, notValidAfter: notAfter,
             issuer: intermediateName, subject: leafName, signatureAlgorithm: .ecdsaWithSHA256,
             extensions: try Certificate.Extensions {
                 Critical(BasicConstraints.notCertificateAuthority)
+                AuthorityKeyIdentifier(keyIdentifier: intermediateSKI.keyIdentifier)
+                if let ocspURL { AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(ocspURL))]) }
+                try AppleMarkers.signingLeafPolicy()
+                SubjectKeyIdentifier(hash: .init(leafKey.publicKey))
                 Critical(KeyUsage(digitalSignature: true))
                 if markers { Certificate.Extension(oid: AppleMarkers.receiptSigning, critical: false, value: [0x05, 0x00]) }
-                if let ocspURL { AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(ocspURL))]) }
             }, issuerPrivateKey: .init(intermediateKey))
         return JWSSigningPKI(
             root: root, intermediate: intermediate, leaf: leaf, leafKey: leafKey, intermediateKey: intermediateKey, rootKey: rootKey)

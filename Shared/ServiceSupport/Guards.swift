@@ -14,7 +14,7 @@ public enum TokenGate: String, Sendable {
     }
 
     public func check(_ presented: String?, configured: String?, previous: String?) throws(RPCError) {
-        let reason = "\(rawValue)TokenRequired"
+        let reason: RPCErrorReason = self == .admin ? .adminTokenRequired : .internalTokenRequired
         guard let configured else {
             throw RPCError.forbidden("\(rawValue) methods are disabled: no \(rawValue) token is configured", reason: reason)
         }

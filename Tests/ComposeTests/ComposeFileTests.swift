@@ -97,6 +97,13 @@ import Testing
                 with: #"      - "${IAP_VERIFICATION_PORT}"\#n      - "--trust-anchor-dir"\#n      - "/sim/sim-pki"\#n"#)
         }
         #expect(trusted.status == 1 && trusted.output.contains("development flags"), "\(trusted.output)")
+        // A seed on every start would undo an operator's changes to those products: production seeds nothing.
+        let seeded = try await Self.check {
+            $0.replacingOccurrences(
+                of: #"command: ["catalog-service", "--port", "${IAP_CATALOG_PORT}"]"#,
+                with: #"command: ["catalog-service", "--port", "${IAP_CATALOG_PORT}", "--seed", "/etc/iap/demo-catalog.json"]"#)
+        }
+        #expect(seeded.status == 1 && seeded.output.contains("production seeds nothing"), "\(seeded.output)")
         let optional = try await Self.check { $0.replacingOccurrences(of: "${IAP_BUNDLE_IDS:?", with: "${IAP_BUNDLE_IDS:-") }
         #expect(optional.status == 1 && optional.output.contains("must require IAP_BUNDLE_IDS"), "\(optional.output)")
     }

@@ -102,6 +102,24 @@ import Testing
         }
     }
 
+    /// An empty content file is served as an empty body: a GET or HEAD without Range used to build the range
+    /// `0...(size - 1)` before looking at the size, and trap the edge process.
+    @Test(arguments: [true, false]) func anEmptyFileIsServedEmptyAndTheEdgeLives(sendfile: Bool) async throws {
+        try await Self.withContentEdge(sendfile: sendfile) { suite, base in
+            let alice = try await suite.register("alice")
+            _ = try await suite.redeem(alice.session, signed: [try await suite.buy("alice@icloud", "pack.castle").signedTransaction])
+            let file = suite.directory.appendingPathComponent("fulfillment/content/\(SuiteFixture.contentId)")
+            try Data().write(to: file)
+            let issued = try await Self.contentURL(base, session: alice.session)
+            let url = base + (try #require(issued["url"]?.stringValue, "\(issued)"))
+            for method in [NIOHTTP1.HTTPMethod.GET, .HEAD, .GET] {
+                let answer = try await Self.get(url, method: method)
+                #expect(answer.status == 200 && answer.bytes.isEmpty && answer.headers["content-length"] == "0", "\(method)")
+            }
+            #expect(try await Self.get(url, headers: ["Range": "bytes=0-"]).status == 416)
+        }
+    }
+
     /// Pipelined requests on one keep-alive connection, sent in one write: file bodies sent by `sendfile` and
     /// ordinary answers come back whole and in order, and the route's internal header never leaves the edge.
     @Test func pipelinedDownloadsAndAnswersKeepTheirOrder() async throws {

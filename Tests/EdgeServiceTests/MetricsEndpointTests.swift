@@ -4,6 +4,7 @@ import IAPProtocol
 import JSONRPC
 import Logging
 import NIOCore
+import NIOHTTP1
 import Prometheus
 import RPCTransport
 import ServiceSupport
@@ -73,6 +74,40 @@ import Testing
         try await EdgeTests.withEdge(configure: { $0.trustedProxies = ["127.0.0.1"] }) { _, base in
             let proxied = try await Self.get(base + "/metrics")
             #expect(proxied.status == 404, "the loopback peer is a trusted proxy")
+        }
+    }
+
+    /// HTTP/2's `:method` can be any token, and every label set a metric is given is kept for ever: one connection
+    /// sending distinct methods used to grow the edge's memory and `/metrics` without bound. Methods outside
+    /// HTTP's registered few are labelled `_OTHER` (OpenTelemetry's convention).
+    @Test func distinctMethodsDoNotGrowTheMetrics() async throws {
+        try await EdgeTests.withTLSEdge { _, _, port, client in
+            let base = "https://localhost:\(port)"
+            func send(_ method: String) async throws -> HTTPVersion {
+                var request = HTTPClientRequest(url: base + "/no/such/route")
+                request.method = .RAW(value: method)
+                let response = try await client.execute(request, timeout: .seconds(30))
+                _ = try await response.body.collect(upTo: 1 << 16)
+                return response.version
+            }
+            func labelSets() async throws -> Int {
+                let response = try await client.execute(HTTPClientRequest(url: base + "/metrics"), timeout: .seconds(30))
+                let body = String(buffer: try await response.body.collect(upTo: 64 << 20))
+                return body.split(separator: "\n").filter { $0.hasPrefix("http_server_request_duration_count") }.count
+            }
+            #expect(try await send("FIRST") == .http2)
+            _ = try await labelSets()  // the scrape's own label set is there from the second scrape on
+            let before = try await labelSets()
+            let count = Int(ProcessInfo.processInfo.environment["IAP_METHOD_FLOOD"] ?? "") ?? 10_000
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for worker in 0..<16 {
+                    group.addTask {
+                        for i in stride(from: worker, to: count, by: 16) { _ = try await send("M\(i)") }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            #expect(try await labelSets() == before, "\(count) distinct methods made new label sets")
         }
     }
 }

@@ -137,14 +137,16 @@ import Testing
         #expect(try GrantRules.spend(holder, amount: 81, idempotencyKey: "k", memo: nil, nowMs: 14, in: ledger) == .keyConflict)
     }
 
-    @Test func scopesKeepSandboxValueApartAndAnOriginalStaysInItsFirstScope() throws {
+    @Test func scopesKeepSandboxValueApartAndATransactionOfAnotherScopeThanItsOriginalIsRefused() throws {
         try apply([(purchase("s1", environment: "Sandbox"), .coins(perUnit: 100))], scope: .sandbox)
         #expect(ledger.wallet(Holder(accountId: Self.alice, scope: .production)) == Wallet())
         #expect(ledger.wallet(Holder(accountId: Self.alice, scope: .sandbox)).balance == 100)
         try apply([(purchase("n1", product: "pack", environment: "Sandbox"), .permanent(entitlement: "castle"))], scope: .sandbox)
-        // A later transaction of that original lands in the Sandbox scope even if planned for Production.
-        try apply([(purchase("n2", original: "n1", product: "pack", environment: "Sandbox"), .permanent(entitlement: "castle"))])
-        #expect(ledger.processedRows["n2"]?.holder.scope == .sandbox)
+        // A later transaction of that original planned for Production (its own environment's scope) is refused: a
+        // purchase never takes its original's scope, so a Sandbox or Xcode one cannot reach Production value.
+        let refused = try apply([(purchase("n2", original: "n1", product: "pack", environment: "Production"), .permanent(entitlement: "castle"))])
+        #expect(refused.results.map(\.outcome) == [.wrongEnvironment] && refused.results.allSatisfy { !$0.finishable })
+        #expect(ledger.processedRows["n2"] == nil)
         #expect(try apply([]).entitlements.isEmpty)
     }
 

@@ -34,6 +34,24 @@ import Testing
         }
     }
 
+    /// Xcode writes dates with fractions of a millisecond; they are read as Apple's libraries read them (floored).
+    @Test func fractionalMillisecondDatesAreGrantedIntoSandboxWithAllowXcodeOnly() async throws {
+        let xcode = try JWSSigningPKI.xcodeStoreKitTesting()
+        let jws = try xcode.sign(
+            payload: Array(
+                #"{"transactionId":"7","originalTransactionId":"7","bundleId":"\#(SuiteFixture.bundleId)","productId":"pass.season","type":"Non-Renewing Subscription","purchaseDate":1697679936049.7297,"originalPurchaseDate":1697679936049.7297,"quantity":1,"inAppOwnershipType":"PURCHASED","environment":"Xcode","signedDate":1697679936052.951}"#
+                    .utf8), x5c: [xcode.leaf])
+        for allowXcode in [true, false] {
+            try await SuiteFixture.with(allowXcode: allowXcode) { suite in
+                let dev = try await suite.register("dev")
+                let redeemed = try await suite.redeem(dev.session, signed: [jws])
+                #expect(redeemed.results.map(\.outcome) == [allowXcode ? .granted : .rejected], "allowXcode \(allowXcode)")
+                #expect(try await suite.entitlements(dev.session, .sandbox).map(\.entitlement) == (allowXcode ? ["season-pass"] : []))
+                #expect(try await suite.entitlements(dev.session, .production).isEmpty)
+            }
+        }
+    }
+
     @Test func refusedWithoutAllowXcode() async throws {
         try await SuiteFixture.with { suite in
             let dev = try await suite.register("dev")

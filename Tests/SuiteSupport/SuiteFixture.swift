@@ -83,9 +83,10 @@ public final class SuiteFixture: Sendable {
     /// `proxied`: fulfillment reaches accounts, verification and catalog through a `FaultProxy` each
     /// (`proxies[name]`), so a test can slow or cut the network to one of them.
     /// `allowXcode`: verification runs with `--allow-xcode` (Xcode StoreKit-testing receipts and JWS).
+    /// `appStoreAPI`: verification is given the simulator's App Store Server API (false: as deployed without a key).
     public static func start(
         configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
-        proxied: Bool = false, allowXcode: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil,
+        proxied: Bool = false, allowXcode: Bool = false, appStoreAPI: Bool = true, logs: (@Sendable (String) -> LogHandler)? = nil,
         ocsp: RevocationChecker.Configuration? = nil, accountsConfigure: (inout AccountsConfiguration) -> Void = { _ in }
     ) async throws -> SuiteFixture {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("suite-\(UUID().uuidString)")
@@ -178,10 +179,13 @@ public final class SuiteFixture: Sendable {
         var apiConfig = AppStoreServerAPIClient.Configuration()
         apiConfig.productionURL = "http://127.0.0.1:\(apiPort)"
         apiConfig.sandboxURL = "http://127.0.0.1:\(apiPort)/sandbox"
-        verificationConfig.appStoreAPI = AppStoreServerAPIClient(
-            credentials: try AppStoreAPICredentials(keyId: key.keyId, issuerId: key.issuerId, bundleId: bundleId, privateKeyPEM: key.privateKey),
-            verifier: SignedPayloadVerifier(roots: verificationConfig.signedPayloadRoots + verificationConfig.extraRoots),
-            configuration: apiConfig)
+        verificationConfig.appStoreAPI =
+            appStoreAPI
+            ? AppStoreServerAPIClient(
+                credentials: try AppStoreAPICredentials(
+                    keyId: key.keyId, issuerId: key.issuerId, bundleId: bundleId, privateKeyPEM: key.privateKey),
+                verifier: SignedPayloadVerifier(roots: verificationConfig.signedPayloadRoots + verificationConfig.extraRoots),
+                configuration: apiConfig) : nil
         verificationConfig.internalToken = internalToken
         let verificationRouter = VerificationService(configuration: verificationConfig, logger: quiet).router()
         let verificationPort = try await serve("verification", verificationRouter)
@@ -234,12 +238,13 @@ public final class SuiteFixture: Sendable {
     /// returning or throwing.
     public static func with<T>(
         configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
-        proxied: Bool = false, allowXcode: Bool = false, logs: (@Sendable (String) -> LogHandler)? = nil,
+        proxied: Bool = false, allowXcode: Bool = false, appStoreAPI: Bool = true, logs: (@Sendable (String) -> LogHandler)? = nil,
         ocsp: RevocationChecker.Configuration? = nil, accountsConfigure: (inout AccountsConfiguration) -> Void = { _ in },
         _ body: (SuiteFixture) async throws -> T
     ) async throws -> T {
         let suite = try await start(
-            configure: configure, dependencyDeadline: dependencyDeadline, proxied: proxied, allowXcode: allowXcode, logs: logs, ocsp: ocsp,
+            configure: configure, dependencyDeadline: dependencyDeadline, proxied: proxied, allowXcode: allowXcode,
+            appStoreAPI: appStoreAPI, logs: logs, ocsp: ocsp,
             accountsConfigure: accountsConfigure)
         do {
             let result = try await body(suite)

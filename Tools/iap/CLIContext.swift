@@ -224,7 +224,7 @@ struct ServiceCall {
     }
 
     func report(_ error: RPCError, target: String, address: String, addressVariable: String?) -> Never {
-        if error.knownCode == .unavailable, ["connectFailed", "connectionLost"].contains(error.reason) {
+        if error.knownCode == .unavailable, error.has(.connectFailed) || error.has(.connectionLost) {
             fail(
                 "cannot reach \(target) at \(address): is the suite running? start it with compose/up.sh "
                     + "(or point \(addressVariable.map { "\($0) / " } ?? "")--addr at it)", exit: ExitCodes.unreachable)
@@ -234,9 +234,9 @@ struct ServiceCall {
 
     static func hint(_ error: RPCError) -> String? {
         switch error.knownCode {
-        case .unauthenticated? where error.reason != "invalidCredentials":
+        case .unauthenticated? where !error.has(.invalidCredentials):
             return "sign in again: iap accounts login USERNAME"
-        case .forbidden? where error.reason == "adminTokenRequired":
+        case .forbidden? where error.has(.adminTokenRequired):
             return "admin methods need --admin-token (or IAP_ADMIN_TOKEN; compose/up.sh keeps it in data/admin-token)"
         case .insufficientFunds?: return "check the balance with: iap balance"
         case .rateLimited?: return "wait and try again"

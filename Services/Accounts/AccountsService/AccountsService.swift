@@ -109,7 +109,7 @@ public final class AccountsService: Sendable {
 
     private static let invalidCredentials = RPCError(
         code: .unauthenticated, message: "invalid username or password",
-        reason: "invalidCredentials")
+        reason: .invalidCredentials)
 
     /// Refuses the attempt while any key is locked; otherwise counts it against every key, atomically.
     private func admit(_ keys: [String], detail: String) async throws(RPCError) {
@@ -164,7 +164,7 @@ public final class AccountsService: Sendable {
         try await admit(throttleKeys, detail: "too many failed sign-in attempts")
         let verdict = try await run { try await self.hasher.verify(p.currentPassword, against: account.passwordHash) }
         guard verdict.matches else {
-            throw RPCError(code: .unauthenticated, message: "current password is wrong", reason: "invalidCredentials")
+            throw RPCError(code: .unauthenticated, message: "current password is wrong", reason: .invalidCredentials)
         }
         try await run { try await self.store.updateThrottle(keys: throttleKeys) { _, _ in nil } }
         let newHash = try await run { try await self.hasher.hash(p.newPassword) }

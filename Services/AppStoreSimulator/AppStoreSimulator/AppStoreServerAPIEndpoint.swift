@@ -11,7 +11,7 @@ import ServiceSupport
 /// for production, and the same under `/sandbox/` for sandbox. Every request needs a bearer JWT signed
 /// ES256 with the simulator's API key (`sim.apiKey`), as Apple checks it: `kid`, `iss`, `aud`
 /// `appstoreconnect-v1`, `bid` (an app this App Store has sold something for), not expired, `exp` at most
-/// 60 minutes after `iat`; else 401. Errors are
+/// 60 minutes ahead (and after `iat`, which is optional, as Apple's libraries leave it out); else 401. Errors are
 /// Apple's `{errorCode, errorMessage}` with Apple's codes; `sim.setFault` (http429, http503, slow) applies.
 public final class AppStoreServerAPIEndpoint: Sendable {
     let simulator: AppStoreSimulator
@@ -46,9 +46,12 @@ public final class AppStoreServerAPIEndpoint: Sendable {
                     try self.transactionInfo(context.parameters.get("id") ?? "", environment: environment, bid: bid)
                 }
             }
-            router.get(RouterPath("\(prefix)inApps/v2/history/:id")) { request, context -> Response in
-                await self.respond(request) { bid in
-                    try self.history(context.parameters.get("id") ?? "", query: Self.query(request), environment: environment, bid: bid)
+            // Get Transaction History: v2, and v1 (deprecated by Apple, still the default of Apple's libraries).
+            for version in ["v1", "v2"] {
+                router.get(RouterPath("\(prefix)inApps/\(version)/history/:id")) { request, context -> Response in
+                    await self.respond(request) { bid in
+                        try self.history(context.parameters.get("id") ?? "", query: Self.query(request), environment: environment, bid: bid)
+                    }
                 }
             }
             router.get(RouterPath("\(prefix)inApps/v1/lookup/:orderId")) { request, context -> Response in
@@ -130,10 +133,15 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         guard header["alg"] as? String == "ES256", header["kid"] as? String == key.keyId,
             payload["iss"] as? String == key.issuerId, payload["aud"] as? String == "appstoreconnect-v1",
             let bid = payload["bid"] as? String, !bid.isEmpty,
-            let iat = (payload["iat"] as? NSNumber)?.int64Value, let exp = (payload["exp"] as? NSNumber)?.int64Value
+            let exp = (payload["exp"] as? NSNumber)?.int64Value
         else { return nil }
+        // Apple's own libraries send no `iat` (only `exp`, 5 minutes ahead), and Apple accepts that: `exp` at most
+        // 60 minutes ahead; an `iat`, when given, not in the future and at most 60 minutes before `exp`.
         let now = wallClock.nowMs / 1000
-        guard exp > now, iat <= now + 60, exp > iat, exp - iat <= 3600 else { return nil }
+        guard exp > now, exp <= now + 3600 else { return nil }
+        if let iatValue = payload["iat"] {
+            guard let iat = (iatValue as? NSNumber)?.int64Value, iat <= now + 60, exp > iat, exp - iat <= 3600 else { return nil }
+        }
         // A bundle id no app in this App Store has: not a key of this team's apps.
         guard (try? simulator.knowsBundle(bid)) == true else { return nil }
         guard let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes),

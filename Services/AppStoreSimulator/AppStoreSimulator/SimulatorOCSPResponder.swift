@@ -77,7 +77,7 @@ public final class SimulatorOCSPResponder: Sendable {
         do {
             return try OCSPMessages.response(
                 certID: certID, status: status, revokedAt: revocation.map { Date(timeIntervalSince1970: Double($0.revokedAtMs) / 1000) },
-                producedAt: now, thisUpdate: now, nextUpdate: now.addingTimeInterval(validity), responder: issuer.certificate.subject,
+                producedAt: now, thisUpdate: now, nextUpdate: now.addingTimeInterval(validity), responder: issuer.certificate,
                 key: issuer.key)
         } catch {
             return OCSPMessages.failure(status: 2)  // internalError

@@ -233,7 +233,7 @@ public final class EdgeService: Sendable {
         return client.callRaw(method: request.method, params: params, timeout: configuration.callTimeout, on: eventLoop)
             .map { Result<[UInt8], RPCError>.success($0) }
             .recover { error in
-                .failure(Self.passThrough(error as? RPCError ?? .unavailable("\(error)", reason: "connectionLost"), service: service))
+                .failure(Self.passThrough(error as? RPCError ?? .unavailable("\(error)", reason: .connectionLost), service: service))
             }
             .map { outcome in
                 guard let id else { return nil }
@@ -287,9 +287,9 @@ public final class EdgeService: Sendable {
 
     /// A service's own answer (an application error) passes through; a transport failure is `unavailable`.
     static func passThrough(_ error: RPCError, service: String) -> RPCError {
-        if error.code >= 1000 && error.code < 1100 && error.data.reason != "connectionLost" { return error }
+        if error.code >= 1000 && error.code < 1100 && !error.has(.connectionLost) { return error }
         if error.code < 0 && error.code > -32100 { return error }  // the service's own JSON-RPC errors
-        var failure = RPCError.unavailable("\(service) could not answer; nothing was changed, retry later", reason: "dependencyUnavailable")
+        var failure = RPCError.unavailable("\(service) could not answer; nothing was changed, retry later", reason: .dependencyUnavailable)
         failure.data.extra["dependency"] = .string(service)
         return failure
     }
@@ -355,7 +355,7 @@ public final class EdgeService: Sendable {
                 return .ok
             }
             .recover { error in
-                let error = error as? RPCError ?? .unavailable("\(error)", reason: "connectionLost")
+                let error = error as? RPCError ?? .unavailable("\(error)", reason: .connectionLost)
                 if error.knownCode == .invalidReceipt {
                     logger.warning("App Store notification refused: it failed verification", metadata: ["reason": "\(error.data.reason)"])
                     return .badRequest
@@ -410,6 +410,10 @@ public final class EdgeService: Sendable {
                 headers[.contentRange] = "bytes */\(installed.size)"
                 return Response(status: .rangeNotSatisfiable, headers: headers)
             case .full:
+                guard installed.size > 0 else {  // an empty file: no range to build
+                    headers[.contentLength] = "0"
+                    return Response(status: .ok, headers: headers, body: .init())
+                }
                 range = 0...(installed.size - 1)
                 status = .ok
             case .partial(let part):
@@ -417,7 +421,7 @@ public final class EdgeService: Sendable {
                 status = .partialContent
                 headers[.contentRange] = "bytes \(part.lowerBound)-\(part.upperBound)/\(installed.size)"
             }
-            let length = installed.size == 0 ? 0 : range.upperBound - range.lowerBound + 1
+            let length = range.upperBound - range.lowerBound + 1
             headers[.contentLength] = String(length)
             if head || length == 0 { return Response(status: status, headers: headers, body: .init()) }
             if zeroCopy {

@@ -19,16 +19,21 @@ final class HTTPServerRequestMetrics: Sendable {
         self.active = Meter(label: "http.server.active_requests", dimensions: [], factory: factory)
     }
 
+    static let knownMethods: Set<String> = ["GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"]
+
     func record(method: HTTPRequest.Method, route: String, status: Int, since start: ContinuousClock.Instant) {
         let elapsed = ContinuousClock.now - start
         let nanoseconds = elapsed.components.seconds * 1_000_000_000 + elapsed.components.attoseconds / 1_000_000_000
-        let key = "\(method.rawValue) \(route) \(status)"
+        // Any token is a method over HTTP/2, and each label set is kept for ever: HTTP's registered methods
+        // only, the rest `_OTHER` (OpenTelemetry's convention), so no client can grow the metrics.
+        let method = Self.knownMethods.contains(method.rawValue) ? method.rawValue : "_OTHER"
+        let key = "\(method) \(route) \(status)"
         let factory = self.factory
         let timer = timers.withLockedValue { cache in
             if let timer = cache[key] { return timer }
             let made = Timer(
                 label: "http.server.request.duration",
-                dimensions: [("http.request.method", method.rawValue), ("http.route", route), ("http.response.status_code", String(status))],
+                dimensions: [("http.request.method", method), ("http.route", route), ("http.response.status_code", String(status))],
                 factory: factory)
             // Routes are the router's few patterns, methods and statuses few: the cache stays small.
             if cache.count < 1_000 { cache[key] = made }

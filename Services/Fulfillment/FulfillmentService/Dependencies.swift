@@ -182,6 +182,8 @@ public struct Dependencies: FulfillmentDependencies {
             return try await client.call(method, params, timeout: deadline)
         } catch {
             if let code = error.knownCode, passThrough.contains(code) { throw error }
+            // Verification's word that Apple cannot be asked is an answer, not an outage: the caller decides.
+            if error.has(.appStoreAPINotConfigured) { throw error }
             throw Self.unavailable(name, error)
         }
     }
@@ -189,7 +191,7 @@ public struct Dependencies: FulfillmentDependencies {
     private static func unavailable(_ name: String, _ error: RPCError) -> RPCError {
         var failure = RPCError.unavailable(
             "\(name) could not answer (\(error.message)); nothing was changed, retry later",
-            reason: "dependencyUnavailable")
+            reason: .dependencyUnavailable)
         failure.data.extra["dependency"] = .string(name)
         failure.data.extra["dependencyCode"] = .int(Int64(error.code))
         return failure

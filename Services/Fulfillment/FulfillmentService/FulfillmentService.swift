@@ -195,7 +195,7 @@ public final class FulfillmentService: Sendable {
         guard let token = configuration.internalToken else {
             throw RPCError.unavailable(
                 "redeeming by transaction id needs the internal token (--internal-token) and the App Store Server API on verification",
-                reason: "appStoreAPINotConfigured")
+                reason: .appStoreAPINotConfigured)
         }
         var answers: [(String, VerificationVerifyTransaction.Result?)] = []
         for id in transactionIds {
@@ -468,7 +468,7 @@ public final class FulfillmentService: Sendable {
         let now = clock.nowMs
         let entry = InboxEntry(
             notificationUUID: uuid, notificationType: notification["notificationType"]?.stringValue ?? "",
-            subtype: notification["subtype"]?.stringValue, signedDateMs: notification["signedDate"]?.intValue,
+            subtype: notification["subtype"]?.stringValue, signedDateMs: notification["signedDate"]?.millisecondsValue,
             signedPayload: p.signedPayload, notification: (try? JSONByteEncoder.encode(notification)) ?? [],
             // Leased to this call for a minute: the inbox worker leaves it alone while it is processed here,
             // and picks it up if this process dies first.
@@ -574,7 +574,7 @@ public final class FulfillmentService: Sendable {
         let data = notification["data"]
         var renewalKept = false
         if let info = data?["renewalInfo"],
-            let state = RenewalState(renewalInfo: info, fallbackSignedDateMs: notification["signedDate"]?.intValue)
+            let state = RenewalState(renewalInfo: info, fallbackSignedDateMs: notification["signedDate"]?.millisecondsValue)
         {
             renewalKept = try await storeCall { try await self.store.recordRenewal(state) }
         }
@@ -596,7 +596,8 @@ public final class FulfillmentService: Sendable {
         case .record:
             outcome = .applied
         case .answerConsumptionRequest:
-            let answered = try await answerConsumptionRequest(snapshot, signedDateMs: notification["signedDate"]?.intValue ?? now, nowMs: now)
+            let answered = try await answerConsumptionRequest(
+                snapshot, signedDateMs: notification["signedDate"]?.millisecondsValue ?? now, nowMs: now)
             outcome = answered ? .applied : .ignored("not answered: no consent, outside Apple's window, or not a purchase made here")
         case .moveSubscriptionEnd:
             guard let expires = snapshot.expiresDateMs else { return .ignored("no expiry") }
@@ -622,7 +623,7 @@ public final class FulfillmentService: Sendable {
             let answer = try await dependencies.transactionInfo(transactionId, internalToken: token)
             guard answer.status == 0, let payload = answer.transaction else { return nil }
             return VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
-        } catch  where error.reason == "appStoreAPINotConfigured" || error.knownCode == .notFound {
+        } catch  where error.has(.appStoreAPINotConfigured) || error.knownCode == .notFound {
             return nil
         }
     }
@@ -861,7 +862,7 @@ public final class FulfillmentService: Sendable {
         guard let token = configuration.internalToken else {
             throw RPCError.unavailable(
                 "\(what) needs the internal token (--internal-token) and the App Store Server API on verification",
-                reason: "appStoreAPINotConfigured")
+                reason: .appStoreAPINotConfigured)
         }
         return token
     }

@@ -138,6 +138,12 @@ public enum GrantRules {
                 continue
             }
             let owner = try tx.owner(original: p.originalTransactionId)
+            // A purchase's scope is its own verified environment's: one naming an original bound in another scope
+            // (an Xcode-signed renewal of a Production purchase) is refused, unless it is already recorded.
+            if let owner, owner.scope != item.scope, try tx.processed(p.transactionId) == nil {
+                result(.wrongEnvironment, finishable: false)
+                continue
+            }
             // An original's transactions all land in the scope it was first bound to.
             let holder = Holder(accountId: accountId, scope: owner?.scope ?? item.scope)
             if let owner, owner.accountId != accountId {

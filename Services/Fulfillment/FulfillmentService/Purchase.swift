@@ -73,9 +73,9 @@ public struct VerifiedPurchase: Sendable, Equatable {
             originalTransactionId: Self.string(payload["originalTransactionId"]) ?? transactionId,
             productId: productId,
             quantity: max(1, payload["quantity"]?.intValue ?? 1),
-            purchaseDateMs: payload["purchaseDate"]?.intValue ?? 0,
-            expiresDateMs: payload["expiresDate"]?.intValue,
-            cancellationDateMs: payload["revocationDate"]?.intValue,
+            purchaseDateMs: payload["purchaseDate"]?.millisecondsValue ?? 0,
+            expiresDateMs: payload["expiresDate"]?.millisecondsValue,
+            cancellationDateMs: payload["revocationDate"]?.millisecondsValue,
             appAccountToken: payload["appAccountToken"]?.stringValue?.lowercased())
     }
 

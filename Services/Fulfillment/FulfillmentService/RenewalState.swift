@@ -31,12 +31,13 @@ public struct RenewalState: Sendable, Equatable {
 
     /// From verified renewal info (Apple's field names); `fallbackSignedDateMs` when it carries no signedDate.
     public init?(renewalInfo info: JSONValue, fallbackSignedDateMs: Int64?) {
-        guard let original = info["originalTransactionId"]?.stringValue, let signed = info["signedDate"]?.intValue ?? fallbackSignedDateMs
+        guard let original = info["originalTransactionId"]?.stringValue, let signed = info["signedDate"]?.millisecondsValue ?? fallbackSignedDateMs
         else { return nil }
         self.init(
             originalTransactionId: original, autoRenew: info["autoRenewStatus"]?.intValue == 1,
             autoRenewProductId: info["autoRenewProductId"]?.stringValue, inBillingRetry: info["isInBillingRetryPeriod"]?.boolValue ?? false,
-            gracePeriodExpiresAtMs: info["gracePeriodExpiresDate"]?.intValue, expirationIntent: info["expirationIntent"]?.intValue.map(Int.init),
+            gracePeriodExpiresAtMs: info["gracePeriodExpiresDate"]?.millisecondsValue,
+            expirationIntent: info["expirationIntent"]?.intValue.map(Int.init),
             priceIncreaseStatus: info["priceIncreaseStatus"]?.intValue.map(Int.init), signedDateMs: signed)
     }
 

@@ -346,7 +346,7 @@ public final class VerificationService: Sendable {
         let n = r.notification.payload
         return AppleNotificationRecord(
             notificationUUID: n["notificationUUID"]?.stringValue, notificationType: n["notificationType"]?.stringValue,
-            subtype: n["subtype"]?.stringValue, signedDateMs: n["signedDate"]?.intValue, signedPayload: r.notification.signed,
+            subtype: n["subtype"]?.stringValue, signedDateMs: n["signedDate"]?.millisecondsValue, signedPayload: r.notification.signed,
             sendAttempts: r.sendAttempts.map { AppleSendAttempt(attemptDateMs: $0.attemptDateMs, result: $0.result) })
     }
 
@@ -355,7 +355,7 @@ public final class VerificationService: Sendable {
         guard let api = configuration.appStoreAPI else {
             throw RPCError.unavailable(
                 "the App Store Server API is not configured (--app-store-api-key, --app-store-api-key-id, --app-store-api-issuer-id)",
-                reason: "appStoreAPINotConfigured")
+                reason: .appStoreAPINotConfigured)
         }
         return api
     }
@@ -410,23 +410,25 @@ public final class VerificationService: Sendable {
         while true {
             var missing: String?
             let checked = checkNotification(p) { jws in
-                if let known = answers[jws] ?? payloads.verifiedObjectFromMemory(jws) { return known }
+                if let known = answers[jws] ?? payloads.verifiedObjectFromMemory(jws, xcode: false) { return known }
                 missing = jws
                 return nil
             }
             if let checked { return checked }
             guard let jws = missing else { return .init(status: 21002, reason: "malformed") }
-            answers[jws] = try await decode(jws)
+            answers[jws] = try await decode(jws, xcode: false)
         }
     }
 
     /// `verifyNotification`'s answer from memory alone (every chain it carries known, no recheck due); nil when
     /// the async path must validate a chain.
     public func verifyNotificationFromMemory(_ p: VerificationVerifyNotification.Params) -> VerificationVerifyNotification.Result? {
-        checkNotification(p, decode: payloads.verifiedObjectFromMemory)
+        checkNotification(p) { payloads.verifiedObjectFromMemory($0, xcode: false) }
     }
 
     /// Every check of a notification, with its JWS decoded by `decode`; nil when `decode` has no answer for one.
+    /// Only what a chain to a configured root signed goes on: `decode` refuses Xcode's self-signed form, nested
+    /// objects sent unsigned are dropped, and the nested transaction names the notification's environment.
     private func checkNotification(
         _ p: VerificationVerifyNotification.Params, decode: (String) -> Result<JSONValue, JWSFailure>?
     ) -> VerificationVerifyNotification.Result? {
@@ -449,6 +451,7 @@ public final class VerificationService: Sendable {
             return .init(status: 21002, reason: "unknownEnvironment")
         }
         for (signedKey, decodedKey) in [("signedTransactionInfo", "transactionInfo"), ("signedRenewalInfo", "renewalInfo")] {
+            data[decodedKey] = nil  // only ever the decoded signed form: a plain object sent beside it is the sender's word
             guard let nested = data[signedKey]?.stringValue else { continue }
             switch decode(nested) {
             case nil: return nil
@@ -460,7 +463,8 @@ public final class VerificationService: Sendable {
                 if decodedKey == "transactionInfo", value["bundleId"]?.stringValue == nil {
                     return .init(status: 21003, reason: "\(signedKey): bundleMismatch")
                 }
-                if let nestedEnvironment = value["environment"]?.stringValue, nestedEnvironment != environment {
+                let nestedEnvironment = value["environment"]?.stringValue
+                if nestedEnvironment != environment && (nestedEnvironment != nil || decodedKey == "transactionInfo") {
                     return .init(status: 21003, reason: "\(signedKey): environmentMismatch")
                 }
                 data[decodedKey] = value
@@ -473,8 +477,8 @@ public final class VerificationService: Sendable {
 
     /// A verified JWS, or why not; a revocation status that could not be learnt (hard-fail) is no answer about
     /// the payload: `unavailable`, so the caller tries again (and Apple retries a notification).
-    private func decode(_ jws: String) async throws(RPCError) -> Result<JSONValue, JWSFailure> {
-        let result = await payloads.verifiedObject(jws)
+    private func decode(_ jws: String, xcode: Bool = true) async throws(RPCError) -> Result<JSONValue, JWSFailure> {
+        let result = await payloads.verifiedObject(jws, xcode: xcode)
         if case .failure(.revocationUnknown) = result { throw Self.revocationUnknown }
         return result
     }

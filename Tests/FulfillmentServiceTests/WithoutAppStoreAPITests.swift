@@ -1,0 +1,91 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import RPCTestSupport
+import SuiteTestSupport
+import Testing
+
+/// The suite as deployed without an App Store Server API key (compose/compose.yaml's default): Apple cannot be asked
+/// for a transaction's current state, so a notification's own signed snapshot decides. Refunds, revocations and
+/// reversals used to stay `pending` for ever there (verification's "not configured" came back re-wrapped as a
+/// dependency failure, and the fallback never ran).
+@Suite struct WithoutAppStoreAPITests {
+    static func receive(_ suite: SuiteFixture, _ payload: String?) async throws -> FulfillmentReceiveNotification.Result {
+        try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: try #require(payload)))
+    }
+
+    @Test func refundsRevocationsAndReversalsApplyOnceFromTheNotificationsSnapshot() async throws {
+        try await SuiteFixture.with(appStoreAPI: false) { suite in
+            let ann = try await suite.register("ann")
+            let coins = try await suite.buy("ann@icloud", "coins.100", appAccountToken: ann.appAccountToken)
+            _ = try await suite.redeem(ann.session, signed: [coins.signedTransaction])
+            _ = try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: ann.session, amount: 70, idempotencyKey: "sword"))
+
+            // REFUND: the 30 left are taken back and 70 are owed; a second delivery changes nothing.
+            let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "ann@icloud", transactionId: coins.transactionId))
+            #expect(try await Self.receive(suite, refund.signedPayload).state == .applied)
+            var wallet = try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: ann.session))
+            #expect(wallet.balance == 0 && wallet.owed == 70)
+            let again = try await Self.receive(suite, refund.signedPayload)
+            #expect(again.state == .applied && !again.firstDelivery)
+            wallet = try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: ann.session))
+            #expect(wallet.balance == 0 && wallet.owed == 70)
+
+            // REFUND_REVERSED: as if the refund never happened.
+            let reversed = try await suite.simulator.call(
+                SimRefundDecision.self, .init(appleId: "ann@icloud", transactionId: coins.transactionId, event: .reverse))
+            #expect(try await Self.receive(suite, reversed.signedPayload).state == .applied)
+            wallet = try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: ann.session))
+            #expect(wallet.balance == 30 && wallet.owed == 0)
+
+            // A refund of coins already spent makes a debt; the next purchase repays it.
+            let more = try await suite.buy("ann@icloud", "coins.100", appAccountToken: ann.appAccountToken)
+            _ = try await suite.redeem(ann.session, signed: [more.signedTransaction])
+            _ = try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: ann.session, amount: 130, idempotencyKey: "castle"))
+            let refundMore = try await suite.simulator.call(SimRefund.self, .init(appleId: "ann@icloud", transactionId: more.transactionId))
+            #expect(try await Self.receive(suite, refundMore.signedPayload).state == .applied)
+            wallet = try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: ann.session))
+            #expect(wallet.balance == 0 && wallet.owed == 100)
+            let repay = try await suite.buy("ann@icloud", "coins.100", appAccountToken: ann.appAccountToken)
+            let repaid = try await suite.redeem(ann.session, signed: [repay.signedTransaction])
+            #expect(repaid.balance == 0 && repaid.owed == 0)
+
+            // REVOKE (Family Sharing ended): the entitlement goes.
+            let pack = try await suite.buy("ann@icloud", "pack.castle", appAccountToken: ann.appAccountToken)
+            _ = try await suite.redeem(ann.session, signed: [pack.signedTransaction])
+            #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["castle"])
+            let revoke = try await suite.simulator.call(
+                SimLifecycleEvent.self, .init(appleId: "ann@icloud", transactionId: pack.transactionId, event: .revokeFamilySharing))
+            #expect(try await Self.receive(suite, revoke.signedPayload).state == .applied)
+            #expect(try await suite.entitlements(ann.session).isEmpty)
+
+            #expect(try await suite.ledgerIsConsistent())
+            #expect(try await suite.store.duplicateLedgerEffects().isEmpty)
+            #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox WHERE state <> 'applied'") == 0)
+        }
+    }
+
+    @Test func aRenewalExtendsAndAnExpiryEndsASubscriptionFromTheSnapshot() async throws {
+        try await SuiteFixture.with(appStoreAPI: false) { suite in
+            let bo = try await suite.register("bo")
+            let sub = try await suite.buy("bo@icloud", "sub.premium", appAccountToken: bo.appAccountToken)
+            _ = try await suite.redeem(bo.session, signed: [sub.signedTransaction])
+            let firstEnd = try #require(try await suite.entitlements(bo.session).first?.expiresAtMs)
+            let day: Int64 = 86_400_000
+            suite.clock.advance(ms: 31 * day)
+            let renewed = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400)).notifications
+            #expect(renewed.count == 1)
+            #expect(try await Self.receive(suite, renewed.first).state == .applied)  // DID_RENEW
+            let renewedEnd = try #require(try await suite.entitlements(bo.session).first?.expiresAtMs)
+            #expect(renewedEnd > firstEnd)
+            let off = try await suite.simulator.call(
+                SimSetAutoRenew.self, .init(appleId: "bo@icloud", transactionId: sub.transactionId, enabled: false))
+            #expect(try await Self.receive(suite, off.signedPayload).state == .applied)
+            suite.clock.advance(ms: 31 * day)
+            let expired = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400)).notifications
+            #expect(expired.count == 1)
+            #expect(try await Self.receive(suite, expired.first).state == .applied)  // EXPIRED/VOLUNTARY
+            #expect(try await suite.entitlements(bo.session).isEmpty)
+        }
+    }
+}
