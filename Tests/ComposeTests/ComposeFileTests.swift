@@ -20,7 +20,7 @@ import Testing
             "accounts=\(DefaultPorts.accounts)", "catalog=\(DefaultPorts.catalog)", "verification=\(DefaultPorts.verification)",
             "fulfillment=\(DefaultPorts.fulfillment)", "sim=\(DefaultPorts.simulator)",
         ]
-        let (status, output) = try await Self.run("python3", ["compose/check_compose.py", schema.path] + ports)
+        let (status, output) = try await Self.run(Judges.pythonOrSystem, ["compose/check_compose.py", schema.path] + ports)
         #expect(status == 0, "\(output)")
     }
 
@@ -82,7 +82,7 @@ import Testing
         let file = copy.appendingPathComponent(name)
         try edit(try String(contentsOf: file, encoding: .utf8)).write(to: file, atomically: true, encoding: .utf8)
         let schema = ComposeFileTests.repository.appendingPathComponent("Tests/Schemas/compose-spec.json")
-        let run = try await Subprocess.run("python3", [copy.appendingPathComponent("check_compose.py").path, schema.path])
+        let run = try await Subprocess.run(Judges.pythonOrSystem, [copy.appendingPathComponent("check_compose.py").path, schema.path])
         return (run.status, run.stdout + run.stderr)
     }
 

@@ -197,7 +197,7 @@ import Testing
                 "issuerId": .string(key.issuerId),
             ]
             let run = try await Subprocess.run(
-                "python3", ["-c", script, publicPEM, String(decoding: try JSONByteEncoder.encode(fields), as: UTF8.self)])
+                Judges.pythonOrSystem, ["-c", script, publicPEM, String(decoding: try JSONByteEncoder.encode(fields), as: UTF8.self)])
             #expect(run.status == 0, "\(run.stderr)")
             #expect(run.stdout.contains("both forms verify"))
         }

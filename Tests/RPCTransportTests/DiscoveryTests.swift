@@ -18,7 +18,7 @@ import Testing
         try Data(JSONByteEncoder.encode(document)).write(to: docFile)
         defer { try? FileManager.default.removeItem(at: docFile) }
         let run = try await Subprocess.run(
-            "python3",
+            Judges.pythonOrSystem,
             [
                 "-c",
                 """

@@ -53,6 +53,8 @@ public final class SuiteFixture: Sendable {
     public let ports: [String: Int]
     public var verificationPort: Int { ports["verification"]! }
     private let simHTTP: Task<Void, any Error>
+    /// The simulator's HTTP port: verifyReceipt, the App Store Server API (`/inApps`, `/sandbox/inApps`), `/ocsp`.
+    public let simHTTPPort: Int
     /// The fulfillment service itself (its RPC router is what `fulfillment` calls), for driving its inbox worker.
     public let service: FulfillmentService
     /// With `proxied`: the proxy in front of each dependency ("accounts", "verification", "catalog").
@@ -231,7 +233,7 @@ public final class SuiteFixture: Sendable {
             fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort, configuration: patient),
             store: store, otherStores: [accountsStore.close, catalogStore.close], service: service, content: content, servers: servers,
             routers: routers, proxies: proxies,
-            simHTTP: simHTTPTask)
+            simHTTP: simHTTPTask, simHTTPPort: apiPort)
     }
 
     /// Starts a suite, runs `body` with it, and stops it (servers, proxies, files) however `body` ends:
@@ -260,9 +262,10 @@ public final class SuiteFixture: Sendable {
         directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
         store: any FulfillmentStorage & FulfillmentInvariants, otherStores: [@Sendable () throws -> Void], service: FulfillmentService,
         content: [UInt8], servers: [String: RPCServer],
-        routers: [String: RPCRouter], proxies: [String: FaultProxy], simHTTP: Task<Void, any Error>
+        routers: [String: RPCRouter], proxies: [String: FaultProxy], simHTTP: Task<Void, any Error>, simHTTPPort: Int
     ) {
         self.simHTTP = simHTTP
+        self.simHTTPPort = simHTTPPort
         self.proxies = proxies
         self.directory = directory
         self.clock = clock

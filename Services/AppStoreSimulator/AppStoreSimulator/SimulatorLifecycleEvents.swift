@@ -129,8 +129,9 @@ extension AppStoreSimulator {
                     transaction: nil, signedDate: now, db: db
                 ).signedPayload
             case ("EXTERNAL_PURCHASE_TOKEN", _):
-                app.merge(
-                    ["externalPurchaseId": UUID().uuidString.lowercased(), "tokenCreationDate": now], uniquingKeysWith: { a, _ in a })
+                // A Sandbox token's id starts with SANDBOX: the only sign of its environment Apple's libraries read.
+                let id = (t.environment == .sandbox ? "SANDBOX_" : "") + UUID().uuidString.lowercased()
+                app.merge(["externalPurchaseId": id, "tokenCreationDate": now], uniquingKeysWith: { a, _ in a })
                 return try self.recordNotification(
                     p.notificationType, subtype: p.subtype, bundleId: t.bundleId, environment: t.environment, section: "externalPurchaseToken",
                     data: app, transaction: nil, signedDate: now, db: db

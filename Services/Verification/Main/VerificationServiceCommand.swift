@@ -122,10 +122,12 @@ struct VerificationServiceCommand: AsyncParsableCommand {
 
     /// The App Store Server API client from the flags, for the first accepted bundle id; nil without a key.
     func appStoreAPIClient(config: VerificationConfiguration, logger: Logger) throws -> AppStoreServerAPIClient? {
-        guard let keyFile = Environment.resolve(appStoreAPIKey, env: "IAP_APP_STORE_API_KEY") else { return nil }
+        // Empty counts as not given: compose/compose.yaml passes the three as empty strings when the operator sets none.
+        func given(_ flag: String?, _ env: String) -> String? { Environment.resolve(flag, env: env).flatMap { $0.isEmpty ? nil : $0 } }
+        guard let keyFile = given(appStoreAPIKey, "IAP_APP_STORE_API_KEY") else { return nil }
         let beside = KeyIdentity.beside(keyFile)
-        guard let keyId = Environment.resolve(appStoreAPIKeyId, env: "IAP_APP_STORE_API_KEY_ID") ?? beside?.keyId,
-            let issuerId = Environment.resolve(appStoreAPIIssuerId, env: "IAP_APP_STORE_API_ISSUER_ID") ?? beside?.issuerId
+        guard let keyId = given(appStoreAPIKeyId, "IAP_APP_STORE_API_KEY_ID") ?? beside?.keyId,
+            let issuerId = given(appStoreAPIIssuerId, "IAP_APP_STORE_API_ISSUER_ID") ?? beside?.issuerId
         else { throw ValidationError("--app-store-api-key needs --app-store-api-key-id and --app-store-api-issuer-id") }
         guard let bundleId = config.bundleIds.sorted().first else {
             throw ValidationError("the App Store Server API needs the app's bundle id (--bundle-id / IAP_BUNDLE_IDS)")
