@@ -21,7 +21,7 @@ import Testing
                     VerificationTransactionInfo.self, .init(internalToken: SuiteFixture.internalToken, transactionId: "1"))
                 Issue.record("answered without an App Store Server API")
             } catch let error as RPCError {
-                #expect(error.has(.appStoreAPINotConfigured) && error.knownCode == .unavailable, "\(error)")
+                #expect(error.has(.appStoreAPINotConfigured) && error.knownCode == .unavailable && !error.retryable, "\(error)")
             }
             // Fulfillment's side: its dependency client hands the same reason on, not a dependency outage.
             let dependencies = try Dependencies(

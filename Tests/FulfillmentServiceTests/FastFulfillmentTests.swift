@@ -109,9 +109,10 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         }
     }
     func notification(_ uuid: String) async throws -> InboxEntry? { inbox.withLockedValue { $0[uuid] } }
-    func latestAppliedSignedDate(originalTransactionId: String) async throws -> Int64? {
+    func latestAppliedSignedDate(originalTransactionId: String, types: [String]) async throws -> Int64? {
         inbox.withLockedValue {
-            $0.values.filter { $0.originalTransactionId == originalTransactionId && $0.state == .applied }.compactMap(\.signedDateMs).max()
+            $0.values.filter { $0.originalTransactionId == originalTransactionId && $0.state == .applied && types.contains($0.notificationType) }
+                .compactMap(\.signedDateMs).max()
         }
     }
     func notifications(state: NotificationState?, limit: Int) async throws -> [InboxEntry] {

@@ -137,6 +137,20 @@ import Testing
         #expect(try GrantRules.spend(holder, amount: 81, idempotencyKey: "k", memo: nil, nowMs: 14, in: ledger) == .keyConflict)
     }
 
+    /// A payload naming another customer's recorded transaction id under a fresh original (what anyone can sign as an
+    /// Xcode receipt) neither revokes nor restores it, in any scope.
+    @Test func aPayloadReusingAnotherPurchasesTransactionIdChangesNothing() throws {
+        try apply([(purchase("c1"), .coins(perUnit: 100))])
+        for scope in [AccountScope.production, .sandbox] {
+            let forged = try apply(
+                [(purchase("c1", original: "fresh-\(scope)", environment: scope.rawValue, cancelled: 5), .coins(perUnit: 100))], for: Self.bob,
+                scope: scope)
+            #expect(forged.results.map(\.outcome) == [.rejected] && forged.results.allSatisfy { !$0.finishable })
+        }
+        #expect(ledger.wallet(Holder(accountId: Self.alice, scope: .production)).balance == 100)
+        #expect(ledger.processedRows["c1"]?.revokedAtMs == nil)
+    }
+
     @Test func scopesKeepSandboxValueApartAndATransactionOfAnotherScopeThanItsOriginalIsRefused() throws {
         try apply([(purchase("s1", environment: "Sandbox"), .coins(perUnit: 100))], scope: .sandbox)
         #expect(ledger.wallet(Holder(accountId: Self.alice, scope: .production)) == Wallet())

@@ -163,7 +163,9 @@ func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -
             #expect(try await db[1].dueNotifications(nowMs: 6, limit: 10).map(\.notificationUUID) == ["uuid-1"])
             try await db[0].settleNotification("uuid-1", state: .applied, attempts: 1, nextAttemptAtMs: 6, lastError: nil, nowMs: 7)
             #expect(try await db[1].dueNotifications(nowMs: 100, limit: 10).isEmpty)
-            #expect(try await db[2].latestAppliedSignedDate(originalTransactionId: "2000000020") == 5)
+            #expect(try await db[2].latestAppliedSignedDate(originalTransactionId: "2000000020", types: ["REFUND", "REVOKE"]) == 5)
+            // Only the types asked about count (news about renewal preferences supersedes no refund).
+            #expect(try await db[2].latestAppliedSignedDate(originalTransactionId: "2000000020", types: ["DID_RENEW"]) == nil)
             #expect(try await db[2].notifications(state: .applied, limit: 10).map(\.processedAtMs) == [7])
             #expect(try await db[2].notifications(state: .parked, limit: 10).isEmpty)
         }

@@ -2,6 +2,7 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import RPCTestSupport
+import Receipts
 import SuiteTestSupport
 import Testing
 
@@ -62,6 +63,38 @@ import Testing
             #expect(try await suite.ledgerIsConsistent())
             #expect(try await suite.store.duplicateLedgerEffects().isEmpty)
             #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox WHERE state <> 'applied'") == 0)
+        }
+    }
+
+    /// The transaction a notification is about, read without verifying (the test's own bookkeeping).
+    static func transactionId(of notification: String) throws -> String {
+        let outerBytes = try #require(SignedPayloadVerifier.unverifiedPayload(notification))
+        let inner = try #require(try JSONValue(parsing: outerBytes)["data"]?["signedTransactionInfo"]?.stringValue)
+        let innerBytes = try #require(SignedPayloadVerifier.unverifiedPayload(inner))
+        let transaction = try JSONValue(parsing: innerBytes)
+        return try #require(transaction["transactionId"]?.stringValue)
+    }
+
+    /// From a snapshot alone only REFUND_REVERSED gives back a revoked purchase: a later notice that shows the
+    /// transaction valid (here OFFER_REDEEMED about a renewal an operator revoked) used to reinstate it.
+    @Test func onlyARefundReversalGivesBackARevokedPurchase() async throws {
+        try await SuiteFixture.with(appStoreAPI: false) { suite in
+            let cy = try await suite.register("cy")
+            let sub = try await suite.buy("cy@icloud", "sub.premium", appAccountToken: cy.appAccountToken)
+            _ = try await suite.redeem(cy.session, signed: [sub.signedTransaction])
+            suite.clock.advance(ms: 31 * 86_400_000)
+            let renewed = try #require(try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400)).notifications.first)
+            #expect(try await Self.receive(suite, renewed).state == .applied)  // DID_RENEW: the second period
+            let period2 = try Self.transactionId(of: renewed)
+            // The operator revokes the current period (a chargeback found elsewhere): no access.
+            _ = try await suite.fulfillment.call(
+                FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken, transactionId: period2, reason: "chargeback"))
+            #expect(try await suite.entitlements(cy.session).isEmpty)
+            // A later notice about that period, still valid at Apple's end, gives nothing back.
+            let offer = try await suite.simulator.call(
+                SimNotify.self, .init(appleId: "cy@icloud", transactionId: period2, notificationType: "OFFER_REDEEMED", subtype: "UPGRADE"))
+            #expect(try await Self.receive(suite, offer.signedPayload).state == .ignored)
+            #expect(try await suite.entitlements(cy.session).isEmpty)
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import FulfillmentService
 import IAPProtocol
 import JSONRPC
 import RPCTestSupport
@@ -40,6 +41,35 @@ import Testing
             #expect(try await suite.balance(mallory.session, .sandbox) == 0)
             #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 0)
             #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox") == 0, "a refused notification is not recorded")
+        }
+    }
+
+    /// A forged notification that an older version recorded (it accepted Xcode-signed notifications and unsigned
+    /// nested objects) and left pending: the inbox worker verifies it again from its signed payload, and ignores it.
+    @Test func aForgedNotificationRecordedBeforeTheFixIsIgnoredWhenProcessed() async throws {
+        try await SuiteFixture.with(allowXcode: true) { suite in
+            let mallory = try await suite.register("mallory")
+            let now = suite.clock.clock.nowMs
+            let transaction: [String: Any] = [
+                "transactionId": "9000002", "originalTransactionId": "9000002", "bundleId": SuiteFixture.bundleId,
+                "productId": "coins.100", "type": "Consumable", "quantity": 10, "purchaseDate": now, "environment": "Production",
+                "appAccountToken": mallory.appAccountToken, "signedDate": now,
+            ]
+            let decoded: [String: Any] = [
+                "notificationType": "ONE_TIME_CHARGE", "notificationUUID": UUID().uuidString.lowercased(), "version": "2.0",
+                "signedDate": now, "environment": "Xcode",
+                "data": ["bundleId": SuiteFixture.bundleId, "environment": "Production", "transactionInfo": transaction] as [String: Any],
+            ]
+            let signed = try Self.xcodeSign(decoded)
+            let recorded = try await suite.store.recordNotification(
+                InboxEntry(
+                    notificationUUID: decoded["notificationUUID"] as! String, notificationType: "ONE_TIME_CHARGE", subtype: nil,
+                    signedDateMs: now, signedPayload: signed, notification: Array(try JSONSerialization.data(withJSONObject: decoded)),
+                    receivedAtMs: now, nextAttemptAtMs: now, originalTransactionId: "9000002"))
+            #expect(recorded.isNew)
+            #expect(try await suite.service.processDueNotifications() == 1)
+            #expect(try await suite.balance(mallory.session, .production) == 0)
+            #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox WHERE state = 'ignored'") == 1)
         }
     }
 

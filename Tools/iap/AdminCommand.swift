@@ -189,7 +189,7 @@ extension AppStoreCommand {
                         answer.subscriptions.map {
                             [
                                 $0.originalTransactionId, $0.transaction["productId"]?.stringValue ?? "-", names[$0.status] ?? "\($0.status)",
-                                $0.transaction["expiresDate"]?.intValue.map(isoTime) ?? "-",
+                                $0.transaction["expiresDate"]?.millisecondsValue.map(isoTime) ?? "-",
                                 $0.renewalInfo["autoRenewStatus"]?.intValue == 1 ? "on" : "off",
                             ]
                         })

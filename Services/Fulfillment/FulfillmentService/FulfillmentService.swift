@@ -160,6 +160,10 @@ public final class FulfillmentService: Sendable {
             do {
                 try await dependencies.setAppAccountToken(
                     originalTransactionId: item.originalTransactionId, appAccountToken: item.appAccountToken, internalToken: internalToken)
+            } catch  where error.has(.appStoreAPINotConfigured) {
+                // Nothing to tie with until the operator configures the App Store Server API: the items stay due,
+                // unchanged, and this pass ends (one question to verification per pass).
+                return due.count
             } catch {
                 done = false
                 failure = error.message
@@ -193,8 +197,9 @@ public final class FulfillmentService: Sendable {
         -> ([VerifiedPurchase], [TransactionResult])
     {
         guard let token = configuration.internalToken else {
-            throw RPCError.unavailable(
-                "redeeming by transaction id needs the internal token (--internal-token) and the App Store Server API on verification",
+            throw RPCError(
+                code: .unavailable,
+                message: "redeeming by transaction id needs the internal token (--internal-token) and the App Store Server API on verification",
                 reason: .appStoreAPINotConfigured)
         }
         var answers: [(String, VerificationVerifyTransaction.Result?)] = []
@@ -502,17 +507,28 @@ public final class FulfillmentService: Sendable {
     public func processDueNotifications(limit: Int = 100) async throws(RPCError) -> Int {
         let now = clock.nowMs
         let due = try await storeCall { try await self.store.dueNotifications(nowMs: now, limit: limit) }
-        for entry in due { _ = await process(entry) }
+        for entry in due { _ = await process(entry, reverify: true) }
         return due.count
     }
 
     /// One processing attempt, its outcome recorded: `applied`, `ignored`, or (failing) `pending` with a
-    /// later attempt or `parked`.
-    private func process(_ entry: InboxEntry) async -> NotificationState {
+    /// later attempt or `parked`. `reverify`: a row read back from the inbox (the worker, a retry) is verified again
+    /// from its signed payload, never taken from the stored copy: an older version may have recorded what today's
+    /// rules refuse (Xcode-signed notifications, unsigned nested objects).
+    private func process(_ entry: InboxEntry, reverify: Bool = false) async -> NotificationState {
         let attempts = entry.attempts + 1
         do {
-            let notification = try JSONValue(parsing: entry.notification)
-            let outcome = try await act(on: notification, entry: entry)
+            let outcome: ActOutcome
+            if reverify {
+                let answer = try await dependencies.verifyNotification(entry.signedPayload)
+                if answer.status == 0, let notification = answer.notification {
+                    outcome = try await act(on: notification, entry: entry)
+                } else {
+                    outcome = .ignored("it no longer passes verification (status \(answer.status), \(answer.reason ?? "refused"))")
+                }
+            } else {
+                outcome = try await act(on: try JSONValue(parsing: entry.notification), entry: entry)
+            }
             let state: NotificationState = outcome.applied ? .applied : .ignored
             let now = clock.nowMs
             if let reason = outcome.reason {
@@ -587,11 +603,13 @@ public final class FulfillmentService: Sendable {
         case .bringToAppleState:
             let reason = type == "REVOKE" ? "revoked" : "refunded"
             if let current = try await currentFromApple(snapshot.transactionId) {
-                outcome = try await bringToAppleState(current, reason: reason, nowMs: now)
+                outcome = try await bringToAppleState(current, reason: reason, reinstates: true, nowMs: now)
             } else if let superseded = try await supersededReason(entry) {
                 outcome = .ignored(superseded)
             } else {
-                outcome = try await bringToAppleState(snapshot, reason: reason, nowMs: now)
+                // From the signed snapshot alone, only a reversal gives back what a refund took: an older purchase or
+                // renewal notice arriving late says nothing about a refund that came after it.
+                outcome = try await bringToAppleState(snapshot, reason: reason, reinstates: type == "REFUND_REVERSED", nowMs: now)
             }
         case .record:
             outcome = .applied
@@ -628,11 +646,14 @@ public final class FulfillmentService: Sendable {
         }
     }
 
-    /// Without Apple's current word: "superseded" when a notification signed later for the same original
-    /// transaction was already applied (this one describes an older state).
+    /// Without Apple's current word: "superseded" when a notification about a purchase's standing (purchase, renewal,
+    /// refund, revocation, reversal) signed later for the same original transaction was already applied (this one
+    /// describes an older state). News about renewal preferences or expiry supersedes no refund.
     private func supersededReason(_ entry: InboxEntry) async throws(RPCError) -> String? {
         guard let original = entry.originalTransactionId, let signed = entry.signedDateMs,
-            let latest = try await storeCall({ try await self.store.latestAppliedSignedDate(originalTransactionId: original) }),
+            let latest = try await storeCall({
+                try await self.store.latestAppliedSignedDate(originalTransactionId: original, types: NotificationDisposition.standingTypes)
+            }),
             signed < latest
         else { return nil }
         return "superseded: a later notification for this purchase was applied first"
@@ -640,7 +661,11 @@ public final class FulfillmentService: Sendable {
 
     /// Makes the purchase here what `purchase` (Apple's word) says: revoked, or granted (given back if a
     /// refund had revoked it). Idempotent: any number of deliveries, in any order, end the same.
-    private func bringToAppleState(_ purchase: VerifiedPurchase, reason: String, nowMs: Int64) async throws(RPCError) -> ActOutcome {
+    /// `reinstates`: whether a revoked purchase that `purchase` shows valid is given back (Apple's current word, or a
+    /// REFUND_REVERSED snapshot).
+    private func bringToAppleState(_ purchase: VerifiedPurchase, reason: String, reinstates: Bool, nowMs: Int64) async throws(RPCError)
+        -> ActOutcome
+    {
         let processed = try await storeCall { try await self.store.processed(transactionId: purchase.transactionId) }
         if purchase.cancellationDateMs != nil {
             if processed != nil {
@@ -659,10 +684,11 @@ public final class FulfillmentService: Sendable {
             return .applied
         }
         if let processed, processed.revokedAtMs != nil {
+            guard reinstates else { return .ignored("revoked here; only a refund reversal gives it back") }
             _ = try await storeCall { try await self.store.reinstate(transactionId: purchase.transactionId, nowMs: nowMs) }
             return .applied
         }
-        if processed == nil {
+        if processed == nil, reinstates {
             // A refund reversed before the purchase was redeemed here: its early revocation no longer holds.
             _ = try await storeCall { try await self.store.reinstate(transactionId: purchase.transactionId, nowMs: nowMs) }
         }
@@ -728,7 +754,7 @@ public final class FulfillmentService: Sendable {
         }
         guard [.parked, .pending].contains(entry.state) else { return entry.summary }
         logger.notice("notification retried by an administrator", metadata: ["notificationUUID": "\(p.notificationUUID)"])
-        _ = await process(entry)
+        _ = await process(entry, reverify: true)
         guard let after = try await storeCall({ try await self.store.notification(p.notificationUUID) }) else { return entry.summary }
         return after.summary
     }
@@ -860,8 +886,8 @@ public final class FulfillmentService: Sendable {
 
     private func internalTokenForApple(_ what: String) throws(RPCError) -> String {
         guard let token = configuration.internalToken else {
-            throw RPCError.unavailable(
-                "\(what) needs the internal token (--internal-token) and the App Store Server API on verification",
+            throw RPCError(
+                code: .unavailable, message: "\(what) needs the internal token (--internal-token) and the App Store Server API on verification",
                 reason: .appStoreAPINotConfigured)
         }
         return token

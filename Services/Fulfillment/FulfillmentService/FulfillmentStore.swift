@@ -507,12 +507,16 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
         }
     }
 
-    public func latestAppliedSignedDate(originalTransactionId: String) async throws -> Int64? {
+    public func latestAppliedSignedDate(originalTransactionId: String, types: [String]) async throws -> Int64? {
         try await writer.read { db in
-            try Int64.fetchOne(
+            let placeholders = types.map { _ in "?" }.joined(separator: ", ")
+            return try Int64.fetchOne(
                 db.cachedStatement(
-                    sql: "SELECT MAX(signedDateMs) FROM notificationInbox WHERE originalTransactionId = ? AND state = 'applied'"),
-                arguments: [originalTransactionId])
+                    sql: """
+                        SELECT MAX(signedDateMs) FROM notificationInbox
+                        WHERE originalTransactionId = ? AND state = 'applied' AND notificationType IN (\(placeholders))
+                        """),
+                arguments: StatementArguments([originalTransactionId] + types))
         }
     }
 

@@ -139,8 +139,8 @@ public enum GrantRules {
             }
             let owner = try tx.owner(original: p.originalTransactionId)
             // A purchase's scope is its own verified environment's: one naming an original bound in another scope
-            // (an Xcode-signed renewal of a Production purchase) is refused, unless it is already recorded.
-            if let owner, owner.scope != item.scope, try tx.processed(p.transactionId) == nil {
+            // (an Xcode-signed renewal of a Production purchase) is refused.
+            if let owner, owner.scope != item.scope {
                 result(.wrongEnvironment, finishable: false)
                 continue
             }
@@ -159,10 +159,12 @@ public enum GrantRules {
                 result(.restored)
                 continue
             }
-            // A purchase is recorded once, under the environment it was first seen with: a later copy
-            // that claims another environment finds the same record.
+            // A purchase is recorded once. The record must be this purchase's: a payload naming another purchase's
+            // transaction id under another original (an Xcode receipt anyone can sign) neither revokes nor restores it.
             if let processed = try tx.processed(p.transactionId) {
-                if processed.revokedAtMs != nil {
+                if processed.originalTransactionId != p.originalTransactionId {
+                    result(.rejected, finishable: false)
+                } else if processed.revokedAtMs != nil {
                     result(.revoked)
                 } else if p.cancellationDateMs != nil {
                     _ = try revoke(p.transactionId, reason: "refunded", nowMs: nowMs, in: tx)

@@ -16,6 +16,10 @@ public enum NotificationDisposition: Equatable, Sendable {
     /// Nothing to apply here; the reason is kept on the inbox row.
     case ignore(String)
 
+    /// The types about a purchase's standing (granted, renewed, refunded, revoked, given back): the only ones that make
+    /// an older notification of the same purchase superseded when Apple cannot be asked.
+    public static let standingTypes = ["SUBSCRIBED", "DID_RENEW", "ONE_TIME_CHARGE", "OFFER_REDEEMED", "REFUND", "REVOKE", "REFUND_REVERSED"]
+
     public static func of(type: String, subtype: String?) -> NotificationDisposition {
         switch (type, subtype) {
         case ("SUBSCRIBED", _), ("DID_RENEW", _), ("ONE_TIME_CHARGE", _), ("OFFER_REDEEMED", _), ("REFUND", _), ("REVOKE", _),

@@ -82,8 +82,8 @@ public protocol NotificationInboxStorage: Sendable {
         _ uuid: String, state: NotificationState, attempts: Int, nextAttemptAtMs: Int64, lastError: String?, nowMs: Int64
     ) async throws
     func notification(_ uuid: String) async throws -> InboxEntry?
-    /// The latest `signedDateMs` among the applied notifications about this original transaction.
-    func latestAppliedSignedDate(originalTransactionId: String) async throws -> Int64?
+    /// The latest `signedDateMs` among the applied notifications of `types` about this original transaction.
+    func latestAppliedSignedDate(originalTransactionId: String, types: [String]) async throws -> Int64?
     /// The newest first, optionally one state only.
     func notifications(state: NotificationState?, limit: Int) async throws -> [InboxEntry]
 }

@@ -299,12 +299,12 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
         }
     }
 
-    public func latestAppliedSignedDate(originalTransactionId: String) async throws -> Int64? {
+    public func latestAppliedSignedDate(originalTransactionId: String, types: [String]) async throws -> Int64? {
         try await pool.read { s in
             try s.one(
                 """
                 SELECT MAX(signed_date_ms) AS latest FROM notification_inbox
-                WHERE original_transaction_id = \(originalTransactionId) AND state = 'applied'
+                WHERE original_transaction_id = \(originalTransactionId) AND state = 'applied' AND notification_type = ANY(\(types))
                 """
             )?.get("latest", as: Int64?.self)
         }

@@ -353,8 +353,9 @@ public final class VerificationService: Sendable {
     private func appStoreAPI(_ presented: String) throws(RPCError) -> AppStoreServerAPIClient {
         try TokenGate.internal.check(presented, configured: configuration.internalToken)
         guard let api = configuration.appStoreAPI else {
-            throw RPCError.unavailable(
-                "the App Store Server API is not configured (--app-store-api-key, --app-store-api-key-id, --app-store-api-issuer-id)",
+            throw RPCError(
+                code: .unavailable,
+                message: "the App Store Server API is not configured (--app-store-api-key, --app-store-api-key-id, --app-store-api-issuer-id)",
                 reason: .appStoreAPINotConfigured)
         }
         return api
