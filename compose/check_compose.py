@@ -49,7 +49,8 @@ prod_services = production.get("services", {})
 if "appstore-sim" in prod_services:
     problems.append("compose.yaml: the simulator belongs in compose.dev.yaml only")
 dev_only_flags = {"--trust-anchor", "--trust-anchor-dir", "--any-bundle-id", "--allow-xcode", "--verify-receipt-url",
-                  "--sandbox-verify-receipt-url", "--app-store-api-url", "--app-store-api-sandbox-url"}
+                  "--sandbox-verify-receipt-url", "--app-store-api-url", "--app-store-api-sandbox-url",
+                  "--sandbox-content"}
 for name, service in prod_services.items():
     used = dev_only_flags & set(service.get("command", []))
     if used:

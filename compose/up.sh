@@ -31,6 +31,9 @@ export IAP_DATA_DIR=${IAP_DATA_DIR:-$PWD/data}
 # simulator, the demo and `iap sim` use the first one.
 export IAP_BUNDLE_IDS=${IAP_BUNDLE_IDS:-com.example.game}
 mkdir -p "$IAP_DATA_DIR/logs"
+# What the services keep (scrypt hashes, the ledger, keys; each file 0600) is theirs alone: the data directory is
+# 0700, or 0711 (others may pass through, never list) when the PostgreSQL cluster, run as the postgres user, is inside.
+chmod "$([[ ${IAP_POSTGRES:-0} == 1 && -z ${IAP_DATABASE_URL:-} ]] && echo 711 || echo 700)" "$IAP_DATA_DIR"
 
 secret() {  # secret NAME: the env value, else the one kept in the data dir, else a new one
   local file="$IAP_DATA_DIR/$1"
@@ -104,7 +107,7 @@ services=(
   "accounts accounts-service $IAP_ACCOUNTS_PORT"
   "catalog catalog-service $IAP_CATALOG_PORT --seed compose/demo-catalog.json"
   "verification verification-service $IAP_VERIFICATION_PORT --trust-anchor-dir $IAP_DATA_DIR/sim-pki --ocsp --verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox/verifyReceipt --app-store-api-key $IAP_DATA_DIR/sim-pki/api-key.p8 --app-store-api-url http://127.0.0.1:$IAP_SIM_HTTP_PORT --app-store-api-sandbox-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox"
-  "fulfillment fulfillment-service $IAP_FULFILLMENT_PORT --dependency-timeout-ms $IAP_DEPENDENCY_TIMEOUT_MS --content-dir $IAP_DATA_DIR/content --offer-key $IAP_DATA_DIR/sim-pki/offer-key.p8"
+  "fulfillment fulfillment-service $IAP_FULFILLMENT_PORT --dependency-timeout-ms $IAP_DEPENDENCY_TIMEOUT_MS --content-dir $IAP_DATA_DIR/content --offer-key $IAP_DATA_DIR/sim-pki/offer-key.p8 --sandbox-content"
   "edge edge-service $IAP_EDGE_PORT --tls-cert $IAP_DATA_DIR/edge-tls/cert.pem --tls-key $IAP_DATA_DIR/edge-tls/key.pem --content-dir $IAP_DATA_DIR/content"
 )
 

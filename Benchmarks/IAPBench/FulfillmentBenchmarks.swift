@@ -13,6 +13,14 @@ struct SuiteAddresses: ParsableArguments {
     @Option(help: "appstore-sim address.") var sim = Self.env("IAP_SIM_ADDR", "127.0.0.1:7105")
     @Option(name: .customLong("bundle-id"), help: "Bundle id of the simulated purchases.") var bundleId = "com.example.game"
     @Option(help: "Signed-in accounts the load is spread over.") var users = 32
+    @Option(name: .customLong("internal-token"), help: "The suite's internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
+    var internalToken: String?
+
+    /// The internal token for internal methods (accounts.authenticate), as the CLI resolves it.
+    var resolvedInternalToken: String? {
+        internalToken ?? ProcessInfo.processInfo.environment["IAP_INTERNAL_TOKEN"]
+            ?? (try? String(contentsOfFile: "data/internal-token", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
 
     static func env(_ name: String, _ fallback: String) -> String {
         ProcessInfo.processInfo.environment[name].flatMap { $0.isEmpty ? nil : $0 } ?? fallback

@@ -68,7 +68,9 @@ struct AuthenticateBenchmark: AsyncParsableCommand {
         let driver = LoadDriver(options: load)
         driver.print(
             try await driver.run(scenario: "authenticate", clients: pool) { client, _ in
-                await outcome { _ = try await client.call(AccountsAuthenticate.self, .init(session: session)) }
+                await outcome {
+                    _ = try await client.call(AccountsAuthenticate.self, .init(session: session, internalToken: suite.resolvedInternalToken))
+                }
             })
         for c in pool { await c.close() }
     }

@@ -63,7 +63,15 @@ public enum AccountsLogout: RPCMethod {
 }
 
 public enum AccountsAuthenticate: RPCMethod {
-    public typealias Params = SessionParams
+    public struct Params: Codable, Sendable, Equatable {
+        public var session: String
+        /// The suite's internal token: only the services ask (an open port answers nobody else).
+        public var internalToken: String?
+        public init(session: String, internalToken: String?) {
+            self.session = session
+            self.internalToken = internalToken
+        }
+    }
     public typealias Result = AuthenticatedAccount
     public static let name = "accounts.authenticate"
     public static let summary = "Resolve a session token to its account (what other services call on every request)."

@@ -333,9 +333,12 @@ public enum FulfillmentApplyNotification: RPCMethod {
         /// `receiveNotification` only: answer as soon as the notification is recorded (`pending`) and process it
         /// right after, off the answer's path (the edge's webhook: Apple's sender is not kept waiting).
         public var processLater: Bool?
-        public init(signedPayload: String, processLater: Bool? = nil) {
+        /// The suite's internal token: the edge's webhook (and operators) present it; an open port answers nobody else.
+        public var internalToken: String?
+        public init(signedPayload: String, processLater: Bool? = nil, internalToken: String?) {
             self.signedPayload = signedPayload
             self.processLater = processLater
+            self.internalToken = internalToken
         }
     }
     public struct Result: Codable, Sendable, Equatable {

@@ -17,6 +17,8 @@ public enum RPCErrorReason: String, Sendable, CaseIterable {
     case adminTokenRequired
     /// An internal method called without the right internal token.
     case internalTokenRequired
+    /// Content asked for with Sandbox entitlements on a server without `--sandbox-content`.
+    case sandboxContentDisabled
 }
 
 extension RPCError {

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import RPCTransport
 import ServiceLifecycle
+import ServiceSupport
 
 /// Flags every service executable takes (DESIGN.md section 5). A flag wins over its environment
 /// variable, which wins over the default.
@@ -69,7 +70,7 @@ public struct ServiceOptions: ParsableArguments, Sendable {
     public func resolvedDataDir() throws -> URL {
         let path = dataDir ?? Environment.value("IAP_DATA_DIR") ?? "data"
         let url = URL(fileURLWithPath: path, isDirectory: true)
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        try PrivateFiles.directory(url)
         return url
     }
 

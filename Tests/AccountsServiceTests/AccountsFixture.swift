@@ -99,6 +99,6 @@ final class AccountsFixture: Sendable {
     }
 
     func authenticate(_ token: String) async throws(RPCError) -> AuthenticatedAccount {
-        try await client.call(AccountsAuthenticate.self, .init(session: token))
+        try await client.call(AccountsAuthenticate.self, .init(session: token, internalToken: Self.internalToken))
     }
 }

@@ -167,6 +167,7 @@ import Testing
         let file = Self.largeFile
         try Data(file).write(to: dir.appendingPathComponent("large.bin"))
         var config = EdgeConfiguration()
+        config.internalToken = SuiteFixture.internalToken  // the webhook presents it to fulfillment
         config.contentDirectory = dir
         config.contentSigner = ContentURLSigner(key: Self.key)
         configure(&config)

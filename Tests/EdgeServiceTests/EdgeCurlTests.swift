@@ -35,6 +35,7 @@ import Testing
         let ca = dir.appendingPathComponent("cert.pem")
         try await SuiteFixture.with { suite in
             var config = EdgeConfiguration()
+            config.internalToken = SuiteFixture.internalToken  // the webhook presents it to fulfillment
             config.burst = 8
             config.requestsPerSecond = 0.01
             let edge = EdgeService(

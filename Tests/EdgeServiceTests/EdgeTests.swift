@@ -10,6 +10,7 @@ import NIOCore
 import NIOSSL
 import RPCTestSupport
 import RPCTransport
+import ServiceSupport
 import SuiteTestSupport
 import SwiftASN1
 import Testing
@@ -34,6 +35,7 @@ import X509
     ) async throws {
         try await SuiteFixture.with(configure: fulfillment, accountsConfigure: accounts) { suite in
             var config = EdgeConfiguration()
+            config.internalToken = SuiteFixture.internalToken  // the webhook presents it to fulfillment
             // The webhook's effects are asserted right after its answer here; answering once recorded has its own test.
             config.webhookAnswersOnceRecorded = false
             configure(&config)
@@ -184,6 +186,7 @@ import X509
         defer { try? FileManager.default.removeItem(at: dir) }
         try await SuiteFixture.with { suite in
             var config = EdgeConfiguration()
+            config.internalToken = SuiteFixture.internalToken  // the webhook presents it to fulfillment
             configure(&config)
             let edge = EdgeService(
                 accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config, logger: quiet)

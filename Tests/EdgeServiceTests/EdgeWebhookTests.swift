@@ -97,6 +97,7 @@ import Testing
             $0.catalogCacheMs = 0  // processing must need the catalog that is stopped below
         }) { suite in
             var config = EdgeConfiguration()
+            config.internalToken = SuiteFixture.internalToken  // the webhook presents it to fulfillment
             config.callTimeout = .seconds(30)
             config.webhookAnswersOnceRecorded = false
             let edge = EdgeService(
@@ -134,23 +135,29 @@ import Testing
     /// one already applied for the same purchase is superseded instead.
     @Test func aRenewalArrivingAfterItsRefundGrantsNothingWhicheverWayStateIsKnown() async throws {
         for withAPI in [true, false] {
-            try await SuiteFixture.with(configure: { if !withAPI { $0.internalToken = nil } }) { suite in
+            try await SuiteFixture.with(appStoreAPI: withAPI) { suite in
                 let alice = try await suite.register("alice")
                 let bought = try await suite.buy("alice@icloud", "sub.premium")
                 _ = try await suite.redeem(alice.session, signed: [bought.signedTransaction])
                 let renewal = try #require(try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400)).notifications.first)
                 let verification = RPCClient(host: "127.0.0.1", port: suite.verificationPort)
                 let renewalId = try #require(
-                    try await verification.call(VerificationVerifyNotification.self, .init(signedPayload: renewal))
-                        .notification?["data"]?["transactionInfo"]?["transactionId"]?.stringValue)
+                    try await verification.call(
+                        VerificationVerifyNotification.self, .init(signedPayload: renewal)
+                    )
+                    .notification?["data"]?["transactionInfo"]?["transactionId"]?.stringValue)
                 await verification.close()
                 // With the API, the renewal itself is refunded; without it, the original purchase (the snapshot-only
                 // path orders notifications per original transaction).
                 let refunded = withAPI ? renewalId : bought.transactionId
                 let refund = try #require(
                     try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: refunded)).signedPayload)
-                #expect(try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: refund)).state == .applied)
-                let late = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: renewal))
+                #expect(
+                    try await suite.fulfillment.call(
+                        FulfillmentReceiveNotification.self, .init(signedPayload: refund, internalToken: SuiteFixture.internalToken)
+                    ).state == .applied)
+                let late = try await suite.fulfillment.call(
+                    FulfillmentReceiveNotification.self, .init(signedPayload: renewal, internalToken: SuiteFixture.internalToken))
                 #expect(late.state == (withAPI ? .applied : .ignored), "with the API: \(withAPI)")
                 let renewalGranted = try await suite.count(
                     "SELECT COUNT(*) FROM processedTransaction WHERE transactionId = '\(renewalId)' AND revokedAtMs IS NULL")

@@ -110,6 +110,7 @@ import Testing
     {
         try await SuiteFixture.with { suite in
             var config = EdgeConfiguration()
+            config.internalToken = SuiteFixture.internalToken  // the webhook presents it to fulfillment
             configure(&config)
             let edge = EdgeService(
                 accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config,
@@ -225,6 +226,7 @@ import Testing
     @Test func aClientLeavingMidBodyIsNoLongerAnActiveRequest() throws {
         let registry = PrometheusCollectorRegistry()
         var config = EdgeConfiguration()
+        config.internalToken = SuiteFixture.internalToken  // the webhook presents it to fulfillment
         config.metricsRegistry = registry
         let nowhere = RPCClient(host: "127.0.0.1", port: 1)
         let edge = EdgeService(accounts: nowhere, catalog: nowhere, fulfillment: nowhere, configuration: config, logger: EdgeTests.quiet)

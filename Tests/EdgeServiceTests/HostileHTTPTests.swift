@@ -153,6 +153,7 @@ import Testing
     @Test func connectionsPastTheCapForOneAddressAreClosedAtOnce() async throws {
         try await SuiteFixture.with { suite in
             var config = EdgeConfiguration()
+            config.internalToken = SuiteFixture.internalToken  // the webhook presents it to fulfillment
             config.maxConnectionsPerAddress = 4
             let edge = EdgeService(
                 accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config,

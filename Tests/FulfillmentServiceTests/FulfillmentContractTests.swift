@@ -58,6 +58,7 @@ import Testing
             _ = try await suite.redeem(refunded.session, receipt: refundPack.receiptData)
             let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "refund@icloud", transactionId: refundPack.transactionId))
             v["refundPayload"] = .string(refund.signedPayload!)
+            v["internalToken"] = .string(SuiteFixture.internalToken)
 
             // revokeTransaction: a redeemed coin purchase.
             let revoked = try await suite.register("contract-revoke")

@@ -131,13 +131,15 @@ import Testing
             _ = try await suite.redeem(alice.session, receipt: pack.receiptData)
             let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: pack.transactionId))
 
-            let applied = try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!))
+            let applied = try await suite.fulfillment.call(
+                FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!, internalToken: SuiteFixture.internalToken))
             #expect(applied.applied)
             #expect(try await suite.entitlements(alice.session).isEmpty)
             let ledger = try await suite.ledger(alice.session)
             #expect(ledger.map(\.kind) == [.reversal] && ledger.first?.transactionId == pack.transactionId)
             // The same notification again (App Store retries) changes nothing more.
-            _ = try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!))
+            _ = try await suite.fulfillment.call(
+                FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!, internalToken: SuiteFixture.internalToken))
             #expect(try await suite.ledger(alice.session).count == 1)
             // And the refunded receipt redeemed later answers `revoked`.
             let receipt = try await suite.simulator.call(SimReceipt.self, .init(appleId: "alice@icloud", bundleId: SuiteFixture.bundleId))
@@ -214,7 +216,8 @@ import Testing
             // One renewal arrives as a notification, the next in a receipt.
             let advanced = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400))
             #expect(advanced.renewals == 1)
-            let applied = try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: advanced.notifications[0]))
+            let applied = try await suite.fulfillment.call(
+                FulfillmentApplyNotification.self, .init(signedPayload: advanced.notifications[0], internalToken: SuiteFixture.internalToken))
             #expect(applied.applied)
             let secondEnd = try #require(try await suite.entitlements(alice.session).first?.expiresAtMs)
             // Receipt dates have whole seconds, signed transactions milliseconds.
@@ -413,7 +416,10 @@ import Testing
             #expect(advanced.notifications.count == 2)
             var applied: [Bool] = []
             for payload in advanced.notifications {
-                applied.append(try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: payload)).applied)
+                applied.append(
+                    try await suite.fulfillment.call(
+                        FulfillmentApplyNotification.self, .init(signedPayload: payload, internalToken: SuiteFixture.internalToken)
+                    ).applied)
             }
             // Alice's renewal found her through the token; the stranger's token belongs to nobody here.
             #expect(applied.sorted { !$0 && $1 } == [false, true])
@@ -424,12 +430,16 @@ import Testing
             #expect(redeemed.results.map(\.outcome) == [.restored])
             #expect(try await suite.count("SELECT COUNT(*) FROM ownership") == 1)
             _ = stranger
-            // Without the internal token, the same kind of notification is not applied.
+            // A fulfillment without the internal token takes no notification at all (it is an internal method).
             try await SuiteFixture.with(configure: { $0.internalToken = nil }) { noToken in
                 let bob = try await noToken.register("bob")
                 _ = try await noToken.buy("bob@icloud", "sub.premium", appAccountToken: bob.appAccountToken)
                 let renewal = try await noToken.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400)).notifications[0]
-                #expect(try await noToken.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: renewal)).applied == false)
+                let refused = await #expect(throws: RPCError.self) {
+                    try await noToken.fulfillment.call(
+                        FulfillmentApplyNotification.self, .init(signedPayload: renewal, internalToken: SuiteFixture.internalToken))
+                }
+                #expect(refused?.has(.internalTokenRequired) == true)
                 #expect(try await noToken.entitlements(bob.session).isEmpty)
             }
         }

@@ -14,7 +14,10 @@ import Testing
     static func receive(_ suite: SuiteFixture, _ payloads: [String]) async throws -> [NotificationState] {
         var states: [NotificationState] = []
         for payload in payloads {
-            states.append(try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: payload)).state)
+            states.append(
+                try await suite.fulfillment.call(
+                    FulfillmentReceiveNotification.self, .init(signedPayload: payload, internalToken: SuiteFixture.internalToken)
+                ).state)
         }
         return states
     }

@@ -21,7 +21,8 @@ import Testing
     static func deliver(_ suite: SuiteFixture, _ payloads: [String?]) async throws -> [(state: NotificationState, reason: String?)] {
         var outcomes: [(NotificationState, String?)] = []
         for payload in payloads {
-            let received = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: try #require(payload)))
+            let received = try await suite.fulfillment.call(
+                FulfillmentReceiveNotification.self, .init(signedPayload: try #require(payload), internalToken: SuiteFixture.internalToken))
             let listed = try await suite.fulfillment.call(FulfillmentListNotifications.self, .init(adminToken: SuiteFixture.adminToken, limit: 500))
             let row = try #require(listed.notifications.first { $0.notificationUUID == received.notificationUUID })
             outcomes.append((received.state, row.lastError))

@@ -110,7 +110,8 @@ import Testing
             suite.clock.advance(ms: 31 * Self.day)
             let renewal = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400))
             for payload in renewal.notifications {
-                _ = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: payload))
+                _ = try await suite.fulfillment.call(
+                    FulfillmentReceiveNotification.self, .init(signedPayload: payload, internalToken: SuiteFixture.internalToken))
             }
             let loyal = await rpcError { try await Self.sign(suite, bob.session, "loyal") }
             #expect(loyal?.reason == "notEligible" && loyal?.message.contains("paid for 2") == true)

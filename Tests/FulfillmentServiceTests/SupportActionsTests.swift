@@ -83,9 +83,28 @@ import Testing
             let payload = try #require(refund.signedPayload)
             let verified = try await Self.verification(suite, VerificationVerifyNotification.self, .init(signedPayload: payload))
             #expect(verified.notification?["data"]?["transactionInfo"]?["appAccountToken"]?.stringValue == fay.appAccountToken.lowercased())
-            let received = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: payload))
+            let received = try await suite.fulfillment.call(
+                FulfillmentReceiveNotification.self, .init(signedPayload: payload, internalToken: SuiteFixture.internalToken))
             #expect(received.state == .applied)
             #expect(try await suite.entitlements(fay.session).isEmpty)
+        }
+    }
+
+    /// Whoever redeems a copied receipt first owns its unredeemed purchases here (receipts carry no appAccountToken),
+    /// but the tie never overwrites the token the buyer's app set at Apple: Apple's notifications keep following the
+    /// buyer (they used to move to the attacker, and the buyer's redeem by id was then refused).
+    @Test func aCopiedReceiptDoesNotMoveTheBuyersTokenAtApple() async throws {
+        try await SuiteFixture.with { suite in
+            let buyer = try await suite.register("buyer")
+            let mallory = try await suite.register("mallory")
+            let pack = try await suite.buy("buyer@icloud", "pack.castle", appAccountToken: buyer.appAccountToken)
+            let copied = try await suite.redeem(mallory.session, receipt: pack.receiptData)
+            #expect(copied.results.map(\.outcome) == [.granted], "first redeemer wins, as documented")
+            #expect(try await suite.service.tieAccountsAtApple() == 1)
+            #expect(
+                try await Self.transactionInfo(suite, pack.transactionId)?["appAccountToken"]?.stringValue == buyer.appAccountToken.lowercased(),
+                "Apple still names the buyer")
+            #expect(try await suite.count("SELECT COUNT(*) FROM accountTokenOutbox") == 0, "settled: nothing left to retry")
         }
     }
 
@@ -134,7 +153,8 @@ import Testing
                     internalToken: SuiteFixture.internalToken, environment: .production, startDateMs: nowMs - 86_400_000, endDateMs: nowMs + 1,
                     notificationType: "RENEWAL_EXTENDED"))
             let payload = try #require(history.notifications.first?.signedPayload)
-            _ = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: payload))
+            _ = try await suite.fulfillment.call(
+                FulfillmentReceiveNotification.self, .init(signedPayload: payload, internalToken: SuiteFixture.internalToken))
             #expect(try await suite.entitlements(gil.session).first?.expiresAtMs == extended.expiresAtMs)
             let audit = try await suite.fulfillment.call(FulfillmentListAudit.self, .init(adminToken: SuiteFixture.adminToken))
             let entries = audit.entries.filter { $0.action == "extendSubscription" }

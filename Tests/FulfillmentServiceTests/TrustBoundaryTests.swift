@@ -25,7 +25,8 @@ import Testing
             #expect(jws.results.allSatisfy { !$0.finishable })
             let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "mallory@icloud", transactionId: foreign.transactionId))
             let notification = await rpcError {
-                try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!))
+                try await suite.fulfillment.call(
+                    FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!, internalToken: SuiteFixture.internalToken))
             }
             #expect(notification?.knownCode == .invalidReceipt)
             #expect(notification?.reason == "bundleMismatch")
@@ -97,9 +98,15 @@ import Testing
             _ = try await suite.redeem(alice.session, receipt: coins.receiptData)
             _ = try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: alice.session, amount: 70, idempotencyKey: "sword"))
             let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: coins.transactionId))
-            #expect(try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!)).applied)
+            #expect(
+                try await suite.fulfillment.call(
+                    FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!, internalToken: SuiteFixture.internalToken)
+                ).applied)
             // Delivered twice (Apple retries): applied once.
-            #expect(try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!)).applied)
+            #expect(
+                try await suite.fulfillment.call(
+                    FulfillmentApplyNotification.self, .init(signedPayload: refund.signedPayload!, internalToken: SuiteFixture.internalToken)
+                ).applied)
             #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox WHERE state = 'applied'") == 1)
             #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'reversal'") == 1)
 
@@ -151,7 +158,8 @@ import Testing
 
             let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "alice@icloud", transactionId: pack.transactionId))
             let payload = try #require(refund.signedPayload)
-            let decoded = try await suite.fulfillment.call(FulfillmentApplyNotification.self, .init(signedPayload: payload))
+            let decoded = try await suite.fulfillment.call(
+                FulfillmentApplyNotification.self, .init(signedPayload: payload, internalToken: SuiteFixture.internalToken))
             #expect(decoded.applied)
             #expect(try await suite.entitlements(alice.session).isEmpty)
             #expect(try await suite.entitlements(tablet).isEmpty)
@@ -173,7 +181,8 @@ import Testing
                 [.init(purchase: relabelled, rule: .coins(perUnit: 100), scope: .sandbox)],
                 accountId: alice.accountId, appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 2)
             #expect(first.results.map(\.outcome) == [.granted])
-            #expect(second.results.map(\.outcome) == [.alreadyGranted])
+            // A copy claiming another environment is refused: a purchase never lands in another scope than its original's.
+            #expect(second.results.map(\.outcome) == [.wrongEnvironment])
             #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction WHERE transactionId = '2000000777'") == 1)
             #expect(try await suite.balance(alice.session, .sandbox) == 0)
             // The schema itself refuses a second environment for the same transaction.

@@ -12,7 +12,8 @@ import Testing
 /// dependency failure, and the fallback never ran).
 @Suite struct WithoutAppStoreAPITests {
     static func receive(_ suite: SuiteFixture, _ payload: String?) async throws -> FulfillmentReceiveNotification.Result {
-        try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: try #require(payload)))
+        try await suite.fulfillment.call(
+            FulfillmentReceiveNotification.self, .init(signedPayload: try #require(payload), internalToken: SuiteFixture.internalToken))
     }
 
     @Test func refundsRevocationsAndReversalsApplyOnceFromTheNotificationsSnapshot() async throws {

@@ -34,7 +34,8 @@ import Testing
                 "data": ["bundleId": SuiteFixture.bundleId, "environment": "Production", "transactionInfo": transaction] as [String: Any],
             ])
             await #expect(throws: RPCError.self) {
-                _ = try await suite.fulfillment.call(FulfillmentReceiveNotification.self, .init(signedPayload: notification))
+                _ = try await suite.fulfillment.call(
+                    FulfillmentReceiveNotification.self, .init(signedPayload: notification, internalToken: SuiteFixture.internalToken))
             }
             _ = try await suite.service.processDueNotifications()
             #expect(try await suite.balance(mallory.session, .production) == 0)

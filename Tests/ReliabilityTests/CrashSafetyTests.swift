@@ -30,6 +30,7 @@ import Testing
                     "--port", "\(port)", "--data-dir", dataDir.path, "--log-level", "error",
                     "--accounts-addr", env["IAP_ACCOUNTS_ADDR"]!, "--verification-addr", env["IAP_VERIFICATION_ADDR"]!,
                     "--catalog-addr", env["IAP_CATALOG_ADDR"]!, "--admin-token", SuiteFixture.adminToken,
+                    "--internal-token", SuiteFixture.internalToken,
                     "--dependency-timeout-ms", "5000",
                 ] + extraArguments
         }

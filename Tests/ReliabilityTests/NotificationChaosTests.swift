@@ -50,13 +50,18 @@ import Testing
         try await SuiteFixture.with { suite in
             let process = CrashSafetyTests.FulfillmentProcess(
                 port: try LoopbackPort.free(), dataDir: suite.directory.appendingPathComponent("chaos-fulfillment"), suite: suite,
-                extraArguments: ["--internal-token", SuiteFixture.internalToken, "--reconcile-interval-s", "0"])
+                extraArguments: ["--reconcile-interval-s", "0"])
             try await process.start()
             // Generous deadlines: a reconciliation, or a delivery pass of every retry that fell due, does a lot at once.
             let fulfillment = RPCClient(host: "127.0.0.1", port: process.port, configuration: .init(connections: 2, callTimeout: .seconds(300)))
             defer { Task { await fulfillment.close() } }
             let edge = EdgeService(
-                accounts: suite.accounts, catalog: suite.catalog, fulfillment: fulfillment, configuration: EdgeConfiguration(),
+                accounts: suite.accounts, catalog: suite.catalog, fulfillment: fulfillment,
+                configuration: {
+                    var config = EdgeConfiguration()
+                    config.internalToken = SuiteFixture.internalToken
+                    return config
+                }(),
                 logger: EdgeFixture.quiet)
             try await EdgeFixture.serving(edge) { port in
                 let sim = RPCClient(

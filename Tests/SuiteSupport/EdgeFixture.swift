@@ -35,6 +35,7 @@ public enum EdgeFixture {
     ) async throws {
         try await SuiteFixture.with(configure: { $0.contentURLSigner = ContentURLSigner(key: contentKey) }) { suite in
             var config = EdgeConfiguration()
+            config.internalToken = SuiteFixture.internalToken  // the webhook presents it to fulfillment
             config.contentSigner = ContentURLSigner(key: contentKey)
             config.contentDirectory = suite.directory.appendingPathComponent("fulfillment/content")
             config.clock = suite.clock.clock

@@ -27,6 +27,7 @@ public final class SuiteFixture: Sendable {
         [
             "IAP_ACCOUNTS_ADDR": accounts.address, "IAP_CATALOG_ADDR": catalog.address, "IAP_VERIFICATION_ADDR": "127.0.0.1:\(verificationPort)",
             "IAP_FULFILLMENT_ADDR": fulfillment.address, "IAP_SIM_ADDR": simulator.address, "IAP_ADMIN_TOKEN": Self.adminToken,
+            "IAP_INTERNAL_TOKEN": Self.internalToken,
         ]
     }
 
@@ -55,6 +56,8 @@ public final class SuiteFixture: Sendable {
     private let simHTTP: Task<Void, any Error>
     /// The simulator's HTTP port: verifyReceipt, the App Store Server API (`/inApps`, `/sandbox/inApps`), `/ocsp`.
     public let simHTTPPort: Int
+    /// The simulator's App Store Server API (its request count).
+    public let simAPI: AppStoreServerAPIEndpoint
     /// The fulfillment service itself (its RPC router is what `fulfillment` calls), for driving its inbox worker.
     public let service: FulfillmentService
     /// With `proxied`: the proxy in front of each dependency ("accounts", "verification", "catalog").
@@ -167,8 +170,9 @@ public final class SuiteFixture: Sendable {
         verificationConfig.allowXcode = allowXcode
         verificationConfig.revocation = ocsp.map { RevocationChecker(configuration: $0, transport: OCSPHTTPTransport.post) }
         // The simulator as Apple's App Store Server API, on its own HTTP port, for verification.
+        let simAPI = AppStoreServerAPIEndpoint(simulator: sim, faults: faults)
         let simHTTP = simEndpoint.application(
-            host: "127.0.0.1", port: ocspPort, logger: quiet, api: AppStoreServerAPIEndpoint(simulator: sim, faults: faults)
+            host: "127.0.0.1", port: ocspPort, logger: quiet, api: simAPI
         ) { port in simHTTPPort.continuation.yield(port) }
         // The stream ends if the server stops (a port it could not bind): then this fails instead of waiting.
         let simHTTPTask = Task {
@@ -212,11 +216,12 @@ public final class SuiteFixture: Sendable {
             proxies[name] = proxy
             return try await proxy.start()
         }
-        let dependencies = try Dependencies(
+        var dependencies = try Dependencies(
             accounts: "127.0.0.1:\(try await route("accounts", accountsPort))",
             verification: "127.0.0.1:\(try await route("verification", verificationPort))",
             catalog: "127.0.0.1:\(try await route("catalog", catalogPort))", connections: 2,
             deadline: .milliseconds(dependencyDeadline))
+        dependencies.internalToken = internalToken
         let store: any FulfillmentStorage & FulfillmentInvariants =
             databaseURL == nil
             ? try FulfillmentStore.open(directory: dir.appendingPathComponent("fulfillment"))
@@ -233,7 +238,7 @@ public final class SuiteFixture: Sendable {
             fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort, configuration: patient),
             store: store, otherStores: [accountsStore.close, catalogStore.close], service: service, content: content, servers: servers,
             routers: routers, proxies: proxies,
-            simHTTP: simHTTPTask, simHTTPPort: apiPort)
+            simHTTP: simHTTPTask, simHTTPPort: apiPort, simAPI: simAPI)
     }
 
     /// Starts a suite, runs `body` with it, and stops it (servers, proxies, files) however `body` ends:
@@ -262,8 +267,10 @@ public final class SuiteFixture: Sendable {
         directory: URL, clock: ManualClock, simulator: RPCClient, accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient,
         store: any FulfillmentStorage & FulfillmentInvariants, otherStores: [@Sendable () throws -> Void], service: FulfillmentService,
         content: [UInt8], servers: [String: RPCServer],
-        routers: [String: RPCRouter], proxies: [String: FaultProxy], simHTTP: Task<Void, any Error>, simHTTPPort: Int
+        routers: [String: RPCRouter], proxies: [String: FaultProxy], simHTTP: Task<Void, any Error>, simHTTPPort: Int,
+        simAPI: AppStoreServerAPIEndpoint
     ) {
+        self.simAPI = simAPI
         self.simHTTP = simHTTP
         self.simHTTPPort = simHTTPPort
         self.proxies = proxies

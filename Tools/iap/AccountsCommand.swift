@@ -148,8 +148,11 @@ struct AccountsCommand: AsyncParsableCommand {
     struct WhoAmI: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "whoami", abstract: "Who the saved session belongs to.")
         @OptionGroup var client: ClientOptions
+        @OptionGroup var token: InternalTokenOption
         func run() async throws {
-            await ServiceCall(options: client).run(.accounts, AccountsAuthenticate.self, .init(session: try client.requireSession())) {
+            await ServiceCall(options: client).run(
+                .accounts, AccountsAuthenticate.self, .init(session: try client.requireSession(), internalToken: try token.resolved())
+            ) {
                 "\($0.username) (account \($0.accountId), appAccountToken \($0.appAccountToken)); session valid until \(isoTime($0.expiresAtMs))"
             }
         }

@@ -10,9 +10,11 @@ struct ReceiveNotificationCommand: AsyncParsableCommand {
     @Argument(help: "The signedPayload, a file holding it, or - for standard input (e.g. from `iap sim refund ID --json`).")
     var payload: String
     @OptionGroup var client: ClientOptions
+    @OptionGroup var token: InternalTokenOption
     func run() async throws {
         await ServiceCall(options: client).run(
-            .fulfillment, FulfillmentReceiveNotification.self, .init(signedPayload: try textArgument(payload))
+            .fulfillment, FulfillmentReceiveNotification.self,
+            .init(signedPayload: try textArgument(payload), internalToken: try token.resolved())
         ) {
             "\($0.notificationUUID): \($0.state.rawValue)\($0.firstDelivery ? "" : " (delivered before; nothing done again)")"
         }

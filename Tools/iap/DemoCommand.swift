@@ -124,7 +124,9 @@ struct DemoCommand: AsyncParsableCommand {
             guard status == 200 else { fail("the edge's webhook answered HTTP \(status)", exit: ExitCodes.refused) }
             print("POST \(edge.base)/v1/notifications/appstore: HTTP \(status) (recorded and applied)")
         } else {
-            let (applied, _) = await call.call(.fulfillment, FulfillmentApplyNotification.self, .init(signedPayload: payload))
+            let token = resolveToken(nil, env: "IAP_INTERNAL_TOKEN", file: "internal-token")
+            let (applied, _) = await call.call(
+                .fulfillment, FulfillmentApplyNotification.self, .init(signedPayload: payload, internalToken: token))
             print("notification applied: \(applied.applied)")
         }
         let (afterRefund, _) = await call.call(.fulfillment, FulfillmentGetBalance.self, .init(session: phone))

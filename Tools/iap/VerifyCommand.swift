@@ -56,10 +56,11 @@ struct ApplyNotificationCommand: AsyncParsableCommand {
     @Argument(help: "The signedPayload, a file holding it, or - for standard input (e.g. from `iap sim refund ID --json`).")
     var payload: String
     @OptionGroup var client: ClientOptions
+    @OptionGroup var token: InternalTokenOption
     func run() async throws {
         await ServiceCall(options: client).run(
             .fulfillment, FulfillmentApplyNotification.self,
-            .init(signedPayload: try textArgument(payload))
+            .init(signedPayload: try textArgument(payload), internalToken: try token.resolved())
         ) {
             $0.applied ? "applied" : "not applied (a type this server does not act on, or a purchase it cannot place)"
         }

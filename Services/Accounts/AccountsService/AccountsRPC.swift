@@ -1,6 +1,7 @@
 import IAPProtocol
 import JSONRPC
 import RPCTransport
+import ServiceSupport
 
 extension AccountsService {
     /// The `accounts.*` methods of the v1 contract, on this service.
@@ -13,8 +14,15 @@ extension AccountsService {
             return EmptyResult()
         }
         r.registerImmediateOrBlocking(
-            AccountsAuthenticate.self, immediate: { p, _ in try self.authenticateWithoutWaiting(p.session) },
-            handler: { p, _ in try self.authenticate(p.session) })
+            AccountsAuthenticate.self,
+            immediate: { p, _ in
+                try TokenGate.internal.check(p.internalToken, configured: self.configuration.internalToken)
+                return try self.authenticateWithoutWaiting(p.session)
+            },
+            handler: { p, _ in
+                try TokenGate.internal.check(p.internalToken, configured: self.configuration.internalToken)
+                return try self.authenticate(p.session)
+            })
         r.register(AccountsChangePassword.self) { p, _ in
             try await self.changePassword(p)
             return EmptyResult()

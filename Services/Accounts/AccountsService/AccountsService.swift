@@ -10,7 +10,7 @@ import ServiceSupport
 public final class AccountsService: Sendable {
     private let store: any AccountsStorage
     private let hasher: PasswordHasher
-    private let configuration: AccountsConfiguration
+    let configuration: AccountsConfiguration
     private let clock: ServiceClock
     private let logger: Logger
 

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import ServiceSupport
 import Synchronization
 
 /// The accounts database: accounts, sessions (by token hash only), and login-throttle counters.
@@ -21,7 +22,7 @@ public final class AccountsStore: AccountsStorage, Sendable {
         config.foreignKeysEnabled = true
         config.busyMode = .timeout(5)
         let path = directory.appendingPathComponent("accounts.sqlite").path
-        let pool = try DatabasePool(path: path, configuration: config)
+        let pool = try DatabasePool(path: try PrivateFiles.databaseFile(path), configuration: config)
         var readOnly = config
         readOnly.readonly = true
         // On an event loop nothing may wait: a busy database (rare in WAL mode: recovery after a crash) is an error

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Hummingbird
 import IAPProtocol
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import ServiceSupport
@@ -19,6 +20,9 @@ public final class AppStoreServerAPIEndpoint: Sendable {
     private let wallClock: ServiceClock
     /// Transactions per history page, as Apple's.
     public static let pageSize = 20
+    private let requests = NIOLockedValueBox(0)
+    /// Requests received so far (each is one call against the developer's key and Apple's rate limit).
+    public var requestCount: Int { requests.withLockedValue { $0 } }
 
     public init(simulator: AppStoreSimulator, faults: SimHTTPFaults, wallClock: ServiceClock = .system) {
         self.simulator = simulator
@@ -77,6 +81,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
     func respond(
         _ request: Request, status: HTTPResponse.Status = .ok, _ body: @escaping @Sendable (String, [UInt8]) throws -> [String: Any]?
     ) async -> Response {
+        requests.withLockedValue { $0 += 1 }
         let (mode, delayMs) = faults.take()
         switch mode {
         case .http429:

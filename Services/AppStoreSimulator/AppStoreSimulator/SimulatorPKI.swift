@@ -2,6 +2,7 @@ import Crypto
 import CryptoExtras
 import Foundation
 import Receipts
+import ServiceSupport
 import SwiftASN1
 import X509
 
@@ -54,11 +55,10 @@ public struct SimulatorPKI: Sendable {
     }
 
     private func save(_ dir: URL) throws {
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        try PrivateFiles.directory(dir)
         func write(_ name: String, _ bytes: [UInt8], secret: Bool = false) throws {
             let url = dir.appendingPathComponent(name)
-            try Data(bytes).write(to: url, options: .atomic)
-            if secret { try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path) }
+            if secret { try PrivateFiles.writeSecret(bytes, to: url) } else { try Data(bytes).write(to: url, options: .atomic) }
         }
         try write("receipt-root.der", Self.der(receipts.root))
         try write("receipt-intermediate.der", Self.der(receipts.intermediate))
@@ -106,9 +106,8 @@ public struct SimulatorAPIKey: Sendable {
         let made = SimulatorAPIKey(
             keyId: String((0..<10).map { _ in alphabet[Int(rng.next() % UInt64(alphabet.count))] }),
             issuerId: UUID().uuidString.lowercased(), privateKey: P256.Signing.PrivateKey())
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        try Data(made.privateKey.pemRepresentation.utf8).write(to: keyFile, options: .atomic)
-        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: keyFile.path)
+        try PrivateFiles.directory(dir)
+        try PrivateFiles.writeSecret(Array(made.privateKey.pemRepresentation.utf8), to: keyFile)
         try JSONEncoder().encode(Identity(keyId: made.keyId, issuerId: made.issuerId)).write(to: idFile, options: .atomic)
         return made
     }

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import IAPProtocol
+import ServiceSupport
 
 /// One simulated transaction, as the App Store would record it.
 public struct SimTransaction: Sendable, Equatable {
@@ -38,7 +39,8 @@ final class SimulatorStore: Sendable {
     init(directory: URL) throws {
         var config = Configuration()
         config.busyMode = .timeout(5)
-        writer = try DatabasePool(path: directory.appendingPathComponent("appstore-sim.sqlite").path, configuration: config)
+        writer = try DatabasePool(
+            path: try PrivateFiles.databaseFile(directory.appendingPathComponent("appstore-sim.sqlite").path), configuration: config)
         var m = DatabaseMigrator()
         m.registerMigration("v1") { db in
             try db.execute(

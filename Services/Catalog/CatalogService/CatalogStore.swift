@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import IAPProtocol
+import ServiceSupport
 
 /// The catalog database: products with their localizations and grants, admin-set prices, and a
 /// revision number bumped by every change (so other instances notice within their cache TTL).
@@ -11,7 +12,8 @@ public final class CatalogStore: CatalogStorage, Sendable {
         var config = Configuration()
         config.foreignKeysEnabled = true
         config.busyMode = .timeout(5)
-        return try CatalogStore(writer: DatabasePool(path: directory.appendingPathComponent("catalog.sqlite").path, configuration: config))
+        return try CatalogStore(
+            writer: DatabasePool(path: try PrivateFiles.databaseFile(directory.appendingPathComponent("catalog.sqlite").path), configuration: config))
     }
 
     /// Closes the database: the WAL is checkpointed and removed, so nothing is left needing recovery.

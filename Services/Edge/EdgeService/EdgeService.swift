@@ -341,6 +341,7 @@ public final class EdgeService: Sendable {
         var params: [UInt8] = Array(#"{"signedPayload":"#.utf8)
         params += body[payload.value]
         if configuration.webhookAnswersOnceRecorded { params += Array(#","processLater":true"#.utf8) }
+        if let token = configuration.internalToken { params += Array(#","internalToken":"#.utf8) + JSONWriter.quoted(token) }
         params.append(UInt8(ascii: "}"))
         let logger = self.logger
         return client.callRaw(method: FulfillmentReceiveNotification.name, params: params, timeout: configuration.callTimeout, on: eventLoop)

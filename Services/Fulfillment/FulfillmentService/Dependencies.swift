@@ -44,6 +44,8 @@ public struct Dependencies: FulfillmentDependencies {
     public let catalog: RPCClient
     /// The longest one call to a dependency may take.
     public let deadline: TimeAmount
+    /// The suite's internal token, presented on `accounts.authenticate` (the other internal calls take theirs as a parameter).
+    public var internalToken: String?
 
     public init(accounts: RPCClient, verification: RPCClient, catalog: RPCClient, deadline: TimeAmount = .seconds(3)) {
         self.accounts = accounts
@@ -66,7 +68,8 @@ public struct Dependencies: FulfillmentDependencies {
     }
 
     public func authenticate(_ session: String) async throws(RPCError) -> AuthenticatedAccount {
-        try await call("accounts", accounts, AccountsAuthenticate.self, .init(session: session), passThrough: [.unauthenticated])
+        try await call(
+            "accounts", accounts, AccountsAuthenticate.self, .init(session: session, internalToken: internalToken), passThrough: [.unauthenticated])
     }
 
     /// The account an appAccountToken belongs to (internal method); nil when no account has it.

@@ -61,6 +61,9 @@ public struct FulfillmentConfiguration: Sendable {
     public var contentURLLifetimeMs: Int64 = 5 * 60 * 1000
     /// The edge's public URL (`https://iap.example.com`); content URLs are paths without it.
     public var contentURLBase: String?
+    /// Development only (`--sandbox-content`): Sandbox-scope entitlements (TestFlight, Xcode; free to buy) unlock
+    /// content too. Off, one content directory serves paid files to Production entitlements only.
+    public var sandboxContent = false
     /// Retries of notifications whose processing failed, and when they are parked.
     public var inboxRetry = InboxRetryPolicy()
     /// How long a notification being processed as it arrives is left alone by the inbox worker.
@@ -91,6 +94,13 @@ public struct FulfillmentConfiguration: Sendable {
     public var maxLedgerPage = 500
     /// Most signed transactions in one redeem.
     public var maxSignedTransactions = 100
+    /// Each account's budget of App Store Server API calls made for it (redeem by `transactionIds`, restore by
+    /// `transactionId`): `appleCallBurst` at once, refilled at `appleCallsPerMinute`. A transaction id costs one, a
+    /// whole history `appleHistoryCost` (its pages: a restore tapped twice still fits). Spent, the call is refused (`rateLimited`, `retryAfterMs`) before Apple is asked:
+    /// the developer's key and Apple's rate limit serve notifications and reconciliation first.
+    public var appleCallBurst = 20
+    public var appleCallsPerMinute = 20.0
+    public var appleHistoryCost = 5
 
     public init() {}
 }

@@ -29,6 +29,8 @@ public final class FulfillmentService: Sendable {
     private let laterQueue: AsyncStream<InboxEntry>.Continuation
     /// What products grant, as the catalog said a moment ago.
     private let grantRuleCache: GrantRuleCache
+    /// Each account's budget of App Store Server API calls (`FulfillmentConfiguration.appleCallBurst`).
+    private let appleCalls: TokenBuckets
 
     public init(
         store: any FulfillmentStorage, dependencies: any FulfillmentDependencies, content: ContentLibrary,
@@ -41,6 +43,9 @@ public final class FulfillmentService: Sendable {
         self.clock = clock
         self.logger = logger
         self.grantRuleCache = GrantRuleCache(settings: .init(lifetime: .milliseconds(max(0, configuration.catalogCacheMs))))
+        self.appleCalls = TokenBuckets(
+            burst: Double(configuration.appleCallBurst), perSecond: configuration.appleCallsPerMinute / 60,
+            now: { Double(clock.nowMs) / 1000 })
         let (stream, continuation) = AsyncStream<InboxEntry>.makeStream(bufferingPolicy: .bufferingOldest(1_000))
         self.laterQueue = continuation
         let queue = stream
@@ -77,6 +82,11 @@ public final class FulfillmentService: Sendable {
             throw RPCError.invalidParams(
                 "transactionId (a whole history) is for restore; redeem takes transactionIds", field: "transactionId", reason: "restoreOnly")
         }
+        if transactionIds.count > configuration.appleCallBurst {
+            throw RPCError.invalidParams(
+                "at most \(configuration.appleCallBurst) transaction ids per call (each is a call to Apple)", field: "transactionIds",
+                reason: "tooMany")
+        }
         if mode == .restore, !transactionIds.isEmpty {
             throw RPCError.invalidParams(
                 "transactionIds is for redeem; restore takes one transactionId and reads the whole history", field: "transactionIds",
@@ -99,7 +109,8 @@ public final class FulfillmentService: Sendable {
         }
         if !transactionIds.isEmpty || p.transactionId != nil {
             let (verified, refused) = try await fromApple(
-                transactionIds: transactionIds, history: p.transactionId, appAccountToken: account.appAccountToken)
+                transactionIds: transactionIds, history: p.transactionId, accountId: account.accountId,
+                appAccountToken: account.appAccountToken)
             purchases += verified
             rejected += refused
         }
@@ -158,8 +169,19 @@ public final class FulfillmentService: Sendable {
             var next: Int64?
             var failure: String?
             do {
-                try await dependencies.setAppAccountToken(
-                    originalTransactionId: item.originalTransactionId, appAccountToken: item.appAccountToken, internalToken: internalToken)
+                // Never overwrite a token Apple already holds: whoever redeems a copied receipt first owns its purchases
+                // here, but the buyer's app set its token when it bought, and Apple's notifications keep following it.
+                let current = try await dependencies.transactionInfo(item.originalTransactionId, internalToken: internalToken)
+                if let held = current.transaction?["appAccountToken"]?.stringValue, !held.isEmpty {
+                    if held.lowercased() != item.appAccountToken {
+                        logger.notice(
+                            "a purchase redeemed here carries another appAccountToken at Apple; left as Apple has it",
+                            metadata: ["originalTransactionId": "\(item.originalTransactionId)"])
+                    }
+                } else {
+                    try await dependencies.setAppAccountToken(
+                        originalTransactionId: item.originalTransactionId, appAccountToken: item.appAccountToken, internalToken: internalToken)
+                }
             } catch  where error.has(.appStoreAPINotConfigured) {
                 // Nothing to tie with until the operator configures the App Store Server API: the items stay due,
                 // unchanged, and this pass ends (one question to verification per pass).
@@ -193,9 +215,14 @@ public final class FulfillmentService: Sendable {
     /// support mail): anyone could send another customer's. So only purchases the app made with THIS
     /// account's `appAccountToken` are taken; any other is `rejected` (not finishable) and can still be
     /// redeemed with its receipt or signed transaction, which only the buyer's device holds.
-    private func fromApple(transactionIds: [String], history: String?, appAccountToken: String) async throws(RPCError)
+    private func fromApple(transactionIds: [String], history: String?, accountId: String, appAccountToken: String) async throws(RPCError)
         -> ([VerifiedPurchase], [TransactionResult])
     {
+        let cost = Double(transactionIds.count + (history == nil ? 0 : configuration.appleHistoryCost))
+        if let wait = appleCalls.take(accountId, cost: cost) {
+            throw RPCError.rateLimited(
+                retryAfterMs: Int64((wait * 1000).rounded(.up)), detail: "this account's budget of calls to Apple is spent")
+        }
         guard let token = configuration.internalToken else {
             throw RPCError(
                 code: .unavailable,
@@ -220,10 +247,12 @@ public final class FulfillmentService: Sendable {
                 let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
             {
                 guard purchase.appAccountToken?.lowercased() == appAccountToken.lowercased() else {
-                    rejected.append(
-                        TransactionResult(
-                            transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
-                            productId: purchase.productId, outcome: .rejected, finishable: false))
+                    // Another customer's purchase: nothing of what Apple said goes back (ids and products are theirs).
+                    // An id the caller asked for is answered `rejected`; another customer's history is left out.
+                    if id != history {
+                        rejected.append(
+                            TransactionResult(transactionId: id, originalTransactionId: "", productId: "", outcome: .rejected, finishable: false))
+                    }
                     continue
                 }
                 verified.append(purchase)
@@ -378,10 +407,23 @@ public final class FulfillmentService: Sendable {
 
     // MARK: content
 
+    /// The scope whose entitlements unlock content: Sandbox ones (TestFlight, Xcode: free to buy) only with
+    /// `--sandbox-content`, since one directory serves both and a signed URL is as good as the paid file.
+    private func contentScope(_ requested: AccountScope?) throws(RPCError) -> AccountScope {
+        let scope = requested ?? .production
+        guard scope == .production || configuration.sandboxContent else {
+            throw RPCError.forbidden(
+                "Sandbox purchases unlock no content on this server (development servers run with --sandbox-content)",
+                reason: .sandboxContentDisabled)
+        }
+        return scope
+    }
+
     public func listContent(_ p: ScopedSessionParams) async throws(RPCError) -> FulfillmentListContent.Result {
+        let scope = try contentScope(p.environment)
         let account = try await dependencies.authenticate(p.session)
         var items: [ContentItem] = []
-        for (contentId, productId) in try await entitledContent(accountId: account.accountId, scope: p.environment ?? .production) {
+        for (contentId, productId) in try await entitledContent(accountId: account.accountId, scope: scope) {
             guard let info = try await content.info(contentId) else {
                 logger.warning("entitled content is not installed", metadata: ["contentId": "\(contentId)"])
                 continue
@@ -396,9 +438,10 @@ public final class FulfillmentService: Sendable {
         guard (1...configuration.maxContentChunk).contains(p.length) else {
             throw RPCError.invalidParams("length must be 1-\(configuration.maxContentChunk)", field: "length", reason: "invalidValue")
         }
+        let scope = try contentScope(p.environment)
         let account = try await dependencies.authenticate(p.session)
         guard
-            try await entitledContent(accountId: account.accountId, scope: p.environment ?? .production)
+            try await entitledContent(accountId: account.accountId, scope: scope)
                 .contains(where: { $0.contentId == p.contentId })
         else {
             // The same answer whether the content exists or not: no probing of what others bought.
@@ -415,8 +458,8 @@ public final class FulfillmentService: Sendable {
                 "content URLs are not configured on this server (IAP_CONTENT_URL_KEY); use fulfillment.readContent",
                 reason: "contentURLsDisabled")
         }
+        let scope = try contentScope(p.environment)
         let account = try await dependencies.authenticate(p.session)
-        let scope = p.environment ?? .production
         guard
             try await entitledContent(accountId: account.accountId, scope: scope).contains(where: { $0.contentId == p.contentId })
         else {
@@ -457,6 +500,8 @@ public final class FulfillmentService: Sendable {
     public func receiveNotification(_ p: FulfillmentApplyNotification.Params) async throws(RPCError)
         -> FulfillmentReceiveNotification.Result
     {
+        // Only the edge's webhook (and operators) hand notifications over: an open port answers nobody else.
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
         let answer = try await dependencies.verifyNotification(p.signedPayload)
         guard answer.status == 0, let notification = answer.notification else {
             throw RPCError.invalidReceipt(
@@ -952,7 +997,7 @@ public final class FulfillmentService: Sendable {
                     for record in answer.notifications {
                         result.notificationsSeen += 1
                         if let uuid = record.notificationUUID, try await storeCall({ try await self.store.notification(uuid) }) != nil { continue }
-                        if try await receiveNotification(.init(signedPayload: record.signedPayload)).firstDelivery {
+                        if try await receiveNotification(.init(signedPayload: record.signedPayload, internalToken: token)).firstDelivery {
                             result.notificationsTakenIn += 1
                         }
                     }

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import IAPProtocol
 import JSONRPC
+import ServiceSupport
 
 /// The fulfillment database: the only durable record of what was granted. Processed transactions,
 /// ownership of original transactions, entitlements, wallets and the append-only coin ledger.
@@ -30,7 +31,8 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
         // unlink, per batch). In memory it never touches the disk; it is not needed after a crash (the WAL
         // is the durable record), so nothing is lost by keeping it there.
         config.prepareDatabase { db in try db.execute(sql: "PRAGMA temp_store = MEMORY") }
-        let pool = try DatabasePool(path: directory.appendingPathComponent("fulfillment.sqlite").path, configuration: config)
+        let pool = try DatabasePool(
+            path: try PrivateFiles.databaseFile(directory.appendingPathComponent("fulfillment.sqlite").path), configuration: config)
         // After GRDB's WAL setup (which sets NORMAL) on the pool's one writing connection.
         try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         return try FulfillmentStore(writer: pool)

@@ -70,6 +70,11 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("content-dir"), help: "Directory of downloadable content files named by content id. Default DATA_DIR/content.")
     var contentDir: String?
 
+    @Flag(
+        name: .customLong("sandbox-content"),
+        help: "Development only: Sandbox entitlements (TestFlight, Xcode; free to buy) unlock content too (env IAP_SANDBOX_CONTENT=1).")
+    var sandboxContent = false
+
     @Option(
         name: .customLong("content-url-key"),
         help:
@@ -129,6 +134,10 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
                 "--sandbox-policy grant: Sandbox, TestFlight and Xcode purchases (free to make) grant real coins and entitlements. Development only")
         }
         config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
+        config.sandboxContent = sandboxContent || ProcessInfo.processInfo.environment["IAP_SANDBOX_CONTENT"] == "1"
+        if config.sandboxContent {
+            logger.warning("--sandbox-content: Sandbox purchases (free to make) unlock content downloads. Development only")
+        }
         if config.adminToken == nil {
             logger.warning("no admin token configured (--admin-token or IAP_ADMIN_TOKEN): revokeTransaction will refuse every call")
         }
@@ -159,11 +168,13 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         let dataDir = try options.resolvedDataDir()
         let contentURL = contentDir.map { URL(fileURLWithPath: $0, isDirectory: true) } ?? dataDir.appendingPathComponent("content")
         try FileManager.default.createDirectory(at: contentURL, withIntermediateDirectories: true)
-        let dependencies = try Dependencies(
+        var configured = try Dependencies(
             accounts: SuiteService.accounts.address(flag: accountsAddr),
             verification: SuiteService.verification.address(flag: verificationAddr),
             catalog: SuiteService.catalog.address(flag: catalogAddr),
             deadline: .milliseconds(dependencyTimeoutMs), tls: try clientTLS.clientTLS())
+        configured.internalToken = config.internalToken
+        let dependencies = configured
         let store: any FulfillmentStorage
         let storeName: String
         if let url = database.resolvedURL() {

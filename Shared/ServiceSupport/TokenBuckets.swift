@@ -1,9 +1,9 @@
 import Foundation
 import NIOConcurrencyHelpers
 
-/// One token bucket per client address: `burst` requests at once, refilled at `perSecond`. Bounded: past
+/// One token bucket per key (a client address, an account): `burst` requests at once, refilled at `perSecond`. Bounded: past
 /// `maxAddresses` buckets, full (idle) ones are forgotten first, so a flood of addresses cannot grow it forever.
-final class TokenBuckets: Sendable {
+public final class TokenBuckets: Sendable {
     private struct Bucket {
         var tokens: Double
         var updated: Double
@@ -15,7 +15,7 @@ final class TokenBuckets: Sendable {
     private let now: @Sendable () -> Double
     private let buckets = NIOLockedValueBox<[String: Bucket]>([:])
 
-    init(
+    public init(
         burst: Double, perSecond: Double, maxAddresses: Int = 100_000,
         now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }
     ) {
@@ -27,7 +27,7 @@ final class TokenBuckets: Sendable {
 
     /// Takes `cost` tokens for `address`: nil when allowed, else the seconds until they are available.
     /// A refused request takes nothing.
-    func take(_ address: String, cost requested: Double = 1) -> Double? {
+    public func take(_ address: String, cost requested: Double = 1) -> Double? {
         let cost = min(requested, burst)  // a cost above the burst could never be paid: a full bucket pays it
         let t = now()
         return buckets.withLockedValue { all in
@@ -54,5 +54,5 @@ final class TokenBuckets: Sendable {
         }
     }
 
-    var count: Int { buckets.withLockedValue { $0.count } }
+    public var count: Int { buckets.withLockedValue { $0.count } }
 }
