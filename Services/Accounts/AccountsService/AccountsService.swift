@@ -4,6 +4,7 @@ import IAPProtocol
 import JSONRPC
 import Logging
 import ServiceSupport
+import Synchronization
 
 /// Users, password login and sessions. Every public method returns the contract's result type or
 /// throws an `RPCError` with the contract's code; nothing is changed by a call that fails.
@@ -13,6 +14,8 @@ public final class AccountsService: Sendable {
     let configuration: AccountsConfiguration
     private let clock: ServiceClock
     private let logger: Logger
+    /// Attempts admitted so far, for the periodic sweep of expired throttle counters.
+    private let throttleSweeps = Mutex(0)
 
     public init(store: any AccountsStorage, configuration: AccountsConfiguration, clock: ServiceClock = .system, logger: Logger) {
         self.store = store
@@ -75,7 +78,9 @@ public final class AccountsService: Sendable {
         }
         try DeviceNamePolicy.check(p.deviceName)
         let (_, key) = try UsernamePolicy.normalize(p.username)
-        let throttleKeys = [LoginThrottlePolicy.usernameKey(key)] + (clientAddress.map { [LoginThrottlePolicy.addressKey($0)] } ?? [])
+        let throttleKeys =
+            [LoginThrottlePolicy.usernameKey(key), LoginThrottlePolicy.pairKey(key, address: clientAddress)]
+            + (clientAddress.map { [LoginThrottlePolicy.addressKey($0)] } ?? [])
         // Counted before any password is checked: a batch or many connections cannot race the limit.
         try await admit(throttleKeys, detail: "too many failed sign-in attempts")
 
@@ -90,7 +95,7 @@ public final class AccountsService: Sendable {
         let policy = configuration.throttle
         try await run {
             try await self.store.updateThrottle(keys: throttleKeys) { key, state in
-                key.hasPrefix("user:") ? nil : policy.returningAttempt(state, key: key)
+                key.hasPrefix("addr:") ? policy.returningAttempt(state, key: key) : nil
             }
         }
         if verdict.needsRehash {
@@ -111,10 +116,19 @@ public final class AccountsService: Sendable {
         code: .unauthenticated, message: "invalid username or password",
         reason: .invalidCredentials)
 
-    /// Refuses the attempt while any key is locked; otherwise counts it against every key, atomically.
+    /// Refuses the attempt while any key is locked; otherwise counts it against every key, atomically. Every
+    /// 64th attempt also forgets expired counters (their window over, their lock ended) and keeps the table bounded.
     private func admit(_ keys: [String], detail: String) async throws(RPCError) {
         let now = clock.nowMs
         let policy = configuration.throttle
+        if throttleSweeps.withLock({ count in
+            count += 1
+            return count % 64 == 1
+        }) {
+            _ = try await run {
+                try await self.store.expireThrottle(windowEndedBeforeMs: now - policy.windowMs, nowMs: now, maxRows: policy.maxRows)
+            }
+        }
         let wait = try await run {
             try await self.store.admitAttempt(
                 keys: keys, wait: { _, state in policy.retryAfterMs(state, nowMs: now) },

@@ -34,6 +34,9 @@ public protocol AccountsStorage: Sendable {
     ) async throws -> Int64
     /// Applies `update` to each key's state (nil when absent; a nil result deletes it) in one transaction.
     func updateThrottle(keys: [String], _ update: @escaping @Sendable (String, ThrottleState?) -> ThrottleState?) async throws
+    /// Forgets counters whose window began before `windowEndedBeforeMs` and whose lock has ended at `nowMs`; then,
+    /// if more than `maxRows` remain, the oldest windows first until `maxRows` do. Answers how many rows remain.
+    func expireThrottle(windowEndedBeforeMs: Int64, nowMs: Int64, maxRows: Int) async throws -> Int
     /// Records whether the customer consents to consumption data being sent to Apple on a refund request.
     func setConsumptionConsent(accountId: String, consent: Bool) async throws
     /// Consent, account creation time and appAccountToken (for Send Consumption Information).

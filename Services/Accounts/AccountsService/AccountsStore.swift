@@ -79,6 +79,10 @@ public final class AccountsStore: AccountsStorage, Sendable {
             // when they ask Apple for a refund (Send Consumption Information). Off until they say so.
             try db.execute(sql: "ALTER TABLE account ADD COLUMN consumptionConsent INTEGER NOT NULL DEFAULT 0")
         }
+        m.registerMigration("v3-throttle-expiry") { db in
+            // Counters expire with their window (`expireThrottle`), oldest first.
+            try db.execute(sql: "CREATE INDEX loginThrottle_window ON loginThrottle(windowStartMs)")
+        }
         return m
     }
 
@@ -302,6 +306,19 @@ public final class AccountsStore: AccountsStorage, Sendable {
     public func updateThrottle(keys: [String], _ update: @escaping @Sendable (String, ThrottleState?) -> ThrottleState?) async throws {
         try await writer.write { db in
             for key in keys { try Self.saveThrottle(key, update(key, try Self.throttleState(key, db)), db) }
+        }
+    }
+
+    public func expireThrottle(windowEndedBeforeMs: Int64, nowMs: Int64, maxRows: Int) async throws -> Int {
+        try await writer.write { db in
+            try db.execute(
+                sql: "DELETE FROM loginThrottle WHERE windowStartMs < ? AND lockedUntilMs <= ?", arguments: [windowEndedBeforeMs, nowMs])
+            let remaining = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM loginThrottle") ?? 0
+            guard remaining > maxRows else { return remaining }
+            try db.execute(
+                sql: "DELETE FROM loginThrottle WHERE key IN (SELECT key FROM loginThrottle ORDER BY windowStartMs LIMIT ?)",
+                arguments: [remaining - maxRows])
+            return maxRows
         }
     }
 }

@@ -1,9 +1,12 @@
-/// Failed-login limits per username and per client address.
+/// Failed-login limits per username from one address, per username from everywhere, and per client address.
 ///
 /// Each key counts failures within a window; past a threshold, further attempts are refused for a
-/// delay that doubles with every further failure, capped at `maxLockMs`. The cap and the window mean
-/// an attacker can slow a real user down but never lock them out for good; a success clears the
-/// username's count (not the address's, or an attacker could clear their own with an account of theirs).
+/// delay that doubles with every further failure, capped. The owner is never locked out by someone else:
+/// guesses from an address lock only that address's attempts at that name (`pair:` keys, `usernameThreshold`,
+/// capped at `maxLockMs`), and guesses spread over many addresses only slow every attempt at the name
+/// (`user:` keys, `usernameGlobalThreshold`, capped at `maxUsernameDelayMs`). A success clears the
+/// name's counts (not the address's, or an attacker could clear their own with an account of theirs).
+/// Counters expire with their window and the table is bounded (`maxRows`, oldest windows forgotten first).
 ///
 /// Attempts are counted before the password is checked (`AccountsStore.admitAttempt`), so concurrent
 /// attempts cannot race the limit: at most `usernameThreshold` passwords are checked per username before
@@ -12,22 +15,30 @@
 ///
 /// Registrations count per client address too (`register:` keys), success or not.
 public struct LoginThrottlePolicy: Sendable {
+    /// Failures at one username from one address.
     public var usernameThreshold = 5
+    /// Failures at one username from every address together: past it, attempts at the name are only delayed.
+    public var usernameGlobalThreshold = 50
+    public var maxUsernameDelayMs: Int64 = 5_000
     public var addressThreshold = 20
     /// Registrations per address per window before registering from it is delayed.
     public var registrationThreshold = 30
     public var windowMs: Int64 = 15 * 60 * 1000
     public var baseLockMs: Int64 = 1_000
     public var maxLockMs: Int64 = 15 * 60 * 1000
+    /// The most counters kept; past it the oldest windows are forgotten first (`AccountsStorage.expireThrottle`).
+    public var maxRows = 50_000
 
     public init() {}
 
     static func usernameKey(_ key: String) -> String { "user:\(key)" }
+    static func pairKey(_ key: String, address: String?) -> String { "pair:\(key)@\(address ?? "-")" }
     static func addressKey(_ address: String) -> String { "addr:\(address)" }
     static func registrationKey(_ address: String) -> String { "register:\(address)" }
 
     func threshold(for key: String) -> Int {
-        if key.hasPrefix("user:") { return usernameThreshold }
+        if key.hasPrefix("pair:") { return usernameThreshold }
+        if key.hasPrefix("user:") { return usernameGlobalThreshold }
         if key.hasPrefix("register:") { return registrationThreshold }
         return addressThreshold
     }
@@ -56,7 +67,8 @@ public struct LoginThrottlePolicy: Sendable {
         let over = s.failures - threshold(for: key)
         if over >= 0 {
             let factor = Int64(1) << min(over, 30)
-            s.lockedUntilMs = nowMs + min(maxLockMs, baseLockMs.multipliedReportingOverflow(by: factor).partialValue)
+            let cap = key.hasPrefix("user:") ? maxUsernameDelayMs : maxLockMs
+            s.lockedUntilMs = nowMs + min(cap, baseLockMs.multipliedReportingOverflow(by: factor).partialValue)
         }
         return s
     }

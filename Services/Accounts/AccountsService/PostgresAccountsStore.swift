@@ -44,7 +44,9 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
                 failures BIGINT NOT NULL CHECK (failures >= 0),
                 window_start_ms BIGINT NOT NULL,
                 locked_until_ms BIGINT NOT NULL);
-            """)
+            """),
+        // Counters expire with their window (`expireThrottle`), oldest first.
+        PostgresMigration("v2-throttle-expiry", "CREATE INDEX login_throttle_window ON login_throttle (window_start_ms);"),
     ]
 
     // MARK: accounts
@@ -225,6 +227,20 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     public func updateThrottle(keys: [String], _ update: @escaping @Sendable (String, ThrottleState?) -> ThrottleState?) async throws {
         try await pool.write(locking: keys.map { "accounts:throttle:" + $0 }) { db in
             for key in keys { try Self.saveThrottle(key, update(key, try Self.throttleState(key, db)), db) }
+        }
+    }
+
+    public func expireThrottle(windowEndedBeforeMs: Int64, nowMs: Int64, maxRows: Int) async throws -> Int {
+        try await pool.write { db in
+            try db.execute("DELETE FROM login_throttle WHERE window_start_ms < \(windowEndedBeforeMs) AND locked_until_ms <= \(nowMs)")
+            let remaining = Int(try db.one("SELECT COUNT(*) AS n FROM login_throttle")?.get("n", as: Int64.self) ?? 0)
+            guard remaining > maxRows else { return remaining }
+            try db.execute(
+                """
+                DELETE FROM login_throttle WHERE key IN
+                  (SELECT key FROM login_throttle ORDER BY window_start_ms LIMIT \(Int64(remaining - maxRows)))
+                """)
+            return maxRows
         }
     }
 
