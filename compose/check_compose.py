@@ -18,6 +18,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from compose_services import merged
+
 root = Path(__file__).resolve().parent
 problems = []
 
@@ -27,19 +29,6 @@ dev = yaml.safe_load((root / "compose.dev.yaml").read_text())
 for label, document in (("compose.yaml", production), ("compose.dev.yaml", dev)):
     for error in jsonschema.Draft7Validator(schema).iter_errors(document):
         problems.append(f"schema: {label}: {'/'.join(map(str, error.path))}: {error.message}")
-
-
-def merged(base, override):
-    """Compose's merge of an override file: mappings merge, command replaces, volumes and ports add up."""
-    out = dict(base)
-    for key, value in override.items():
-        if key in out and isinstance(out[key], dict) and isinstance(value, dict):
-            out[key] = merged(out[key], value)
-        elif key in ("volumes", "ports") and isinstance(out.get(key), list):
-            out[key] = out[key] + [v for v in value if v not in out[key]]
-        else:
-            out[key] = value
-    return out
 
 
 compose = merged(production, dev)

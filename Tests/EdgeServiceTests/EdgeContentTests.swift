@@ -211,8 +211,9 @@ import Testing
                 }
                 .connect(host: "127.0.0.1", port: port).get()
             try await channel.writeAndFlush(ByteBuffer(string: "GET \(path) HTTP/1.1\r\nHost: localhost\r\n\r\n"))
-            // The stall under test: four times the timeout without reading a byte.
-            try await Task.sleep(for: .seconds(4))
+            // The stall under test: eight times the timeout without reading a byte (four were not always enough for the
+            // edge's check to run while CI loads both cores).
+            try await Task.sleep(for: .seconds(8))
             try await channel.setOption(.autoRead, value: true)
             channel.read()
             try await channel.closeFuture.get()

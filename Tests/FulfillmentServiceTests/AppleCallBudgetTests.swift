@@ -14,17 +14,6 @@ import Testing
         try await suite.fulfillment.call(FulfillmentRedeem.self, .init(session: session, transactionIds: ids))
     }
 
-    static func refusal(_ call: () async throws -> Void) async -> RPCError? {
-        do {
-            try await call()
-            return nil
-        } catch let error as RPCError {
-            return error
-        } catch {
-            return nil
-        }
-    }
-
     @Test func otherCustomersPurchasesStayUnreadAndEachAccountHasABudgetOfCallsToApple() async throws {
         try await SuiteFixture.with { suite in
             let victim = try await suite.register("victim")
@@ -39,7 +28,7 @@ import Testing
             var restores = 0
             var spent: RPCError?
             while spent == nil, restores < 10 {
-                spent = await Self.refusal {
+                spent = await rpcError {
                     let restored = try await suite.fulfillment.call(
                         FulfillmentRestore.self, .init(session: mallory.session, transactionId: ids[0]))
                     #expect(restored.results.isEmpty, "\(restored.results)")
@@ -51,7 +40,7 @@ import Testing
 
             // Spent: the next call is refused before Apple is asked, with when to come back.
             hits = suite.simAPI.requestCount
-            spent = await Self.refusal { _ = try await Self.redeem(suite, mallory.session, ids: ids) }
+            spent = await rpcError { _ = try await Self.redeem(suite, mallory.session, ids: ids) }
             #expect(spent?.knownCode == .rateLimited && (spent?.data.extra["retryAfterMs"]?.intValue ?? 0) > 0, "\(String(describing: spent))")
             #expect(suite.simAPI.requestCount == hits, "a refused call asks Apple nothing")
 
@@ -64,7 +53,7 @@ import Testing
             #expect(suite.simAPI.requestCount - hits <= ids.count * 2, "one question to Apple per id (production, then sandbox)")
 
             // More ids than the budget in one call: refused outright.
-            let tooMany = await Self.refusal {
+            let tooMany = await rpcError {
                 _ = try await Self.redeem(suite, mallory.session, ids: (0..<21).map { String(3_000_000_000 + $0) })
             }
             #expect(tooMany?.knownCode == .invalidParams && tooMany?.reason == "tooMany")

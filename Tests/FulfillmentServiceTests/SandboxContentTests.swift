@@ -10,16 +10,6 @@ import Testing
 /// (Sandbox) purchase used to unlock the production download. Sandbox entitlements unlock content only with
 /// `--sandbox-content` (the development stack's), and the URL names the scope that granted it.
 @Suite struct SandboxContentTests {
-    static func failure(_ call: () async throws -> Void) async -> RPCError? {
-        do {
-            try await call()
-            return nil
-        } catch let error as RPCError {
-            return error
-        } catch {
-            return nil
-        }
-    }
 
     @Test(arguments: [false, true]) func sandboxEntitlementsUnlockContentOnlyWithSandboxContent(sandboxContent: Bool) async throws {
         try await SuiteFixture.with(configure: {
@@ -30,13 +20,13 @@ import Testing
             let pack = try await suite.buy("tester@icloud", "pack.castle", environment: .sandbox)
             let redeemed = try await suite.redeem(tester.session, signed: [pack.signedTransaction])
             #expect(redeemed.results.map(\.outcome) == [.granted])
-            let read = await Self.failure {
+            let read = await rpcError {
                 _ = try await suite.fulfillment.call(
                     FulfillmentReadContent.self,
                     .init(session: tester.session, contentId: SuiteFixture.contentId, offset: 0, length: 16, environment: .sandbox))
             }
             var url: FulfillmentContentURL.Result?
-            let signed = await Self.failure {
+            let signed = await rpcError {
                 url = try await suite.fulfillment.call(
                     FulfillmentContentURL.self, .init(session: tester.session, contentId: SuiteFixture.contentId, environment: .sandbox))
             }

@@ -7,7 +7,7 @@ import Testing
 
 /// The configuration people deploy, run as deployed: each service of `compose/compose.yaml` (with
 /// `compose.postgres.yaml` for the PostgreSQL flavour: two instances each) started with the command and environment
-/// the files give (read by `Tests/Judges/compose_services.py`, so the test and the files cannot drift), and only the
+/// the files give (read by `compose/compose_services.py`, so the test and the files cannot drift), and only the
 /// rewrites `Deployment.rewrite` lists. The catalog is created by the operator's command; the money story runs
 /// through the edge over HTTPS with `curl`, and Apple's notifications reach the edge's webhook from the simulator.
 /// Without the App Store Server API (compose's default) refunds used to stay pending for ever.

@@ -21,7 +21,7 @@ struct Deployment {
     let fulfillment: RPCClient
     var certificate: String { directory.appendingPathComponent("certs/cert.pem").path }
 
-    /// Compose's view of the services: (command, environment) each, read from the files by compose_services.py.
+    /// Compose's view of the services: (command, environment) each, read from the files by compose/compose_services.py.
     struct ComposeService: Decodable {
         var command: [String]
         var environment: [String: String]
@@ -119,7 +119,7 @@ struct Deployment {
             composeEnvironment["IAP_APP_STORE_API_ISSUER_ID"] = key.issuerId
         }
         let read = try await Subprocess.run(
-            python, [Judges.script("compose_services.py")] + files.map { root + "/" + $0 }, environment: composeEnvironment)
+            python, [root + "/compose/compose_services.py"] + files.map { root + "/" + $0 }, environment: composeEnvironment)
         try #require(read.status == 0, "\(read.stderr)")
         var services = try JSONDecoder().decode([String: ComposeService].self, from: Data(read.stdout.utf8))
         services["postgres"] = nil  // the test's own server stands in for it

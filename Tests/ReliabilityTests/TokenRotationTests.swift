@@ -15,17 +15,23 @@ import Testing
     static func accounts(environment extra: [String: String]) async throws -> (Subprocess, RPCClient) {
         let environment = BuiltExecutables.environment(extra)
         let data = FileManager.default.temporaryDirectory.appendingPathComponent("rotation-\(UUID().uuidString)")
-        let port = try LoopbackPort.free()
-        let process = try Subprocess.spawn(
-            GracefulStopTests.executable.path, ["--port", "\(port)", "--data-dir", data.path, "--log-level", "error"],
-            environment: environment)
-        let client = RPCClient(host: "127.0.0.1", port: port, configuration: .init(callTimeout: .seconds(10)))
-        let deadline = Date().addingTimeInterval(60)
-        while (try? await client.call(RPCPing.self, EmptyParams())) == nil {
-            guard process.isRunning, Date() < deadline else { throw CancellationError() }
-            try await Task.sleep(nanoseconds: 20_000_000)  // polling for readiness, bounded by the deadline
+        // A free port can be taken by another test's process between the look and the bind: then it exits at once,
+        // and starts again on another port (at most three times).
+        for _ in 0..<3 {
+            let port = try LoopbackPort.free()
+            let process = try Subprocess.spawn(
+                GracefulStopTests.executable.path, ["--port", "\(port)", "--data-dir", data.path, "--log-level", "error"],
+                environment: environment)
+            let client = RPCClient(host: "127.0.0.1", port: port, configuration: .init(callTimeout: .seconds(10)))
+            let deadline = Date().addingTimeInterval(60)
+            while (try? await client.call(RPCPing.self, EmptyParams())) == nil, process.isRunning {
+                guard Date() < deadline else { throw CancellationError() }
+                try await Task.sleep(nanoseconds: 20_000_000)  // polling for readiness, bounded by the deadline
+            }
+            if process.isRunning { return (process, client) }
+            await client.close()
         }
-        return (process, client)
+        throw CancellationError()
     }
 
     /// The gate's verdict for `token` on an internal method: "ok" (the method ran: no account has this

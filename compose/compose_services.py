@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Each service of Docker Compose files as Compose would run it, for the deployed-configuration tests.
 
-    python compose_services.py compose/compose.yaml [compose/compose.postgres.yaml ...]
+    python compose/compose_services.py compose/compose.yaml [compose/compose.postgres.yaml ...]
 
 The files are merged in order as Compose merges them (mappings merge, `command` replaces, `volumes`/`ports`
 add up), YAML anchors and merge keys resolved by PyYAML, and every `${...}` interpolated from compose/.env and
@@ -51,6 +51,7 @@ def resolve(node, env):
 
 
 def merged(base, override):
+    """Compose's merge of an override file: mappings merge, command replaces, volumes and ports add up."""
     out = dict(base)
     for key, value in override.items():
         if key in out and isinstance(out[key], dict) and isinstance(value, dict):
