@@ -393,7 +393,9 @@ def offer_checks(sim, bundle, suite_offer_file):
 
     if suite_offer_file:
         suite = json.load(open(suite_offer_file))
-        apple = creator.create_signature(suite["productId"], suite["offerId"], suite.get("transactionId"))
+        same_key = PromotionalOfferV2SignatureCreator(
+            suite["privateKey"].encode(), suite["keyId"], suite["issuerId"], bundle)
+        apple = same_key.create_signature(suite["productId"], suite["offerId"], suite.get("transactionId"))
 
         def parts(token):
             header, payload, _ = token.split(".")
