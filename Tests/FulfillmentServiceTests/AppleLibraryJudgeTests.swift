@@ -44,7 +44,7 @@ import Testing
             ], environment: BuiltExecutables.environment())
         defer { sim.kill(SIGKILL) }
         let client = RPCClient(host: "127.0.0.1", port: simPort, configuration: .init(connections: 1, callTimeout: .seconds(10)))
-        let deadline = Date().addingTimeInterval(120)
+        let deadline = Date().addingTimeInterval(180)  // generous: CI starts many processes at once on two cores
         while (try? await client.call(RPCPing.self, EmptyParams())) == nil {
             try #require(sim.isRunning && Date() < deadline, "appstore-sim did not start")
             try await Task.sleep(nanoseconds: 50_000_000)  // polling a starting process, bounded by the deadline

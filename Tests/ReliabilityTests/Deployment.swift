@@ -173,7 +173,7 @@ struct Deployment {
 
     /// Waits (bounded) until `client` answers a ping; fails at once if a process has stopped.
     static func ready(_ client: RPCClient, _ name: String, _ processes: [(String, Subprocess)]) async throws {
-        let deadline = Date().addingTimeInterval(60)
+        let deadline = Date().addingTimeInterval(180)  // generous: CI starts many processes at once on two cores
         while (try? await client.call(RPCPing.self, EmptyParams())) == nil {
             for (other, process) in processes where !process.isRunning { Issue.record("\(other) stopped while \(name) started") }
             guard processes.allSatisfy({ $0.1.isRunning }), Date() < deadline else { throw CancellationError() }

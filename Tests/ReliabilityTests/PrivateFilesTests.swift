@@ -24,7 +24,7 @@ import Testing
         if executable == "catalog-service" { arguments += ["--admin-token", String(repeating: "a", count: 40)] }
         let process = try Subprocess.spawn(BuiltExecutables.url(executable).path, arguments, environment: BuiltExecutables.environment())
         defer { process.kill(SIGKILL) }
-        let deadline = Date().addingTimeInterval(60)
+        let deadline = Date().addingTimeInterval(180)  // generous: CI starts many processes at once on two cores
         while !files.allSatisfy({ FileManager.default.fileExists(atPath: data.appendingPathComponent($0).path) }) {
             try #require(process.isRunning && Date() < deadline, "\(executable) did not write \(files)")
             try await Task.sleep(nanoseconds: 20_000_000)  // polling for files a starting process writes, bounded
