@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import IAPProtocol
 import JSONRPC
 import RPCTestSupport
@@ -52,12 +53,24 @@ import Testing
     @Test func countersExpireWithTheirWindowAndTheTableStaysBounded() async throws {
         let f = try await AccountsFixture.start { $0.throttle.maxRows = 60 }
         defer { Task { await f.stop() } }
-        // At the store: 100,000 counters (distinct usernames), then a sweep keeps the newest `maxRows`. (On PostgreSQL
-        // each counter written here is a round trip: 500 there, the same statements.)
+        // At the store: 100,000 counters (distinct usernames, written in one statement into the SQLite file), then a
+        // sweep keeps the newest `maxRows`. (On PostgreSQL, through the store: 500, a round trip each.)
         let now = f.clock.nowMs
         let keys = (0..<(f.store is PostgresAccountsStore ? 500 : 100_000)).map { "user:flood-\($0)" }
-        try await f.store.updateThrottle(keys: keys) { key, _ in
-            ThrottleState(failures: 1, windowStartMs: now - Int64(key.split(separator: "-").last.map { Int($0)! % 1_000 } ?? 0), lockedUntilMs: 0)
+        if f.store is PostgresAccountsStore {
+            try await f.store.updateThrottle(keys: keys) { key, _ in
+                ThrottleState(failures: 1, windowStartMs: now - Int64(key.split(separator: "-").last.map { Int($0)! % 1_000 } ?? 0), lockedUntilMs: 0)
+            }
+        } else {
+            let file = try DatabaseQueue(path: f.directory.appendingPathComponent("accounts.sqlite").path)
+            try await file.write { db in
+                try db.execute(
+                    sql: """
+                        WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+                        INSERT INTO loginThrottle (key, failures, windowStartMs, lockedUntilMs)
+                        SELECT 'user:flood-' || i, 1, ? - (i % 1000), 0 FROM n
+                        """, arguments: [keys.count - 1, now])
+            }
         }
         #expect(try await f.store.expireThrottle(windowEndedBeforeMs: Int64.min, nowMs: now, maxRows: keys.count / 10) == keys.count / 10)
         // Expired ones go whatever the bound: a window that began before this one and holds no lock.
