@@ -1,0 +1,359 @@
+import Crypto
+import Foundation
+import IAPProtocol
+import JSONRPC
+import Logging
+import NIOConcurrencyHelpers
+import Receipts
+import ServiceSupport
+
+/// App Store Server Notifications v2: verified, recorded in the inbox, brought to Apple's word (or the signed
+/// snapshot), retried and parked; the inbox's admin methods and the administrator's revocation.
+extension FulfillmentService {
+    // MARK: notifications and admin
+
+    /// App Store Server Notifications v2, as the edge's webhook hands them over: verified, then recorded
+    /// durably by `notificationUUID` (the answer means it is on disk), then processed. A redelivery finds
+    /// its row and changes nothing; processing that fails stays `pending` and is retried from the inbox
+    /// (`processDueNotifications`), parked after `InboxRetryPolicy.maxAttempts`.
+    public func receiveNotification(_ p: FulfillmentApplyNotification.Params) async throws(RPCError)
+        -> FulfillmentReceiveNotification.Result
+    {
+        // Only the edge's webhook (and operators) hand notifications over: an open port answers nobody else.
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
+        let answer = try await dependencies.verifyNotification(p.signedPayload)
+        guard answer.status == 0, let notification = answer.notification else {
+            throw RPCError.invalidReceipt(
+                status: answer.status, reason: answer.reason ?? "invalidNotification",
+                detail: "the notification failed verification (status \(answer.status))")
+        }
+        let uuid =
+            notification["notificationUUID"]?.stringValue
+            ?? SHA256.hash(data: Array(p.signedPayload.utf8)).map { String(format: "%02x", $0) }.joined()
+        // Applied before the inbox existed (an older version of this service).
+        if try await storeCall({ try await self.store.notificationWasApplied(uuid) }) {
+            return .init(notificationUUID: uuid, state: .applied, firstDelivery: false)
+        }
+        let now = clock.nowMs
+        let entry = InboxEntry(
+            notificationUUID: uuid, notificationType: notification["notificationType"]?.stringValue ?? "",
+            subtype: notification["subtype"]?.stringValue, signedDateMs: notification["signedDate"]?.millisecondsValue,
+            signedPayload: p.signedPayload, notification: (try? JSONByteEncoder.encode(notification)) ?? [],
+            // Leased to this call for a minute: the inbox worker leaves it alone while it is processed here,
+            // and picks it up if this process dies first.
+            receivedAtMs: now, nextAttemptAtMs: now + configuration.inboxLeaseMs,
+            originalTransactionId: notification["data"]?["transactionInfo"]?["originalTransactionId"]?.stringValue)
+        let recorded = try await storeCall { try await self.store.recordNotification(entry) }
+        guard recorded.isNew else {
+            logger.info("notification delivered again", metadata: ["notificationUUID": "\(uuid)", "state": "\(recorded.entry.state)"])
+            return .init(notificationUUID: uuid, state: recorded.entry.state, firstDelivery: false)
+        }
+        if p.processLater == true {
+            // Durable already: processed right after this answer, or by the inbox worker once its lease ends.
+            if case .dropped = laterQueue.yield(entry) {
+                // Queue full: due now for the inbox worker instead of after its lease.
+                logger.notice("notification processing queue full; the inbox worker takes it", metadata: ["notificationUUID": "\(uuid)"])
+                try? await store.settleNotification(uuid, state: .pending, attempts: 0, nextAttemptAtMs: now, lastError: nil, nowMs: now)
+            }
+            return .init(notificationUUID: uuid, state: .pending, firstDelivery: true)
+        }
+        return .init(notificationUUID: uuid, state: await process(entry), firstDelivery: true)
+    }
+
+    /// `receiveNotification`, answering whether this delivery's notification is applied (v1's shape).
+    public func applyNotification(_ p: FulfillmentApplyNotification.Params) async throws(RPCError) -> FulfillmentApplyNotification.Result {
+        .init(applied: try await receiveNotification(p).state == .applied)
+    }
+
+    /// Processes the inbox's due notifications (oldest signed first); answers how many were tried.
+    /// The executable's inbox worker calls it every few seconds.
+    @discardableResult
+    public func processDueNotifications(limit: Int = 100) async throws(RPCError) -> Int {
+        let now = clock.nowMs
+        let due = try await storeCall { try await self.store.dueNotifications(nowMs: now, limit: limit) }
+        for entry in due { _ = await process(entry, reverify: true) }
+        return due.count
+    }
+
+    /// One processing attempt, its outcome recorded: `applied`, `ignored`, or (failing) `pending` with a
+    /// later attempt or `parked`. `reverify`: a row read back from the inbox (the worker, a retry) is verified again
+    /// from its signed payload, never taken from the stored copy: an older version may have recorded what today's
+    /// rules refuse (Xcode-signed notifications, unsigned nested objects).
+    func process(_ entry: InboxEntry, reverify: Bool = false) async -> NotificationState {
+        let attempts = entry.attempts + 1
+        do {
+            let outcome: ActOutcome
+            if reverify {
+                let answer = try await dependencies.verifyNotification(entry.signedPayload)
+                if answer.status == 0, let notification = answer.notification {
+                    outcome = try await act(on: notification, entry: entry)
+                } else {
+                    outcome = .ignored("it no longer passes verification (status \(answer.status), \(answer.reason ?? "refused"))")
+                }
+            } else {
+                outcome = try await act(on: try JSONValue(parsing: entry.notification), entry: entry)
+            }
+            let state: NotificationState = outcome.applied ? .applied : .ignored
+            let now = clock.nowMs
+            if let reason = outcome.reason {
+                logger.info("notification ignored", metadata: ["notificationUUID": "\(entry.notificationUUID)", "reason": "\(reason)"])
+            }
+            try await storeCall {
+                try await self.store.settleNotification(
+                    entry.notificationUUID, state: state, attempts: attempts, nextAttemptAtMs: now, lastError: outcome.reason, nowMs: now)
+            }
+            return state
+        } catch {
+            let now = clock.nowMs
+            let (state, next) = configuration.inboxRetry.afterFailure(attempts: attempts, nowMs: now)
+            let message = (error as? RPCError)?.message ?? "\(error)"
+            logger.log(
+                level: state == .parked ? .error : .warning,
+                state == .parked ? "notification parked after repeated failures" : "notification processing failed; will retry",
+                metadata: [
+                    "notificationUUID": "\(entry.notificationUUID)", "type": "\(entry.notificationType)", "attempts": "\(attempts)",
+                    "error": "\(message)",
+                ])
+            // If even this fails, the row stays pending under its lease and the worker tries again.
+            try? await store.settleNotification(
+                entry.notificationUUID, state: state, attempts: attempts, nextAttemptAtMs: next, lastError: message, nowMs: now)
+            return state
+        }
+    }
+
+    struct ActOutcome {
+        var applied: Bool
+        /// Why it was ignored (kept as the inbox row's lastError).
+        var reason: String?
+        static let applied = ActOutcome(applied: true)
+        static func ignored(_ reason: String? = nil) -> ActOutcome { .init(applied: false, reason: reason) }
+    }
+
+    /// What a notification does. Its renewal info, when it has one, is kept per original transaction (forward
+    /// only by its signed date): auto-renew, billing retry, grace period, expiration intent.
+    ///
+    /// Apple delivers late, twice and out of order, so a notification about a transaction's standing (refund,
+    /// reversal, purchase, renewal) is taken as news that it changed: the transaction is fetched from Apple
+    /// (App Store Server API, through verification) and brought to what Apple says NOW, whichever notification
+    /// arrives and in whatever order: revoked at Apple -> revoked here (or, never seen here, recorded so that
+    /// the redeem bringing it grants nothing); valid -> granted to its account (the original's owner, else the
+    /// account of its appAccountToken), or given back if a refund had revoked it. Without the App Store Server
+    /// API, the notification's own snapshot is used, and one signed before a notification already applied for
+    /// the same purchase is superseded (ignored): state then only moves forward.
+    ///
+    /// RENEWAL_EXTENDED moves a subscription's end; renewal-state types (DID_CHANGE_RENEWAL_STATUS,
+    /// DID_CHANGE_RENEWAL_PREF, DID_FAIL_TO_RENEW, GRACE_PERIOD_EXPIRED, EXPIRED, PRICE_INCREASE) apply their
+    /// renewal info (an UPGRADE also grants its new plan's transaction); REFUND_DECLINED is recorded;
+    /// CONSUMPTION_REQUEST is answered when the account consented. TEST, EXTERNAL_PURCHASE_TOKEN,
+    /// RENEWAL_EXTENSION (a mass extension's summary or failure) and types Apple may add are ignored, the
+    /// reason kept (`NotificationDisposition`).
+    func act(on notification: JSONValue, entry: InboxEntry) async throws(RPCError) -> ActOutcome {
+        let type = notification["notificationType"]?.stringValue ?? ""
+        let disposition = NotificationDisposition.of(type: type, subtype: notification["subtype"]?.stringValue)
+        if case .ignore(let reason) = disposition { return .ignored(reason) }
+        let data = notification["data"]
+        var renewalKept = false
+        if let info = data?["renewalInfo"],
+            let state = RenewalState(renewalInfo: info, fallbackSignedDateMs: notification["signedDate"]?.millisecondsValue)
+        {
+            renewalKept = try await storeCall { try await self.store.recordRenewal(state) }
+        }
+        guard let info = data?["transactionInfo"],
+            let snapshot = VerifiedPurchase.fromSignedTransaction(info, environment: data?["environment"]?.stringValue)
+        else { return .ignored("no transaction in the notification") }
+        let now = clock.nowMs
+        let outcome: ActOutcome
+        switch disposition {
+        case .bringToAppleState:
+            let reason = type == "REVOKE" ? "revoked" : "refunded"
+            if let current = try await currentFromApple(snapshot.transactionId) {
+                outcome = try await bringToAppleState(current, reason: reason, reinstates: true, nowMs: now)
+            } else if let superseded = try await supersededReason(entry) {
+                outcome = .ignored(superseded)
+            } else {
+                // From the signed snapshot alone, only a reversal gives back what a refund took: an older purchase or
+                // renewal notice arriving late says nothing about a refund that came after it.
+                outcome = try await bringToAppleState(snapshot, reason: reason, reinstates: type == "REFUND_REVERSED", nowMs: now)
+            }
+        case .record:
+            outcome = .applied
+        case .answerConsumptionRequest:
+            let answered = try await answerConsumptionRequest(
+                snapshot, signedDateMs: notification["signedDate"]?.millisecondsValue ?? now, nowMs: now)
+            outcome = answered ? .applied : .ignored("not answered: no consent, outside Apple's window, or not a purchase made here")
+        case .moveSubscriptionEnd:
+            guard let expires = snapshot.expiresDateMs else { return .ignored("no expiry") }
+            _ = try await storeCall {
+                try await self.store.extendEntitlement(originalTransactionId: snapshot.originalTransactionId, expiresAtMs: expires)
+            }
+            outcome = .applied
+        case .keepRenewalState:
+            outcome = renewalKept ? .applied : .ignored("an equal or newer renewal state was already kept")
+        case .ignore(let reason):
+            outcome = .ignored(reason)
+        }
+        logger.info(
+            "notification", metadata: ["type": "\(type)", "transactionId": "\(snapshot.transactionId)", "applied": "\(outcome.applied)"])
+        return outcome
+    }
+
+    /// The transaction as Apple has it now, verified; nil when this deployment cannot ask Apple (no internal
+    /// token or no App Store Server API) or Apple does not know it (then the notification's snapshot serves).
+    func currentFromApple(_ transactionId: String) async throws(RPCError) -> VerifiedPurchase? {
+        guard let token = configuration.internalToken else { return nil }
+        do {
+            let answer = try await dependencies.transactionInfo(transactionId, internalToken: token)
+            guard answer.status == 0, let payload = answer.transaction else { return nil }
+            return VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
+        } catch  where error.has(.appStoreAPINotConfigured) || error.knownCode == .notFound {
+            return nil
+        }
+    }
+
+    /// Without Apple's current word: "superseded" when a notification about a purchase's standing (purchase, renewal,
+    /// refund, revocation, reversal) signed later for the same original transaction was already applied (this one
+    /// describes an older state). News about renewal preferences or expiry supersedes no refund.
+    func supersededReason(_ entry: InboxEntry) async throws(RPCError) -> String? {
+        guard let original = entry.originalTransactionId, let signed = entry.signedDateMs,
+            let latest = try await storeCall({
+                try await self.store.latestAppliedSignedDate(originalTransactionId: original, types: NotificationDisposition.standingTypes)
+            }),
+            signed < latest
+        else { return nil }
+        return "superseded: a later notification for this purchase was applied first"
+    }
+
+    /// Makes the purchase here what `purchase` (Apple's word) says: revoked, or granted (given back if a
+    /// refund had revoked it). Idempotent: any number of deliveries, in any order, end the same.
+    /// `reinstates`: whether a revoked purchase that `purchase` shows valid is given back (Apple's current word, or a
+    /// REFUND_REVERSED snapshot).
+    func bringToAppleState(_ purchase: VerifiedPurchase, reason: String, reinstates: Bool, nowMs: Int64) async throws(RPCError)
+        -> ActOutcome
+    {
+        let processed = try await storeCall { try await self.store.processed(transactionId: purchase.transactionId) }
+        if purchase.cancellationDateMs != nil {
+            if processed != nil {
+                _ = try await storeCall { try await self.store.revoke(transactionId: purchase.transactionId, reason: reason, nowMs: nowMs) }
+                return .applied
+            }
+            // Never seen here: remembered, so that the redeem bringing it grants nothing (and a reversal later
+            // grants it in full). A refunded renewal of a subscription owned here also takes back the access
+            // its original granted.
+            if purchase.transactionId != purchase.originalTransactionId,
+                try await storeCall({ try await self.store.owner(originalTransactionId: purchase.originalTransactionId) }) != nil
+            {
+                _ = try await applyFromApple(purchase, nowMs: nowMs)
+            }
+            try await storeCall { try await self.store.recordEarlyRevocation(transactionId: purchase.transactionId, reason: reason, nowMs: nowMs) }
+            return .applied
+        }
+        if let processed, processed.revokedAtMs != nil {
+            guard reinstates else { return .ignored("revoked here; only a refund reversal gives it back") }
+            _ = try await storeCall { try await self.store.reinstate(transactionId: purchase.transactionId, nowMs: nowMs) }
+            return .applied
+        }
+        if processed == nil, reinstates {
+            // A refund reversed before the purchase was redeemed here: its early revocation no longer holds.
+            _ = try await storeCall { try await self.store.reinstate(transactionId: purchase.transactionId, nowMs: nowMs) }
+        }
+        let outcomes = try await applyFromApple(purchase, nowMs: nowMs)
+        return outcomes.isEmpty ? .ignored("its account is not known here (no owner, no matching appAccountToken)") : .applied
+    }
+
+    /// Apple asks, after a customer requested a refund, how the purchase was used (CONSUMPTION_REQUEST). Answered
+    /// with Send Consumption Information only when the account has consented (`accounts.setConsumptionConsent`),
+    /// within Apple's 12-hour window, once (the inbox processes a notification once); otherwise ignored. What is
+    /// sent is what this server knows: delivered, how much of a coin grant is left, the account's age band.
+    func answerConsumptionRequest(_ purchase: VerifiedPurchase, signedDateMs: Int64, nowMs: Int64) async throws(RPCError) -> Bool {
+        guard let internalToken = configuration.internalToken, nowMs - signedDateMs < configuration.consumptionWindowMs else { return false }
+        guard let record = try await storeCall({ try await self.store.processed(transactionId: purchase.transactionId) }) else { return false }
+        let profile = try await dependencies.consumptionProfile(accountId: record.holder.accountId, internalToken: internalToken)
+        guard profile.consent else {
+            logger.info("consumption request not answered: the account has not consented", metadata: ["transactionId": "\(purchase.transactionId)"])
+            return false
+        }
+        let wallet = try await storeCall { try await self.store.balance(accountId: record.holder.accountId, scope: record.holder.scope) }
+        let info = AppleConsumptionInfo(
+            customerConsented: true,
+            consumptionStatus: Self.consumptionStatus(granted: record.coinsGranted, balance: wallet.balance, revoked: record.revokedAtMs != nil),
+            platform: 1, sampleContentProvided: false, deliveryStatus: 0, appAccountToken: profile.appAccountToken.lowercased(),
+            accountTenure: Self.tenureBand(ageMs: nowMs - profile.createdAtMs), playTime: 0, lifetimeDollarsRefunded: 0,
+            lifetimeDollarsPurchased: 0, userStatus: 1, refundPreference: 0)
+        try await dependencies.sendConsumption(.init(internalToken: internalToken, transactionId: purchase.transactionId, consumption: info))
+        return true
+    }
+
+    /// Apple's consumptionStatus for a coin grant: 1 none used (the balance still holds it), 3 all used, 2 some;
+    /// 0 (undeclared) for anything else.
+    static func consumptionStatus(granted: Int64, balance: Int64, revoked: Bool) -> Int {
+        guard granted > 0, !revoked else { return 0 }
+        if balance >= granted { return 1 }
+        return balance == 0 ? 3 : 2
+    }
+
+    /// Apple's accountTenure bands: 1 under 3 days, 2 under 10, 3 under 30, 4 under 90, 5 under 180, 6 under 365, 7 more.
+    static func tenureBand(ageMs: Int64) -> Int {
+        let days = ageMs / 86_400_000
+        for (band, limit) in [(1, 3), (2, 10), (3, 30), (4, 90), (5, 180), (6, 365)] where days < limit { return band }
+        return 7
+    }
+
+    // MARK: notification inbox (admin)
+
+    public func listNotifications(_ p: FulfillmentListNotifications.Params) async throws(RPCError) -> FulfillmentListNotifications.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        let limit = p.limit ?? configuration.defaultLedgerPage
+        guard (1...configuration.maxLedgerPage).contains(limit) else {
+            throw RPCError.invalidParams("limit must be 1-\(configuration.maxLedgerPage)", field: "limit", reason: "invalidValue")
+        }
+        let rows = try await storeCall { try await self.store.notifications(state: p.state, limit: limit) }
+        return .init(notifications: rows.map(\.summary))
+    }
+
+    /// Processes one parked or pending notification now (after an operator fixed what made it fail).
+    public func retryNotification(_ p: FulfillmentRetryNotification.Params) async throws(RPCError) -> NotificationSummary {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        guard let entry = try await storeCall({ try await self.store.notification(p.notificationUUID) }) else {
+            throw RPCError.notFound("no notification \(p.notificationUUID) was recorded here", reason: "unknownNotification")
+        }
+        guard [.parked, .pending].contains(entry.state) else { return entry.summary }
+        logger.notice("notification retried by an administrator", metadata: ["notificationUUID": "\(p.notificationUUID)"])
+        _ = await process(entry, reverify: true)
+        guard let after = try await storeCall({ try await self.store.notification(p.notificationUUID) }) else { return entry.summary }
+        return after.summary
+    }
+
+    /// Records a purchase Apple told us about (a notification, a status) for its account, as a redeem would:
+    /// the outcomes, none when the account cannot be known.
+    func applyFromApple(_ purchase: VerifiedPurchase, nowMs: Int64) async throws(RPCError) -> [RedeemOutcome] {
+        guard let scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment) else { return [] }
+        var accountId = try await storeCall { try await self.store.owner(originalTransactionId: purchase.originalTransactionId)?.accountId }
+        var token: String?
+        if accountId == nil, let appAccountToken = purchase.appAccountToken, let internalToken = configuration.internalToken {
+            accountId = try await dependencies.account(appAccountToken: appAccountToken, internalToken: internalToken)
+            token = appAccountToken
+        }
+        guard let accountId else { return [] }
+        let rules = try await grantRules(for: [purchase.productId])
+        let appAccountToken = token
+        let applied = try await storeCall {
+            try await self.store.apply(
+                [.init(purchase: purchase, rule: rules[purchase.productId], scope: scope)], accountId: accountId,
+                appAccountToken: appAccountToken, mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs)
+        }
+        return applied.results.map(\.outcome)
+    }
+
+    public func revokeTransaction(_ p: FulfillmentRevokeTransaction.Params) async throws(RPCError) {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        let outcome = try await storeCall {
+            try await self.store.revoke(transactionId: p.transactionId, reason: p.reason, nowMs: self.clock.nowMs)
+        }
+        guard outcome != .notFound else {
+            throw RPCError.notFound("transaction \(p.transactionId) was never processed here", reason: "unknownTransaction")
+        }
+        try await audit("revoke", transactionId: p.transactionId, reason: p.reason, token: p.adminToken)
+        logger.notice("transaction revoked by an administrator", metadata: ["transactionId": "\(p.transactionId)", "reason": "\(p.reason)"])
+    }
+}

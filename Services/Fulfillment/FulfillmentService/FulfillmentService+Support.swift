@@ -1,0 +1,240 @@
+import Crypto
+import Foundation
+import IAPProtocol
+import JSONRPC
+import Logging
+import NIOConcurrencyHelpers
+import Receipts
+import ServiceSupport
+
+/// Support actions (orders, grants, extensions at Apple), reconciliation with Apple, and the audit log.
+extension FulfillmentService {
+    // MARK: support
+
+    /// Support: an order's purchases from Apple (through verification) and the account each is bound to here.
+    public func lookUpOrder(_ p: FulfillmentLookUpOrder.Params) async throws(RPCError) -> FulfillmentLookUpOrder.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        let token = try internalTokenForApple("looking up orders")
+        var lines: [OrderLine] = []
+        for answer in try await dependencies.lookUpOrder(p.orderId, internalToken: token) {
+            guard answer.status == 0, let payload = answer.transaction,
+                let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
+            else { continue }
+            let owner = try await storeCall { try await self.store.owner(originalTransactionId: purchase.originalTransactionId) }
+            lines.append(
+                OrderLine(
+                    transactionId: purchase.transactionId, originalTransactionId: purchase.originalTransactionId,
+                    productId: purchase.productId, environment: purchase.environment, ownerAccountId: owner?.accountId))
+        }
+        return .init(orderId: p.orderId, lines: lines)
+    }
+
+    /// Support: grants an order's purchases to the account of a username, exactly as that account's redeem
+    /// would (same outcomes, same ownership policy: one owned by another account is not moved under the
+    /// default policy), then ties them to the account at Apple. Audited once per granted purchase.
+    public func grantOrder(_ p: FulfillmentGrantOrder.Params) async throws(RPCError) -> FulfillmentGrantOrder.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        let token = try internalTokenForApple("granting orders")
+        let account = try await dependencies.account(username: p.username, internalToken: token)
+        var purchases: [VerifiedPurchase] = []
+        for answer in try await dependencies.lookUpOrder(p.orderId, internalToken: token) {
+            if answer.status == 0, let payload = answer.transaction,
+                let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
+            {
+                purchases.append(purchase)
+            }
+        }
+        guard !purchases.isEmpty else { throw RPCError.notFound("Apple has no order \(p.orderId) for this app", reason: "unknownOrder") }
+        let (planned, refused) = try await plan(purchases)
+        var results = refused
+        let toApply = planned
+        let applied = try await storeCall {
+            try await self.store.apply(
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: self.recordsTies,
+                mode: .redeem, policy: self.configuration.ownershipPolicy, answerScope: toApply.first?.scope ?? .production,
+                nowMs: self.clock.nowMs)
+        }
+        results += applied.results
+        for result in applied.results where [.granted, .restored].contains(result.outcome) {
+            try await audit(
+                "grantOrder", accountId: account.accountId, transactionId: result.transactionId, reason: "order \(p.orderId): \(p.reason)",
+                token: p.adminToken)
+        }
+        logger.notice(
+            "order granted by an administrator",
+            metadata: ["orderId": "\(p.orderId)", "accountId": "\(account.accountId)", "outcomes": "\(results.map(\.outcome.rawValue))"])
+        return .init(orderId: p.orderId, accountId: account.accountId, results: results)
+    }
+
+    /// Support: extends a subscription's renewal date at Apple, then here (forward only); audited.
+    public func extendSubscription(_ p: FulfillmentExtendSubscription.Params) async throws(RPCError) -> FulfillmentExtendSubscription.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        guard (1...90).contains(p.days) else { throw RPCError.invalidParams("days must be 1-90", field: "days", reason: "invalidValue") }
+        guard (0...3).contains(p.reasonCode) else {
+            throw RPCError.invalidParams("reasonCode must be 0-3 (Apple's extendReasonCode)", field: "reasonCode", reason: "invalidValue")
+        }
+        guard Self.isTransactionId(p.originalTransactionId) else {
+            throw RPCError.invalidParams("transaction ids are 1-32 digits", field: "originalTransactionId", reason: "invalidValue")
+        }
+        let token = try internalTokenForApple("extending subscriptions")
+        let answer = try await dependencies.extendRenewalDate(
+            .init(
+                internalToken: token, originalTransactionId: p.originalTransactionId, extendByDays: p.days, extendReasonCode: p.reasonCode,
+                requestIdentifier: p.requestId ?? UUID().uuidString))
+        guard answer.success, let expires = answer.effectiveDateMs else {
+            throw RPCError.conflict("Apple did not extend the subscription", reason: "extensionRefused")
+        }
+        _ = try await storeCall { try await self.store.extendEntitlement(originalTransactionId: p.originalTransactionId, expiresAtMs: expires) }
+        let owner = try await storeCall { try await self.store.owner(originalTransactionId: p.originalTransactionId) }
+        try await audit(
+            "extendSubscription", accountId: owner?.accountId, transactionId: p.originalTransactionId,
+            reason: "+\(p.days) days (code \(p.reasonCode)): \(p.reason)", token: p.adminToken)
+        return .init(originalTransactionId: p.originalTransactionId, expiresAtMs: expires, accountId: owner?.accountId)
+    }
+
+    static func checkReason(_ reason: String, maxBytes: Int) throws(RPCError) {
+        guard !reason.isEmpty, reason.utf8.count <= maxBytes else {
+            throw RPCError.invalidParams("reason must be 1-\(maxBytes) bytes", field: "reason", reason: "invalidValue")
+        }
+    }
+
+    func internalTokenForApple(_ what: String) throws(RPCError) -> String {
+        guard let token = configuration.internalToken else {
+            throw RPCError(
+                code: .unavailable, message: "\(what) needs the internal token (--internal-token) and the App Store Server API on verification",
+                reason: .appStoreAPINotConfigured)
+        }
+        return token
+    }
+
+    // MARK: reconciliation
+
+    /// `fulfillment.reconcile`: Notification History from the stored checkpoint (minus an overlap) to now,
+    /// every page, in both environments; each notification the inbox lacks goes through `receiveNotification`
+    /// (verified again, recorded, processed; ones already there change nothing). Then the status sweep:
+    /// subscriptions that ended without news or are in billing retry, asked of Apple (Get All Subscription
+    /// Statuses) and recorded like a renewal notification. The checkpoint moves only after a complete read.
+    public func reconcile(_ p: FulfillmentReconcile.Params) async throws(RPCError) -> FulfillmentReconcile.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        return try await reconcile(notificationHistory: p.notificationHistory ?? true, subscriptionStatuses: p.subscriptionStatuses ?? true)
+    }
+
+    /// Reconciles with Apple (Notification History, then the subscription status sweep) in a task of its own, one
+    /// at a time: a call made while a run is under way joins it and gets its result. The run is never cancelled with
+    /// its caller (an admin's CLI that gives up after 30 s, the server's request deadline), so a long history is read
+    /// to its end and the notification being taken in is never cut off half-way.
+    public func reconcile(notificationHistory: Bool = true, subscriptionStatuses: Bool = true) async throws(RPCError)
+        -> FulfillmentReconcile.Result
+    {
+        let run = reconciliation.withLockedValue { current -> Task<FulfillmentReconcile.Result, any Error> in
+            if let current { return current.run }
+            let id = reconciliations.withLockedValue { n -> Int in
+                n += 1
+                return n
+            }
+            let run = Task.detached { [self] () async throws -> FulfillmentReconcile.Result in
+                defer { reconciliation.withLockedValue { if $0?.id == id { $0 = nil } } }
+                return try await reconcileNow(notificationHistory: notificationHistory, subscriptionStatuses: subscriptionStatuses)
+            }
+            current = (id, run)
+            return run
+        }
+        do {
+            return try await run.value
+        } catch let error as RPCError {
+            throw error
+        } catch {
+            throw RPCError.internalError()
+        }
+    }
+
+    func reconcileNow(notificationHistory: Bool, subscriptionStatuses: Bool) async throws(RPCError) -> FulfillmentReconcile.Result {
+        let token = try internalTokenForApple("reconciling with Apple")
+        var result = FulfillmentReconcile.Result(notificationsSeen: 0, notificationsTakenIn: 0, subscriptionsChecked: 0, subscriptionsUpdated: 0)
+        if notificationHistory {
+            for environment in [AppleEnvironment.production, .sandbox] {
+                let now = clock.nowMs
+                let checkpoint = try await storeCall { try await self.store.reconcileCheckpoint(environment: environment.rawValue) }
+                let start = max(0, (checkpoint ?? now - configuration.reconcileFirstWindowMs) - configuration.reconcileOverlapMs)
+                var page: String?
+                repeat {
+                    // An end in the future is read as Apple's now: a clock here behind Apple's misses nothing.
+                    let answer = try await dependencies.notificationHistory(
+                        .init(
+                            internalToken: token, environment: environment, startDateMs: start, endDateMs: now + 366 * 86_400_000,
+                            paginationToken: page))
+                    for record in answer.notifications {
+                        result.notificationsSeen += 1
+                        if let uuid = record.notificationUUID, try await storeCall({ try await self.store.notification(uuid) }) != nil { continue }
+                        if try await receiveNotification(.init(signedPayload: record.signedPayload, internalToken: token)).firstDelivery {
+                            result.notificationsTakenIn += 1
+                        }
+                    }
+                    page = answer.hasMore ? answer.paginationToken : nil
+                } while page != nil
+                try await storeCall { try await self.store.saveReconcileCheckpoint(environment: environment.rawValue, signedDateMs: now) }
+            }
+        }
+        if subscriptionStatuses {
+            let now = clock.nowMs
+            let originals = try await storeCall {
+                try await self.store.subscriptionsToCheck(nowMs: now, limit: self.configuration.reconcileSubscriptionsPerRun)
+            }
+            for original in originals {
+                result.subscriptionsChecked += 1
+                let statuses: [AppleSubscriptionStatus]
+                do {
+                    statuses = try await dependencies.subscriptionStatuses(original, internalToken: token)
+                } catch  where error.knownCode == .notFound {
+                    continue
+                }
+                guard let status = statuses.first(where: { $0.originalTransactionId == original }) else { continue }
+                var changed = false
+                if let state = RenewalState(renewalInfo: status.renewalInfo, fallbackSignedDateMs: nil) {
+                    changed = try await storeCall { try await self.store.recordRenewal(state) } || changed
+                }
+                if let purchase = VerifiedPurchase.fromSignedTransaction(
+                    status.transaction, environment: status.transaction["environment"]?.stringValue)
+                {
+                    if purchase.cancellationDateMs != nil {
+                        let outcome = try await storeCall {
+                            try await self.store.revoke(transactionId: purchase.transactionId, reason: "refunded", nowMs: now)
+                        }
+                        changed = outcome == .revoked || changed
+                    } else {
+                        changed = try await applyFromApple(purchase, nowMs: now).contains(.granted) || changed
+                    }
+                }
+                if changed { result.subscriptionsUpdated += 1 }
+            }
+        }
+        logger.info(
+            "reconciled with Apple",
+            metadata: [
+                "notificationsSeen": "\(result.notificationsSeen)", "notificationsTakenIn": "\(result.notificationsTakenIn)",
+                "subscriptionsChecked": "\(result.subscriptionsChecked)", "subscriptionsUpdated": "\(result.subscriptionsUpdated)",
+            ])
+        return result
+    }
+
+    public func listAudit(_ p: FulfillmentListAudit.Params) async throws(RPCError) -> FulfillmentListAudit.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        let limit = p.limit ?? configuration.defaultLedgerPage
+        guard (1...configuration.maxLedgerPage).contains(limit) else {
+            throw RPCError.invalidParams("limit must be 1-\(configuration.maxLedgerPage)", field: "limit", reason: "invalidValue")
+        }
+        return .init(entries: try await storeCall { try await self.store.audit(limit: limit) })
+    }
+
+    /// Writes an admin action to the audit log, naming the credential by a digest of it, never the token.
+    func audit(_ action: String, accountId: String? = nil, transactionId: String?, reason: String, token: String) async throws(RPCError) {
+        let credential = SHA256.hash(data: Array(token.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+        let now = clock.nowMs
+        try await storeCall {
+            try await self.store.recordAudit(
+                action: action, accountId: accountId, transactionId: transactionId, reason: reason, credential: credential, nowMs: now)
+        }
+    }
+}

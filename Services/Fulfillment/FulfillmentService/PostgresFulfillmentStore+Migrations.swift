@@ -1,0 +1,163 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import NIOCore
+import PostgresNIO
+import PostgresSupport
+
+/// The PostgreSQL schema of fulfillment, migration by migration (the same records as the SQLite schema).
+extension PostgresFulfillmentStore {
+    static let migrations: [PostgresMigration] = [
+        PostgresMigration(
+            "v1",
+            """
+            CREATE FUNCTION refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN RAISE EXCEPTION '% is append-only', TG_TABLE_NAME; END $$;
+
+            CREATE TABLE wallet (
+                account_id TEXT NOT NULL,
+                scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
+                balance BIGINT NOT NULL DEFAULT 0 CHECK (balance >= 0),
+                -- coins refunded after they were spent: repaid by later grants before any spend
+                owed BIGINT NOT NULL DEFAULT 0 CHECK (owed >= 0),
+                PRIMARY KEY (account_id, scope));
+
+            -- One row per transaction id, whatever environment a later copy claims.
+            CREATE TABLE processed_transaction (
+                transaction_id TEXT PRIMARY KEY,
+                environment TEXT NOT NULL,
+                original_transaction_id TEXT NOT NULL,
+                account_id TEXT NOT NULL,
+                scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
+                product_id TEXT NOT NULL,
+                grant_kind TEXT NOT NULL,
+                coins_granted BIGINT NOT NULL DEFAULT 0 CHECK (coins_granted >= 0),
+                purchase_date_ms BIGINT NOT NULL,
+                expires_date_ms BIGINT,
+                processed_at_ms BIGINT NOT NULL,
+                revoked_at_ms BIGINT,
+                revoke_reason TEXT);
+            CREATE INDEX processed_by_original ON processed_transaction (environment, original_transaction_id);
+
+            -- One owner per original transaction.
+            CREATE TABLE ownership (
+                original_transaction_id TEXT PRIMARY KEY,
+                environment TEXT NOT NULL,
+                account_id TEXT NOT NULL,
+                scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
+                product_id TEXT NOT NULL,
+                bound_at_ms BIGINT NOT NULL);
+
+            CREATE TABLE ownership_transfer (
+                id BIGSERIAL PRIMARY KEY,
+                environment TEXT NOT NULL,
+                original_transaction_id TEXT NOT NULL,
+                from_account_id TEXT NOT NULL,
+                to_account_id TEXT NOT NULL,
+                transferred_at_ms BIGINT NOT NULL);
+
+            -- One row per original transaction that grants an entitlement.
+            CREATE TABLE entitlement (
+                original_transaction_id TEXT PRIMARY KEY,
+                environment TEXT NOT NULL,
+                account_id TEXT NOT NULL,
+                scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
+                entitlement TEXT NOT NULL,
+                product_id TEXT NOT NULL,
+                starts_at_ms BIGINT NOT NULL,
+                expires_at_ms BIGINT,            -- NULL: permanent
+                revoked_at_ms BIGINT);
+            CREATE INDEX entitlement_by_account ON entitlement (account_id, scope, entitlement);
+
+            CREATE TABLE ledger (
+                id BIGSERIAL PRIMARY KEY,
+                account_id TEXT NOT NULL,
+                scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
+                delta BIGINT NOT NULL,
+                balance BIGINT NOT NULL CHECK (balance >= 0),
+                kind TEXT NOT NULL CHECK (kind IN ('grant', 'spend', 'reversal', 'recovery', 'reinstatement')),
+                environment TEXT,
+                transaction_id TEXT,
+                idempotency_key TEXT,
+                memo TEXT,
+                debt BIGINT NOT NULL DEFAULT 0 CHECK (debt >= 0),           -- owed added (reversals)
+                recovered BIGINT NOT NULL DEFAULT 0 CHECK (recovered >= 0), -- owed repaid (recoveries) or forgiven (reinstatements)
+                owed BIGINT NOT NULL DEFAULT 0 CHECK (owed >= 0),           -- owed after this row
+                created_at_ms BIGINT NOT NULL,
+                CHECK (kind != 'grant' OR (delta > 0 AND transaction_id IS NOT NULL)),
+                CHECK (kind != 'spend' OR (delta < 0 AND idempotency_key IS NOT NULL)),
+                CHECK (kind != 'reversal' OR (delta <= 0 AND transaction_id IS NOT NULL)),
+                CHECK (kind != 'recovery' OR (delta < 0 AND recovered = -delta AND transaction_id IS NOT NULL)),
+                CHECK (kind != 'reinstatement' OR (delta >= 0 AND transaction_id IS NOT NULL)),
+                CHECK (kind = 'reversal' OR debt = 0),
+                CHECK (kind IN ('recovery', 'reinstatement') OR recovered = 0),
+                UNIQUE (account_id, scope, idempotency_key));
+            CREATE INDEX ledger_by_account ON ledger (account_id, scope, id);
+            CREATE UNIQUE INDEX ledger_once ON ledger (kind, transaction_id) WHERE kind IN ('grant', 'recovery');
+            CREATE INDEX ledger_by_transaction ON ledger (transaction_id, kind);
+            CREATE TRIGGER ledger_append_only BEFORE UPDATE OR DELETE ON ledger FOR EACH ROW EXECUTE FUNCTION refuse_change();
+            CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON ledger FOR EACH STATEMENT EXECUTE FUNCTION refuse_change();
+
+            -- DESIGN.md section 9: every verified notification is recorded before the webhook answers.
+            CREATE TABLE notification_inbox (
+                notification_uuid TEXT PRIMARY KEY,
+                notification_type TEXT NOT NULL,
+                subtype TEXT,
+                signed_date_ms BIGINT,
+                signed_payload TEXT NOT NULL,
+                notification BYTEA NOT NULL,
+                received_at_ms BIGINT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('pending', 'applied', 'ignored', 'parked')),
+                attempts BIGINT NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+                next_attempt_at_ms BIGINT NOT NULL,
+                last_error TEXT,
+                processed_at_ms BIGINT,
+                original_transaction_id TEXT);
+            CREATE INDEX inbox_due ON notification_inbox (state, next_attempt_at_ms);
+            CREATE INDEX inbox_received ON notification_inbox (received_at_ms);
+            CREATE INDEX inbox_by_original ON notification_inbox (original_transaction_id, state, signed_date_ms);
+
+            CREATE TABLE admin_audit (
+                id BIGSERIAL PRIMARY KEY,
+                at_ms BIGINT NOT NULL,
+                action TEXT NOT NULL,
+                account_id TEXT,
+                transaction_id TEXT,
+                reason TEXT NOT NULL,
+                credential TEXT NOT NULL);
+            CREATE TRIGGER admin_audit_append_only BEFORE UPDATE OR DELETE ON admin_audit
+                FOR EACH ROW EXECUTE FUNCTION refuse_change();
+            CREATE TRIGGER admin_audit_no_truncate BEFORE TRUNCATE ON admin_audit FOR EACH STATEMENT EXECUTE FUNCTION refuse_change();
+
+            CREATE TABLE account_token_outbox (
+                original_transaction_id TEXT PRIMARY KEY,
+                app_account_token TEXT NOT NULL,
+                attempts BIGINT NOT NULL DEFAULT 0,
+                next_attempt_at_ms BIGINT NOT NULL,
+                last_error TEXT);
+            CREATE INDEX account_token_outbox_due ON account_token_outbox (next_attempt_at_ms);
+
+            CREATE TABLE subscription_renewal (
+                original_transaction_id TEXT PRIMARY KEY,
+                auto_renew BOOLEAN NOT NULL,
+                auto_renew_product_id TEXT,
+                in_billing_retry BOOLEAN NOT NULL,
+                grace_period_expires_at_ms BIGINT,
+                expiration_intent BIGINT,
+                price_increase_status BIGINT,
+                signed_date_ms BIGINT NOT NULL);
+
+            CREATE TABLE reconcile_checkpoint (environment TEXT PRIMARY KEY, signed_date_ms BIGINT NOT NULL);
+
+            -- A refund or revocation Apple announced before the purchase was ever redeemed here.
+            CREATE TABLE early_revocation (transaction_id TEXT PRIMARY KEY, reason TEXT NOT NULL, recorded_at_ms BIGINT NOT NULL);
+            """),
+        // The worker's batches of due notifications, in signed order, without reading or sorting every pending row.
+        PostgresMigration(
+            "v2-inbox-pending-order",
+            """
+            CREATE INDEX inbox_pending_order ON notification_inbox (signed_date_ms NULLS FIRST, received_at_ms, next_attempt_at_ms)
+                WHERE state = 'pending';
+            """),
+    ]
+}
