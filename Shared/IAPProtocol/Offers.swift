@@ -81,19 +81,28 @@ public enum FulfillmentOfferEligibility: RPCMethod {
     public struct Result: Codable, Sendable, Equatable {
         public var productId: String
         public var offers: [OfferStanding]
-        /// Never subscribed in the group: the introductory offer applies.
+        /// The Apple customer never subscribed in the group: the introductory offer applies. False also when the
+        /// customer is unknown here (`introductoryOfferReason` says so): StoreKit then decides from Apple's records.
         public var introductoryOfferEligible: Bool
-        /// The same, signed (compact JWS, `aud: introductory-offer-eligibility`); absent without an offer key.
+        /// The same, signed (compact JWS, `aud: introductory-offer-eligibility`, naming one of the customer's
+        /// transactions as Apple's form requires); absent without an offer key or when the customer is unknown.
         public var introductoryOfferJWS: String?
-        public init(productId: String, offers: [OfferStanding], introductoryOfferEligible: Bool, introductoryOfferJWS: String? = nil) {
+        /// Why not, or why this server cannot say, when not eligible.
+        public var introductoryOfferReason: String?
+        public init(
+            productId: String, offers: [OfferStanding], introductoryOfferEligible: Bool, introductoryOfferJWS: String? = nil,
+            introductoryOfferReason: String? = nil
+        ) {
             self.productId = productId
             self.offers = offers
             self.introductoryOfferEligible = introductoryOfferEligible
             self.introductoryOfferJWS = introductoryOfferJWS
+            self.introductoryOfferReason = introductoryOfferReason
         }
     }
     public static let name = "fulfillment.offerEligibility"
-    public static let summary = "Which of a subscription's offers the account may redeem, decided from this server's records."
+    public static let summary =
+        "Which of a subscription's offers the account's Apple customer may redeem (this server's records and Apple's history)."
 }
 
 /// A promotional offer signed for the account, in both forms StoreKit takes: the original signature

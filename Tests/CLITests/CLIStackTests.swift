@@ -340,6 +340,14 @@ import Testing
             env["IAP_CONFIG"] = home.appendingPathComponent("config.json").path
             func iap(_ args: String...) async throws -> Run { try await Self.iap(args, env: env) }
             let erin = try await iap("accounts", "register", "erin", "--password", "correct horse battery", "--json").decode(SignedIn.self)
+            // Offers are for the Apple customer: before any purchase names her, only `anyone` offers are signed.
+            #expect(try await iap("offers", "eligible", "sub.premium").stdout.contains("StoreKit decides"))
+            let coins = try await iap("sim", "buy", "coins.100", "--apple-id", "erin@icloud", "--app-account-token", erin.appAccountToken, "--json")
+                .decode(SimPurchase.Result.self)
+            let receiptFile = home.appendingPathComponent("receipt.b64")
+            try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
+            try coins.receiptData.write(to: receiptFile, atomically: true, encoding: .utf8)
+            #expect(try await iap("redeem", "--receipt", receiptFile.path, "--json").decode(RedeemResult.self).results.map(\.outcome) == [.granted])
             let defined = try await iap("offers", "define", "sub.premium", "spring", "--rule", "neverSubscribed", "--ends", "2099-01-01T00:00:00Z")
             #expect(defined.status == 0, "\(defined.stderr)")
             #expect(try await iap("offers", "define", "sub.premium", "x", "--rule", "sometimes").status == 64)

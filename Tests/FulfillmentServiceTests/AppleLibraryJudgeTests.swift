@@ -24,13 +24,20 @@ import Testing
         let offerFile = directory.appendingPathComponent("suite-offer.json")
         try await SuiteFixture.with { suite in
             let ann = try await suite.register("ann")
+            // A purchase names her Apple customer: both JWS then name one of her transactions, as Apple's form does.
+            let coins = try await suite.buy("ann@icloud", "coins.100", appAccountToken: ann.appAccountToken)
+            _ = try await suite.redeem(ann.session, signed: [coins.signedTransaction])
             let signed = try await suite.fulfillment.call(
                 FulfillmentSignOffer.self, .init(session: ann.session, productId: "sub.premium", offerId: "welcome"))
+            let intro = try await suite.fulfillment.call(
+                FulfillmentOfferEligibility.self, .init(session: ann.session, productId: "sub.premium"))
             // The same input for Apple's creator: the offer key the suite signs with (its simulator's).
             let key = try await suite.simulator.call(SimOfferKey.self, EmptyParams())
             let offer: JSONValue = [
                 "productId": .string(signed.productId), "offerId": .string(signed.offerId), "jws": .string(signed.jws),
                 "keyId": .string(key.keyId), "issuerId": .string(key.issuerId), "privateKey": .string(key.privateKey),
+                "transactionId": .string(coins.transactionId), "introductoryOfferJWS": .string(try #require(intro.introductoryOfferJWS)),
+                "allowIntroductoryOffer": .bool(intro.introductoryOfferEligible),
             ]
             try Data(JSONByteEncoder.encode(offer)).write(to: offerFile)
         }

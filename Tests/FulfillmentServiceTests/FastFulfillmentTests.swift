@@ -59,6 +59,11 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
             }
         }
     }
+    func customerTransactionId(accountId: String) async throws -> String? {
+        ledger.withLockedValue { ledger in
+            ledger.entitlementRows.values.first { $0.holder == Holder(accountId: accountId, scope: .production) }?.originalTransactionId
+        }
+    }
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
         ledger.withLockedValue { $0.earlyRevocations[transactionId] = reason }
     }

@@ -35,6 +35,18 @@ import Testing
         .init(offerIdentifier: s.offerId, keyIdentifier: s.keyId, nonce: s.nonce, timestamp: s.timestamp, signature: s.signature)
     }
 
+    /// A coin purchase redeemed on the account: its Apple customer becomes known here (offers read their history).
+    @discardableResult
+    static func knownCustomer(_ suite: SuiteFixture, _ account: (session: String, accountId: String, appAccountToken: String), _ appleId: String)
+        async throws -> SimPurchase.Result
+    {
+        let coins = try await suite.buy(appleId, "coins.100", appAccountToken: account.appAccountToken)
+        _ = try await suite.redeem(account.session, signed: [coins.signedTransaction])
+        return coins
+    }
+
+    static func claims(_ jws: String) throws -> JSONValue { try JSONValue(parsing: try #require(SignedPayloadVerifier.unverifiedPayload(jws))) }
+
     static func eligibility(_ suite: SuiteFixture, _ session: String) async throws -> [String: Bool] {
         let answer = try await suite.fulfillment.call(FulfillmentOfferEligibility.self, .init(session: session, productId: "sub.premium"))
         return Dictionary(uniqueKeysWithValues: answer.offers.map { ($0.offerId, $0.eligible) })
@@ -79,8 +91,8 @@ import Testing
                 SimSetAutoRenew.self, .init(appleId: "tess@icloud", transactionId: sandbox.transactionId, enabled: false))
             suite.clock.advance(ms: 31 * Self.day)
             _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400))
-            // Offers are decided from Production records: never subscribed there.
-            #expect(try await Self.eligibility(suite, tess.session) == ["winback": false, "welcome": true, "loyal": true])
+            // Offers are decided from the Production customer: a TestFlight purchase does not name one.
+            #expect(try await Self.eligibility(suite, tess.session) == ["winback": false, "welcome": false, "loyal": false])
             #expect(await rpcError { try await Self.sign(suite, tess.session, "winback") }?.reason == "notEligible")
             // A Production subscriber cannot ask to be judged by an empty Sandbox scope (the signature names no
             // environment, so it would work in Production): there is no such parameter.
@@ -99,6 +111,7 @@ import Testing
     @Test func anIneligibleAccountIsRefusedWithTheRuleAndUnknownOffersAndProductsAreNamed() async throws {
         try await SuiteFixture.with { suite in
             let bob = try await suite.register("bob")
+            try await Self.knownCustomer(suite, bob, "bob@icloud")
             #expect(try await Self.eligibility(suite, bob.session) == ["winback": false, "welcome": true, "loyal": true])
             let winback = await rpcError { try await Self.sign(suite, bob.session, "winback") }
             #expect(winback?.reason == "notEligible" && winback?.message.contains("never subscribed") == true)
@@ -127,6 +140,7 @@ import Testing
     @Test func theAppStoreRefusesTamperedMisdirectedExpiredAndReusedOffers() async throws {
         try await SuiteFixture.with { suite in
             let cal = try await suite.register("cal")
+            try await Self.knownCustomer(suite, cal, "cal@icloud")
             let other = try await suite.register("other")
             let signed = try await Self.sign(suite, cal.session, "welcome")
             var tampered = Self.offer(signed)
@@ -164,9 +178,79 @@ import Testing
         }
     }
 
+    /// The attack: a lapsed subscriber registers a fresh account to be judged a new subscriber (welcome offer, signed
+    /// introductory offer). Offers are for the Apple customer: judged by their history at Apple.
+    @Test func aReturningSubscriberOnAFreshAccountIsJudgedByTheirHistoryAtApple() async throws {
+        try await SuiteFixture.with { suite in
+            let first = try await suite.register("amy1")
+            let sub = try await Self.buy(suite, "amy@icloud", token: first.appAccountToken)
+            _ = try await suite.redeem(first.session, signed: [sub.signedTransaction])
+            _ = try await suite.simulator.call(
+                SimSetAutoRenew.self, .init(appleId: "amy@icloud", transactionId: sub.transactionId, enabled: false))
+            suite.clock.advance(ms: 31 * Self.day)
+            _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400))
+
+            // A fresh account holds nothing that names its Apple customer: nothing that needs history is signed.
+            let second = try await suite.register("amy2")
+            #expect(try await Self.eligibility(suite, second.session) == ["winback": false, "welcome": false, "loyal": false])
+            let unknown = await rpcError { try await Self.sign(suite, second.session, "welcome") }
+            #expect(unknown?.reason == "notEligible" && unknown?.message.contains("customer is unknown") == true)
+            let fresh = try await suite.fulfillment.call(FulfillmentOfferEligibility.self, .init(session: second.session, productId: "sub.premium"))
+            #expect(!fresh.introductoryOfferEligible && fresh.introductoryOfferJWS == nil)
+            #expect(fresh.introductoryOfferReason?.contains("StoreKit decides") == true)
+
+            // A coin purchase on the fresh account names her: Apple's history has her lapsed subscription.
+            let coins = try await Self.knownCustomer(suite, second, "amy@icloud")
+            #expect(try await Self.eligibility(suite, second.session) == ["winback": true, "welcome": false, "loyal": true])
+            let welcome = await rpcError { try await Self.sign(suite, second.session, "welcome") }
+            #expect(welcome?.reason == "notEligible" && welcome?.message.contains("subscribed before") == true)
+            let intro = try await suite.fulfillment.call(FulfillmentOfferEligibility.self, .init(session: second.session, productId: "sub.premium"))
+            #expect(!intro.introductoryOfferEligible && intro.introductoryOfferReason?.contains("subscribed in the group before") == true)
+            let introClaims = try Self.claims(try #require(intro.introductoryOfferJWS))
+            #expect(introClaims["allowIntroductoryOffer"] == .bool(false))
+            #expect(introClaims["transactionId"]?.stringValue == coins.transactionId)
+            // The win-back offer she may have names her transaction, as Apple's form recommends.
+            let winback = try await Self.sign(suite, second.session, "winback")
+            #expect(try Self.claims(winback.jws)["transactionId"]?.stringValue == coins.transactionId)
+        }
+    }
+
+    /// Without the App Store Server API nothing says who the customer is at Apple: offers that need history are
+    /// refused, `anyone` offers and the unsigned answer stay.
+    @Test func withoutTheAppStoreServerAPIOffersThatNeedHistoryAreRefused() async throws {
+        try await SuiteFixture.with(appStoreAPI: false) { suite in
+            let eve = try await suite.register("eve")
+            try await Self.knownCustomer(suite, eve, "eve@icloud")
+            #expect(try await Self.eligibility(suite, eve.session) == ["winback": false, "welcome": false, "loyal": false])
+            let refused = await rpcError { try await Self.sign(suite, eve.session, "welcome") }
+            #expect(refused?.reason == "notEligible" && refused?.message.contains("not configured") == true)
+            let intro = try await suite.fulfillment.call(FulfillmentOfferEligibility.self, .init(session: eve.session, productId: "sub.premium"))
+            #expect(!intro.introductoryOfferEligible && intro.introductoryOfferJWS == nil)
+        }
+    }
+
+    /// One history read at Apple serves a paywall's questions for a minute; past the account's budget, 1006.
+    @Test func historyReadsForOffersComeFromTheAccountsBudgetOfAppleCalls() async throws {
+        try await SuiteFixture.with { suite in
+            let fay = try await suite.register("fay")
+            try await Self.knownCustomer(suite, fay, "fay@icloud")
+            let before = suite.simAPI.requestCount
+            for _ in 0..<5 { _ = try await Self.eligibility(suite, fay.session) }
+            _ = try await Self.sign(suite, fay.session, "welcome")
+            #expect(suite.simAPI.requestCount - before == 1, "one history page for six questions within a minute")
+            // A minute on, a new read; but this account spent its budget (20 calls) redeeming by id: 1006.
+            suite.clock.advance(ms: 61_000)
+            let ids = (0..<20).map { String(9_000_000_000 + $0) }
+            _ = try await suite.fulfillment.call(FulfillmentRedeem.self, .init(session: fay.session, transactionIds: ids))
+            let refused = await rpcError { try await Self.eligibility(suite, fay.session) }
+            #expect(refused?.knownCode == .rateLimited && refused?.message.contains("budget of calls to Apple") == true)
+        }
+    }
+
     @Test func bothSignatureFormsVerifyWithPythonsCryptography() async throws {
         try await SuiteFixture.with { suite in
             let dee = try await suite.register("dee")
+            try await Self.knownCustomer(suite, dee, "dee@icloud")
             let signed = try await Self.sign(suite, dee.session, "welcome")
             let key = try await suite.simulator.call(SimOfferKey.self, .init())
             let publicPEM = try P256.Signing.PrivateKey(pemRepresentation: key.privateKey).publicKey.pemRepresentation

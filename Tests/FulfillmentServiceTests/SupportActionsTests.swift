@@ -93,13 +93,41 @@ import Testing
     /// Whoever redeems a copied receipt first owns its unredeemed purchases here (receipts carry no appAccountToken),
     /// but the tie never overwrites the token the buyer's app set at Apple: Apple's notifications keep following the
     /// buyer (they used to move to the attacker, and the buyer's redeem by id was then refused).
-    @Test func aCopiedReceiptDoesNotMoveTheBuyersTokenAtApple() async throws {
+    /// The attack: the buyer's app set its appAccountToken at purchase; a receipt carries no token, and a copy
+    /// redeemed first would make its redeemer the owner. With the App Store Server API the receipt's purchase is looked
+    /// up at Apple: another account's token there refuses it, and the buyer's redeem still grants.
+    @Test func aCopiedReceiptIsRefusedWhenAppleHoldsTheBuyersToken() async throws {
         try await SuiteFixture.with { suite in
             let buyer = try await suite.register("buyer")
             let mallory = try await suite.register("mallory")
             let pack = try await suite.buy("buyer@icloud", "pack.castle", appAccountToken: buyer.appAccountToken)
             let copied = try await suite.redeem(mallory.session, receipt: pack.receiptData)
-            #expect(copied.results.map(\.outcome) == [.granted], "first redeemer wins, as documented")
+            #expect(copied.results.map(\.outcome) == [.ownedByAnotherAccount] && copied.entitlements.isEmpty)
+            // Again and again: still refused (nothing is bound here), and Apple was asked once.
+            let asked = suite.simAPI.requestCount
+            for _ in 0..<3 {
+                #expect(try await suite.redeem(mallory.session, receipt: pack.receiptData).results.map(\.outcome) == [.ownedByAnotherAccount])
+            }
+            #expect(suite.simAPI.requestCount == asked)
+            let mine = try await suite.redeem(buyer.session, receipt: pack.receiptData)
+            #expect(mine.results.map(\.outcome) == [.granted] && mine.entitlements.count == 1)
+            #expect(try await suite.count("SELECT COUNT(*) FROM accountTokenOutbox") == 0, "Apple already names the buyer: nothing to tie")
+        }
+    }
+
+    /// A purchase Apple knew no token for when it was redeemed, tied to another account at Apple before the outbox
+    /// made the redeemer's tie: the tie never overwrites the token Apple holds.
+    @Test func theTieNeverOverwritesATokenAppleHolds() async throws {
+        try await SuiteFixture.with { suite in
+            let buyer = try await suite.register("buyer")
+            let first = try await suite.register("first")
+            let pack = try await suite.buy("buyer@icloud", "pack.castle")
+            #expect(try await suite.redeem(first.session, receipt: pack.receiptData).results.map(\.outcome) == [.granted])
+            _ = try await Self.verification(
+                suite, VerificationSetAppAccountToken.self,
+                .init(
+                    internalToken: SuiteFixture.internalToken, originalTransactionId: pack.originalTransactionId,
+                    appAccountToken: buyer.appAccountToken))
             #expect(try await suite.service.tieAccountsAtApple() == 1)
             #expect(
                 try await Self.transactionInfo(suite, pack.transactionId)?["appAccountToken"]?.stringValue == buyer.appAccountToken.lowercased(),

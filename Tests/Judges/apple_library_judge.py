@@ -12,8 +12,9 @@ everything it signs and serves with Apple's library as Apple ships it:
 - AppStoreServerAPIClient with Apple's own token (no `iat`), its base URL pointed at the simulator: every
   endpoint the simulator claims, with paging and Apple's error codes as the library types them;
 - ReceiptUtility on the simulator's receipts; offers signed by PromotionalOfferSignatureCreator and
-  PromotionalOfferV2SignatureCreator accepted by the simulator; the suite's own offer JWS (--suite-offer) has
-  the header and claims Apple's creator makes for the same input.
+  PromotionalOfferV2SignatureCreator accepted by the simulator; the suite's own promotional-offer and
+  introductory-offer-eligibility JWS (--suite-offer) have the header and claims Apple's creators make for the
+  same input (the customer's transaction id included).
 
     python apple_library_judge.py --sim 127.0.0.1:7105 --api http://127.0.0.1:7180 --bundle-id com.example.game \
         [--suite-offer FILE] [--revoke-intermediate]
@@ -32,7 +33,7 @@ import time
 import uuid
 
 from appstoreserverlibrary.api_client import APIException, AppStoreServerAPIClient, GetTransactionHistoryVersion
-from appstoreserverlibrary.jws_signature_creator import PromotionalOfferV2SignatureCreator
+from appstoreserverlibrary.jws_signature_creator import IntroductoryOfferEligibilitySignatureCreator, PromotionalOfferV2SignatureCreator
 from appstoreserverlibrary.models.Environment import Environment
 from appstoreserverlibrary.models.ExtendReasonCode import ExtendReasonCode
 from appstoreserverlibrary.models.ExtendRenewalDateRequest import ExtendRenewalDateRequest
@@ -402,15 +403,21 @@ def offer_checks(sim, bundle, suite_offer_file):
             pad = lambda s: s + "=" * (-len(s) % 4)  # noqa: E731
             return (json.loads(base64.urlsafe_b64decode(pad(header))), json.loads(base64.urlsafe_b64decode(pad(payload))))
 
-        (suite_header, suite_claims), (apple_header, apple_claims) = parts(suite["jws"]), parts(apple)
-        check("the suite's offer JWS header equals Apple's creator's", suite_header == apple_header,
-              f"{suite_header} != {apple_header}")
-        check("the suite's offer JWS has the claims Apple's creator makes", set(suite_claims) == set(apple_claims),
-              f"{sorted(suite_claims)} != {sorted(apple_claims)}")
-        generated = {"iat", "nonce"}
-        same = {k: suite_claims.get(k) for k in apple_claims if k not in generated}
-        check("... with the same values (iat and nonce aside)", same == {k: v for k, v in apple_claims.items()
-                                                                         if k not in generated}, f"{same}")
+        intro_creator = IntroductoryOfferEligibilitySignatureCreator(
+            suite["privateKey"].encode(), suite["keyId"], suite["issuerId"], bundle)
+        apple_intro = intro_creator.create_signature(
+            suite["productId"], suite["allowIntroductoryOffer"], suite["transactionId"])
+        for name, ours, theirs in (("promotional offer", suite["jws"], apple),
+                                   ("introductory offer eligibility", suite["introductoryOfferJWS"], apple_intro)):
+            (suite_header, suite_claims), (apple_header, apple_claims) = parts(ours), parts(theirs)
+            check(f"the suite's {name} JWS header equals Apple's creator's", suite_header == apple_header,
+                  f"{suite_header} != {apple_header}")
+            check(f"the suite's {name} JWS has the claims Apple's creator makes", set(suite_claims) == set(apple_claims),
+                  f"{sorted(suite_claims)} != {sorted(apple_claims)}")
+            generated = {"iat", "nonce"}
+            same = {k: suite_claims.get(k) for k in apple_claims if k not in generated}
+            check("... with the same values (iat and nonce aside)", same == {k: v for k, v in apple_claims.items()
+                                                                             if k not in generated}, f"{same}")
 
 
 def attempt_refused(call):

@@ -38,6 +38,7 @@ struct OffersCommand: AsyncParsableCommand {
             ) { result in
                 table(["offer", "eligible", "why not"], result.offers.map { [$0.offerId, $0.eligible ? "yes" : "no", $0.reason ?? ""] })
                     + "\nintroductory offer: \(result.introductoryOfferEligible ? "eligible" : "not eligible")"
+                    + (result.introductoryOfferReason.map { " (\($0))" } ?? "")
             }
         }
     }

@@ -31,6 +31,11 @@ public final class FulfillmentService: Sendable {
     let grantRuleCache: GrantRuleCache
     /// Each account's budget of App Store Server API calls (`FulfillmentConfiguration.appleCallBurst`).
     let appleCalls: TokenBuckets
+    /// Apple customers' subscriptions read for offers, a minute each.
+    let appleHistoryCache = AppleAnswerCache<[SubscriptionHistoryRecord]>(lifetimeMs: 60_000)
+    /// The appAccountToken Apple holds for a receipt purchase's original ("" for none), ten minutes each: set at
+    /// purchase, and later only by the tie, which never overwrites one.
+    let receiptTokenCache = AppleAnswerCache<String>(lifetimeMs: 600_000)
 
     public init(
         store: any FulfillmentStorage, dependencies: any FulfillmentDependencies, content: ContentLibrary,
@@ -100,7 +105,8 @@ public final class FulfillmentService: Sendable {
         var purchases: [VerifiedPurchase] = []
         var rejected: [TransactionResult] = []
         if let receipt {
-            purchases += try await verifiedReceipt(receipt, deviceIdentifier: p.deviceIdentifier)
+            let fromReceipt = try await verifiedReceipt(receipt, deviceIdentifier: p.deviceIdentifier)
+            purchases += try await withTokensHeldAtApple(fromReceipt)
         }
         if !signed.isEmpty {
             let (verified, refused) = try await verifiedTransactions(signed)

@@ -263,6 +263,19 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
         }
     }
 
+    public func customerTransactionId(accountId: String) async throws -> String? {
+        try await writer.read { db in
+            try String.fetchOne(
+                db.cachedStatement(
+                    sql: """
+                        SELECT originalTransactionId FROM entitlement WHERE accountId = ?1 AND scope = 'Production' AND environment = 'Production'
+                        UNION ALL SELECT transactionId FROM ledger
+                        WHERE accountId = ?1 AND scope = 'Production' AND environment = 'Production' AND kind = 'grant'
+                        LIMIT 1
+                        """), arguments: [accountId])
+        }
+    }
+
     public func balance(accountId: String, scope: AccountScope = .production) async throws -> Wallet {
         try await writer.read { db in try SQLiteFulfillmentTransaction(db: db).wallet(Holder(accountId: accountId, scope: scope)) }
     }

@@ -242,6 +242,20 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
         }
     }
 
+    public func customerTransactionId(accountId: String) async throws -> String? {
+        try await pool.read { s in
+            try s.query(
+                """
+                (SELECT original_transaction_id AS id FROM entitlement
+                 WHERE account_id = \(accountId) AND scope = 'Production' AND environment = 'Production' LIMIT 1)
+                UNION ALL (SELECT transaction_id AS id FROM ledger
+                 WHERE account_id = \(accountId) AND scope = 'Production' AND environment = 'Production' AND kind = 'grant' LIMIT 1)
+                LIMIT 1
+                """
+            ).first.map { try $0.get("id", as: String.self) }
+        }
+    }
+
     public func balance(accountId: String, scope: AccountScope = .production) async throws -> Wallet {
         try await pool.read { s in try PostgresFulfillmentTransaction(s).wallet(Holder(accountId: accountId, scope: scope)) }
     }

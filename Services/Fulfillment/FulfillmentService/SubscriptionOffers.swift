@@ -19,56 +19,113 @@ public struct SubscriptionHistoryRecord: Sendable, Equatable {
     }
 }
 
-/// Who may redeem an offer: decided from the account's subscriptions in the product's group, never from
-/// what a device says.
+/// What this server knows of the Apple customer behind an account. Offers are for customers, not accounts: a
+/// returning subscriber who registers a fresh account is the same customer at Apple.
+public enum OfferCustomer: Sendable, Equatable {
+    /// One of the customer's Production transactions (named in the signed JWS, as Apple asks) and their
+    /// subscriptions in the product's group, from this server's records and the customer's history at Apple.
+    case known(transactionId: String, history: [SubscriptionHistoryRecord])
+    /// Why this server cannot say.
+    case unknown(String)
+
+    static let noPurchase = "this account holds no Production purchase yet, so its Apple customer is unknown here"
+    static let noAppleAPI = "the App Store Server API is not configured, so the customer's history at Apple cannot be read"
+}
+
+/// Who may redeem an offer: decided from the Apple customer's subscriptions in the product's group (this server's
+/// records and Apple's history), never from what a device says.
 public enum OfferRules {
-    /// Nil when `offer` may be signed now for an account whose subscriptions in the group are `history`;
-    /// otherwise why not.
-    public static func refusal(_ offer: SubscriptionOffer, history: [SubscriptionHistoryRecord], nowMs: Int64) -> String? {
+    /// Nil when `offer` may be signed now for `customer`; otherwise why not.
+    public static func refusal(_ offer: SubscriptionOffer, customer: OfferCustomer, nowMs: Int64) -> String? {
         if let starts = offer.startsAtMs, nowMs < starts { return "the offer has not started" }
         if let ends = offer.endsAtMs, nowMs >= ends { return "the offer has ended" }
+        if offer.eligibility.kind == .anyone { return nil }
+        let history: [SubscriptionHistoryRecord]
+        switch customer {
+        case .unknown(let why): return "decided from the customer's history at Apple: \(why)"
+        case .known(_, let records): history = records
+        }
         switch offer.eligibility.kind {
         case .anyone:
             return nil
         case .lapsed:
-            if history.isEmpty { return "for lapsed subscribers: this account never subscribed" }
-            if history.contains(where: \.active) { return "for lapsed subscribers: this account is subscribed now" }
+            if history.isEmpty { return "for lapsed subscribers: this customer never subscribed" }
+            if history.contains(where: \.active) { return "for lapsed subscribers: this customer is subscribed now" }
             return nil
         case .neverSubscribed:
-            return history.isEmpty ? nil : "for new subscribers: this account subscribed before"
+            return history.isEmpty ? nil : "for new subscribers: this customer subscribed before"
         case .subscribedAtMost:
             let paid = history.reduce(0) { $0 + $1.periodsPaid }
             let times = offer.eligibility.times ?? 0
-            return paid <= times ? nil : "for accounts that paid for at most \(times) periods: this one paid for \(paid)"
+            return paid <= times ? nil : "for customers who paid for at most \(times) periods: this one paid for \(paid)"
         }
     }
 
-    /// Apple's introductory offer is for customers new to the group.
-    public static func introductoryOfferEligible(history: [SubscriptionHistoryRecord]) -> Bool { history.isEmpty }
+    /// Apple's introductory offer is for customers new to the group: nil when eligible, otherwise why not.
+    public static func introductoryOfferRefusal(customer: OfferCustomer) -> String? {
+        switch customer {
+        case .unknown(let why): return "\(why); StoreKit decides (isEligibleForIntroOffer)"
+        case .known(_, let history): return history.isEmpty ? nil : "this customer subscribed in the group before"
+        }
+    }
+
+    /// The customer's auto-renewable subscriptions as Apple's transaction history shows them (Production only):
+    /// one record per original, its plans, active while a period not revoked runs, periods not revoked.
+    public static func subscriptions(inAppleHistory purchases: [VerifiedPurchase], nowMs: Int64) -> [SubscriptionHistoryRecord] {
+        let periods = purchases.filter { $0.environment == "Production" && $0.expiresDateMs != nil }
+        return Dictionary(grouping: periods, by: \.originalTransactionId).map { original, periods in
+            let paid = periods.filter { $0.cancellationDateMs == nil }
+            return SubscriptionHistoryRecord(
+                originalTransactionId: original, productIds: Set(periods.map(\.productId)),
+                active: paid.contains { ($0.expiresDateMs ?? 0) > nowMs }, periodsPaid: paid.count)
+        }.sorted { $0.originalTransactionId < $1.originalTransactionId }
+    }
+
+    /// This server's records and Apple's, one per original: the plans of both, active if either says so, the
+    /// larger count of periods (Apple's history may be behind a renewal this server applied, and the reverse).
+    public static func merged(_ local: [SubscriptionHistoryRecord], _ apple: [SubscriptionHistoryRecord]) -> [SubscriptionHistoryRecord] {
+        var byOriginal: [String: SubscriptionHistoryRecord] = [:]
+        for record in local + apple {
+            guard var known = byOriginal[record.originalTransactionId] else {
+                byOriginal[record.originalTransactionId] = record
+                continue
+            }
+            known.productIds.formUnion(record.productIds)
+            known.active = known.active || record.active
+            known.periodsPaid = max(known.periodsPaid, record.periodsPaid)
+            byOriginal[record.originalTransactionId] = known
+        }
+        return byOriginal.values.sorted { $0.originalTransactionId < $1.originalTransactionId }
+    }
 }
 
 extension FulfillmentService {
     /// `fulfillment.offerEligibility`: each offer of the product, eligible or why not, and the introductory
-    /// offer's eligibility signed for StoreKit when an offer key is configured.
+    /// offer's eligibility signed for StoreKit when an offer key is configured and the customer is known (Apple's
+    /// form names one of the customer's transactions; without it StoreKit decides from Apple's records).
     public func offerEligibility(_ p: FulfillmentOfferEligibility.Params) async throws(RPCError) -> FulfillmentOfferEligibility.Result {
         let context = try await offerContext(session: p.session, productId: p.productId)
         let now = clock.nowMs
         let standings = (context.product.offers ?? []).map { offer in
-            let refusal = OfferRules.refusal(offer, history: context.history, nowMs: now)
+            let refusal = OfferRules.refusal(offer, customer: context.customer, nowMs: now)
             return FulfillmentOfferEligibility.OfferStanding(offerId: offer.offerId, eligible: refusal == nil, reason: refusal)
         }
-        let introductory = OfferRules.introductoryOfferEligible(history: context.history)
+        let introductoryRefusal = OfferRules.introductoryOfferRefusal(customer: context.customer)
         var signed: String?
-        if let key = configuration.offerKey {
-            var claims: [String: JSONValue] = ["productId": .string(p.productId), "allowIntroductoryOffer": .bool(introductory)]
-            if let original = context.history.first?.originalTransactionId { claims["transactionId"] = .string(original) }
+        if let key = configuration.offerKey, case .known(let transactionId, _) = context.customer {
+            let claims: [String: JSONValue] = [
+                "productId": .string(p.productId), "allowIntroductoryOffer": .bool(introductoryRefusal == nil),
+                "transactionId": .string(transactionId),
+            ]
             signed = try sign {
                 try PromotionalOffer.jws(
                     audience: "introductory-offer-eligibility", claims: claims, keyId: key.keyId, issuerId: key.issuerId,
                     bundleId: key.bundleId, nonce: UUID().uuidString.lowercased(), issuedAtMs: now, key: key.key)
             }
         }
-        return .init(productId: p.productId, offers: standings, introductoryOfferEligible: introductory, introductoryOfferJWS: signed)
+        return .init(
+            productId: p.productId, offers: standings, introductoryOfferEligible: introductoryRefusal == nil,
+            introductoryOfferJWS: signed, introductoryOfferReason: introductoryRefusal)
     }
 
     /// `fulfillment.signOffer`: a promotional offer signed for this account (both StoreKit forms), or
@@ -84,7 +141,7 @@ extension FulfillmentService {
             throw RPCError.notFound("\(p.productId) has no offer \(p.offerId)", reason: "unknownOffer")
         }
         let now = clock.nowMs
-        if let refusal = OfferRules.refusal(offer, history: context.history, nowMs: now) {
+        if let refusal = OfferRules.refusal(offer, customer: context.customer, nowMs: now) {
             throw RPCError.forbidden(refusal, reason: "notEligible")
         }
         let nonce = UUID().uuidString.lowercased()
@@ -92,12 +149,15 @@ extension FulfillmentService {
         let message = PromotionalOffer.message(
             bundleId: key.bundleId, keyId: key.keyId, productId: p.productId, offerId: p.offerId, appAccountToken: token, nonce: nonce,
             timestamp: now)
-        let (signature, jws) = try sign {
+        var claims: [String: JSONValue] = ["productId": .string(p.productId), "offerIdentifier": .string(p.offerId)]
+        // Optional in Apple's form, and recommended: one of the customer's transactions.
+        if case .known(let transactionId, _) = context.customer { claims["transactionId"] = .string(transactionId) }
+        let (signature, jws) = try sign { [claims] in
             (
                 try PromotionalOffer.signature(message, key: key.key),
                 try PromotionalOffer.jws(
-                    audience: "promotional-offer", claims: ["productId": .string(p.productId), "offerIdentifier": .string(p.offerId)],
-                    keyId: key.keyId, issuerId: key.issuerId, bundleId: key.bundleId, nonce: nonce, issuedAtMs: now, key: key.key)
+                    audience: "promotional-offer", claims: claims, keyId: key.keyId, issuerId: key.issuerId, bundleId: key.bundleId,
+                    nonce: nonce, issuedAtMs: now, key: key.key)
             )
         }
         logger.debug(
@@ -116,10 +176,11 @@ extension FulfillmentService {
         }
     }
 
-    /// The caller, the product (an auto-renewable with its offers), and the caller's Production subscriptions in
-    /// its group (Sandbox value never counts for offers: their signatures name no environment).
+    /// The caller, the product (an auto-renewable with its offers), and the caller's Apple customer with their
+    /// Production subscriptions in its group (Sandbox value never counts for offers: their signatures name no
+    /// environment).
     private func offerContext(session: String, productId: String) async throws(RPCError) -> (
-        account: AuthenticatedAccount, product: Product, history: [SubscriptionHistoryRecord]
+        account: AuthenticatedAccount, product: Product, customer: OfferCustomer
     ) {
         let account = try await dependencies.authenticate(session)
         guard let product = try await dependencies.products([productId]).products.first(where: { $0.productId == productId }),
@@ -128,8 +189,16 @@ extension FulfillmentService {
             throw RPCError.notFound("\(productId) is not an auto-renewable subscription in the catalog", reason: "unknownProduct")
         }
         let now = clock.nowMs
-        let records = try await storeCall { try await self.store.subscriptionHistory(accountId: account.accountId, scope: .production, nowMs: now) }
-        // Which of the account's subscriptions are in this product's group: the catalog says of each plan.
+        let accountId = account.accountId
+        guard let transactionId = try await storeCall({ try await self.store.customerTransactionId(accountId: accountId) }) else {
+            return (account, product, .unknown(OfferCustomer.noPurchase))
+        }
+        guard let apple = try await appleSubscriptions(customerTransactionId: transactionId, accountId: accountId, nowMs: now) else {
+            return (account, product, .unknown(OfferCustomer.noAppleAPI))
+        }
+        let local = try await storeCall { try await self.store.subscriptionHistory(accountId: accountId, scope: .production, nowMs: now) }
+        let records = OfferRules.merged(local, apple)
+        // Which of the customer's subscriptions are in this product's group: the catalog says of each plan.
         let plans = Array(Set(records.flatMap(\.productIds)).subtracting([productId]))
         var inGroup: Set<String> = [productId]
         if !plans.isEmpty {
@@ -137,6 +206,32 @@ extension FulfillmentService {
                 if case .subscription(_, let otherGroup) = other.grant, otherGroup == group { inGroup.insert(other.productId) }
             }
         }
-        return (account, product, records.filter { !$0.productIds.isDisjoint(with: inGroup) })
+        return (account, product, .known(transactionId: transactionId, history: records.filter { !$0.productIds.isDisjoint(with: inGroup) }))
+    }
+
+    /// The customer's subscriptions in their transaction history at Apple (one history read from the account's
+    /// budget of Apple calls); nil when the App Store Server API is not configured.
+    private func appleSubscriptions(customerTransactionId: String, accountId: String, nowMs: Int64) async throws(RPCError)
+        -> [SubscriptionHistoryRecord]?
+    {
+        guard let token = configuration.internalToken else { return nil }
+        let key = accountId + " " + customerTransactionId
+        if let known = appleHistoryCache.value(key, nowMs: nowMs) { return known }
+        if let wait = appleCalls.take(accountId, cost: Double(configuration.appleHistoryCost)) {
+            throw RPCError.rateLimited(
+                retryAfterMs: Int64((wait * 1000).rounded(.up)), detail: "this account's budget of calls to Apple is spent")
+        }
+        let answers: [VerificationVerifyTransaction.Result]
+        do {
+            answers = try await dependencies.transactionHistory(customerTransactionId, internalToken: token)
+        } catch  where error.has(.appStoreAPINotConfigured) {
+            return nil
+        }
+        let purchases = answers.compactMap { answer in
+            answer.status == 0 ? answer.transaction.flatMap { VerifiedPurchase.fromSignedTransaction($0, environment: answer.environment) } : nil
+        }
+        let records = OfferRules.subscriptions(inAppleHistory: purchases, nowMs: nowMs)
+        appleHistoryCache.keep(records, for: key, nowMs: nowMs)
+        return records
     }
 }
