@@ -27,6 +27,7 @@ public enum ContractMethods {
         .init(FulfillmentGetBalance.self), .init(FulfillmentSpendCoins.self), .init(FulfillmentListLedger.self),
         .init(FulfillmentListContent.self), .init(FulfillmentReadContent.self), .init(FulfillmentContentURL.self),
         .init(FulfillmentApplyNotification.self), .init(FulfillmentReceiveNotification.self), .init(FulfillmentListNotifications.self),
+        .init(FulfillmentListOutbox.self),
         .init(FulfillmentRetryNotification.self), .init(FulfillmentRevokeTransaction.self), .init(FulfillmentLookUpOrder.self),
         .init(FulfillmentListAudit.self), .init(FulfillmentGrantOrder.self), .init(FulfillmentExtendSubscription.self),
         .init(FulfillmentReconcile.self),

@@ -195,3 +195,52 @@ public enum FulfillmentListAudit: RPCMethod {
     public static let access = RPCAccess.admin
     public static let summary = "The administrators' audit log, newest first: when, what, which account and transaction, why, which credential."
 }
+
+/// One thing fulfillment owes an outside party after a commit (an appAccountToken to set at Apple, ...), kept until
+/// delivered.
+public struct OutboxEntry: Codable, Sendable, Equatable {
+    /// `appAccountToken`, and the kinds later versions add.
+    public var kind: String
+    /// What it is about (for `appAccountToken`, the original transaction id).
+    public var key: String
+    /// Failed attempts so far.
+    public var attempts: Int
+    public var createdAtMs: Int64
+    public var nextAttemptAtMs: Int64
+    public var lastError: String?
+    public init(kind: String, key: String, attempts: Int, createdAtMs: Int64, nextAttemptAtMs: Int64, lastError: String? = nil) {
+        self.kind = kind
+        self.key = key
+        self.attempts = attempts
+        self.createdAtMs = createdAtMs
+        self.nextAttemptAtMs = nextAttemptAtMs
+        self.lastError = lastError
+    }
+}
+
+public enum FulfillmentListOutbox: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var adminToken: String
+        public var limit: Int?
+        public init(adminToken: String, limit: Int? = nil) {
+            self.adminToken = adminToken
+            self.limit = limit
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// Oldest first.
+        public var items: [OutboxEntry]
+        /// How many items the outbox holds.
+        public var total: Int
+        /// How long the oldest item has waited; absent when the outbox is empty.
+        public var oldestAgeMs: Int64?
+        public init(items: [OutboxEntry], total: Int, oldestAgeMs: Int64? = nil) {
+            self.items = items
+            self.total = total
+            self.oldestAgeMs = oldestAgeMs
+        }
+    }
+    public static let name = "fulfillment.listOutbox"
+    public static let access = RPCAccess.admin
+    public static let summary = "What is owed to outside parties after commits (ties at Apple, ...), oldest first, with attempts and last error."
+}

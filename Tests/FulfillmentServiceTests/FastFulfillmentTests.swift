@@ -67,8 +67,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
         ledger.withLockedValue { $0.earlyRevocations[transactionId] = reason }
     }
-    func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken] { [] }
-    func settleAccountToken(_ item: PendingAccountToken, done: Bool, nextAttemptAtMs: Int64?, lastError: String?) async throws {}
+    func dueOutbox(nowMs: Int64, limit: Int) async throws -> [OutboxItem] { [] }
+    func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) async throws {}
+    func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) { ([], 0, nil) }
     func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool {
         try ledger.withLockedValue { try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, in: $0) }
     }

@@ -80,9 +80,10 @@ final class InMemoryLedger: FulfillmentTransaction {
     }
 
     var accountTokenTies: [PendingAccountToken] = []
-    func enqueueAccountToken(_ item: PendingAccountToken, nowMs: Int64) {
-        accountTokenTies.removeAll { $0.originalTransactionId == item.originalTransactionId }
-        accountTokenTies.append(item)
+    func enqueueOutbox(kind: OutboxKind, key: String, payload: String, nowMs: Int64) {
+        guard kind == .appAccountToken else { return }
+        accountTokenTies.removeAll { $0.originalTransactionId == key }
+        accountTokenTies.append(PendingAccountToken(originalTransactionId: key, appAccountToken: payload))
     }
 
     func spend(_ holder: Holder, idempotencyKey: String) -> RecordedSpend? {

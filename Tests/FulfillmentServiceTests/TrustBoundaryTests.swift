@@ -210,7 +210,7 @@ import Testing
                     accountId: alice.accountId, appAccountToken: alice.appAccountToken, recordTies: true, mode: .redeem,
                     policy: .refuse, answerScope: .production, nowMs: 1)
             }
-            #expect(try await suite.count("SELECT COUNT(*) FROM accountTokenOutbox") == 0)
+            #expect(try await suite.count("SELECT COUNT(*) FROM outbox") == 0)
             // One that commits carries its tie in the same commit.
             let granted = try await suite.store.apply(
                 [.init(purchase: purchase("2000000902"), rule: .coins(perUnit: 100))], accountId: alice.accountId,

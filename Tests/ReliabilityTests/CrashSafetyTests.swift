@@ -158,6 +158,52 @@ import Testing
 
     }
 
+    /// The outbox on the real executable: an item whose receiver fails (Apple's API answering 503) is written with the
+    /// grant, tried at once and again, survives a SIGKILL, and is delivered by the restarted process once Apple answers.
+    @Test func anOutboxItemSurvivesSIGKILLAndIsDeliveredWhenTheReceiverRecovers() async throws {
+        try await SuiteFixture.with { suite in
+            let instance = FulfillmentProcess(
+                port: try LoopbackPort.free(), dataDir: suite.directory.appendingPathComponent("outbox-instance"), suite: suite)
+            try await instance.start()
+            let client = RPCClient(host: "127.0.0.1", port: instance.port, configuration: .init(connections: 1, callTimeout: .seconds(30)))
+            let kim = try await suite.register("kim")
+            let pack = try await suite.buy("kim@icloud", "pack.castle")  // no appAccountToken: a tie is owed
+            _ = try await suite.simulator.call(SimSetFault.self, .init(mode: .http503))
+            let redeemed = try await client.call(FulfillmentRedeem.self, .init(session: kim.session, signedTransactions: [pack.signedTransaction]))
+            #expect(redeemed.results.map(\.outcome) == [.granted])
+            func outbox() async throws -> FulfillmentListOutbox.Result {
+                try await client.call(FulfillmentListOutbox.self, .init(adminToken: SuiteFixture.adminToken))
+            }
+            var deadline = Date().addingTimeInterval(120)
+            while try await outbox().items.first?.attempts ?? 0 < 1 {
+                try #require(Date() < deadline, "the first attempt never happened")
+                try await Task.sleep(nanoseconds: 50_000_000)  // polling the worker, bounded by the deadline
+            }
+            #expect(try await outbox().items.first?.lastError != nil)
+            await instance.kill()
+            await client.close()
+            _ = try await suite.simulator.call(SimSetFault.self, .init(mode: SimFaultMode.none))
+            try await instance.start()
+            let verification = RPCClient(host: "127.0.0.1", port: suite.verificationPort)
+            defer { Task { await verification.close() } }
+            deadline = Date().addingTimeInterval(120)
+            while try await verification.call(
+                VerificationTransactionInfo.self, .init(internalToken: SuiteFixture.internalToken, transactionId: pack.transactionId)
+            ).transaction?["appAccountToken"]?.stringValue != kim.appAccountToken.lowercased() {
+                try #require(Date() < deadline, "the tie was never made after the restart")
+                try await Task.sleep(nanoseconds: 100_000_000)  // polling Apple's side, bounded by the deadline
+            }
+            let after = RPCClient(host: "127.0.0.1", port: instance.port, configuration: .init(connections: 1, callTimeout: .seconds(30)))
+            deadline = Date().addingTimeInterval(60)
+            while try await after.call(FulfillmentListOutbox.self, .init(adminToken: SuiteFixture.adminToken)).total != 0 {
+                try #require(Date() < deadline, "delivered but never settled")
+                try await Task.sleep(nanoseconds: 50_000_000)  // the settle follows the delivery, bounded by the deadline
+            }
+            await after.close()
+            await instance.kill()
+        }
+    }
+
     @Test func killedAtRandomMomentsItLosesNothingAndGrantsNothingTwice() async throws {
         let environment = ProcessInfo.processInfo.environment
         let kills = Int(environment["IAP_CRASH_KILLS"] ?? "") ?? 20

@@ -25,7 +25,7 @@ struct ReceiveNotificationCommand: AsyncParsableCommand {
 struct AdminCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "admin", abstract: "Operator commands (admin token).",
-        subcommands: [Notifications.self, RetryNotification.self, Reconcile.self, DataBackupCommand.self, DataRestoreCommand.self])
+        subcommands: [Notifications.self, RetryNotification.self, Outbox.self, Reconcile.self, DataBackupCommand.self, DataRestoreCommand.self])
 
     struct Reconcile: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -44,6 +44,30 @@ struct AdminCommand: AsyncParsableCommand {
             ) {
                 "notifications: \($0.notificationsSeen) listed by Apple, \($0.notificationsTakenIn) taken in; "
                     + "subscriptions: \($0.subscriptionsChecked) checked, \($0.subscriptionsUpdated) updated"
+            }
+        }
+    }
+
+    struct Outbox: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "fulfillment.listOutbox: what is owed to outside parties after commits (ties at Apple, ...), oldest first.",
+            discussion: "Items are retried until delivered (5 s doubling to hourly) and never dropped; the last error says why one waits.")
+        @Option(help: "At most this many (1-500, default 50).") var limit: Int?
+        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var client: ClientOptions
+
+        func run() async throws {
+            guard let token = resolveAdminToken(adminToken) else {
+                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
+            }
+            await ServiceCall(options: client).run(.fulfillment, FulfillmentListOutbox.self, .init(adminToken: token, limit: limit)) {
+                $0.items.isEmpty
+                    ? "the outbox is empty"
+                    : table(
+                        ["kind", "key", "attempts", "since", "next attempt", "last error"],
+                        $0.items.map {
+                            [$0.kind, $0.key, String($0.attempts), isoTime($0.createdAtMs), isoTime($0.nextAttemptAtMs), $0.lastError ?? "-"]
+                        }) + "\n\($0.total) item(s); the oldest waited \(($0.oldestAgeMs ?? 0) / 1000) s"
             }
         }
     }

@@ -35,11 +35,18 @@ struct AccountsServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("scrypt-log-n"), help: "log2 of scrypt's N for new password hashes (16 = 64 MiB per hash). Default 14.")
     var scryptLogN: Int = ScryptParameters.default.logN
 
+    @Option(
+        name: .customLong("scrypt-p"),
+        help: "scrypt's p for new password hashes (each step: one more N of CPU, no more memory). Default \(ScryptParameters.default.p)."
+    )
+    var scryptP: Int = ScryptParameters.default.p
+
     func validate() throws {
         guard sessionDays > 0 else { throw ValidationError("--session-days must be positive") }
         guard sessionMaxDays >= sessionDays else { throw ValidationError("--session-max-days must be at least --session-days") }
         guard sessionsPerAccount > 0 else { throw ValidationError("--sessions-per-account must be positive") }
         guard (10...22).contains(scryptLogN) else { throw ValidationError("--scrypt-log-n must be between 10 and 22") }
+        guard (1...16).contains(scryptP) else { throw ValidationError("--scrypt-p must be between 1 and 16") }
     }
 
     func run() async throws {
@@ -54,6 +61,7 @@ struct AccountsServiceCommand: AsyncParsableCommand {
             config.throttle.registrationThreshold = limit
         }
         config.passwordHashing.logN = scryptLogN
+        config.passwordHashing.p = scryptP
         if config.internalToken == nil {
             logger.warning("no internal token configured (--internal-token or IAP_INTERNAL_TOKEN): internal methods will refuse every call")
         }

@@ -1,4 +1,5 @@
-/// A purchase to tie to an account at Apple (Set App Account Token), waiting in the outbox.
+/// A purchase to tie to an account at Apple (Set App Account Token): an outbox item of kind `appAccountToken`, keyed
+/// by the original transaction, whose payload is the account's token.
 public struct PendingAccountToken: Sendable, Equatable {
     public var originalTransactionId: String
     public var appAccountToken: String
@@ -11,13 +12,11 @@ public struct PendingAccountToken: Sendable, Equatable {
     }
 }
 
-/// Purchases granted here without an appAccountToken are tied to their account at Apple after the grant,
-/// out of the request path: the grant's own transaction records them in this outbox (`FulfillmentTransaction.enqueueAccountToken`), and the worker calls Apple,
-/// retrying on the inbox's schedule; one that keeps failing is dropped with an error log (the notification
-/// path still finds the purchase by its owner here).
-public protocol AccountTokenOutboxStorage: Sendable {
-    /// Ties due by `nowMs`, oldest first.
-    func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken]
-    /// Done: removed. Not done: tried again at `nextAttemptAtMs` (nil: given up, removed).
-    func settleAccountToken(_ item: PendingAccountToken, done: Bool, nextAttemptAtMs: Int64?, lastError: String?) async throws
+extension OutboxStorage {
+    /// The due ties to make at Apple (the outbox's `appAccountToken` items), oldest due first.
+    public func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken] {
+        try await dueOutbox(nowMs: nowMs, limit: limit).filter { $0.kind == OutboxKind.appAccountToken.rawValue }.map {
+            PendingAccountToken(originalTransactionId: $0.key, appAccountToken: $0.payload, attempts: $0.attempts)
+        }
+    }
 }

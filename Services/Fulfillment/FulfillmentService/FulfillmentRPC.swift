@@ -18,6 +18,7 @@ extension FulfillmentService {
         r.register(FulfillmentApplyNotification.self) { p, _ in try await self.applyNotification(p) }
         r.register(FulfillmentReceiveNotification.self) { p, _ in try await self.receiveNotification(p) }
         r.register(FulfillmentListNotifications.self) { p, _ in try await self.listNotifications(p) }
+        r.register(FulfillmentListOutbox.self) { p, _ in try await self.listOutbox(p) }
         r.register(FulfillmentRetryNotification.self) { p, _ in try await self.retryNotification(p) }
         r.register(FulfillmentLookUpOrder.self) { p, _ in try await self.lookUpOrder(p) }
         r.register(FulfillmentListAudit.self) { p, _ in try await self.listAudit(p) }

@@ -31,6 +31,8 @@ public final class FulfillmentService: Sendable {
     let grantRuleCache: GrantRuleCache
     /// Each account's budget of App Store Server API calls (`FulfillmentConfiguration.appleCallBurst`).
     let appleCalls: TokenBuckets
+    /// Wakes the background worker when a commit owes something to an outside party (`OutboxItem`).
+    public let outboxWakeup = Wakeup()
     /// Apple customers' subscriptions read for offers, a minute each.
     let appleHistoryCache = AppleAnswerCache<[SubscriptionHistoryRecord]>(lifetimeMs: 60_000)
     /// The appAccountToken Apple holds for a receipt purchase's original ("" for none), ten minutes each: set at
@@ -126,11 +128,15 @@ public final class FulfillmentService: Sendable {
         let toApply = planned
         // Granted purchases without an appAccountToken are tied to the account at Apple (Set App Account Token), so
         // Apple's later notifications about them name the account: recorded in the outbox in the grant's own
-        // transaction (never lost, no second commit), made later by `tieAccountsAtApple`, out of the request path.
+        // transaction (never lost, no second commit), made by the outbox worker (`deliverOutbox`), woken right after
+        // this commit, out of the request path.
         let applied = try await storeCall {
             try await self.store.apply(
                 toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: self.recordsTies, mode: mode,
                 policy: self.configuration.ownershipPolicy, answerScope: answerScope, nowMs: self.clock.nowMs)
+        }
+        if recordsTies, !GrantRules.ties(toApply.map(\.purchase), results: applied.results, appAccountToken: account.appAccountToken).isEmpty {
+            outboxWakeup.signal()
         }
         for t in applied.transfers {
             logger.notice(
@@ -162,55 +168,6 @@ public final class FulfillmentService: Sendable {
     /// Whether grants record ties to make at Apple: only with the internal token the worker needs to reach Apple
     /// (without it nothing would ever take them out of the outbox).
     var recordsTies: Bool { configuration.internalToken != nil }
-
-    /// Makes the due ties of the outbox at Apple; answers how many were tried. The executable's worker
-    /// calls it every few seconds.
-    @discardableResult
-    public func tieAccountsAtApple(limit: Int = 100) async throws(RPCError) -> Int {
-        guard let internalToken = configuration.internalToken else { return 0 }
-        let now = clock.nowMs
-        let due = try await storeCall { try await self.store.dueAccountTokens(nowMs: now, limit: limit) }
-        for item in due {
-            var done = true
-            var next: Int64?
-            var failure: String?
-            do {
-                // Never overwrite a token Apple already holds: whoever redeems a copied receipt first owns its purchases
-                // here, but the buyer's app set its token when it bought, and Apple's notifications keep following it.
-                let current = try await dependencies.transactionInfo(item.originalTransactionId, internalToken: internalToken)
-                if let held = current.transaction?["appAccountToken"]?.stringValue, !held.isEmpty {
-                    if held.lowercased() != item.appAccountToken {
-                        logger.notice(
-                            "a purchase redeemed here carries another appAccountToken at Apple; left as Apple has it",
-                            metadata: ["originalTransactionId": "\(item.originalTransactionId)"])
-                    }
-                } else {
-                    try await dependencies.setAppAccountToken(
-                        originalTransactionId: item.originalTransactionId, appAccountToken: item.appAccountToken, internalToken: internalToken)
-                }
-            } catch  where error.has(.appStoreAPINotConfigured) {
-                // Nothing to tie with until the operator configures the App Store Server API: the items stay due,
-                // unchanged, and this pass ends (one question to verification per pass).
-                return due.count
-            } catch {
-                done = false
-                failure = error.message
-                let (state, at) = configuration.inboxRetry.afterFailure(attempts: item.attempts + 1, nowMs: clock.nowMs)
-                next = state == .parked ? nil : at
-                logger.log(
-                    level: next == nil ? .error : .warning,
-                    next == nil
-                        ? "gave up tying a purchase to its account at Apple; its notifications are still matched by owner"
-                        : "could not tie a purchase to its account at Apple; will retry",
-                    metadata: ["originalTransactionId": "\(item.originalTransactionId)", "error": "\(error.message)"])
-            }
-            let (settleDone, settleNext, settleError) = (done, next, failure)
-            try await storeCall {
-                try await self.store.settleAccountToken(item, done: settleDone, nextAttemptAtMs: settleNext, lastError: settleError)
-            }
-        }
-        return due.count
-    }
 
     static func isTransactionId(_ id: String) -> Bool { (1...32).contains(id.utf8.count) && id.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } }
 

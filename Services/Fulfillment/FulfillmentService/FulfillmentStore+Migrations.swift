@@ -327,6 +327,29 @@ extension FulfillmentStore {
                     CREATE INDEX inbox_pending_order ON notificationInbox(state, signedDateMs, receivedAtMs, nextAttemptAtMs, notificationUUID);
                     """)
         }
+        m.registerMigration("v9-outbox") { db in
+            // One durable outbox for everything owed to an outside party after a commit (the appAccountToken ties
+            // first), never dropped. Its columns are named as in PostgreSQL's schema.
+            try db.execute(
+                sql: """
+                    CREATE TABLE outbox (
+                        id INTEGER PRIMARY KEY,
+                        kind TEXT NOT NULL,
+                        item_key TEXT NOT NULL,
+                        payload TEXT NOT NULL,
+                        attempts INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+                        created_at_ms INTEGER NOT NULL,
+                        next_attempt_at_ms INTEGER NOT NULL,
+                        last_error TEXT,
+                        UNIQUE (kind, item_key)
+                    );
+                    CREATE INDEX outbox_due ON outbox (next_attempt_at_ms, id);
+                    INSERT INTO outbox (kind, item_key, payload, attempts, created_at_ms, next_attempt_at_ms, last_error)
+                        SELECT 'appAccountToken', originalTransactionId, appAccountToken, attempts, nextAttemptAtMs, nextAttemptAtMs, lastError
+                        FROM accountTokenOutbox;
+                    DROP TABLE accountTokenOutbox;
+                    """)
+        }
         return m
     }
 }

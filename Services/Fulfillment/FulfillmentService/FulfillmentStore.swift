@@ -53,35 +53,43 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
         }
     }
 
-    // MARK: ties to make at Apple (AccountTokenOutboxStorage)
+    // MARK: the outbox (OutboxStorage)
 
-    public func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken] {
+    public func dueOutbox(nowMs: Int64, limit: Int) async throws -> [OutboxItem] {
         try await writer.read { db in
             try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT * FROM accountTokenOutbox WHERE nextAttemptAtMs <= ? ORDER BY nextAttemptAtMs LIMIT ?"),
+                db.cachedStatement(sql: "SELECT * FROM outbox WHERE next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?"),
                 arguments: [nowMs, limit]
-            ).map {
-                PendingAccountToken(
-                    originalTransactionId: $0["originalTransactionId"], appAccountToken: $0["appAccountToken"], attempts: $0["attempts"])
+            ).map(Self.outboxItem)
+        }
+    }
+
+    public func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) async throws {
+        try await commits.write { db in
+            // Only the payload that was tried: owed again meanwhile with another payload, the item stays as it is now.
+            if delivered {
+                try db.cachedStatement(sql: "DELETE FROM outbox WHERE id = ? AND payload = ?").execute(arguments: [item.id, item.payload])
+            } else {
+                try db.cachedStatement(
+                    sql: "UPDATE outbox SET attempts = attempts + 1, next_attempt_at_ms = ?, last_error = ? WHERE id = ? AND payload = ?"
+                ).execute(arguments: [nextAttemptAtMs, lastError, item.id, item.payload])
             }
         }
     }
 
-    public func settleAccountToken(_ item: PendingAccountToken, done: Bool, nextAttemptAtMs: Int64?, lastError: String?) async throws {
-        try await commits.write { db in
-            if done || nextAttemptAtMs == nil {
-                // Only the tie that was tried: a newer one for the same purchase (moved meanwhile) stays.
-                try db.cachedStatement(sql: "DELETE FROM accountTokenOutbox WHERE originalTransactionId = ? AND appAccountToken = ?")
-                    .execute(arguments: [item.originalTransactionId, item.appAccountToken])
-            } else {
-                try db.cachedStatement(
-                    sql: """
-                        UPDATE accountTokenOutbox SET attempts = ?, nextAttemptAtMs = ?, lastError = ?
-                        WHERE originalTransactionId = ? AND appAccountToken = ?
-                        """
-                ).execute(arguments: [item.attempts + 1, nextAttemptAtMs, lastError, item.originalTransactionId, item.appAccountToken])
-            }
+    public func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) {
+        try await writer.read { db in
+            let items = try Row.fetchAll(db, sql: "SELECT * FROM outbox ORDER BY created_at_ms, id LIMIT ?", arguments: [limit])
+                .map(Self.outboxItem)
+            let summary = try Row.fetchOne(db, sql: "SELECT COUNT(*) AS total, MIN(created_at_ms) AS oldest FROM outbox")
+            return (items, summary?["total"] ?? 0, summary?["oldest"])
         }
+    }
+
+    static func outboxItem(_ row: Row) -> OutboxItem {
+        OutboxItem(
+            id: row["id"], kind: row["kind"], key: row["item_key"], payload: row["payload"], attempts: row["attempts"],
+            createdAtMs: row["created_at_ms"], nextAttemptAtMs: row["next_attempt_at_ms"], lastError: row["last_error"])
     }
 
     // MARK: the administrators' audit log
@@ -385,13 +393,15 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
 struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
     let db: Database
 
-    func enqueueAccountToken(_ item: PendingAccountToken, nowMs: Int64) throws {
+    func enqueueOutbox(kind: OutboxKind, key: String, payload: String, nowMs: Int64) throws {
         try db.cachedStatement(
             sql: """
-                INSERT OR REPLACE INTO accountTokenOutbox (originalTransactionId, appAccountToken, attempts, nextAttemptAtMs)
-                VALUES (?, ?, 0, ?)
+                INSERT INTO outbox (kind, item_key, payload, attempts, created_at_ms, next_attempt_at_ms, last_error)
+                VALUES (?, ?, ?, 0, ?, ?, NULL)
+                ON CONFLICT (kind, item_key) DO UPDATE SET payload = excluded.payload, attempts = 0,
+                    created_at_ms = excluded.created_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms, last_error = NULL
                 """
-        ).execute(arguments: [item.originalTransactionId, item.appAccountToken, nowMs])
+        ).execute(arguments: [kind.rawValue, key, payload, nowMs, nowMs])
     }
 
     func owner(original: String) throws -> Holder? {

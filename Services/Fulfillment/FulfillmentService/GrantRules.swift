@@ -35,14 +35,15 @@ public protocol FulfillmentTransaction {
     /// Appends the row and sets the holder's wallet to the row's `balance` and `owed`.
     func append(_ row: LedgerRow) throws
     func spend(_ holder: Holder, idempotencyKey: String) throws -> RecordedSpend?
-    /// Adds (or replaces, for a purchase moved to another account) a tie to make at Apple (`AccountTokenOutboxStorage`).
-    func enqueueAccountToken(_ item: PendingAccountToken, nowMs: Int64) throws
+    /// Owes `payload` to an outside party (`OutboxKind`), durably with this transaction's change; owing the same
+    /// (kind, key) again replaces the payload and starts the attempts over.
+    func enqueueOutbox(kind: OutboxKind, key: String, payload: String, nowMs: Int64) throws
 }
 
 /// What the fulfillment service needs from storage: each write runs `GrantRules` inside one transaction
 /// of the engine (`FulfillmentStore` on SQLite; a PostgreSQL store implements the same over its own
 /// `FulfillmentTransaction`), and the reads answer from committed data.
-public protocol FulfillmentStorage: NotificationInboxStorage, AccountTokenOutboxStorage {
+public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
     /// `recordTies`: granted purchases without an appAccountToken are to be tied to the account's
     /// `appAccountToken` at Apple, recorded in the outbox in the same transaction as their grant.
     func apply(
@@ -195,7 +196,7 @@ public enum GrantRules {
         }
         if recordTies, let appAccountToken {
             for item in ties(planned.map(\.purchase), results: results, appAccountToken: appAccountToken) {
-                try tx.enqueueAccountToken(item, nowMs: nowMs)
+                try tx.enqueueOutbox(kind: .appAccountToken, key: item.originalTransactionId, payload: item.appAccountToken, nowMs: nowMs)
             }
         }
         let answer = Holder(accountId: accountId, scope: answerScope)

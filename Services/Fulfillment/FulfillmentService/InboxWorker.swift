@@ -3,7 +3,7 @@ import ServiceLifecycle
 
 /// Processes the notification inbox's due entries every `interval` until graceful shutdown (retries of
 /// notifications whose first processing failed, and ones left by a process that died mid-way, after their
-/// lease), the ties to make at Apple (`tieAccountsAtApple`), and, every `reconcileInterval`, a
+/// lease), the outbox (`deliverOutbox`: woken right after a commit that owes something), and, every `reconcileInterval`, a
 /// reconciliation with Apple (`reconcile`: Notification History and the subscription status sweep). Listed after the store and before the server in the executable's group, so it stops before the
 /// database closes.
 public struct InboxWorker: Service {
@@ -40,11 +40,12 @@ public struct InboxWorker: Service {
                     self.logger.warning("the notification inbox could not be read; will try again", metadata: ["error": "\(error)"])
                 }
                 do {
-                    while try await self.service.tieAccountsAtApple() == 100, !Task.isCancelled {}
+                    while try await self.service.deliverOutbox() == 100, !Task.isCancelled {}
                 } catch {
-                    self.logger.warning("the account-token outbox could not be read; will try again", metadata: ["error": "\(error)"])
+                    self.logger.warning("the outbox could not be read; will try again", metadata: ["error": "\(error)"])
                 }
-                try? await Task.sleep(for: self.interval)
+                // Woken early by a commit that owes something (its first attempt follows at once).
+                await self.service.outboxWakeup.wait(upTo: self.interval)
             }
         }
     }

@@ -159,5 +159,27 @@ extension PostgresFulfillmentStore {
             CREATE INDEX inbox_pending_order ON notification_inbox (signed_date_ms NULLS FIRST, received_at_ms, next_attempt_at_ms)
                 WHERE state = 'pending';
             """),
+        // One durable outbox for everything owed to an outside party after a commit (the appAccountToken ties
+        // first), never dropped; the same table and columns as SQLite's.
+        PostgresMigration(
+            "v3-outbox",
+            """
+            CREATE TABLE outbox (
+                id BIGSERIAL PRIMARY KEY,
+                kind TEXT NOT NULL,
+                item_key TEXT NOT NULL,
+                payload TEXT NOT NULL,
+                attempts BIGINT NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+                created_at_ms BIGINT NOT NULL,
+                next_attempt_at_ms BIGINT NOT NULL,
+                last_error TEXT,
+                UNIQUE (kind, item_key));
+            CREATE INDEX outbox_due ON outbox (next_attempt_at_ms, id);
+            INSERT INTO outbox (kind, item_key, payload, attempts, created_at_ms, next_attempt_at_ms, last_error)
+                SELECT 'appAccountToken', original_transaction_id, app_account_token, attempts, next_attempt_at_ms, next_attempt_at_ms,
+                    last_error
+                FROM account_token_outbox;
+            DROP TABLE account_token_outbox;
+            """),
     ]
 }

@@ -25,41 +25,43 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
 
     public func close() throws { pool.close() }
 
-    // MARK: ties to make at Apple (AccountTokenOutboxStorage)
+    // MARK: the outbox (OutboxStorage)
 
-    public func dueAccountTokens(nowMs: Int64, limit: Int) async throws -> [PendingAccountToken] {
+    public func dueOutbox(nowMs: Int64, limit: Int) async throws -> [OutboxItem] {
         try await pool.read { s in
-            try s.query(
-                """
-                SELECT original_transaction_id, app_account_token, attempts FROM account_token_outbox
-                WHERE next_attempt_at_ms <= \(nowMs) ORDER BY next_attempt_at_ms LIMIT \(limit)
-                """
-            ).map {
-                PendingAccountToken(
-                    originalTransactionId: try $0.get("original_transaction_id"), appAccountToken: try $0.get("app_account_token"),
-                    attempts: try $0.get("attempts"))
+            try s.query("SELECT * FROM outbox WHERE next_attempt_at_ms <= \(nowMs) ORDER BY next_attempt_at_ms, id LIMIT \(limit)")
+                .map(Self.outboxItem)
+        }
+    }
+
+    public func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) async throws {
+        try await pool.write { s in
+            // Only the payload that was tried: owed again meanwhile with another payload, the item stays as it is now.
+            if delivered {
+                try s.execute("DELETE FROM outbox WHERE id = \(item.id) AND payload = \(item.payload)")
+            } else {
+                try s.execute(
+                    """
+                    UPDATE outbox SET attempts = attempts + 1, next_attempt_at_ms = \(nextAttemptAtMs), last_error = \(lastError)
+                    WHERE id = \(item.id) AND payload = \(item.payload)
+                    """)
             }
         }
     }
 
-    public func settleAccountToken(_ item: PendingAccountToken, done: Bool, nextAttemptAtMs: Int64?, lastError: String?) async throws {
-        try await pool.write { s in
-            if done || nextAttemptAtMs == nil {
-                // Only the tie that was tried: a newer one for the same purchase (moved meanwhile) stays.
-                try s.execute(
-                    """
-                    DELETE FROM account_token_outbox
-                    WHERE original_transaction_id = \(item.originalTransactionId) AND app_account_token = \(item.appAccountToken)
-                    """)
-            } else {
-                try s.execute(
-                    """
-                    UPDATE account_token_outbox SET attempts = \(item.attempts + 1), next_attempt_at_ms = \(nextAttemptAtMs),
-                        last_error = \(lastError)
-                    WHERE original_transaction_id = \(item.originalTransactionId) AND app_account_token = \(item.appAccountToken)
-                    """)
-            }
+    public func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) {
+        try await pool.read { s in
+            let items = try s.query("SELECT * FROM outbox ORDER BY created_at_ms, id LIMIT \(limit)").map(Self.outboxItem)
+            let summary = try s.query("SELECT COUNT(*) AS total, MIN(created_at_ms) AS oldest FROM outbox").first
+            return (items, Int(try summary?.get("total", as: Int64.self) ?? 0), try summary?.get("oldest", as: Int64?.self))
         }
+    }
+
+    static func outboxItem(_ row: PostgresRandomAccessRow) throws -> OutboxItem {
+        OutboxItem(
+            id: try row.get("id"), kind: try row.get("kind"), key: try row.get("item_key"), payload: try row.get("payload"),
+            attempts: Int(try row.get("attempts", as: Int64.self)), createdAtMs: try row.get("created_at_ms"),
+            nextAttemptAtMs: try row.get("next_attempt_at_ms"), lastError: try row.get("last_error"))
     }
 
     // MARK: the administrators' audit log
@@ -361,13 +363,13 @@ struct PostgresFulfillmentTransaction: FulfillmentTransaction {
 
     init(_ session: PostgresSession) { self.s = session }
 
-    func enqueueAccountToken(_ item: PendingAccountToken, nowMs: Int64) throws {
+    func enqueueOutbox(kind: OutboxKind, key: String, payload: String, nowMs: Int64) throws {
         try s.execute(
             """
-            INSERT INTO account_token_outbox (original_transaction_id, app_account_token, attempts, next_attempt_at_ms, last_error)
-            VALUES (\(item.originalTransactionId), \(item.appAccountToken), 0, \(nowMs), NULL)
-            ON CONFLICT (original_transaction_id) DO UPDATE SET app_account_token = excluded.app_account_token,
-                attempts = 0, next_attempt_at_ms = excluded.next_attempt_at_ms, last_error = NULL
+            INSERT INTO outbox (kind, item_key, payload, attempts, created_at_ms, next_attempt_at_ms, last_error)
+            VALUES (\(kind.rawValue), \(key), \(payload), 0, \(nowMs), \(nowMs), NULL)
+            ON CONFLICT (kind, item_key) DO UPDATE SET payload = excluded.payload, attempts = 0,
+                created_at_ms = excluded.created_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms, last_error = NULL
             """)
     }
 

@@ -1,0 +1,90 @@
+import CoreMetrics
+import IAPProtocol
+import JSONRPC
+import ServiceSupport
+
+extension FulfillmentService {
+    /// Delivers the outbox's due items (the background worker calls it when woken after a commit, and every few
+    /// seconds); answers how many were tried. A failed delivery is tried again on `OutboxRetry`'s schedule, for as
+    /// long as it takes: an item is removed only once delivered. Records the outbox's size and the age of its oldest
+    /// item (`iap_outbox_items`, `iap_outbox_oldest_age_seconds`).
+    @discardableResult
+    public func deliverOutbox(limit: Int = 100) async throws(RPCError) -> Int {
+        guard let internalToken = configuration.internalToken else { return 0 }
+        let now = clock.nowMs
+        let due = try await storeCall { try await self.store.dueOutbox(nowMs: now, limit: limit) }
+        for item in due {
+            let failure: String?
+            switch OutboxKind(rawValue: item.kind) {
+            case .appAccountToken:
+                do {
+                    try await tie(item, internalToken: internalToken)
+                    failure = nil
+                } catch  where error.has(.appStoreAPINotConfigured) {
+                    // Nothing to tie with until the operator configures the App Store Server API: the items stay due,
+                    // unchanged, and this pass ends (one question to verification per pass).
+                    await recordOutboxGauges()
+                    return due.count
+                } catch {
+                    failure = error.message
+                }
+            case nil:
+                failure = "a kind of item this version does not deliver: kept for the version that does"
+            }
+            let next = OutboxRetry.nextAttemptAtMs(failures: item.attempts + 1, nowMs: clock.nowMs)
+            if let failure {
+                logger.warning(
+                    "could not deliver an outbox item; will retry",
+                    metadata: [
+                        "kind": "\(item.kind)", "key": "\(item.key)", "attempts": "\(item.attempts + 1)", "error": "\(failure)",
+                    ])
+            }
+            try await storeCall {
+                try await self.store.settleOutbox(item, delivered: failure == nil, nextAttemptAtMs: next, lastError: failure)
+            }
+        }
+        await recordOutboxGauges()
+        return due.count
+    }
+
+    /// Set App Account Token at Apple, unless Apple already holds a token for the purchase: whoever redeems a copied
+    /// receipt first owns its purchases here (without the App Store Server API), but the buyer's app set its token
+    /// when it bought, and Apple's notifications keep following it.
+    private func tie(_ item: OutboxItem, internalToken: String) async throws(RPCError) {
+        let current = try await dependencies.transactionInfo(item.key, internalToken: internalToken)
+        if let held = current.transaction?["appAccountToken"]?.stringValue, !held.isEmpty {
+            if held.lowercased() != item.payload {
+                logger.notice(
+                    "a purchase redeemed here carries another appAccountToken at Apple; left as Apple has it",
+                    metadata: ["originalTransactionId": "\(item.key)"])
+            }
+            return
+        }
+        try await dependencies.setAppAccountToken(originalTransactionId: item.key, appAccountToken: item.payload, internalToken: internalToken)
+    }
+
+    private func recordOutboxGauges() async {
+        guard let listing = try? await store.outbox(limit: 0) else { return }
+        Gauge(label: "iap_outbox_items").record(listing.total)
+        let age = listing.oldestCreatedAtMs.map { max(0, clock.nowMs - $0) } ?? 0
+        Gauge(label: "iap_outbox_oldest_age_seconds").record(Double(age) / 1000)
+    }
+
+    /// `fulfillment.listOutbox` (admin): what is owed to outside parties, oldest first, each with its attempts and
+    /// last error, and the age of the oldest.
+    public func listOutbox(_ p: FulfillmentListOutbox.Params) async throws(RPCError) -> FulfillmentListOutbox.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        let limit = p.limit ?? configuration.defaultLedgerPage
+        guard (1...configuration.maxLedgerPage).contains(limit) else {
+            throw RPCError.invalidParams("limit must be 1-\(configuration.maxLedgerPage)", field: "limit", reason: "invalidValue")
+        }
+        let listing = try await storeCall { try await self.store.outbox(limit: limit) }
+        let now = clock.nowMs
+        return .init(
+            items: listing.items.map {
+                OutboxEntry(
+                    kind: $0.kind, key: $0.key, attempts: $0.attempts, createdAtMs: $0.createdAtMs, nextAttemptAtMs: $0.nextAttemptAtMs,
+                    lastError: $0.lastError)
+            }, total: listing.total, oldestAgeMs: listing.oldestCreatedAtMs.map { max(0, now - $0) })
+    }
+}
