@@ -121,4 +121,26 @@ import Testing
         try await store.settleNotification("u1", state: .applied, attempts: 11, nextAttemptAtMs: 8, lastError: nil, nowMs: 9)
         #expect(try await store.notifications(state: .applied, limit: 10).map(\.signedPayload) == ["header.payload.signature"])
     }
+
+    @Test func aTieWaitingBeforeTheOutboxMovesIntoIt() async throws {
+        let (queue, path) = try MigrationTests.database(upTo: "v8-inbox-payload-apart")
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try await queue.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO accountTokenOutbox (originalTransactionId, appAccountToken, attempts, nextAttemptAtMs, lastError)
+                    VALUES ('t1', 'token-1', 3, 70, 'apple was down')
+                    """)
+        }
+        let store = try FulfillmentStore(writer: queue)
+        let listing = try await store.outbox(limit: 10)
+        #expect(listing.total == 1 && listing.oldestCreatedAtMs == 70)
+        let item = try #require(listing.items.first)
+        #expect(item.kind == "appAccountToken" && item.key == "t1" && item.payload == "token-1" && item.attempts == 3)
+        #expect(item.nextAttemptAtMs == 70 && item.lastError == "apple was down")
+        #expect(
+            try await store.dueAccountTokens(nowMs: 70, limit: 10) == [
+                PendingAccountToken(originalTransactionId: "t1", appAccountToken: "token-1", attempts: 3)
+            ])
+    }
 }
