@@ -9,10 +9,19 @@ import PostgresSupport
 extension PostgresFulfillmentStore {
     // MARK: the notification inbox
 
+    /// The inbox row's columns (the row changes state two or three times; its payload, written once, lives apart in
+    /// `notification_payload`, as in SQLite's schema).
     private static let inboxColumns = """
-        notification_uuid, notification_type, subtype, signed_date_ms, signed_payload, notification, received_at_ms, state,
+        notification_uuid, notification_type, subtype, signed_date_ms, received_at_ms, state,
         attempts, next_attempt_at_ms, last_error, processed_at_ms, original_transaction_id
         """
+
+    /// An entry whole: its inbox row and its payload.
+    private static let entryColumns = """
+        i.notification_uuid, i.notification_type, i.subtype, i.signed_date_ms, p.signed_payload, p.notification, i.received_at_ms,
+        i.state, i.attempts, i.next_attempt_at_ms, i.last_error, i.processed_at_ms, i.original_transaction_id
+        """
+    private static let inboxWithPayload = "notification_inbox i JOIN notification_payload p ON p.notification_uuid = i.notification_uuid"
 
     private static func inboxEntry(_ row: PostgresRandomAccessRow) throws -> InboxEntry {
         InboxEntry(
@@ -30,13 +39,23 @@ extension PostgresFulfillmentStore {
                 """
                 INSERT INTO notification_inbox (\(unescaped: Self.inboxColumns))
                 VALUES (\(entry.notificationUUID), \(entry.notificationType), \(entry.subtype), \(entry.signedDateMs),
-                        \(entry.signedPayload), \(ByteBuffer(bytes: entry.notification)), \(entry.receivedAtMs), \(entry.state.rawValue), \(entry.attempts),
+                        \(entry.receivedAtMs), \(entry.state.rawValue), \(entry.attempts),
                         \(entry.nextAttemptAtMs), \(entry.lastError), \(entry.processedAtMs), \(entry.originalTransactionId))
                 ON CONFLICT (notification_uuid) DO NOTHING
                 """)
-            if inserted == 1 { return (entry, true) }
+            if inserted == 1 {
+                try s.execute(
+                    """
+                    INSERT INTO notification_payload (notification_uuid, signed_payload, notification)
+                    VALUES (\(entry.notificationUUID), \(entry.signedPayload), \(ByteBuffer(bytes: entry.notification)))
+                    """)
+                return (entry, true)
+            }
             let row = try s.one(
-                "SELECT \(unescaped: Self.inboxColumns) FROM notification_inbox WHERE notification_uuid = \(entry.notificationUUID)")
+                """
+                SELECT \(unescaped: Self.entryColumns) FROM \(unescaped: Self.inboxWithPayload)
+                WHERE i.notification_uuid = \(entry.notificationUUID)
+                """)
             return (try row.map(Self.inboxEntry) ?? entry, false)
         }
     }
@@ -45,8 +64,9 @@ extension PostgresFulfillmentStore {
         try await pool.read { s in
             try s.query(
                 """
-                SELECT \(unescaped: Self.inboxColumns) FROM notification_inbox WHERE state = 'pending' AND next_attempt_at_ms <= \(nowMs)
-                ORDER BY signed_date_ms NULLS FIRST, received_at_ms LIMIT \(limit)
+                SELECT \(unescaped: Self.entryColumns) FROM \(unescaped: Self.inboxWithPayload)
+                WHERE i.state = 'pending' AND i.next_attempt_at_ms <= \(nowMs)
+                ORDER BY i.signed_date_ms NULLS FIRST, i.received_at_ms LIMIT \(limit)
                 """
             ).map(Self.inboxEntry)
         }
@@ -79,7 +99,9 @@ extension PostgresFulfillmentStore {
 
     public func notification(_ uuid: String) async throws -> InboxEntry? {
         try await pool.read { s in
-            try s.one("SELECT \(unescaped: Self.inboxColumns) FROM notification_inbox WHERE notification_uuid = \(uuid)").map(Self.inboxEntry)
+            try s.one(
+                "SELECT \(unescaped: Self.entryColumns) FROM \(unescaped: Self.inboxWithPayload) WHERE i.notification_uuid = \(uuid)"
+            ).map(Self.inboxEntry)
         }
     }
 
@@ -87,8 +109,9 @@ extension PostgresFulfillmentStore {
         try await pool.read { s in
             try s.query(
                 """
-                SELECT \(unescaped: Self.inboxColumns) FROM notification_inbox WHERE \(state?.rawValue)::text IS NULL OR state = \(state?.rawValue)
-                ORDER BY received_at_ms DESC, notification_uuid LIMIT \(limit)
+                SELECT \(unescaped: Self.entryColumns) FROM \(unescaped: Self.inboxWithPayload)
+                WHERE \(state?.rawValue)::text IS NULL OR i.state = \(state?.rawValue)
+                ORDER BY i.received_at_ms DESC, i.notification_uuid LIMIT \(limit)
                 """
             ).map(Self.inboxEntry)
         }

@@ -181,5 +181,17 @@ extension PostgresFulfillmentStore {
                 FROM account_token_outbox;
             DROP TABLE account_token_outbox;
             """),
+        // A notification's payload apart from its inbox row, as in SQLite's schema (written once; the row changes state).
+        PostgresMigration(
+            "v4-inbox-payload-apart",
+            """
+            CREATE TABLE notification_payload (
+                notification_uuid TEXT PRIMARY KEY,
+                signed_payload TEXT NOT NULL,
+                notification BYTEA NOT NULL);
+            INSERT INTO notification_payload (notification_uuid, signed_payload, notification)
+                SELECT notification_uuid, signed_payload, notification FROM notification_inbox;
+            ALTER TABLE notification_inbox DROP COLUMN signed_payload, DROP COLUMN notification;
+            """),
     ]
 }
