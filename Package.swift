@@ -52,7 +52,7 @@ let package = Package(
     targets: [
         // Wire types: JSON scanning, the JSON-RPC envelope, errors, method descriptors, schemas. No I/O.
         .target(name: "JSONRPC", path: "Shared/JSONRPC", swiftSettings: uncheckedExclusivity),
-        // The v1 method contract of DESIGN.md section 3: one descriptor per method.
+        // The method contract (docs/contract.md): one descriptor per method.
         .target(name: "IAPProtocol", dependencies: ["JSONRPC"], path: "Shared/IAPProtocol"),
         // Server and client on SwiftNIO.
         .target(

@@ -7,12 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-5}
-shared=${SHARED_DIR:-../shared}
+peers=$(dirname "$0")/peers  # the C load generator and the Node.js peer
 swift build -c release --product iap-bench >/dev/null
 swift build -c release --product catalog-service >/dev/null
-cc -O2 -o /tmp/rpcload "$shared/bench/rpcload.c"
+cc -O2 -o /tmp/rpcload "$peers/rpcload.c"
 
-node "$shared/bench/node-jsonrpc.js" 7900 & node_pid=$!
+node "$peers/node-jsonrpc.js" 7900 & node_pid=$!
 .build/release/iap-bench serve-fixture --port 7901 & ours_pid=$!
 catalog_data=$(mktemp -d)
 .build/release/catalog-service --port 7902 --data-dir "$catalog_data" --admin-token bench \

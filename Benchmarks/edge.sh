@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The edge side by side with its peers, in one run on this machine (issue 16's targets):
+# The edge side by side with its peers, in one run on this machine (targets: Benchmarks/README.md):
 #   1. catalog.listProducts over raw TCP JSON-RPC vs the same call as JSON-RPC over HTTPS through the edge
 #      (HTTP/2 and HTTP/1.1), 16 connections, 1 in flight each;
 #   2. a 256 MiB file downloaded from the edge (a signed content URL) vs nginx serving the same file, over

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks compose/compose.yaml and compose/compose.dev.yaml: each valid against the Compose
 Specification's JSON Schema; the two together in agreement with compose/up.sh (the same services,
-executables, ports and flags) and compose/.env (every port defined there, with the DESIGN.md values);
+executables, ports and flags) and compose/.env (every port defined there, with the Swift code's default ports);
 and compose.yaml alone a production deployment: no simulator, no simulator roots trusted, no
 development flags, bundle ids required.
 
@@ -156,11 +156,11 @@ for caller, deps in (("fulfillment", ("accounts", "catalog")), ("fulfillment-2",
         if addr.split(",") != [f"{dep}:${{IAP_{dep.upper()}_PORT}}", f"{dep}-2:${{IAP_{dep.upper()}_PORT}}"]:
             problems.append(f"compose.postgres.yaml: {caller} reaches {dep} at {addr!r}, not at both instances")
 
-for pair in sys.argv[2:]:  # the DESIGN.md ports, as the Swift code has them
+for pair in sys.argv[2:]:  # the default ports, as the Swift code has them (DefaultPorts)
     name, _, port = pair.partition("=")
     key = f"IAP_{name.upper()}_PORT"
     if env.get(key) != port:
-        problems.append(f"compose/.env: {key}={env.get(key)}, DESIGN.md says {port}")
+        problems.append(f"compose/.env: {key}={env.get(key)}, the Swift code's default port is {port}")
 
 print("\n".join(problems))
 sys.exit(1 if problems else 0)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts the suite locally without Docker, in the foreground:
-#   builds the services (release), starts each on its DESIGN.md port with its SQLite file under
+#   builds the services (release), starts each on its default port (compose/.env) with its SQLite file under
 #   $IAP_DATA_DIR (default ./data), waits until every health.check answers ok, prints where
 #   everything is, and stops them all on Ctrl-C (SIGINT/SIGTERM: each drains and closes its database).
 # Tokens: IAP_INTERNAL_TOKEN and IAP_ADMIN_TOKEN if set, otherwise random ones kept (mode 0600) in
@@ -95,7 +95,7 @@ if [[ ${IAP_POSTGRES:-0} == 1 ]]; then
   export IAP_FULFILLMENT_ADDR=$(addresses "$IAP_FULFILLMENT_PORT")
 fi
 
-# name executable port [flags]: every service of DESIGN.md section 1.
+# name executable port [flags]: every service of docs/contract.md, "Services and ports".
 # In start order: the simulator first, since verification trusts the roots it writes on first start
 # (and uses its HTTP verifyReceipt endpoints for mode remote/auto, and its App Store Server API with the
 # key it issues). The simulator POSTs its notifications to the edge's webhook, as Apple would (the edge

@@ -36,7 +36,7 @@ struct FuzzReceipts: AsyncParsableCommand {
 
     @Option(help: "Mutated inputs to run.") var iterations = 1_000_000
     @Option(help: "Random seed (the run is reproducible for a seed).") var seed: UInt64 = 1
-    @Option(help: "Directory of extra seed receipts (e.g. ../shared/fixtures/receipts).") var corpus: String?
+    @Option(help: "Directory of extra seed receipts (e.g. Tests/ReceiptsTests/Fixtures).") var corpus: String?
 
     func run() async throws {
         let pki = try ReceiptSigningPKI.generate()

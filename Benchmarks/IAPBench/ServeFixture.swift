@@ -7,7 +7,7 @@ import RPCTransport
 import ServiceLifecycle
 
 /// A transport-only server: `rpc.ping` and a fixed 20-product `catalog.listProducts` reply,
-/// encoded on every call, to compare with ../shared/bench/node-jsonrpc.js under rpcload.
+/// encoded on every call, to compare with the Node.js peer (Benchmarks/peers/node-jsonrpc.js) under rpcload.
 struct ServeFixture: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve-fixture",

@@ -80,7 +80,7 @@ public enum AppStoreAPIError: Error, Sendable, Equatable {
     }
 }
 
-/// Apple's App Store Server API (DESIGN.md section 8): typed calls, ES256 tokens minted and reused, production
+/// Apple's App Store Server API (docs/contract.md): typed calls, ES256 tokens minted and reused, production
 /// first then sandbox on Apple's "not found" codes, retries on 429 and 5xx honouring `Retry-After`, history
 /// pages as an `AsyncSequence`, and every signed payload verified before it is returned.
 public final class AppStoreServerAPIClient: Sendable {

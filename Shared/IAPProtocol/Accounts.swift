@@ -1,6 +1,6 @@
 import JSONRPC
 
-// accounts.* — users, password login, sessions, appAccountToken (DESIGN.md section 3).
+// accounts.* — users, password login, sessions, appAccountToken (docs/contract.md).
 
 public struct SessionToken: Codable, Sendable, Equatable {
     public var token: String

@@ -1,6 +1,6 @@
 import JSONRPC
 
-// catalog.* — products, what each grants, prices per storefront (DESIGN.md section 3).
+// catalog.* — products, what each grants, prices per storefront (docs/contract.md).
 
 public enum ProductType: String, Codable, Sendable, JSONSchemaEnum {
     case consumable, nonConsumable, autoRenewable, nonRenewing

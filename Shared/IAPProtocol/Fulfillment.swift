@@ -1,6 +1,6 @@
 import JSONRPC
 
-// fulfillment.* — exactly-once grants, the coin ledger, entitlements, content (DESIGN.md section 3).
+// fulfillment.* — exactly-once grants, the coin ledger, entitlements, content (docs/contract.md).
 
 public enum RedeemOutcome: String, Codable, Sendable, JSONSchemaEnum {
     case granted, alreadyGranted, restored, ownedByAnotherAccount, unknownProduct, revoked, rejected
@@ -9,7 +9,7 @@ public enum RedeemOutcome: String, Codable, Sendable, JSONSchemaEnum {
     case wrongEnvironment
 }
 
-/// Which of an account's two scopes a call reads or spends (DESIGN.md section 6). Production is real
+/// Which of an account's two scopes a call reads or spends (docs/security.md). Production is real
 /// money; under the default sandbox policy (`isolate`) Sandbox, TestFlight, App Review and Xcode
 /// purchases grant into the account's Sandbox scope, with its own balance, ledger and entitlements.
 public enum AccountScope: String, Codable, Sendable, JSONSchemaEnum, CaseIterable {

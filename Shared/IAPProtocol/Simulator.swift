@@ -1,6 +1,6 @@
 import JSONRPC
 
-// sim.* — the local App Store simulator (development and tests only; DESIGN.md section 3).
+// sim.* — the local App Store simulator (development and tests only; docs/contract.md).
 
 public enum SimTrustAnchor: RPCMethod {
     public typealias Params = EmptyParams

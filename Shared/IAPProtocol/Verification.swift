@@ -1,6 +1,6 @@
 import JSONRPC
 
-// verification.* — receipts and signed transactions, checked locally (DESIGN.md section 3, RECEIPTS.md).
+// verification.* — receipts and signed transactions, checked locally (docs/contract.md, docs/receipts.md).
 
 public enum VerificationMode: String, Codable, Sendable, JSONSchemaEnum {
     case local, remote, auto
@@ -26,7 +26,7 @@ public enum VerificationVerifyReceipt: RPCMethod {
     public static let summary = "Verify an app receipt; answers a verifyReceipt-compatible object (status 0 when valid)."
 }
 
-/// Apple's verifyReceipt response shape (RECEIPTS.md section 3), plus a machine-readable `reason`.
+/// Apple's verifyReceipt response shape (docs/receipts.md, "The verifyReceipt answer"), plus a machine-readable `reason`.
 public struct VerifyReceiptResponse: Codable, Sendable, Equatable {
     public var status: Int
     public var reason: String?

@@ -1,6 +1,6 @@
 import JSONRPC
 
-// verification.* methods over Apple's App Store Server API (internal token; DESIGN.md section 8). Every
+// verification.* methods over Apple's App Store Server API (internal token; docs/contract.md). Every
 // answer carries payloads the App Store Server API client verified (chain to a trusted root, signature,
 // this app's bundle id); the signed originals come along for whoever must store or forward them.
 

@@ -18,7 +18,7 @@ public struct RPCError: Error, Sendable, Hashable, Codable, CustomStringConverti
         self.init(code: code.rawValue, message: message, reason: reason, retryable: retryable, extra: extra)
     }
 
-    /// The named code, when this is one of the codes of DESIGN.md section 2.
+    /// The named code, when this is one of the codes of docs/contract.md, "Errors".
     public var knownCode: RPCErrorCode? { RPCErrorCode(rawValue: code) }
     public var reason: String { data.reason }
     public var retryable: Bool { data.retryable }

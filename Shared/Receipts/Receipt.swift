@@ -1,4 +1,4 @@
-/// A decoded app receipt payload (RECEIPTS.md section 1). Dates are Unix milliseconds.
+/// A decoded app receipt payload (docs/receipts.md, "The app receipt"). Dates are Unix milliseconds.
 public struct Receipt: Sendable, Equatable {
     /// Field 0 (undocumented): `Production`, `ProductionSandbox` or `Xcode`.
     public var receiptType: String?

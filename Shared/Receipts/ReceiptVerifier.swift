@@ -34,7 +34,7 @@ public enum ReceiptFailure: String, Error, Sendable, Equatable {
 }
 
 /// The environment of a purchase, from an app receipt's `receipt_type` or a JWS payload's
-/// `environment` (DESIGN.md section 6). Unknown values have none: they are refused, never defaulted.
+/// `environment` (docs/receipts.md, "Environments"). Unknown values have none: they are refused, never defaulted.
 public enum PurchaseEnvironment {
     /// `Production`, `Sandbox` or `Xcode`.
     public static func fromReceiptType(_ type: String?) -> String? {
@@ -78,7 +78,7 @@ public struct ReceiptTrust: Sendable {
     }
 }
 
-/// Apple's marker extensions (RECEIPTS.md section 2): a receipt-signing leaf and a WWDR intermediate.
+/// Apple's marker extensions (docs/receipts.md, "Verifying a receipt"): a receipt-signing leaf and a WWDR intermediate.
 public enum AppleMarkers {
     public static let receiptSigning = try! ASN1ObjectIdentifier(dotRepresentation: "1.2.840.113635.100.6.11.1")
     public static let wwdrIntermediate = try! ASN1ObjectIdentifier(dotRepresentation: "1.2.840.113635.100.6.2.1")

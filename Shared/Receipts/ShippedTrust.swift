@@ -2,7 +2,7 @@ import Foundation
 import X509
 
 /// Apple's public root certificates and Xcode's StoreKit test certificate, shipped with the project
-/// (copies of ../shared/trust; SHA-256 fingerprints in its README). Embedded so every executable has
+/// (SHA-256 fingerprints in docs/receipts.md, "Trust anchors"). Embedded so every executable has
 /// them without a resource bundle.
 public enum ShippedTrust {
     /// "Apple Root CA": anchors app receipts (PKCS#7) and every WWDR generation.

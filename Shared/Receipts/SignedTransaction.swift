@@ -31,7 +31,7 @@ public enum JWSFailure: String, Error, Sendable, Equatable {
     }
 }
 
-/// Verifies compact JWS from StoreKit 2 and App Store Server Notifications v2 (RECEIPTS.md section 4).
+/// Verifies compact JWS from StoreKit 2 and App Store Server Notifications v2 (docs/receipts.md, "StoreKit 2 signed data").
 ///
 /// The chain is built as Apple's server libraries build it: the leaf and the intermediate come from `x5c`
 /// and must chain up to one of the configured roots; the last `x5c` entry is only a hint and is never

@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 
-/// Signed, short-lived content URLs (DESIGN.md section 7): fulfillment signs one for an account entitled to
+/// Signed, short-lived content URLs (docs/services/edge.md): fulfillment signs one for an account entitled to
 /// a content file now; the edge checks it and serves the file. Nothing is stored: a refund stops new URLs,
 /// and one already issued is good until its expiry. The key (`IAP_CONTENT_URL_KEY`, at least 32 bytes) is
 /// shared by the two and never leaves them.

@@ -5,13 +5,13 @@ import RPCTransport
 import ServiceLifecycle
 import ServiceSupport
 
-/// Flags every service executable takes (DESIGN.md section 5). A flag wins over its environment
+/// Flags every service executable takes (docs/configuration.md). A flag wins over its environment
 /// variable, which wins over the default.
 public struct ServiceOptions: ParsableArguments, Sendable {
     @Option(help: "Address to bind (default 127.0.0.1; env IAP_HOST).")
     public var host: String?
 
-    @Option(help: "Port to listen on (default: the service's DESIGN.md port).")
+    @Option(help: "Port to listen on (default: the service's default port, docs/contract.md).")
     public var port: Int?
 
     @Option(name: .customLong("data-dir"), help: "Directory for the service's SQLite database (env IAP_DATA_DIR; default ./data).")
@@ -131,7 +131,7 @@ public enum Environment {
     /// set but empty or shorter than `minimumTokenBytes` stops the start with a message saying what to pass.
     /// A token from its flag or environment variable, at least `minimumTokenBytes` long. For the admin and internal
     /// tokens, `<NAME>_PREVIOUS` (e.g. `IAP_ADMIN_TOKEN_PREVIOUS`) is accepted as well while set: the old token
-    /// during a rotation (README, "Rotating tokens").
+    /// during a rotation (docs/operations.md, "Rotating tokens without downtime").
     public static func token(_ flag: String?, flagName: String, env name: String) throws -> String? {
         let given = flag ?? ProcessInfo.processInfo.environment[name]
         guard let given else { return nil }
@@ -159,9 +159,9 @@ public enum Environment {
     }
 }
 
-/// The suite's services as other executables address them: DESIGN.md ports and `IAP_*_ADDR` variables.
+/// The suite's services as other executables address them: default ports and `IAP_*_ADDR` variables (docs/contract.md).
 /// One lookup for every executable: a flag, else the environment variable, else (for the CLI) a
-/// configured address, else 127.0.0.1 and the DESIGN.md port.
+/// configured address, else 127.0.0.1 and the default port.
 public enum SuiteService: String, CaseIterable, Sendable {
     case accounts, catalog, verification, fulfillment, sim
 
@@ -222,7 +222,7 @@ public struct InternalClientTLSOptions: ParsableArguments, Sendable {
     }
 }
 
-/// The suite's default ports (DESIGN.md section 1).
+/// The suite's default ports (docs/contract.md, "Services and ports").
 public enum DefaultPorts {
     public static let accounts = 7101
     public static let catalog = 7102
@@ -246,7 +246,7 @@ public struct KeyIdentity: Decodable, Sendable {
 }
 
 /// Where accounts, catalog and fulfillment keep their records: SQLite in `--data-dir` (the default), or
-/// PostgreSQL when a URL is given (several instances of a service on one database, DESIGN.md section 10).
+/// PostgreSQL when a URL is given (several instances of a service on one database, docs/configuration.md).
 public struct DatabaseOptions: ParsableArguments, Sendable {
     @Option(
         name: .customLong("database-url"),

@@ -6,7 +6,7 @@ import RPCTestSupport
 import RPCTransport
 import Testing
 
-/// Guessing and flooding (DESIGN.md section 6): attempts are counted before the slow hash, so neither
+/// Guessing and flooding (docs/security.md): attempts are counted before the slow hash, so neither
 /// a batch nor many connections can race the limit; the hasher's queue is bounded; registrations are
 /// limited per address; sessions have an absolute lifetime and a per-account cap. Password checks are
 /// counted by the hasher itself (`passwordDerivations`), not inferred from answers.

@@ -6,7 +6,7 @@ import RPCTestSupport
 import RPCTransport
 import Testing
 
-/// Caller-chosen strings never become unbounded cache keys (DESIGN.md section 6): a locale is normalized
+/// Caller-chosen strings never become unbounded cache keys (docs/security.md): a locale is normalized
 /// to one of the catalog's own before it keys a listing, and the listing cache has a bound.
 @Suite struct ListingCacheTests {
     @Test func tenThousandDistinctLocalesKeepTheListingCacheBounded() async throws {

@@ -7,7 +7,7 @@ import RPCTransport
 import SuiteTestSupport
 import Testing
 
-/// The attacks of DESIGN.md section 6, each against the whole suite over TCP: another app's purchases,
+/// The attacks of docs/security.md, each against the whole suite over TCP: another app's purchases,
 /// free Sandbox purchases, refunds after spending, and one purchase shown under two environments.
 @Suite struct TrustBoundaryTests {
     @Test func purchasesOfAnotherAppAreRefusedAsReceiptJWSAndNotification() async throws {

@@ -75,7 +75,7 @@ import Testing
     }
 
     @Test func aRepeatedKeyInParamsCountsWithItsFirstValue() throws {
-        // What the README promises for params, through the codec every service uses.
+        // What docs/architecture.md promises for params, through the codec every service uses.
         let bytes = Array(#"{"name":"first","count":1,"name":"second","flag":true,"inner":{"id":"a","amount":1,"id":"b"}}"#.utf8)
         let decoded = try RPCCodec.decodeParams(Sample.self, from: bytes)
         #expect(decoded.name == "first")

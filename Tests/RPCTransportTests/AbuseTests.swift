@@ -5,7 +5,7 @@ import RPCTestSupport
 import RPCTransport
 import Testing
 
-/// Per-address connection caps and the partial-line deadline (DESIGN.md section 6): one host cannot
+/// Per-address connection caps and the partial-line deadline (docs/security.md): one host cannot
 /// take every connection, and a client that trickles bytes is closed, while another host is served.
 @Suite struct AbuseTests {
     static let ping = #"{"jsonrpc":"2.0","method":"rpc.ping","id":1}"#

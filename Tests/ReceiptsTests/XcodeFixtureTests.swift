@@ -2,7 +2,7 @@ import Foundation
 import Receipts
 import Testing
 
-/// The three real Xcode StoreKit receipts (copies of the project's shared Xcode fixture receipts, with their README's
+/// The three real Xcode StoreKit receipts of Tests/ReceiptsTests/Fixtures (with the values published with them, their
 /// expected values).
 @Suite struct XcodeFixtureTests {
     static func fixture(_ name: String) throws -> [UInt8] {

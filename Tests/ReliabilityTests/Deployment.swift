@@ -144,7 +144,7 @@ struct Deployment {
             fulfillment: RPCClient(host: "127.0.0.1", port: ports["fulfillment"]!, configuration: .init(callTimeout: .seconds(60))))
         try await deployment.eventually("the edge answers over HTTPS") { (try? await deployment.curl(["/healthz"])) != nil }
 
-        // The operator creates the catalog, as the README says: `iap catalog import FILE` with the admin token.
+        // The operator creates the catalog, as docs/configuration.md says: `iap catalog import FILE` with the admin token.
         let imported = try await BuiltExecutables.run(
             "iap", ["catalog", "import", root + "/compose/demo-catalog.json", "--addr", "127.0.0.1:\(ports["catalog"]!)"],
             env: ["IAP_ADMIN_TOKEN": adminToken])

@@ -8,7 +8,7 @@ import Testing
 
 @testable import VerificationService
 
-/// Trust boundaries in verification (DESIGN.md section 6): only the configured apps' purchases, receipt
+/// Trust boundaries in verification (docs/security.md): only the configured apps' purchases, receipt
 /// types mapped to environments without defaults, notifications checked down to their nested payloads,
 /// and an executable that will not start without knowing its app.
 @Suite struct BundleAndEnvironmentTests {

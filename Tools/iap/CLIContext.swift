@@ -7,7 +7,7 @@ import ServiceSupport
 
 /// The services `iap` talks to (`ServiceSupport.SuiteService`), named on the command line.
 extension SuiteService: ExpressibleByArgument {
-    /// The flag, else the environment variable, else the config file, else 127.0.0.1 and the DESIGN.md port.
+    /// The flag, else the environment variable, else the config file, else 127.0.0.1 and the default port (docs/contract.md).
     func address(flag: String?) -> String {
         address(flag: flag, configured: CLIConfig.load().addresses?[rawValue])
     }
@@ -68,7 +68,7 @@ enum CLIError: Error, CustomStringConvertible {
 struct ClientOptions: ParsableArguments {
     @Option(
         help:
-            "Service address HOST:PORT, or HOST:PORT,HOST:PORT for instances (default: IAP_<SERVICE>_ADDR, the config file, else 127.0.0.1 and the DESIGN.md port)."
+            "Service address HOST:PORT, or HOST:PORT,HOST:PORT for instances (default: IAP_<SERVICE>_ADDR, the config file, else 127.0.0.1 and the default port)."
     )
     var addr: String?
     @Option(help: "Session token (default: IAP_SESSION, else the one saved by `iap accounts login`).") var session: String?

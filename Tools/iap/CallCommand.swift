@@ -13,7 +13,7 @@ struct CallCommand: AsyncParsableCommand {
     @Argument(help: "Method name, e.g. catalog.listProducts.") var method: String
     @Argument(help: "Params as a JSON object.") var params: String = "{}"
     @Option(
-        help: "Service address HOST:PORT, or HOST:PORT,HOST:PORT for instances (default: IAP_<SERVICE>_ADDR, else 127.0.0.1 and the DESIGN.md port).")
+        help: "Service address HOST:PORT, or HOST:PORT,HOST:PORT for instances (default: IAP_<SERVICE>_ADDR, else 127.0.0.1 and the default port).")
     var addr: String?
 
     func run() async throws {

@@ -19,7 +19,7 @@ struct EdgeClient {
         }
         var configuration = HTTPClient.Configuration(tlsConfiguration: tls)
         // HTTP/1.1: AsyncHTTPClient downloads large bodies over HTTP/2 at ~100 MiB/s from the edge (and ~470 from
-        // nginx) against ~1,100 over HTTP/1.1 (Benchmarks/README, the edge); one call at a time needs no multiplexing.
+        // nginx) against ~1,100 over HTTP/1.1 (Benchmarks/HISTORY.md, the edge); one call at a time needs no multiplexing.
         configuration.httpVersion = .http1Only
         client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }

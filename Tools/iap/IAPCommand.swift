@@ -9,7 +9,7 @@ struct IAPCommand: AsyncParsableCommand {
         abstract: "Command-line client for the in-app purchase suite.",
         discussion: """
             Addresses: --addr, else IAP_ACCOUNTS_ADDR / IAP_CATALOG_ADDR / IAP_VERIFICATION_ADDR / IAP_FULFILLMENT_ADDR / \
-            IAP_SIM_ADDR, else the config file's "addresses", else 127.0.0.1 and the DESIGN.md ports. \
+            IAP_SIM_ADDR, else the config file's "addresses", else 127.0.0.1 and the default ports (docs/contract.md). \
             `iap accounts login` saves the session (mode 0600) in $IAP_CONFIG, else $XDG_CONFIG_HOME/iap/config.json, else ~/.config/iap/config.json. \
             Exit codes: 0 ok, 1 refused by a service, 2 a service unreachable, 64 usage.
             """,

@@ -23,7 +23,7 @@ public struct ScryptParameters: Sendable, Equatable {
 
     /// N = 2^14, r = 8, p = 1: 16 MiB and ~40 ms of one core per hash on the 2-core reference VM,
     /// scrypt's own recommendation for interactive logins. It is what keeps 10 concurrent logins on
-    /// 2 cores near a 250 ms p99 (N = 2^15 measured 548 ms p99 there; see Benchmarks/README.md).
+    /// 2 cores near a 250 ms p99 (N = 2^15 measured 548 ms p99 there; see Benchmarks/HISTORY.md).
     /// OWASP's N = 2^17 costs 8x: raise `--scrypt-log-n` where cores allow; stored hashes upgrade
     /// on each account's next login.
     public static let `default` = ScryptParameters(logN: 14, r: 8, p: 1)

@@ -13,7 +13,7 @@ import X509
 /// restore and get refunds; subscriptions renew as the simulated clock advances; every answer carries
 /// the app receipt and StoreKit 2 signed transactions made with the simulator's own Apple-shaped PKI.
 ///
-/// The rules it follows are RECEIPTS.md section 5's: consumables stay in the receipt only until finished;
+/// The rules it follows are the purchase lifecycle rules of docs/receipts.md: consumables stay in the receipt only until finished;
 /// re-buying an owned non-consumable is a new regular transaction with the same original id; restores
 /// and renewals get new transaction ids and keep the original id; a refund sets a cancellation date.
 public final class AppStoreSimulator: Sendable {

@@ -74,7 +74,7 @@ public final class CatalogService: Sendable {
         if let locale = p.locale { try ProductValidation.checkLocale(locale, field: "locale") }
         let snapshot = try await currentSnapshot()
         let table = try await prices.table(for: storefront)
-        // A caller's locale becomes a cache key only as one of the catalog's own (DESIGN.md section 6).
+        // A caller's locale becomes a cache key only as one of the catalog's own (docs/security.md).
         let key = ListingKey(storefront: storefront, locale: Self.knownLocale(p.locale, in: snapshot))
         let listing =
             state.withLockedValue { s -> Listing? in

@@ -68,7 +68,7 @@ public struct EdgeConfiguration: Sendable {
     public init() {}
 }
 
-/// The one public door (DESIGN.md section 7): JSON-RPC over HTTP for the public methods of accounts,
+/// The one public door (docs/services/edge.md): JSON-RPC over HTTP for the public methods of accounts,
 /// catalog and fulfillment, and Apple's notification webhook. Admin and internal methods do not exist
 /// here; the internal services stay on their private addresses.
 public final class EdgeService: Sendable {

@@ -3,8 +3,8 @@ import Foundation
 import IAPProtocol
 import ServiceSupport
 
-/// What Sandbox (TestFlight, App Review, sandbox testers) and Xcode purchases are worth here (DESIGN.md
-/// section 6). They cost nothing, so by default they never create production value.
+/// What Sandbox (TestFlight, App Review, sandbox testers) and Xcode purchases are worth here (docs/security.md).
+/// They cost nothing, so by default they never create production value.
 public enum SandboxPolicy: String, Sendable, CaseIterable {
     /// Default: they grant into the account's Sandbox scope (its own balance, ledger, entitlements).
     case isolate

@@ -100,7 +100,7 @@ extension FulfillmentStore {
                     """)
         }
         m.registerMigration("v2-scopes-and-debt") { db in
-            // DESIGN.md section 6. One environment per purchase: a transaction id, an original's owner
+            // docs/security.md. One environment per purchase: a transaction id, an original's owner
             // and its entitlement can be recorded once, whatever environment a later copy claims. Every
             // account has two scopes (Production, Sandbox), each with its own wallet, ledger and
             // entitlements. Refunds of spent coins are debt (`owed`), repaid by later grants.
@@ -169,7 +169,7 @@ extension FulfillmentStore {
                     """)
         }
         m.registerMigration("v3-notification-inbox") { db in
-            // DESIGN.md section 9: every verified notification is recorded before the webhook answers.
+            // docs/contract.md, "App Store Server Notifications": every verified notification is recorded before the webhook answers.
             try db.execute(
                 sql: """
                     CREATE TABLE notificationInbox (
@@ -227,7 +227,7 @@ extension FulfillmentStore {
                     """)
         }
         m.registerMigration("v7-renewal-state-and-reinstatement") { db in
-            // Subscription renewal state from Apple's signed renewal info (DESIGN.md section 9), and the ledger
+            // Subscription renewal state from Apple's signed renewal info (docs/services/fulfillment.md), and the ledger
             // gains `reinstatement` (a refund Apple reversed: the coins back, the debt the refund made forgiven).
             // Reversals and reinstatements may repeat for one transaction (refunded, reversed, refunded again);
             // grants and recoveries stay once per transaction.

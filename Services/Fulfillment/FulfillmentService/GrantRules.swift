@@ -112,7 +112,7 @@ public protocol FulfillmentInvariants: Sendable {
     func duplicateLedgerEffects() async throws -> [String]
 }
 
-/// The purchase-lifecycle rules of RECEIPTS.md and DESIGN.md section 6, as plain Swift over a
+/// The purchase-lifecycle rules of docs/receipts.md and docs/security.md, as plain Swift over a
 /// `FulfillmentTransaction`: who owns a purchase, what it grants, what a refund takes back, what is owed.
 public enum GrantRules {
     /// Records and grants every purchase; answers what was done and the `answerScope`'s state.

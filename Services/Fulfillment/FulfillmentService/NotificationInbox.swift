@@ -1,7 +1,7 @@
 import Foundation
 import IAPProtocol
 
-/// App Store Server Notifications as fulfillment keeps them (DESIGN.md section 9): each one verified, then
+/// App Store Server Notifications as fulfillment keeps them (docs/contract.md): each one verified, then
 /// recorded by its `notificationUUID` with its signed payload BEFORE the webhook is answered, then processed
 /// from here. A delivery that arrives twice finds its row; processing that fails (a dependency down) is
 /// retried with backoff; one that keeps failing is parked for an administrator, never dropped.

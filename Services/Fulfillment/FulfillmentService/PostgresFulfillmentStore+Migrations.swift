@@ -98,7 +98,7 @@ extension PostgresFulfillmentStore {
             CREATE TRIGGER ledger_append_only BEFORE UPDATE OR DELETE ON ledger FOR EACH ROW EXECUTE FUNCTION refuse_change();
             CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON ledger FOR EACH STATEMENT EXECUTE FUNCTION refuse_change();
 
-            -- DESIGN.md section 9: every verified notification is recorded before the webhook answers.
+            -- docs/contract.md, "App Store Server Notifications": every verified notification is recorded before the webhook answers.
             CREATE TABLE notification_inbox (
                 notification_uuid TEXT PRIMARY KEY,
                 notification_type TEXT NOT NULL,

@@ -17,7 +17,7 @@ public struct VerificationConfiguration: Sendable {
     public var extraRoots: [Certificate] = []
     /// Also accept receipts whose environment is `Xcode`, signed by the StoreKit test certificate.
     public var allowXcode = false
-    /// Expected bundle ids (DESIGN.md section 6). Empty refuses every receipt and payload unless
+    /// Expected bundle ids (docs/security.md). Empty refuses every receipt and payload unless
     /// `acceptAnyBundleId` is set. A call's `expectedBundleId` can only narrow this set, never widen it.
     public var bundleIds: Set<String> = []
     /// Development only (`--any-bundle-id`): accept purchases of any app. With it, anyone who builds an app

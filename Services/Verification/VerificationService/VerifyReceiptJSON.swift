@@ -1,7 +1,7 @@
 import IAPProtocol
 import Receipts
 
-/// A decoded receipt in verifyReceipt's JSON shape (RECEIPTS.md section 3).
+/// A decoded receipt in verifyReceipt's JSON shape (docs/receipts.md, "The verifyReceipt answer").
 enum VerifyReceiptJSON {
     static func body(_ r: Receipt) -> ReceiptBody {
         var body = ReceiptBody(bundleId: r.bundleId, inApp: r.inApp.map(inApp))
