@@ -109,6 +109,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Shared/Postgres"
@@ -122,7 +123,6 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -378,7 +378,6 @@ let package = Package(
             name: "VerificationServiceTests",
             dependencies: [
                 "VerificationService", "Receipts", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "AppStoreServerAPI",
-                .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/VerificationServiceTests"
@@ -387,7 +386,7 @@ let package = Package(
             name: "CLITests",
             dependencies: [
                 "JSONRPC", "IAPProtocol", "VerificationService", "AppStoreSimulator", "RPCTransport", "RPCTestSupport", "Receipts",
-                "SuiteTestSupport", "ServiceSupport", .product(name: "Logging", package: "swift-log"),
+                "SuiteTestSupport", .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/CLITests"
         ),
@@ -395,16 +394,37 @@ let package = Package(
             name: "AppStoreSimulatorTests",
             dependencies: [
                 "AppStoreSimulator", "VerificationService", "Receipts", "IAPProtocol", "JSONRPC", "RPCTransport",
-                "RPCTestSupport", "ServiceSupport", "AppStoreServerAPI",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                "RPCTestSupport", "ServiceSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/AppStoreSimulatorTests"
+        ),
+        .testTarget(
+            name: "AppStoreServerAPITests",
+            dependencies: [
+                "AppStoreServerAPI", "AppStoreSimulator", "Receipts", "IAPProtocol", "JSONRPC", "RPCTestSupport", "ServiceSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/AppStoreServerAPITests"
+        ),
+        .testTarget(
+            name: "PostgresSupportTests",
+            dependencies: ["PostgresSupport"],
+            path: "Tests/PostgresSupportTests"
+        ),
+        .testTarget(
+            name: "ServiceSupportTests",
+            dependencies: ["ServiceSupport", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
+            path: "Tests/ServiceSupportTests"
         ),
         .testTarget(
             name: "CatalogServiceTests",
@@ -439,7 +459,6 @@ let package = Package(
                 "PostgresSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "X509", package: "swift-certificates"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -477,11 +496,8 @@ let package = Package(
             name: "ReliabilityTests",
             dependencies: [
                 "SuiteTestSupport", "FulfillmentService", "EdgeService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport",
-                "ServiceSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
-                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/ReliabilityTests"
         ),

@@ -3,14 +3,16 @@ import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import PostgresNIO
+import ServiceLifecycle
 
 /// Hears `NOTIFY <channel>` from the other instances of a service, on a connection of its own (a pooled
 /// connection cannot listen: it goes back to the pool between transactions).
 ///
 /// `onChange` runs for every notification and once each time the listener (re)connects: a notification sent
 /// while no connection was listening is gone, so after a gap the caller must re-read what it caches. A lost
-/// connection is opened again after a short, growing pause (0.1 s up to 5 s) until `stop`.
-public final class PostgresListener: Sendable {
+/// connection is opened again after a short, growing pause (0.1 s up to 5 s). It listens while `run` runs (a
+/// service group runs it, and stops it at graceful shutdown) and until `stop`.
+public final class PostgresListener: Service, Sendable {
     private let pool: PostgresPool
     public let channel: String
     private let onChange: @Sendable () async -> Void
@@ -19,10 +21,9 @@ public final class PostgresListener: Sendable {
     private struct State {
         var stopped = false
         var connection: PostgresConnection?
-        var task: Task<Void, Never>?
     }
 
-    /// Starts listening at once. `channel` is lowercase letters and underscores.
+    /// `channel` is lowercase letters and underscores. Nothing is heard before `run`.
     public init(pool: PostgresPool, channel: String, onChange: @escaping @Sendable () async -> Void) throws {
         guard !channel.isEmpty, channel.allSatisfy({ ("a"..."z").contains($0) || $0 == "_" }) else {
             throw PostgresURL.Invalid(description: "a channel name is lowercase letters and underscores")
@@ -30,25 +31,33 @@ public final class PostgresListener: Sendable {
         self.pool = pool
         self.channel = channel
         self.onChange = onChange
-        let task = Task { await self.run() }
-        state.withLockedValue { $0.task = task }
+    }
+
+    /// Listens until graceful shutdown, cancellation or `stop`.
+    public func run() async throws {
+        await cancelWhenGracefulShutdown {
+            await withTaskCancellationHandler {
+                await self.listen()
+            } onCancel: {
+                self.stop()
+            }
+        }
     }
 
     /// Stops listening and closes the connection; `onChange` is not called after this returns, except by a call
     /// already running.
     public func stop() {
-        let (connection, task) = state.withLockedValue { s in
+        let connection = state.withLockedValue { s in
             s.stopped = true
             defer { s.connection = nil }
-            return (s.connection, s.task)
+            return s.connection
         }
         if let connection { pool.discard(connection) }
-        task?.cancel()
     }
 
     private var stopped: Bool { state.withLockedValue { $0.stopped } }
 
-    private func run() async {
+    private func listen() async {
         var pause = Duration.milliseconds(100)
         while !stopped {
             do {

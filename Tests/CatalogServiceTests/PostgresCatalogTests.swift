@@ -43,8 +43,9 @@ struct PostgresCatalogTests {
             await b.changedElsewhere()
             heard.continuation.yield()
         }
+        let listening = Task { try await listener.run() }
         defer {
-            listener.stop()
+            listening.cancel()
             try? storeA.close()
             try? storeB.close()
             try? FileManager.default.removeItem(at: dir)

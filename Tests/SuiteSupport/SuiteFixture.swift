@@ -54,6 +54,9 @@ public final class SuiteFixture: Sendable {
     public let ports: [String: Int]
     public var verificationPort: Int { ports["verification"]! }
     private let simHTTP: Task<Void, any Error>
+    /// The fulfillment service's processing of notifications recorded with `processLater` (the executable runs it
+    /// inside its `InboxWorker`).
+    private let laterProcessing: Task<Void, Never>
     /// The simulator's HTTP port: verifyReceipt, the App Store Server API (`/inApps`, `/sandbox/inApps`), `/ocsp`.
     public let simHTTPPort: Int
     /// The simulator's App Store Server API (its request count).
@@ -272,6 +275,7 @@ public final class SuiteFixture: Sendable {
     ) {
         self.simAPI = simAPI
         self.simHTTP = simHTTP
+        self.laterProcessing = Task { await service.processLaterQueue() }
         self.simHTTPPort = simHTTPPort
         self.proxies = proxies
         self.directory = directory
@@ -298,6 +302,7 @@ public final class SuiteFixture: Sendable {
 
     public func stop() async {
         simHTTP.cancel()
+        laterProcessing.cancel()
         for proxy in proxies.values { await proxy.stop() }
         for server in servers.withLockedValue({ Array($0.values) }) { await server.shutdown() }
         if store is PostgresFulfillmentStore {

@@ -57,7 +57,8 @@ struct CatalogServiceCommand: AsyncParsableCommand {
         }
         let source: any PriceSource = priceFeed.map { PriceFeedSource(path: $0) } ?? DatabasePriceSource(store: store)
         let service = try await CatalogService(store: store, source: source, configuration: config, logger: logger)
-        // Other instances' writes, heard at once (SQLite: one instance per file, nothing to hear).
+        // Other instances' writes, heard at once (SQLite: one instance per file, nothing to hear); it listens while the
+        // service group runs it.
         let listener = try pool.map { pool in
             try PostgresListener(pool: pool, channel: PostgresCatalogStore.changesChannel) { await service.changedElsewhere() }
         }
@@ -74,14 +75,8 @@ struct CatalogServiceCommand: AsyncParsableCommand {
         let server = RPCServer(
             configuration: try options.serverConfiguration(serviceName: "catalog", defaultPort: DefaultPorts.catalog),
             router: service.router(), logger: logger)
-        try await options.runUntilSignalled(
-            [
-                ClosingService(pool == nil ? "catalog.sqlite" : "catalog database", logger: logger) {
-                    listener?.stop()
-                    try store.close()
-                },
-                server,
-            ],
-            logger: logger)
+        // Resources first: the group stops the server, then the listener, before closing the store.
+        let closing = ClosingService(pool == nil ? "catalog.sqlite" : "catalog database", logger: logger) { try store.close() }
+        try await options.runUntilSignalled([closing] + (listener.map { [$0] } ?? []) + [server], logger: logger)
     }
 }

@@ -27,6 +27,7 @@ public final class FulfillmentService: Sendable {
     /// Notifications recorded by `receiveNotification {processLater}` wait here for the four processors; when it
     /// is full they are left `pending` and due now, for the inbox worker.
     let laterQueue: AsyncStream<InboxEntry>.Continuation
+    let laterEntries: AsyncStream<InboxEntry>
     /// What products grant, as the catalog said a moment ago.
     let grantRuleCache: GrantRuleCache
     /// Each account's budget of App Store Server API calls (`FulfillmentConfiguration.appleCallBurst`).
@@ -55,19 +56,24 @@ public final class FulfillmentService: Sendable {
             now: { Double(clock.nowMs) / 1000 })
         let (stream, continuation) = AsyncStream<InboxEntry>.makeStream(bufferingPolicy: .bufferingOldest(1_000))
         self.laterQueue = continuation
-        let queue = stream
-        // Processing mostly waits on the App Store Server API: a few at once.
-        for _ in 0..<4 {
-            Task { [weak self] in
-                for await entry in queue {
-                    guard let self else { return }
-                    _ = await self.process(entry)
+        self.laterEntries = stream
+    }
+
+    deinit { laterQueue.finish() }
+
+    /// Processes the notifications recorded with `processLater`, four at a time (processing mostly waits on the App
+    /// Store Server API), until the task is cancelled. The executable runs it inside `InboxWorker` (so the service
+    /// group starts and stops it); a notification it has not reached when it stops stays `pending` in the inbox, due
+    /// for the worker.
+    public func processLaterQueue() async {
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    for await entry in self.laterEntries { _ = await self.process(entry) }
                 }
             }
         }
     }
-
-    deinit { laterQueue.finish() }
 
     // MARK: redeem / restore
 

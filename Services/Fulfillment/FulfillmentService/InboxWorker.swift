@@ -1,11 +1,12 @@
 import Logging
 import ServiceLifecycle
 
-/// Processes the notification inbox's due entries every `interval` until graceful shutdown (retries of
-/// notifications whose first processing failed, and ones left by a process that died mid-way, after their
-/// lease), the outbox (`deliverOutbox`: woken right after a commit that owes something), and, every `reconcileInterval`, a
-/// reconciliation with Apple (`reconcile`: Notification History and the subscription status sweep). Listed after the store and before the server in the executable's group, so it stops before the
-/// database closes.
+/// Fulfillment's background work, under the executable's service group (which starts and stops it): the notifications
+/// recorded to be processed later (`processLaterQueue`); every `interval`, the inbox's due entries (retries of
+/// notifications whose first processing failed, and ones left by a process that died mid-way, after their lease) and
+/// the outbox (`deliverOutbox`, also woken right after a commit that owes something); and, every `reconcileInterval`,
+/// a reconciliation with Apple (`reconcile`: Notification History and the subscription status sweep). Listed after
+/// the store and before the server in the executable's group, so it stops before the database closes.
 public struct InboxWorker: Service {
     let service: FulfillmentService
     let interval: Duration
@@ -23,30 +24,39 @@ public struct InboxWorker: Service {
 
     public func run() async throws {
         await cancelWhenGracefulShutdown {
-            var nextReconcile = ContinuousClock.now
-            while !Task.isCancelled {
-                if let every = self.reconcileInterval, ContinuousClock.now >= nextReconcile {
-                    nextReconcile = ContinuousClock.now + every
-                    do {
-                        _ = try await self.service.reconcile()  // its report is for callers of fulfillment.reconcile
-                    } catch {
-                        self.logger.warning("reconciliation with Apple failed; will try at the next interval", metadata: ["error": "\(error)"])
-                    }
-                }
-                do {
-                    // Whole batches mean more is due: keep going until the backlog is drained.
-                    while try await self.service.processDueNotifications() == 100, !Task.isCancelled {}
-                } catch {
-                    self.logger.warning("the notification inbox could not be read; will try again", metadata: ["error": "\(error)"])
-                }
-                do {
-                    while try await self.service.deliverOutbox() == 100, !Task.isCancelled {}
-                } catch {
-                    self.logger.warning("the outbox could not be read; will try again", metadata: ["error": "\(error)"])
-                }
-                // Woken early by a commit that owes something (its first attempt follows at once).
-                await self.service.outboxWakeup.wait(upTo: self.interval)
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await self.service.processLaterQueue() }
+                await self.drain()
+                group.cancelAll()
             }
+        }
+    }
+
+    /// Every `interval` (or at once when a commit owes something): due notifications, the outbox, reconciliation.
+    private func drain() async {
+        var nextReconcile = ContinuousClock.now
+        while !Task.isCancelled {
+            if let every = self.reconcileInterval, ContinuousClock.now >= nextReconcile {
+                nextReconcile = ContinuousClock.now + every
+                do {
+                    _ = try await self.service.reconcile()  // its report is for callers of fulfillment.reconcile
+                } catch {
+                    self.logger.warning("reconciliation with Apple failed; will try at the next interval", metadata: ["error": "\(error)"])
+                }
+            }
+            do {
+                // Whole batches mean more is due: keep going until the backlog is drained.
+                while try await self.service.processDueNotifications() == 100, !Task.isCancelled {}
+            } catch {
+                self.logger.warning("the notification inbox could not be read; will try again", metadata: ["error": "\(error)"])
+            }
+            do {
+                while try await self.service.deliverOutbox() == 100, !Task.isCancelled {}
+            } catch {
+                self.logger.warning("the outbox could not be read; will try again", metadata: ["error": "\(error)"])
+            }
+            // Woken early by a commit that owes something (its first attempt follows at once).
+            await self.service.outboxWakeup.wait(upTo: self.interval)
         }
     }
 }
