@@ -131,8 +131,10 @@ if [[ ! -s $IAP_DATA_DIR/content/levels-pack-1.zip ]]; then
   head -c $((4 << 20)) /dev/urandom >"$IAP_DATA_DIR/content/levels-pack-1.zip"
 fi
 
-echo "building (release)..."
-compose/build.sh >/dev/null  # every service and the iap client, as compose/Dockerfile builds them
+echo "building (release; the first build takes 15-20 minutes on 2 cores, later ones seconds)..."
+# Every service and the iap client, as compose/Dockerfile builds them, with a line per tenth of each product's build
+# (the compiler's own output goes to $IAP_DATA_DIR/build.log).
+IAP_BUILD_PROGRESS=1 IAP_BUILD_LOG="$IAP_DATA_DIR/build.log" compose/build.sh >/dev/null
 bin=$(swift build -c release --show-bin-path)
 
 pids=()
