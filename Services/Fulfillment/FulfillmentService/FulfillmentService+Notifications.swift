@@ -27,8 +27,9 @@ extension FulfillmentService {
                 status: answer.status, reason: answer.reason ?? "invalidNotification",
                 detail: "the notification failed verification (status \(answer.status))")
         }
+        let decoded = AppleNotification(notification)
         let uuid =
-            notification["notificationUUID"]?.stringValue
+            decoded.notificationUUID
             ?? SHA256.hash(data: Array(p.signedPayload.utf8)).map { String(format: "%02x", $0) }.joined()
         // Applied before the inbox existed (an older version of this service).
         if try await storeCall({ try await self.store.notificationWasApplied(uuid) }) {
@@ -36,13 +37,13 @@ extension FulfillmentService {
         }
         let now = clock.nowMs
         let entry = InboxEntry(
-            notificationUUID: uuid, notificationType: notification["notificationType"]?.stringValue ?? "",
-            subtype: notification["subtype"]?.stringValue, signedDateMs: notification["signedDate"]?.millisecondsValue,
+            notificationUUID: uuid, notificationType: decoded.type.rawValue, subtype: decoded.subtype?.rawValue,
+            signedDateMs: decoded.signedDateMs,
             signedPayload: p.signedPayload, notification: (try? JSONByteEncoder.encode(notification)) ?? [],
             // Leased to this call for a minute: the inbox worker leaves it alone while it is processed here,
             // and picks it up if this process dies first.
             receivedAtMs: now, nextAttemptAtMs: now + configuration.inboxLeaseMs,
-            originalTransactionId: notification["data"]?["transactionInfo"]?["originalTransactionId"]?.stringValue)
+            originalTransactionId: decoded.transaction?.originalTransactionId)
         let recorded = try await storeCall { try await self.store.recordNotification(entry) }
         guard recorded.isNew else {
             logger.info("notification delivered again", metadata: ["notificationUUID": "\(uuid)", "state": "\(recorded.entry.state)"])
@@ -147,25 +148,26 @@ extension FulfillmentService {
     /// CONSUMPTION_REQUEST is answered when the account consented. TEST, EXTERNAL_PURCHASE_TOKEN,
     /// RENEWAL_EXTENSION (a mass extension's summary or failure) and types Apple may add are ignored, the
     /// reason kept (`NotificationDisposition`).
-    func act(on notification: JSONValue, entry: InboxEntry) async throws(RPCError) -> ActOutcome {
-        let type = notification["notificationType"]?.stringValue ?? ""
-        let disposition = NotificationDisposition.of(type: type, subtype: notification["subtype"]?.stringValue)
+    func act(on payload: JSONValue, entry: InboxEntry) async throws(RPCError) -> ActOutcome {
+        let notification = AppleNotification(payload)
+        let type = notification.type.rawValue
+        if case .unknown(let raw) = notification.type {
+            logger.notice("a notification type this version does not know; ignored", metadata: ["type": "\(raw)"])
+        }
+        let disposition = NotificationDisposition.of(type: type, subtype: notification.subtype?.rawValue)
         if case .ignore(let reason) = disposition { return .ignored(reason) }
-        let data = notification["data"]
         var renewalKept = false
-        if let info = data?["renewalInfo"],
-            let state = RenewalState(renewalInfo: info, fallbackSignedDateMs: notification["signedDate"]?.millisecondsValue)
-        {
+        if let info = notification.renewalInfo, let state = RenewalState(info, fallbackSignedDateMs: notification.signedDateMs) {
             renewalKept = try await storeCall { try await self.store.recordRenewal(state) }
         }
-        guard let info = data?["transactionInfo"],
-            let snapshot = VerifiedPurchase.fromSignedTransaction(info, environment: data?["environment"]?.stringValue)
+        guard let transaction = notification.transaction,
+            let snapshot = VerifiedPurchase(transaction, environment: notification.environment)
         else { return .ignored("no transaction in the notification") }
         let now = clock.nowMs
         let outcome: ActOutcome
         switch disposition {
         case .bringToAppleState:
-            let reason = type == "REVOKE" ? "revoked" : "refunded"
+            let reason = notification.type == .revoke ? "revoked" : "refunded"
             if let current = try await currentFromApple(snapshot.transactionId) {
                 outcome = try await bringToAppleState(current, reason: reason, reinstates: true, nowMs: now)
             } else if let superseded = try await supersededReason(entry) {
@@ -173,13 +175,13 @@ extension FulfillmentService {
             } else {
                 // From the signed snapshot alone, only a reversal gives back what a refund took: an older purchase or
                 // renewal notice arriving late says nothing about a refund that came after it.
-                outcome = try await bringToAppleState(snapshot, reason: reason, reinstates: type == "REFUND_REVERSED", nowMs: now)
+                outcome = try await bringToAppleState(snapshot, reason: reason, reinstates: notification.type == .refundReversed, nowMs: now)
             }
         case .record:
             outcome = .applied
         case .answerConsumptionRequest:
             let answered = try await answerConsumptionRequest(
-                snapshot, signedDateMs: notification["signedDate"]?.millisecondsValue ?? now, nowMs: now)
+                snapshot, signedDateMs: notification.signedDateMs ?? now, nowMs: now)
             outcome = answered ? .applied : .ignored("not answered: no consent, outside Apple's window, or not a purchase made here")
         case .moveSubscriptionEnd:
             guard let expires = snapshot.expiresDateMs else { return .ignored("no expiry") }

@@ -52,8 +52,8 @@ extension FulfillmentService {
     /// when it bought, and Apple's notifications keep following it.
     private func tie(_ item: OutboxItem, internalToken: String) async throws(RPCError) {
         let current = try await dependencies.transactionInfo(item.key, internalToken: internalToken)
-        if let held = current.transaction?["appAccountToken"]?.stringValue, !held.isEmpty {
-            if held.lowercased() != item.payload {
+        if let held = current.transaction.flatMap(AppleTransaction.init)?.appAccountToken, !held.isEmpty {
+            if held != item.payload {
                 logger.notice(
                     "a purchase redeemed here carries another appAccountToken at Apple; left as Apple has it",
                     metadata: ["originalTransactionId": "\(item.key)"])

@@ -195,9 +195,7 @@ extension FulfillmentService {
                 if let state = RenewalState(renewalInfo: status.renewalInfo, fallbackSignedDateMs: nil) {
                     changed = try await storeCall { try await self.store.recordRenewal(state) } || changed
                 }
-                if let purchase = VerifiedPurchase.fromSignedTransaction(
-                    status.transaction, environment: status.transaction["environment"]?.stringValue)
-                {
+                if let purchase = AppleTransaction(status.transaction).flatMap({ VerifiedPurchase($0, environment: nil) }) {
                     if purchase.cancellationDateMs != nil {
                         let outcome = try await storeCall {
                             try await self.store.revoke(transactionId: purchase.transactionId, reason: "refunded", nowMs: now)

@@ -58,34 +58,21 @@ public struct VerifiedPurchase: Sendable, Equatable {
         return purchases.sorted { ($0.purchaseDateMs, $0.transactionId) < ($1.purchaseDateMs, $1.transactionId) }
     }
 
-    /// A verified StoreKit 2 transaction payload (Apple's field names; dates in ms).
-    /// nil when it lacks ids or a known environment (`Production`, `Sandbox`, `Xcode`/`LocalTesting`).
-    static func fromSignedTransaction(_ payload: JSONValue, environment: String?) -> VerifiedPurchase? {
-        guard let transactionId = Self.string(payload["transactionId"]), let productId = payload["productId"]?.stringValue,
-            !transactionId.isEmpty, !productId.isEmpty
-        else { return nil }
-        let claimed = environment ?? payload["environment"]?.stringValue
+    /// A verified StoreKit 2 transaction. `environment`: the one verification vouched for (else the transaction's
+    /// own). nil without a known environment (`Production`, `Sandbox`, `Xcode`/`LocalTesting`).
+    init?(_ transaction: AppleTransaction, environment: String?) {
         let known = ["Production": "Production", "Sandbox": "Sandbox", "Xcode": "Xcode", "LocalTesting": "Xcode"]
-        guard let environment = claimed.flatMap({ known[$0] }) else { return nil }
-        return VerifiedPurchase(
-            environment: environment,
-            transactionId: transactionId,
-            originalTransactionId: Self.string(payload["originalTransactionId"]) ?? transactionId,
-            productId: productId,
-            quantity: max(1, payload["quantity"]?.intValue ?? 1),
-            purchaseDateMs: payload["purchaseDate"]?.millisecondsValue ?? 0,
-            expiresDateMs: payload["expiresDate"]?.millisecondsValue,
-            cancellationDateMs: payload["revocationDate"]?.millisecondsValue,
-            appAccountToken: payload["appAccountToken"]?.stringValue?.lowercased())
+        guard let environment = (environment ?? transaction.environment).flatMap({ known[$0] }) else { return nil }
+        self.init(
+            environment: environment, transactionId: transaction.transactionId, originalTransactionId: transaction.originalTransactionId,
+            productId: transaction.productId, quantity: transaction.quantity, purchaseDateMs: transaction.purchaseDateMs,
+            expiresDateMs: transaction.expiresDateMs, cancellationDateMs: transaction.revocationDateMs,
+            appAccountToken: transaction.appAccountToken)
     }
 
-    /// Apple sends ids as strings; accept numbers too.
-    private static func string(_ value: JSONValue?) -> String? {
-        switch value {
-        case .string(let s)?: return s
-        case .int(let i)?: return String(i)
-        default: return nil
-        }
+    /// A verified transaction payload as verification answers it, decoded once (`AppleTransaction`).
+    static func fromSignedTransaction(_ payload: JSONValue, environment: String?) -> VerifiedPurchase? {
+        AppleTransaction(payload).flatMap { VerifiedPurchase($0, environment: environment) }
     }
 }
 

@@ -51,10 +51,9 @@ extension FulfillmentService {
             }
             var found: [String: String] = [:]
             for answer in answers where answer.status == 0 {
-                guard let transaction = answer.transaction, let original = transaction["originalTransactionId"]?.stringValue,
-                    latest[original] != nil
+                guard let transaction = answer.transaction.flatMap(AppleTransaction.init), latest[transaction.originalTransactionId] != nil
                 else { continue }
-                found[original] = transaction["appAccountToken"]?.stringValue?.lowercased() ?? ""
+                found[transaction.originalTransactionId] = transaction.appAccountToken ?? ""
             }
             for original in unknown {
                 let token = found[original] ?? ""

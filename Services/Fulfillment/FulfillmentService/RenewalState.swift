@@ -30,15 +30,17 @@ public struct RenewalState: Sendable, Equatable {
     }
 
     /// From verified renewal info (Apple's field names); `fallbackSignedDateMs` when it carries no signedDate.
-    public init?(renewalInfo info: JSONValue, fallbackSignedDateMs: Int64?) {
-        guard let original = info["originalTransactionId"]?.stringValue, let signed = info["signedDate"]?.millisecondsValue ?? fallbackSignedDateMs
-        else { return nil }
+    public init?(renewalInfo payload: JSONValue, fallbackSignedDateMs: Int64?) {
+        guard let info = AppleRenewalInfo(payload) else { return nil }
+        self.init(info, fallbackSignedDateMs: fallbackSignedDateMs)
+    }
+
+    public init?(_ info: AppleRenewalInfo, fallbackSignedDateMs: Int64?) {
+        guard let signed = info.signedDateMs ?? fallbackSignedDateMs else { return nil }
         self.init(
-            originalTransactionId: original, autoRenew: info["autoRenewStatus"]?.intValue == 1,
-            autoRenewProductId: info["autoRenewProductId"]?.stringValue, inBillingRetry: info["isInBillingRetryPeriod"]?.boolValue ?? false,
-            gracePeriodExpiresAtMs: info["gracePeriodExpiresDate"]?.millisecondsValue,
-            expirationIntent: info["expirationIntent"]?.intValue.map(Int.init),
-            priceIncreaseStatus: info["priceIncreaseStatus"]?.intValue.map(Int.init), signedDateMs: signed)
+            originalTransactionId: info.originalTransactionId, autoRenew: info.autoRenew, autoRenewProductId: info.autoRenewProductId,
+            inBillingRetry: info.inBillingRetry, gracePeriodExpiresAtMs: info.gracePeriodExpiresDateMs,
+            expirationIntent: info.expirationIntent, priceIncreaseStatus: info.priceIncreaseStatus, signedDateMs: signed)
     }
 
     /// What an app shows: will it renew, is the charge being retried, until when access continues.
