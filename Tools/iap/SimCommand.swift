@@ -20,16 +20,12 @@ struct SimCommand: AsyncParsableCommand {
         @Option(name: .customLong("bundle-id"), help: "App bundle id (default: the first of IAP_BUNDLE_IDS, else com.example.game).")
         var bundleIdOption: String?
         @Option(help: "production (default) or sandbox: the App Store environment of purchases, receipts and restores.")
-        var environment: String = "production"
+        var environment: SimEnvironment = .production
         @Flag(help: "Print the simulator's answer as JSON.") var json = false
 
         var bundleId: String { bundleIdOption ?? defaultBundleId() }
 
-        func validate() throws {
-            guard SimEnvironment(rawValue: environment) != nil else { throw ValidationError("--environment must be production or sandbox") }
-        }
-
-        var simEnvironment: SimEnvironment { SimEnvironment(rawValue: environment) ?? .production }
+        var simEnvironment: SimEnvironment { environment }
         var receiptOptions: SimReceiptOptions { SimReceiptOptions(environment: simEnvironment) }
 
     }
@@ -392,3 +388,6 @@ func defaultBundleId() -> String {
     ProcessInfo.processInfo.environment["IAP_BUNDLE_IDS"]?.split(separator: ",").first
         .map { $0.trimmingCharacters(in: .whitespaces) }.flatMap { $0.isEmpty ? nil : $0 } ?? "com.example.game"
 }
+
+// `--environment` takes exactly production or sandbox; ArgumentParser refuses any other spelling, listing both.
+extension SimEnvironment: ExpressibleByArgument {}

@@ -408,7 +408,7 @@ struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
         try Row.fetchOne(
             db.cachedStatement(sql: "SELECT accountId, scope FROM ownership WHERE originalTransactionId = ?"),
             arguments: [original]
-        ).map { Holder(accountId: $0["accountId"], scope: Self.scope($0["scope"])) }
+        ).map { Holder(accountId: $0["accountId"], scope: try Self.scope($0["scope"])) }
     }
 
     func bind(_ p: VerifiedPurchase, to holder: Holder, nowMs: Int64) throws {
@@ -441,7 +441,7 @@ struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
                     """), arguments: [transactionId]
         ).map {
             ProcessedTransaction(
-                environment: $0["environment"], holder: Holder(accountId: $0["accountId"], scope: Self.scope($0["scope"])),
+                environment: $0["environment"], holder: Holder(accountId: $0["accountId"], scope: try Self.scope($0["scope"])),
                 originalTransactionId: $0["originalTransactionId"], productId: $0["productId"], grantKind: $0["grantKind"],
                 coinsGranted: $0["coinsGranted"], revokedAtMs: $0["revokedAtMs"])
         }
@@ -558,12 +558,16 @@ struct SQLiteFulfillmentTransaction: FulfillmentTransaction {
         }
     }
 
-    private static func scope(_ raw: String) -> AccountScope { AccountScope(rawValue: raw) ?? .production }
+    /// A stored scope; the schema admits only the two, so anything else is a damaged row, never Production.
+    private static func scope(_ raw: String) throws -> AccountScope {
+        guard let scope = AccountScope(rawValue: raw) else { throw StoredValueInvalid(column: "scope", value: raw) }
+        return scope
+    }
 
-    private static func entitlementRecord(_ row: Row) -> EntitlementRecord {
+    private static func entitlementRecord(_ row: Row) throws -> EntitlementRecord {
         EntitlementRecord(
             environment: row["environment"], originalTransactionId: row["originalTransactionId"],
-            holder: Holder(accountId: row["accountId"], scope: scope(row["scope"])), entitlement: row["entitlement"],
+            holder: Holder(accountId: row["accountId"], scope: try scope(row["scope"])), entitlement: row["entitlement"],
             productId: row["productId"], startsAtMs: row["startsAtMs"], expiresAtMs: row["expiresAtMs"],
             revokedAtMs: row["revokedAtMs"])
     }

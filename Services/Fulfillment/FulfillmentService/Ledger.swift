@@ -154,6 +154,13 @@ public struct RecordedSpend: Sendable, Equatable {
 }
 
 /// A write refused because an amount is outside `CoinLimits`' bounds; nothing was committed.
+/// A value read from the database that the schema should never have admitted: the read fails rather than guess.
+public struct StoredValueInvalid: Error, Sendable, CustomStringConvertible {
+    public let column: String
+    public let value: String
+    public var description: String { "stored \(column) \(value.debugDescription) is not one this version knows" }
+}
+
 public enum LedgerLimit: Error, Sendable {
     case grantTooLarge
     case balanceOutOfRange

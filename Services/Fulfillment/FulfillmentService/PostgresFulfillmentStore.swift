@@ -527,7 +527,10 @@ struct PostgresFulfillmentTransaction: FulfillmentTransaction {
     }
 
     private static func holder(_ row: PostgresRandomAccessRow) throws -> Holder {
-        Holder(accountId: try row.get("account_id"), scope: AccountScope(rawValue: try row.get("scope")) ?? .production)
+        let raw: String = try row.get("scope")
+        // The schema admits only the two scopes: anything else is a damaged row, never Production.
+        guard let scope = AccountScope(rawValue: raw) else { throw StoredValueInvalid(column: "scope", value: raw) }
+        return Holder(accountId: try row.get("account_id"), scope: scope)
     }
 
     private static func entitlementRecord(_ row: PostgresRandomAccessRow) throws -> EntitlementRecord {

@@ -48,14 +48,14 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         help:
             "When another account presents a purchase already bound to an account: refuse (default) or transfer (moves the entitlement, never coins)."
     )
-    var ownershipPolicy: String = "refuse"
+    var ownershipPolicy: OwnershipPolicy = .refuse
 
     @Option(
         name: .customLong("sandbox-policy"),
         help:
             "What Sandbox, TestFlight and Xcode purchases grant: isolate (default: a separate Sandbox balance, ledger and entitlements per account), refuse (nothing: outcome wrongEnvironment) or grant (into Production like real purchases: development only, never in production)."
     )
-    var sandboxPolicy: String = "isolate"
+    var sandboxPolicy: SandboxPolicy = .isolate
 
     @Option(name: .customLong("dependency-timeout-ms"), help: "Deadline for each call to accounts, verification or catalog. Default 3000.")
     var dependencyTimeoutMs: Int64 = 3000
@@ -113,12 +113,6 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard (10...86_400).contains(contentURLLifetime) else { throw ValidationError("--content-url-lifetime must be 10-86400 seconds") }
-        guard OwnershipPolicy(rawValue: ownershipPolicy) != nil else {
-            throw ValidationError("--ownership-policy must be refuse or transfer")
-        }
-        guard SandboxPolicy(rawValue: sandboxPolicy) != nil else {
-            throw ValidationError("--sandbox-policy must be isolate, refuse or grant")
-        }
         guard (50...60_000).contains(dependencyTimeoutMs) else { throw ValidationError("--dependency-timeout-ms must be 50-60000") }
         guard (0...60_000).contains(catalogCacheMs) else { throw ValidationError("--catalog-cache-ms must be 0-60000") }
     }
@@ -127,8 +121,8 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         let logger = options.logger(label: "fulfillment")
         var config = FulfillmentConfiguration()
         config.adminToken = try Environment.token(adminToken, flagName: "--admin-token", env: "IAP_ADMIN_TOKEN")
-        config.ownershipPolicy = OwnershipPolicy(rawValue: ownershipPolicy)!
-        config.sandboxPolicy = SandboxPolicy(rawValue: sandboxPolicy)!
+        config.ownershipPolicy = ownershipPolicy
+        config.sandboxPolicy = sandboxPolicy
         if config.sandboxPolicy == .grant {
             logger.critical(
                 "--sandbox-policy grant: Sandbox, TestFlight and Xcode purchases (free to make) grant real coins and entitlements. Development only")
@@ -211,3 +205,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
             ], logger: logger)
     }
 }
+
+// The policies' flags take exactly their names; ArgumentParser refuses any other spelling, listing the names.
+extension OwnershipPolicy: ExpressibleByArgument {}
+extension SandboxPolicy: ExpressibleByArgument {}
