@@ -66,9 +66,9 @@ import Testing
             #expect(pending.notifications[0].lastError != nil)
 
             // Not due yet: the worker leaves it; past its backoff with catalog still down: attempt 2.
-            #expect(try await suite.service.processDueNotifications() == 0)
+            #expect(try await suite.service.notifications.processDueNotifications() == 0)
             suite.clock.advance(ms: 5_000)
-            #expect(try await suite.service.processDueNotifications() == 1)
+            #expect(try await suite.service.notifications.processDueNotifications() == 1)
 
             // Catalog back: the executable's inbox worker grants the renewal at its next due attempt, once.
             try await suite.restartService("catalog")
@@ -111,14 +111,14 @@ import Testing
                 await suite.stopService("catalog")
                 #expect(try await Self.deliver(base, renewal) == 200)
                 suite.clock.advance(ms: 5_000)
-                #expect(try await suite.service.processDueNotifications() == 1)
+                #expect(try await suite.service.notifications.processDueNotifications() == 1)
                 let parked = try await suite.fulfillment.call(
                     FulfillmentListNotifications.self, .init(adminToken: SuiteFixture.adminToken, state: .parked))
                 let uuid = try #require(parked.notifications.first?.notificationUUID)
                 #expect(parked.notifications.count == 1 && parked.notifications[0].attempts == 2)
                 // Parked is out of the worker's way: nothing is due however late it gets.
                 suite.clock.advance(ms: 86_400_000)
-                #expect(try await suite.service.processDueNotifications() == 0)
+                #expect(try await suite.service.notifications.processDueNotifications() == 0)
 
                 try await suite.restartService("catalog")
                 let retried = try await suite.fulfillment.call(
@@ -186,7 +186,7 @@ import Testing
             #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox") == 1, "recorded before the answer")
             // Whatever the processor after the answer has done by now, the worker's pass after the lease ends the same.
             suite.clock.advance(ms: 61_000)
-            _ = try await suite.service.processDueNotifications()
+            _ = try await suite.service.notifications.processDueNotifications()
             #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox WHERE state = 'applied'") == 1)
             #expect(try await suite.balance(alice.session) == 0)
             #expect(try await suite.count("SELECT COUNT(*) FROM ledger WHERE kind = 'reversal'") == 1)

@@ -154,15 +154,15 @@ import Testing
             // Apple answers slowly (each App Store Server API call takes 300 ms), so the run is still going when the
             // second call comes.
             _ = try await suite.simulator.call(SimSetFault.self, .init(mode: .slow, delayMs: 300))
-            let caller = Task { try await suite.service.reconcile(notificationHistory: true, subscriptionStatuses: false) }
+            let caller = Task { try await suite.service.support.reconcile(notificationHistory: true, subscriptionStatuses: false) }
             caller.cancel()  // gives up at once
-            let joined = try await suite.service.reconcile(notificationHistory: true, subscriptionStatuses: false)
+            let joined = try await suite.service.support.reconcile(notificationHistory: true, subscriptionStatuses: false)
             let abandoned = try await caller.value
             #expect(abandoned.notificationsTakenIn == 3 && abandoned == joined, "\(abandoned) / \(joined)")
             _ = try await suite.simulator.call(SimSetFault.self, .init(mode: .none))
             #expect(try await suite.balance(ri.session) == 300)
             // Once it has ended, the next call is a run of its own (and finds nothing new).
-            let next = try await suite.service.reconcile(notificationHistory: true, subscriptionStatuses: false)
+            let next = try await suite.service.support.reconcile(notificationHistory: true, subscriptionStatuses: false)
             #expect(next.notificationsTakenIn == 0 && next.notificationsSeen == 3)
         }
     }

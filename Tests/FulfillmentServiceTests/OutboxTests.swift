@@ -32,12 +32,12 @@ import Testing
             let start = suite.clock.nowMs
             var failures = 0
             while suite.clock.nowMs - start < 2 * 3_600_000 {
-                #expect(try await suite.service.deliverOutbox() == 1)
+                #expect(try await suite.service.outbox.deliverOutbox() == 1)
                 failures += 1
                 let item = try #require(try await Self.outbox(suite).items.first)
                 #expect(
                     item.attempts == failures && item.lastError != nil && item.kind == "appAccountToken" && item.key == pack.originalTransactionId)
-                #expect(try await suite.service.deliverOutbox() == 0, "not due before its next attempt")
+                #expect(try await suite.service.outbox.deliverOutbox() == 0, "not due before its next attempt")
                 suite.clock.advance(ms: item.nextAttemptAtMs - suite.clock.nowMs)
             }
             #expect(failures > 10)
@@ -46,7 +46,7 @@ import Testing
             // Hourly at most: the receiver is back, the next attempt delivers.
             #expect(try #require(waiting.items.first).nextAttemptAtMs - suite.clock.nowMs <= 3_600_000)
             try await suite.restartVerification()
-            #expect(try await suite.service.deliverOutbox() == 1)
+            #expect(try await suite.service.outbox.deliverOutbox() == 1)
             #expect(try await Self.tokenAtApple(suite, pack.transactionId) == ivy.appAccountToken.lowercased())
             let after = try await Self.outbox(suite)
             #expect(after.total == 0 && after.items.isEmpty && after.oldestAgeMs == nil)

@@ -43,7 +43,7 @@ import Testing
             #expect(looked.lines.map(\.ownerAccountId) == [nil])
             let granted = try await Self.grant(suite, orderId, to: "Dana")
             #expect(granted.accountId == dana.accountId && granted.results.map(\.outcome) == [.granted])
-            #expect(try await suite.service.deliverOutbox() == 1)
+            #expect(try await suite.service.outbox.deliverOutbox() == 1)
             #expect(try await suite.entitlements(dana.session).map(\.entitlement) == ["castle"])
             // Tied to her account at Apple: Apple's copy now carries her appAccountToken.
             #expect(try await Self.transactionInfo(suite, pack.transactionId)?["appAccountToken"]?.stringValue == dana.appAccountToken.lowercased())
@@ -75,8 +75,8 @@ import Testing
             _ = try await suite.redeem(fay.session, receipt: pack.receiptData)
             // Not in the redeem's path: the outbox makes the tie (the service's worker every 5 s; here, now).
             #expect(try await Self.transactionInfo(suite, pack.transactionId)?["appAccountToken"] == nil)
-            #expect(try await suite.service.deliverOutbox() == 1)
-            #expect(try await suite.service.deliverOutbox() == 0, "done once")
+            #expect(try await suite.service.outbox.deliverOutbox() == 1)
+            #expect(try await suite.service.outbox.deliverOutbox() == 0, "done once")
             #expect(try await Self.transactionInfo(suite, pack.transactionId)?["appAccountToken"]?.stringValue == fay.appAccountToken.lowercased())
             // Apple's refund notification now names fay's account, and revokes her pack.
             let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "fay@icloud", transactionId: pack.transactionId))
@@ -128,7 +128,7 @@ import Testing
                 .init(
                     internalToken: SuiteFixture.internalToken, originalTransactionId: pack.originalTransactionId,
                     appAccountToken: buyer.appAccountToken))
-            #expect(try await suite.service.deliverOutbox() == 1)
+            #expect(try await suite.service.outbox.deliverOutbox() == 1)
             #expect(
                 try await Self.transactionInfo(suite, pack.transactionId)?["appAccountToken"]?.stringValue == buyer.appAccountToken.lowercased(),
                 "Apple still names the buyer")
@@ -142,11 +142,11 @@ import Testing
             let pack = try await suite.buy("hal@icloud", "pack.castle")
             _ = try await suite.redeem(hal.session, receipt: pack.receiptData)
             await suite.stopVerification()
-            #expect(try await suite.service.deliverOutbox() == 1, "tried, and failed")
-            #expect(try await suite.service.deliverOutbox() == 0, "not due again before its retry")
+            #expect(try await suite.service.outbox.deliverOutbox() == 1, "tried, and failed")
+            #expect(try await suite.service.outbox.deliverOutbox() == 0, "not due again before its retry")
             try await suite.restartVerification()
             suite.clock.advance(ms: 5_000)
-            #expect(try await suite.service.deliverOutbox() == 1)
+            #expect(try await suite.service.outbox.deliverOutbox() == 1)
             #expect(try await Self.transactionInfo(suite, pack.transactionId)?["appAccountToken"]?.stringValue == hal.appAccountToken.lowercased())
             #expect(try await suite.count("SELECT COUNT(*) FROM outbox") == 0)
         }

@@ -37,7 +37,7 @@ import Testing
                 _ = try await suite.fulfillment.call(
                     FulfillmentReceiveNotification.self, .init(signedPayload: notification, internalToken: SuiteFixture.internalToken))
             }
-            _ = try await suite.service.processDueNotifications()
+            _ = try await suite.service.notifications.processDueNotifications()
             #expect(try await suite.balance(mallory.session, .production) == 0)
             #expect(try await suite.balance(mallory.session, .sandbox) == 0)
             #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 0)
@@ -68,7 +68,7 @@ import Testing
                     signedDateMs: now, signedPayload: signed, notification: Array(try JSONSerialization.data(withJSONObject: decoded)),
                     receivedAtMs: now, nextAttemptAtMs: now, originalTransactionId: "9000002"))
             #expect(recorded.isNew)
-            #expect(try await suite.service.processDueNotifications() == 1)
+            #expect(try await suite.service.notifications.processDueNotifications() == 1)
             #expect(try await suite.balance(mallory.session, .production) == 0)
             #expect(try await suite.count("SELECT COUNT(*) FROM notificationInbox WHERE state = 'ignored'") == 1)
         }

@@ -3,7 +3,7 @@ import JSONRPC
 import RPCTransport
 
 extension FulfillmentService {
-    /// The `fulfillment.*` methods of the v1 contract, on this service.
+    /// The `fulfillment.*` methods of the contract, each answered by the part of fulfillment whose job it is.
     public func router() -> RPCRouter {
         var r = RPCRouter()
         r.register(FulfillmentRedeem.self) { p, _ in try await self.redeem(p, mode: .redeem) }
@@ -12,23 +12,23 @@ extension FulfillmentService {
         r.register(FulfillmentGetBalance.self) { p, _ in try await self.balance(p) }
         r.register(FulfillmentSpendCoins.self) { p, _ in try await self.spend(p) }
         r.register(FulfillmentListLedger.self) { p, _ in try await self.ledger(p) }
-        r.register(FulfillmentListContent.self) { p, _ in try await self.listContent(p) }
-        r.register(FulfillmentReadContent.self) { p, _ in try await self.readContent(p) }
-        r.register(FulfillmentContentURL.self) { p, _ in try await self.contentURL(p) }
-        r.register(FulfillmentApplyNotification.self) { p, _ in try await self.applyNotification(p) }
-        r.register(FulfillmentReceiveNotification.self) { p, _ in try await self.receiveNotification(p) }
-        r.register(FulfillmentListNotifications.self) { p, _ in try await self.listNotifications(p) }
-        r.register(FulfillmentListOutbox.self) { p, _ in try await self.listOutbox(p) }
-        r.register(FulfillmentRetryNotification.self) { p, _ in try await self.retryNotification(p) }
-        r.register(FulfillmentLookUpOrder.self) { p, _ in try await self.lookUpOrder(p) }
-        r.register(FulfillmentListAudit.self) { p, _ in try await self.listAudit(p) }
-        r.register(FulfillmentGrantOrder.self) { p, _ in try await self.grantOrder(p) }
-        r.register(FulfillmentExtendSubscription.self) { p, _ in try await self.extendSubscription(p) }
-        r.register(FulfillmentReconcile.self) { p, _ in try await self.reconcile(p) }
-        r.register(FulfillmentOfferEligibility.self) { p, _ in try await self.offerEligibility(p) }
-        r.register(FulfillmentSignOffer.self) { p, _ in try await self.signOffer(p) }
+        r.register(FulfillmentListContent.self) { p, _ in try await self.contentDesk.listContent(p) }
+        r.register(FulfillmentReadContent.self) { p, _ in try await self.contentDesk.readContent(p) }
+        r.register(FulfillmentContentURL.self) { p, _ in try await self.contentDesk.contentURL(p) }
+        r.register(FulfillmentApplyNotification.self) { p, _ in try await self.notifications.applyNotification(p) }
+        r.register(FulfillmentReceiveNotification.self) { p, _ in try await self.notifications.receiveNotification(p) }
+        r.register(FulfillmentListNotifications.self) { p, _ in try await self.notifications.listNotifications(p) }
+        r.register(FulfillmentListOutbox.self) { p, _ in try await self.outbox.listOutbox(p) }
+        r.register(FulfillmentRetryNotification.self) { p, _ in try await self.notifications.retryNotification(p) }
+        r.register(FulfillmentLookUpOrder.self) { p, _ in try await self.support.lookUpOrder(p) }
+        r.register(FulfillmentListAudit.self) { p, _ in try await self.support.listAudit(p) }
+        r.register(FulfillmentGrantOrder.self) { p, _ in try await self.support.grantOrder(p) }
+        r.register(FulfillmentExtendSubscription.self) { p, _ in try await self.support.extendSubscription(p) }
+        r.register(FulfillmentReconcile.self) { p, _ in try await self.support.reconcile(p) }
+        r.register(FulfillmentOfferEligibility.self) { p, _ in try await self.offers.offerEligibility(p) }
+        r.register(FulfillmentSignOffer.self) { p, _ in try await self.offers.signOffer(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in
-            try await self.revokeTransaction(p)
+            try await self.notifications.revokeTransaction(p)
             return EmptyResult()
         }
         return r

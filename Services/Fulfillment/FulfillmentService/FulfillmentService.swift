@@ -69,7 +69,7 @@ public final class FulfillmentService: Sendable {
         await withTaskGroup(of: Void.self) { group in
             for _ in 0..<4 {
                 group.addTask {
-                    for await entry in self.laterEntries { _ = await self.process(entry) }
+                    for await entry in self.laterEntries { _ = await self.notifications.process(entry) }
                 }
             }
         }

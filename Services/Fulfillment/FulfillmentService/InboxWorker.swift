@@ -39,19 +39,19 @@ public struct InboxWorker: Service {
             if let every = self.reconcileInterval, ContinuousClock.now >= nextReconcile {
                 nextReconcile = ContinuousClock.now + every
                 do {
-                    _ = try await self.service.reconcile()  // its report is for callers of fulfillment.reconcile
+                    _ = try await self.service.support.reconcile()  // its report is for callers of fulfillment.reconcile
                 } catch {
                     self.logger.warning("reconciliation with Apple failed; will try at the next interval", metadata: ["error": "\(error)"])
                 }
             }
             do {
                 // Whole batches mean more is due: keep going until the backlog is drained.
-                while try await self.service.processDueNotifications() == 100, !Task.isCancelled {}
+                while try await self.service.notifications.processDueNotifications() == 100, !Task.isCancelled {}
             } catch {
                 self.logger.warning("the notification inbox could not be read; will try again", metadata: ["error": "\(error)"])
             }
             do {
-                while try await self.service.deliverOutbox() == 100, !Task.isCancelled {}
+                while try await self.service.outbox.deliverOutbox() == 100, !Task.isCancelled {}
             } catch {
                 self.logger.warning("the outbox could not be read; will try again", metadata: ["error": "\(error)"])
             }

@@ -99,7 +99,10 @@ public enum OfferRules {
     }
 }
 
-extension FulfillmentService {
+/// Subscription offers: which the account's Apple customer may redeem, and their signatures.
+public struct OfferDesk: FulfillmentPart {
+    let service: FulfillmentService
+
     /// `fulfillment.offerEligibility`: each offer of the product, eligible or why not, and the introductory
     /// offer's eligibility signed for StoreKit when an offer key is configured and the customer is known (Apple's
     /// form names one of the customer's transactions; without it StoreKit decides from Apple's records).
@@ -216,8 +219,8 @@ extension FulfillmentService {
     {
         guard let token = configuration.internalToken else { return nil }
         let key = accountId + " " + customerTransactionId
-        if let known = appleHistoryCache.value(key, nowMs: nowMs) { return known }
-        if let wait = appleCalls.take(accountId, cost: Double(configuration.appleHistoryCost)) {
+        if let known = service.appleHistoryCache.value(key, nowMs: nowMs) { return known }
+        if let wait = service.appleCalls.take(accountId, cost: Double(configuration.appleHistoryCost)) {
             throw RPCError.rateLimited(
                 retryAfterMs: Int64((wait * 1000).rounded(.up)), detail: "this account's budget of calls to Apple is spent")
         }
@@ -231,7 +234,7 @@ extension FulfillmentService {
             answer.status == 0 ? answer.transaction.flatMap { VerifiedPurchase.fromSignedTransaction($0, environment: answer.environment) } : nil
         }
         let records = OfferRules.subscriptions(inAppleHistory: purchases, nowMs: nowMs)
-        appleHistoryCache.keep(records, for: key, nowMs: nowMs)
+        service.appleHistoryCache.keep(records, for: key, nowMs: nowMs)
         return records
     }
 }

@@ -8,7 +8,9 @@ import Receipts
 import ServiceSupport
 
 /// Content downloads: what an account's entitlements unlock, read in chunks or through a signed URL the edge serves.
-extension FulfillmentService {
+public struct ContentDesk: FulfillmentPart {
+    let service: FulfillmentService
+
     // MARK: content
 
     /// The scope whose entitlements unlock content: Sandbox ones (TestFlight, Xcode: free to buy) only with
@@ -28,7 +30,7 @@ extension FulfillmentService {
         let account = try await dependencies.authenticate(p.session)
         var items: [ContentItem] = []
         for (contentId, productId) in try await entitledContent(accountId: account.accountId, scope: scope) {
-            guard let info = try await content.info(contentId) else {
+            guard let info = try await service.content.info(contentId) else {
                 logger.warning("entitled content is not installed", metadata: ["contentId": "\(contentId)"])
                 continue
             }
@@ -51,7 +53,7 @@ extension FulfillmentService {
             // The same answer whether the content exists or not: no probing of what others bought.
             throw RPCError.forbidden("this account is not entitled to content \(p.contentId)", reason: "notEntitled")
         }
-        return try await content.read(p.contentId, offset: p.offset, length: p.length)
+        return try await service.content.read(p.contentId, offset: p.offset, length: p.length)
     }
 
     /// A signed URL the edge serves the file at, for an account entitled to it now. A refunded or expired
@@ -69,7 +71,7 @@ extension FulfillmentService {
         else {
             throw RPCError.forbidden("this account is not entitled to content \(p.contentId)", reason: "notEntitled")
         }
-        guard let installed = try await content.info(p.contentId) else {
+        guard let installed = try await service.content.info(p.contentId) else {
             throw RPCError.notFound("content \(p.contentId) is not installed on this server", reason: "contentMissing")
         }
         let expires = clock.nowMs + configuration.contentURLLifetimeMs

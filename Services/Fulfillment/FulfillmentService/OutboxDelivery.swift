@@ -3,7 +3,10 @@ import IAPProtocol
 import JSONRPC
 import ServiceSupport
 
-extension FulfillmentService {
+/// Delivers what fulfillment owes outside parties after commits (`Outbox.swift`), and lists it for operators.
+public struct OutboxDelivery: FulfillmentPart {
+    let service: FulfillmentService
+
     /// Delivers the outbox's due items (the background worker calls it when woken after a commit, and every few
     /// seconds); answers how many were tried. A failed delivery is tried again on `OutboxRetry`'s schedule, for as
     /// long as it takes: an item is removed only once delivered. Records the outbox's size and the age of its oldest

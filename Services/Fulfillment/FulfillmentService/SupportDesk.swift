@@ -8,7 +8,9 @@ import Receipts
 import ServiceSupport
 
 /// Support actions (orders, grants, extensions at Apple), reconciliation with Apple, and the audit log.
-extension FulfillmentService {
+public struct SupportDesk: FulfillmentPart {
+    let service: FulfillmentService
+
     // MARK: support
 
     /// Support: an order's purchases from Apple (through verification) and the account each is bound to here.
@@ -46,12 +48,12 @@ extension FulfillmentService {
             }
         }
         guard !purchases.isEmpty else { throw RPCError.notFound("Apple has no order \(p.orderId) for this app", reason: "unknownOrder") }
-        let (planned, refused) = try await plan(purchases)
+        let (planned, refused) = try await service.plan(purchases)
         var results = refused
         let toApply = planned
         let applied = try await storeCall {
             try await self.store.apply(
-                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: self.recordsTies,
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: self.service.recordsTies,
                 mode: .redeem, policy: self.configuration.ownershipPolicy, answerScope: toApply.first?.scope ?? .production,
                 nowMs: self.clock.nowMs)
         }
@@ -75,7 +77,7 @@ extension FulfillmentService {
         guard (0...3).contains(p.reasonCode) else {
             throw RPCError.invalidParams("reasonCode must be 0-3 (Apple's extendReasonCode)", field: "reasonCode", reason: "invalidValue")
         }
-        guard Self.isTransactionId(p.originalTransactionId) else {
+        guard FulfillmentService.isTransactionId(p.originalTransactionId) else {
             throw RPCError.invalidParams("transaction ids are 1-32 digits", field: "originalTransactionId", reason: "invalidValue")
         }
         let token = try internalTokenForApple("extending subscriptions")
@@ -128,14 +130,14 @@ extension FulfillmentService {
     public func reconcile(notificationHistory: Bool = true, subscriptionStatuses: Bool = true) async throws(RPCError)
         -> FulfillmentReconcile.Result
     {
-        let run = reconciliation.withLockedValue { current -> Task<FulfillmentReconcile.Result, any Error> in
+        let run = service.reconciliation.withLockedValue { current -> Task<FulfillmentReconcile.Result, any Error> in
             if let current { return current.run }
-            let id = reconciliations.withLockedValue { n -> Int in
+            let id = service.reconciliations.withLockedValue { n -> Int in
                 n += 1
                 return n
             }
             let run = Task.detached { [self] () async throws -> FulfillmentReconcile.Result in
-                defer { reconciliation.withLockedValue { if $0?.id == id { $0 = nil } } }
+                defer { service.reconciliation.withLockedValue { if $0?.id == id { $0 = nil } } }
                 return try await reconcileNow(notificationHistory: notificationHistory, subscriptionStatuses: subscriptionStatuses)
             }
             current = (id, run)
@@ -168,7 +170,9 @@ extension FulfillmentService {
                     for record in answer.notifications {
                         result.notificationsSeen += 1
                         if let uuid = record.notificationUUID, try await storeCall({ try await self.store.notification(uuid) }) != nil { continue }
-                        if try await receiveNotification(.init(signedPayload: record.signedPayload, internalToken: token)).firstDelivery {
+                        if try await service.notifications.receiveNotification(.init(signedPayload: record.signedPayload, internalToken: token))
+                            .firstDelivery
+                        {
                             result.notificationsTakenIn += 1
                         }
                     }
@@ -202,7 +206,7 @@ extension FulfillmentService {
                         }
                         changed = outcome == .revoked || changed
                     } else {
-                        changed = try await applyFromApple(purchase, nowMs: now).contains(.granted) || changed
+                        changed = try await service.notifications.applyFromApple(purchase, nowMs: now).contains(.granted) || changed
                     }
                 }
                 if changed { result.subscriptionsUpdated += 1 }

@@ -9,7 +9,9 @@ import ServiceSupport
 
 /// App Store Server Notifications v2: verified, recorded in the inbox, brought to Apple's word (or the signed
 /// snapshot), retried and parked; the inbox's admin methods and the administrator's revocation.
-extension FulfillmentService {
+public struct NotificationProcessor: FulfillmentPart {
+    let service: FulfillmentService
+
     // MARK: notifications and admin
 
     /// App Store Server Notifications v2, as the edge's webhook hands them over: verified, then recorded
@@ -51,7 +53,7 @@ extension FulfillmentService {
         }
         if p.processLater == true {
             // Durable already: processed right after this answer, or by the inbox worker once its lease ends.
-            if case .dropped = laterQueue.yield(entry) {
+            if case .dropped = service.laterQueue.yield(entry) {
                 // Queue full: due now for the inbox worker instead of after its lease.
                 logger.notice("notification processing queue full; the inbox worker takes it", metadata: ["notificationUUID": "\(uuid)"])
                 try? await store.settleNotification(uuid, state: .pending, attempts: 0, nextAttemptAtMs: now, lastError: nil, nowMs: now)
@@ -336,7 +338,7 @@ extension FulfillmentService {
             token = appAccountToken
         }
         guard let accountId else { return [] }
-        let rules = try await grantRules(for: [purchase.productId])
+        let rules = try await service.grantRules(for: [purchase.productId])
         let appAccountToken = token
         let applied = try await storeCall {
             try await self.store.apply(
@@ -348,14 +350,14 @@ extension FulfillmentService {
 
     public func revokeTransaction(_ p: FulfillmentRevokeTransaction.Params) async throws(RPCError) {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
-        try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        try SupportDesk.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
         let outcome = try await storeCall {
             try await self.store.revoke(transactionId: p.transactionId, reason: p.reason, nowMs: self.clock.nowMs)
         }
         guard outcome != .notFound else {
             throw RPCError.notFound("transaction \(p.transactionId) was never processed here", reason: "unknownTransaction")
         }
-        try await audit("revoke", transactionId: p.transactionId, reason: p.reason, token: p.adminToken)
+        try await service.support.audit("revoke", transactionId: p.transactionId, reason: p.reason, token: p.adminToken)
         logger.notice("transaction revoked by an administrator", metadata: ["transactionId": "\(p.transactionId)", "reason": "\(p.reason)"])
     }
 }
