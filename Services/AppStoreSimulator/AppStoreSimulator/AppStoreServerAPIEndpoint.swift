@@ -148,7 +148,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
             guard let iat = (iatValue as? NSNumber)?.int64Value, iat <= now + 60, exp > iat, exp - iat <= 3600 else { return nil }
         }
         // A bundle id no app in this App Store has: not a key of this team's apps.
-        guard (try? simulator.knowsBundle(bid)) == true else { return nil }
+        guard (try? simulator.api.knowsBundle(bid)) == true else { return nil }
         guard let signature = try? P256.Signing.ECDSASignature(rawRepresentation: signatureBytes),
             key.privateKey.publicKey.isValidSignature(signature, for: SHA256.hash(data: Array("\(parts[0]).\(parts[1])".utf8)))
         else { return nil }
@@ -180,7 +180,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
     func transaction(_ id: String, environment: SimEnvironment, bid: String) throws -> SimTransaction {
         guard !id.isEmpty, id.allSatisfy(\.isNumber) else { throw APIError.invalidTransactionId }
         // Another app's transaction is not found for this app, as Apple answers.
-        guard let t = try simulator.apiTransaction(id), t.environment == environment, t.bundleId == bid else {
+        guard let t = try simulator.api.apiTransaction(id), t.environment == environment, t.bundleId == bid else {
             throw APIError.transactionNotFound
         }
         return t
@@ -227,7 +227,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
             throw APIError.badRequest(4_000_026, "Invalid in-app ownership type.")
         }
         let after = try one("revision").map { try Self.position($0, orThrow: .invalidRevision) }
-        var matching = (try simulator.apiHistory(of: anchor.transactionId) ?? []).filter { t in
+        var matching = (try simulator.api.apiHistory(of: anchor.transactionId) ?? []).filter { t in
             (types.isEmpty || types.contains(t.productType)) && (productIds.isEmpty || productIds.contains(t.productId))
                 && (groups.isEmpty || (t.productType == .autoRenewable && groups.contains("sim-group")))
                 && (start.map { t.purchaseDateMs >= $0 } ?? true) && (end.map { t.purchaseDateMs < $0 } ?? true)
@@ -249,7 +249,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
 
     /// Look Up Order ID: `status` 0 with the order's transactions, or 1 (invalid) when there is no such order.
     func lookUpOrder(_ orderId: String, environment: SimEnvironment, bid: String) throws -> [String: Any] {
-        let transactions = try simulator.apiOrder(orderId).filter { $0.environment == environment && $0.bundleId == bid }
+        let transactions = try simulator.api.apiOrder(orderId).filter { $0.environment == environment && $0.bundleId == bid }
         guard !transactions.isEmpty else { return ["status": 1, "signedTransactions": [String]()] }
         return ["status": 0, "signedTransactions": try transactions.map(simulator.signedTransaction)]
     }

@@ -423,30 +423,7 @@ public final class AppStoreSimulator: Sendable {
         .init(keyId: apiKey.keyId, issuerId: apiKey.issuerId, privateKey: apiKey.privateKey.pemRepresentation)
     }
 
-    // MARK: what the App Store Server API endpoint reads
-
-    /// The simulated now (ms).
-    func simulatedNow() throws -> Int64 { try store.writer.read { db in try self.now(db) } }
-
-    func apiTransaction(_ id: String) throws -> SimTransaction? {
-        try store.writer.read { db in try SimulatorStore.transaction(id, db: db) }
-    }
-
-    func apiHistory(of id: String) throws -> [SimTransaction]? {
-        try store.writer.read { db in try SimulatorStore.history(of: id, db: db) }
-    }
-
-    func knowsBundle(_ bundleId: String) throws -> Bool {
-        try store.writer.read { db in
-            try Bool.fetchOne(db, sql: "SELECT 1 FROM simTransaction WHERE bundleId = ? LIMIT 1", arguments: [bundleId]) ?? false
-        }
-    }
-
-    func apiOrder(_ orderId: String) throws -> [SimTransaction] {
-        try store.writer.read { db in try SimulatorStore.transactions(orderId: orderId, db: db) }
-    }
-
-    private func write<T>(_ body: (Database) throws -> T) throws -> T {
+    func write<T>(_ body: (Database) throws -> T) throws -> T {
         do {
             return try store.writer.write(body)
         } catch let error as RPCError {

@@ -23,7 +23,7 @@ extension AppStoreServerAPIEndpoint {
         }
         router.post(RouterPath("\(prefix)inApps/v1/notifications/test")) { request, _ -> Response in
             await self.respond(request) { bid in
-                ["testNotificationToken": try self.simulator.apiRequestTestNotification(bundleId: bid, environment: environment)]
+                ["testNotificationToken": try self.simulator.api.apiRequestTestNotification(bundleId: bid, environment: environment)]
             }
         }
         router.get(RouterPath("\(prefix)inApps/v1/notifications/test/:token")) { request, context -> Response in
@@ -32,7 +32,7 @@ extension AppStoreServerAPIEndpoint {
                 guard token.contains("_"), UUID(uuidString: String(token.split(separator: "_")[0])) != nil else {
                     throw APIError.badRequest(4_000_020, "Invalid test notification token.")
                 }
-                guard let (n, attempts) = try self.simulator.apiTestNotification(token, bundleId: bid, environment: environment) else {
+                guard let (n, attempts) = try self.simulator.api.apiTestNotification(token, bundleId: bid, environment: environment) else {
                     throw APIError(
                         status: .notFound, code: 4_040_008,
                         message: "Either the test notification token is expired or the notification and status are not yet available.")
@@ -60,7 +60,7 @@ extension AppStoreServerAPIEndpoint {
         guard start < requestedEnd else {
             throw APIError.badRequest(4_000_013, "Invalid request. The end date precedes the start date or the dates are the same.")
         }
-        let now = try simulator.simulatedNow()
+        let now = try simulator.api.simulatedNow()
         guard start >= now - Self.historyWindowMs else {
             throw APIError.badRequest(4_000_012, "Invalid request. The start date is earlier than the allowed start date.")
         }
@@ -78,7 +78,7 @@ extension AppStoreServerAPIEndpoint {
             original = try transaction(transactionId, environment: environment, bid: bid).originalTransactionId
         }
         let after = try paginationToken.map { try Self.position($0, orThrow: .badRequest(4_000_014, "Invalid pagination token.")) } ?? 0
-        let rows = try simulator.apiNotifications(
+        let rows = try simulator.api.apiNotifications(
             bundleId: bid, environment: environment, startMs: start, endMs: end, type: type, subtype: subtype, originalTransactionId: original,
             onlyFailures: object["onlyFailures"] as? Bool ?? false, afterSeq: after, limit: Self.pageSize + 1)
         let page = rows.prefix(Self.pageSize)

@@ -53,7 +53,7 @@ extension AppStoreServerAPIEndpoint {
             guard let status = Int(value), (1...5).contains(status) else { throw APIError.badRequest(4_000_031, "Invalid status.") }
             wanted.insert(status)
         }
-        let lastTransactions = try simulator.apiSubscriptions(of: anchor).filter { wanted.isEmpty || wanted.contains($0.status) }.map {
+        let lastTransactions = try simulator.api.apiSubscriptions(of: anchor).filter { wanted.isEmpty || wanted.contains($0.status) }.map {
             [
                 "status": $0.status, "originalTransactionId": $0.latest.originalTransactionId,
                 "signedTransactionInfo": try simulator.signedTransaction($0.latest), "signedRenewalInfo": $0.renewalInfo,
@@ -71,7 +71,7 @@ extension AppStoreServerAPIEndpoint {
     func refundHistory(_ id: String, query: [String: [String]], environment: SimEnvironment, bid: String) throws -> [String: Any] {
         let anchor = try transaction(id, environment: environment, bid: bid)
         let after = try query["revision"]?.first.map { try Self.position($0, orThrow: .invalidRevision) } ?? 0
-        let refunded = (try simulator.apiHistory(of: anchor.transactionId) ?? []).filter { $0.cancellationDateMs != nil && $0.seq > after }
+        let refunded = (try simulator.api.apiHistory(of: anchor.transactionId) ?? []).filter { $0.cancellationDateMs != nil && $0.seq > after }
         let page = Array(refunded.prefix(Self.pageSize))
         return [
             "signedTransactions": try page.map(simulator.signedTransaction), "revision": Self.token(page.last?.seq ?? after),
@@ -109,13 +109,13 @@ extension AppStoreServerAPIEndpoint {
         guard case .string(let token)? = object["appAccountToken"], token.isEmpty || UUID(uuidString: token) != nil else {
             throw APIError.badRequest(4_000_033, "Invalid request. The app account token field must be a valid UUID or an empty string.")
         }
-        try simulator.apiRecordConsumption(id, body: String(decoding: body, as: UTF8.self))
+        try simulator.api.apiRecordConsumption(id, body: String(decoding: body, as: UTF8.self))
     }
 
     /// Set App Account Token: for an original transaction id, a UUID (`appAccountToken`).
     func setAppAccountToken(_ id: String, body: [UInt8], environment: SimEnvironment, bid: String) throws {
         guard !id.isEmpty, id.allSatisfy(\.isNumber) else { throw APIError.badRequest(4_000_008, "Invalid original transaction id.") }
-        guard let t = try simulator.apiTransaction(id), t.environment == environment, t.bundleId == bid else {
+        guard let t = try simulator.api.apiTransaction(id), t.environment == environment, t.bundleId == bid else {
             throw APIError(status: .notFound, code: 4_040_005, message: "Original transaction id not found.")
         }
         guard t.originalTransactionId == t.transactionId else {
@@ -124,14 +124,14 @@ extension AppStoreServerAPIEndpoint {
         guard let token = try Self.object(body)["appAccountToken"] as? String, UUID(uuidString: token) != nil else {
             throw APIError.badRequest(4_000_183, "Invalid request. The app account token field must be a valid UUID.")
         }
-        try simulator.apiSetAppAccountToken(id, token: token)
+        try simulator.api.apiSetAppAccountToken(id, token: token)
     }
 
     /// Extend a Subscription Renewal Date: `extendByDays` 1-90, `extendReasonCode` 0-3, `requestIdentifier`
     /// up to 128 characters; 403 4030004 for a subscription that is not active, 4030005 past two extensions.
     func extend(_ id: String, body: [UInt8], environment: SimEnvironment, bid: String) throws -> [String: Any] {
         guard !id.isEmpty, id.allSatisfy(\.isNumber) else { throw APIError.badRequest(4_000_008, "Invalid original transaction id.") }
-        guard let t = try simulator.apiTransaction(id), t.environment == environment, t.bundleId == bid else {
+        guard let t = try simulator.api.apiTransaction(id), t.environment == environment, t.bundleId == bid else {
             throw APIError(status: .notFound, code: 4_040_005, message: "Original transaction id not found.")
         }
         let object = try Self.object(body)
@@ -147,7 +147,7 @@ extension AppStoreServerAPIEndpoint {
         guard t.productType == .autoRenewable else {
             throw APIError(status: .forbidden, code: 4_030_004, message: "Forbidden - subscription state ineligible for extension.")
         }
-        switch try simulator.apiExtend(t, days: days, requestIdentifier: requestIdentifier) {
+        switch try simulator.api.apiExtend(t, days: days, requestIdentifier: requestIdentifier) {
         case .ineligible:
             throw APIError(status: .forbidden, code: 4_030_004, message: "Forbidden - subscription state ineligible for extension.")
         case .maxExtensions:
