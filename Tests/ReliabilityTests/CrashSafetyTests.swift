@@ -165,6 +165,17 @@ import Testing
             let instance = FulfillmentProcess(
                 port: try LoopbackPort.free(), dataDir: suite.directory.appendingPathComponent("outbox-instance"), suite: suite)
             try await instance.start()
+            do {
+                try await Self.outboxStory(suite, instance)
+            } catch {
+                await instance.kill()  // a failed expectation must not leave the process running
+                throw error
+            }
+        }
+    }
+
+    static func outboxStory(_ suite: SuiteFixture, _ instance: FulfillmentProcess) async throws {
+        do {
             let client = RPCClient(host: "127.0.0.1", port: instance.port, configuration: .init(connections: 1, callTimeout: .seconds(30)))
             let kim = try await suite.register("kim")
             let pack = try await suite.buy("kim@icloud", "pack.castle")  // no appAccountToken: a tie is owed
