@@ -69,6 +69,23 @@ import Testing
         }
     }
 
+    /// Without the App Store Server API nothing can be tied: a backlog of ties must wait (asked again in ten
+    /// minutes), not stay due and keep the worker spinning on it instead of the inbox.
+    @Test func withoutTheAppStoreServerAPITiesWaitInsteadOfStayingDue() async throws {
+        try await SuiteFixture.with(appStoreAPI: false) { suite in
+            let lou = try await suite.register("lou")
+            for i in 0..<3 {
+                let pack = try await suite.buy("lou\(i)@icloud", "coins.100")
+                _ = try await suite.redeem(lou.session, receipt: pack.receiptData)
+            }
+            #expect(try await suite.service.outbox.deliverOutbox() == 3)
+            #expect(try await suite.service.outbox.deliverOutbox() == 0, "nothing due again at once")
+            let waiting = try await Self.outbox(suite)
+            #expect(waiting.total == 3 && waiting.items.allSatisfy { $0.lastError?.contains("not configured") == true })
+            #expect(waiting.items.allSatisfy { $0.nextAttemptAtMs - suite.clock.nowMs == OutboxRetry.whileNotConfiguredMs })
+        }
+    }
+
     @Test func theRetryScheduleDoublesToHourlyAndNeverEnds() {
         let now: Int64 = 1_000
         #expect((1...6).map { OutboxRetry.nextAttemptAtMs(failures: $0, nowMs: now) - now } == [5_000, 10_000, 20_000, 40_000, 80_000, 160_000])

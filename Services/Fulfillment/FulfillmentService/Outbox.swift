@@ -50,6 +50,8 @@ public protocol OutboxStorage: Sendable {
 public enum OutboxRetry {
     public static let firstDelayMs: Int64 = 5_000
     public static let maxDelayMs: Int64 = 3_600_000
+    /// How long the ties wait while the App Store Server API is not configured (asked again then).
+    public static let whileNotConfiguredMs: Int64 = 600_000
 
     /// `failures`: this one included (1 after the first failed attempt).
     public static func nextAttemptAtMs(failures: Int, nowMs: Int64) -> Int64 {

@@ -16,39 +16,43 @@ public struct OutboxDelivery: FulfillmentPart {
         guard let internalToken = configuration.internalToken else { return 0 }
         let now = clock.nowMs
         let due = try await storeCall { try await self.store.dueOutbox(nowMs: now, limit: limit) }
+        var apiMissing = false
         for item in due {
-            let failure: String?
+            var failure: String?
+            var next = OutboxRetry.nextAttemptAtMs(failures: item.attempts + 1, nowMs: clock.nowMs)
             switch OutboxKind(rawValue: item.kind) {
+            case .appAccountToken where apiMissing:
+                failure = Self.apiMissing
+                next = clock.nowMs + OutboxRetry.whileNotConfiguredMs
             case .appAccountToken:
                 do {
                     try await tie(item, internalToken: internalToken)
-                    failure = nil
                 } catch  where error.has(.appStoreAPINotConfigured) {
-                    // Nothing to tie with until the operator configures the App Store Server API: the items stay due,
-                    // unchanged, and this pass ends (one question to verification per pass).
-                    await recordOutboxGauges()
-                    return due.count
+                    // Nothing to tie with until the operator configures the App Store Server API: every tie of this
+                    // batch waits ten minutes (asked once), so a backlog never keeps the worker from the inbox.
+                    apiMissing = true
+                    failure = Self.apiMissing
+                    next = clock.nowMs + OutboxRetry.whileNotConfiguredMs
+                    logger.notice("ties at Apple wait: the App Store Server API is not configured on verification")
                 } catch {
                     failure = error.message
+                    logger.warning(
+                        "could not deliver an outbox item; will retry",
+                        metadata: ["kind": "\(item.kind)", "key": "\(item.key)", "attempts": "\(item.attempts + 1)", "error": "\(error.message)"])
                 }
             case nil:
                 failure = "a kind of item this version does not deliver: kept for the version that does"
             }
-            let next = OutboxRetry.nextAttemptAtMs(failures: item.attempts + 1, nowMs: clock.nowMs)
-            if let failure {
-                logger.warning(
-                    "could not deliver an outbox item; will retry",
-                    metadata: [
-                        "kind": "\(item.kind)", "key": "\(item.key)", "attempts": "\(item.attempts + 1)", "error": "\(failure)",
-                    ])
-            }
+            let (settleFailure, settleNext) = (failure, next)
             try await storeCall {
-                try await self.store.settleOutbox(item, delivered: failure == nil, nextAttemptAtMs: next, lastError: failure)
+                try await self.store.settleOutbox(item, delivered: settleFailure == nil, nextAttemptAtMs: settleNext, lastError: settleFailure)
             }
         }
         await recordOutboxGauges()
         return due.count
     }
+
+    static let apiMissing = "the App Store Server API is not configured on verification"
 
     /// Set App Account Token at Apple, unless Apple already holds a token for the purchase: whoever redeems a copied
     /// receipt first owns its purchases here (without the App Store Server API), but the buyer's app set its token
