@@ -115,6 +115,32 @@ import Testing
         }
     }
 
+    /// Twenty concurrent redeems of one copied receipt ask Apple once (they share the lookup), and Apple failing
+    /// fails the redeem without remembering anything: once Apple answers, the copy is refused.
+    @Test func concurrentCopiesShareOneLookupAndAFailureIsNotRemembered() async throws {
+        try await SuiteFixture.with { suite in
+            let buyer = try await suite.register("buyer")
+            let mallory = try await suite.register("mallory")
+            let pack = try await suite.buy("buyer@icloud", "pack.castle", appAccountToken: buyer.appAccountToken)
+            let asked = suite.simAPI.requestCount
+            let outcomes = try await withThrowingTaskGroup(of: [RedeemOutcome].self) { group in
+                for _ in 0..<20 { group.addTask { try await suite.redeem(mallory.session, receipt: pack.receiptData).results.map(\.outcome) } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(outcomes.allSatisfy { $0 == [.ownedByAnotherAccount] })
+            #expect(suite.simAPI.requestCount - asked == 1, "one lookup for twenty redeems")
+
+            let second = try await suite.buy("buyer@icloud", "coins.100", appAccountToken: buyer.appAccountToken)
+            _ = try await suite.simulator.call(SimSetFault.self, .init(mode: .http503))
+            let failed = await rpcError { try await suite.redeem(mallory.session, receipt: second.receiptData) }
+            #expect(failed?.knownCode == .unavailable, "Apple unreachable: nothing granted, retry later")
+            _ = try await suite.simulator.call(SimSetFault.self, .init(mode: SimFaultMode.none))
+            #expect(try await suite.redeem(mallory.session, receipt: second.receiptData).results.allSatisfy { $0.outcome != .granted })
+            let (balance, entitlements) = (try await suite.balance(mallory.session), try await suite.entitlements(mallory.session))
+            #expect(balance == 0 && entitlements.isEmpty)
+        }
+    }
+
     /// A purchase Apple knew no token for when it was redeemed, tied to another account at Apple before the outbox
     /// made the redeemer's tie: the tie never overwrites the token Apple holds.
     @Test func theTieNeverOverwritesATokenAppleHolds() async throws {

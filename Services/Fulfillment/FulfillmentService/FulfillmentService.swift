@@ -39,6 +39,8 @@ public final class FulfillmentService: Sendable {
     /// The appAccountToken Apple holds for a receipt purchase's original ("" for none), ten minutes each: set at
     /// purchase, and later only by the tie, which never overwrites one.
     let receiptTokenCache = AppleAnswerCache<String>(lifetimeMs: 600_000)
+    /// Receipt purchases being looked up at Apple right now (concurrent redeems share the call).
+    let receiptTokenLookups = ReceiptTokenLookups()
 
     public init(
         store: any FulfillmentStorage, dependencies: any FulfillmentDependencies, content: ContentLibrary,
@@ -114,7 +116,7 @@ public final class FulfillmentService: Sendable {
         var rejected: [TransactionResult] = []
         if let receipt {
             let fromReceipt = try await verifiedReceipt(receipt, deviceIdentifier: p.deviceIdentifier)
-            purchases += try await withTokensHeldAtApple(fromReceipt)
+            purchases += try await withTokensHeldAtApple(fromReceipt, accountId: account.accountId)
         }
         if !signed.isEmpty {
             let (verified, refused) = try await verifiedTransactions(signed)

@@ -1,21 +1,24 @@
 import IAPProtocol
 import JSONRPC
+import NIOConcurrencyHelpers
 
 extension FulfillmentService {
-    /// At most this many receipt purchases are looked up one by one at Apple per redeem; more are read from the
-    /// customer's history in one go.
-    static let receiptLookupsPerRedeem = 4
+    /// Lookups per redeem not charged to the account's budget of Apple calls; each one past them is (a receipt with
+    /// many unowned purchases is redeemed over several calls: the answers already read are kept).
+    static let freeReceiptLookupsPerRedeem = 4
 
     /// A receipt carries no appAccountToken, so whoever redeems a copied receipt first would own its purchases. With
-    /// the App Store Server API, every Production receipt purchase nobody here owns yet is looked up at Apple and
-    /// carries the token Apple holds for it (the one the buyer's app set at purchase), so `GrantRules` refuses another
-    /// account's purchase (`ownedByAnotherAccount`) as it refuses a signed transaction made for another account.
-    /// Sandbox value is free and isolated: not looked up. Bounded per call (four lookups or one history read) and
-    /// remembered for ten minutes, so a receipt sent again and again costs Apple nothing more. Without the API: first
-    /// redeemer wins (documented).
-    func withTokensHeldAtApple(_ purchases: [VerifiedPurchase]) async throws(RPCError) -> [VerifiedPurchase] {
+    /// the App Store Server API, every Production receipt purchase nobody here owns yet is looked up at Apple (Get
+    /// Transaction Info of its latest transaction) and carries the token Apple holds for it (the one the buyer's app
+    /// set at purchase), so `GrantRules` refuses another account's purchase (`ownedByAnotherAccount`) as it refuses a
+    /// signed transaction made for another account. Sandbox value is free and isolated: not looked up.
+    ///
+    /// Only an answer says "no token": Apple's transaction without one, or Apple not knowing the transaction. Any
+    /// other failure fails the redeem (`unavailable`, retryable, nothing written) and is not remembered. Answers are
+    /// kept ten minutes and concurrent redeems of one purchase share one call, so a receipt sent again and again, or
+    /// by many devices at once, costs Apple one call. Without the API: first redeemer wins (documented).
+    func withTokensHeldAtApple(_ purchases: [VerifiedPurchase], accountId: String) async throws(RPCError) -> [VerifiedPurchase] {
         guard let internalToken = configuration.internalToken else { return purchases }
-        let now = clock.nowMs
         // One lookup per original (a subscription's renewals carry its token), the latest transaction of each.
         var latest: [String: VerifiedPurchase] = [:]
         for p in purchases where p.appAccountToken == nil && p.environment == "Production" {
@@ -23,42 +26,51 @@ extension FulfillmentService {
             latest[p.originalTransactionId] = p
         }
         var held: [String: String] = [:]
-        var unknown: [String] = []
+        var lookups = 0
         for original in latest.keys.sorted() {
-            if let token = receiptTokenCache.value(original, nowMs: now) {
+            if let token = receiptTokenCache.value(original, nowMs: clock.nowMs) {
                 held[original] = token
-            } else if try await storeCall({ try await self.store.owner(originalTransactionId: original) }) == nil {
-                unknown.append(original)
+                continue
             }
-        }
-        if let first = unknown.first.flatMap({ latest[$0] }) {
-            var answers: [VerificationVerifyTransaction.Result] = []
-            do {
-                if unknown.count <= Self.receiptLookupsPerRedeem {
-                    for original in unknown {
-                        guard let id = latest[original]?.transactionId else { continue }
-                        do {
-                            answers.append(try await dependencies.transactionInfo(id, internalToken: internalToken))
-                        } catch  where error.knownCode == .notFound || error.knownCode == .invalidReceipt {
-                            continue  // Apple does not know it: no token is held there
-                        }
+            guard try await storeCall({ try await self.store.owner(originalTransactionId: original) }) == nil,
+                let transactionId = latest[original]?.transactionId
+            else { continue }
+            lookups += 1
+            if lookups > Self.freeReceiptLookupsPerRedeem, !receiptTokenLookups.isRunning(original),
+                let wait = appleCalls.take(accountId)
+            {
+                throw RPCError.rateLimited(
+                    retryAfterMs: Int64((wait * 1000).rounded(.up)),
+                    detail: "this receipt holds more purchases than this account's budget of calls to Apple covers at once")
+            }
+            let dependencies = self.dependencies
+            let answer = await receiptTokenLookups.answer(original) { () async -> Result<String, RPCError> in
+                do throws(RPCError) {
+                    let result = try await dependencies.transactionInfo(transactionId, internalToken: internalToken)
+                    guard result.status == 0, let transaction = result.transaction.flatMap(AppleTransaction.init),
+                        transaction.originalTransactionId == original
+                    else {
+                        return .failure(
+                            .unavailable("Apple's answer for a receipt purchase could not be verified", reason: "verificationUnavailable"))
                     }
-                } else {
-                    answers = try await dependencies.transactionHistory(first.transactionId, internalToken: internalToken)
+                    return .success(transaction.appAccountToken ?? "")
+                } catch  where error.knownCode == .notFound {
+                    return .success("")  // Apple does not know it: no token is held there
+                } catch {
+                    return .failure(error)
                 }
-            } catch  where error.has(.appStoreAPINotConfigured) {
-                return purchases
             }
-            var found: [String: String] = [:]
-            for answer in answers where answer.status == 0 {
-                guard let transaction = answer.transaction.flatMap(AppleTransaction.init), latest[transaction.originalTransactionId] != nil
-                else { continue }
-                found[transaction.originalTransactionId] = transaction.appAccountToken ?? ""
-            }
-            for original in unknown {
-                let token = found[original] ?? ""
-                receiptTokenCache.keep(token, for: original, nowMs: now)
+            switch answer {
+            case .success(let token):
+                receiptTokenCache.keep(token, for: original, nowMs: clock.nowMs)
                 held[original] = token
+            case .failure(let error) where error.has(RPCErrorReason.appStoreAPINotConfigured):
+                return purchases
+            case .failure(let error):
+                throw error.knownCode == .rateLimited || error.knownCode == .unavailable
+                    ? error
+                    : RPCError.unavailable(
+                        "Apple could not be asked who holds a receipt purchase: \(error.message)", reason: "verificationUnavailable")
             }
         }
         return purchases.map { purchase in
@@ -68,5 +80,27 @@ extension FulfillmentService {
             }
             return purchase
         }
+    }
+}
+
+/// Receipt purchases being looked up at Apple, by original transaction: a redeem that needs a lookup already running
+/// waits for its answer instead of asking Apple again.
+final class ReceiptTokenLookups: Sendable {
+    private let running = NIOLockedValueBox<[String: Task<Result<String, RPCError>, Never>]>([:])
+
+    func isRunning(_ original: String) -> Bool { running.withLockedValue { $0[original] != nil } }
+
+    /// The running lookup's answer for `original`, or `lookup`'s, started here.
+    func answer(_ original: String, lookup: @escaping @Sendable () async -> Result<String, RPCError>) async -> Result<String, RPCError> {
+        let (task, started) = running.withLockedValue { all -> (Task<Result<String, RPCError>, Never>, Bool) in
+            if let task = all[original] { return (task, false) }
+            // Unstructured on purpose: the lookup belongs to every redeem waiting for it, not to the one that started it.
+            let task = Task { await lookup() }
+            all[original] = task
+            return (task, true)
+        }
+        let answer = await task.value
+        if started { running.withLockedValue { _ = $0.removeValue(forKey: original) } }
+        return answer
     }
 }
