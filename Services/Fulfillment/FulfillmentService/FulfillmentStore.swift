@@ -276,10 +276,12 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
             try String.fetchOne(
                 db.cachedStatement(
                     sql: """
-                        SELECT originalTransactionId FROM entitlement WHERE accountId = ?1 AND scope = 'Production' AND environment = 'Production'
-                        UNION ALL SELECT transactionId FROM ledger
-                        WHERE accountId = ?1 AND scope = 'Production' AND environment = 'Production' AND kind = 'grant'
-                        LIMIT 1
+                        SELECT id FROM (
+                            SELECT originalTransactionId AS id, 0 AS kind, startsAtMs AS at FROM entitlement
+                            WHERE accountId = ?1 AND scope = 'Production' AND environment = 'Production'
+                            UNION ALL SELECT transactionId, 1, id FROM ledger
+                            WHERE accountId = ?1 AND scope = 'Production' AND environment = 'Production' AND kind = 'grant'
+                        ) ORDER BY kind, at, id LIMIT 1
                         """), arguments: [accountId])
         }
     }

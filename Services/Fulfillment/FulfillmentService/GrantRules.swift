@@ -80,8 +80,8 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
     func owner(originalTransactionId: String) async throws -> Holder?
     /// The account's subscriptions in a scope, active or not, with the periods paid for each (offer eligibility).
     func subscriptionHistory(accountId: String, scope: AccountScope, nowMs: Int64) async throws -> [SubscriptionHistoryRecord]
-    /// A Production transaction the account holds (an entitlement's original or a coin grant's), naming its Apple
-    /// customer: offer eligibility reads that customer's history at Apple. Nil when it holds none.
+    /// A Production transaction the account holds (its oldest entitlement's original, else its first coin grant's),
+    /// naming its Apple customer: offer eligibility reads that customer's history at Apple. Nil when it holds none.
     func customerTransactionId(accountId: String) async throws -> String?
     func balance(accountId: String, scope: AccountScope) async throws -> Wallet
     func entitlements(accountId: String, scope: AccountScope, nowMs: Int64) async throws

@@ -248,11 +248,14 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
         try await pool.read { s in
             try s.query(
                 """
-                (SELECT original_transaction_id AS id FROM entitlement
-                 WHERE account_id = \(accountId) AND scope = 'Production' AND environment = 'Production' LIMIT 1)
-                UNION ALL (SELECT transaction_id AS id FROM ledger
-                 WHERE account_id = \(accountId) AND scope = 'Production' AND environment = 'Production' AND kind = 'grant' LIMIT 1)
-                LIMIT 1
+                SELECT id FROM (
+                    (SELECT original_transaction_id AS id, 0 AS kind, starts_at_ms AS at FROM entitlement
+                     WHERE account_id = \(accountId) AND scope = 'Production' AND environment = 'Production'
+                     ORDER BY starts_at_ms, original_transaction_id LIMIT 1)
+                    UNION ALL (SELECT transaction_id, 1, id FROM ledger
+                     WHERE account_id = \(accountId) AND scope = 'Production' AND environment = 'Production' AND kind = 'grant'
+                     ORDER BY id LIMIT 1)
+                ) AS held ORDER BY kind, at, id LIMIT 1
                 """
             ).first.map { try $0.get("id", as: String.self) }
         }
