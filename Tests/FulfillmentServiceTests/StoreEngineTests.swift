@@ -70,6 +70,34 @@ func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -
 
 /// The store contract on both engines: what the grant rules and the schema keep true when instances race.
 @Suite struct StoreEngineTests {
+    /// Workers of several instances take due outbox items concurrently: each item is claimed by one of them, and is
+    /// due again only when the claim's lease ends (a worker that died mid-delivery).
+    @Test(arguments: StoreEngine.available)
+    func outboxItemsAreClaimedByOneWorkerAtATime(engine: StoreEngine) async throws {
+        try await engine.open(instances: 3).with { db in
+            _ = try await db.first.apply(
+                (0..<30).map { coins(String(2_000_000_100 + $0)) }, accountId: "alice", appAccountToken: "tok", recordTies: true,
+                mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 10)
+            let claimed = try await withThrowingTaskGroup(of: [Int64].self) { group in
+                for i in 0..<3 {
+                    group.addTask {
+                        var mine: [Int64] = []
+                        for _ in 0..<20 {  // bounded: 30 items in batches of 4 need at most 8 rounds in all
+                            let batch = try await db[i].dueOutbox(nowMs: 100, limit: 4)
+                            if batch.isEmpty { break }
+                            mine += batch.map(\.id)
+                        }
+                        return mine
+                    }
+                }
+                return try await group.reduce(into: [Int64]()) { $0 += $1 }
+            }
+            #expect(claimed.count == 30 && Set(claimed).count == 30, "each item claimed once: \(claimed.count) claims")
+            #expect(try await db.first.dueOutbox(nowMs: 100 + OutboxRetry.leaseMs - 1, limit: 100).isEmpty)
+            #expect(try await db.first.dueOutbox(nowMs: 100 + OutboxRetry.leaseMs, limit: 100).count == 30, "due again after the lease")
+        }
+    }
+
     @Test(arguments: StoreEngine.available)
     func concurrentRedeemsOfOneReceiptFromTwoAccountsThroughThreeInstancesGrantOnce(engine: StoreEngine) async throws {
         try await engine.open(instances: 3).with { db in

@@ -56,11 +56,15 @@ public final class FulfillmentStore: FulfillmentStorage, FulfillmentInvariants, 
     // MARK: the outbox (OutboxStorage)
 
     public func dueOutbox(nowMs: Int64, limit: Int) async throws -> [OutboxItem] {
-        try await writer.read { db in
+        try await commits.write { db in
             try Row.fetchAll(
-                db.cachedStatement(sql: "SELECT * FROM outbox WHERE next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?"),
-                arguments: [nowMs, limit]
-            ).map(Self.outboxItem)
+                db.cachedStatement(
+                    sql: """
+                        UPDATE outbox SET next_attempt_at_ms = ?
+                        WHERE id IN (SELECT id FROM outbox WHERE next_attempt_at_ms <= ? ORDER BY next_attempt_at_ms, id LIMIT ?)
+                        RETURNING *
+                        """), arguments: [nowMs + OutboxRetry.leaseMs, nowMs, limit]
+            ).map(Self.outboxItem).sorted { $0.id < $1.id }
         }
     }
 

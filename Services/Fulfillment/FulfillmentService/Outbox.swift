@@ -37,7 +37,8 @@ public struct OutboxItem: Sendable, Equatable {
 
 /// The outbox on a storage engine (both keep it beside the ledger, written by `FulfillmentTransaction`).
 public protocol OutboxStorage: Sendable {
-    /// Items due by `nowMs`, the longest due first.
+    /// Items due by `nowMs` (the longest due), claimed for `OutboxRetry.leaseMs`: another worker (another instance on
+    /// PostgreSQL) skips them meanwhile, and a worker that dies mid-delivery leaves them due again after the lease.
     func dueOutbox(nowMs: Int64, limit: Int) async throws -> [OutboxItem]
     /// Delivered: removed, unless it was owed again meanwhile (another payload). Not delivered: tried again at
     /// `nextAttemptAtMs`, with its attempts counted and `lastError` kept.
@@ -50,6 +51,8 @@ public protocol OutboxStorage: Sendable {
 public enum OutboxRetry {
     public static let firstDelayMs: Int64 = 5_000
     public static let maxDelayMs: Int64 = 3_600_000
+    /// How long a claimed item is left to the worker that claimed it.
+    public static let leaseMs: Int64 = 60_000
     /// How long the ties wait while the App Store Server API is not configured (asked again then).
     public static let whileNotConfiguredMs: Int64 = 600_000
 

@@ -28,9 +28,16 @@ public final class PostgresFulfillmentStore: FulfillmentStorage, FulfillmentInva
     // MARK: the outbox (OutboxStorage)
 
     public func dueOutbox(nowMs: Int64, limit: Int) async throws -> [OutboxItem] {
-        try await pool.read { s in
-            try s.query("SELECT * FROM outbox WHERE next_attempt_at_ms <= \(nowMs) ORDER BY next_attempt_at_ms, id LIMIT \(limit)")
-                .map(Self.outboxItem)
+        try await pool.write { s in
+            // Claimed for a lease: another instance's worker skips what this one is delivering.
+            try s.query(
+                """
+                UPDATE outbox SET next_attempt_at_ms = \(nowMs + OutboxRetry.leaseMs)
+                WHERE id IN (SELECT id FROM outbox WHERE next_attempt_at_ms <= \(nowMs) ORDER BY next_attempt_at_ms, id
+                             LIMIT \(limit) FOR UPDATE SKIP LOCKED)
+                RETURNING *
+                """
+            ).map(Self.outboxItem).sorted { $0.id < $1.id }
         }
     }
 
