@@ -153,7 +153,6 @@ public struct RecordedSpend: Sendable, Equatable {
     public init(delta: Int64, balance: Int64, memo: String?) { self.delta = delta; self.balance = balance; self.memo = memo }
 }
 
-/// A write refused because an amount is outside `CoinLimits`' bounds; nothing was committed.
 /// A value read from the database that the schema should never have admitted: the read fails rather than guess.
 public struct StoredValueInvalid: Error, Sendable, CustomStringConvertible {
     public let column: String
@@ -161,6 +160,7 @@ public struct StoredValueInvalid: Error, Sendable, CustomStringConvertible {
     public var description: String { "stored \(column) \(value.debugDescription) is not one this version knows" }
 }
 
+/// A write refused because an amount is outside `CoinLimits`' bounds; nothing was committed.
 public enum LedgerLimit: Error, Sendable {
     case grantTooLarge
     case balanceOutOfRange

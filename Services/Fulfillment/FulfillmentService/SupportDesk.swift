@@ -58,6 +58,10 @@ public struct SupportDesk: FulfillmentPart {
                 nowMs: self.clock.nowMs)
         }
         results += applied.results
+        if service.recordsTies, !GrantRules.ties(toApply.map(\.purchase), results: applied.results, appAccountToken: account.appAccountToken).isEmpty
+        {
+            service.outboxWakeup.signal()  // the ties just recorded: their first attempt now
+        }
         for result in applied.results where [.granted, .restored].contains(result.outcome) {
             try await audit(
                 "grantOrder", accountId: account.accountId, transactionId: result.transactionId, reason: "order \(p.orderId): \(p.reason)",
