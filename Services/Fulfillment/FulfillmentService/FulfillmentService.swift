@@ -40,7 +40,7 @@ public final class FulfillmentService: Sendable {
     /// purchase, and later only by the tie, which never overwrites one.
     let receiptTokenCache = AppleAnswerCache<String>(lifetimeMs: 600_000)
     /// Receipt purchases being looked up at Apple right now (concurrent redeems share the call).
-    let receiptTokenLookups = ReceiptTokenLookups()
+    let receiptTokenLookups: ReceiptTokenLookups
 
     public init(
         store: any FulfillmentStorage, dependencies: any FulfillmentDependencies, content: ContentLibrary,
@@ -56,6 +56,7 @@ public final class FulfillmentService: Sendable {
         self.appleCalls = TokenBuckets(
             burst: Double(configuration.appleCallBurst), perSecond: configuration.appleCallsPerMinute / 60,
             now: { Double(clock.nowMs) / 1000 })
+        self.receiptTokenLookups = ReceiptTokenLookups(answers: receiptTokenCache)
         let (stream, continuation) = AsyncStream<InboxEntry>.makeStream(bufferingPolicy: .bufferingOldest(1_000))
         self.laterQueue = continuation
         self.laterEntries = stream

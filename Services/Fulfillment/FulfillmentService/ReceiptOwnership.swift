@@ -44,7 +44,8 @@ extension FulfillmentService {
                     detail: "this receipt holds more purchases than this account's budget of calls to Apple covers at once")
             }
             let dependencies = self.dependencies
-            let answer = await receiptTokenLookups.answer(original) { () async -> Result<String, RPCError> in
+            let clock = self.clock
+            let answer = await receiptTokenLookups.answer(original, nowMs: { clock.nowMs }) { () async -> Result<String, RPCError> in
                 do throws(RPCError) {
                     let result = try await dependencies.transactionInfo(transactionId, internalToken: internalToken)
                     guard result.status == 0, let transaction = result.transaction.flatMap(AppleTransaction.init),
@@ -62,7 +63,6 @@ extension FulfillmentService {
             }
             switch answer {
             case .success(let token):
-                receiptTokenCache.keep(token, for: original, nowMs: clock.nowMs)
                 held[original] = token
             case .failure(let error) where error.has(RPCErrorReason.appStoreAPINotConfigured):
                 return purchases
@@ -84,23 +84,37 @@ extension FulfillmentService {
 }
 
 /// Receipt purchases being looked up at Apple, by original transaction: a redeem that needs a lookup already running
-/// waits for its answer instead of asking Apple again.
+/// waits for its answer instead of asking Apple again, and an answer is kept (`AppleAnswerCache`) before the lookup
+/// stops running, so no redeem can start a second one in between.
 final class ReceiptTokenLookups: Sendable {
     private let running = NIOLockedValueBox<[String: Task<Result<String, RPCError>, Never>]>([:])
+    private let answers: AppleAnswerCache<String>
+
+    init(answers: AppleAnswerCache<String>) { self.answers = answers }
 
     func isRunning(_ original: String) -> Bool { running.withLockedValue { $0[original] != nil } }
 
-    /// The running lookup's answer for `original`, or `lookup`'s, started here.
-    func answer(_ original: String, lookup: @escaping @Sendable () async -> Result<String, RPCError>) async -> Result<String, RPCError> {
-        let (task, started) = running.withLockedValue { all -> (Task<Result<String, RPCError>, Never>, Bool) in
-            if let task = all[original] { return (task, false) }
+    /// The kept answer for `original`, else the running lookup's, else `lookup`'s, started here. Only successes are kept.
+    func answer(_ original: String, nowMs: @escaping @Sendable () -> Int64, lookup: @escaping @Sendable () async -> Result<String, RPCError>)
+        async -> Result<String, RPCError>
+    {
+        let answers = self.answers
+        let running = self.running
+        let task = running.withLockedValue { all -> Task<Result<String, RPCError>, Never> in
+            if let kept = answers.value(original, nowMs: nowMs()) { return Task { .success(kept) } }
+            if let task = all[original] { return task }
             // Unstructured on purpose: the lookup belongs to every redeem waiting for it, not to the one that started it.
-            let task = Task { await lookup() }
+            let task = Task { () -> Result<String, RPCError> in
+                let answer = await lookup()
+                running.withLockedValue { all in
+                    if case .success(let token) = answer { answers.keep(token, for: original, nowMs: nowMs()) }
+                    all[original] = nil
+                }
+                return answer
+            }
             all[original] = task
-            return (task, true)
+            return task
         }
-        let answer = await task.value
-        if started { running.withLockedValue { _ = $0.removeValue(forKey: original) } }
-        return answer
+        return await task.value
     }
 }
