@@ -219,14 +219,8 @@ public struct OutboxEntry: Codable, Sendable, Equatable {
 }
 
 public enum FulfillmentListOutbox: RPCMethod {
-    public struct Params: Codable, Sendable, Equatable {
-        public var adminToken: String
-        public var limit: Int?
-        public init(adminToken: String, limit: Int? = nil) {
-            self.adminToken = adminToken
-            self.limit = limit
-        }
-    }
+    /// `{adminToken, limit?}`, as the audit log's.
+    public typealias Params = FulfillmentListAudit.Params
     public struct Result: Codable, Sendable, Equatable {
         /// Oldest first.
         public var items: [OutboxEntry]

@@ -138,9 +138,6 @@ import Testing
         let item = try #require(listing.items.first)
         #expect(item.kind == "appAccountToken" && item.key == "t1" && item.payload == "token-1" && item.attempts == 3)
         #expect(item.nextAttemptAtMs == 70 && item.lastError == "apple was down")
-        #expect(
-            try await store.dueAccountTokens(nowMs: 70, limit: 10) == [
-                PendingAccountToken(originalTransactionId: "t1", appAccountToken: "token-1", attempts: 3)
-            ])
+        #expect(try await store.dueOutbox(nowMs: 70, limit: 10).map(\.key) == ["t1"], "due, and claimed by the worker that asks")
     }
 }

@@ -37,6 +37,4 @@ final class AppleAnswerCache<Value: Sendable>: Sendable {
             all[key] = Entry(readAtMs: nowMs, value: value)
         }
     }
-
-    var count: Int { entries.withLockedValue { $0.count } }
 }

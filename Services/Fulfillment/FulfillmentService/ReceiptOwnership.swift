@@ -100,9 +100,10 @@ final class ReceiptTokenLookups: Sendable {
     {
         let answers = self.answers
         let running = self.running
-        let task = running.withLockedValue { all -> Task<Result<String, RPCError>, Never> in
-            if let kept = answers.value(original, nowMs: nowMs()) { return Task { .success(kept) } }
-            if let task = all[original] { return task }
+        enum Found { case kept(String), lookup(Task<Result<String, RPCError>, Never>) }
+        let found = running.withLockedValue { all -> Found in
+            if let kept = answers.value(original, nowMs: nowMs()) { return .kept(kept) }
+            if let task = all[original] { return .lookup(task) }
             // Unstructured on purpose: the lookup belongs to every redeem waiting for it, not to the one that started it.
             let task = Task { () -> Result<String, RPCError> in
                 let answer = await lookup()
@@ -113,8 +114,11 @@ final class ReceiptTokenLookups: Sendable {
                 return answer
             }
             all[original] = task
-            return task
+            return .lookup(task)
         }
-        return await task.value
+        switch found {
+        case .kept(let token): return .success(token)
+        case .lookup(let task): return await task.value
+        }
     }
 }
