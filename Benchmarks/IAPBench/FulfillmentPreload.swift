@@ -16,21 +16,21 @@ enum FulfillmentPreload {
         try queue.inTransaction(.immediate) { db in
             let processed = try db.makeStatement(
                 sql: """
-                    INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, scope, productId, grantKind,
-                                                      coinsGranted, purchaseDateMs, processedAtMs)
+                    INSERT INTO processed_transaction (environment, transaction_id, original_transaction_id, account_id, scope, product_id, grant_kind,
+                                                      coins_granted, purchase_date_ms, processed_at_ms)
                     VALUES ('Production', ?, ?, ?, 'Production', 'coins.1000', 'coins', 1000000, ?, ?)
                     """)
             let ownership = try db.makeStatement(
                 sql: """
-                    INSERT INTO ownership (environment, originalTransactionId, accountId, scope, productId, boundAtMs)
+                    INSERT INTO ownership (environment, original_transaction_id, account_id, scope, product_id, bound_at_ms)
                     VALUES ('Production', ?, ?, 'Production', 'coins.1000', ?)
                     """)
             let ledger = try db.makeStatement(
                 sql: """
-                    INSERT INTO ledger (accountId, scope, delta, balance, kind, environment, transactionId, idempotencyKey, memo, createdAtMs)
+                    INSERT INTO ledger (account_id, scope, delta, balance, kind, environment, transaction_id, idempotency_key, memo, created_at_ms)
                     VALUES (?, 'Production', ?, ?, ?, ?, ?, ?, NULL, ?)
                     """)
-            let wallet = try db.makeStatement(sql: "INSERT INTO wallet (accountId, scope, balance) VALUES (?, 'Production', ?)")
+            let wallet = try db.makeStatement(sql: "INSERT INTO wallet (account_id, scope, balance) VALUES (?, 'Production', ?)")
             for a in 0..<accounts {
                 let account = "preload-\(run)-\(a)"
                 let transaction = "9\(run.hashValue & 0xffff)\(a)"

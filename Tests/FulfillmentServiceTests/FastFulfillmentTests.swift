@@ -45,6 +45,35 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         try ledger.withLockedValue { try GrantRules.reinstate(transactionId, nowMs: nowMs, in: $0) }
     }
     func recordRenewal(_ state: RenewalState) async throws -> Bool { false }
+    func applyNotification(_ facts: NotificationRules.Facts, uuid: String, attempts: Int, nowMs: Int64) async throws
+        -> NotificationRules.Decision
+    {
+        let decision = try ledger.withLockedValue { ledger in
+            let p = facts.purchase
+            let stored = NotificationRules.Stored(
+                processed: p.flatMap { ledger.processed($0.transactionId) }, owner: p.flatMap { ledger.owner(original: $0.originalTransactionId) })
+            let decision = NotificationRules.decide(facts, stored: stored)
+            for effect in decision.effects {
+                switch effect {
+                case .keepRenewal: break
+                case .revoke(let id, let reason): _ = try GrantRules.revoke(id, reason: reason, nowMs: nowMs, in: ledger)
+                case .rememberEarlyRevocation(let id, let reason): ledger.earlyRevocations[id] = reason
+                case .reinstate(let id): _ = try GrantRules.reinstate(id, nowMs: nowMs, in: ledger)
+                case .grant(let purchase, let accountId, let scope, let rule, let token):
+                    _ = try GrantRules.apply(
+                        [.init(purchase: purchase, rule: rule, scope: scope)], accountId: accountId, appAccountToken: token, mode: .redeem,
+                        policy: .refuse, answerScope: scope, nowMs: nowMs, in: ledger)
+                case .moveSubscriptionEnd(let original, let expires):
+                    _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expires, in: ledger)
+                }
+            }
+            return decision
+        }
+        try await settleNotification(
+            uuid, state: decision.applied ? .applied : .ignored, attempts: attempts, nextAttemptAtMs: nowMs, lastError: decision.ignoredBecause,
+            nowMs: nowMs)
+        return decision
+    }
     func processed(transactionId: String) async throws -> ProcessedTransaction? { ledger.withLockedValue { $0.processed(transactionId) } }
     func reconcileCheckpoint(environment: String) async throws -> Int64? { nil }
     func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws {}

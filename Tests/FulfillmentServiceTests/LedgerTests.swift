@@ -162,24 +162,24 @@ import Testing
                 #expect(throws: DatabaseError.self) {
                     try db.execute(
                         sql: """
-                            INSERT INTO ledger (accountId, delta, balance, kind, environment, transactionId, createdAtMs)
-                            SELECT accountId, delta, balance, kind, environment, transactionId, createdAtMs FROM ledger WHERE kind = 'grant'
+                            INSERT INTO ledger (account_id, delta, balance, kind, environment, transaction_id, created_at_ms)
+                            SELECT account_id, delta, balance, kind, environment, transaction_id, created_at_ms FROM ledger WHERE kind = 'grant'
                             """)
                 }
                 #expect(throws: DatabaseError.self) {
-                    try db.execute(sql: "INSERT INTO ownership SELECT environment, originalTransactionId, 'other', productId, 0 FROM ownership")
+                    try db.execute(sql: "INSERT INTO ownership SELECT environment, original_transaction_id, 'other', product_id, 0 FROM ownership")
                 }
                 #expect(throws: DatabaseError.self) {
                     try db.execute(
                         sql: """
-                            INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, productId, grantKind,
-                                                              purchaseDateMs, processedAtMs)
-                            SELECT environment, transactionId, originalTransactionId, 'other', productId, grantKind, 0, 0 FROM processedTransaction
+                            INSERT INTO processed_transaction (environment, transaction_id, original_transaction_id, account_id, product_id, grant_kind,
+                                                              purchase_date_ms, processed_at_ms)
+                            SELECT environment, transaction_id, original_transaction_id, 'other', product_id, grant_kind, 0, 0 FROM processed_transaction
                             """)
                 }
                 // A spend without an idempotency key, or a positive one.
                 #expect(throws: DatabaseError.self) {
-                    try db.execute(sql: "INSERT INTO ledger (accountId, delta, balance, kind, createdAtMs) VALUES ('x', -1, 0, 'spend', 0)")
+                    try db.execute(sql: "INSERT INTO ledger (account_id, delta, balance, kind, created_at_ms) VALUES ('x', -1, 0, 'spend', 0)")
                 }
             }
             #expect(try await suite.balance(alice.session) == 100)

@@ -9,8 +9,8 @@ import Testing
 
 /// Both engines hold the same records, for each service that has both (fulfillment, accounts, catalog): the same
 /// tables, columns (and whether each may be NULL), primary keys and unique keys, read from `sqlite_master` / SQLite's
-/// pragmas and from PostgreSQL's catalog. SQLite's older tables name columns in camelCase and PostgreSQL's in
-/// snake_case; names are compared in snake_case.
+/// pragmas and from PostgreSQL's catalog. Fulfillment's two schemas use one vocabulary (snake_case) and are compared
+/// name for name; accounts' and catalog's SQLite tables still name columns in camelCase, compared in snake_case.
 @Suite(.enabled(if: TestPostgres.isAvailable, "PostgreSQL is not installed"))
 struct SchemaParityTests {
     /// One engine's schema, names in snake_case: "table.column nullable|not null", "table key(a,b)", "table unique(a,b)".
@@ -42,7 +42,8 @@ struct SchemaParityTests {
         return out
     }
 
-    static func sqliteSchema(_ make: (URL) throws -> Void, file: String) async throws -> Schema {
+    static func sqliteSchema(_ make: (URL) throws -> Void, file: String, namesAsStored: Bool = false) async throws -> Schema {
+        @Sendable func snake(_ name: String) -> String { namesAsStored ? name : Self.snake(name) }
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("schema-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
@@ -51,7 +52,7 @@ struct SchemaParityTests {
         return try await queue.read { db in
             var schema = Schema()
             let tables = try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
-            for table in tables where !engineOnly.contains(snake(table)) {
+            for table in tables where !engineOnly.contains(Self.snake(table)) {
                 let t = snake(table)
                 var key: [(Int, String)] = []
                 for column in try Row.fetchAll(db, sql: "SELECT name, \"notnull\", pk FROM pragma_table_info(?)", arguments: [table]) {
@@ -130,7 +131,7 @@ struct SchemaParityTests {
 
     @Test func fulfillmentsEnginesHoldTheSameTablesColumnsAndKeys() async throws {
         Self.compare(
-            try await Self.sqliteSchema({ _ = try FulfillmentStore.open(directory: $0) }, file: "fulfillment.sqlite"),
+            try await Self.sqliteSchema({ _ = try FulfillmentStore.open(directory: $0) }, file: "fulfillment.sqlite", namesAsStored: true),
             try await Self.postgresSchema("fulfillment") { _ = try await PostgresFulfillmentStore(pool: $0) })
     }
 

@@ -232,27 +232,27 @@ import Testing
                     uniqueKeysWithValues: Row.fetchAll(
                         db,
                         sql: """
-                            SELECT transactionId, COUNT(*) AS n FROM ledger WHERE kind = 'grant' GROUP BY transactionId
+                            SELECT transaction_id, COUNT(*) AS n FROM ledger WHERE kind = 'grant' GROUP BY transaction_id
                             """
-                    ).map { ($0["transactionId"], $0["n"]) })
+                    ).map { ($0["transaction_id"], $0["n"]) })
                 #expect(grants.count == redeemIds.count, "every purchase granted")
                 #expect(redeemIds.allSatisfy { grants[$0] == 1 }, "each exactly once")
-                #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM processedTransaction") == redeemIds.count)
+                #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM processed_transaction") == redeemIds.count)
                 let spendRows = try [String: Int64](
                     uniqueKeysWithValues: Row.fetchAll(
                         db,
                         sql: """
-                            SELECT idempotencyKey, balance FROM ledger WHERE kind = 'spend'
+                            SELECT idempotency_key, balance FROM ledger WHERE kind = 'spend'
                             """
-                    ).map { ($0["idempotencyKey"], $0["balance"]) })
+                    ).map { ($0["idempotency_key"], $0["balance"]) })
                 let acknowledged = run.acknowledgedSpends
                 #expect(acknowledged.allSatisfy { spendRows[$0.key] == $0.value }, "every acknowledged spend is there, once, as answered")
                 #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM ledger WHERE kind = 'spend'") == spendRows.count)
                 let mismatched = try Int.fetchOne(
                     db,
                     sql: """
-                        SELECT COUNT(*) FROM wallet w LEFT JOIN (SELECT accountId, SUM(delta) AS total FROM ledger GROUP BY accountId) l
-                        ON l.accountId = w.accountId WHERE w.balance != COALESCE(l.total, 0)
+                        SELECT COUNT(*) FROM wallet w LEFT JOIN (SELECT account_id, SUM(delta) AS total FROM ledger GROUP BY account_id) l
+                        ON l.account_id = w.account_id WHERE w.balance != COALESCE(l.total, 0)
                         """)
                 #expect(mismatched == 0, "balance = sum of ledger for every account")
                 let total = try Int64.fetchOne(db, sql: "SELECT SUM(balance) FROM wallet") ?? 0

@@ -378,14 +378,13 @@ public final class SuiteFixture: Sendable {
 
     // MARK: the database, read directly (the real file)
 
+    /// `sql` may name tables and columns in camelCase (`processedTransaction`): both engines' schemas spell them in
+    /// snake_case (`processed_transaction`).
     public func count(_ sql: String) async throws -> Int {
-        if let postgres = store as? PostgresFulfillmentStore {
-            // The same question in the PostgreSQL schema's names: processedTransaction -> processed_transaction.
-            let snake = sql.replacing(/([a-z0-9])([A-Z])/) { "\($0.output.1)_\($0.output.2.lowercased())" }
-            return try await postgres.count(snake)
-        }
+        let snake = sql.replacing(/([a-z0-9])([A-Z])/) { "\($0.output.1)_\($0.output.2.lowercased())" }
+        if let postgres = store as? PostgresFulfillmentStore { return try await postgres.count(snake) }
         let queue = try DatabaseQueue(path: directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path)
-        return try await queue.read { db in try Int.fetchOne(db, sql: sql) ?? 0 }
+        return try await queue.read { db in try Int.fetchOne(db, sql: snake) ?? 0 }
     }
 
     /// Every account's wallet equals the sum of its ledger; no wallet is negative.

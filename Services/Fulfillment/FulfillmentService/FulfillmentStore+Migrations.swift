@@ -350,6 +350,24 @@ extension FulfillmentStore {
                     DROP TABLE accountTokenOutbox;
                     """)
         }
+        m.registerMigration("v10-one-vocabulary") { db in
+            // PostgreSQL's names (snake_case) for every table and column, so each statement is written once for both
+            // engines (`FulfillmentRecords`). Names only: no row moves; SQLite rewrites indexes and triggers itself.
+            let tables = try String.fetchAll(
+                db, sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' AND name != 'grdb_migrations'")
+            for table in tables {
+                for column in try String.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?)", arguments: [table])
+                where snakeCase(column) != column {
+                    try db.execute(sql: "ALTER TABLE \"\(table)\" RENAME COLUMN \"\(column)\" TO \"\(snakeCase(column))\"")
+                }
+                if snakeCase(table) != table { try db.execute(sql: "ALTER TABLE \"\(table)\" RENAME TO \"\(snakeCase(table))\"") }
+            }
+        }
         return m
+    }
+
+    /// `originalTransactionId` -> `original_transaction_id`, `notificationUUID` -> `notification_uuid`.
+    static func snakeCase(_ name: String) -> String {
+        name.replacing(/([a-z0-9])([A-Z])/) { "\($0.output.1)_\($0.output.2)" }.lowercased()
     }
 }

@@ -57,6 +57,9 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws
     /// Keeps a subscription's renewal state, forward only by `signedDateMs`; false when an newer one is kept.
     func recordRenewal(_ state: RenewalState) async throws -> Bool
+    /// Applies one notification in ONE transaction with its inbox row's outcome (`NotificationRules`).
+    func applyNotification(_ facts: NotificationRules.Facts, uuid: String, attempts: Int, nowMs: Int64) async throws
+        -> NotificationRules.Decision
     /// The processed transaction with this id, committed.
     func processed(transactionId: String) async throws -> ProcessedTransaction?
     /// Where the last reconciliation's Notification History read ended, per environment.

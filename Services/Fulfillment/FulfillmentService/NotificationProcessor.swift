@@ -85,27 +85,36 @@ public struct NotificationProcessor: FulfillmentPart {
     func process(_ entry: InboxEntry, reverify: Bool = false) async -> NotificationState {
         let attempts = entry.attempts + 1
         do {
-            let outcome: ActOutcome
+            var payload: JSONValue
             if reverify {
                 let answer = try await dependencies.verifyNotification(entry.signedPayload)
-                if answer.status == 0, let notification = answer.notification {
-                    outcome = try await act(on: notification, entry: entry)
-                } else {
-                    outcome = .ignored("it no longer passes verification (status \(answer.status), \(answer.reason ?? "refused"))")
+                guard answer.status == 0, let notification = answer.notification else {
+                    let reason = "it no longer passes verification (status \(answer.status), \(answer.reason ?? "refused"))"
+                    logger.info("notification ignored", metadata: ["notificationUUID": "\(entry.notificationUUID)", "reason": "\(reason)"])
+                    let now = clock.nowMs
+                    try await storeCall {
+                        try await self.store.settleNotification(
+                            entry.notificationUUID, state: .ignored, attempts: attempts, nextAttemptAtMs: now, lastError: reason, nowMs: now)
+                    }
+                    return .ignored
                 }
+                payload = notification
             } else {
-                outcome = try await act(on: try JSONValue(parsing: entry.notification), entry: entry)
+                payload = try JSONValue(parsing: entry.notification)
             }
-            let state: NotificationState = outcome.applied ? .applied : .ignored
+            let facts = try await facts(AppleNotification(payload), entry: entry)
             let now = clock.nowMs
-            if let reason = outcome.reason {
-                logger.info("notification ignored", metadata: ["notificationUUID": "\(entry.notificationUUID)", "reason": "\(reason)"])
+            let decision = try await storeCall {
+                try await self.store.applyNotification(facts, uuid: entry.notificationUUID, attempts: attempts, nowMs: now)
             }
-            try await storeCall {
-                try await self.store.settleNotification(
-                    entry.notificationUUID, state: state, attempts: attempts, nextAttemptAtMs: now, lastError: outcome.reason, nowMs: now)
-            }
-            return state
+            logger.info(
+                "notification",
+                metadata: [
+                    "notificationUUID": "\(entry.notificationUUID)", "type": "\(entry.notificationType)",
+                    "transactionId": "\(facts.purchase?.transactionId ?? "-")", "applied": "\(decision.applied)",
+                    "reason": "\(decision.ignoredBecause ?? "-")",
+                ])
+            return decision.applied ? .applied : .ignored
         } catch {
             let now = clock.nowMs
             let (state, next) = configuration.inboxRetry.afterFailure(attempts: attempts, nowMs: now)
@@ -124,81 +133,39 @@ public struct NotificationProcessor: FulfillmentPart {
         }
     }
 
-    struct ActOutcome {
-        var applied: Bool
-        /// Why it was ignored (kept as the inbox row's lastError).
-        var reason: String?
-        static let applied = ActOutcome(applied: true)
-        static func ignored(_ reason: String? = nil) -> ActOutcome { .init(applied: false, reason: reason) }
-    }
-
-    /// What a notification does. Its renewal info, when it has one, is kept per original transaction (forward
-    /// only by its signed date): auto-renew, billing retry, grace period, expiration intent.
-    ///
-    /// Apple delivers late, twice and out of order, so a notification about a transaction's standing (refund,
-    /// reversal, purchase, renewal) is taken as news that it changed: the transaction is fetched from Apple
-    /// (App Store Server API, through verification) and brought to what Apple says NOW, whichever notification
-    /// arrives and in whatever order: revoked at Apple -> revoked here (or, never seen here, recorded so that
-    /// the redeem bringing it grants nothing); valid -> granted to its account (the original's owner, else the
-    /// account of its appAccountToken), or given back if a refund had revoked it. Without the App Store Server
-    /// API, the notification's own snapshot is used, and one signed before a notification already applied for
-    /// the same purchase is superseded (ignored): state then only moves forward.
-    ///
-    /// RENEWAL_EXTENDED moves a subscription's end; renewal-state types (DID_CHANGE_RENEWAL_STATUS,
-    /// DID_CHANGE_RENEWAL_PREF, DID_FAIL_TO_RENEW, GRACE_PERIOD_EXPIRED, EXPIRED, PRICE_INCREASE) apply their
-    /// renewal info (an UPGRADE also grants its new plan's transaction); REFUND_DECLINED is recorded;
-    /// CONSUMPTION_REQUEST is answered when the account consented. TEST, EXTERNAL_PURCHASE_TOKEN,
-    /// RENEWAL_EXTENSION (a mass extension's summary or failure) and types Apple may add are ignored, the
-    /// reason kept (`NotificationDisposition`).
-    func act(on payload: JSONValue, entry: InboxEntry) async throws(RPCError) -> ActOutcome {
-        let notification = AppleNotification(payload)
-        let type = notification.type.rawValue
+    /// What `NotificationRules` decides from, gathered before the transaction: the notification's disposition and
+    /// signed snapshot, its renewal info, and for news about a transaction's standing Apple's current word (App Store
+    /// Server API, through verification), the catalog's rule and the account of its appAccountToken. A consumption
+    /// request is answered here (it changes nothing in this database).
+    func facts(_ notification: AppleNotification, entry: InboxEntry) async throws(RPCError) -> NotificationRules.Facts {
         if case .unknown(let raw) = notification.type {
             logger.notice("a notification type this version does not know; ignored", metadata: ["type": "\(raw)"])
         }
-        let disposition = NotificationDisposition.of(type: type, subtype: notification.subtype?.rawValue)
-        if case .ignore(let reason) = disposition { return .ignored(reason) }
-        var renewalKept = false
-        if let info = notification.renewalInfo, let state = RenewalState(info, fallbackSignedDateMs: notification.signedDateMs) {
-            renewalKept = try await storeCall { try await self.store.recordRenewal(state) }
-        }
-        guard let transaction = notification.transaction,
-            let snapshot = VerifiedPurchase(transaction, environment: notification.environment)
-        else { return .ignored("no transaction in the notification") }
-        let now = clock.nowMs
-        let outcome: ActOutcome
+        let disposition = NotificationDisposition.of(type: notification.type.rawValue, subtype: notification.subtype?.rawValue)
+        let snapshot = notification.transaction.flatMap { VerifiedPurchase($0, environment: notification.environment) }
+        var facts = NotificationRules.Facts(
+            disposition: disposition, type: notification.type, snapshot: snapshot,
+            renewal: notification.renewalInfo.flatMap { RenewalState($0, fallbackSignedDateMs: notification.signedDateMs) },
+            signedDateMs: entry.signedDateMs)
+        guard let snapshot else { return facts }
         switch disposition {
         case .bringToAppleState:
-            let reason = notification.type == .revoke ? "revoked" : "refunded"
-            if let current = try await currentFromApple(snapshot.transactionId) {
-                outcome = try await bringToAppleState(current, reason: reason, reinstates: true, nowMs: now)
-            } else if let superseded = try await supersededReason(entry) {
-                outcome = .ignored(superseded)
-            } else {
-                // From the signed snapshot alone, only a reversal gives back what a refund took: an older purchase or
-                // renewal notice arriving late says nothing about a refund that came after it.
-                outcome = try await bringToAppleState(snapshot, reason: reason, reinstates: notification.type == .refundReversed, nowMs: now)
+            facts.current = try await currentFromApple(snapshot.transactionId)
+            let purchase = facts.current ?? snapshot
+            facts.scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment)
+            facts.rule = try await service.grantRules(for: [purchase.productId])[purchase.productId]
+            if let token = purchase.appAccountToken, let internalToken = configuration.internalToken,
+                try await storeCall({ try await self.store.owner(originalTransactionId: purchase.originalTransactionId) }) == nil
+            {
+                facts.tokenAccountId = try await dependencies.account(appAccountToken: token, internalToken: internalToken)
             }
-        case .record:
-            outcome = .applied
         case .answerConsumptionRequest:
-            let answered = try await answerConsumptionRequest(
-                snapshot, signedDateMs: notification.signedDateMs ?? now, nowMs: now)
-            outcome = answered ? .applied : .ignored("not answered: no consent, outside Apple's window, or not a purchase made here")
-        case .moveSubscriptionEnd:
-            guard let expires = snapshot.expiresDateMs else { return .ignored("no expiry") }
-            _ = try await storeCall {
-                try await self.store.extendEntitlement(originalTransactionId: snapshot.originalTransactionId, expiresAtMs: expires)
-            }
-            outcome = .applied
-        case .keepRenewalState:
-            outcome = renewalKept ? .applied : .ignored("an equal or newer renewal state was already kept")
-        case .ignore(let reason):
-            outcome = .ignored(reason)
+            let now = clock.nowMs
+            facts.consumptionAnswered = try await answerConsumptionRequest(snapshot, signedDateMs: notification.signedDateMs ?? now, nowMs: now)
+        default:
+            break
         }
-        logger.info(
-            "notification", metadata: ["type": "\(type)", "transactionId": "\(snapshot.transactionId)", "applied": "\(outcome.applied)"])
-        return outcome
+        return facts
     }
 
     /// The transaction as Apple has it now, verified; nil when this deployment cannot ask Apple (no internal
@@ -212,56 +179,6 @@ public struct NotificationProcessor: FulfillmentPart {
         } catch  where error.has(.appStoreAPINotConfigured) || error.knownCode == .notFound {
             return nil
         }
-    }
-
-    /// Without Apple's current word: "superseded" when a notification about a purchase's standing (purchase, renewal,
-    /// refund, revocation, reversal) signed later for the same original transaction was already applied (this one
-    /// describes an older state). News about renewal preferences or expiry supersedes no refund.
-    func supersededReason(_ entry: InboxEntry) async throws(RPCError) -> String? {
-        guard let original = entry.originalTransactionId, let signed = entry.signedDateMs,
-            let latest = try await storeCall({
-                try await self.store.latestAppliedSignedDate(originalTransactionId: original, types: NotificationDisposition.standingTypes)
-            }),
-            signed < latest
-        else { return nil }
-        return "superseded: a later notification for this purchase was applied first"
-    }
-
-    /// Makes the purchase here what `purchase` (Apple's word) says: revoked, or granted (given back if a
-    /// refund had revoked it). Idempotent: any number of deliveries, in any order, end the same.
-    /// `reinstates`: whether a revoked purchase that `purchase` shows valid is given back (Apple's current word, or a
-    /// REFUND_REVERSED snapshot).
-    func bringToAppleState(_ purchase: VerifiedPurchase, reason: String, reinstates: Bool, nowMs: Int64) async throws(RPCError)
-        -> ActOutcome
-    {
-        let processed = try await storeCall { try await self.store.processed(transactionId: purchase.transactionId) }
-        if purchase.cancellationDateMs != nil {
-            if processed != nil {
-                _ = try await storeCall { try await self.store.revoke(transactionId: purchase.transactionId, reason: reason, nowMs: nowMs) }
-                return .applied
-            }
-            // Never seen here: remembered, so that the redeem bringing it grants nothing (and a reversal later
-            // grants it in full). A refunded renewal of a subscription owned here also takes back the access
-            // its original granted.
-            if purchase.transactionId != purchase.originalTransactionId,
-                try await storeCall({ try await self.store.owner(originalTransactionId: purchase.originalTransactionId) }) != nil
-            {
-                _ = try await applyFromApple(purchase, nowMs: nowMs)
-            }
-            try await storeCall { try await self.store.recordEarlyRevocation(transactionId: purchase.transactionId, reason: reason, nowMs: nowMs) }
-            return .applied
-        }
-        if let processed, processed.revokedAtMs != nil {
-            guard reinstates else { return .ignored("revoked here; only a refund reversal gives it back") }
-            _ = try await storeCall { try await self.store.reinstate(transactionId: purchase.transactionId, nowMs: nowMs) }
-            return .applied
-        }
-        if processed == nil, reinstates {
-            // A refund reversed before the purchase was redeemed here: its early revocation no longer holds.
-            _ = try await storeCall { try await self.store.reinstate(transactionId: purchase.transactionId, nowMs: nowMs) }
-        }
-        let outcomes = try await applyFromApple(purchase, nowMs: nowMs)
-        return outcomes.isEmpty ? .ignored("its account is not known here (no owner, no matching appAccountToken)") : .applied
     }
 
     /// Apple asks, after a customer requested a refund, how the purchase was used (CONSUMPTION_REQUEST). Answered

@@ -1,0 +1,111 @@
+import IAPProtocol
+
+/// A storage engine of fulfillment: it opens transactions and keeps its schema, nothing more. Everything above it
+/// (what to read and write, in which transaction, with which rules) is written once, in the extensions below and in
+/// `FulfillmentRecords`, over the engine's `SQLSession`.
+public protocol FulfillmentDatabase: Sendable {
+    /// Runs `body` over committed data.
+    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T
+    /// Runs `body` in one write transaction: all of it commits, or none. `locking` names what two writers must not
+    /// change at once (PostgreSQL takes an advisory lock per key; SQLite has one writer anyway).
+    func write<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T
+}
+
+extension FulfillmentDatabase {
+    func write<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
+        try await write(locking: [], body)
+    }
+
+    static func accountLock(_ accountId: String) -> [String] { ["fulfillment:account:" + accountId] }
+}
+
+// MARK: writes: the grant rules, each in one transaction
+
+extension FulfillmentStorage where Self: FulfillmentDatabase {
+    /// Records and grants every purchase in ONE write transaction (`GrantRules.apply`); the answer is what was
+    /// committed, with the balance and entitlements of `answerScope`.
+    public func apply(
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, recordTies: Bool, mode: FulfillmentMode,
+        policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
+    ) async throws -> AppliedPurchases {
+        try await write(locking: Self.accountLock(accountId)) { s in
+            try GrantRules.apply(
+                planned, accountId: accountId, appAccountToken: appAccountToken, recordTies: recordTies, mode: mode, policy: policy,
+                answerScope: answerScope, nowMs: nowMs, in: FulfillmentRecords(s))
+        }
+    }
+
+    /// Revokes one processed transaction, whatever environment it was recorded under (`GrantRules.revoke`).
+    public func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome {
+        try await write { s in
+            let tx = FulfillmentRecords(s)
+            guard try tx.processed(transactionId) != nil else { return .notFound }
+            return try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: tx) ? .revoked : .alreadyRevoked
+        }
+    }
+
+    public func reinstate(transactionId: String, nowMs: Int64) async throws -> Bool {
+        try await write { s in try GrantRules.reinstate(transactionId, nowMs: nowMs, in: FulfillmentRecords(s)) }
+    }
+
+    public func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
+        try await write { s in try FulfillmentRecords(s).rememberEarlyRevocation(transactionId, reason: reason, nowMs: nowMs) }
+    }
+
+    public func recordRenewal(_ state: RenewalState) async throws -> Bool {
+        try await write { s in try FulfillmentRecords(s).keepRenewal(state) }
+    }
+
+    /// One notification in ONE transaction: what is stored about its purchase is read, `NotificationRules` decides,
+    /// its effects are applied and its inbox row records the outcome (applied or ignored, with the reason).
+    public func applyNotification(_ facts: NotificationRules.Facts, uuid: String, attempts: Int, nowMs: Int64) async throws
+        -> NotificationRules.Decision
+    {
+        try await write { s in
+            let tx = FulfillmentRecords(s)
+            let decision = NotificationRules.decide(facts, stored: try tx.stored(for: facts))
+            for effect in decision.effects { try tx.apply(effect, nowMs: nowMs) }
+            try tx.settleNotification(
+                uuid, state: decision.applied ? .applied : .ignored, attempts: attempts, nextAttemptAtMs: nowMs,
+                lastError: decision.ignoredBecause, nowMs: nowMs)
+            return decision
+        }
+    }
+
+    public func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool {
+        try await write { s in
+            try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, in: FulfillmentRecords(s))
+        }
+    }
+
+    /// Spends once per (account, scope, idempotency key) (`GrantRules.spend`).
+    public func spend(
+        accountId: String, scope: AccountScope = .production, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64
+    ) async throws -> SpendOutcome {
+        try await write(locking: Self.accountLock(accountId)) { s in
+            try GrantRules.spend(
+                Holder(accountId: accountId, scope: scope), amount: amount, idempotencyKey: idempotencyKey, memo: memo, nowMs: nowMs,
+                in: FulfillmentRecords(s))
+        }
+    }
+
+    public func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws {
+        try await write { s in
+            try s.run(
+                """
+                INSERT INTO reconcile_checkpoint (environment, signed_date_ms) VALUES (?1, ?2)
+                ON CONFLICT (environment) DO UPDATE SET signed_date_ms = excluded.signed_date_ms
+                """, environment, signedDateMs)
+        }
+    }
+
+    public func recordAudit(action: String, accountId: String?, transactionId: String?, reason: String, credential: String, nowMs: Int64)
+        async throws
+    {
+        try await write { s in
+            try s.run(
+                "INSERT INTO admin_audit (at_ms, action, account_id, transaction_id, reason, credential) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                nowMs, action, accountId, transactionId, reason, credential)
+        }
+    }
+}

@@ -1,0 +1,174 @@
+import IAPProtocol
+
+/// `FulfillmentTransaction` in SQL, written once for both engines: every statement the grant rules need inside one
+/// transaction, and nothing else. The engine supplies the session (`FulfillmentStore` on SQLite,
+/// `PostgresFulfillmentStore` on PostgreSQL) and has already begun the transaction.
+struct FulfillmentRecords: FulfillmentTransaction {
+    let s: any SQLSession
+
+    init(_ session: any SQLSession) { self.s = session }
+
+    func enqueueOutbox(kind: OutboxKind, key: String, payload: String, nowMs: Int64) throws {
+        try s.run(
+            """
+            INSERT INTO outbox (kind, item_key, payload, attempts, created_at_ms, next_attempt_at_ms, last_error)
+            VALUES (?1, ?2, ?3, 0, ?4, ?4, NULL)
+            ON CONFLICT (kind, item_key) DO UPDATE SET payload = excluded.payload, attempts = 0,
+                created_at_ms = excluded.created_at_ms, next_attempt_at_ms = excluded.next_attempt_at_ms, last_error = NULL
+            """, kind.rawValue, key, payload, nowMs)
+    }
+
+    func owner(original: String) throws -> Holder? {
+        try s.row("SELECT account_id, scope FROM ownership WHERE original_transaction_id = ?1", original).map(Self.holder)
+    }
+
+    func bind(_ p: VerifiedPurchase, to holder: Holder, nowMs: Int64) throws {
+        try s.run(
+            """
+            INSERT INTO ownership (environment, original_transaction_id, account_id, scope, product_id, bound_at_ms)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+            """, p.environment, p.originalTransactionId, holder.accountId, holder.scope.rawValue, p.productId, nowMs)
+    }
+
+    func transfer(_ p: VerifiedPurchase, from accountId: String, to holder: Holder, nowMs: Int64) throws {
+        try s.run(
+            "UPDATE ownership SET account_id = ?1, scope = ?2, bound_at_ms = ?3 WHERE original_transaction_id = ?4",
+            holder.accountId, holder.scope.rawValue, nowMs, p.originalTransactionId)
+        try s.run(
+            "UPDATE entitlement SET account_id = ?1, scope = ?2 WHERE original_transaction_id = ?3",
+            holder.accountId, holder.scope.rawValue, p.originalTransactionId)
+        try s.run(
+            """
+            INSERT INTO ownership_transfer (environment, original_transaction_id, from_account_id, to_account_id, transferred_at_ms)
+            VALUES (?1, ?2, ?3, ?4, ?5)
+            """, p.environment, p.originalTransactionId, accountId, holder.accountId, nowMs)
+    }
+
+    func processed(_ transactionId: String) throws -> ProcessedTransaction? {
+        try s.row(
+            """
+            SELECT environment, account_id, scope, original_transaction_id, product_id, grant_kind, coins_granted, revoked_at_ms
+            FROM processed_transaction WHERE transaction_id = ?1
+            """, transactionId
+        ).map {
+            ProcessedTransaction(
+                environment: try $0.get("environment"), holder: try Self.holder($0),
+                originalTransactionId: try $0.get("original_transaction_id"), productId: try $0.get("product_id"),
+                grantKind: try $0.get("grant_kind"), coinsGranted: try $0.get("coins_granted"), revokedAtMs: try $0.get("revoked_at_ms"))
+        }
+    }
+
+    func recordProcessed(_ p: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) throws {
+        try s.run(
+            """
+            INSERT INTO processed_transaction (environment, transaction_id, original_transaction_id, account_id, scope, product_id,
+                grant_kind, coins_granted, purchase_date_ms, expires_date_ms, processed_at_ms)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+            """, p.environment, p.transactionId, p.originalTransactionId, holder.accountId, holder.scope.rawValue, p.productId,
+            grantKind, coins, p.purchaseDateMs, p.expiresDateMs, nowMs)
+    }
+
+    func earlyRevocation(_ transactionId: String) throws -> String? {
+        try s.value("SELECT reason FROM early_revocation WHERE transaction_id = ?1", transactionId)
+    }
+
+    func forgetEarlyRevocation(_ transactionId: String) throws {
+        try s.run("DELETE FROM early_revocation WHERE transaction_id = ?1", transactionId)
+    }
+
+    func markReinstated(_ transactionId: String) throws {
+        try s.run("UPDATE processed_transaction SET revoked_at_ms = NULL, revoke_reason = NULL WHERE transaction_id = ?1", transactionId)
+    }
+
+    func lastReversalDebt(_ transactionId: String) throws -> Int64? {
+        try s.value("SELECT debt FROM ledger WHERE transaction_id = ?1 AND kind = 'reversal' ORDER BY id DESC LIMIT 1", transactionId)
+    }
+
+    func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws {
+        try s.run(
+            "UPDATE processed_transaction SET revoked_at_ms = ?1, revoke_reason = ?2 WHERE transaction_id = ?3", nowMs, reason,
+            transactionId)
+    }
+
+    static let entitlementColumns =
+        "environment, original_transaction_id, account_id, scope, entitlement, product_id, starts_at_ms, expires_at_ms, revoked_at_ms"
+
+    func entitlement(original: String) throws -> EntitlementRecord? {
+        try s.row("SELECT \(Self.entitlementColumns) FROM entitlement WHERE original_transaction_id = ?1", original)
+            .map(Self.entitlementRecord)
+    }
+
+    func insertEntitlement(_ e: EntitlementRecord) throws {
+        try s.run(
+            "INSERT INTO entitlement (\(Self.entitlementColumns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            e.environment, e.originalTransactionId, e.holder.accountId, e.holder.scope.rawValue, e.entitlement, e.productId,
+            e.startsAtMs, e.expiresAtMs, e.revokedAtMs)
+    }
+
+    func updateEntitlement(_ e: EntitlementRecord) throws {
+        try s.run(
+            """
+            UPDATE entitlement SET entitlement = ?1, product_id = ?2, starts_at_ms = ?3, expires_at_ms = ?4, revoked_at_ms = ?5
+            WHERE original_transaction_id = ?6
+            """, e.entitlement, e.productId, e.startsAtMs, e.expiresAtMs, e.revokedAtMs, e.originalTransactionId)
+    }
+
+    func entitlements(_ holder: Holder, activeAtMs: Int64?) throws -> [EntitlementRecord] {
+        let all = "SELECT \(Self.entitlementColumns) FROM entitlement WHERE account_id = ?1 AND scope = ?2 AND revoked_at_ms IS NULL"
+        guard let activeAtMs else { return try s.rows(all, holder.accountId, holder.scope.rawValue).map(Self.entitlementRecord) }
+        return try s.rows(all + " AND (expires_at_ms IS NULL OR expires_at_ms > ?3)", holder.accountId, holder.scope.rawValue, activeAtMs)
+            .map(Self.entitlementRecord)
+    }
+
+    func wallet(_ holder: Holder) throws -> Wallet {
+        try s.row("SELECT balance, owed FROM wallet WHERE account_id = ?1 AND scope = ?2", holder.accountId, holder.scope.rawValue)
+            .map { Wallet(balance: try $0.get("balance"), owed: try $0.get("owed")) } ?? Wallet()
+    }
+
+    func append(_ row: LedgerRow) throws {
+        try s.run(
+            """
+            INSERT INTO wallet (account_id, scope, balance, owed) VALUES (?1, ?2, ?3, ?4)
+            ON CONFLICT (account_id, scope) DO UPDATE SET balance = excluded.balance, owed = excluded.owed
+            """, row.holder.accountId, row.holder.scope.rawValue, row.balance, row.owed)
+        try s.run(
+            """
+            INSERT INTO ledger (account_id, scope, delta, balance, kind, environment, transaction_id, idempotency_key, memo,
+                debt, recovered, owed, created_at_ms)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+            """, row.holder.accountId, row.holder.scope.rawValue, row.delta, row.balance, row.kind.rawValue, row.environment,
+            row.transactionId, row.idempotencyKey, row.memo, row.debt, row.recovered, row.owed, row.createdAtMs)
+    }
+
+    func spend(_ holder: Holder, idempotencyKey: String) throws -> RecordedSpend? {
+        try s.row(
+            "SELECT delta, balance, memo FROM ledger WHERE account_id = ?1 AND scope = ?2 AND idempotency_key = ?3",
+            holder.accountId, holder.scope.rawValue, idempotencyKey
+        ).map { RecordedSpend(delta: try $0.get("delta"), balance: try $0.get("balance"), memo: try $0.get("memo")) }
+    }
+
+    /// A subscription's renewal state as Apple last signed it.
+    func renewal(_ original: String) throws -> RenewalState? {
+        try s.row("SELECT * FROM subscription_renewal WHERE original_transaction_id = ?1", original).map {
+            RenewalState(
+                originalTransactionId: try $0.get("original_transaction_id"), autoRenew: try $0.get("auto_renew"),
+                autoRenewProductId: try $0.get("auto_renew_product_id"), inBillingRetry: try $0.get("in_billing_retry"),
+                gracePeriodExpiresAtMs: try $0.get("grace_period_expires_at_ms"), expirationIntent: try $0.get("expiration_intent"),
+                priceIncreaseStatus: try $0.get("price_increase_status"), signedDateMs: try $0.get("signed_date_ms"))
+        }
+    }
+
+    /// A stored scope; the schema admits only the two, so anything else is a damaged row, never Production.
+    static func holder(_ row: SQLRow) throws -> Holder {
+        let raw: String = try row.get("scope")
+        guard let scope = AccountScope(rawValue: raw) else { throw StoredValueInvalid(column: "scope", value: raw) }
+        return Holder(accountId: try row.get("account_id"), scope: scope)
+    }
+
+    static func entitlementRecord(_ row: SQLRow) throws -> EntitlementRecord {
+        EntitlementRecord(
+            environment: try row.get("environment"), originalTransactionId: try row.get("original_transaction_id"),
+            holder: try holder(row), entitlement: try row.get("entitlement"), productId: try row.get("product_id"),
+            startsAtMs: try row.get("starts_at_ms"), expiresAtMs: try row.get("expires_at_ms"), revokedAtMs: try row.get("revoked_at_ms"))
+    }
+}

@@ -1,0 +1,82 @@
+import IAPProtocol
+
+/// The statements a notification's transaction needs beyond the grant rules' (`NotificationRules`), both engines.
+extension FulfillmentRecords {
+    /// What this database holds about the purchase the facts decide on.
+    func stored(for facts: NotificationRules.Facts) throws -> NotificationRules.Stored {
+        var stored = NotificationRules.Stored()
+        if let purchase = facts.purchase {
+            stored.processed = try processed(purchase.transactionId)
+            stored.owner = try owner(original: purchase.originalTransactionId)
+            if facts.current == nil, facts.disposition == .bringToAppleState {
+                stored.latestStandingAppliedMs = try latestAppliedSignedDate(
+                    purchase.originalTransactionId, types: NotificationDisposition.standingTypes)
+            }
+        }
+        if let renewal = facts.renewal { stored.keptRenewalSignedMs = try self.renewal(renewal.originalTransactionId)?.signedDateMs }
+        return stored
+    }
+
+    func apply(_ effect: NotificationRules.Effect, nowMs: Int64) throws {
+        switch effect {
+        case .keepRenewal(let state): _ = try keepRenewal(state)
+        case .revoke(let transactionId, let reason): _ = try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: self)
+        case .rememberEarlyRevocation(let transactionId, let reason): try rememberEarlyRevocation(transactionId, reason: reason, nowMs: nowMs)
+        case .reinstate(let transactionId): _ = try GrantRules.reinstate(transactionId, nowMs: nowMs, in: self)
+        case .grant(let purchase, let accountId, let scope, let rule, let appAccountToken):
+            _ = try GrantRules.apply(
+                [PlannedPurchase(purchase: purchase, rule: rule, scope: scope)], accountId: accountId, appAccountToken: appAccountToken,
+                mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs, in: self)
+        case .moveSubscriptionEnd(let original, let expiresAtMs):
+            _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expiresAtMs, in: self)
+        }
+    }
+
+    /// Keeps a subscription's renewal state, forward only: an older signed state than the one kept changes nothing.
+    func keepRenewal(_ state: RenewalState) throws -> Bool {
+        if let kept = try renewal(state.originalTransactionId), kept.signedDateMs > state.signedDateMs { return false }
+        try s.run(
+            """
+            INSERT INTO subscription_renewal (original_transaction_id, auto_renew, auto_renew_product_id, in_billing_retry,
+                grace_period_expires_at_ms, expiration_intent, price_increase_status, signed_date_ms)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            ON CONFLICT (original_transaction_id) DO UPDATE SET auto_renew = excluded.auto_renew,
+                auto_renew_product_id = excluded.auto_renew_product_id, in_billing_retry = excluded.in_billing_retry,
+                grace_period_expires_at_ms = excluded.grace_period_expires_at_ms, expiration_intent = excluded.expiration_intent,
+                price_increase_status = excluded.price_increase_status, signed_date_ms = excluded.signed_date_ms
+            """, state.originalTransactionId, state.autoRenew, state.autoRenewProductId, state.inBillingRetry,
+            state.gracePeriodExpiresAtMs, state.expirationIntent, state.priceIncreaseStatus, state.signedDateMs)
+        return true
+    }
+
+    /// A refund or revocation of a purchase not redeemed here yet: its redeem will grant nothing.
+    func rememberEarlyRevocation(_ transactionId: String, reason: String, nowMs: Int64) throws {
+        try s.run(
+            """
+            INSERT INTO early_revocation (transaction_id, reason, recorded_at_ms) VALUES (?1, ?2, ?3)
+            ON CONFLICT (transaction_id) DO NOTHING
+            """, transactionId, reason, nowMs)
+    }
+
+    func settleNotification(
+        _ uuid: String, state: NotificationState, attempts: Int, nextAttemptAtMs: Int64, lastError: String?, nowMs: Int64
+    ) throws {
+        let processedAtMs: Int64? = state == .applied || state == .ignored ? nowMs : nil
+        try s.run(
+            """
+            UPDATE notification_inbox SET state = ?1, attempts = ?2, next_attempt_at_ms = ?3, last_error = ?4,
+                processed_at_ms = COALESCE(?5, processed_at_ms)
+            WHERE notification_uuid = ?6
+            """, state.rawValue, attempts, nextAttemptAtMs, lastError, processedAtMs, uuid)
+    }
+
+    /// The signed date of the latest applied notification of `types` about the original.
+    func latestAppliedSignedDate(_ original: String, types: [String]) throws -> Int64? {
+        guard !types.isEmpty else { return nil }
+        return try s.value(
+            """
+            SELECT MAX(signed_date_ms) FROM notification_inbox
+            WHERE original_transaction_id = ?1 AND state = 'applied' AND notification_type IN (\(s.placeholders(types.count, from: 2)))
+            """, arguments: ([original] + types).map(\.sql))
+    }
+}

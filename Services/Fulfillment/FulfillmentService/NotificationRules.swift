@@ -1,0 +1,182 @@
+import IAPProtocol
+
+/// What one App Store Server Notification changes, decided from facts alone: the notification's own signed word,
+/// Apple's current word about its transaction, and what this database holds about that transaction. The
+/// notification's counterpart of `GrantRules.apply`: `NotificationProcessor` gathers the facts (Apple, the catalog,
+/// accounts) before the transaction; storage reads the stored facts, calls `decide`, and applies the effects and the
+/// inbox row's outcome in ONE transaction.
+///
+/// Apple delivers late, twice and out of order, so a notification about a transaction's standing is taken as news
+/// that it changed: the transaction is brought to what Apple says NOW (revoked, granted, or given back after a
+/// refund), whichever notification arrives and in whatever order. Without Apple's current word the notification's
+/// snapshot serves, and one signed before an applied notification about the same purchase's standing is superseded.
+public enum NotificationRules {
+    /// Gathered before the transaction.
+    public struct Facts: Sendable, Equatable {
+        public var disposition: NotificationDisposition
+        public var type: AppleNotificationType
+        /// The notification's signed transaction; nil when it carries none.
+        public var snapshot: VerifiedPurchase?
+        /// The transaction as Apple has it now; nil when Apple cannot be asked or does not know it.
+        public var current: VerifiedPurchase?
+        /// Renewal info the notification carries, to keep forward only.
+        public var renewal: RenewalState?
+        /// When the notification was signed (the inbox row's), for `superseded`.
+        public var signedDateMs: Int64?
+        /// The scope a purchase of the decided environment grants into; nil: refused (`SandboxPolicy`).
+        public var scope: AccountScope?
+        /// The catalog's rule for the product; nil when unknown.
+        public var rule: GrantRule?
+        /// The account whose appAccountToken the purchase carries, if the purchase carries one and accounts knows it.
+        public var tokenAccountId: String?
+        /// CONSUMPTION_REQUEST: whether Apple was answered (the account consented, inside Apple's window).
+        public var consumptionAnswered = false
+
+        public init(
+            disposition: NotificationDisposition, type: AppleNotificationType, snapshot: VerifiedPurchase?,
+            current: VerifiedPurchase? = nil, renewal: RenewalState? = nil, signedDateMs: Int64? = nil, scope: AccountScope? = nil,
+            rule: GrantRule? = nil, tokenAccountId: String? = nil
+        ) {
+            self.disposition = disposition
+            self.type = type
+            self.snapshot = snapshot
+            self.current = current
+            self.renewal = renewal
+            self.signedDateMs = signedDateMs
+            self.scope = scope
+            self.rule = rule
+            self.tokenAccountId = tokenAccountId
+        }
+
+        /// The purchase decided on: Apple's current word, else the snapshot.
+        public var purchase: VerifiedPurchase? { current ?? snapshot }
+    }
+
+    /// Read inside the transaction, about `Facts.purchase`.
+    public struct Stored: Sendable, Equatable {
+        public var processed: ProcessedTransaction?
+        public var owner: Holder?
+        /// The signed date of the latest applied notification about the original's standing (`standingTypes`).
+        public var latestStandingAppliedMs: Int64?
+        /// The signed date of the renewal state kept for the original.
+        public var keptRenewalSignedMs: Int64?
+
+        public init(
+            processed: ProcessedTransaction? = nil, owner: Holder? = nil, latestStandingAppliedMs: Int64? = nil,
+            keptRenewalSignedMs: Int64? = nil
+        ) {
+            self.processed = processed
+            self.owner = owner
+            self.latestStandingAppliedMs = latestStandingAppliedMs
+            self.keptRenewalSignedMs = keptRenewalSignedMs
+        }
+    }
+
+    public enum Effect: Sendable, Equatable {
+        case keepRenewal(RenewalState)
+        case revoke(transactionId: String, reason: String)
+        /// Remembered so that the redeem bringing the purchase grants nothing.
+        case rememberEarlyRevocation(transactionId: String, reason: String)
+        /// A refund reversed: given back (or, never redeemed, its early revocation forgotten).
+        case reinstate(transactionId: String)
+        /// Recorded for its account as a redeem would (`GrantRules.apply`, `.refuse` transfers).
+        case grant(VerifiedPurchase, accountId: String, scope: AccountScope, rule: GrantRule?, appAccountToken: String?)
+        case moveSubscriptionEnd(originalTransactionId: String, expiresAtMs: Int64)
+    }
+
+    public struct Decision: Sendable, Equatable {
+        public var effects: [Effect] = []
+        /// Nil: applied; else why nothing (more) was applied (the inbox row's `lastError`).
+        public var ignoredBecause: String?
+        public var applied: Bool { ignoredBecause == nil }
+    }
+
+    public static func decide(_ facts: Facts, stored: Stored) -> Decision {
+        var decision = Decision()
+        if case .ignore(let reason) = facts.disposition {
+            decision.ignoredBecause = reason
+            return decision
+        }
+        var renewalKept = false
+        if let renewal = facts.renewal, (stored.keptRenewalSignedMs ?? .min) <= renewal.signedDateMs {
+            decision.effects.append(.keepRenewal(renewal))
+            renewalKept = true
+        }
+        guard let purchase = facts.purchase else {
+            decision.ignoredBecause = "no transaction in the notification"
+            return decision
+        }
+        switch facts.disposition {
+        case .bringToAppleState:
+            if facts.current == nil, let signed = facts.signedDateMs, let latest = stored.latestStandingAppliedMs, signed < latest {
+                decision.ignoredBecause = "superseded: a later notification for this purchase was applied first"
+                return decision
+            }
+            // From the signed snapshot alone, only a reversal gives back what a refund took: an older purchase or renewal
+            // notice arriving late says nothing about a refund that came after it.
+            let reinstates = facts.current != nil || facts.type == .refundReversed
+            bringToAppleState(purchase, reason: facts.type == .revoke ? "revoked" : "refunded", reinstates: reinstates, facts, stored, &decision)
+        case .moveSubscriptionEnd:
+            guard let expires = purchase.expiresDateMs else {
+                decision.ignoredBecause = "no expiry"
+                return decision
+            }
+            decision.effects.append(.moveSubscriptionEnd(originalTransactionId: purchase.originalTransactionId, expiresAtMs: expires))
+        case .keepRenewalState:
+            if !renewalKept { decision.ignoredBecause = "an equal or newer renewal state was already kept" }
+        case .answerConsumptionRequest:
+            // Answered before the transaction (`NotificationProcessor`), or not at all.
+            if !facts.consumptionAnswered {
+                decision.ignoredBecause = "not answered: no consent, outside Apple's window, or not a purchase made here"
+            }
+        case .record, .ignore:
+            break
+        }
+        return decision
+    }
+
+    /// Makes the purchase here what `purchase` says: revoked, or granted (given back if a refund had revoked it).
+    /// Any number of deliveries, in any order, end the same.
+    private static func bringToAppleState(
+        _ purchase: VerifiedPurchase, reason: String, reinstates: Bool, _ facts: Facts, _ stored: Stored, _ decision: inout Decision
+    ) {
+        if purchase.cancellationDateMs != nil {
+            if stored.processed != nil {
+                decision.effects.append(.revoke(transactionId: purchase.transactionId, reason: reason))
+                return
+            }
+            // Never seen here: remembered (a reversal later grants it in full). A refunded renewal of a subscription
+            // owned here also takes back the access its original granted.
+            if purchase.transactionId != purchase.originalTransactionId, stored.owner != nil, let grant = grant(purchase, facts, stored) {
+                decision.effects.append(grant)
+            }
+            decision.effects.append(.rememberEarlyRevocation(transactionId: purchase.transactionId, reason: reason))
+            return
+        }
+        if let processed = stored.processed, processed.revokedAtMs != nil {
+            if reinstates {
+                decision.effects.append(.reinstate(transactionId: purchase.transactionId))
+            } else {
+                decision.ignoredBecause = "revoked here; only a refund reversal gives it back"
+            }
+            return
+        }
+        if stored.processed == nil, reinstates { decision.effects.append(.reinstate(transactionId: purchase.transactionId)) }
+        guard let grant = grant(purchase, facts, stored) else {
+            decision.ignoredBecause = "its account is not known here (no owner, no matching appAccountToken)"
+            return
+        }
+        decision.effects.append(grant)
+    }
+
+    /// The purchase granted to its original's owner, else to the account of its appAccountToken; nil when neither is
+    /// known or its environment is refused.
+    private static func grant(_ purchase: VerifiedPurchase, _ facts: Facts, _ stored: Stored) -> Effect? {
+        guard let scope = facts.scope else { return nil }
+        if let owner = stored.owner {
+            return .grant(purchase, accountId: owner.accountId, scope: scope, rule: facts.rule, appAccountToken: nil)
+        }
+        guard let accountId = facts.tokenAccountId else { return nil }
+        return .grant(purchase, accountId: accountId, scope: scope, rule: facts.rule, appAccountToken: purchase.appAccountToken)
+    }
+}

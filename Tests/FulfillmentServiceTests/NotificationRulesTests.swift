@@ -1,0 +1,135 @@
+import FulfillmentService
+import IAPProtocol
+import Testing
+
+/// The notification's decision alone, from facts: no database, no services. The same decisions run over both engines
+/// in the end-to-end notification tests.
+@Suite struct NotificationRulesTests {
+    static let alice = Holder(accountId: "alice", scope: .production)
+
+    static func purchase(_ id: String, original: String? = nil, cancelled: Int64? = nil, expires: Int64? = nil, token: String? = nil)
+        -> VerifiedPurchase
+    {
+        VerifiedPurchase(
+            environment: "Production", transactionId: id, originalTransactionId: original ?? id, productId: "coins.100",
+            purchaseDateMs: 1, expiresDateMs: expires, cancellationDateMs: cancelled, appAccountToken: token)
+    }
+
+    static func processed(_ id: String, revoked: Int64? = nil) -> ProcessedTransaction {
+        ProcessedTransaction(
+            environment: "Production", holder: alice, originalTransactionId: id, productId: "coins.100", grantKind: "coins",
+            coinsGranted: 100, revokedAtMs: revoked)
+    }
+
+    static func facts(
+        _ type: AppleNotificationType, _ raw: String, snapshot: VerifiedPurchase?, current: VerifiedPurchase? = nil,
+        renewal: RenewalState? = nil, signed: Int64? = 50, tokenAccount: String? = nil
+    ) -> NotificationRules.Facts {
+        NotificationRules.Facts(
+            disposition: NotificationDisposition.of(type: raw, subtype: nil), type: type, snapshot: snapshot, current: current,
+            renewal: renewal, signedDateMs: signed, scope: .production, rule: .coins(perUnit: 100), tokenAccountId: tokenAccount)
+    }
+
+    static func grant(_ p: VerifiedPurchase, to account: String = "alice", token: String? = nil) -> NotificationRules.Effect {
+        .grant(p, accountId: account, scope: .production, rule: .coins(perUnit: 100), appAccountToken: token)
+    }
+
+    @Test func aRefundRevokesWhatWasGrantedAndIsRememberedWhenNeverSeen() {
+        let refunded = Self.purchase("t1", cancelled: 40)
+        let seen = NotificationRules.decide(
+            Self.facts(.refund, "REFUND", snapshot: refunded), stored: .init(processed: Self.processed("t1"), owner: Self.alice))
+        #expect(seen.effects == [.revoke(transactionId: "t1", reason: "refunded")])
+        #expect(seen.applied)
+
+        let unseen = NotificationRules.decide(Self.facts(.revoke, "REVOKE", snapshot: refunded), stored: .init())
+        #expect(unseen.effects == [.rememberEarlyRevocation(transactionId: "t1", reason: "revoked")])
+
+        // A refunded renewal of an original owned here also takes back what the original granted.
+        let renewal = Self.purchase("t2", original: "t1", cancelled: 40)
+        let owned = NotificationRules.decide(Self.facts(.refund, "REFUND", snapshot: renewal), stored: .init(owner: Self.alice))
+        #expect(owned.effects == [Self.grant(renewal), .rememberEarlyRevocation(transactionId: "t2", reason: "refunded")])
+    }
+
+    @Test func applesCurrentWordDecidesWhateverTheNotificationSays() {
+        // A late purchase notice about a refunded purchase: Apple says it is valid again -> given back.
+        let valid = Self.purchase("t1")
+        let revokedHere = NotificationRules.Stored(processed: Self.processed("t1", revoked: 30), owner: Self.alice)
+        let asked = NotificationRules.decide(
+            Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid, current: valid), stored: revokedHere)
+        #expect(asked.effects == [.reinstate(transactionId: "t1")])
+
+        // The same notice without Apple's word gives nothing back: only a reversal does.
+        let unasked = NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid), stored: revokedHere)
+        #expect(unasked.effects.isEmpty)
+        #expect(unasked.ignoredBecause == "revoked here; only a refund reversal gives it back")
+        let reversal = NotificationRules.decide(Self.facts(.refundReversed, "REFUND_REVERSED", snapshot: valid), stored: revokedHere)
+        #expect(reversal.effects == [.reinstate(transactionId: "t1")])
+
+        // A refund notice when Apple says the refund was reversed meanwhile: granted, not revoked.
+        let notice = NotificationRules.decide(
+            Self.facts(.refund, "REFUND", snapshot: Self.purchase("t1", cancelled: 40), current: valid),
+            stored: .init(processed: Self.processed("t1"), owner: Self.alice))
+        #expect(notice.effects == [Self.grant(valid)])
+    }
+
+    @Test func withoutApplesWordAnOlderNoticeIsSupersededByANewerOneApplied() {
+        let refunded = Self.purchase("t1", cancelled: 40)
+        let stored = NotificationRules.Stored(processed: Self.processed("t1"), owner: Self.alice, latestStandingAppliedMs: 60)
+        let older = NotificationRules.decide(Self.facts(.refund, "REFUND", snapshot: refunded, signed: 50), stored: stored)
+        #expect(older.effects.isEmpty)
+        #expect(older.ignoredBecause?.hasPrefix("superseded") == true)
+        let newer = NotificationRules.decide(Self.facts(.refund, "REFUND", snapshot: refunded, signed: 70), stored: stored)
+        #expect(newer.effects == [.revoke(transactionId: "t1", reason: "refunded")])
+        // Apple's current word is never superseded.
+        let asked = NotificationRules.decide(
+            Self.facts(.refund, "REFUND", snapshot: refunded, current: refunded, signed: 50), stored: stored)
+        #expect(asked.effects == [.revoke(transactionId: "t1", reason: "refunded")])
+    }
+
+    @Test func aPurchaseGoesToItsOwnerElseToItsTokensAccountElseNowhere() {
+        let p = Self.purchase("t1", token: "tok")
+        let owned = NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: p), stored: .init(owner: Self.alice))
+        #expect(owned.effects == [Self.grant(p)])
+        let byToken = NotificationRules.decide(
+            Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: p, tokenAccount: "bob"), stored: .init())
+        #expect(byToken.effects == [Self.grant(p, to: "bob", token: "tok")])
+        let unknown = NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: p), stored: .init())
+        #expect(unknown.effects.isEmpty)
+        #expect(unknown.ignoredBecause?.contains("account is not known") == true)
+        var refused = Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: p)
+        refused.scope = nil  // a sandbox purchase under `--sandbox-policy refuse`
+        #expect(NotificationRules.decide(refused, stored: .init(owner: Self.alice)).effects.isEmpty)
+    }
+
+    @Test func renewalStateMovesForwardOnlyAndIgnoredTypesChangeNothing() {
+        let sub = Self.purchase("s1", expires: 100)
+        let state = RenewalState(originalTransactionId: "s1", autoRenew: false, inBillingRetry: false, signedDateMs: 50)
+        let status = Self.facts(.didChangeRenewalStatus, "DID_CHANGE_RENEWAL_STATUS", snapshot: sub, renewal: state)
+        #expect(NotificationRules.decide(status, stored: .init(keptRenewalSignedMs: 40)).effects == [.keepRenewal(state)])
+        let stale = NotificationRules.decide(status, stored: .init(keptRenewalSignedMs: 60))
+        #expect(stale.effects.isEmpty)
+        #expect(stale.ignoredBecause == "an equal or newer renewal state was already kept")
+
+        // A refund's renewal info is kept beside the refund itself.
+        let refund = Self.facts(.refund, "REFUND", snapshot: Self.purchase("s1", cancelled: 40, expires: 100), renewal: state)
+        #expect(
+            NotificationRules.decide(refund, stored: .init(processed: Self.processed("s1"), owner: Self.alice)).effects == [
+                .keepRenewal(state), .revoke(transactionId: "s1", reason: "refunded"),
+            ])
+
+        let test = NotificationRules.decide(Self.facts(.test, "TEST", snapshot: nil, renewal: state), stored: .init())
+        #expect(test.effects.isEmpty)
+        #expect(test.ignoredBecause?.contains("test notification") == true)
+
+        let extended = NotificationRules.decide(Self.facts(.renewalExtended, "RENEWAL_EXTENDED", snapshot: sub), stored: .init())
+        #expect(extended.effects == [.moveSubscriptionEnd(originalTransactionId: "s1", expiresAtMs: 100)])
+    }
+
+    @Test func aConsumptionRequestIsAppliedOnlyWhenAnswered() {
+        var facts = Self.facts(.consumptionRequest, "CONSUMPTION_REQUEST", snapshot: Self.purchase("t1"))
+        #expect(NotificationRules.decide(facts, stored: .init()).ignoredBecause?.hasPrefix("not answered") == true)
+        facts.consumptionAnswered = true
+        let answered = NotificationRules.decide(facts, stored: .init())
+        #expect(answered.applied && answered.effects.isEmpty)
+    }
+}
