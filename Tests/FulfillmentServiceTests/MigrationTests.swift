@@ -65,7 +65,7 @@ import Testing
         let (queue, path) = try MigrationTests.database(upTo: nil)
         defer { try? FileManager.default.removeItem(atPath: path) }
         let plan = try await queue.read { db in
-            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + FulfillmentStore.dueNotificationsSQL[.sqlite]!, arguments: [0, 100]).map {
+            try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + InboxRecords.dueSQL[.sqlite]!, arguments: [0, 100]).map {
                 $0["detail"] as String
             }
         }

@@ -65,7 +65,7 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
             let tx = FulfillmentRecords(s)
             let decision = NotificationRules.decide(facts, stored: try tx.stored(for: facts))
             for effect in decision.effects { try tx.apply(effect, nowMs: nowMs) }
-            try tx.settleNotification(
+            try InboxRecords(s).settle(
                 uuid, state: decision.applied ? .applied : .ignored, attempts: attempts, nextAttemptAtMs: nowMs,
                 lastError: decision.ignoredBecause, nowMs: nowMs)
             return decision
@@ -90,22 +90,15 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
     }
 
     public func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws {
-        try await write { s in
-            try s.run(
-                """
-                INSERT INTO reconcile_checkpoint (environment, signed_date_ms) VALUES (?1, ?2)
-                ON CONFLICT (environment) DO UPDATE SET signed_date_ms = excluded.signed_date_ms
-                """, environment, signedDateMs)
-        }
+        try await write { s in try FulfillmentQueries(s).saveReconcileCheckpoint(environment, signedDateMs: signedDateMs) }
     }
 
     public func recordAudit(action: String, accountId: String?, transactionId: String?, reason: String, credential: String, nowMs: Int64)
         async throws
     {
         try await write { s in
-            try s.run(
-                "INSERT INTO admin_audit (at_ms, action, account_id, transaction_id, reason, credential) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                nowMs, action, accountId, transactionId, reason, credential)
+            try FulfillmentQueries(s).recordAudit(
+                action, accountId: accountId, transactionId: transactionId, reason: reason, credential: credential, nowMs: nowMs)
         }
     }
 }

@@ -68,7 +68,7 @@ public final class FulfillmentStore: FulfillmentDatabase, FulfillmentStorage, Fu
     /// True for a notification id applied before the inbox existed (v1-v2 databases: `applied_notification`).
     public func notificationWasApplied(_ uuid: String) async throws -> Bool {
         guard hasNotificationsFromBeforeTheInbox else { return false }
-        return try await read { s in try s.value("SELECT 1 FROM applied_notification WHERE notification_uuid = ?1", uuid, as: Int.self) != nil }
+        return try await read { s in try InboxRecords(s).appliedBeforeTheInbox(uuid) }
     }
 
     /// `PRAGMA synchronous` of the writing connection (2 = FULL).

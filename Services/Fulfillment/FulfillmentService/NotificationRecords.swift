@@ -9,7 +9,7 @@ extension FulfillmentRecords {
             stored.processed = try processed(purchase.transactionId)
             stored.owner = try owner(original: purchase.originalTransactionId)
             if facts.current == nil, facts.disposition == .bringToAppleState {
-                stored.latestStandingAppliedMs = try latestAppliedSignedDate(
+                stored.latestStandingAppliedMs = try InboxRecords(s).latestAppliedSignedDate(
                     purchase.originalTransactionId, types: NotificationDisposition.standingTypes)
             }
         }
@@ -56,27 +56,5 @@ extension FulfillmentRecords {
             INSERT INTO early_revocation (transaction_id, reason, recorded_at_ms) VALUES (?1, ?2, ?3)
             ON CONFLICT (transaction_id) DO NOTHING
             """, transactionId, reason, nowMs)
-    }
-
-    func settleNotification(
-        _ uuid: String, state: NotificationState, attempts: Int, nextAttemptAtMs: Int64, lastError: String?, nowMs: Int64
-    ) throws {
-        let processedAtMs: Int64? = state == .applied || state == .ignored ? nowMs : nil
-        try s.run(
-            """
-            UPDATE notification_inbox SET state = ?1, attempts = ?2, next_attempt_at_ms = ?3, last_error = ?4,
-                processed_at_ms = COALESCE(?5, processed_at_ms)
-            WHERE notification_uuid = ?6
-            """, state.rawValue, attempts, nextAttemptAtMs, lastError, processedAtMs, uuid)
-    }
-
-    /// The signed date of the latest applied notification of `types` about the original.
-    func latestAppliedSignedDate(_ original: String, types: [String]) throws -> Int64? {
-        guard !types.isEmpty else { return nil }
-        return try s.value(
-            """
-            SELECT MAX(signed_date_ms) FROM notification_inbox
-            WHERE original_transaction_id = ?1 AND state = 'applied' AND notification_type IN (\(s.placeholders(types.count, from: 2)))
-            """, arguments: ([original] + types).map(\.sql))
     }
 }

@@ -1,0 +1,156 @@
+import IAPProtocol
+
+/// The statements beside the grant rules', both engines: pages of the ledger, what offers and support read, the audit
+/// log, reconciliation's checkpoints, the outbox, and the invariants tests check.
+struct FulfillmentQueries {
+    let s: any SQLSession
+
+    init(_ session: any SQLSession) { self.s = session }
+
+    /// Ledger rows after `after` (an entry id), oldest first, at most `limit`.
+    func ledger(_ holder: Holder, after: Int64, limit: Int) throws -> [LedgerEntry] {
+        try s.rows(
+            """
+            SELECT id, delta, balance, kind, transaction_id, memo, debt, recovered, owed, created_at_ms FROM ledger
+            WHERE account_id = ?1 AND scope = ?2 AND id > ?3 ORDER BY id LIMIT ?4
+            """, holder.accountId, holder.scope.rawValue, after, limit
+        ).map { row in
+            let kind: String = try row.get("kind")
+            guard let ledgerKind = LedgerKind(rawValue: kind) else { throw StoredValueInvalid(column: "kind", value: kind) }
+            var e = LedgerEntry(
+                id: try row.get("id"), delta: try row.get("delta"), balance: try row.get("balance"), kind: ledgerKind,
+                transactionId: try row.get("transaction_id"), memo: try row.get("memo"), createdAtMs: try row.get("created_at_ms"))
+            let debt: Int64 = try row.get("debt"), recovered: Int64 = try row.get("recovered"), owed: Int64 = try row.get("owed")
+            if debt > 0 { e.shortfall = debt }
+            if recovered > 0 { e.recovered = recovered }
+            if owed > 0 || debt > 0 || recovered > 0 { e.owed = owed }
+            return e
+        }
+    }
+
+    /// The periods paid for an original: each one's product and whether it was revoked.
+    func periods(of record: EntitlementRecord) throws -> [(productId: String, revoked: Bool)] {
+        try s.rows(
+            "SELECT product_id, revoked_at_ms FROM processed_transaction WHERE environment = ?1 AND original_transaction_id = ?2",
+            record.environment, record.originalTransactionId
+        ).map { (try $0.get("product_id"), try $0.get("revoked_at_ms", as: Int64?.self) != nil) }
+    }
+
+    /// The account's oldest Production entitlement's original, else its first Production coin grant's transaction.
+    func customerTransactionId(_ accountId: String) throws -> String? {
+        let production = "account_id = ?1 AND scope = 'Production' AND environment = 'Production'"
+        return try s.value(
+            "SELECT original_transaction_id FROM entitlement WHERE \(production) ORDER BY starts_at_ms, original_transaction_id LIMIT 1",
+            accountId) ?? s.value("SELECT transaction_id FROM ledger WHERE \(production) AND kind = 'grant' ORDER BY id LIMIT 1", accountId)
+    }
+
+    /// Originals of subscriptions to ask Apple about: ended without news in the last 60 days, or in billing retry.
+    func subscriptionsToCheck(nowMs: Int64, limit: Int) throws -> [String] {
+        try s.rows(
+            """
+            SELECT e.original_transaction_id FROM entitlement e
+            LEFT JOIN subscription_renewal r ON r.original_transaction_id = e.original_transaction_id
+            WHERE e.revoked_at_ms IS NULL AND e.expires_at_ms IS NOT NULL
+              AND EXISTS (SELECT 1 FROM processed_transaction p
+                          WHERE p.original_transaction_id = e.original_transaction_id AND p.grant_kind = 'subscription')
+              AND ((e.expires_at_ms <= ?1 AND e.expires_at_ms > ?2 AND COALESCE(r.expiration_intent, 0) = 0
+                    AND COALESCE(r.auto_renew, TRUE))
+                   OR r.in_billing_retry)
+            ORDER BY e.expires_at_ms LIMIT ?3
+            """, nowMs, nowMs - 60 * 86_400_000, limit
+        ).map { try $0.get("original_transaction_id") }
+    }
+
+    func reconcileCheckpoint(_ environment: String) throws -> Int64? {
+        try s.value("SELECT signed_date_ms FROM reconcile_checkpoint WHERE environment = ?1", environment)
+    }
+
+    func saveReconcileCheckpoint(_ environment: String, signedDateMs: Int64) throws {
+        try s.run(
+            """
+            INSERT INTO reconcile_checkpoint (environment, signed_date_ms) VALUES (?1, ?2)
+            ON CONFLICT (environment) DO UPDATE SET signed_date_ms = excluded.signed_date_ms
+            """, environment, signedDateMs)
+    }
+
+    func recordAudit(_ action: String, accountId: String?, transactionId: String?, reason: String, credential: String, nowMs: Int64) throws {
+        try s.run(
+            "INSERT INTO admin_audit (at_ms, action, account_id, transaction_id, reason, credential) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            nowMs, action, accountId, transactionId, reason, credential)
+    }
+
+    /// The audit log, newest first.
+    func audit(limit: Int) throws -> [AuditEntry] {
+        try s.rows("SELECT * FROM admin_audit ORDER BY id DESC LIMIT ?1", limit).map {
+            AuditEntry(
+                id: try $0.get("id"), atMs: try $0.get("at_ms"), action: try $0.get("action"), accountId: try $0.get("account_id"),
+                transactionId: try $0.get("transaction_id"), reason: try $0.get("reason"), credential: try $0.get("credential"))
+        }
+    }
+
+    /// Claims the due items for a lease: another instance's worker skips what this one is delivering (PostgreSQL's row
+    /// locks; SQLite has one writer).
+    func claimOutbox(nowMs: Int64, limit: Int) throws -> [OutboxItem] {
+        try s.rows(
+            """
+            UPDATE outbox SET next_attempt_at_ms = ?1
+            WHERE id IN (SELECT id FROM outbox WHERE next_attempt_at_ms <= ?2 ORDER BY next_attempt_at_ms, id LIMIT ?3
+                         \(s.dialect == .postgres ? "FOR UPDATE SKIP LOCKED" : ""))
+            RETURNING *
+            """, nowMs + OutboxRetry.leaseMs, nowMs, limit
+        ).map(Self.outboxItem).sorted { $0.id < $1.id }
+    }
+
+    /// Only the payload that was tried: owed again meanwhile with another payload, the item stays as it is now.
+    func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) throws {
+        if delivered {
+            try s.run("DELETE FROM outbox WHERE id = ?1 AND payload = ?2", item.id, item.payload)
+        } else {
+            try s.run(
+                "UPDATE outbox SET attempts = attempts + 1, next_attempt_at_ms = ?1, last_error = ?2 WHERE id = ?3 AND payload = ?4",
+                nextAttemptAtMs, lastError, item.id, item.payload)
+        }
+    }
+
+    func outbox(limit: Int) throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) {
+        let items = try s.rows("SELECT * FROM outbox ORDER BY created_at_ms, id LIMIT ?1", limit).map(Self.outboxItem)
+        let summary = try s.row("SELECT COUNT(*) AS total, MIN(created_at_ms) AS oldest FROM outbox")
+        return (items, try summary?.get("total") ?? 0, try summary?.get("oldest"))
+    }
+
+    private static func outboxItem(_ row: SQLRow) throws -> OutboxItem {
+        OutboxItem(
+            id: try row.get("id"), kind: try row.get("kind"), key: try row.get("item_key"), payload: try row.get("payload"),
+            attempts: try row.get("attempts"), createdAtMs: try row.get("created_at_ms"),
+            nextAttemptAtMs: try row.get("next_attempt_at_ms"), lastError: try row.get("last_error"))
+    }
+
+    /// Transactions whose refunds and reversals did not alternate.
+    func duplicateLedgerEffects() throws -> [String] {
+        var last: [String: String] = [:]
+        var bad: [String] = []
+        for row in try s.rows("SELECT transaction_id, kind FROM ledger WHERE kind IN ('reversal', 'reinstatement') ORDER BY id") {
+            let id: String = try row.get("transaction_id"), kind: String = try row.get("kind")
+            let expected = last[id] == "reversal" ? "reinstatement" : "reversal"
+            if kind != expected { bad.append("\(id): \(kind) after \(last[id] ?? "nothing")") }
+            last[id] = kind
+        }
+        return bad
+    }
+
+    /// Accounts whose wallet differs from their ledger, in any scope.
+    func ledgerMismatches() throws -> [String] {
+        try s.rows(
+            """
+            SELECT w.account_id FROM wallet w
+            LEFT JOIN (SELECT account_id, scope, SUM(delta) AS total, SUM(debt) - SUM(recovered) AS owed
+                       FROM ledger GROUP BY account_id, scope) l
+              ON l.account_id = w.account_id AND l.scope = w.scope
+            WHERE w.balance != COALESCE(l.total, 0) OR w.owed != COALESCE(l.owed, 0)
+            UNION
+            SELECT l.account_id FROM ledger l LEFT JOIN wallet w ON w.account_id = l.account_id AND w.scope = l.scope
+            WHERE w.account_id IS NULL
+            """
+        ).map { try $0.get("account_id") }
+    }
+}
