@@ -8,7 +8,8 @@ import RPCTestSupport
 import Testing
 
 /// Both engines hold the same records, for each service that has both (fulfillment, accounts, catalog): the same
-/// tables, columns (and whether each may be NULL), primary keys and unique keys, read from `sqlite_master` / SQLite's
+/// tables, columns (and whether each may be NULL), primary keys, unique keys, CHECK constraints (counted per table) and
+/// which tables triggers guard, read from `sqlite_master` / SQLite's
 /// pragmas and from PostgreSQL's catalog. Fulfillment's two schemas use one vocabulary (snake_case) and are compared
 /// name for name; accounts' and catalog's SQLite tables still name columns in camelCase, compared in snake_case.
 @Suite(.enabled(if: TestPostgres.isAvailable, "PostgreSQL is not installed"))
@@ -76,6 +77,15 @@ struct SchemaParityTests {
                         .contains(" WHERE ") ?? false
                     schema.insert("\(t) unique(\(columns.joined(separator: ",")))\(partial ? " partial" : "")")
                 }
+                // CHECK constraints, counted (their text is each engine's dialect), and whether triggers guard the table.
+                let sql = try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", arguments: [table]) ?? ""
+                let checks = sql.matches(of: /\bCHECK\s*\(/).count
+                if checks > 0 { schema.insert("\(t) checks \(checks)") }
+                if try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?", arguments: [table])
+                    ?? 0 > 0
+                {
+                    schema.insert("\(t) triggers")
+                }
             }
             return schema
         }
@@ -115,6 +125,18 @@ struct SchemaParityTests {
             GROUP BY t.relname, i.indexrelid, i.indpred
             """)
         for line in keys.split(separator: "\n") where !engineOnly.contains(String(line.prefix { $0 != " " })) {
+            schema.insert(String(line))
+        }
+        let guards = try await TestPostgres.psql(
+            psqlURL,
+            """
+            SELECT c.relname || ' checks ' || COUNT(*) FROM pg_constraint x JOIN pg_class c ON c.oid = x.conrelid
+            JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '\(name)' AND x.contype = 'c' GROUP BY c.relname
+            UNION ALL
+            SELECT DISTINCT c.relname || ' triggers' FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+            JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '\(name)' AND NOT t.tgisinternal
+            """)
+        for line in guards.split(separator: "\n") where !engineOnly.contains(String(line.prefix { $0 != " " })) {
             schema.insert(String(line))
         }
         return schema

@@ -363,6 +363,27 @@ extension FulfillmentStore {
                 if snakeCase(table) != table { try db.execute(sql: "ALTER TABLE \"\(table)\" RENAME TO \"\(snakeCase(table))\"") }
             }
         }
+        m.registerMigration("v11-scope-checks") { db in
+            // PostgreSQL's schema CHECKs every row's scope; v2 added SQLite's scope columns by ALTER TABLE, which cannot
+            // add a CHECK. Each table is rebuilt with it, SQLite's documented way to change a table (a new table, the rows
+            // copied, swapped in, its indexes made again); a row with another scope makes the migration fail.
+            let column = "scope TEXT NOT NULL DEFAULT 'Production'"
+            for table in ["processed_transaction", "ownership", "entitlement"] {
+                let sql = try String.fetchOne(db, sql: "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", arguments: [table])
+                let indexes = try String.fetchAll(
+                    db, sql: "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", arguments: [table])
+                guard let sql, sql.contains(column), let header = sql.firstRange(of: /^CREATE TABLE [^(]+\(/) else {
+                    throw StoredValueInvalid(column: "\(table).scope", value: sql ?? "(no table)")
+                }
+                let rebuilt = sql.replacingCharacters(in: header, with: "CREATE TABLE \(table)_v11 (")
+                    .replacingOccurrences(of: column, with: column + " CHECK (scope IN ('Production', 'Sandbox'))")
+                try db.execute(sql: rebuilt)
+                try db.execute(sql: "INSERT INTO \(table)_v11 SELECT * FROM \(table)")
+                try db.execute(sql: "DROP TABLE \(table)")
+                try db.execute(sql: "ALTER TABLE \(table)_v11 RENAME TO \(table)")
+                for index in indexes { try db.execute(sql: index) }
+            }
+        }
         return m
     }
 

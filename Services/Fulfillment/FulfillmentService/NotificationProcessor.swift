@@ -153,8 +153,13 @@ public struct NotificationProcessor: FulfillmentPart {
             facts.current = try await currentFromApple(snapshot.transactionId)
             let purchase = facts.current ?? snapshot
             facts.scope = configuration.sandboxPolicy.scope(forEnvironment: purchase.environment)
-            facts.rule = try await service.grantRules(for: [purchase.productId])[purchase.productId]
-            if let token = purchase.appAccountToken, let internalToken = configuration.internalToken,
+            // Only what a grant needs, and only when the purchase may be granted: a refund of a purchase never seen here
+            // grants nothing (a refunded renewal takes back its owner's access, with the rule).
+            let refunded = purchase.cancellationDateMs != nil
+            if !refunded || purchase.transactionId != purchase.originalTransactionId {
+                facts.rule = try await service.grantRules(for: [purchase.productId])[purchase.productId]
+            }
+            if !refunded, let token = purchase.appAccountToken, let internalToken = configuration.internalToken,
                 try await storeCall({ try await self.store.owner(originalTransactionId: purchase.originalTransactionId) }) == nil
             {
                 facts.tokenAccountId = try await dependencies.account(appAccountToken: token, internalToken: internalToken)
