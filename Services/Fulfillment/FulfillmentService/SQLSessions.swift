@@ -11,8 +11,10 @@ struct SQLiteSession: SQLSession {
     var dialect: SQLDialect { .sqlite }
 
     func fetch(_ sql: String, arguments: [SQLValue]) throws -> [SQLRow] {
-        try Row.fetchAll(db.cachedStatement(sql: sql), arguments: Self.arguments(arguments)).map { row in
-            SQLRow(columns: Array(row.columnNames), values: row.databaseValues.map(Self.value))
+        let statement = try db.cachedStatement(sql: sql)
+        let columns = statement.columnNames  // one array for every row of the answer
+        return try Row.fetchAll(statement, arguments: Self.arguments(arguments)).map { row in
+            SQLRow(columns: columns, values: row.databaseValues.map(Self.value))
         }
     }
 
