@@ -5,10 +5,11 @@ extension FulfillmentRecords {
     /// What this database holds about the purchase the facts decide on.
     func stored(for facts: NotificationRules.Facts) throws -> NotificationRules.Stored {
         var stored = NotificationRules.Stored()
-        if let purchase = facts.purchase {
+        // Only news about a transaction's standing reads the purchase's records (`NotificationRules.bringToAppleState`).
+        if let purchase = facts.purchase, facts.disposition == .bringToAppleState {
             stored.processed = try processed(purchase.transactionId)
             stored.owner = try owner(original: purchase.originalTransactionId)
-            if facts.current == nil, facts.disposition == .bringToAppleState {
+            if facts.current == nil {
                 stored.latestStandingAppliedMs = try InboxRecords(s).latestAppliedSignedDate(
                     purchase.originalTransactionId, types: NotificationDisposition.standingTypes)
             }

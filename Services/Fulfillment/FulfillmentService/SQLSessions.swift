@@ -40,7 +40,7 @@ struct SQLiteSession: SQLSession {
         switch value.storage {
         case .null: .null
         case .int64(let v): .int(v)
-        case .double(let v): .int(Int64(v))
+        case .double(let v): .text(String(v))  // no column of ours is REAL: read as an integer it fails, never truncated
         case .string(let v): .text(v)
         case .blob(let v): .blob([UInt8](v))
         }
