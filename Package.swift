@@ -463,7 +463,8 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
-            path: "Tests/FulfillmentServiceTests"
+            path: "Tests/FulfillmentServiceTests",
+            exclude: ["Fixtures"]
         ),
         .testTarget(
             name: "EdgeServiceTests",

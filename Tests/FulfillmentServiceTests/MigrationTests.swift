@@ -5,36 +5,55 @@ import Testing
 
 @testable import FulfillmentService
 
-/// A v1 database (one wallet per account, `shortfall` for refunded spent coins) upgraded in place: nothing
-/// is lost, the owed coins become debt in the Production scope, and the ledger stays append-only.
+/// The database the eleven steps from 2026-11-22 to 2026-11-26 made, now that they are squashed into one
+/// (`FulfillmentStore.steps`, merged). `Fixtures/fulfillment-2026-11-26.sqlite` was made by commit 61f9297's steps from rows
+/// written at the step each belonged to: a v1 ledger (one wallet per account, `shortfall` for refunded spent coins), a
+/// notification applied before the inbox, an inbox entry from before v8 (payload in its row), a tie waiting in the
+/// outbox of v6. It opens untouched, whole, with the squashed schema; a database stopped before the last step is refused.
 @Suite struct MigrationTests {
-    /// A new SQLite file migrated up to `version` (nil: every migration); the caller removes `path`.
-    static func database(upTo version: String?) throws -> (DatabaseQueue, path: String) {
+    /// A new SQLite file with every migration; the caller removes `path`.
+    static func database() throws -> (DatabaseQueue, path: String) {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("migrate-\(UUID().uuidString).sqlite").path
         let queue = try DatabaseQueue(path: path)
-        if let version { try FulfillmentStore.migrator.migrate(queue, upTo: version) } else { try FulfillmentStore.migrator.migrate(queue) }
+        try FulfillmentStore.migrator.migrate(queue)
         return (queue, path)
     }
 
-    @Test func aVersion1LedgerUpgradesWithItsDebtAndInvariantsIntact() async throws {
-        let (queue, path) = try Self.database(upTo: "v1")
-        defer { try? FileManager.default.removeItem(atPath: path) }
-        try await queue.write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO processedTransaction (environment, transactionId, originalTransactionId, accountId, productId, grantKind,
-                                                      coinsGranted, purchaseDateMs, processedAtMs, revokedAtMs, revokeReason)
-                    VALUES ('Production', 't1', 't1', 'alice', 'coins.100', 'coins', 100, 1, 1, 3, 'refunded');
-                    INSERT INTO ownership (environment, originalTransactionId, accountId, productId, boundAtMs)
-                    VALUES ('Production', 't1', 'alice', 'coins.100', 1);
-                    INSERT INTO ledger (accountId, delta, balance, kind, environment, transactionId, idempotencyKey, memo, shortfall, createdAtMs)
-                    VALUES ('alice', 100, 100, 'grant', 'Production', 't1', NULL, 'coins.100', 0, 1),
-                           ('alice', -70, 30, 'spend', NULL, NULL, 'sword', NULL, 0, 2),
-                           ('alice', -30, 0, 'reversal', 'Production', 't1', NULL, 'refunded: coins.100', 70, 3);
-                    INSERT INTO wallet (accountId, balance, shortfall) VALUES ('alice', 0, 70);
-                    """)
+    /// A copy of the database the steps made.
+    static func madeByTheSteps() throws -> (DatabaseQueue, path: String) {
+        let fixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures/fulfillment-2026-11-26.sqlite")
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("stepped-\(UUID().uuidString).sqlite").path
+        try FileManager.default.copyItem(atPath: fixture.path, toPath: path)
+        return (try DatabaseQueue(path: path), path)
+    }
+
+    /// `sqlite_master`, each statement without quotes, comments or layout: what SQLite does with the schema.
+    static func schema(_ queue: DatabaseQueue) async throws -> [String] {
+        try await queue.read { db in
+            try Row.fetchAll(db, sql: "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name != 'grdb_migrations'").map { row in
+                let sql = (row["sql"] as String?)?.replacing(/--[^\n]*/, with: "").replacing("\"", with: "")
+                    .replacing(/\s+/, with: " ").replacing(/\s*([(),;])\s*/) { $0.output.1 }
+                return "\(row["type"] as String) \(row["name"] as String) on \(row["tbl_name"] as String): \(sql ?? "-")"
+            }.sorted()
         }
+    }
+
+    @Test func theSquashedSchemaIsTheOneTheStepsMade() async throws {
+        let (stepped, path) = try Self.madeByTheSteps()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let (fresh, freshPath) = try Self.database()
+        defer { try? FileManager.default.removeItem(atPath: freshPath) }
+        let (old, new) = (try await Self.schema(stepped), try await Self.schema(fresh))
+        #expect(old.count > 30, "the schema was read: \(old.count) objects")
+        #expect(Set(old).subtracting(new).isEmpty, "only in the stepped database:\n\(Set(old).subtracting(new).sorted().joined(separator: "\n"))")
+        #expect(Set(new).subtracting(old).isEmpty, "only in the squashed schema:\n\(Set(new).subtracting(old).sorted().joined(separator: "\n"))")
+    }
+
+    @Test func aDatabaseTheStepsMadeOpensWhole() async throws {
+        let (queue, path) = try Self.madeByTheSteps()
+        defer { try? FileManager.default.removeItem(atPath: path) }
         let store = try FulfillmentStore(writer: queue)
+        // The v1 ledger: the owed coins became debt in the Production scope.
         #expect(try await store.ledgerMismatches().isEmpty)
         let wallet = try await store.balance(accountId: "alice")
         #expect(wallet.balance == 0 && wallet.owed == 70)
@@ -54,6 +73,59 @@ import Testing
         // Still append-only.
         await #expect(throws: (any Error).self) { try await queue.write { db in try db.execute(sql: "DELETE FROM ledger") } }
         await #expect(throws: (any Error).self) { try await queue.write { db in try db.execute(sql: "UPDATE ledger SET delta = 0") } }
+
+        // A notification applied before the inbox existed stays applied.
+        #expect(try await store.notificationWasApplied("old"))
+        #expect(try await store.notificationWasApplied("new") == false)
+
+        // An inbox entry recorded before v8 keeps its payload.
+        let entry = try #require(try await store.notification("u1"))
+        #expect(entry.signedPayload == "header.payload.signature" && entry.notification == Array("{}".utf8))
+        #expect(entry.state == .parked && entry.attempts == 10 && entry.lastError == "kept failing" && entry.originalTransactionId == "t1")
+        try await store.settleNotification("u1", state: .applied, attempts: 11, nextAttemptAtMs: 8, lastError: nil, nowMs: 9)
+        #expect(try await store.notifications(state: .applied, limit: 10).map(\.signedPayload) == ["header.payload.signature"])
+
+        // A tie waiting before the outbox moved into it.
+        let listing = try await store.outbox(limit: 10)
+        #expect(listing.total == 1 && listing.oldestCreatedAtMs == 70)
+        let item = try #require(listing.items.first)
+        #expect(item.kind == "appAccountToken" && item.key == "t1" && item.payload == "token-1" && item.attempts == 3)
+        #expect(item.nextAttemptAtMs == 70 && item.lastError == "apple was down")
+        #expect(try await store.dueOutbox(nowMs: 70, limit: 10).map(\.key) == ["t1"], "due, and claimed by the worker that asks")
+
+        // A new database has no notification from before the inbox, and answers without reading the old table.
+        let (fresh, freshPath) = try Self.database()
+        defer { try? FileManager.default.removeItem(atPath: freshPath) }
+        #expect(try await FulfillmentStore(writer: fresh).notificationWasApplied("old") == false)
+    }
+
+    /// A database stopped before the last step (here at v9, as a build of 2026-11-25 left it) is refused with what to do,
+    /// and not changed.
+    @Test func aDatabaseStoppedBeforeTheLastStepIsRefusedUnchanged() async throws {
+        let (queue, path) = try Self.madeByTheSteps()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try await queue.write { db in
+            try db.execute(sql: "DELETE FROM grdb_migrations WHERE identifier IN ('v10-one-vocabulary', 'v11-scope-checks')")
+        }
+        let before = try await Self.schema(queue)
+        let refusal = #expect(throws: FulfillmentStore.SchemaTooOld.self) { try FulfillmentStore(writer: queue) }
+        #expect(refusal?.description.contains("stopped at v9-outbox") == true && refusal?.description.contains("61f9297") == true)
+        #expect(try await Self.schema(queue) == before)
+        #expect(try await queue.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations") }.count == 9)
+        // With the last step, it opens and its steps' names give way to the merged one.
+        try await queue.write { db in try db.execute(sql: "INSERT INTO grdb_migrations VALUES ('v10-one-vocabulary'), ('v11-scope-checks')") }
+        _ = try FulfillmentStore(writer: queue)
+        #expect(try await queue.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations") } == ["v1-2026-11-26"])
+        #expect(try await Self.schema(queue) == before)
+    }
+
+    /// A database a newer build migrated is refused, unchanged, rather than run on a schema this build does not know.
+    @Test func aDatabaseANewerBuildMigratedIsRefused() async throws {
+        let (queue, path) = try Self.database()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try await queue.write { db in try db.execute(sql: "INSERT INTO grdb_migrations VALUES ('v2-from-the-future')") }
+        let refusal = #expect(throws: FulfillmentStore.SchemaTooNew.self) { try FulfillmentStore(writer: queue) }
+        #expect(refusal?.unknown == ["v2-from-the-future"])
     }
 }
 
@@ -62,7 +134,7 @@ import Testing
 /// each batch of 100, so draining a backlog cost its square).
 @Suite struct InboxQueryPlanTests {
     @Test func dueNotificationsUseTheirIndex() async throws {
-        let (queue, path) = try MigrationTests.database(upTo: nil)
+        let (queue, path) = try MigrationTests.database()
         defer { try? FileManager.default.removeItem(atPath: path) }
         let plan = try await queue.read { db in
             try Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + InboxRecords.dueSQL[.sqlite]!, arguments: [0, 100]).map {
@@ -85,59 +157,5 @@ import Testing
         }
         #expect(try await store.dueNotifications(nowMs: 500, limit: 2).map(\.notificationUUID) == ["n1", "n2"])
         #expect(try await store.dueNotifications(nowMs: 500, limit: 10).map(\.notificationUUID) == ["n1", "n2", "n0"])
-    }
-
-    /// v8 moves payloads out of the inbox row: an entry recorded before it comes back whole after it.
-    @Test func aNotificationAppliedBeforeTheInboxExistedStaysApplied() async throws {
-        let (queue, path) = try MigrationTests.database(upTo: "v1")
-        defer { try? FileManager.default.removeItem(atPath: path) }
-        try await queue.write { db in
-            try db.execute(sql: "INSERT INTO appliedNotification (notificationUUID, notificationType, appliedAtMs) VALUES ('old', 'REFUND', 1)")
-        }
-        let store = try FulfillmentStore(writer: queue)
-        #expect(try await store.notificationWasApplied("old"))
-        #expect(try await store.notificationWasApplied("new") == false)
-        // A database that never had the old table's rows answers without reading it.
-        let (fresh, freshPath) = try MigrationTests.database(upTo: nil)
-        defer { try? FileManager.default.removeItem(atPath: freshPath) }
-        #expect(try await FulfillmentStore(writer: fresh).notificationWasApplied("old") == false)
-    }
-
-    @Test func anInboxEntryRecordedBeforeV8KeepsItsPayload() async throws {
-        let (queue, path) = try MigrationTests.database(upTo: "v7-renewal-state-and-reinstatement")
-        defer { try? FileManager.default.removeItem(atPath: path) }
-        try await queue.write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO notificationInbox (notificationUUID, notificationType, subtype, signedDateMs, signedPayload, notification,
-                        receivedAtMs, state, attempts, nextAttemptAtMs, lastError, processedAtMs, originalTransactionId)
-                    VALUES ('u1', 'REFUND', NULL, 5, 'header.payload.signature', X'7B7D', 6, 'parked', 10, 7, 'kept failing', NULL, 't1')
-                    """)
-        }
-        let store = try FulfillmentStore(writer: queue)
-        let entry = try #require(try await store.notification("u1"))
-        #expect(entry.signedPayload == "header.payload.signature" && entry.notification == Array("{}".utf8))
-        #expect(entry.state == .parked && entry.attempts == 10 && entry.lastError == "kept failing" && entry.originalTransactionId == "t1")
-        try await store.settleNotification("u1", state: .applied, attempts: 11, nextAttemptAtMs: 8, lastError: nil, nowMs: 9)
-        #expect(try await store.notifications(state: .applied, limit: 10).map(\.signedPayload) == ["header.payload.signature"])
-    }
-
-    @Test func aTieWaitingBeforeTheOutboxMovesIntoIt() async throws {
-        let (queue, path) = try MigrationTests.database(upTo: "v8-inbox-payload-apart")
-        defer { try? FileManager.default.removeItem(atPath: path) }
-        try await queue.write { db in
-            try db.execute(
-                sql: """
-                    INSERT INTO accountTokenOutbox (originalTransactionId, appAccountToken, attempts, nextAttemptAtMs, lastError)
-                    VALUES ('t1', 'token-1', 3, 70, 'apple was down')
-                    """)
-        }
-        let store = try FulfillmentStore(writer: queue)
-        let listing = try await store.outbox(limit: 10)
-        #expect(listing.total == 1 && listing.oldestCreatedAtMs == 70)
-        let item = try #require(listing.items.first)
-        #expect(item.kind == "appAccountToken" && item.key == "t1" && item.payload == "token-1" && item.attempts == 3)
-        #expect(item.nextAttemptAtMs == 70 && item.lastError == "apple was down")
-        #expect(try await store.dueOutbox(nowMs: 70, limit: 10).map(\.key) == ["t1"], "due, and claimed by the worker that asks")
     }
 }

@@ -47,7 +47,7 @@ public final class FulfillmentStore: FulfillmentDatabase, FulfillmentStorage, Fu
     public init(writer: any DatabaseWriter) throws {
         self.writer = writer
         self.commits = GroupCommit(writer: writer)
-        try Self.migrator.migrate(writer)
+        try Self.migrate(writer)
         self.hasNotificationsFromBeforeTheInbox = try writer.read { db in
             try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM applied_notification)") ?? false
         }
