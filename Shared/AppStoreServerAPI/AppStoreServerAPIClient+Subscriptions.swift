@@ -92,6 +92,16 @@ extension AppStoreServerAPIClient {
         }
     }
 
+    /// Finish Transaction (App Store Server API 1.20): the content of `transactionId` is delivered, so the device need not
+    /// deliver it again (a finished consumable leaves the receipt). 200 with no body; finishing twice is harmless.
+    /// One attempt per environment, never retried here: its caller (fulfillment's outbox) retries on its own schedule,
+    /// and a retry here could outlive the caller's deadline and reach Apple after the caller tried again.
+    public func finishTransaction(_ transactionId: String) async throws {
+        _ = try await bothEnvironments { base in
+            try await self.send(.POST, base + "/inApps/v1/transactions/" + Self.escaped(transactionId) + "/finish", maxAttempts: 1) ?? .null
+        }
+    }
+
     /// Set App Account Token: ties an original transaction (bought without one, or to move) to an account's UUID.
     public func setAppAccountToken(originalTransactionId: String, appAccountToken: String) async throws {
         _ = try await bothEnvironments { base in

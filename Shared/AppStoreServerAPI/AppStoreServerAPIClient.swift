@@ -199,7 +199,8 @@ public final class AppStoreServerAPIClient: Sendable {
 
     /// One request with a bearer token (and a JSON body), retried on 429 and 5xx (waiting `Retry-After`,
     /// else 1, 2, 4 s); the answer's JSON, or nil for a 2xx without a body.
-    func send(_ method: HTTPMethod, _ url: String, body: JSONValue? = nil) async throws -> JSONValue? {
+    func send(_ method: HTTPMethod, _ url: String, body: JSONValue? = nil, maxAttempts: Int? = nil) async throws -> JSONValue? {
+        let maxAttempts = maxAttempts ?? configuration.maxAttempts
         var attempt = 0
         let encoded = try body.map { try JSONEncoder().encode($0) }
         while true {
@@ -232,7 +233,7 @@ public final class AppStoreServerAPIClient: Sendable {
             let error = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes.readableBytesView))
             let failure = AppStoreAPIError.api(
                 httpStatus: status, errorCode: error?["errorCode"]?.intValue.map(Int.init), message: error?["errorMessage"]?.stringValue)
-            guard status == 429 || status >= 500, attempt < configuration.maxAttempts else { throw failure }
+            guard status == 429 || status >= 500, attempt < maxAttempts else { throw failure }
             let wait =
                 response.headers.first(name: "Retry-After").flatMap { Int64($0) }.map { Duration.seconds($0) }
                 ?? .seconds(1 << (attempt - 1))

@@ -19,7 +19,7 @@ public enum ContractMethods {
         .init(VerificationLookUpOrder.self), .init(VerificationSubscriptionStatuses.self), .init(VerificationRefundHistory.self),
         .init(VerificationNotificationHistory.self), .init(VerificationRequestTestNotification.self),
         .init(VerificationTestNotificationStatus.self), .init(VerificationSendConsumption.self), .init(VerificationSetAppAccountToken.self),
-        .init(VerificationExtendRenewalDate.self),
+        .init(VerificationExtendRenewalDate.self), .init(VerificationFinishTransaction.self),
     ]
     public static let fulfillment: [OpenRPCMethodDescription] = [
         .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),
@@ -38,6 +38,7 @@ public enum ContractMethods {
         .init(SimAPIKey.self), .init(SimSetNotificationURL.self), .init(SimDeliverNotifications.self), .init(SimSetAutoRenew.self),
         .init(SimConsumptionReports.self), .init(SimSetNotificationFault.self), .init(SimBilling.self), .init(SimRefundDecision.self),
         .init(SimLifecycleEvent.self), .init(SimNotify.self), .init(SimOfferKey.self), .init(SimRevokeCertificate.self),
+        .init(SimServerFinishes.self),
     ]
     public static let builtin: [OpenRPCMethodDescription] = [
         .init(RPCPing.self), .init(RPCDiscover.self), .init(HealthCheck.self),

@@ -317,6 +317,20 @@ public enum SimSetAutoRenew: RPCMethod {
 }
 
 /// What the App Store received through Send Consumption Information for a transaction (tests and support).
+public enum SimServerFinishes: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var transactionId: String
+        public init(transactionId: String) { self.transactionId = transactionId }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// When each Finish Transaction call for the transaction arrived (simulated clock), oldest first.
+        public var finishedAtMs: [Int64]
+        public init(finishedAtMs: [Int64]) { self.finishedAtMs = finishedAtMs }
+    }
+    public static let name = "sim.serverFinishes"
+    public static let summary = "The App Store Server API's Finish Transaction calls a transaction received, oldest first."
+}
+
 public enum SimConsumptionReports: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var transactionId: String

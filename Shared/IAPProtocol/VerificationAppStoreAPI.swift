@@ -232,6 +232,22 @@ public enum VerificationSendConsumption: RPCMethod {
     public static let summary = "Answer Apple's consumption request for a refund (Send Consumption Information)."
 }
 
+public enum VerificationFinishTransaction: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var internalToken: String
+        public var transactionId: String
+        public init(internalToken: String, transactionId: String) {
+            self.internalToken = internalToken
+            self.transactionId = transactionId
+        }
+    }
+    public typealias Result = EmptyResult
+    public static let name = "verification.finishTransaction"
+    public static let access = RPCAccess.internal
+    public static let summary =
+        "Mark a transaction finished at Apple once its content is delivered, so the device stops delivering it again (Finish Transaction)."
+}
+
 public enum VerificationSetAppAccountToken: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var internalToken: String

@@ -26,12 +26,12 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     }
 
     func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, recordTies: Bool, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, owed: AppleFollowUps, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
     ) async throws -> AppliedPurchases {
         try ledger.withLockedValue {
             try GrantRules.apply(
-                planned, accountId: accountId, appAccountToken: appAccountToken, recordTies: recordTies, mode: mode, policy: policy,
+                planned, accountId: accountId, appAccountToken: appAccountToken, owed: owed, mode: mode, policy: policy,
                 answerScope: answerScope, nowMs: nowMs, in: $0)
         }
     }
@@ -45,7 +45,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         try ledger.withLockedValue { try GrantRules.reinstate(transactionId, nowMs: nowMs, in: $0) }
     }
     func recordRenewal(_ state: RenewalState) async throws -> Bool { false }
-    func applyNotification(_ facts: NotificationRules.Facts, uuid: String, attempts: Int, nowMs: Int64) async throws
+    func applyNotification(_ facts: NotificationRules.Facts, uuid: String, attempts: Int, owed: AppleFollowUps, nowMs: Int64) async throws
         -> NotificationRules.Decision
     {
         let decision = try ledger.withLockedValue { ledger in
@@ -61,7 +61,8 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                 case .reinstate(let id): _ = try GrantRules.reinstate(id, nowMs: nowMs, in: ledger)
                 case .grant(let purchase, let accountId, let scope, let rule, let token):
                     _ = try GrantRules.apply(
-                        [.init(purchase: purchase, rule: rule, scope: scope)], accountId: accountId, appAccountToken: token, mode: .redeem,
+                        [.init(purchase: purchase, rule: rule, scope: scope)], accountId: accountId, appAccountToken: token,
+                        owed: owed.intersection(.finishes), mode: .redeem,
                         policy: .refuse, answerScope: scope, nowMs: nowMs, in: ledger)
                 case .moveSubscriptionEnd(let original, let expires):
                     _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expires, in: ledger)
@@ -224,6 +225,9 @@ struct FakeDependencies: FulfillmentDependencies {
         throw RPCError.unavailable("not in the fast tests")
     }
     func setAppAccountToken(originalTransactionId: String, appAccountToken: String, internalToken: String) async throws(RPCError) {
+        throw RPCError.unavailable("not in the fast tests")
+    }
+    func finishTransaction(_ transactionId: String, internalToken: String) async throws(RPCError) {
         throw RPCError.unavailable("not in the fast tests")
     }
     func extendRenewalDate(_ params: VerificationExtendRenewalDate.Params) async throws(RPCError) -> VerificationExtendRenewalDate.Result {

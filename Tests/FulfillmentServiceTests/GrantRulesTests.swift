@@ -41,7 +41,7 @@ import Testing
         ]
         let items = planned.map { PlannedPurchase(purchase: $0.0, rule: $0.1, scope: .production) }
         let first = try GrantRules.apply(
-            items, accountId: Self.alice, appAccountToken: mine, recordTies: true, mode: .redeem, policy: .refuse, answerScope: .production,
+            items, accountId: Self.alice, appAccountToken: mine, owed: .ties, mode: .redeem, policy: .refuse, answerScope: .production,
             nowMs: 10, in: ledger)
         #expect(first.results.map(\.outcome) == [.granted, .granted, .granted, .granted, .unknownProduct])
         #expect(
@@ -49,13 +49,48 @@ import Testing
                 PendingAccountToken(originalTransactionId: "r1", appAccountToken: mine.lowercased()),
                 PendingAccountToken(originalTransactionId: "s1", appAccountToken: mine.lowercased()),
             ])
-        // A second redeem of the same purchases grants nothing and ties nothing again; without recordTies, no ties at all.
+        // A second redeem of the same purchases grants nothing and ties nothing again; owing Apple nothing, no ties at all.
         ledger.accountTokenTies = []
         _ = try GrantRules.apply(
-            items, accountId: Self.alice, appAccountToken: mine, recordTies: true, mode: .redeem, policy: .refuse, answerScope: .production,
+            items, accountId: Self.alice, appAccountToken: mine, owed: .ties, mode: .redeem, policy: .refuse, answerScope: .production,
             nowMs: 11, in: ledger)
         try apply([(purchase("r2"), .coins(perUnit: 100))], token: mine)
         #expect(ledger.accountTokenTies.isEmpty)
+    }
+
+    /// Finish Transaction is owed once for each transaction recorded here that Apple's server knows: granted, restored
+    /// to a new owner or recorded as refunded; not for one seen before, one not granted (unknown product, another
+    /// account's), or one signed by Xcode (it exists only on the developer's Mac).
+    @Test func eachTransactionRecordedHereIsFinishedAtAppleOnce() throws {
+        let items: [(VerifiedPurchase, GrantRule?)] = [
+            (purchase("c1"), .coins(perUnit: 100)),
+            (purchase("p1", product: "pack"), .permanent(entitlement: "castle")),
+            (purchase("x1", environment: "Xcode"), .coins(perUnit: 100)),
+            (purchase("r1", cancelled: 5), .coins(perUnit: 100)),  // refunded before it was seen: recorded, grants nothing
+            (purchase("u1", product: "unknown"), nil),
+            (purchase("o1", token: "BBBBBBBB-0000-0000-0000-000000000000"), .coins(perUnit: 100)),  // another account's
+        ]
+        let planned = items.map { PlannedPurchase(purchase: $0.0, rule: $0.1, scope: $0.0.environment == "Xcode" ? .sandbox : .production) }
+        let first = try GrantRules.apply(
+            planned, accountId: Self.alice, appAccountToken: "AAAAAAAA-0000-0000-0000-000000000000", owed: .finishes, mode: .redeem,
+            policy: .refuse, answerScope: .production, nowMs: 10, in: ledger)
+        #expect(first.results.map(\.outcome) == [.granted, .granted, .granted, .revoked, .unknownProduct, .ownedByAnotherAccount])
+        #expect(ledger.finishes == ["c1", "p1", "r1"] && first.owesApple)
+        // Redeemed again: nothing new is recorded, nothing more is owed.
+        ledger.finishes = []
+        let again = try GrantRules.apply(
+            planned, accountId: Self.alice, appAccountToken: "AAAAAAAA-0000-0000-0000-000000000000", owed: .finishes, mode: .redeem,
+            policy: .refuse, answerScope: .production, nowMs: 11, in: ledger)
+        #expect(ledger.finishes.isEmpty && !again.owesApple)
+        // Owing Apple nothing (no internal token, or finishing turned off): no finishes.
+        try apply([(purchase("c2"), .coins(perUnit: 100))])
+        #expect(ledger.finishes.isEmpty)
+        // Restored to a new owner under the transfer policy: the restored transaction is recorded, and finished.
+        let moved = try GrantRules.apply(
+            [PlannedPurchase(purchase: purchase("p2", original: "p1", product: "pack"), rule: .permanent(entitlement: "castle"), scope: .production)],
+            accountId: Self.bob, appAccountToken: nil, owed: .finishes, mode: .restore, policy: .transfer, answerScope: .production, nowMs: 12,
+            in: ledger)
+        #expect(moved.results.map(\.outcome) == [.restored] && ledger.finishes == ["p2"])
     }
 
     @Test func coinsAreGrantedOnceAndRestoreNeverGrantsThem() throws {

@@ -80,7 +80,10 @@ final class InMemoryLedger: FulfillmentTransaction {
     }
 
     var accountTokenTies: [PendingAccountToken] = []
+    /// Transaction ids owed a Finish Transaction at Apple, in the order owed.
+    var finishes: [String] = []
     func enqueueOutbox(kind: OutboxKind, key: String, payload: String, nowMs: Int64) {
+        if kind == .finishTransaction, !finishes.contains(key) { finishes.append(key) }
         guard kind == .appAccountToken else { return }
         accountTokenTies.removeAll { $0.originalTransactionId == key }
         accountTokenTies.append(PendingAccountToken(originalTransactionId: key, appAccountToken: payload))

@@ -76,7 +76,7 @@ func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -
     func outboxItemsAreClaimedByOneWorkerAtATime(engine: StoreEngine) async throws {
         try await engine.open(instances: 3).with { db in
             _ = try await db.first.apply(
-                (0..<30).map { coins(String(2_000_000_100 + $0)) }, accountId: "alice", appAccountToken: "tok", recordTies: true,
+                (0..<30).map { coins(String(2_000_000_100 + $0)) }, accountId: "alice", appAccountToken: "tok", owed: .ties,
                 mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 10)
             let claimed = try await withThrowingTaskGroup(of: [Int64].self) { group in
                 for i in 0..<3 {

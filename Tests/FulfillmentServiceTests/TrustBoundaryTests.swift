@@ -207,14 +207,14 @@ import Testing
             await #expect(throws: LedgerLimit.self) {
                 _ = try await suite.store.apply(
                     [.init(purchase: purchase("2000000901", quantity: 10), rule: .coins(perUnit: Int64.max / 4))],
-                    accountId: alice.accountId, appAccountToken: alice.appAccountToken, recordTies: true, mode: .redeem,
+                    accountId: alice.accountId, appAccountToken: alice.appAccountToken, owed: .ties, mode: .redeem,
                     policy: .refuse, answerScope: .production, nowMs: 1)
             }
             #expect(try await suite.count("SELECT COUNT(*) FROM outbox") == 0)
             // One that commits carries its tie in the same commit.
             let granted = try await suite.store.apply(
                 [.init(purchase: purchase("2000000902"), rule: .coins(perUnit: 100))], accountId: alice.accountId,
-                appAccountToken: alice.appAccountToken, recordTies: true, mode: .redeem, policy: .refuse,
+                appAccountToken: alice.appAccountToken, owed: .ties, mode: .redeem, policy: .refuse,
                 answerScope: .production, nowMs: 2)
             #expect(granted.results.map(\.outcome) == [.granted])
             let ties = try await suite.store.outbox(limit: 10).items.map { [$0.kind, $0.key, $0.payload] }

@@ -343,6 +343,27 @@ def api_checks(sim, args, bundle, root, verifiers, purchases, inbox):
             extendByDays=3, extendReasonCode=ExtendReasonCode.CUSTOMER_SATISFACTION, requestIdentifier=str(uuid.uuid4()))))
     check("API extend_subscription_renewal_date: success", extended is not None and extended.success)
 
+    # Finish Transaction: 200, no body; the finished consumable leaves the receipt; Apple's refusals as documented.
+    bought = sim("sim.purchase", appleId="finish@icloud", bundleId=bundle, productId="coins.100", productType="consumable")
+    def in_receipt():
+        receipt = sim("sim.receipt", appleId="finish@icloud", bundleId=bundle)["receiptData"]
+        return ReceiptUtility().extract_transaction_id_from_app_receipt(receipt)
+    check("API finish_transaction: an unfinished consumable is in the receipt", in_receipt() == bought["transactionId"])
+    finished = attempt("API finish_transaction", lambda: production.finish_transaction(bought["transactionId"]))
+    check("API finish_transaction answered", finished is None and api_error(
+        lambda: production.finish_transaction(bought["transactionId"])) is None, "a second finish is harmless")
+    calls = sim("sim.serverFinishes", transactionId=bought["transactionId"])["finishedAtMs"]
+    check("API finish_transaction: the simulator recorded both calls", len(calls) == 2, repr(calls))
+    check("API finish_transaction: the finished consumable left the receipt", in_receipt() is None)
+    unknown = api_error(lambda: production.finish_transaction("9999999999"))
+    check("API finish_transaction error: unknown transaction is 404 / 4040010", unknown is not None
+          and unknown.http_status_code == 404 and unknown.raw_api_error == 4040010,
+          repr(unknown and (unknown.http_status_code, unknown.raw_api_error)))
+    invalid = api_error(lambda: production.finish_transaction("not-an-id"))
+    check("API finish_transaction error: an invalid id is 400 / 4000006", invalid is not None
+          and invalid.http_status_code == 400 and invalid.raw_api_error == 4000006,
+          repr(invalid and (invalid.http_status_code, invalid.raw_api_error)))
+
     # Apple's errors, as the library types them.
     missing = api_error(lambda: production.get_transaction_info("9999999999"))
     check("API error: unknown transaction is 404 / 4040010", missing is not None and missing.http_status_code == 404

@@ -159,7 +159,8 @@ import Testing
     }
 
     /// The outbox on the real executable: an item whose receiver fails (Apple's API answering 503) is written with the
-    /// grant, tried at once and again, survives a SIGKILL, and is delivered by the restarted process once Apple answers.
+    /// grant, tried at once and again, survives a SIGKILL, and is delivered by the restarted process once Apple answers;
+    /// the grant's Finish Transaction (on by default) reaches Apple exactly once.
     @Test func anOutboxItemSurvivesSIGKILLAndIsDeliveredWhenTheReceiverRecovers() async throws {
         try await SuiteFixture.with { suite in
             let instance = FulfillmentProcess(
@@ -211,6 +212,10 @@ import Testing
                 try await Task.sleep(nanoseconds: 50_000_000)  // the settle follows the delivery, bounded by the deadline
             }
             await after.close()
+            // The grant's Finish Transaction, owed with it, survived the kill made before it reached Apple: Apple saw it
+            // exactly once (each earlier attempt was one request, refused with 503 before Apple recorded anything).
+            let finishes = try await suite.simulator.call(SimServerFinishes.self, .init(transactionId: pack.transactionId)).finishedAtMs
+            #expect(finishes.count == 1, "\(finishes)")
             await instance.kill()
         }
     }

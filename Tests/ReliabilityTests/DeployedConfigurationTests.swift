@@ -59,6 +59,16 @@ import Testing
 
         let coins = try await buy("coins.100", "consumable")
         #expect(try await redeem(coins)["balance"]?.intValue == 100)
+        // Finish Transaction at Apple follows the App Store Server API in compose.yaml: with it the grant is finished there
+        // once (the outbox worker, after the commit); without it nothing is owed to Apple.
+        if d.appStoreAPI {
+            try await d.eventually("the grant finished at Apple") {
+                try await d.sim("sim.serverFinishes", ["transactionId": coins["transactionId"] ?? .null])["finishedAtMs"]?.arrayValue?.count == 1
+            }
+        } else {
+            let outbox = try await d.fulfillment.call(FulfillmentListOutbox.self, .init(adminToken: Deployment.adminToken))
+            #expect(!outbox.items.contains { $0.kind == "finishTransaction" }, "\(outbox.items)")
+        }
         try await spend(70, "sword")
         func ids(_ p: JSONValue, _ extra: [String: JSONValue] = [:]) -> JSONValue {
             .object(["appleId": "ann@icloud", "transactionId": p["transactionId"] ?? .null].merging(extra) { $1 })

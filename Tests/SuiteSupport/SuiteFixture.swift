@@ -210,6 +210,9 @@ public final class SuiteFixture: Sendable {
         // Subscription offers signed with the key the simulated App Store checks them with (sim.offerKey).
         config.offerKey = try OfferSigningKey(
             keyId: sim.offerKey.keyId, issuerId: sim.offerKey.issuerId, bundleId: bundleId, pem: sim.offerKey.privateKey.pemRepresentation)
+        // On in deployments (and in the real executable's tests); off here, so a test counting what the outbox owes counts
+        // what it is about. FinishAtAppleTests turn it on.
+        config.finishAtApple = false
         configure(&config)
         let clock = ManualClock(startMs: ServiceClock.system.nowMs)
         var proxies: [String: FaultProxy] = [:]

@@ -135,7 +135,7 @@ struct AppStoreCommand: AsyncParsableCommand {
         commandName: "appstore", abstract: "Apple's App Store Server API through verification (internal token).",
         subcommands: [
             Transaction.self, History.self, Order.self, Status.self, Refunds.self, Notifications.self, TestNotification.self,
-            Consumption.self, SetToken.self, Extend.self,
+            Consumption.self, SetToken.self, Extend.self, Finish.self,
         ])
 
     /// production or sandbox.
@@ -317,6 +317,21 @@ extension AppStoreCommand {
                 .verification, VerificationSendConsumption.self,
                 .init(internalToken: try token.resolved(), transactionId: transactionId, consumption: info)
             ) { _ in "consumption information sent for \(transactionId)" }
+        }
+    }
+
+    struct Finish: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "verification.finishTransaction: mark a transaction finished at Apple, so the device stops delivering it (fulfillment does this for every grant)."
+        )
+        @Argument(help: "The transaction id.") var transactionId: String
+        @OptionGroup var token: Token
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            await ServiceCall(options: client).run(
+                .verification, VerificationFinishTransaction.self, .init(internalToken: try token.resolved(), transactionId: transactionId)
+            ) { _ in "\(transactionId) is finished at Apple" }
         }
     }
 

@@ -11,7 +11,7 @@ struct SimCommand: AsyncParsableCommand {
         subcommands: [
             Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self, Fault.self, APIKey.self,
             NotificationURL.self, Deliver.self, AutoRenew.self, Consumption.self, NotificationFault.self, Billing.self, RefundDecision.self,
-            LifecycleEvent.self, Notify.self, OfferKey.self, Revoke.self,
+            LifecycleEvent.self, Notify.self, OfferKey.self, Revoke.self, ServerFinishes.self,
         ])
 
     struct Common: ParsableArguments {
@@ -247,6 +247,20 @@ extension SimCommand {
             try await SimCommand.run(SimConsumptionReports.self, .init(transactionId: transactionId), common) {
                 $0.reports.isEmpty
                     ? "none" : $0.reports.map { String(decoding: (try? JSONByteEncoder.encode($0)) ?? [], as: UTF8.self) }.joined(separator: "\n")
+            }
+        }
+    }
+}
+
+extension SimCommand {
+    struct ServerFinishes: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "server-finishes", abstract: "The App Store Server API's Finish Transaction calls a transaction received.")
+        @Argument(help: "Transaction id.") var transactionId: String
+        @OptionGroup var common: Common
+        func run() async throws {
+            try await SimCommand.run(SimServerFinishes.self, .init(transactionId: transactionId), common) {
+                $0.finishedAtMs.isEmpty ? "not finished by a server" : $0.finishedAtMs.map { "finished at \(isoTime($0))" }.joined(separator: "\n")
             }
         }
     }

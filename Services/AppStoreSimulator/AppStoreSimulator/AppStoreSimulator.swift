@@ -464,6 +464,7 @@ public final class AppStoreSimulator: Sendable {
             return EmptyResult()
         }
         r.registerBlocking(SimConsumptionReports.self) { p, _ in try self.consumptionReports(p) }
+        r.registerBlocking(SimServerFinishes.self) { p, _ in try self.serverFinishes(p) }
         r.registerBlocking(SimBilling.self) { p, _ in try self.billing(p) }
         r.registerBlocking(SimRefundDecision.self) { p, _ in try self.refundDecision(p) }
         r.registerBlocking(SimLifecycleEvent.self) { p, _ in try self.lifecycleEvent(p) }

@@ -4,7 +4,7 @@ import IAPProtocol
 import JSONRPC
 
 /// Get All Subscription Statuses, Get Refund History v2, Send Consumption Information, Set App Account
-/// Token and Extend a Subscription Renewal Date, as Apple documents them.
+/// Token, Extend a Subscription Renewal Date and Finish Transaction, as Apple documents them.
 extension AppStoreServerAPIEndpoint {
     func addSubscriptionRoutes(to router: Router<BasicRequestContext>, prefix: String, environment: SimEnvironment) {
         router.get(RouterPath("\(prefix)inApps/v1/subscriptions/:id")) { request, context -> Response in
@@ -26,6 +26,15 @@ extension AppStoreServerAPIEndpoint {
         router.put(RouterPath("\(prefix)inApps/v1/transactions/:id/appAccountToken")) { request, context -> Response in
             await self.respond(request) { bid, body in
                 try self.setAppAccountToken(context.parameters.get("id") ?? "", body: body, environment: environment, bid: bid)
+                return nil
+            }
+        }
+        // Finish Transaction (API 1.20): no body either way; 400 4000006 for an id that is not one, 404 4040010 for one
+        // this app and environment do not have.
+        router.post(RouterPath("\(prefix)inApps/v1/transactions/:id/finish")) { request, context -> Response in
+            await self.respond(request) { bid, _ in
+                let t = try self.transaction(context.parameters.get("id") ?? "", environment: environment, bid: bid)
+                try self.simulator.api.apiFinish(t.transactionId)
                 return nil
             }
         }

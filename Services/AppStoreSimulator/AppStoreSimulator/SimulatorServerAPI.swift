@@ -252,4 +252,11 @@ extension AppStoreSimulator {
         }
         return .init(reports: bodies.compactMap { try? JSONDecoder().decode(JSONValue.self, from: Data($0.utf8)) })
     }
+
+    public func serverFinishes(_ p: SimServerFinishes.Params) throws -> SimServerFinishes.Result {
+        .init(
+            finishedAtMs: try store.writer.read { db in
+                try Int64.fetchAll(db, sql: "SELECT atMs FROM simServerFinish WHERE transactionId = ? ORDER BY rowid", arguments: [p.transactionId])
+            })
+    }
 }

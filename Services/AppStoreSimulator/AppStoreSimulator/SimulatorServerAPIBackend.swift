@@ -117,6 +117,16 @@ struct SimulatorServerAPIBackend: Sendable {
         }
     }
 
+    /// Finish Transaction: the transaction is finished as the device's `finish()` would (a consumable leaves the
+    /// receipt), and the call is recorded.
+    func apiFinish(_ transactionId: String) throws {
+        try store.writer.write { db in
+            try db.execute(
+                sql: "INSERT INTO simServerFinish (transactionId, atMs) VALUES (?, ?)", arguments: [transactionId, try self.simulator.now(db)])
+            try db.execute(sql: "UPDATE simTransaction SET finished = 1 WHERE transactionId = ?", arguments: [transactionId])
+        }
+    }
+
     /// Set App Account Token: every transaction of the original purchase carries it from now on.
     func apiSetAppAccountToken(_ originalTransactionId: String, token: String) throws {
         try store.writer.write { db in

@@ -135,6 +135,14 @@ final class SimulatorStore: Sendable {
                     CREATE TABLE simOfferNonce (nonce TEXT PRIMARY KEY NOT NULL, usedAtMs INTEGER NOT NULL) WITHOUT ROWID;
                     """)
         }
+        m.registerMigration("v9-server-finish") { db in
+            // The App Store Server API's Finish Transaction calls, each as it arrived (`sim.serverFinishes`).
+            try db.execute(
+                sql: """
+                    CREATE TABLE simServerFinish (transactionId TEXT NOT NULL, atMs INTEGER NOT NULL);
+                    CREATE INDEX simServerFinish_by_transaction ON simServerFinish(transactionId);
+                    """)
+        }
         try m.migrate(writer)
     }
 

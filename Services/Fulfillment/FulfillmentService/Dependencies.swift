@@ -23,6 +23,8 @@ public protocol FulfillmentDependencies: Sendable {
     func account(username: String, internalToken: String) async throws(RPCError) -> AccountsFindByUsername.Result
     /// Ties an original transaction to an account's token at Apple.
     func setAppAccountToken(originalTransactionId: String, appAccountToken: String, internalToken: String) async throws(RPCError)
+    /// Marks a transaction finished at Apple (Finish Transaction).
+    func finishTransaction(_ transactionId: String, internalToken: String) async throws(RPCError)
     /// Extends a subscription's renewal date at Apple.
     func extendRenewalDate(_ params: VerificationExtendRenewalDate.Params) async throws(RPCError) -> VerificationExtendRenewalDate.Result
     /// One page of Apple's notification history.
@@ -136,6 +138,12 @@ public struct Dependencies: FulfillmentDependencies {
         _ = try await call(
             "verification", verification, VerificationSetAppAccountToken.self,
             .init(internalToken: internalToken, originalTransactionId: originalTransactionId, appAccountToken: appAccountToken),
+            passThrough: [.notFound, .invalidParams])
+    }
+
+    public func finishTransaction(_ transactionId: String, internalToken: String) async throws(RPCError) {
+        _ = try await call(
+            "verification", verification, VerificationFinishTransaction.self, .init(internalToken: internalToken, transactionId: transactionId),
             passThrough: [.notFound, .invalidParams])
     }
 

@@ -64,6 +64,13 @@ public struct FulfillmentConfiguration: Sendable {
     /// Development only (`--sandbox-content`): Sandbox-scope entitlements (TestFlight, Xcode; free to buy) unlock
     /// content too. Off, one content directory serves paid files to Production entitlements only.
     public var sandboxContent = false
+    /// Finish Transaction at Apple for every transaction recorded here (through the outbox, with the internal token),
+    /// so the device stops delivering a purchase whose app died before its own `finish()`. Off (`--no-finish-at-apple`,
+    /// `IAP_FINISH_AT_APPLE=0` or empty) when the App Store Server API is not configured: the items would wait for it.
+    public var finishAtApple = true
+    /// Finish Transaction calls per second at most: Apple's documented limit for the endpoint (50 a second in production,
+    /// enforced hourly). A burst of grants is finished at this pace; nothing is lost meanwhile.
+    public var finishesPerSecond = 50.0
     /// Retries of notifications whose processing failed, and when they are parked.
     public var inboxRetry = InboxRetryPolicy()
     /// How long a notification being processed as it arrives is left alone by the inbox worker.

@@ -25,12 +25,12 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
     /// Records and grants every purchase in ONE write transaction (`GrantRules.apply`); the answer is what was
     /// committed, with the balance and entitlements of `answerScope`.
     public func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, recordTies: Bool, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, owed: AppleFollowUps, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
     ) async throws -> AppliedPurchases {
         try await write(locking: Self.accountLock(accountId)) { s in
             try GrantRules.apply(
-                planned, accountId: accountId, appAccountToken: appAccountToken, recordTies: recordTies, mode: mode, policy: policy,
+                planned, accountId: accountId, appAccountToken: appAccountToken, owed: owed, mode: mode, policy: policy,
                 answerScope: answerScope, nowMs: nowMs, in: FulfillmentRecords(s))
         }
     }
@@ -58,13 +58,14 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
 
     /// One notification in ONE transaction: what is stored about its purchase is read, `NotificationRules` decides,
     /// its effects are applied and its inbox row records the outcome (applied or ignored, with the reason).
-    public func applyNotification(_ facts: NotificationRules.Facts, uuid: String, attempts: Int, nowMs: Int64) async throws
+    public func applyNotification(_ facts: NotificationRules.Facts, uuid: String, attempts: Int, owed: AppleFollowUps, nowMs: Int64)
+        async throws
         -> NotificationRules.Decision
     {
         try await write { s in
             let tx = FulfillmentRecords(s)
             let decision = NotificationRules.decide(facts, stored: try tx.stored(for: facts))
-            for effect in decision.effects { try tx.apply(effect, nowMs: nowMs) }
+            for effect in decision.effects { try tx.apply(effect, owed: owed, nowMs: nowMs) }
             try InboxRecords(s).settle(
                 uuid, state: decision.applied ? .applied : .ignored, attempts: attempts, nextAttemptAtMs: nowMs,
                 lastError: decision.ignoredBecause, nowMs: nowMs)

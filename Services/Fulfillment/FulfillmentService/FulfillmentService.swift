@@ -34,6 +34,8 @@ public final class FulfillmentService: Sendable {
     let appleCalls: TokenBuckets
     /// Wakes the background worker when a commit owes something to an outside party (`OutboxItem`).
     public let outboxWakeup = Wakeup()
+    /// Spaces Finish Transaction calls at Apple's documented rate (`FulfillmentConfiguration.finishesPerSecond`).
+    let finishPace: Pace
     /// Apple customers' subscriptions read for offers, a minute each.
     let appleHistoryCache = AppleAnswerCache<[SubscriptionHistoryRecord]>(lifetimeMs: 60_000)
     /// The appAccountToken Apple holds for a receipt purchase's original ("" for none), ten minutes each: set at
@@ -57,6 +59,7 @@ public final class FulfillmentService: Sendable {
             burst: Double(configuration.appleCallBurst), perSecond: configuration.appleCallsPerMinute / 60,
             now: { Double(clock.nowMs) / 1000 })
         self.receiptTokenLookups = ReceiptTokenLookups(answers: receiptTokenCache)
+        self.finishPace = Pace(perSecond: configuration.finishesPerSecond)
         let (stream, continuation) = AsyncStream<InboxEntry>.makeStream(bufferingPolicy: .bufferingOldest(1_000))
         self.laterQueue = continuation
         self.laterEntries = stream
@@ -135,18 +138,16 @@ public final class FulfillmentService: Sendable {
         rejected += wrongEnvironment
         let answerScope = p.environment ?? planned.first?.scope ?? .production
         let toApply = planned
-        // Granted purchases without an appAccountToken are tied to the account at Apple (Set App Account Token), so
-        // Apple's later notifications about them name the account: recorded in the outbox in the grant's own
-        // transaction (never lost, no second commit), made by the outbox worker (`deliverOutbox`), woken right after
-        // this commit, out of the request path.
+        // What the grant owes Apple (`AppleFollowUps`: the ties that make Apple's later notifications name the account,
+        // Finish Transaction for what was recorded) is recorded in the outbox in the grant's own transaction (never lost,
+        // no second commit) and delivered by the outbox worker (`deliverOutbox`), woken right after this commit, out of
+        // the request path.
         let applied = try await storeCall {
             try await self.store.apply(
-                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: self.recordsTies, mode: mode,
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, owed: self.owesApple, mode: mode,
                 policy: self.configuration.ownershipPolicy, answerScope: answerScope, nowMs: self.clock.nowMs)
         }
-        if recordsTies, !GrantRules.ties(toApply.map(\.purchase), results: applied.results, appAccountToken: account.appAccountToken).isEmpty {
-            outboxWakeup.signal()
-        }
+        if applied.owesApple { outboxWakeup.signal() }
         for t in applied.transfers {
             logger.notice(
                 "entitlement transferred under the transfer policy",
@@ -174,9 +175,12 @@ public final class FulfillmentService: Sendable {
         return try VerifiedPurchase.fromReceipt(answer)
     }
 
-    /// Whether grants record ties to make at Apple: only with the internal token the worker needs to reach Apple
-    /// (without it nothing would ever take them out of the outbox).
-    var recordsTies: Bool { configuration.internalToken != nil }
+    /// What grants owe Apple: nothing without the internal token the worker needs to reach Apple (nothing would ever
+    /// take it out of the outbox); Finish Transaction unless the operator turned it off (`finishAtApple`).
+    var owesApple: AppleFollowUps {
+        guard configuration.internalToken != nil else { return [] }
+        return configuration.finishAtApple ? [.ties, .finishes] : [.ties]
+    }
 
     static func isTransactionId(_ id: String) -> Bool { (1...32).contains(id.utf8.count) && id.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } }
 

@@ -44,10 +44,9 @@ public protocol FulfillmentTransaction {
 /// of the engine (`FulfillmentStore` on SQLite; a PostgreSQL store implements the same over its own
 /// `FulfillmentTransaction`), and the reads answer from committed data.
 public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
-    /// `recordTies`: granted purchases without an appAccountToken are to be tied to the account's
-    /// `appAccountToken` at Apple, recorded in the outbox in the same transaction as their grant.
+    /// `owed`: what the grant owes Apple afterwards (`AppleFollowUps`), recorded in the outbox in the same transaction.
     func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, recordTies: Bool, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, owed: AppleFollowUps, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
     ) async throws -> AppliedPurchases
     func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome
@@ -57,8 +56,9 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws
     /// Keeps a subscription's renewal state, forward only by `signedDateMs`; false when an newer one is kept.
     func recordRenewal(_ state: RenewalState) async throws -> Bool
-    /// Applies one notification in ONE transaction with its inbox row's outcome (`NotificationRules`).
-    func applyNotification(_ facts: NotificationRules.Facts, uuid: String, attempts: Int, nowMs: Int64) async throws
+    /// Applies one notification in ONE transaction with its inbox row's outcome (`NotificationRules`); a grant it makes
+    /// owes Apple what `owed` says (Finish Transaction; never ties: the notification's token is the account's own).
+    func applyNotification(_ facts: NotificationRules.Facts, uuid: String, attempts: Int, owed: AppleFollowUps, nowMs: Int64) async throws
         -> NotificationRules.Decision
     /// The processed transaction with this id, committed.
     func processed(transactionId: String) async throws -> ProcessedTransaction?
@@ -95,15 +95,26 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
 }
 
 extension FulfillmentStorage {
-    /// `apply` recording no ties to make at Apple.
+    /// `apply` owing Apple nothing.
     public func apply(
         _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
     ) async throws -> AppliedPurchases {
         try await apply(
-            planned, accountId: accountId, appAccountToken: appAccountToken, recordTies: false, mode: mode, policy: policy,
+            planned, accountId: accountId, appAccountToken: appAccountToken, owed: [], mode: mode, policy: policy,
             answerScope: answerScope, nowMs: nowMs)
     }
+}
+
+/// What a grant owes Apple after it commits, written to the outbox in the grant's transaction and delivered after it.
+public struct AppleFollowUps: OptionSet, Sendable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+    /// Set App Account Token for each granted purchase that carries none (`GrantRules.ties`).
+    public static let ties = AppleFollowUps(rawValue: 1)
+    /// Finish Transaction for each transaction recorded here, once its content is delivered: the device stops
+    /// delivering it again even when the app died before its own `finish()`.
+    public static let finishes = AppleFollowUps(rawValue: 2)
 }
 
 /// Checks of what the schema and the rules keep true, for tests, benchmarks and the crash harness (both engines).
@@ -120,14 +131,15 @@ public protocol FulfillmentInvariants: Sendable {
 public enum GrantRules {
     /// Records and grants every purchase; answers what was done and the `answerScope`'s state.
     /// `appAccountToken` is the account's own: a StoreKit 2 purchase made with another belongs to another account.
-    /// `recordTies`: see `FulfillmentStorage.apply`.
+    /// `owed`: see `AppleFollowUps`.
     public static func apply(
-        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, recordTies: Bool = false, mode: FulfillmentMode,
+        _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, owed: AppleFollowUps = [], mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64,
         in tx: some FulfillmentTransaction
     ) throws -> AppliedPurchases {
         var results: [TransactionResult] = []
         var transfers: [(String, String)] = []
+        var recorded: [String] = []  // transactions recorded here by this call that Apple's server knows: each finished there once
         for item in planned {
             let p = item.purchase
             func result(_ outcome: RedeemOutcome, finishable: Bool = true) {
@@ -162,6 +174,7 @@ public enum GrantRules {
                 transfers.append((p.originalTransactionId, owner.accountId))
                 if try tx.processed(p.transactionId) == nil {
                     try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
+                    if p.finishableAtApple { recorded.append(p.transactionId) }
                 }
                 result(.restored)
                 continue
@@ -191,22 +204,32 @@ public enum GrantRules {
                 // Record it, grant nothing, and take back what its original granted (a refunded renewal
                 // or re-purchase revokes the entitlement).
                 try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
+                if p.finishableAtApple { recorded.append(p.transactionId) }
                 _ = try revoke(p.transactionId, reason: early ?? "refunded", nowMs: nowMs, in: tx)
                 result(.revoked)
                 continue
             }
             result(try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx))
+            if p.finishableAtApple { recorded.append(p.transactionId) }
         }
-        if recordTies, let appAccountToken {
+        var owesApple = false
+        if owed.contains(.ties), let appAccountToken {
             for item in ties(planned.map(\.purchase), results: results, appAccountToken: appAccountToken) {
                 try tx.enqueueOutbox(kind: .appAccountToken, key: item.originalTransactionId, payload: item.appAccountToken, nowMs: nowMs)
+                owesApple = true
+            }
+        }
+        if owed.contains(.finishes) {
+            for transactionId in recorded {
+                try tx.enqueueOutbox(kind: .finishTransaction, key: transactionId, payload: "", nowMs: nowMs)
+                owesApple = true
             }
         }
         let answer = Holder(accountId: accountId, scope: answerScope)
         let wallet = try tx.wallet(answer)
         return AppliedPurchases(
             results: results, balance: wallet.balance, owed: wallet.owed,
-            entitlements: activeEntitlements(try tx.entitlements(answer, activeAtMs: nowMs)), transfers: transfers)
+            entitlements: activeEntitlements(try tx.entitlements(answer, activeAtMs: nowMs)), transfers: transfers, owesApple: owesApple)
     }
 
     /// The purchases to tie to the account at Apple (Set App Account Token) after a redeem: those granted or

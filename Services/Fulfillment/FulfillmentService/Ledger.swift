@@ -41,6 +41,8 @@ public struct AppliedPurchases: Sendable {
     public var owed: Int64
     public var entitlements: [Entitlement]
     public var transfers: [(originalTransactionId: String, from: String)]
+    /// Something was written to the outbox for Apple (`AppleFollowUps`): its first attempt is due now.
+    public var owesApple = false
 }
 
 public enum RevokeOutcome: Sendable, Equatable { case revoked, alreadyRevoked, notFound }

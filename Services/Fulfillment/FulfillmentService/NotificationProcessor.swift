@@ -104,9 +104,11 @@ public struct NotificationProcessor: FulfillmentPart {
             }
             let facts = try await facts(AppleNotification(payload), entry: entry)
             let now = clock.nowMs
+            let owed = service.owesApple
             let decision = try await storeCall {
-                try await self.store.applyNotification(facts, uuid: entry.notificationUUID, attempts: attempts, nowMs: now)
+                try await self.store.applyNotification(facts, uuid: entry.notificationUUID, attempts: attempts, owed: owed, nowMs: now)
             }
+            if owed.contains(.finishes), decision.effects.contains(where: \.isGrant) { service.outboxWakeup.signal() }
             logger.info(
                 "notification",
                 metadata: [

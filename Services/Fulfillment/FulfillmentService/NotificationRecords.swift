@@ -18,7 +18,7 @@ extension FulfillmentRecords {
         return stored
     }
 
-    func apply(_ effect: NotificationRules.Effect, nowMs: Int64) throws {
+    func apply(_ effect: NotificationRules.Effect, owed: AppleFollowUps, nowMs: Int64) throws {
         switch effect {
         case .keepRenewal(let state): _ = try keepRenewal(state)
         case .revoke(let transactionId, let reason): _ = try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: self)
@@ -27,7 +27,7 @@ extension FulfillmentRecords {
         case .grant(let purchase, let accountId, let scope, let rule, let appAccountToken):
             _ = try GrantRules.apply(
                 [PlannedPurchase(purchase: purchase, rule: rule, scope: scope)], accountId: accountId, appAccountToken: appAccountToken,
-                mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs, in: self)
+                owed: owed.intersection(.finishes), mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs, in: self)
         case .moveSubscriptionEnd(let original, let expiresAtMs):
             _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expiresAtMs, in: self)
         }

@@ -82,6 +82,8 @@ public enum NotificationRules {
         /// Recorded for its account as a redeem would (`GrantRules.apply`, `.refuse` transfers).
         case grant(VerifiedPurchase, accountId: String, scope: AccountScope, rule: GrantRule?, appAccountToken: String?)
         case moveSubscriptionEnd(originalTransactionId: String, expiresAtMs: Int64)
+
+        public var isGrant: Bool { if case .grant = self { true } else { false } }
     }
 
     public struct Decision: Sendable, Equatable {

@@ -5,6 +5,8 @@ import NIOConcurrencyHelpers
 public enum OutboxKind: String, Sendable, CaseIterable {
     /// Set App Account Token at Apple: key the original transaction id, payload the account's token.
     case appAccountToken
+    /// Finish Transaction at Apple: key the transaction id, payload empty.
+    case finishTransaction
 }
 
 /// One thing owed, written in the same transaction as the change that owes it, removed only once delivered. One

@@ -1,6 +1,7 @@
 import CoreMetrics
 import IAPProtocol
 import JSONRPC
+import NIOConcurrencyHelpers
 import ServiceSupport
 
 /// Delivers what fulfillment owes outside parties after commits (`Outbox.swift`), and lists it for operators.
@@ -20,28 +21,27 @@ public struct OutboxDelivery: FulfillmentPart {
         for item in due {
             var failure: String?
             var next = OutboxRetry.nextAttemptAtMs(failures: item.attempts + 1, nowMs: clock.nowMs)
-            switch OutboxKind(rawValue: item.kind) {
-            case .appAccountToken where apiMissing:
+            if OutboxKind(rawValue: item.kind) == nil {
+                failure = "a kind of item this version does not deliver: kept for the version that does"
+            } else if apiMissing {
                 failure = Self.apiMissing
                 next = clock.nowMs + OutboxRetry.whileNotConfiguredMs
-            case .appAccountToken:
+            } else {
                 do {
-                    try await tie(item, internalToken: internalToken)
+                    try await deliver(item, internalToken: internalToken)
                 } catch  where error.has(.appStoreAPINotConfigured) {
-                    // Nothing to tie with until the operator configures the App Store Server API: every tie of this
+                    // Nothing reaches Apple until the operator configures the App Store Server API: every item of this
                     // batch waits ten minutes (asked once), so a backlog never keeps the worker from the inbox.
                     apiMissing = true
                     failure = Self.apiMissing
                     next = clock.nowMs + OutboxRetry.whileNotConfiguredMs
-                    logger.notice("ties at Apple wait: the App Store Server API is not configured on verification")
+                    logger.notice("what is owed to Apple waits: the App Store Server API is not configured on verification")
                 } catch {
                     failure = error.message
                     logger.warning(
                         "could not deliver an outbox item; will retry",
                         metadata: ["kind": "\(item.kind)", "key": "\(item.key)", "attempts": "\(item.attempts + 1)", "error": "\(error.message)"])
                 }
-            case nil:
-                failure = "a kind of item this version does not deliver: kept for the version that does"
             }
             let (settleFailure, settleNext) = (failure, next)
             try await storeCall {
@@ -53,6 +53,16 @@ public struct OutboxDelivery: FulfillmentPart {
     }
 
     static let apiMissing = "the App Store Server API is not configured on verification"
+
+    private func deliver(_ item: OutboxItem, internalToken: String) async throws(RPCError) {
+        switch OutboxKind(rawValue: item.kind) {
+        case .appAccountToken: try await tie(item, internalToken: internalToken)
+        case .finishTransaction:
+            await service.finishPace.next()
+            try await dependencies.finishTransaction(item.key, internalToken: internalToken)
+        case nil: break
+        }
+    }
 
     /// Set App Account Token at Apple, unless Apple already holds a token for the purchase: whoever redeems a copied
     /// receipt first owns its purchases here (without the App Store Server API), but the buyer's app set its token
@@ -93,5 +103,23 @@ public struct OutboxDelivery: FulfillmentPart {
                     kind: $0.kind, key: $0.key, attempts: $0.attempts, createdAtMs: $0.createdAtMs, nextAttemptAtMs: $0.nextAttemptAtMs,
                     lastError: $0.lastError)
             }, total: listing.total, oldestAgeMs: listing.oldestCreatedAtMs.map { max(0, now - $0) })
+    }
+}
+
+/// At most `perSecond` calls a second: each `next()` returns no sooner than 1/perSecond after the one before.
+final class Pace: Sendable {
+    private let gap: Duration
+    private let nextAt = NIOLockedValueBox(ContinuousClock.now)
+
+    init(perSecond: Double) { gap = .nanoseconds(Int64(1e9 / max(perSecond, 0.001))) }
+
+    func next() async {
+        let now = ContinuousClock.now
+        let at = nextAt.withLockedValue { next in
+            let at = max(next, now)
+            next = at + gap
+            return at
+        }
+        if at > now { try? await Task.sleep(until: at, clock: .continuous) }
     }
 }

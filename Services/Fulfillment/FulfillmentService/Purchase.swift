@@ -33,6 +33,10 @@ public struct VerifiedPurchase: Sendable, Equatable {
         self.appAccountToken = appAccountToken
     }
 
+    /// Apple's server knows it (Production or Sandbox; an Xcode-signed purchase exists only on the developer's Mac), so
+    /// it can be finished there.
+    var finishableAtApple: Bool { environment == "Production" || environment == "Sandbox" }
+
     /// The purchases of a verified receipt (status 0), oldest first.
     static func fromReceipt(_ response: VerifyReceiptResponse) throws(RPCError) -> [VerifiedPurchase] {
         guard let receipt = response.receipt else { return [] }

@@ -53,15 +53,12 @@ public struct SupportDesk: FulfillmentPart {
         let toApply = planned
         let applied = try await storeCall {
             try await self.store.apply(
-                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, recordTies: self.service.recordsTies,
+                toApply, accountId: account.accountId, appAccountToken: account.appAccountToken, owed: self.service.owesApple,
                 mode: .redeem, policy: self.configuration.ownershipPolicy, answerScope: toApply.first?.scope ?? .production,
                 nowMs: self.clock.nowMs)
         }
         results += applied.results
-        if service.recordsTies, !GrantRules.ties(toApply.map(\.purchase), results: applied.results, appAccountToken: account.appAccountToken).isEmpty
-        {
-            service.outboxWakeup.signal()  // the ties just recorded: their first attempt now
-        }
+        if applied.owesApple { service.outboxWakeup.signal() }  // what the grant owes Apple: its first attempt now
         for result in applied.results where [.granted, .restored].contains(result.outcome) {
             try await audit(
                 "grantOrder", accountId: account.accountId, transactionId: result.transactionId, reason: "order \(p.orderId): \(p.reason)",

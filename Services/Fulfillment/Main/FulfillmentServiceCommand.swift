@@ -75,6 +75,13 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         help: "Development only: Sandbox entitlements (TestFlight, Xcode; free to buy) unlock content too (env IAP_SANDBOX_CONTENT=1).")
     var sandboxContent = false
 
+    @Flag(
+        name: .customLong("no-finish-at-apple"),
+        help:
+            "Do not call Finish Transaction at Apple for what is granted (env IAP_FINISH_AT_APPLE=0, or empty); for deployments without the App Store Server API."
+    )
+    var noFinishAtApple = false
+
     @Option(
         name: .customLong("content-url-key"),
         help:
@@ -129,6 +136,11 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         }
         config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
         config.sandboxContent = sandboxContent || ProcessInfo.processInfo.environment["IAP_SANDBOX_CONTENT"] == "1"
+        let finishEnv = ProcessInfo.processInfo.environment["IAP_FINISH_AT_APPLE"]
+        config.finishAtApple = !noFinishAtApple && (finishEnv == nil || finishEnv == "1")
+        if !config.finishAtApple {
+            logger.notice("Finish Transaction at Apple is off: the app's own finish() is the only one")
+        }
         if config.sandboxContent {
             logger.warning("--sandbox-content: Sandbox purchases (free to make) unlock content downloads. Development only")
         }

@@ -307,6 +307,15 @@ public final class VerificationService: Sendable {
         }
     }
 
+    public func finishTransaction(_ p: VerificationFinishTransaction.Params) async throws(RPCError) {
+        let api = try appStoreAPI(p.internalToken)
+        do {
+            try await api.finishTransaction(p.transactionId)
+        } catch {
+            throw Self.rpcError(error, transactionId: p.transactionId)
+        }
+    }
+
     public func setAppAccountToken(_ p: VerificationSetAppAccountToken.Params) async throws(RPCError) {
         guard UUID(uuidString: p.appAccountToken) != nil else {
             throw RPCError.invalidParams("appAccountToken must be a UUID", field: "appAccountToken", reason: "invalidValue")
@@ -517,6 +526,10 @@ public final class VerificationService: Sendable {
         r.register(VerificationTestNotificationStatus.self) { p, _ in try await self.testNotificationStatus(p) }
         r.register(VerificationSendConsumption.self) { p, _ in
             try await self.sendConsumption(p)
+            return EmptyResult()
+        }
+        r.register(VerificationFinishTransaction.self) { p, _ in
+            try await self.finishTransaction(p)
             return EmptyResult()
         }
         r.register(VerificationSetAppAccountToken.self) { p, _ in
