@@ -97,9 +97,23 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
         ledger.withLockedValue { $0.earlyRevocations[transactionId] = reason }
     }
-    func dueOutbox(nowMs: Int64, limit: Int) async throws -> [OutboxItem] { [] }
-    func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) async throws {}
-    func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) { ([], 0, nil) }
+    /// The finishes the ledger owes (ties are not kept here), each due now.
+    func dueOutbox(nowMs: Int64, limit: Int) async throws -> [OutboxItem] {
+        ledger.withLockedValue { ledger in
+            ledger.finishes.prefix(limit).enumerated().map {
+                OutboxItem(
+                    id: Int64($0.offset), kind: OutboxKind.finishTransaction.rawValue, key: $0.element, payload: "", attempts: 0, createdAtMs: 0,
+                    nextAttemptAtMs: 0, lastError: nil)
+            }
+        }
+    }
+    func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) async throws {
+        if delivered { ledger.withLockedValue { $0.finishes.removeAll { $0 == item.key } } }
+    }
+    func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) {
+        let items = try await dueOutbox(nowMs: 0, limit: limit)
+        return (items, ledger.withLockedValue { $0.finishes.count }, items.isEmpty ? nil : 0)
+    }
     func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool {
         try ledger.withLockedValue { try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, in: $0) }
     }
@@ -227,8 +241,10 @@ struct FakeDependencies: FulfillmentDependencies {
     func setAppAccountToken(originalTransactionId: String, appAccountToken: String, internalToken: String) async throws(RPCError) {
         throw RPCError.unavailable("not in the fast tests")
     }
+    /// Apple knows every transaction but those named `unknown...`; `down...` ones meet an outage.
     func finishTransaction(_ transactionId: String, internalToken: String) async throws(RPCError) {
-        throw RPCError.unavailable("not in the fast tests")
+        if transactionId.hasPrefix("unknown") { throw RPCError.notFound("Apple has nothing for \(transactionId)", reason: "transactionNotFound") }
+        if transactionId.hasPrefix("down") { throw RPCError.unavailable("the App Store Server API answered HTTP 503") }
     }
     func extendRenewalDate(_ params: VerificationExtendRenewalDate.Params) async throws(RPCError) -> VerificationExtendRenewalDate.Result {
         throw RPCError.unavailable("not in the fast tests")
@@ -271,6 +287,45 @@ struct FakeDependencies: FulfillmentDependencies {
             store: storage, dependencies: dependencies,
             content: ContentLibrary(directory: FileManager.default.temporaryDirectory), configuration: config,
             clock: ManualClock().clock, logger: logger)
+    }
+
+    /// A finish Apple answers "not found" (another app's transaction, for this server's key) is done with: asking again
+    /// cannot change it. A finish that meets an outage stays owed.
+    @Test func aFinishAppleDoesNotKnowIsDoneWithAndOneThatFailsStaysOwed() async throws {
+        let storage = InMemoryStorage()
+        let service = Self.service(storage) { $0.internalToken = "internal" }
+        let result = try await service.redeem(
+            .init(
+                session: FakeDependencies.session,
+                signedTransactions: ["t1", "unknown1", "down1"].map { FakeDependencies.jws($0) }), mode: .redeem)
+        #expect(result.results.map(\.outcome) == [.granted, .granted, .granted])
+        let owed = try await storage.outbox(limit: 10).items.map(\.key)
+        #expect(Set(owed) == ["t1", "unknown1", "down1"], "\(owed)")
+        #expect(try await service.outbox.deliverOutbox() == 3)
+        #expect(try await storage.outbox(limit: 10).items.map(\.key) == ["down1"])
+    }
+
+    /// The worker takes one outbox batch per step, the inbox's due notifications between batches: a backlog of finishes
+    /// (paced at Apple's rate) never keeps it from notifications due again.
+    @Test func theWorkerDeliversOneOutboxBatchAStep() async throws {
+        let storage = InMemoryStorage()
+        let service = Self.service(storage) {
+            $0.internalToken = "internal"
+            $0.finishesPerSecond = 1_000
+        }
+        for part in [0..<75, 75..<150] {  // at most 100 a redeem
+            _ = try await service.redeem(
+                .init(session: FakeDependencies.session, signedTransactions: part.map { FakeDependencies.jws("\(3_000_000 + $0)") }),
+                mode: .redeem)
+        }
+        #expect(try await storage.outbox(limit: 500).total == 150)
+        var quiet = Logger(label: "worker")
+        quiet.logLevel = .critical
+        let worker = InboxWorker(service: service, logger: quiet)
+        #expect(await worker.step(), "a whole batch: more is due")
+        #expect(try await storage.outbox(limit: 500).total == 50, "one batch, then the inbox's turn")
+        #expect(await worker.step() == false)
+        #expect(try await storage.outbox(limit: 500).total == 0)
     }
 
     @Test func redeemGrantsOnceRejectsForgeriesAndKeepsUnknownProductsUnfinished() async throws {

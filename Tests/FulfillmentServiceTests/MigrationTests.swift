@@ -119,6 +119,15 @@ import Testing
         #expect(try await Self.schema(queue) == before)
     }
 
+    /// A file that also went through the name a step had for minutes on 2026-11-23 opens like the others.
+    @Test func aStepsRetiredNameIsNotANewerBuilds() async throws {
+        let (queue, path) = try Self.madeByTheSteps()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try await queue.write { db in try db.execute(sql: "INSERT INTO grdb_migrations VALUES ('v8-inbox-pending-order')") }
+        _ = try FulfillmentStore(writer: queue)
+        #expect(try await queue.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations") } == ["v1-2026-11-26"])
+    }
+
     /// A database a newer build migrated is refused, unchanged, rather than run on a schema this build does not know.
     @Test func aDatabaseANewerBuildMigratedIsRefused() async throws {
         let (queue, path) = try Self.database()

@@ -44,19 +44,27 @@ public struct InboxWorker: Service {
                     self.logger.warning("reconciliation with Apple failed; will try at the next interval", metadata: ["error": "\(error)"])
                 }
             }
-            do {
-                // Whole batches mean more is due: keep going until the backlog is drained.
-                while try await self.service.notifications.processDueNotifications() == 100, !Task.isCancelled {}
-            } catch {
-                self.logger.warning("the notification inbox could not be read; will try again", metadata: ["error": "\(error)"])
-            }
-            do {
-                while try await self.service.outbox.deliverOutbox() == 100, !Task.isCancelled {}
-            } catch {
-                self.logger.warning("the outbox could not be read; will try again", metadata: ["error": "\(error)"])
-            }
+            let more = await self.step()
             // Woken early by a commit that owes something (its first attempt follows at once).
-            await self.service.outboxWakeup.wait(upTo: self.interval)
+            if !more { await self.service.outboxWakeup.wait(upTo: self.interval) }
+        }
+    }
+
+    /// The inbox's due notifications, then ONE batch of the outbox; true when the outbox had a whole batch (more is due).
+    /// One batch at a time, the inbox between batches: Finish Transaction goes at Apple's pace (two seconds a batch), so a
+    /// backlog of it must not keep the worker from a refund due again.
+    package func step() async -> Bool {
+        do {
+            // Whole batches mean more is due: keep going until the backlog is drained.
+            while try await self.service.notifications.processDueNotifications() == 100, !Task.isCancelled {}
+        } catch {
+            self.logger.warning("the notification inbox could not be read; will try again", metadata: ["error": "\(error)"])
+        }
+        do {
+            return try await self.service.outbox.deliverOutbox() == 100
+        } catch {
+            self.logger.warning("the outbox could not be read; will try again", metadata: ["error": "\(error)"])
+            return false
         }
     }
 }

@@ -264,11 +264,13 @@ public struct NotificationProcessor: FulfillmentPart {
         guard let accountId else { return [] }
         let rules = try await service.grantRules(for: [purchase.productId])
         let appAccountToken = token
+        let owed = service.owesApple.intersection(.finishes)
         let applied = try await storeCall {
             try await self.store.apply(
                 [.init(purchase: purchase, rule: rules[purchase.productId], scope: scope)], accountId: accountId,
-                appAccountToken: appAccountToken, mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs)
+                appAccountToken: appAccountToken, owed: owed, mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs)
         }
+        if applied.owesApple { service.outboxWakeup.signal() }
         return applied.results.map(\.outcome)
     }
 

@@ -29,6 +29,12 @@ public struct OutboxDelivery: FulfillmentPart {
             } else {
                 do {
                     try await deliver(item, internalToken: internalToken)
+                } catch  where item.kind == OutboxKind.finishTransaction.rawValue && error.knownCode == .notFound {
+                    // Apple has no such transaction for this server's key (another app of the deployment, whose bundle id
+                    // the key does not name): nothing there to finish, and asking again cannot change that.
+                    logger.warning(
+                        "Finish Transaction: Apple does not know the transaction for this key; nothing to finish there",
+                        metadata: ["transactionId": "\(item.key)", "error": "\(error.message)"])
                 } catch  where error.has(.appStoreAPINotConfigured) {
                     // Nothing reaches Apple until the operator configures the App Store Server API: every item of this
                     // batch waits ten minutes (asked once), so a backlog never keeps the worker from the inbox.

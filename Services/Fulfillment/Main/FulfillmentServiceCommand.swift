@@ -83,6 +83,13 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
     var noFinishAtApple = false
 
     @Option(
+        name: .customLong("finishes-per-second"),
+        help:
+            "Finish Transaction calls a second from this instance (env IAP_FINISHES_PER_SECOND; default 50, Apple's limit for the endpoint: with N instances give each 50/N)."
+    )
+    var finishesPerSecond: Double?
+
+    @Option(
         name: .customLong("content-url-key"),
         help:
             "Key (32+ bytes) that signs fulfillment.contentURL links, the same the edge checks them with (env IAP_CONTENT_URL_KEY). Without it contentURL is unavailable."
@@ -136,8 +143,15 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         }
         config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
         config.sandboxContent = sandboxContent || ProcessInfo.processInfo.environment["IAP_SANDBOX_CONTENT"] == "1"
-        let finishEnv = ProcessInfo.processInfo.environment["IAP_FINISH_AT_APPLE"]
-        config.finishAtApple = !noFinishAtApple && (finishEnv == nil || finishEnv == "1")
+        switch ProcessInfo.processInfo.environment["IAP_FINISH_AT_APPLE"]?.lowercased() {
+        case nil, "1", "true", "yes", "on": config.finishAtApple = !noFinishAtApple
+        case "", "0", "false", "no", "off": config.finishAtApple = false
+        case let other?: throw ValidationError("IAP_FINISH_AT_APPLE=\(other): use 1 (on) or 0 (off; empty is off too)")
+        }
+        if let rate = finishesPerSecond ?? Environment.resolve(nil, env: "IAP_FINISHES_PER_SECOND").flatMap(Double.init) {
+            guard rate > 0, rate <= 1_000 else { throw ValidationError("--finishes-per-second must be above 0 and at most 1000") }
+            config.finishesPerSecond = rate
+        }
         if !config.finishAtApple {
             logger.notice("Finish Transaction at Apple is off: the app's own finish() is the only one")
         }
