@@ -103,6 +103,8 @@ public final class AppStoreServerAPIClient: Sendable {
     private let http: HTTPClient
     private let sleep: @Sendable (Duration) async throws -> Void
     private let nowSeconds: @Sendable () -> Int64
+    /// The wall clock a `Retry-After` time is read against.
+    private let nowMs: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
     private let token = NIOLockedValueBox<(value: String, expires: Int64)?>(nil)
     private let minted = NIOLockedValueBox(0)
 
@@ -235,11 +237,18 @@ public final class AppStoreServerAPIClient: Sendable {
                 httpStatus: status, errorCode: error?["errorCode"]?.intValue.map(Int.init), message: error?["errorMessage"]?.stringValue)
             guard status == 429 || status >= 500, attempt < maxAttempts else { throw failure }
             let wait =
-                response.headers.first(name: "Retry-After").flatMap { Int64($0) }.map { Duration.seconds($0) }
-                ?? .seconds(1 << (attempt - 1))
+                response.headers.first(name: "Retry-After").flatMap { Self.wait(retryAfter: $0, nowMs: nowMs()) } ?? .seconds(1 << (attempt - 1))
             guard wait <= configuration.maxRetryAfter else { throw failure }
             try await sleep(wait)
         }
+    }
+
+    /// How long a `Retry-After` says to wait. Apple's is the UNIX time, in milliseconds, of the next request allowed
+    /// ("Identifying rate limits"); a small number is read as HTTP's delay in seconds, as other servers send it.
+    package static func wait(retryAfter: String, nowMs: Int64) -> Duration? {
+        guard let value = Int64(retryAfter.trimmingCharacters(in: .whitespaces)), value >= 0 else { return nil }
+        if value >= 100_000_000_000 { return .milliseconds(max(0, value - nowMs)) }  // a time: past 1973-03-03 in milliseconds
+        return .seconds(value)
     }
 
     /// The current token, or a new one when none is left with more than 5 minutes to run.

@@ -53,3 +53,16 @@ import Testing
         }
     }
 }
+
+/// Apple's Retry-After is the UNIX time, in milliseconds, of the next request allowed ("Identifying rate limits"); a
+/// small number is HTTP's delay in seconds.
+@Suite struct RetryAfterTests {
+    @Test func appleTimesAndHTTPDelaysAreBothRead() {
+        let now: Int64 = 1_800_000_000_000
+        #expect(AppStoreServerAPIClient.wait(retryAfter: String(now + 1_500), nowMs: now) == .milliseconds(1_500))
+        #expect(AppStoreServerAPIClient.wait(retryAfter: String(now - 10), nowMs: now) == .zero, "a time already past: at once")
+        #expect(AppStoreServerAPIClient.wait(retryAfter: "2", nowMs: now) == .seconds(2))
+        #expect(AppStoreServerAPIClient.wait(retryAfter: "soon", nowMs: now) == nil)
+        #expect(AppStoreServerAPIClient.wait(retryAfter: "-1", nowMs: now) == nil)
+    }
+}

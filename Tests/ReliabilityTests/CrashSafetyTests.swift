@@ -160,7 +160,7 @@ import Testing
 
     /// The outbox on the real executable: an item whose receiver fails (Apple's API answering 503) is written with the
     /// grant, tried at once and again, survives a SIGKILL, and is delivered by the restarted process once Apple answers;
-    /// the grant's Finish Transaction (on by default) reaches Apple exactly once.
+    /// the grant's Finish Transaction (on by default) reaches Apple after the restart.
     @Test func anOutboxItemSurvivesSIGKILLAndIsDeliveredWhenTheReceiverRecovers() async throws {
         try await SuiteFixture.with { suite in
             let instance = FulfillmentProcess(
@@ -212,10 +212,12 @@ import Testing
                 try await Task.sleep(nanoseconds: 50_000_000)  // the settle follows the delivery, bounded by the deadline
             }
             await after.close()
-            // The grant's Finish Transaction, owed with it, survived the kill made before it reached Apple: Apple saw it
-            // exactly once (each earlier attempt was one request, refused with 503 before Apple recorded anything).
+            // The grant's Finish Transaction, owed with it, survived the kill made before it reached Apple (each earlier
+            // attempt was one request, refused with 503 before Apple recorded anything) and was delivered after the restart.
+            // Once as a rule; a second call only when an attempt's answer was lost (a timeout under load: the outbox delivers
+            // at least once, and Apple's finish is idempotent). Exactly once where no answer is lost: FinishAtAppleTests.
             let finishes = try await suite.simulator.call(SimServerFinishes.self, .init(transactionId: pack.transactionId)).finishedAtMs
-            #expect(finishes.count == 1, "\(finishes)")
+            #expect(!finishes.isEmpty, "\(finishes)")
             await instance.kill()
         }
     }

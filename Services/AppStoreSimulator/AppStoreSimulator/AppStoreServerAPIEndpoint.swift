@@ -85,7 +85,9 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         let (mode, delayMs) = faults.take()
         switch mode {
         case .http429:
-            return Self.error(.init(status: .tooManyRequests, code: 4_290_000, message: "Rate limit exceeded."), retryAfter: 1)
+            // Apple's Retry-After is the UNIX time, in milliseconds, of the next request allowed ("Identifying rate limits").
+            return Self.error(
+                .init(status: .tooManyRequests, code: 4_290_000, message: "Rate limit exceeded."), retryAfter: wallClock.nowMs + 1_000)
         case .http503, .status21005:
             return Self.error(.init(status: .serviceUnavailable, code: 5_000_001, message: "An unknown retryable error occurred."))
         case .slow: try? await Task.sleep(nanoseconds: UInt64(delayMs) * 1_000_000)
@@ -109,7 +111,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         }
     }
 
-    static func error(_ error: APIError, retryAfter: Int? = nil) -> Response {
+    static func error(_ error: APIError, retryAfter: Int64? = nil) -> Response {
         var headers: HTTPFields = [:]
         if let retryAfter { headers[.retryAfter] = String(retryAfter) }
         guard error.status != .unauthorized else { return Response(status: .unauthorized, headers: headers) }
