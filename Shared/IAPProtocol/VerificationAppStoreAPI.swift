@@ -233,14 +233,8 @@ public enum VerificationSendConsumption: RPCMethod {
 }
 
 public enum VerificationFinishTransaction: RPCMethod {
-    public struct Params: Codable, Sendable, Equatable {
-        public var internalToken: String
-        public var transactionId: String
-        public init(internalToken: String, transactionId: String) {
-            self.internalToken = internalToken
-            self.transactionId = transactionId
-        }
-    }
+    /// `{internalToken, transactionId}`, as Get Transaction Info's.
+    public typealias Params = VerificationTransactionInfo.Params
     public typealias Result = EmptyResult
     public static let name = "verification.finishTransaction"
     public static let access = RPCAccess.internal

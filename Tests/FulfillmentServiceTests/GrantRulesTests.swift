@@ -60,21 +60,22 @@ import Testing
 
     /// Finish Transaction is owed once for each transaction recorded here that Apple's server knows: granted, restored
     /// to a new owner or recorded as refunded; not for one seen before, one not granted (unknown product, another
-    /// account's), or one signed by Xcode (it exists only on the developer's Mac).
+    /// account's), or one signed by Xcode or bought in Sandbox (free to make: see `VerifiedPurchase.finishableAtApple`).
     @Test func eachTransactionRecordedHereIsFinishedAtAppleOnce() throws {
         let items: [(VerifiedPurchase, GrantRule?)] = [
             (purchase("c1"), .coins(perUnit: 100)),
             (purchase("p1", product: "pack"), .permanent(entitlement: "castle")),
             (purchase("x1", environment: "Xcode"), .coins(perUnit: 100)),
+            (purchase("b1", environment: "Sandbox"), .coins(perUnit: 100)),  // free to make: not worth Apple's budget
             (purchase("r1", cancelled: 5), .coins(perUnit: 100)),  // refunded before it was seen: recorded, grants nothing
             (purchase("u1", product: "unknown"), nil),
             (purchase("o1", token: "BBBBBBBB-0000-0000-0000-000000000000"), .coins(perUnit: 100)),  // another account's
         ]
-        let planned = items.map { PlannedPurchase(purchase: $0.0, rule: $0.1, scope: $0.0.environment == "Xcode" ? .sandbox : .production) }
+        let planned = items.map { PlannedPurchase(purchase: $0.0, rule: $0.1, scope: $0.0.environment == "Production" ? .production : .sandbox) }
         let first = try GrantRules.apply(
             planned, accountId: Self.alice, appAccountToken: "AAAAAAAA-0000-0000-0000-000000000000", owed: .finishes, mode: .redeem,
             policy: .refuse, answerScope: .production, nowMs: 10, in: ledger)
-        #expect(first.results.map(\.outcome) == [.granted, .granted, .granted, .revoked, .unknownProduct, .ownedByAnotherAccount])
+        #expect(first.results.map(\.outcome) == [.granted, .granted, .granted, .granted, .revoked, .unknownProduct, .ownedByAnotherAccount])
         #expect(ledger.finishes == ["c1", "p1", "r1"] && first.owesApple)
         // Redeemed again: nothing new is recorded, nothing more is owed.
         ledger.finishes = []

@@ -139,7 +139,7 @@ public enum GrantRules {
     ) throws -> AppliedPurchases {
         var results: [TransactionResult] = []
         var transfers: [(String, String)] = []
-        var recorded: [String] = []  // transactions recorded here by this call that Apple's server knows: each finished there once
+        var recorded: [String] = []  // Production transactions recorded here by this call: each finished at Apple once
         for item in planned {
             let p = item.purchase
             func result(_ outcome: RedeemOutcome, finishable: Bool = true) {

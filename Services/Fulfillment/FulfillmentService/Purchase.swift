@@ -33,9 +33,11 @@ public struct VerifiedPurchase: Sendable, Equatable {
         self.appAccountToken = appAccountToken
     }
 
-    /// Apple's server knows it (Production or Sandbox; an Xcode-signed purchase exists only on the developer's Mac), so
-    /// it can be finished there.
-    var finishableAtApple: Bool { environment == "Production" || environment == "Sandbox" }
+    /// Finished at Apple by the server: Production purchases only. An Xcode-signed one exists only on the developer's
+    /// Mac; a Sandbox one (TestFlight, sandbox accounts) is free to make, so a flood of them must not spend the Finish
+    /// Transaction budget (one pace per instance, 50 a second) that real purchases need, and the tester's own
+    /// `finish()` serves it.
+    var finishableAtApple: Bool { environment == "Production" }
 
     /// The purchases of a verified receipt (status 0), oldest first.
     static func fromReceipt(_ response: VerifyReceiptResponse) throws(RPCError) -> [VerifiedPurchase] {
