@@ -182,7 +182,7 @@ let package = Package(
         .executableTarget(
             name: "AccountsServiceMain",
             dependencies: [
-                "AccountsService", "RPCTransport", "ServiceSupport", "PostgresSupport",
+                "AccountsService", "IAPProtocol", "RPCTransport", "ServiceSupport", "PostgresSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -360,6 +360,7 @@ let package = Package(
             name: "AccountsServiceTests",
             dependencies: [
                 "AccountsService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport", "PostgresSupport",
+                "VerificationService", "Receipts",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -84,11 +84,12 @@ extension AppStoreServerAPIClient {
         return out
     }
 
-    /// Send Consumption Information about a transaction whose refund the customer asked for (202).
-    public func sendConsumption(_ transactionId: String, _ request: AppleConsumptionInfo) async throws {
+    /// Send Consumption Information (v2, API 1.19) about a transaction whose refund the customer asked for (202). Apple's
+    /// v1 (`/inApps/v1/transactions/consumption/`, numeric codes) is not sent by this client.
+    public func sendConsumption(_ transactionId: String, _ request: AppleConsumptionRequest) async throws {
         let body = try JSONDecoder().decode(JSONValue.self, from: JSONEncoder().encode(request))
         _ = try await bothEnvironments { base in
-            try await self.send(.PUT, base + "/inApps/v1/transactions/consumption/" + Self.escaped(transactionId), body: body) ?? .null
+            try await self.send(.PUT, base + "/inApps/v2/transactions/consumption/" + Self.escaped(transactionId), body: body) ?? .null
         }
     }
 

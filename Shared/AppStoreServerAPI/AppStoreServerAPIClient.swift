@@ -138,6 +138,17 @@ public final class AppStoreServerAPIClient: Sendable {
         return try await verified(jws)
     }
 
+    /// Get App Transaction Info (API 1.17): the app transaction of the customer any of whose transaction ids (or its
+    /// appTransactionId) is given, production first, then sandbox; verified (chain, this app's bundle id). Its payload's
+    /// environment is `receiptType`. Apple's 4040019 (the customer has no app transaction) is `.api(404, 4040019, _)`.
+    public func appTransactionInfo(_ anyTransactionId: String) async throws -> VerifiedAPITransaction {
+        let (body, _) = try await bothEnvironments { base in
+            try await self.get(base + "/inApps/v1/transactions/appTransactions/" + Self.escaped(anyTransactionId))
+        }
+        guard let jws = body["signedAppTransactionInfo"]?.stringValue else { throw AppStoreAPIError.malformedResponse }
+        return try await verified(jws)
+    }
+
     /// Look Up Order ID: the transactions of the order on a customer's emailed receipt (empty when Apple
     /// answers the order id is invalid).
     public func lookUpOrder(_ orderId: String) async throws -> [VerifiedAPITransaction] {

@@ -6,7 +6,7 @@ public enum ContractMethods {
         .init(AccountsRegister.self), .init(AccountsLogin.self), .init(AccountsLogout.self),
         .init(AccountsAuthenticate.self), .init(AccountsChangePassword.self), .init(AccountsListSessions.self),
         .init(AccountsFindByAppAccountToken.self), .init(AccountsFindByUsername.self), .init(AccountsSetConsumptionConsent.self),
-        .init(AccountsConsumptionProfile.self),
+        .init(AccountsConsumptionProfile.self), .init(AccountsLinkAppTransaction.self), .init(AccountsAppleCustomer.self),
     ]
     public static let catalog: [OpenRPCMethodDescription] = [
         .init(CatalogListProducts.self), .init(CatalogGetProducts.self), .init(CatalogUpsertProduct.self),
@@ -19,7 +19,8 @@ public enum ContractMethods {
         .init(VerificationLookUpOrder.self), .init(VerificationSubscriptionStatuses.self), .init(VerificationRefundHistory.self),
         .init(VerificationNotificationHistory.self), .init(VerificationRequestTestNotification.self),
         .init(VerificationTestNotificationStatus.self), .init(VerificationSendConsumption.self), .init(VerificationSetAppAccountToken.self),
-        .init(VerificationExtendRenewalDate.self), .init(VerificationFinishTransaction.self),
+        .init(VerificationExtendRenewalDate.self), .init(VerificationFinishTransaction.self), .init(VerificationVerifyAppTransaction.self),
+        .init(VerificationAppTransactionInfo.self),
     ]
     public static let fulfillment: [OpenRPCMethodDescription] = [
         .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),
@@ -38,7 +39,7 @@ public enum ContractMethods {
         .init(SimAPIKey.self), .init(SimSetNotificationURL.self), .init(SimDeliverNotifications.self), .init(SimSetAutoRenew.self),
         .init(SimConsumptionReports.self), .init(SimSetNotificationFault.self), .init(SimBilling.self), .init(SimRefundDecision.self),
         .init(SimLifecycleEvent.self), .init(SimNotify.self), .init(SimOfferKey.self), .init(SimRevokeCertificate.self),
-        .init(SimServerFinishes.self),
+        .init(SimServerFinishes.self), .init(SimAppTransaction.self),
     ]
     public static let builtin: [OpenRPCMethodDescription] = [
         .init(RPCPing.self), .init(RPCDiscover.self), .init(HealthCheck.self),

@@ -316,7 +316,7 @@ public enum SimSetAutoRenew: RPCMethod {
     public static let summary = "Turn a subscription's auto-renew off or on, as the customer would."
 }
 
-/// What the App Store received through Send Consumption Information for a transaction (tests and support).
+/// The Finish Transaction calls the App Store Server API received for a transaction (tests and support).
 public enum SimServerFinishes: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var transactionId: String

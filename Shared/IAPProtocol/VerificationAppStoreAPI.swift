@@ -181,36 +181,37 @@ public enum VerificationTestNotificationStatus: RPCMethod {
     public static let summary = "The TEST notification Apple sent for a token and how its delivery went."
 }
 
-/// Apple's ConsumptionRequest fields (Send Consumption Information), with Apple's names and codes.
-public struct AppleConsumptionInfo: Codable, Sendable, Equatable {
+/// Apple's ConsumptionRequest (Send Consumption Information, App Store Server API 1.19): what the developer tells Apple
+/// about a purchase whose refund the customer asked for, with Apple's field names and values. Only with the customer's
+/// consent (`customerConsented` must be true).
+public struct AppleConsumptionRequest: Codable, Sendable, Equatable {
+    public enum DeliveryStatus: String, Codable, Sendable, JSONSchemaEnum {
+        case delivered = "DELIVERED"
+        case undeliveredQualityIssue = "UNDELIVERED_QUALITY_ISSUE"
+        case undeliveredWrongItem = "UNDELIVERED_WRONG_ITEM"
+        case undeliveredServerOutage = "UNDELIVERED_SERVER_OUTAGE"
+        case undeliveredOther = "UNDELIVERED_OTHER"
+    }
+    public enum RefundPreference: String, Codable, Sendable, JSONSchemaEnum {
+        case decline = "DECLINE"
+        case grantFull = "GRANT_FULL"
+        case grantProrated = "GRANT_PRORATED"
+    }
     public var customerConsented: Bool
-    public var consumptionStatus: Int
-    public var platform: Int
+    public var deliveryStatus: DeliveryStatus
     public var sampleContentProvided: Bool
-    public var deliveryStatus: Int
-    public var appAccountToken: String
-    public var accountTenure: Int
-    public var playTime: Int
-    public var lifetimeDollarsRefunded: Int
-    public var lifetimeDollarsPurchased: Int
-    public var userStatus: Int
-    public var refundPreference: Int?
+    /// How much of the purchase the customer consumed, in milliunits (100000: all of it). Never for an auto-renewable
+    /// subscription; 0 unless delivered.
+    public var consumptionPercentage: Int?
+    public var refundPreference: RefundPreference?
     public init(
-        customerConsented: Bool, consumptionStatus: Int, platform: Int, sampleContentProvided: Bool, deliveryStatus: Int,
-        appAccountToken: String, accountTenure: Int, playTime: Int, lifetimeDollarsRefunded: Int, lifetimeDollarsPurchased: Int,
-        userStatus: Int, refundPreference: Int? = nil
+        customerConsented: Bool, deliveryStatus: DeliveryStatus, sampleContentProvided: Bool, consumptionPercentage: Int? = nil,
+        refundPreference: RefundPreference? = nil
     ) {
         self.customerConsented = customerConsented
-        self.consumptionStatus = consumptionStatus
-        self.platform = platform
-        self.sampleContentProvided = sampleContentProvided
         self.deliveryStatus = deliveryStatus
-        self.appAccountToken = appAccountToken
-        self.accountTenure = accountTenure
-        self.playTime = playTime
-        self.lifetimeDollarsRefunded = lifetimeDollarsRefunded
-        self.lifetimeDollarsPurchased = lifetimeDollarsPurchased
-        self.userStatus = userStatus
+        self.sampleContentProvided = sampleContentProvided
+        self.consumptionPercentage = consumptionPercentage
         self.refundPreference = refundPreference
     }
 }
@@ -219,8 +220,8 @@ public enum VerificationSendConsumption: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var internalToken: String
         public var transactionId: String
-        public var consumption: AppleConsumptionInfo
-        public init(internalToken: String, transactionId: String, consumption: AppleConsumptionInfo) {
+        public var consumption: AppleConsumptionRequest
+        public init(internalToken: String, transactionId: String, consumption: AppleConsumptionRequest) {
             self.internalToken = internalToken
             self.transactionId = transactionId
             self.consumption = consumption
@@ -229,7 +230,7 @@ public enum VerificationSendConsumption: RPCMethod {
     public typealias Result = EmptyResult
     public static let name = "verification.sendConsumption"
     public static let access = RPCAccess.internal
-    public static let summary = "Answer Apple's consumption request for a refund (Send Consumption Information)."
+    public static let summary = "Answer Apple's consumption request for a refund (Send Consumption Information, v2)."
 }
 
 public enum VerificationFinishTransaction: RPCMethod {

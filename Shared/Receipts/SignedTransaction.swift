@@ -140,13 +140,16 @@ public final class SignedPayloadVerifier: Sendable {
         else { return .failure(.signatureInvalid) }
         let signingInput = bytes[..<(parts[0].count + 1 + parts[1].count)]
         guard key.isValidSignature(signature, for: SHA256.hash(data: signingInput)) else { return .failure(.signatureInvalid) }
-        guard let object = try? JSONValue(parsing: payload), object.objectValue != nil, let signedDate = object["signedDate"]?.millisecondsValue
+        // The time the chain is judged at: when Apple signed it (`signedDate`; an app transaction's `receiptCreationDate`).
+        guard let object = try? JSONValue(parsing: payload), object.objectValue != nil,
+            let signedDate = object["signedDate"]?.millisecondsValue ?? object["receiptCreationDate"]?.millisecondsValue
         else {
             return .failure(.malformed)
         }
         if ders.count == 1 {
             // Xcode's StoreKit testing: its own self-signed certificate, for Xcode-environment payloads only.
-            guard PurchaseEnvironment.fromSignedPayload(object["environment"]?.stringValue) == "Xcode", Self.isSelfSigned(certificates[0]) else {
+            let environment = object["environment"]?.stringValue ?? object["receiptType"]?.stringValue
+            guard PurchaseEnvironment.fromSignedPayload(environment) == "Xcode", Self.isSelfSigned(certificates[0]) else {
                 return .failure(.untrustedChain)
             }
             return .success((payload, object))

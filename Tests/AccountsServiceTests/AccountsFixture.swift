@@ -6,7 +6,9 @@ import Logging
 import PostgresSupport
 import RPCTestSupport
 import RPCTransport
+import Receipts
 import ServiceSupport
+import VerificationService
 
 /// A real accounts service on a free port: its own SQLite file in a temp directory (or, with
 /// `IAP_TEST_ENGINE=postgres`, a PostgreSQL database of its own, whose URL is kept in that directory so a restart
@@ -21,6 +23,25 @@ final class AccountsFixture: Sendable {
     let client: RPCClient
     let configuration: AccountsConfiguration
     static let internalToken = "internal-secret-for-tests"
+    /// Signs the app transactions the tests hand to `accounts.linkAppTransaction`; the fixture's verification trusts it.
+    static let appPKI = try! JWSSigningPKI.generate()
+    /// The verification service (in this process: its code, not a stand-in) that checks them, for com.example.game.
+    static let verification: VerificationService = {
+        var config = VerificationConfiguration()
+        config.bundleIds = ["com.example.game"]
+        config.extraRoots = [appPKI.root]
+        return VerificationService(configuration: config)
+    }()
+
+    /// A signed AppTransaction as StoreKit hands it to the app (`JWSAppTransactionDecodedPayload`'s fields).
+    static func appTransaction(_ id: String, bundleId: String = "com.example.game", environment: String = "Production") throws -> String {
+        let payload: [String: Any] = [
+            "appTransactionId": id, "bundleId": bundleId, "receiptType": environment, "appAppleId": 1_234_567_890,
+            "applicationVersion": "1", "originalApplicationVersion": "1", "originalPlatform": "iOS",
+            "originalPurchaseDate": 1_772_366_000_000, "receiptCreationDate": 1_772_366_400_000,
+        ]
+        return try appPKI.sign(payload: Array(try JSONSerialization.data(withJSONObject: payload, options: [.sortedKeys])))
+    }
 
     /// `databaseURL`: this PostgreSQL database whatever the engine (instances sharing one database).
     static func start(directory: URL? = nil, databaseURL: String? = nil, configure: (inout AccountsConfiguration) -> Void = { _ in }) async throws
@@ -39,8 +60,8 @@ final class AccountsFixture: Sendable {
         logger.logLevel = .critical
         let store = try await openStore(directory: dir, databaseURL: databaseURL, logger: logger)
         let service = AccountsService(
-            store: store, configuration: config,
-            clock: clock.clock, logger: logger)
+            store: store, configuration: config, clock: clock.clock, logger: logger,
+            appTransactionVerifier: { jws in try await Self.verification.verifyAppTransaction(.init(signedAppTransaction: jws)) })
         let server = RPCServer(configuration: .init(serviceName: "accounts"), router: service.router(), logger: logger)
         try await server.start()
         return AccountsFixture(

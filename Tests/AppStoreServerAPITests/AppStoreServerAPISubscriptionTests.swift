@@ -252,14 +252,49 @@ final class NotificationReceiver: Sendable {
             let sim = served.simulator
             let client = try served.client()
             let coins = try await API.buy(sim, "coins.100", .consumable)
-            let info = AppleConsumptionInfo(
-                customerConsented: true, consumptionStatus: 3, platform: 1, sampleContentProvided: false, deliveryStatus: 0,
-                appAccountToken: "", accountTenure: 2, playTime: 0, lifetimeDollarsRefunded: 0, lifetimeDollarsPurchased: 1, userStatus: 1)
-            try await client.sendConsumption(coins.transactionId, info)
+            // v2 (what the client sends): Apple's strings; the rules that tie its fields together are checked.
+            let answer = AppleConsumptionRequest(
+                customerConsented: true, deliveryStatus: .delivered, sampleContentProvided: false, consumptionPercentage: 40_000,
+                refundPreference: .grantProrated)
+            try await client.sendConsumption(coins.transactionId, answer)
             let reports = try sim.consumptionReports(.init(transactionId: coins.transactionId)).reports
-            #expect(reports.first?["consumptionStatus"]?.intValue == 3)
+            #expect(reports.first?["deliveryStatus"]?.stringValue == "DELIVERED" && reports.first?["consumptionPercentage"]?.intValue == 40_000)
             let bearer = try API.token(served.key)
+            let v2 = served.base + "/inApps/v2/transactions/consumption/\(coins.transactionId)"
+            let refusals: [(String, Int64)] = [
+                (#"{"customerConsented":false,"deliveryStatus":"DELIVERED","sampleContentProvided":false}"#, 4_000_035),
+                (#"{"customerConsented":true,"deliveryStatus":"WORKING","sampleContentProvided":false}"#, 4_000_036),
+                (#"{"customerConsented":true,"deliveryStatus":"DELIVERED"}"#, 4_000_041),
+                (#"{"customerConsented":true,"deliveryStatus":"DELIVERED","sampleContentProvided":false,"refundPreference":"HALF"}"#, 4_000_044),
+                (#"{"customerConsented":true,"deliveryStatus":"DELIVERED","sampleContentProvided":false,"consumptionPercentage":100001}"#, 4_000_000),
+                (
+                    #"{"customerConsented":true,"deliveryStatus":"UNDELIVERED_OTHER","sampleContentProvided":false,"consumptionPercentage":5}"#,
+                    4_000_000
+                ),
+                (
+                    #"{"customerConsented":true,"deliveryStatus":"DELIVERED","sampleContentProvided":false,"consumptionPercentage":100000,"refundPreference":"GRANT_PRORATED"}"#,
+                    4_000_000
+                ),
+            ]
+            for (body, code) in refusals {
+                let refused = try await Self.send(.PUT, v2, token: bearer, body: body)
+                #expect(refused.status == 400 && refused.body?["errorCode"]?.intValue == code, "\(body)")
+            }
+            let renewing = try await API.buy(sim, "sub.premium", .autoRenewable)
+            let onSubscription = try await Self.send(
+                .PUT, served.base + "/inApps/v2/transactions/consumption/\(renewing.transactionId)", token: bearer,
+                body: #"{"customerConsented":true,"deliveryStatus":"DELIVERED","sampleContentProvided":false,"consumptionPercentage":0}"#)
+            #expect(onSubscription.status == 400 && onSubscription.body?["errorCode"]?.intValue == 4_000_209)
+            #expect(try sim.consumptionReports(.init(transactionId: coins.transactionId)).reports.count == 1, "no refusal was recorded")
+            // v1, kept for older clients: its numeric codes and ranges.
             let consumptionURL = served.base + "/inApps/v1/transactions/consumption/\(coins.transactionId)"
+            let v1 = try await Self.send(
+                .PUT, consumptionURL, token: bearer,
+                body:
+                    #"{"customerConsented":true,"consumptionStatus":3,"platform":1,"sampleContentProvided":false,"deliveryStatus":0,"appAccountToken":"","accountTenure":2,"playTime":0,"lifetimeDollarsRefunded":0,"lifetimeDollarsPurchased":1,"userStatus":1}"#
+            )
+            #expect(v1.status == 202)
+            #expect(try sim.consumptionReports(.init(transactionId: coins.transactionId)).reports.last?["consumptionStatus"]?.intValue == 3)
             let outOfRange = try await Self.send(
                 .PUT, consumptionURL, token: bearer,
                 body:

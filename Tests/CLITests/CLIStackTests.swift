@@ -202,6 +202,9 @@ import Testing
         "fulfillment.offerEligibility": ["offers", "eligible"], "fulfillment.signOffer": ["offers", "sign"],
         "catalog.setOffers": ["offers", "define"],
         "accounts.setConsumptionConsent": ["accounts", "consent"], "accounts.consumptionProfile": ["accounts", "consumption-profile"],
+        "accounts.linkAppTransaction": ["accounts", "link-app-transaction"], "accounts.appleCustomer": ["accounts", "apple-customer"],
+        "verification.verifyAppTransaction": ["verify", "app-transaction"], "verification.appTransactionInfo": ["appstore", "app-transaction"],
+        "sim.appTransaction": ["sim", "app-transaction"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {
@@ -311,6 +314,23 @@ import Testing
                 "support", "extend", sub.originalTransactionId, "--days", "3", "--reason-code", "3", "--reason", "outage", "--json"
             ).decode(FulfillmentExtendSubscription.Result.self)
             #expect(extended.accountId == dave.accountId)
+            // The app transaction: the device's, verified, linked to dave's account (the saved session), found by support.
+            let device = try await iap("sim", "app-transaction", "--apple-id", "dave@icloud", "--json").decode(SimAppTransaction.Result.self)
+            let checked = try await iap("verify", "app-transaction", device.signedAppTransaction)
+            #expect(checked.status == 0 && checked.stdout.contains(device.appTransactionId), "\(checked.stdout)\(checked.stderr)")
+            #expect(try await iap("verify", "app-transaction", bought.signedTransaction).status == 1, "a transaction is not an app transaction")
+            let linked = try await iap("accounts", "link-app-transaction", device.signedAppTransaction)
+            #expect(linked.status == 0 && linked.stdout.contains(device.appTransactionId), "\(linked.stderr)")
+            let atApple = try await iap("appstore", "app-transaction", sub.transactionId, "--internal-token", SuiteFixture.internalToken)
+            #expect(atApple.stdout.contains(device.appTransactionId), "\(atApple.stdout)\(atApple.stderr)")
+            let customer = try await iap("support", "customer", "--transaction-id", sub.transactionId, "--internal-token", SuiteFixture.internalToken)
+            #expect(
+                customer.status == 0 && customer.stdout.contains(dave.accountId) && customer.stdout.contains("dave"),
+                "\(customer.stdout)\(customer.stderr)")
+            let links = try await iap(
+                "accounts", "apple-customer", "--account-id", dave.accountId, "--internal-token", SuiteFixture.internalToken, "--json"
+            ).decode(AccountsAppleCustomer.Result.self)
+            #expect(links.links.map(\.appTransactionId) == [device.appTransactionId])
             let actions = try await iap("support", "audit", "--json").decode(FulfillmentListAudit.Result.self).entries.map(\.action)
             #expect(actions.contains("grantOrder") && actions.contains("extendSubscription"))
             // Apple's side: statuses, refunds, notification history, a test notification.

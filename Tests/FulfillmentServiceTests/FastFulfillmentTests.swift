@@ -16,6 +16,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     private var ledger: Locked { Locked(storage: self) }
     private let inbox = NIOLockedValueBox([String: InboxEntry]())
     private let audits = NIOLockedValueBox([AuditEntry]())
+    private let deliveries = NIOLockedValueBox(Set<String>())
 
     /// `withLockedValue` over the ledger, like NIOLockedValueBox.
     private struct Locked {
@@ -66,6 +67,10 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                         policy: .refuse, answerScope: scope, nowMs: nowMs, in: ledger)
                 case .moveSubscriptionEnd(let original, let expires):
                     _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expires, in: ledger)
+                case .answerConsumption(let transactionId, let answer):
+                    ledger.enqueueOutbox(
+                        kind: .consumptionInformation, key: transactionId,
+                        payload: String(decoding: try JSONEncoder().encode(answer), as: UTF8.self), nowMs: nowMs)
                 }
             }
             return decision
@@ -193,6 +198,13 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
             )
         }
     }
+    func recordContentDelivery(accountId: String, scope: AccountScope, contentId: String, nowMs: Int64) async throws {
+        deliveries.withLockedValue { _ = $0.insert("\(accountId) \(scope.rawValue) \(contentId)") }
+    }
+    func deliveredContent(accountId: String, scope: AccountScope) async throws -> Set<String> {
+        let prefix = "\(accountId) \(scope.rawValue) "
+        return Set(deliveries.withLockedValue { $0 }.filter { $0.hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) })
+    }
     func close() throws {}
     var rowCount: Int { ledger.withLockedValue { $0.rows.count } }
 }
@@ -258,6 +270,7 @@ struct FakeDependencies: FulfillmentDependencies {
     func consumptionProfile(accountId: String, internalToken: String) async throws(RPCError) -> AccountsConsumptionProfile.Result {
         throw RPCError.unavailable("not in the fast tests")
     }
+    func appleCustomer(accountId: String, internalToken: String) async throws(RPCError) -> [AppTransactionLink] { [] }
     func sendConsumption(_ params: VerificationSendConsumption.Params) async throws(RPCError) {
         throw RPCError.unavailable("not in the fast tests")
     }

@@ -11,12 +11,23 @@ import Testing
 /// notification applied before the inbox, an inbox entry from before v8 (payload in its row), a tie waiting in the
 /// outbox of v6. It opens untouched, whole, with the squashed schema; a database stopped before the last step is refused.
 @Suite struct MigrationTests {
-    /// A new SQLite file with every migration; the caller removes `path`.
-    static func database() throws -> (DatabaseQueue, path: String) {
+    /// A new SQLite file with every migration (or those up to `upTo`); the caller removes `path`.
+    static func database(upTo last: String? = nil) throws -> (DatabaseQueue, path: String) {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("migrate-\(UUID().uuidString).sqlite").path
         let queue = try DatabaseQueue(path: path)
-        try FulfillmentStore.migrator.migrate(queue)
+        if let last { try FulfillmentStore.migrator.migrate(queue, upTo: last) } else { try FulfillmentStore.migrator.migrate(queue) }
         return (queue, path)
+    }
+
+    /// Every migration after the merged one, as a file the steps made gets them.
+    static let since = ["v2-content-deliveries"]
+    /// What they add to the schema.
+    static func added() async throws -> Set<String> {
+        let (merged, mergedPath) = try database(upTo: "v1-2026-11-26")
+        defer { try? FileManager.default.removeItem(atPath: mergedPath) }
+        let (all, allPath) = try database()
+        defer { try? FileManager.default.removeItem(atPath: allPath) }
+        return Set(try await schema(all)).subtracting(try await schema(merged))
     }
 
     /// A copy of the database the steps made.
@@ -41,7 +52,7 @@ import Testing
     @Test func theSquashedSchemaIsTheOneTheStepsMade() async throws {
         let (stepped, path) = try Self.madeByTheSteps()
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let (fresh, freshPath) = try Self.database()
+        let (fresh, freshPath) = try Self.database(upTo: "v1-2026-11-26")
         defer { try? FileManager.default.removeItem(atPath: freshPath) }
         let (old, new) = (try await Self.schema(stepped), try await Self.schema(fresh))
         #expect(old.count > 30, "the schema was read: \(old.count) objects")
@@ -94,7 +105,7 @@ import Testing
         #expect(try await store.dueOutbox(nowMs: 70, limit: 10).map(\.key) == ["t1"], "due, and claimed by the worker that asks")
 
         // A new database has no notification from before the inbox, and answers without reading the old table.
-        let (fresh, freshPath) = try Self.database()
+        let (fresh, freshPath) = try Self.database(upTo: "v1-2026-11-26")
         defer { try? FileManager.default.removeItem(atPath: freshPath) }
         #expect(try await FulfillmentStore(writer: fresh).notificationWasApplied("old") == false)
     }
@@ -115,8 +126,9 @@ import Testing
         // With the last step, it opens and its steps' names give way to the merged one.
         try await queue.write { db in try db.execute(sql: "INSERT INTO grdb_migrations VALUES ('v10-one-vocabulary'), ('v11-scope-checks')") }
         _ = try FulfillmentStore(writer: queue)
-        #expect(try await queue.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations") } == ["v1-2026-11-26"])
-        #expect(try await Self.schema(queue) == before)
+        #expect(
+            try await queue.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations") } == ["v1-2026-11-26"] + Self.since)
+        #expect(Set(try await Self.schema(queue)) == Set(before).union(try await Self.added()), "the later migrations' tables only")
     }
 
     /// A file that also went through the name a step had for minutes on 2026-11-23 opens like the others.
@@ -125,7 +137,8 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: path) }
         try await queue.write { db in try db.execute(sql: "INSERT INTO grdb_migrations VALUES ('v8-inbox-pending-order')") }
         _ = try FulfillmentStore(writer: queue)
-        #expect(try await queue.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations") } == ["v1-2026-11-26"])
+        #expect(
+            try await queue.read { db in try String.fetchAll(db, sql: "SELECT identifier FROM grdb_migrations") } == ["v1-2026-11-26"] + Self.since)
     }
 
     /// A database a newer build migrated is refused, unchanged, rather than run on a schema this build does not know.

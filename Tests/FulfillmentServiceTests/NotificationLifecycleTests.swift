@@ -180,7 +180,8 @@ import Testing
                     ).signedPayload)
             }
             func reports() async throws -> [JSONValue] {
-                try await suite.simulator.call(SimConsumptionReports.self, .init(transactionId: coins.transactionId)).reports
+                _ = try await suite.service.outbox.deliverOutbox()
+                return try await suite.simulator.call(SimConsumptionReports.self, .init(transactionId: coins.transactionId)).reports
             }
             // No consent (the default): Apple is told nothing.
             #expect(try await Self.receive(suite, [try await request()]) == [.ignored])
@@ -188,11 +189,17 @@ import Testing
             _ = try await suite.accounts.call(AccountsSetConsumptionConsent.self, .init(session: nia.session, consent: true))
             let payload = try await request()
             #expect(try await Self.receive(suite, [payload]) == [.applied])
+            // Owed to Apple through the outbox (committed with the notification's outcome), then sent as v2.
+            let owed = try await suite.fulfillment.call(FulfillmentListOutbox.self, .init(adminToken: SuiteFixture.adminToken, limit: 10))
+            #expect(owed.items.map(\.kind) == ["consumptionInformation"] && owed.items.first?.key == coins.transactionId)
             let sent = try await reports()
             #expect(sent.count == 1)
-            #expect(sent.first?["customerConsented"] == .bool(true) && sent.first?["consumptionStatus"]?.intValue == 2, "70 of 100 left: partly used")
-            #expect(sent.first?["appAccountToken"]?.stringValue == nia.appAccountToken.lowercased())
-            #expect(sent.first?["accountTenure"]?.intValue == 1 && sent.first?["deliveryStatus"]?.intValue == 0)
+            #expect(
+                sent.first
+                    == .object([
+                        "customerConsented": .bool(true), "deliveryStatus": .string("DELIVERED"), "sampleContentProvided": .bool(false),
+                        "consumptionPercentage": .int(30_000),
+                    ]), "30 of the 100 coins spent: \(String(describing: sent.first))")
             // Once: the same request delivered again sends nothing more.
             #expect(try await Self.receive(suite, [payload]) == [.applied])
             #expect(try await reports().count == 1)

@@ -125,11 +125,14 @@ import Testing
         #expect(extended.effects == [.moveSubscriptionEnd(originalTransactionId: "s1", expiresAtMs: 100)])
     }
 
-    @Test func aConsumptionRequestIsAppliedOnlyWhenAnswered() {
+    @Test func aConsumptionRequestOwesItsAnswerToAppleOnlyWhenThereIsOne() {
         var facts = Self.facts(.consumptionRequest, "CONSUMPTION_REQUEST", snapshot: Self.purchase("t1"))
-        #expect(NotificationRules.decide(facts, stored: .init()).ignoredBecause?.hasPrefix("not answered") == true)
-        facts.consumptionAnswered = true
+        let unanswered = NotificationRules.decide(facts, stored: .init())
+        #expect(unanswered.ignoredBecause?.hasPrefix("not answered") == true && unanswered.effects.isEmpty)
+        let answer = AppleConsumptionRequest(
+            customerConsented: true, deliveryStatus: .delivered, sampleContentProvided: false, consumptionPercentage: 0)
+        facts.consumption = answer
         let answered = NotificationRules.decide(facts, stored: .init())
-        #expect(answered.applied && answered.effects.isEmpty)
+        #expect(answered.applied && answered.effects == [.answerConsumption(transactionId: "t1", answer)])
     }
 }

@@ -80,6 +80,48 @@ import Testing
         }
     }
 
+    /// Offers are for the Apple customer: a returning subscriber who registers a fresh account is known by the app
+    /// transaction their device links to both accounts, and refused the new-subscriber offer for that reason.
+    @Test func aReturningSubscriberOnAFreshAccountIsRefusedTheNewSubscriberOfferThroughTheAppTransaction() async throws {
+        try await SuiteFixture.with { suite in
+            let rae = try await suite.register("rae")
+            let device = try await suite.simulator.call(SimAppTransaction.self, .init(appleId: "rae@icloud", bundleId: SuiteFixture.bundleId))
+            let linked = try await suite.accounts.call(
+                AccountsLinkAppTransaction.self, .init(session: rae.session, signedAppTransaction: device.signedAppTransaction))
+            #expect(linked.appTransactionId == device.appTransactionId)
+            let sub = try await Self.buy(suite, "rae@icloud", token: rae.appAccountToken)
+            _ = try await suite.redeem(rae.session, signed: [sub.signedTransaction])
+
+            // A fresh account with nothing bought on it: its customer is unknown, so only `anyone` offers.
+            let fresh = try await suite.register("rae-again")
+            #expect(try await Self.eligibility(suite, fresh.session) == ["winback": false, "welcome": false, "loyal": false])
+            let unknown = await rpcError { try await Self.sign(suite, fresh.session, "welcome") }
+            #expect(unknown?.reason == "notEligible" && unknown?.message.contains("customer is unknown") == true, "\(String(describing: unknown))")
+
+            // The same device links it: the same Apple customer, who subscribes now (one period paid).
+            _ = try await suite.accounts.call(
+                AccountsLinkAppTransaction.self, .init(session: fresh.session, signedAppTransaction: device.signedAppTransaction))
+            #expect(try await Self.eligibility(suite, fresh.session) == ["winback": false, "welcome": false, "loyal": true])
+            let refused = await rpcError { try await Self.sign(suite, fresh.session, "welcome") }
+            #expect(refused?.reason == "notEligible" && refused?.message.contains("subscribed before") == true, "\(String(describing: refused))")
+            let answer = try await suite.fulfillment.call(FulfillmentOfferEligibility.self, .init(session: fresh.session, productId: "sub.premium"))
+            #expect(answer.introductoryOfferEligible == false)
+            let intro = try Self.claims(try #require(answer.introductoryOfferJWS))
+            #expect(intro["allowIntroductoryOffer"] == .bool(false) && intro["transactionId"]?.stringValue == sub.transactionId)
+
+            // Another Apple ID's device on another fresh account is another customer: nothing of Rae's applies to it.
+            let sam = try await suite.register("sam")
+            let samDevice = try await suite.simulator.call(SimAppTransaction.self, .init(appleId: "sam@icloud", bundleId: SuiteFixture.bundleId))
+            _ = try await suite.accounts.call(
+                AccountsLinkAppTransaction.self, .init(session: sam.session, signedAppTransaction: samDevice.signedAppTransaction))
+            #expect(samDevice.appTransactionId != device.appTransactionId)
+            #expect(try await Self.eligibility(suite, sam.session) == ["winback": false, "welcome": false, "loyal": false])
+            let customer = try await suite.accounts.call(
+                AccountsAppleCustomer.self, .init(internalToken: SuiteFixture.internalToken, appTransactionId: device.appTransactionId))
+            #expect(Set(customer.links.map(\.accountId)) == [rae.accountId, fresh.accountId])
+        }
+    }
+
     @Test func aLapsedTestFlightSubscriptionDoesNotMakeAWinBackCustomer() async throws {
         try await SuiteFixture.with { suite in
             // Free Sandbox value: a TestFlight subscription, redeemed into the Sandbox scope, then lapsed.

@@ -34,10 +34,13 @@ import uuid
 
 from appstoreserverlibrary.api_client import APIException, AppStoreServerAPIClient, GetTransactionHistoryVersion
 from appstoreserverlibrary.jws_signature_creator import IntroductoryOfferEligibilitySignatureCreator, PromotionalOfferV2SignatureCreator
+from appstoreserverlibrary.models.ConsumptionRequest import ConsumptionRequest
+from appstoreserverlibrary.models.DeliveryStatus import DeliveryStatus
 from appstoreserverlibrary.models.Environment import Environment
 from appstoreserverlibrary.models.ExtendReasonCode import ExtendReasonCode
 from appstoreserverlibrary.models.ExtendRenewalDateRequest import ExtendRenewalDateRequest
 from appstoreserverlibrary.models.NotificationHistoryRequest import NotificationHistoryRequest
+from appstoreserverlibrary.models.RefundPreference import RefundPreference
 from appstoreserverlibrary.models.TransactionHistoryRequest import Order, TransactionHistoryRequest
 from appstoreserverlibrary.models.UpdateAppAccountTokenRequest import UpdateAppAccountTokenRequest
 from appstoreserverlibrary.promotional_offer import PromotionalOfferSignatureCreator
@@ -363,6 +366,82 @@ def api_checks(sim, args, bundle, root, verifiers, purchases, inbox):
     check("API finish_transaction error: an invalid id is 400 / 4000006", invalid is not None
           and invalid.http_status_code == 400 and invalid.raw_api_error == 4000006,
           repr(invalid and (invalid.http_status_code, invalid.raw_api_error)))
+
+    # The app transaction: StoreKit's (sim.appTransaction) and Get App Transaction Info's, by any transaction id of the
+    # customer or by its own id, judged by Apple's verifier; the customer's transactions name it.
+    device = sim("sim.appTransaction", appleId="finish@icloud", bundleId=bundle)
+    storekit = attempt("verify_and_decode_app_transaction (StoreKit's)",
+                       lambda: verifiers["production"].verify_and_decode_app_transaction(device["signedAppTransaction"]))
+    check("verify_and_decode_app_transaction: Production, iOS, the Apple ID's id", storekit is not None
+          and storekit.appTransactionId == device["appTransactionId"] and storekit.receiptType == Environment.PRODUCTION
+          and storekit.rawOriginalPlatform == "iOS" and storekit.appAppleId == APP_APPLE_ID and storekit.bundleId == bundle,
+          repr(storekit))
+    check("verify_and_decode_app_transaction: the Sandbox verifier refuses it (INVALID_ENVIRONMENT)",
+          status_of(lambda: verifiers["sandbox"].verify_and_decode_app_transaction(device["signedAppTransaction"]))
+          == VerificationStatus.INVALID_ENVIRONMENT)
+    check("verify_and_decode_app_transaction: another app's verifier refuses it (INVALID_APP_IDENTIFIER)",
+          status_of(lambda: verifier(root, Environment.PRODUCTION, "com.example.other").verify_and_decode_app_transaction(
+              device["signedAppTransaction"])) == VerificationStatus.INVALID_APP_IDENTIFIER)
+    named = verifiers["production"].verify_and_decode_signed_transaction(bought["signedTransaction"])
+    check("the customer's transactions name their appTransactionId", named.appTransactionId == device["appTransactionId"],
+          repr(named.appTransactionId))
+    for label, any_id in (("a transaction id", bought["transactionId"]), ("the appTransactionId", device["appTransactionId"])):
+        info = attempt(f"API get_app_transaction_info by {label}", lambda: production.get_app_transaction_info(any_id))
+        app = info and attempt(f"API get_app_transaction_info by {label}: its signedAppTransactionInfo",
+                               lambda: verifiers["production"].verify_and_decode_app_transaction(info.signedAppTransactionInfo))
+        check(f"API get_app_transaction_info by {label}, verified", app is not None
+              and app.appTransactionId == device["appTransactionId"], repr(app))
+    sandbox_bought = purchases[("sandbox", "consumable")]
+    sandbox_info = attempt("API sandbox get_app_transaction_info",
+                           lambda: clients["sandbox"].get_app_transaction_info(sandbox_bought["transactionId"]))
+    sandbox_app = sandbox_info and attempt("API sandbox get_app_transaction_info: verified", lambda: verifiers[
+        "sandbox"].verify_and_decode_app_transaction(sandbox_info.signedAppTransactionInfo))
+    check("API sandbox get_app_transaction_info: a Sandbox app transaction", sandbox_app is not None
+          and sandbox_app.receiptType == Environment.SANDBOX)
+    for label, bad_id, status, code in (("an unknown id", "9999999999", 404, 4040010), ("an invalid id", "not-an-id", 400, 4000006)):
+        error = api_error(lambda: production.get_app_transaction_info(bad_id))
+        check(f"API get_app_transaction_info error: {label} is {status} / {code}", error is not None
+              and error.http_status_code == status and error.raw_api_error == code,
+              repr(error and (error.http_status_code, error.raw_api_error)))
+
+    # Send Consumption Information v2 (send_consumption_information): 202, recorded as sent; Apple's refusals. And
+    # v1 (send_consumption_data, deprecated by the library), which the simulator keeps for older clients.
+    request = ConsumptionRequest(customerConsented=True, sampleContentProvided=False, deliveryStatus=DeliveryStatus.DELIVERED,
+                                 consumptionPercentage=25000, refundPreference=RefundPreference.GRANT_PRORATED)
+    sent = api_error(lambda: production.send_consumption_information(bought["transactionId"], request))
+    reports = sim("sim.consumptionReports", transactionId=bought["transactionId"])["reports"]
+    check("API send_consumption_information (v2) accepted and recorded", sent is None and reports and reports[-1].get(
+        "deliveryStatus") == "DELIVERED" and reports[-1].get("consumptionPercentage") == 25000, repr(sent or reports))
+    for label, bad, code in (
+            ("customerConsented false is 400 / 4000035",
+             ConsumptionRequest(customerConsented=False, sampleContentProvided=False, deliveryStatus=DeliveryStatus.DELIVERED), 4000035),
+            ("a percentage on an auto-renewable is 400 / 4000209",
+             ConsumptionRequest(customerConsented=True, sampleContentProvided=False, deliveryStatus=DeliveryStatus.DELIVERED,
+                                consumptionPercentage=1000), 4000209)):
+        target = purchases[("production", "autoRenewable")]["transactionId"] if "auto-renewable" in label else bought["transactionId"]
+        error = api_error(lambda: production.send_consumption_information(target, bad))
+        check(f"API send_consumption_information error: {label}", error is not None and error.http_status_code == 400
+              and error.raw_api_error == code, repr(error and (error.http_status_code, error.raw_api_error)))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from appstoreserverlibrary.models.AccountTenure import AccountTenure
+        from appstoreserverlibrary.models.ConsumptionRequestV1 import ConsumptionRequestV1
+        from appstoreserverlibrary.models.ConsumptionStatus import ConsumptionStatus
+        from appstoreserverlibrary.models.DeliveryStatusV1 import DeliveryStatusV1
+        from appstoreserverlibrary.models.LifetimeDollarsPurchased import LifetimeDollarsPurchased
+        from appstoreserverlibrary.models.LifetimeDollarsRefunded import LifetimeDollarsRefunded
+        from appstoreserverlibrary.models.Platform import Platform
+        from appstoreserverlibrary.models.PlayTime import PlayTime
+        from appstoreserverlibrary.models.UserStatus import UserStatus
+        v1 = ConsumptionRequestV1(
+            customerConsented=True, consumptionStatus=ConsumptionStatus.PARTIALLY_CONSUMED, platform=Platform.APPLE,
+            sampleContentProvided=False, deliveryStatus=DeliveryStatusV1.DELIVERED_AND_WORKING_PROPERLY, appAccountToken="",
+            accountTenure=AccountTenure.THIRTY_DAYS_TO_NINETY_DAYS, playTime=PlayTime.UNDECLARED,
+            lifetimeDollarsRefunded=LifetimeDollarsRefunded.UNDECLARED, lifetimeDollarsPurchased=LifetimeDollarsPurchased.UNDECLARED,
+            userStatus=UserStatus.ACTIVE)
+        sent_v1 = api_error(lambda: production.send_consumption_data(bought["transactionId"], v1))
+    check("API send_consumption_data (v1) still accepted", sent_v1 is None, repr(sent_v1 and (sent_v1.http_status_code, sent_v1.raw_api_error)))
 
     # Apple's errors, as the library types them.
     missing = api_error(lambda: production.get_transaction_info("9999999999"))

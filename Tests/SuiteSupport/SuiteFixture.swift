@@ -149,8 +149,6 @@ public final class SuiteFixture: Sendable {
             databaseURL == nil
             ? try AccountsStore.open(directory: dir.appendingPathComponent("accounts"))
             : try await PostgresAccountsStore(pool: try pool("accounts"))
-        let accounts = AccountsService(store: accountsStore, configuration: accountsConfig, logger: quiet)
-        let accountsPort = try await serve("accounts", accounts.router())
 
         var catalogConfig = CatalogConfiguration()
         catalogConfig.adminToken = adminToken
@@ -198,6 +196,14 @@ public final class SuiteFixture: Sendable {
         verificationConfig.internalToken = internalToken
         let verificationRouter = VerificationService(configuration: verificationConfig, logger: quiet).router()
         let verificationPort = try await serve("verification", verificationRouter)
+        // Accounts checks the app transactions apps link with this verification service, over TCP as deployed.
+        let accountsVerification = RPCClient(host: "127.0.0.1", port: verificationPort, configuration: patient)
+        let accounts = AccountsService(
+            store: accountsStore, configuration: accountsConfig, logger: quiet,
+            appTransactionVerifier: { jws in
+                try await accountsVerification.call(VerificationVerifyAppTransaction.self, .init(signedAppTransaction: jws))
+            })
+        let accountsPort = try await serve("accounts", accounts.router())
 
         var content = [UInt8](repeating: 0, count: 300_001)
         var rng = SystemRandomNumberGenerator()

@@ -77,7 +77,12 @@ enum VerificationFixture {
                 "signedDate": 1_772_366_500_000,
                 "data": ["bundleId": "com.example.game", "environment": "Sandbox", "signedTransactionInfo": signedTransaction],
             ] as [String: Any], options: [.sortedKeys])
+        let appTransaction = Array(
+            #"{"appAppleId":1234567890,"appTransactionId":"700000000001","applicationVersion":"3","bundleId":"com.example.game","originalApplicationVersion":"1","originalPlatform":"iOS","originalPurchaseDate":1772366000000,"receiptCreationDate":1772366400000,"receiptType":"Production"}"#
+                .utf8)
         return [
+            "signedAppTransaction": .string(try jwsPKI.sign(payload: appTransaction)),
+            "forgedAppTransaction": .string(try forgedJWS.sign(payload: appTransaction)),
             "mintedReceipt": .string(Data(minted).base64EncodedString()),
             "sha1Receipt": .string(Data(try receiptPKI.sign(receipt(purchases: 2), digest: .sha1)).base64EncodedString()),
             "tamperedReceipt": .string(Data(tampered).base64EncodedString()),

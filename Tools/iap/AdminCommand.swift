@@ -135,7 +135,7 @@ struct AppStoreCommand: AsyncParsableCommand {
         commandName: "appstore", abstract: "Apple's App Store Server API through verification (internal token).",
         subcommands: [
             Transaction.self, History.self, Order.self, Status.self, Refunds.self, Notifications.self, TestNotification.self,
-            Consumption.self, SetToken.self, Extend.self, Finish.self,
+            Consumption.self, SetToken.self, Extend.self, Finish.self, AppTransaction.self,
         ])
 
     /// production or sandbox.
@@ -303,13 +303,16 @@ extension AppStoreCommand {
         static let configuration = CommandConfiguration(
             abstract: "verification.sendConsumption: answer Apple's consumption request for a refund (fields as Apple's ConsumptionRequest, JSON).")
         @Argument(help: "The transaction the customer asked a refund for.") var transactionId: String
-        @Option(help: "A JSON file with Apple's ConsumptionRequest fields (customerConsented, consumptionStatus, ...).") var file: String
+        @Option(
+            help:
+                "A JSON file with Apple's ConsumptionRequest fields (customerConsented, deliveryStatus, sampleContentProvided, consumptionPercentage, refundPreference)."
+        ) var file: String
         @OptionGroup var token: Token
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            let info: AppleConsumptionInfo
+            let info: AppleConsumptionRequest
             do {
-                info = try JSONDecoder().decode(AppleConsumptionInfo.self, from: Data(contentsOf: URL(fileURLWithPath: file)))
+                info = try JSONDecoder().decode(AppleConsumptionRequest.self, from: Data(contentsOf: URL(fileURLWithPath: file)))
             } catch {
                 throw ValidationError("\(file) is not a ConsumptionRequest: \(error)")
             }
@@ -399,7 +402,7 @@ func historyTable(_ answer: VerificationTransactionHistory.Result) -> String {
 struct SupportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "support", abstract: "Support tools (admin token): orders, extensions and the audit log.",
-        subcommands: [Order.self, Extend.self, Audit.self])
+        subcommands: [Order.self, Extend.self, Audit.self, Customer.self])
 
     struct Order: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

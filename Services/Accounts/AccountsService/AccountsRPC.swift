@@ -32,6 +32,8 @@ extension AccountsService {
         r.register(AccountsFindByUsername.self) { p, _ in try await self.findByUsername(p) }
         r.register(AccountsSetConsumptionConsent.self) { p, _ in try await self.setConsumptionConsent(p) }
         r.register(AccountsConsumptionProfile.self) { p, _ in try await self.consumptionProfile(p) }
+        r.register(AccountsLinkAppTransaction.self) { p, _ in try await self.linkAppTransaction(p) }
+        r.register(AccountsAppleCustomer.self) { p, _ in try await self.appleCustomer(p) }
         return r
     }
 }

@@ -9,15 +9,21 @@ import Synchronization
 /// Users, password login and sessions. Every public method returns the contract's result type or
 /// throws an `RPCError` with the contract's code; nothing is changed by a call that fails.
 public final class AccountsService: Sendable {
-    private let store: any AccountsStorage
+    let store: any AccountsStorage
     private let hasher: PasswordHasher
     let configuration: AccountsConfiguration
-    private let clock: ServiceClock
-    private let logger: Logger
+    let clock: ServiceClock
+    let logger: Logger
     /// Attempts admitted so far, for the periodic sweep of expired throttle counters.
     private let throttleSweeps = Mutex(0)
+    /// Asks verification about a signed AppTransaction; nil: `linkAppTransaction` is unavailable.
+    let appTransactionVerifier: AppTransactionVerifier?
 
-    public init(store: any AccountsStorage, configuration: AccountsConfiguration, clock: ServiceClock = .system, logger: Logger) {
+    public init(
+        store: any AccountsStorage, configuration: AccountsConfiguration, clock: ServiceClock = .system, logger: Logger,
+        appTransactionVerifier: AppTransactionVerifier? = nil
+    ) {
+        self.appTransactionVerifier = appTransactionVerifier
         self.store = store
         self.configuration = configuration
         self.clock = clock
@@ -300,7 +306,7 @@ public final class AccountsService: Sendable {
 
     private func runBlocking<T>(_ body: () throws -> T) throws(RPCError) -> T { try storage.runBlocking(body) }
 
-    private func run<T>(_ body: () async throws -> T) async throws(RPCError) -> T { try await storage.run(body) }
+    func run<T>(_ body: () async throws -> T) async throws(RPCError) -> T { try await storage.run(body) }
 }
 
 /// Session tokens: 256 random bits, base64url, handed out once; only their SHA-256 is stored.

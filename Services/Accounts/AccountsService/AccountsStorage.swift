@@ -1,4 +1,5 @@
 import Foundation
+import IAPProtocol
 
 // What accounts keeps, apart from how: the records and the storage protocol the SQLite `AccountsStore`
 // implements (and a PostgreSQL store will). The rules that use them are `AccountsService`,
@@ -41,6 +42,11 @@ public protocol AccountsStorage: Sendable {
     func setConsumptionConsent(accountId: String, consent: Bool) async throws
     /// Consent, account creation time and appAccountToken (for Send Consumption Information).
     func consumptionProfile(accountId: String) async throws -> (consent: Bool, createdAtMs: Int64, appAccountToken: String)?
+    /// Links the account to the Apple customer of an app transaction; linking again changes nothing.
+    func linkAppTransaction(accountId: String, appTransactionId: String, environment: String, nowMs: Int64) async throws
+    /// With `accountId`: the links of every customer the account is linked to (its own links and other accounts'); with
+    /// `appTransactionId`: that customer's links. Oldest first.
+    func appTransactionLinks(accountId: String?, appTransactionId: String?) async throws -> [AppTransactionLink]
     /// Closes the storage after the server has drained.
     func close() throws
 }

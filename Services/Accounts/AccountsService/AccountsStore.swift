@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import IAPProtocol
 import ServiceSupport
 import Synchronization
 
@@ -83,6 +84,20 @@ public final class AccountsStore: AccountsStorage, Sendable {
             // Counters expire with their window (`expireThrottle`), oldest first.
             try db.execute(sql: "CREATE INDEX loginThrottle_window ON loginThrottle(windowStartMs)")
         }
+        m.registerMigration("v4-app-transactions") { db in
+            // Accounts linked to Apple customers by their app transaction (`accounts.linkAppTransaction`).
+            try db.execute(
+                sql: """
+                    CREATE TABLE appTransactionLink (
+                        accountId TEXT NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                        appTransactionId TEXT NOT NULL,
+                        environment TEXT NOT NULL,
+                        linkedAtMs INTEGER NOT NULL,
+                        PRIMARY KEY (accountId, appTransactionId)
+                    ) WITHOUT ROWID;
+                    CREATE INDEX appTransactionLink_by_customer ON appTransactionLink(appTransactionId);
+                    """)
+        }
         return m
     }
 
@@ -98,6 +113,33 @@ public final class AccountsStore: AccountsStorage, Sendable {
         try await writer.read { db in
             try Row.fetchOne(db, sql: "SELECT consumptionConsent, createdAtMs, appAccountToken FROM account WHERE id = ?", arguments: [accountId])
                 .map { ($0["consumptionConsent"], $0["createdAtMs"], $0["appAccountToken"]) }
+        }
+    }
+
+    public func linkAppTransaction(accountId: String, appTransactionId: String, environment: String, nowMs: Int64) async throws {
+        try await writer.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO appTransactionLink (accountId, appTransactionId, environment, linkedAtMs) VALUES (?, ?, ?, ?)
+                    ON CONFLICT (accountId, appTransactionId) DO NOTHING
+                    """, arguments: [accountId, appTransactionId, environment, nowMs])
+        }
+    }
+
+    public func appTransactionLinks(accountId: String?, appTransactionId: String?) async throws -> [AppTransactionLink] {
+        let select = """
+            SELECT l.accountId, a.username, l.appTransactionId, l.environment, l.linkedAtMs
+            FROM appTransactionLink l JOIN account a ON a.id = l.accountId
+            """
+        let (filter, argument) =
+            accountId.map { ("l.appTransactionId IN (SELECT appTransactionId FROM appTransactionLink WHERE accountId = ?)", $0) }
+            ?? ("l.appTransactionId = ?", appTransactionId ?? "")
+        return try await writer.read { db in
+            try Row.fetchAll(db, sql: "\(select) WHERE \(filter) ORDER BY l.linkedAtMs, l.accountId", arguments: [argument]).map {
+                AppTransactionLink(
+                    accountId: $0["accountId"], username: $0["username"], appTransactionId: $0["appTransactionId"],
+                    environment: $0["environment"], linkedAtMs: $0["linkedAtMs"])
+            }
         }
     }
 

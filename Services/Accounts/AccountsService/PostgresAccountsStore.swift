@@ -1,4 +1,5 @@
 import Foundation
+import IAPProtocol
 import PostgresNIO
 import PostgresSupport
 
@@ -47,6 +48,17 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
             """),
         // Counters expire with their window (`expireThrottle`), oldest first.
         PostgresMigration("v2-throttle-expiry", "CREATE INDEX login_throttle_window ON login_throttle (window_start_ms);"),
+        PostgresMigration(
+            "v3-app-transactions",
+            """
+            CREATE TABLE app_transaction_link (
+                account_id TEXT NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                app_transaction_id TEXT NOT NULL,
+                environment TEXT NOT NULL,
+                linked_at_ms BIGINT NOT NULL,
+                PRIMARY KEY (account_id, app_transaction_id));
+            CREATE INDEX app_transaction_link_by_customer ON app_transaction_link (app_transaction_id);
+            """),
     ]
 
     // MARK: accounts
@@ -113,6 +125,45 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
                     try $0.get("consumption_consent", as: Bool.self), try $0.get("created_at_ms", as: Int64.self),
                     try $0.get("app_account_token", as: String.self)
                 )
+            }
+        }
+    }
+
+    public func linkAppTransaction(accountId: String, appTransactionId: String, environment: String, nowMs: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(
+                """
+                INSERT INTO app_transaction_link (account_id, app_transaction_id, environment, linked_at_ms)
+                VALUES (\(accountId), \(appTransactionId), \(environment), \(nowMs))
+                ON CONFLICT (account_id, app_transaction_id) DO NOTHING
+                """)
+        }
+    }
+
+    public func appTransactionLinks(accountId: String?, appTransactionId: String?) async throws -> [AppTransactionLink] {
+        try await pool.read { db in
+            let rows =
+                if let accountId {
+                    try db.query(
+                        """
+                        SELECT l.account_id, a.username, l.app_transaction_id, l.environment, l.linked_at_ms
+                        FROM app_transaction_link l JOIN account a ON a.id = l.account_id
+                        WHERE l.app_transaction_id IN (SELECT app_transaction_id FROM app_transaction_link WHERE account_id = \(accountId))
+                        ORDER BY l.linked_at_ms, l.account_id
+                        """)
+                } else {
+                    try db.query(
+                        """
+                        SELECT l.account_id, a.username, l.app_transaction_id, l.environment, l.linked_at_ms
+                        FROM app_transaction_link l JOIN account a ON a.id = l.account_id
+                        WHERE l.app_transaction_id = \(appTransactionId ?? "") ORDER BY l.linked_at_ms, l.account_id
+                        """)
+                }
+            return try rows.map {
+                AppTransactionLink(
+                    accountId: try $0.get("account_id", as: String.self), username: try $0.get("username", as: String.self),
+                    appTransactionId: try $0.get("app_transaction_id", as: String.self),
+                    environment: try $0.get("environment", as: String.self), linkedAtMs: try $0.get("linked_at_ms", as: Int64.self))
             }
         }
     }

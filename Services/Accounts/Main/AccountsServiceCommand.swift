@@ -1,5 +1,6 @@
 import AccountsService
 import ArgumentParser
+import IAPProtocol
 import Logging
 import PostgresSupport
 import RPCTransport
@@ -14,6 +15,14 @@ struct AccountsServiceCommand: AsyncParsableCommand {
 
     @OptionGroup var options: ServiceOptions
     @OptionGroup var database: DatabaseOptions
+    @OptionGroup var clientTLS: InternalClientTLSOptions
+
+    @Option(
+        name: .customLong("verification-addr"),
+        help:
+            "verification-service HOST:PORT (or several, comma-separated), which checks the app transactions apps link (env IAP_VERIFICATION_ADDR; default 127.0.0.1:7103)."
+    )
+    var verificationAddr: String?
 
     @Option(name: .customLong("internal-token"), help: "Token other services present for internal methods (env IAP_INTERNAL_TOKEN).")
     var internalToken: String?
@@ -73,7 +82,15 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         } else {
             store = try AccountsStore.open(directory: options.resolvedDataDir())
         }
-        let service = AccountsService(store: store, configuration: config, logger: logger)
+        // linkAppTransaction's one dependency, connected on first use: accounts starts (and signs people in) without it.
+        let verification = try RPCClient(
+            address: SuiteService.verification.address(flag: verificationAddr),
+            configuration: RPCClientConfiguration(connections: 2, callTimeout: .seconds(3), tls: try clientTLS.clientTLS()))
+        let service = AccountsService(
+            store: store, configuration: config, logger: logger,
+            appTransactionVerifier: { jws in
+                try await verification.call(VerificationVerifyAppTransaction.self, .init(signedAppTransaction: jws), timeout: .seconds(3))
+            })
         let server = RPCServer(
             configuration: try options.serverConfiguration(serviceName: "accounts", defaultPort: DefaultPorts.accounts),
             router: service.router(), logger: logger)

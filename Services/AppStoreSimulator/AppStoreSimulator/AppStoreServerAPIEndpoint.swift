@@ -45,6 +45,11 @@ public final class AppStoreServerAPIEndpoint: Sendable {
 
     func addRoutes(to router: Router<BasicRequestContext>) {
         for (prefix, environment) in [("", SimEnvironment.production), ("sandbox/", SimEnvironment.sandbox)] {
+            router.get(RouterPath("\(prefix)inApps/v1/transactions/appTransactions/:id")) { request, context -> Response in
+                await self.respond(request) { bid in
+                    try self.appTransactionInfo(context.parameters.get("id") ?? "", environment: environment, bid: bid)
+                }
+            }
             router.get(RouterPath("\(prefix)inApps/v1/transactions/:id")) { request, context -> Response in
                 await self.respond(request) { bid in
                     try self.transactionInfo(context.parameters.get("id") ?? "", environment: environment, bid: bid)

@@ -98,6 +98,7 @@ public final class AppStoreSimulator: Sendable {
                     arguments: [p.appleId, p.bundleId, device])
             }
             let id = try SimulatorStore.nextTransactionId(db)
+            let app = try SimulatorStore.appTransaction(appleId: p.appleId, bundleId: p.bundleId, environment: environment, nowMs: now, db: db)
             let history = try SimulatorStore.transactions(appleId: p.appleId, bundleId: p.bundleId, environment: environment, db: db)
             // Buying an owned non-consumable again: a new regular transaction for the same original, no charge.
             let owned =
@@ -112,7 +113,7 @@ public final class AppStoreSimulator: Sendable {
                 cancellationDateMs: nil, finished: false, reason: "PURCHASE",
                 webOrderLineItemId: p.productType == .autoRenewable ? Int64(id)! : 0, appAccountToken: p.appAccountToken,
                 periodDays: p.productType == .autoRenewable ? period : nil, environment: environment,
-                orderId: SimulatorStore.newOrderId(), offerIdentifier: offerIdentifier)
+                orderId: SimulatorStore.newOrderId(), offerIdentifier: offerIdentifier, appTransactionId: app?.appTransactionId)
             try SimulatorStore.insert(t, db: db)
             if p.productType == .autoRenewable {
                 let resubscribe = history.contains { $0.productType == .autoRenewable }
@@ -401,6 +402,7 @@ public final class AppStoreSimulator: Sendable {
             payload["revocationReason"] = 0
         }
         if let token = t.appAccountToken { payload["appAccountToken"] = token.lowercased() }
+        if let app = t.appTransactionId { payload["appTransactionId"] = app }
         if t.productType == .autoRenewable { payload["subscriptionGroupIdentifier"] = "sim-group" }
         if let offer = t.offerIdentifier {
             payload["offerType"] = 2  // promotional
@@ -465,6 +467,7 @@ public final class AppStoreSimulator: Sendable {
         }
         r.registerBlocking(SimConsumptionReports.self) { p, _ in try self.consumptionReports(p) }
         r.registerBlocking(SimServerFinishes.self) { p, _ in try self.serverFinishes(p) }
+        r.registerBlocking(SimAppTransaction.self) { p, _ in try self.appTransaction(p) }
         r.registerBlocking(SimBilling.self) { p, _ in try self.billing(p) }
         r.registerBlocking(SimRefundDecision.self) { p, _ in try self.refundDecision(p) }
         r.registerBlocking(SimLifecycleEvent.self) { p, _ in try self.lifecycleEvent(p) }

@@ -23,6 +23,13 @@ extension AppStoreServerAPIEndpoint {
                 return nil
             }
         }
+        // Send Consumption Information v2 (API 1.19): Apple's strings; v1 above stays for older clients.
+        router.put(RouterPath("\(prefix)inApps/v2/transactions/consumption/:id")) { request, context -> Response in
+            await self.respond(request, status: .accepted) { bid, body in
+                try self.consumptionV2(context.parameters.get("id") ?? "", body: body, environment: environment, bid: bid)
+                return nil
+            }
+        }
         router.put(RouterPath("\(prefix)inApps/v1/transactions/:id/appAccountToken")) { request, context -> Response in
             await self.respond(request) { bid, body in
                 try self.setAppAccountToken(context.parameters.get("id") ?? "", body: body, environment: environment, bid: bid)
@@ -119,6 +126,60 @@ extension AppStoreServerAPIEndpoint {
             throw APIError.badRequest(4_000_033, "Invalid request. The app account token field must be a valid UUID or an empty string.")
         }
         try simulator.api.apiRecordConsumption(id, body: String(decoding: body, as: UTF8.self))
+    }
+
+    /// Send Consumption Information v2: Apple's ConsumptionRequest rules ("ConsumptionRequest", "consumptionPercentage").
+    /// Two of Apple's refusals have no documented number (ConsumptionPercentageOutOfRangeError,
+    /// UndeliveredConsumptionPercentageNonZeroError): answered 400 with the general 4000000 and the rule's name.
+    func consumptionV2(_ id: String, body: [UInt8], environment: SimEnvironment, bid: String) throws {
+        let t = try transaction(id, environment: environment, bid: bid)
+        guard case .object(let object)? = try? JSONDecoder().decode(JSONValue.self, from: Data(body)) else {
+            throw APIError.badRequest(4_000_000, "Invalid request.")
+        }
+        guard object["customerConsented"] == .bool(true) else {
+            throw APIError.badRequest(
+                4_000_035, "Invalid request. The customer consented field is required and must indicate the customer consented.")
+        }
+        let statuses = ["DELIVERED", "UNDELIVERED_QUALITY_ISSUE", "UNDELIVERED_WRONG_ITEM", "UNDELIVERED_SERVER_OUTAGE", "UNDELIVERED_OTHER"]
+        guard case .string(let delivery)? = object["deliveryStatus"], statuses.contains(delivery) else {
+            throw APIError.badRequest(4_000_036, "Invalid request. The delivery status field is invalid.")
+        }
+        guard case .bool? = object["sampleContentProvided"] else {
+            throw APIError.badRequest(4_000_041, "Invalid request. The sample content provided field is invalid.")
+        }
+        var preference: String?
+        if let value = object["refundPreference"] {
+            guard case .string(let p) = value, ["DECLINE", "GRANT_FULL", "GRANT_PRORATED"].contains(p) else {
+                throw APIError.badRequest(4_000_044, "Invalid request. The refund preference field is invalid.")
+            }
+            preference = p
+        }
+        if let value = object["consumptionPercentage"] {
+            guard t.productType != .autoRenewable else {
+                throw APIError.badRequest(
+                    4_000_209,
+                    "Invalid request. The consumption percentage field is not supported for auto-renewable subscription transactions.")
+            }
+            guard case .int(let percentage) = value, (0...100_000).contains(percentage) else {
+                throw APIError.badRequest(
+                    4_000_000, "Invalid request. ConsumptionPercentageOutOfRangeError: the consumption percentage is outside the valid range.")
+            }
+            guard delivery == "DELIVERED" || percentage == 0 else {
+                throw APIError.badRequest(
+                    4_000_000,
+                    "Invalid request. UndeliveredConsumptionPercentageNonZeroError: the consumption percentage must be zero for the provided delivery status."
+                )
+            }
+            if preference == "GRANT_PRORATED", !(1..<100_000).contains(percentage) {
+                throw APIError.badRequest(
+                    4_000_000, "Invalid request. ConsumptionPercentageOutOfRangeError: a prorated refund needs a percentage above 0 and below 100000."
+                )
+            }
+        } else if preference == "GRANT_PRORATED", t.productType != .autoRenewable {
+            throw APIError.badRequest(
+                4_000_000, "Invalid request. ConsumptionPercentageOutOfRangeError: a prorated refund needs a consumption percentage.")
+        }
+        try simulator.api.apiRecordConsumption(t.transactionId, body: String(decoding: body, as: UTF8.self))
     }
 
     /// Set App Account Token: for an original transaction id, a UUID (`appAccountToken`).

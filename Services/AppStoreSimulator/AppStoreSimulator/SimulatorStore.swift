@@ -30,6 +30,9 @@ public struct SimTransaction: Sendable, Equatable {
     public var seq: Int64 = 0
     /// A purchase made with a promotional offer: Apple's offerType 2 and the offer's id.
     public var offerIdentifier: String? = nil
+    /// The app transaction of the Apple ID in this app and environment (nil for transactions made before the simulator
+    /// had app transactions).
+    public var appTransactionId: String? = nil
 }
 
 /// The simulator's database: transactions, the device of each Apple ID's app, the simulated clock.
@@ -143,6 +146,17 @@ final class SimulatorStore: Sendable {
                     CREATE INDEX simServerFinish_by_transaction ON simServerFinish(transactionId);
                     """)
         }
+        m.registerMigration("v10-app-transactions") { db in
+            // One app transaction per Apple ID, app and environment (`sim.appTransaction`, Get App Transaction Info); every
+            // transaction made since names it, as Apple's do.
+            try db.execute(
+                sql: """
+                    CREATE TABLE simAppTransaction (
+                        appTransactionId TEXT PRIMARY KEY NOT NULL, appleId TEXT NOT NULL, bundleId TEXT NOT NULL,
+                        environment TEXT NOT NULL, originalPurchaseDateMs INTEGER NOT NULL, UNIQUE (appleId, bundleId, environment));
+                    ALTER TABLE simTransaction ADD COLUMN appTransactionId TEXT;
+                    """)
+        }
         try m.migrate(writer)
     }
 
@@ -159,14 +173,14 @@ final class SimulatorStore: Sendable {
             sql: """
                 INSERT INTO simTransaction (transactionId, seq, appleId, bundleId, productId, productType, quantity, originalTransactionId,
                     purchaseDateMs, originalPurchaseDateMs, expiresDateMs, cancellationDateMs, finished, reason, webOrderLineItemId,
-                    appAccountToken, periodDays, environment, orderId, offerIdentifier)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    appAccountToken, periodDays, environment, orderId, offerIdentifier, appTransactionId)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 t.transactionId, seq, t.appleId, t.bundleId, t.productId, t.productType.rawValue, t.quantity,
                 t.originalTransactionId, t.purchaseDateMs, t.originalPurchaseDateMs, t.expiresDateMs,
                 t.cancellationDateMs, t.finished, t.reason, t.webOrderLineItemId, t.appAccountToken, t.periodDays, t.environment.rawValue,
-                t.orderId, t.offerIdentifier,
+                t.orderId, t.offerIdentifier, t.appTransactionId,
             ])
     }
 
@@ -216,6 +230,6 @@ final class SimulatorStore: Sendable {
             cancellationDateMs: r["cancellationDateMs"], finished: r["finished"], reason: r["reason"],
             webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"],
             environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox, orderId: r["orderId"], seq: r["seq"],
-            offerIdentifier: r["offerIdentifier"])
+            offerIdentifier: r["offerIdentifier"], appTransactionId: r["appTransactionId"])
     }
 }

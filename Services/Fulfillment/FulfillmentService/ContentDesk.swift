@@ -53,7 +53,9 @@ public struct ContentDesk: FulfillmentPart {
             // The same answer whether the content exists or not: no probing of what others bought.
             throw RPCError.forbidden("this account is not entitled to content \(p.contentId)", reason: "notEntitled")
         }
-        return try await service.content.read(p.contentId, offset: p.offset, length: p.length)
+        let chunk = try await service.content.read(p.contentId, offset: p.offset, length: p.length)
+        if p.offset == 0 { try await recordDelivery(account.accountId, scope, p.contentId) }
+        return chunk
     }
 
     /// A signed URL the edge serves the file at, for an account entitled to it now. A refunded or expired
@@ -74,11 +76,18 @@ public struct ContentDesk: FulfillmentPart {
         guard let installed = try await service.content.info(p.contentId) else {
             throw RPCError.notFound("content \(p.contentId) is not installed on this server", reason: "contentMissing")
         }
+        try await recordDelivery(account.accountId, scope, p.contentId)
         let expires = clock.nowMs + configuration.contentURLLifetimeMs
         let path = signer.path(
             for: .init(contentId: p.contentId, accountId: account.accountId, scope: scope.rawValue, expiresAtMs: expires))
         let base = configuration.contentURLBase.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 } ?? ""
         return .init(url: base + path, expiresAtMs: expires, size: installed.size, sha256: installed.sha256)
+    }
+
+    /// The first download given (a signed URL, or the first chunk read) is what a consumption answer counts as delivered.
+    private func recordDelivery(_ accountId: String, _ scope: AccountScope, _ contentId: String) async throws(RPCError) {
+        let now = clock.nowMs
+        try await storeCall { try await self.store.recordContentDelivery(accountId: accountId, scope: scope, contentId: contentId, nowMs: now) }
     }
 
     /// (contentId, productId) for every content id granted by the account's active entitlements,

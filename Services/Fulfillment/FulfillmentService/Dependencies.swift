@@ -35,6 +35,8 @@ public protocol FulfillmentDependencies: Sendable {
     func consumptionProfile(accountId: String, internalToken: String) async throws(RPCError) -> AccountsConsumptionProfile.Result
     /// Send Consumption Information, through verification.
     func sendConsumption(_ params: VerificationSendConsumption.Params) async throws(RPCError)
+    /// Every link of the Apple customers an account is linked to by app transaction (accounts, internal).
+    func appleCustomer(accountId: String, internalToken: String) async throws(RPCError) -> [AppTransactionLink]
 }
 
 /// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
@@ -172,6 +174,10 @@ public struct Dependencies: FulfillmentDependencies {
 
     public func sendConsumption(_ params: VerificationSendConsumption.Params) async throws(RPCError) {
         _ = try await call("verification", verification, VerificationSendConsumption.self, params, passThrough: [.notFound, .invalidParams])
+    }
+
+    public func appleCustomer(accountId: String, internalToken: String) async throws(RPCError) -> [AppTransactionLink] {
+        try await call("accounts", accounts, AccountsAppleCustomer.self, .init(internalToken: internalToken, accountId: accountId)).links
     }
 
     /// Health probes of the three, for `health.check`.

@@ -90,6 +90,12 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         }
     }
 
+    public func recordContentDelivery(accountId: String, scope: AccountScope, contentId: String, nowMs: Int64) async throws {
+        try await write { s in
+            try FulfillmentQueries(s).recordContentDelivery(Holder(accountId: accountId, scope: scope), contentId: contentId, nowMs: nowMs)
+        }
+    }
+
     public func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws {
         try await write { s in try FulfillmentQueries(s).saveReconcileCheckpoint(environment, signedDateMs: signedDateMs) }
     }

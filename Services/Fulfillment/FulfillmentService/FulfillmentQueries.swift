@@ -61,6 +61,21 @@ struct FulfillmentQueries {
         ).map { try $0.get("original_transaction_id") }
     }
 
+    /// The first time the account was given a download of the content (a signed URL, or its first bytes).
+    func recordContentDelivery(_ holder: Holder, contentId: String, nowMs: Int64) throws {
+        try s.run(
+            """
+            INSERT INTO content_delivery (account_id, scope, content_id, first_at_ms) VALUES (?1, ?2, ?3, ?4)
+            ON CONFLICT (account_id, scope, content_id) DO NOTHING
+            """, holder.accountId, holder.scope.rawValue, contentId, nowMs)
+    }
+
+    func deliveredContent(_ holder: Holder) throws -> Set<String> {
+        Set(
+            try s.rows("SELECT content_id FROM content_delivery WHERE account_id = ?1 AND scope = ?2", holder.accountId, holder.scope.rawValue)
+                .map { try $0.get("content_id") as String })
+    }
+
     func reconcileCheckpoint(_ environment: String) throws -> Int64? {
         try s.value("SELECT signed_date_ms FROM reconcile_checkpoint WHERE environment = ?1", environment)
     }

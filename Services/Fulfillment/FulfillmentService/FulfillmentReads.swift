@@ -77,6 +77,10 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         try await read { s in try FulfillmentQueries(s).audit(limit: limit) }
     }
 
+    public func deliveredContent(accountId: String, scope: AccountScope) async throws -> Set<String> {
+        try await read { s in try FulfillmentQueries(s).deliveredContent(Holder(accountId: accountId, scope: scope)) }
+    }
+
     public func reconcileCheckpoint(environment: String) async throws -> Int64? {
         try await read { s in try FulfillmentQueries(s).reconcileCheckpoint(environment) }
     }

@@ -202,6 +202,19 @@ extension FulfillmentStore {
                         BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
                     """)
         }
+        // 2026-11-26: the content each account was given a download of (consumption answers: how much was delivered).
+        m.registerMigration("v2-content-deliveries") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE content_delivery (
+                        account_id TEXT NOT NULL,
+                        scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
+                        content_id TEXT NOT NULL,
+                        first_at_ms INTEGER NOT NULL,
+                        PRIMARY KEY (account_id, scope, content_id)
+                    ) WITHOUT ROWID;
+                    """)
+        }
         return m
     }
 }

@@ -90,6 +90,10 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
     func entitlements(accountId: String, scope: AccountScope, nowMs: Int64) async throws
         -> (entitlements: [Entitlement], balance: Int64, owed: Int64)
     func ledger(accountId: String, scope: AccountScope, after: Int64, limit: Int) async throws -> (entries: [LedgerEntry], next: Int64?)
+    /// Records that the account was given a download of the content (its first time only).
+    func recordContentDelivery(accountId: String, scope: AccountScope, contentId: String, nowMs: Int64) async throws
+    /// The content ids the account was ever given a download of.
+    func deliveredContent(accountId: String, scope: AccountScope) async throws -> Set<String>
     /// Closes the storage after the server has drained.
     func close() throws
 }

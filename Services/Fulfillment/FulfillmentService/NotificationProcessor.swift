@@ -108,7 +108,9 @@ public struct NotificationProcessor: FulfillmentPart {
             let decision = try await storeCall {
                 try await self.store.applyNotification(facts, uuid: entry.notificationUUID, attempts: attempts, owed: owed, nowMs: now)
             }
-            if owed.contains(.finishes), decision.effects.contains(where: \.isGrant) { service.outboxWakeup.signal() }
+            if owed.contains(.finishes) && decision.effects.contains(where: \.isGrant) || facts.consumption != nil && decision.applied {
+                service.outboxWakeup.signal()
+            }
             logger.info(
                 "notification",
                 metadata: [
@@ -168,7 +170,7 @@ public struct NotificationProcessor: FulfillmentPart {
             }
         case .answerConsumptionRequest:
             let now = clock.nowMs
-            facts.consumptionAnswered = try await answerConsumptionRequest(snapshot, signedDateMs: notification.signedDateMs ?? now, nowMs: now)
+            facts.consumption = try await answerConsumptionRequest(snapshot, signedDateMs: notification.signedDateMs ?? now, nowMs: now)
         default:
             break
         }
@@ -189,41 +191,41 @@ public struct NotificationProcessor: FulfillmentPart {
     }
 
     /// Apple asks, after a customer requested a refund, how the purchase was used (CONSUMPTION_REQUEST). Answered
-    /// with Send Consumption Information only when the account has consented (`accounts.setConsumptionConsent`),
-    /// within Apple's 12-hour window, once (the inbox processes a notification once); otherwise ignored. What is
-    /// sent is what this server knows: delivered, how much of a coin grant is left, the account's age band.
-    func answerConsumptionRequest(_ purchase: VerifiedPurchase, signedDateMs: Int64, nowMs: Int64) async throws(RPCError) -> Bool {
-        guard let internalToken = configuration.internalToken, nowMs - signedDateMs < configuration.consumptionWindowMs else { return false }
-        guard let record = try await storeCall({ try await self.store.processed(transactionId: purchase.transactionId) }) else { return false }
+    /// (Send Consumption Information v2, through the outbox once the notification's transaction commits) only when the
+    /// account has consented (`accounts.setConsumptionConsent`), within Apple's 12-hour window, for a purchase granted
+    /// here; nil otherwise. What is sent is what the ledger says (`ConsumptionRules`).
+    func answerConsumptionRequest(_ purchase: VerifiedPurchase, signedDateMs: Int64, nowMs: Int64) async throws(RPCError)
+        -> AppleConsumptionRequest?
+    {
+        guard let internalToken = configuration.internalToken, nowMs - signedDateMs < configuration.consumptionWindowMs else { return nil }
+        guard let record = try await storeCall({ try await self.store.processed(transactionId: purchase.transactionId) }) else { return nil }
         let profile = try await dependencies.consumptionProfile(accountId: record.holder.accountId, internalToken: internalToken)
         guard profile.consent else {
             logger.info("consumption request not answered: the account has not consented", metadata: ["transactionId": "\(purchase.transactionId)"])
-            return false
+            return nil
         }
-        let wallet = try await storeCall { try await self.store.balance(accountId: record.holder.accountId, scope: record.holder.scope) }
-        let info = AppleConsumptionInfo(
-            customerConsented: true,
-            consumptionStatus: Self.consumptionStatus(granted: record.coinsGranted, balance: wallet.balance, revoked: record.revokedAtMs != nil),
-            platform: 1, sampleContentProvided: false, deliveryStatus: 0, appAccountToken: profile.appAccountToken.lowercased(),
-            accountTenure: Self.tenureBand(ageMs: nowMs - profile.createdAtMs), playTime: 0, lifetimeDollarsRefunded: 0,
-            lifetimeDollarsPurchased: 0, userStatus: 1, refundPreference: 0)
-        try await dependencies.sendConsumption(.init(internalToken: internalToken, transactionId: purchase.transactionId, consumption: info))
-        return true
+        return ConsumptionRules.request(try await use(of: record, purchase, nowMs: nowMs), revoked: record.revokedAtMs != nil)
     }
 
-    /// Apple's consumptionStatus for a coin grant: 1 none used (the balance still holds it), 3 all used, 2 some;
-    /// 0 (undeclared) for anything else.
-    static func consumptionStatus(granted: Int64, balance: Int64, revoked: Bool) -> Int {
-        guard granted > 0, !revoked else { return 0 }
-        if balance >= granted { return 1 }
-        return balance == 0 ? 3 : 2
-    }
-
-    /// Apple's accountTenure bands: 1 under 3 days, 2 under 10, 3 under 30, 4 under 90, 5 under 180, 6 under 365, 7 more.
-    static func tenureBand(ageMs: Int64) -> Int {
-        let days = ageMs / 86_400_000
-        for (band, limit) in [(1, 3), (2, 10), (3, 30), (4, 90), (5, 180), (6, 365)] where days < limit { return band }
-        return 7
+    /// How the purchase could be used, from the catalog's product (what it grants) and this account's records.
+    private func use(of record: ProcessedTransaction, _ purchase: VerifiedPurchase, nowMs: Int64) async throws(RPCError)
+        -> ConsumptionRules.Use
+    {
+        let holder = record.holder
+        switch try await dependencies.products([record.productId]).products.first(where: { $0.productId == record.productId })?.grant {
+        case .content(_, let ids)?:
+            let delivered = try await storeCall { try await self.store.deliveredContent(accountId: holder.accountId, scope: holder.scope) }
+            return .content(contentIds: ids, delivered: delivered)
+        case .subscription?:
+            return .autoRenewable
+        case .timeLimited(_, let days)?:
+            return .period(startMs: purchase.purchaseDateMs, durationMs: Int64(days) * 86_400_000, nowMs: nowMs)
+        case .coins?, nil:
+            // A product the catalog no longer has: what its record says (coins, or an unlock delivered when granted).
+            guard record.coinsGranted > 0 else { return .content(contentIds: [], delivered: []) }
+            let wallet = try await storeCall { try await self.store.balance(accountId: holder.accountId, scope: holder.scope) }
+            return .coins(granted: record.coinsGranted, balance: wallet.balance)
+        }
     }
 
     // MARK: notification inbox (admin)

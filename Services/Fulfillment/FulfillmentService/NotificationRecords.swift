@@ -1,3 +1,4 @@
+import Foundation
 import IAPProtocol
 
 /// The statements a notification's transaction needs beyond the grant rules' (`NotificationRules`), both engines.
@@ -30,6 +31,10 @@ extension FulfillmentRecords {
                 owed: owed.intersection(.finishes), mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs, in: self)
         case .moveSubscriptionEnd(let original, let expiresAtMs):
             _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expiresAtMs, in: self)
+        case .answerConsumption(let transactionId, let answer):
+            try enqueueOutbox(
+                kind: .consumptionInformation, key: transactionId, payload: String(decoding: try JSONEncoder().encode(answer), as: UTF8.self),
+                nowMs: nowMs)
         }
     }
 

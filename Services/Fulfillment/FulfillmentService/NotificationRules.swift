@@ -29,8 +29,8 @@ public enum NotificationRules {
         public var rule: GrantRule?
         /// The account whose appAccountToken the purchase carries, if the purchase carries one and accounts knows it.
         public var tokenAccountId: String?
-        /// CONSUMPTION_REQUEST: whether Apple was answered (the account consented, inside Apple's window).
-        public var consumptionAnswered = false
+        /// CONSUMPTION_REQUEST: the answer owed to Apple (the account consented, inside Apple's window); nil: none.
+        public var consumption: AppleConsumptionRequest?
 
         public init(
             disposition: NotificationDisposition, type: AppleNotificationType, snapshot: VerifiedPurchase?,
@@ -82,6 +82,8 @@ public enum NotificationRules {
         /// Recorded for its account as a redeem would (`GrantRules.apply`, `.refuse` transfers).
         case grant(VerifiedPurchase, accountId: String, scope: AccountScope, rule: GrantRule?, appAccountToken: String?)
         case moveSubscriptionEnd(originalTransactionId: String, expiresAtMs: Int64)
+        /// Owed to Apple through the outbox: Send Consumption Information about the transaction.
+        case answerConsumption(transactionId: String, AppleConsumptionRequest)
 
         public var isGrant: Bool { if case .grant = self { true } else { false } }
     }
@@ -127,8 +129,10 @@ public enum NotificationRules {
         case .keepRenewalState:
             if !renewalKept { decision.ignoredBecause = "an equal or newer renewal state was already kept" }
         case .answerConsumptionRequest:
-            // Answered before the transaction (`NotificationProcessor`), or not at all.
-            if !facts.consumptionAnswered {
+            // Decided before the transaction (`NotificationProcessor`): owed to Apple through the outbox, or nothing.
+            if let answer = facts.consumption {
+                decision.effects.append(.answerConsumption(transactionId: purchase.transactionId, answer))
+            } else {
                 decision.ignoredBecause = "not answered: no consent, outside Apple's window, or not a purchase made here"
             }
         case .record, .ignore:

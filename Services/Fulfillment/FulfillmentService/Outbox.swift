@@ -7,6 +7,9 @@ public enum OutboxKind: String, Sendable, CaseIterable {
     case appAccountToken
     /// Finish Transaction at Apple: key the transaction id, payload empty.
     case finishTransaction
+    /// Send Consumption Information at Apple (a CONSUMPTION_REQUEST answered): key the transaction id, payload Apple's
+    /// ConsumptionRequest (JSON).
+    case consumptionInformation
 }
 
 /// One thing owed, written in the same transaction as the change that owes it, removed only once delivered. One

@@ -1,4 +1,5 @@
 import CoreMetrics
+import Foundation
 import IAPProtocol
 import JSONRPC
 import NIOConcurrencyHelpers
@@ -35,6 +36,15 @@ public struct OutboxDelivery: FulfillmentPart {
                     logger.warning(
                         "Finish Transaction: Apple does not know the transaction for this key; nothing to finish there",
                         metadata: ["transactionId": "\(item.key)", "error": "\(error.message)"])
+                } catch
+                    where item.kind == OutboxKind.consumptionInformation.rawValue
+                    && (error.knownCode == .notFound || error.knownCode == .invalidParams)
+                {
+                    // Apple refused the answer for good (a transaction it does not know for this key, a field it does not
+                    // take): asking again cannot change that. Kept in the log for the operator.
+                    logger.error(
+                        "Send Consumption Information: Apple refused the answer; not sent again",
+                        metadata: ["transactionId": "\(item.key)", "error": "\(error.message)"])
                 } catch  where error.has(.appStoreAPINotConfigured) {
                     // Nothing reaches Apple until the operator configures the App Store Server API: every item of this
                     // batch waits ten minutes (asked once), so a backlog never keeps the worker from the inbox.
@@ -66,6 +76,11 @@ public struct OutboxDelivery: FulfillmentPart {
         case .finishTransaction:
             await service.finishPace.next()
             try await dependencies.finishTransaction(item.key, internalToken: internalToken)
+        case .consumptionInformation:
+            guard let answer = try? JSONDecoder().decode(AppleConsumptionRequest.self, from: Data(item.payload.utf8)) else {
+                throw RPCError.internalError("the outbox's consumption answer for \(item.key) is not a ConsumptionRequest")
+            }
+            try await dependencies.sendConsumption(.init(internalToken: internalToken, transactionId: item.key, consumption: answer))
         case nil: break
         }
     }

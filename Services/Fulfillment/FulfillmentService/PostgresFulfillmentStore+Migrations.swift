@@ -193,5 +193,16 @@ extension PostgresFulfillmentStore {
                 SELECT notification_uuid, signed_payload, notification FROM notification_inbox;
             ALTER TABLE notification_inbox DROP COLUMN signed_payload, DROP COLUMN notification;
             """),
+        // The content each account was given a download of (consumption answers: how much was delivered).
+        PostgresMigration(
+            "v5-content-deliveries",
+            """
+            CREATE TABLE content_delivery (
+                account_id TEXT NOT NULL,
+                scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
+                content_id TEXT NOT NULL,
+                first_at_ms BIGINT NOT NULL,
+                PRIMARY KEY (account_id, scope, content_id));
+            """),
     ]
 }

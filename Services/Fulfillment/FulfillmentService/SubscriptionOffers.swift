@@ -28,7 +28,8 @@ public enum OfferCustomer: Sendable, Equatable {
     /// Why this server cannot say.
     case unknown(String)
 
-    static let noPurchase = "this account holds no Production purchase yet, so its Apple customer is unknown here"
+    static let noPurchase =
+        "neither this account nor one linked to the same Apple customer (app transaction) holds a Production purchase, so the customer is unknown here"
     static let noAppleAPI = "the App Store Server API is not configured, so the customer's history at Apple cannot be read"
 }
 
@@ -193,13 +194,20 @@ public struct OfferDesk: FulfillmentPart {
         }
         let now = clock.nowMs
         let accountId = account.accountId
-        guard let transactionId = try await storeCall({ try await self.store.customerTransactionId(accountId: accountId) }) else {
-            return (account, product, .unknown(OfferCustomer.noPurchase))
+        // The customer's accounts: this one, and every account linked to the same Apple customer by app transaction.
+        let accounts = try await customerAccounts(accountId)
+        var customerTransactionId: String?
+        for id in accounts where customerTransactionId == nil {
+            customerTransactionId = try await storeCall { try await self.store.customerTransactionId(accountId: id) }
         }
+        guard let transactionId = customerTransactionId else { return (account, product, .unknown(OfferCustomer.noPurchase)) }
         guard let apple = try await appleSubscriptions(customerTransactionId: transactionId, accountId: accountId, nowMs: now) else {
             return (account, product, .unknown(OfferCustomer.noAppleAPI))
         }
-        let local = try await storeCall { try await self.store.subscriptionHistory(accountId: accountId, scope: .production, nowMs: now) }
+        var local: [SubscriptionHistoryRecord] = []
+        for id in accounts {
+            local += try await storeCall { try await self.store.subscriptionHistory(accountId: id, scope: .production, nowMs: now) }
+        }
         let records = OfferRules.merged(local, apple)
         // Which of the customer's subscriptions are in this product's group: the catalog says of each plan.
         let plans = Array(Set(records.flatMap(\.productIds)).subtracting([productId]))
@@ -210,6 +218,19 @@ public struct OfferDesk: FulfillmentPart {
             }
         }
         return (account, product, .known(transactionId: transactionId, history: records.filter { !$0.productIds.isDisjoint(with: inGroup) }))
+    }
+
+    /// The accounts of the account's Apple customer: itself first, then every account linked to the same Production app
+    /// transaction (`accounts.linkAppTransaction`), oldest link first. Only itself without an internal token.
+    private func customerAccounts(_ accountId: String) async throws(RPCError) -> [String] {
+        guard let token = configuration.internalToken else { return [accountId] }
+        let links = try await dependencies.appleCustomer(accountId: accountId, internalToken: token)
+        let customers = Set(links.filter { $0.accountId == accountId && $0.environment == "Production" }.map(\.appTransactionId))
+        var accounts = [accountId]
+        for link in links where customers.contains(link.appTransactionId) && !accounts.contains(link.accountId) {
+            accounts.append(link.accountId)
+        }
+        return accounts
     }
 
     /// The customer's subscriptions in their transaction history at Apple (one history read from the account's

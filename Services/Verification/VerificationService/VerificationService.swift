@@ -43,8 +43,8 @@ public struct VerificationConfiguration: Sendable {
 /// Answers verifyReceipt-compatible objects: `status` 0, or Apple's failure status with a `reason`.
 public final class VerificationService: Sendable {
     private let receipts: ReceiptVerifier
-    private let payloads: SignedPayloadVerifier
-    private let configuration: VerificationConfiguration
+    let payloads: SignedPayloadVerifier
+    let configuration: VerificationConfiguration
     private let remote: RemoteReceiptVerifier?
 
     public init(configuration: VerificationConfiguration, logger: Logger = Logger(label: "verification")) {
@@ -86,7 +86,7 @@ public final class VerificationService: Sendable {
     }
 
     /// True when `bundleId` may be accepted for a call expecting `expected`.
-    private func bundleAccepted(_ bundleId: String?, expected: String? = nil) -> Bool {
+    func bundleAccepted(_ bundleId: String?, expected: String? = nil) -> Bool {
         guard let accepted = acceptedBundles(expected) else { return true }
         guard let bundleId else { return false }
         return accepted.contains(bundleId)
@@ -359,7 +359,7 @@ public final class VerificationService: Sendable {
             sendAttempts: r.sendAttempts.map { AppleSendAttempt(attemptDateMs: $0.attemptDateMs, result: $0.result) })
     }
 
-    private func appStoreAPI(_ presented: String) throws(RPCError) -> AppStoreServerAPIClient {
+    func appStoreAPI(_ presented: String) throws(RPCError) -> AppStoreServerAPIClient {
         try TokenGate.internal.check(presented, configured: configuration.internalToken)
         guard let api = configuration.appStoreAPI else {
             throw RPCError(
@@ -487,7 +487,7 @@ public final class VerificationService: Sendable {
 
     /// A verified JWS, or why not; a revocation status that could not be learnt (hard-fail) is no answer about
     /// the payload: `unavailable`, so the caller tries again (and Apple retries a notification).
-    private func decode(_ jws: String, xcode: Bool = true) async throws(RPCError) -> Result<JSONValue, JWSFailure> {
+    func decode(_ jws: String, xcode: Bool = true) async throws(RPCError) -> Result<JSONValue, JWSFailure> {
         let result = await payloads.verifiedObject(jws, xcode: xcode)
         if case .failure(.revocationUnknown) = result { throw Self.revocationUnknown }
         return result
@@ -528,6 +528,8 @@ public final class VerificationService: Sendable {
             try await self.sendConsumption(p)
             return EmptyResult()
         }
+        r.register(VerificationVerifyAppTransaction.self) { p, _ in try await self.verifyAppTransaction(p) }
+        r.register(VerificationAppTransactionInfo.self) { p, _ in try await self.appTransactionInfo(p) }
         r.register(VerificationFinishTransaction.self) { p, _ in
             try await self.finishTransaction(p)
             return EmptyResult()
