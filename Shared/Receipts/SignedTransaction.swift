@@ -148,8 +148,11 @@ public final class SignedPayloadVerifier: Sendable {
         }
         if ders.count == 1 {
             // Xcode's StoreKit testing: its own self-signed certificate, for Xcode-environment payloads only.
-            let environment = object["environment"]?.stringValue ?? object["receiptType"]?.stringValue
-            guard PurchaseEnvironment.fromSignedPayload(environment) == "Xcode", Self.isSelfSigned(certificates[0]) else {
+            // Every environment it names (`environment`; an app transaction's `receiptType`) must be Xcode.
+            let named = [object["environment"], object["receiptType"]].compactMap { $0 }
+            guard !named.isEmpty, named.allSatisfy({ PurchaseEnvironment.fromSignedPayload($0.stringValue) == "Xcode" }),
+                Self.isSelfSigned(certificates[0])
+            else {
                 return .failure(.untrustedChain)
             }
             return .success((payload, object))

@@ -40,10 +40,13 @@ import Testing
     /// Buys and redeems `productId` for a consenting account, asks Apple for a refund, runs `between` (the customer's use),
     /// then delivers the request and the outbox: what the App Store received.
     static func answer(
-        _ suite: SuiteFixture, _ name: String, _ productId: String, between: (String) async throws -> Void = { _ in }
+        _ suite: SuiteFixture, _ name: String, _ productId: String,
+        between: (String) async throws -> Void = { _ in },
+        before: ((session: String, accountId: String, appAccountToken: String)) async throws -> Void = { _ in }
     ) async throws -> JSONValue? {
         let account = try await suite.register(name)
         _ = try await suite.accounts.call(AccountsSetConsumptionConsent.self, .init(session: account.session, consent: true))
+        try await before(account)
         let bought = try await suite.buy("\(name)@icloud", productId, appAccountToken: account.appAccountToken)
         #expect(try await suite.redeem(account.session, signed: [bought.signedTransaction]).results.map(\.outcome) == [.granted])
         try await between(account.session)
@@ -91,6 +94,23 @@ import Testing
                 })
             let share = try #require(answer["consumptionPercentage"]?.intValue)
             #expect((49_000...50_000).contains(share), "half of the 30-day pass elapsed: \(share)")
+        }
+    }
+
+    @Test func aPassStackedAfterAnotherIsNotConsumedBeforeItStarts() async throws {
+        try await SuiteFixture.with { suite in
+            let answer = try #require(
+                try await Self.answer(
+                    suite, "sven", "pass.season",
+                    between: { _ in
+                        suite.clock.advance(ms: 5 * Self.day)
+                        _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 5 * 86_400))
+                    },
+                    before: { account in
+                        let first = try await suite.buy("sven@icloud", "pass.season", appAccountToken: account.appAccountToken)
+                        _ = try await suite.redeem(account.session, signed: [first.signedTransaction])
+                    }))
+            #expect(answer["consumptionPercentage"] == .int(0), "it starts when the first pass ends: \(answer)")
         }
     }
 

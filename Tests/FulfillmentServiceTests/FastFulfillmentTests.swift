@@ -198,6 +198,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
             )
         }
     }
+    func entitlement(originalTransactionId: String) async throws -> EntitlementRecord? {
+        ledger.withLockedValue { $0.entitlement(original: originalTransactionId) }
+    }
     func recordContentDelivery(accountId: String, scope: AccountScope, contentId: String, nowMs: Int64) async throws {
         deliveries.withLockedValue { _ = $0.insert("\(accountId) \(scope.rawValue) \(contentId)") }
     }

@@ -65,4 +65,30 @@ import Testing
         #expect(OfferRules.introductoryOfferRefusal(customer: unknown)?.contains("StoreKit decides") == true)
         #expect(OfferRules.introductoryOfferRefusal(customer: .known(transactionId: "1", history: [])) == nil)
     }
+
+    /// A link to an Apple customer (a JWS whoever holds it can present) only narrows: eligible when the account's own
+    /// view and the linked customer's both are.
+    @Test func aLinkedCustomerOnlyNarrowsEligibility() {
+        let unknown = OfferCustomer.unknown("nobody knows")
+        let neverSubscribed = OfferCustomer.known(transactionId: "1", history: [])
+        let subscribed = OfferCustomer.known(
+            transactionId: "2", history: [.init(originalTransactionId: "2", productIds: ["sub"], active: false, periodsPaid: 3)])
+        let welcome = SubscriptionOffer(offerId: "welcome", eligibility: .init(kind: .neverSubscribed))
+        let winback = SubscriptionOffer(offerId: "winback", eligibility: .init(kind: .lapsed))
+        func refusal(_ offer: SubscriptionOffer, _ own: OfferCustomer, _ linked: OfferCustomer?) -> String? {
+            OfferRules.refusal(offer, customers: .init(own: own, linked: linked), nowMs: Self.now)
+        }
+        // Unknown alone, or with a linked customer who would be eligible: still refused (the link cannot grant).
+        #expect(refusal(winback, unknown, subscribed)?.contains("nobody knows") == true)
+        // ... but the linked customer's refusal is the reason when there is one.
+        #expect(refusal(welcome, unknown, subscribed) == "for new subscribers: this customer subscribed before")
+        // Known and eligible on its own, refused through the link: refused.
+        #expect(refusal(welcome, neverSubscribed, subscribed) == "for new subscribers: this customer subscribed before")
+        // Known and refused on its own (never subscribed: no win-back), a lapsed linked customer does not open it.
+        #expect(refusal(winback, neverSubscribed, subscribed) == "for lapsed subscribers: this customer never subscribed")
+        #expect(refusal(welcome, neverSubscribed, neverSubscribed) == nil && refusal(welcome, neverSubscribed, nil) == nil)
+        #expect(
+            OfferRules.introductoryOfferRefusal(customers: .init(own: unknown, linked: subscribed)) == "this customer subscribed in the group before")
+        #expect(OfferRules.introductoryOfferRefusal(customers: .init(own: unknown, linked: neverSubscribed))?.contains("nobody knows") == true)
+    }
 }

@@ -98,10 +98,12 @@ import Testing
             let unknown = await rpcError { try await Self.sign(suite, fresh.session, "welcome") }
             #expect(unknown?.reason == "notEligible" && unknown?.message.contains("customer is unknown") == true, "\(String(describing: unknown))")
 
-            // The same device links it: the same Apple customer, who subscribes now (one period paid).
+            // The same device links it: the same Apple customer, who subscribed before. A link only narrows (whoever holds
+            // the JWS can present it), so nothing becomes eligible, but the new-subscriber offer is now refused for what
+            // the customer did, and StoreKit is told, signed, that the introductory offer is not theirs.
             _ = try await suite.accounts.call(
                 AccountsLinkAppTransaction.self, .init(session: fresh.session, signedAppTransaction: device.signedAppTransaction))
-            #expect(try await Self.eligibility(suite, fresh.session) == ["winback": false, "welcome": false, "loyal": true])
+            #expect(try await Self.eligibility(suite, fresh.session) == ["winback": false, "welcome": false, "loyal": false])
             let refused = await rpcError { try await Self.sign(suite, fresh.session, "welcome") }
             #expect(refused?.reason == "notEligible" && refused?.message.contains("subscribed before") == true, "\(String(describing: refused))")
             let answer = try await suite.fulfillment.call(FulfillmentOfferEligibility.self, .init(session: fresh.session, productId: "sub.premium"))

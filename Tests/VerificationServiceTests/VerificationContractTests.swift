@@ -83,6 +83,11 @@ enum VerificationFixture {
         return [
             "signedAppTransaction": .string(try jwsPKI.sign(payload: appTransaction)),
             "forgedAppTransaction": .string(try forgedJWS.sign(payload: appTransaction)),
+            "bothAppTransaction": .string(
+                try jwsPKI.sign(
+                    payload: Array(
+                        #"{"appTransactionId":"700000000001","bundleId":"com.example.game","environment":"Sandbox","receiptCreationDate":1772366400000,"receiptType":"Production"}"#
+                            .utf8))),
             "mintedReceipt": .string(Data(minted).base64EncodedString()),
             "sha1Receipt": .string(Data(try receiptPKI.sign(receipt(purchases: 2), digest: .sha1)).base64EncodedString()),
             "tamperedReceipt": .string(Data(tampered).base64EncodedString()),

@@ -11,6 +11,10 @@ public typealias AppTransactionVerifier = @Sendable (String) async throws -> Ver
 extension AccountsService {
     /// Apple customers one account may be linked to (a family's devices, a second Apple ID): past it, a new link is refused.
     static let maxLinksPerAccount = 10
+    /// Accounts one Apple customer may be linked to (a returning customer's fresh accounts): past it, a new link is refused,
+    /// so whoever holds a customer's AppTransaction cannot tie that customer to accounts without end. Checked before the
+    /// link is written (two links at the very same moment may pass one over).
+    static let maxAccountsPerCustomer = 20
 
     public func linkAppTransaction(_ p: AccountsLinkAppTransaction.Params) async throws(RPCError) -> AccountsLinkAppTransaction.Result {
         let account = try authenticate(p.session)
@@ -40,6 +44,13 @@ extension AccountsService {
         guard own.contains(app.appTransactionId) || own.count < Self.maxLinksPerAccount else {
             throw RPCError.conflict(
                 "this account is linked to \(own.count) Apple customers already, the most it may be", reason: "tooManyLinks")
+        }
+        if !own.contains(app.appTransactionId) {
+            let customer = try await run { try await self.store.appTransactionLinks(accountId: nil, appTransactionId: app.appTransactionId) }
+            guard customer.count < Self.maxAccountsPerCustomer else {
+                throw RPCError.conflict(
+                    "this Apple customer is linked to \(customer.count) accounts already, the most it may be", reason: "tooManyLinks")
+            }
         }
         let now = clock.nowMs
         try await run {

@@ -77,6 +77,10 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         try await read { s in try FulfillmentQueries(s).audit(limit: limit) }
     }
 
+    public func entitlement(originalTransactionId: String) async throws -> EntitlementRecord? {
+        try await read { s in try FulfillmentRecords(s).entitlement(original: originalTransactionId) }
+    }
+
     public func deliveredContent(accountId: String, scope: AccountScope) async throws -> Set<String> {
         try await read { s in try FulfillmentQueries(s).deliveredContent(Holder(accountId: accountId, scope: scope)) }
     }

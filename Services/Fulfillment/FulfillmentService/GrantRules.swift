@@ -90,6 +90,8 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
     func entitlements(accountId: String, scope: AccountScope, nowMs: Int64) async throws
         -> (entitlements: [Entitlement], balance: Int64, owed: Int64)
     func ledger(accountId: String, scope: AccountScope, after: Int64, limit: Int) async throws -> (entries: [LedgerEntry], next: Int64?)
+    /// The entitlement an original transaction granted (a pass's period as stacked here), if any.
+    func entitlement(originalTransactionId: String) async throws -> EntitlementRecord?
     /// Records that the account was given a download of the content (its first time only).
     func recordContentDelivery(accountId: String, scope: AccountScope, contentId: String, nowMs: Int64) async throws
     /// The content ids the account was ever given a download of.

@@ -219,7 +219,14 @@ public struct NotificationProcessor: FulfillmentPart {
         case .subscription?:
             return .autoRenewable
         case .timeLimited(_, let days)?:
-            return .period(startMs: purchase.purchaseDateMs, durationMs: Int64(days) * 86_400_000, nowMs: nowMs)
+            // The period as granted here: a pass bought while another ran starts when that one ends.
+            let granted = try await storeCall { try await self.store.entitlement(originalTransactionId: record.originalTransactionId) }
+            guard let granted, let ends = granted.expiresAtMs else {
+                return .period(startMs: purchase.purchaseDateMs, durationMs: Int64(days) * 86_400_000, nowMs: nowMs)
+            }
+            return .period(startMs: granted.startsAtMs, durationMs: ends - granted.startsAtMs, nowMs: nowMs)
+        case nil where purchase.expiresDateMs != nil:
+            return .autoRenewable  // a product the catalog no longer has, which Apple's transaction shows renews
         case .coins?, nil:
             // A product the catalog no longer has: what its record says (coins, or an unlock delivered when granted).
             guard record.coinsGranted > 0 else { return .content(contentIds: [], delivered: []) }

@@ -24,6 +24,12 @@ public struct OutboxDelivery: FulfillmentPart {
             var next = OutboxRetry.nextAttemptAtMs(failures: item.attempts + 1, nowMs: clock.nowMs)
             if OutboxKind(rawValue: item.kind) == nil {
                 failure = "a kind of item this version does not deliver: kept for the version that does"
+            } else if item.kind == OutboxKind.consumptionInformation.rawValue, clock.nowMs - item.createdAtMs > configuration.consumptionWindowMs {
+                // Apple takes an answer within 12 hours of its request; one still here after that (Apple unreachable, the API
+                // not configured) would arrive too late to count.
+                logger.error(
+                    "Send Consumption Information: Apple's 12-hour window passed before the answer could be sent; not sent",
+                    metadata: ["transactionId": "\(item.key)", "attempts": "\(item.attempts)"])
             } else if apiMissing {
                 failure = Self.apiMissing
                 next = clock.nowMs + OutboxRetry.whileNotConfiguredMs
@@ -37,7 +43,7 @@ public struct OutboxDelivery: FulfillmentPart {
                         "Finish Transaction: Apple does not know the transaction for this key; nothing to finish there",
                         metadata: ["transactionId": "\(item.key)", "error": "\(error.message)"])
                 } catch
-                    where item.kind == OutboxKind.consumptionInformation.rawValue
+                    where item.kind == OutboxKind.consumptionInformation.rawValue && error.data.extra["appleErrorCode"] != nil
                     && (error.knownCode == .notFound || error.knownCode == .invalidParams)
                 {
                     // Apple refused the answer for good (a transaction it does not know for this key, a field it does not
@@ -78,7 +84,9 @@ public struct OutboxDelivery: FulfillmentPart {
             try await dependencies.finishTransaction(item.key, internalToken: internalToken)
         case .consumptionInformation:
             guard let answer = try? JSONDecoder().decode(AppleConsumptionRequest.self, from: Data(item.payload.utf8)) else {
-                throw RPCError.internalError("the outbox's consumption answer for \(item.key) is not a ConsumptionRequest")
+                // Written by this service's own encoder: never so unless the row was edited by hand; sending again cannot help.
+                logger.error("the outbox's consumption answer is not a ConsumptionRequest; not sent", metadata: ["transactionId": "\(item.key)"])
+                return
             }
             try await dependencies.sendConsumption(.init(internalToken: internalToken, transactionId: item.key, consumption: answer))
         case nil: break

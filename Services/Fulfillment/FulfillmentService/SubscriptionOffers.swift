@@ -33,6 +33,17 @@ public enum OfferCustomer: Sendable, Equatable {
     static let noAppleAPI = "the App Store Server API is not configured, so the customer's history at Apple cannot be read"
 }
 
+/// The account's own Apple customer (its own purchases) and, when it is linked to an Apple customer by app transaction,
+/// that customer as every linked account's purchases show it.
+public struct OfferCustomers: Sendable, Equatable {
+    public var own: OfferCustomer
+    public var linked: OfferCustomer?
+    public init(own: OfferCustomer, linked: OfferCustomer? = nil) {
+        self.own = own
+        self.linked = linked
+    }
+}
+
 /// Who may redeem an offer: decided from the Apple customer's subscriptions in the product's group (this server's
 /// records and Apple's history), never from what a device says.
 public enum OfferRules {
@@ -68,6 +79,25 @@ public enum OfferRules {
         case .unknown(let why): return "\(why); StoreKit decides (isEligibleForIntroOffer)"
         case .known(_, let history): return history.isEmpty ? nil : "this customer subscribed in the group before"
         }
+    }
+
+    /// A link (`accounts.linkAppTransaction`: a JWS whoever holds it can present) only narrows: eligible when both the
+    /// account's own view and its linked customer's are; the linked view's refusal is named when the own view cannot
+    /// decide (the customer unknown).
+    public static func refusal(_ offer: SubscriptionOffer, customers: OfferCustomers, nowMs: Int64) -> String? {
+        narrowed(customers) { refusal(offer, customer: $0, nowMs: nowMs) }
+    }
+
+    public static func introductoryOfferRefusal(customers: OfferCustomers) -> String? {
+        narrowed(customers) { introductoryOfferRefusal(customer: $0) }
+    }
+
+    private static func narrowed(_ customers: OfferCustomers, _ refusal: (OfferCustomer) -> String?) -> String? {
+        let own = refusal(customers.own)
+        guard let linked = customers.linked else { return own }
+        let viaLink = refusal(linked)
+        if case .unknown = customers.own { return viaLink ?? own }
+        return own ?? viaLink
     }
 
     /// The customer's auto-renewable subscriptions as Apple's transaction history shows them (Production only):
@@ -111,12 +141,19 @@ public struct OfferDesk: FulfillmentPart {
         let context = try await offerContext(session: p.session, productId: p.productId)
         let now = clock.nowMs
         let standings = (context.product.offers ?? []).map { offer in
-            let refusal = OfferRules.refusal(offer, customer: context.customer, nowMs: now)
+            let refusal = OfferRules.refusal(offer, customers: context.customers, nowMs: now)
             return FulfillmentOfferEligibility.OfferStanding(offerId: offer.offerId, eligible: refusal == nil, reason: refusal)
         }
-        let introductoryRefusal = OfferRules.introductoryOfferRefusal(customer: context.customer)
+        let introductoryRefusal = OfferRules.introductoryOfferRefusal(customers: context.customers)
+        // Signed for the account's own customer; for the linked one only to say "not eligible" (a link only narrows).
+        var named: String?
+        if case .known(let own, _) = context.customers.own {
+            named = own
+        } else if case .known(let linked, _)? = context.customers.linked, introductoryRefusal != nil {
+            named = linked
+        }
         var signed: String?
-        if let key = configuration.offerKey, case .known(let transactionId, _) = context.customer {
+        if let key = configuration.offerKey, let transactionId = named {
             let claims: [String: JSONValue] = [
                 "productId": .string(p.productId), "allowIntroductoryOffer": .bool(introductoryRefusal == nil),
                 "transactionId": .string(transactionId),
@@ -145,7 +182,7 @@ public struct OfferDesk: FulfillmentPart {
             throw RPCError.notFound("\(p.productId) has no offer \(p.offerId)", reason: "unknownOffer")
         }
         let now = clock.nowMs
-        if let refusal = OfferRules.refusal(offer, customer: context.customer, nowMs: now) {
+        if let refusal = OfferRules.refusal(offer, customers: context.customers, nowMs: now) {
             throw RPCError.forbidden(refusal, reason: "notEligible")
         }
         let nonce = UUID().uuidString.lowercased()
@@ -155,7 +192,7 @@ public struct OfferDesk: FulfillmentPart {
             timestamp: now)
         var claims: [String: JSONValue] = ["productId": .string(p.productId), "offerIdentifier": .string(p.offerId)]
         // Optional in Apple's form, and recommended: one of the customer's transactions.
-        if case .known(let transactionId, _) = context.customer { claims["transactionId"] = .string(transactionId) }
+        if case .known(let transactionId, _) = context.customers.own { claims["transactionId"] = .string(transactionId) }
         let (signature, jws) = try sign { [claims] in
             (
                 try PromotionalOffer.signature(message, key: key.key),
@@ -182,9 +219,10 @@ public struct OfferDesk: FulfillmentPart {
 
     /// The caller, the product (an auto-renewable with its offers), and the caller's Apple customer with their
     /// Production subscriptions in its group (Sandbox value never counts for offers: their signatures name no
-    /// environment).
+    /// environment): as its own purchases show it, and as those of every account linked to the same Production app
+    /// transaction do.
     private func offerContext(session: String, productId: String) async throws(RPCError) -> (
-        account: AuthenticatedAccount, product: Product, customer: OfferCustomer
+        account: AuthenticatedAccount, product: Product, customers: OfferCustomers
     ) {
         let account = try await dependencies.authenticate(session)
         guard let product = try await dependencies.products([productId]).products.first(where: { $0.productId == productId }),
@@ -192,17 +230,26 @@ public struct OfferDesk: FulfillmentPart {
         else {
             throw RPCError.notFound("\(productId) is not an auto-renewable subscription in the catalog", reason: "unknownProduct")
         }
-        let now = clock.nowMs
         let accountId = account.accountId
-        // The customer's accounts: this one, and every account linked to the same Apple customer by app transaction.
-        let accounts = try await customerAccounts(accountId)
+        let own = try await customer(of: [accountId], caller: accountId, product: product, group: group)
+        let linked = try await linkedAccounts(accountId)
+        guard !linked.isEmpty else { return (account, product, OfferCustomers(own: own)) }
+        let viaLink = try await customer(of: [accountId] + linked, caller: accountId, product: product, group: group)
+        return (account, product, OfferCustomers(own: own, linked: viaLink))
+    }
+
+    /// The Apple customer as the purchases of `accounts` show it (the first one holding a Production purchase names it).
+    private func customer(of accounts: [String], caller: String, product: Product, group: String) async throws(RPCError)
+        -> OfferCustomer
+    {
+        let now = clock.nowMs
         var customerTransactionId: String?
         for id in accounts where customerTransactionId == nil {
             customerTransactionId = try await storeCall { try await self.store.customerTransactionId(accountId: id) }
         }
-        guard let transactionId = customerTransactionId else { return (account, product, .unknown(OfferCustomer.noPurchase)) }
-        guard let apple = try await appleSubscriptions(customerTransactionId: transactionId, accountId: accountId, nowMs: now) else {
-            return (account, product, .unknown(OfferCustomer.noAppleAPI))
+        guard let transactionId = customerTransactionId else { return .unknown(OfferCustomer.noPurchase) }
+        guard let apple = try await appleSubscriptions(customerTransactionId: transactionId, accountId: caller, nowMs: now) else {
+            return .unknown(OfferCustomer.noAppleAPI)
         }
         var local: [SubscriptionHistoryRecord] = []
         for id in accounts {
@@ -210,28 +257,31 @@ public struct OfferDesk: FulfillmentPart {
         }
         let records = OfferRules.merged(local, apple)
         // Which of the customer's subscriptions are in this product's group: the catalog says of each plan.
-        let plans = Array(Set(records.flatMap(\.productIds)).subtracting([productId]))
-        var inGroup: Set<String> = [productId]
+        let plans = Array(Set(records.flatMap(\.productIds)).subtracting([product.productId]))
+        var inGroup: Set<String> = [product.productId]
         if !plans.isEmpty {
             for other in try await dependencies.products(plans).products {
                 if case .subscription(_, let otherGroup) = other.grant, otherGroup == group { inGroup.insert(other.productId) }
             }
         }
-        return (account, product, .known(transactionId: transactionId, history: records.filter { !$0.productIds.isDisjoint(with: inGroup) }))
+        return .known(transactionId: transactionId, history: records.filter { !$0.productIds.isDisjoint(with: inGroup) })
     }
 
-    /// The accounts of the account's Apple customer: itself first, then every account linked to the same Production app
-    /// transaction (`accounts.linkAppTransaction`), oldest link first. Only itself without an internal token.
-    private func customerAccounts(_ accountId: String) async throws(RPCError) -> [String] {
-        guard let token = configuration.internalToken else { return [accountId] }
-        let links = try await dependencies.appleCustomer(accountId: accountId, internalToken: token)
-        let customers = Set(links.filter { $0.accountId == accountId && $0.environment == "Production" }.map(\.appTransactionId))
-        var accounts = [accountId]
-        for link in links where customers.contains(link.appTransactionId) && !accounts.contains(link.accountId) {
+    /// The other accounts linked to the account's Apple customers (Production app transactions only,
+    /// `accounts.linkAppTransaction`), oldest link first, at most `maxLinkedAccounts`; none without an internal token.
+    private func linkedAccounts(_ accountId: String) async throws(RPCError) -> [String] {
+        guard let token = configuration.internalToken else { return [] }
+        let links = try await dependencies.appleCustomer(accountId: accountId, internalToken: token).filter { $0.environment == "Production" }
+        let customers = Set(links.filter { $0.accountId == accountId }.map(\.appTransactionId))
+        var accounts: [String] = []
+        for link in links where customers.contains(link.appTransactionId) && link.accountId != accountId && !accounts.contains(link.accountId) {
             accounts.append(link.accountId)
         }
-        return accounts
+        return Array(accounts.prefix(Self.maxLinkedAccounts))
     }
+
+    /// Accounts of one Apple customer read for an offer decision (accounts caps the links themselves).
+    static let maxLinkedAccounts = 20
 
     /// The customer's subscriptions in their transaction history at Apple (one history read from the account's
     /// budget of Apple calls); nil when the App Store Server API is not configured.

@@ -30,7 +30,9 @@ extension VerificationService {
     /// The rules for an app transaction whose signature is verified: an id, this app's, a known environment (its
     /// `receiptType`), Xcode only when allowed.
     func acceptAppTransaction(_ payload: JSONValue, expectedBundleId: String?) -> VerificationVerifyAppTransaction.Result {
-        guard AppleAppTransaction(payload) != nil else { return .init(status: 21002, reason: "malformed") }
+        // An app transaction names its environment in `receiptType` only; a payload naming one in `environment` too is a
+        // transaction or something made to look like both.
+        guard AppleAppTransaction(payload) != nil, payload["environment"] == nil else { return .init(status: 21002, reason: "malformed") }
         guard bundleAccepted(payload["bundleId"]?.stringValue, expected: expectedBundleId) else {
             return .init(status: 21003, reason: "bundleMismatch")
         }
