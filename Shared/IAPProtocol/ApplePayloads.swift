@@ -142,6 +142,8 @@ public struct AppleNotification: Sendable, Equatable {
     public var transaction: AppleTransaction?
     /// `data.renewalInfo`, decoded.
     public var renewalInfo: AppleRenewalInfo?
+    /// `summary` (RENEWAL_EXTENSION / SUMMARY: a mass extension's counts); nil when absent or incomplete.
+    public var summary: AppleMassExtensionSummary?
 
     public init(_ payload: JSONValue) {
         notificationUUID = payload["notificationUUID"]?.stringValue
@@ -152,5 +154,27 @@ public struct AppleNotification: Sendable, Equatable {
         environment = data?["environment"]?.stringValue
         transaction = data?["transactionInfo"].flatMap(AppleTransaction.init)
         renewalInfo = data?["renewalInfo"].flatMap(AppleRenewalInfo.init)
+        summary = payload["summary"].flatMap(AppleMassExtensionSummary.init)
+    }
+}
+
+/// The `summary` of a RENEWAL_EXTENSION / SUMMARY notification: a mass extension's counts.
+public struct AppleMassExtensionSummary: Sendable, Equatable {
+    public var requestIdentifier: String
+    public var productId: String
+    public var environment: String?
+    public var succeededCount: Int64
+    public var failedCount: Int64
+
+    /// Nil without a request identifier, a product or the counts.
+    public init?(_ payload: JSONValue) {
+        guard let id = payload["requestIdentifier"]?.stringValue, let productId = payload["productId"]?.stringValue,
+            let succeeded = payload["succeededCount"]?.intValue, let failed = payload["failedCount"]?.intValue
+        else { return nil }
+        requestIdentifier = id
+        self.productId = productId
+        environment = payload["environment"]?.stringValue
+        succeededCount = succeeded
+        failedCount = failed
     }
 }

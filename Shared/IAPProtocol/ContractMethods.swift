@@ -20,7 +20,7 @@ public enum ContractMethods {
         .init(VerificationNotificationHistory.self), .init(VerificationRequestTestNotification.self),
         .init(VerificationTestNotificationStatus.self), .init(VerificationSendConsumption.self), .init(VerificationSetAppAccountToken.self),
         .init(VerificationExtendRenewalDate.self), .init(VerificationFinishTransaction.self), .init(VerificationVerifyAppTransaction.self),
-        .init(VerificationAppTransactionInfo.self),
+        .init(VerificationAppTransactionInfo.self), .init(VerificationMassExtendRenewalDate.self), .init(VerificationMassExtensionStatus.self),
     ]
     public static let fulfillment: [OpenRPCMethodDescription] = [
         .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),
@@ -31,7 +31,7 @@ public enum ContractMethods {
         .init(FulfillmentListOutbox.self),
         .init(FulfillmentRetryNotification.self), .init(FulfillmentRevokeTransaction.self), .init(FulfillmentLookUpOrder.self),
         .init(FulfillmentListAudit.self), .init(FulfillmentGrantOrder.self), .init(FulfillmentExtendSubscription.self),
-        .init(FulfillmentReconcile.self),
+        .init(FulfillmentReconcile.self), .init(FulfillmentExtendAllSubscriptions.self), .init(FulfillmentMassExtensionStatus.self),
     ]
     public static let simulator: [OpenRPCMethodDescription] = [
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),

@@ -205,6 +205,8 @@ import Testing
         "accounts.linkAppTransaction": ["accounts", "link-app-transaction"], "accounts.appleCustomer": ["accounts", "apple-customer"],
         "verification.verifyAppTransaction": ["verify", "app-transaction"], "verification.appTransactionInfo": ["appstore", "app-transaction"],
         "sim.appTransaction": ["sim", "app-transaction"],
+        "verification.massExtendRenewalDate": ["appstore", "mass-extend"], "verification.massExtensionStatus": ["appstore", "mass-extend-status"],
+        "fulfillment.extendAllSubscriptions": ["support", "extend"], "fulfillment.massExtensionStatus": ["support", "extend-status"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

@@ -67,6 +67,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                         policy: .refuse, answerScope: scope, nowMs: nowMs, in: ledger)
                 case .moveSubscriptionEnd(let original, let expires):
                     _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expires, in: ledger)
+                case .recordExtensionSummary: break
                 case .answerConsumption(let transactionId, let answer):
                     ledger.enqueueOutbox(
                         kind: .consumptionInformation, key: transactionId,
@@ -143,6 +144,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         }
     }
     func audit(limit: Int) async throws -> [AuditEntry] { audits.withLockedValue { Array($0.reversed().prefix(limit)) } }
+    func audit(action: String, transactionId: String, limit: Int) async throws -> [AuditEntry] {
+        audits.withLockedValue { Array($0.reversed().filter { $0.action == action && $0.transactionId == transactionId }.prefix(limit)) }
+    }
     func recordNotification(_ entry: InboxEntry) async throws -> (entry: InboxEntry, isNew: Bool) {
         inbox.withLockedValue {
             if let old = $0[entry.notificationUUID] { return (old, false) }
@@ -274,6 +278,14 @@ struct FakeDependencies: FulfillmentDependencies {
         throw RPCError.unavailable("not in the fast tests")
     }
     func appleCustomer(accountId: String, internalToken: String) async throws(RPCError) -> [AppTransactionLink] { [] }
+    func massExtendRenewalDate(_ params: VerificationMassExtendRenewalDate.Params) async throws(RPCError)
+        -> VerificationMassExtendRenewalDate.Result
+    {
+        throw RPCError.unavailable("not in the fast tests")
+    }
+    func massExtensionStatus(_ params: VerificationMassExtensionStatus.Params) async throws(RPCError) -> MassExtensionStatus {
+        throw RPCError.unavailable("not in the fast tests")
+    }
     func sendConsumption(_ params: VerificationSendConsumption.Params) async throws(RPCError) {
         throw RPCError.unavailable("not in the fast tests")
     }

@@ -39,6 +39,7 @@ from appstoreserverlibrary.models.DeliveryStatus import DeliveryStatus
 from appstoreserverlibrary.models.Environment import Environment
 from appstoreserverlibrary.models.ExtendReasonCode import ExtendReasonCode
 from appstoreserverlibrary.models.ExtendRenewalDateRequest import ExtendRenewalDateRequest
+from appstoreserverlibrary.models.MassExtendRenewalDateRequest import MassExtendRenewalDateRequest
 from appstoreserverlibrary.models.NotificationHistoryRequest import NotificationHistoryRequest
 from appstoreserverlibrary.models.RefundPreference import RefundPreference
 from appstoreserverlibrary.models.TransactionHistoryRequest import Order, TransactionHistoryRequest
@@ -403,6 +404,39 @@ def api_checks(sim, args, bundle, root, verifiers, purchases, inbox):
         check(f"API get_app_transaction_info error: {label} is {status} / {code}", error is not None
               and error.http_status_code == status and error.raw_api_error == code,
               repr(error and (error.http_status_code, error.raw_api_error)))
+
+    # Extend Subscription Renewal Dates for All Active Subscribers: accepted at once, carried out afterwards (here when
+    # sim.deliverNotifications asks), its status, one RENEWAL_EXTENDED and the RENEWAL_EXTENSION / SUMMARY with the counts.
+    sim("sim.purchase", appleId="mass@icloud", bundleId=bundle, productId="judge.mass", productType="autoRenewable")
+    sim("sim.deliverNotifications")
+    inbox.take()
+    request_id = str(uuid.uuid4())
+    mass = MassExtendRenewalDateRequest(extendByDays=3, extendReasonCode=ExtendReasonCode.SERVICE_ISSUE_OR_OUTAGE,
+                                        requestIdentifier=request_id, productId="judge.mass")
+    accepted = attempt("API extend_renewal_date_for_all_active_subscribers",
+                       lambda: production.extend_renewal_date_for_all_active_subscribers(mass))
+    check("API extend_renewal_date_for_all_active_subscribers answered its requestIdentifier",
+          accepted is not None and accepted.requestIdentifier == request_id, repr(accepted))
+    sim("sim.deliverNotifications")
+    done = attempt("API get_status_of_subscription_renewal_date_extensions",
+                   lambda: production.get_status_of_subscription_renewal_date_extensions(request_id, "judge.mass"))
+    check("API get_status_of_subscription_renewal_date_extensions: complete, one extended", done is not None and done.complete
+          and done.succeededCount == 1 and done.failedCount == 0 and done.completeDate, repr(done))
+    sent = [verifiers["production"].verify_and_decode_notification(p) for p in inbox.take().get("Production", [])]
+    summary = next((n.summary for n in sent if n.rawNotificationType == "RENEWAL_EXTENSION" and n.rawSubtype == "SUMMARY"), None)
+    check("RENEWAL_EXTENSION / SUMMARY verified, with the request and its counts", summary is not None
+          and summary.requestIdentifier == request_id and summary.productId == "judge.mass" and summary.succeededCount == 1
+          and summary.failedCount == 0 and summary.bundleId == bundle, repr(summary))
+    check("one RENEWAL_EXTENDED for the one subscriber", len([n for n in sent if n.rawNotificationType == "RENEWAL_EXTENDED"]) == 1)
+    for label, bad, status, code in (
+            ("91 days is 400 / 4000009", lambda: production.extend_renewal_date_for_all_active_subscribers(
+                MassExtendRenewalDateRequest(extendByDays=91, extendReasonCode=ExtendReasonCode.OTHER,
+                                             requestIdentifier=str(uuid.uuid4()), productId="judge.mass")), 400, 4000009),
+            ("an unknown request's status is 404 / 4040009", lambda: production.get_status_of_subscription_renewal_date_extensions(
+                str(uuid.uuid4()), "judge.mass"), 404, 4040009)):
+        error = api_error(bad)
+        check(f"API mass extension error: {label}", error is not None and error.http_status_code == status
+              and error.raw_api_error == code, repr(error and (error.http_status_code, error.raw_api_error)))
 
     # Send Consumption Information v2 (send_consumption_information): 202, recorded as sent; Apple's refusals. And
     # v1 (send_consumption_data, deprecated by the library), which the simulator keeps for older clients.

@@ -135,7 +135,7 @@ struct AppStoreCommand: AsyncParsableCommand {
         commandName: "appstore", abstract: "Apple's App Store Server API through verification (internal token).",
         subcommands: [
             Transaction.self, History.self, Order.self, Status.self, Refunds.self, Notifications.self, TestNotification.self,
-            Consumption.self, SetToken.self, Extend.self, Finish.self, AppTransaction.self,
+            Consumption.self, SetToken.self, Extend.self, Finish.self, AppTransaction.self, MassExtend.self, MassExtendStatus.self,
         ])
 
     /// production or sandbox.
@@ -402,7 +402,7 @@ func historyTable(_ answer: VerificationTransactionHistory.Result) -> String {
 struct SupportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "support", abstract: "Support tools (admin token): orders, extensions and the audit log.",
-        subcommands: [Order.self, Extend.self, Audit.self, Customer.self])
+        subcommands: [Order.self, Extend.self, ExtendStatus.self, Audit.self, Customer.self])
 
     struct Order: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -447,8 +447,14 @@ struct SupportCommand: AsyncParsableCommand {
 
     struct Extend: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "fulfillment.extendSubscription: move a subscription's renewal date later, at Apple and here (audited).")
-        @Argument(help: "The subscription's original transaction id.") var originalTransactionId: String
+            abstract:
+                "fulfillment.extendSubscription: move a subscription's renewal date later, at Apple and here; with --all, every active subscriber of --product (fulfillment.extendAllSubscriptions). Audited."
+        )
+        @Argument(help: "The subscription's original transaction id (not with --all).") var originalTransactionId: String?
+        @Flag(help: "Every active subscriber of --product (Apple's mass extension, carried out afterwards).") var all = false
+        @Option(help: "With --all: the subscription product.") var product: String?
+        @Option(help: "With --all: only subscribers of this storefront (ISO 3166-1 alpha-3, e.g. USA); repeatable.") var storefront: [String] = []
+        @Option(help: "With --all: production (default) or sandbox.") var environment: AppleEnvironment = .production
         @Option(help: "Days to add (1-90).") var days: Int
         @Option(name: .customLong("reason-code"), help: "Apple's code: 0 undeclared, 1 customer satisfaction, 2 other, 3 service issue.")
         var reasonCode = 1
@@ -456,14 +462,31 @@ struct SupportCommand: AsyncParsableCommand {
         @Option(name: .customLong("request-id"), help: "Makes a retry safe: the same id is not extended twice.") var requestId: String?
         @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
         @OptionGroup var client: ClientOptions
+        func validate() throws {
+            guard all == (originalTransactionId == nil), all == (product != nil) else {
+                throw ValidationError("give an original transaction id, or --all with --product")
+            }
+            if !all, !storefront.isEmpty { throw ValidationError("--storefront goes with --all") }
+        }
         func run() async throws {
             guard let token = resolveAdminToken(adminToken) else {
                 throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
             }
+            if all, let product {
+                await ServiceCall(options: client).run(
+                    .fulfillment, FulfillmentExtendAllSubscriptions.self,
+                    .init(
+                        adminToken: token, productId: product, days: days, reasonCode: reasonCode, reason: reason,
+                        storefrontCountryCodes: storefront.isEmpty ? nil : storefront, requestId: requestId, environment: environment)
+                ) {
+                    "mass extension \($0.requestIdentifier) requested at Apple (\($0.environment.rawValue)); iap support extend-status \($0.requestIdentifier) --product \(product)"
+                }
+                return
+            }
             await ServiceCall(options: client).run(
                 .fulfillment, FulfillmentExtendSubscription.self,
                 .init(
-                    adminToken: token, originalTransactionId: originalTransactionId, days: days, reasonCode: reasonCode, reason: reason,
+                    adminToken: token, originalTransactionId: originalTransactionId ?? "", days: days, reasonCode: reasonCode, reason: reason,
                     requestId: requestId)
             ) { "subscription \($0.originalTransactionId) now ends \(isoTime($0.expiresAtMs))\($0.accountId.map { " (account \($0))" } ?? "")" }
         }

@@ -69,6 +69,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
                 }
             }
             addSubscriptionRoutes(to: router, prefix: prefix, environment: environment)
+            addMassExtensionRoutes(to: router, prefix: prefix, environment: environment)
             addNotificationRoutes(to: router, prefix: prefix, environment: environment)
         }
     }

@@ -4,6 +4,7 @@ import GRDB
 import IAPProtocol
 import JSONRPC
 import NIOConcurrencyHelpers
+import NIOPosix
 import RPCTransport
 import Receipts
 import ServiceSupport
@@ -476,7 +477,11 @@ public final class AppStoreSimulator: Sendable {
             try self.courier.setFault(p)
             return EmptyResult()
         }
-        r.register(SimDeliverNotifications.self) { _, _ in await self.courier.deliver() }
+        r.register(SimDeliverNotifications.self) { _, _ in
+            // Mass extensions still pending are carried out first (they are otherwise right after their request).
+            _ = try? await NIOThreadPool.singleton.runIfActive { try self.completeMassExtensions() }
+            return await self.courier.deliver()
+        }
         return r
     }
 }

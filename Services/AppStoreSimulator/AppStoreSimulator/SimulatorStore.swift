@@ -157,6 +157,17 @@ final class SimulatorStore: Sendable {
                     ALTER TABLE simTransaction ADD COLUMN appTransactionId TEXT;
                     """)
         }
+        m.registerMigration("v11-mass-extensions") { db in
+            // Extend Subscription Renewal Dates for All Active Subscribers: each request, until carried out and after.
+            try db.execute(
+                sql: """
+                    CREATE TABLE simMassExtension (
+                        requestIdentifier TEXT NOT NULL, bundleId TEXT NOT NULL, environment TEXT NOT NULL, productId TEXT NOT NULL,
+                        days INTEGER NOT NULL, reasonCode INTEGER NOT NULL, storefronts TEXT, completeDateMs INTEGER,
+                        succeeded INTEGER NOT NULL DEFAULT 0, failed INTEGER NOT NULL DEFAULT 0,
+                        PRIMARY KEY (requestIdentifier, bundleId, environment)) WITHOUT ROWID;
+                    """)
+        }
         try m.migrate(writer)
     }
 

@@ -37,6 +37,11 @@ public protocol FulfillmentDependencies: Sendable {
     func sendConsumption(_ params: VerificationSendConsumption.Params) async throws(RPCError)
     /// Every link of the Apple customers an account is linked to by app transaction (accounts, internal).
     func appleCustomer(accountId: String, internalToken: String) async throws(RPCError) -> [AppTransactionLink]
+    /// Extends every active subscriber of a product at Apple, through verification.
+    func massExtendRenewalDate(_ params: VerificationMassExtendRenewalDate.Params) async throws(RPCError)
+        -> VerificationMassExtendRenewalDate.Result
+    /// A mass extension's status at Apple, through verification.
+    func massExtensionStatus(_ params: VerificationMassExtensionStatus.Params) async throws(RPCError) -> MassExtensionStatus
 }
 
 /// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
@@ -178,6 +183,16 @@ public struct Dependencies: FulfillmentDependencies {
 
     public func appleCustomer(accountId: String, internalToken: String) async throws(RPCError) -> [AppTransactionLink] {
         try await call("accounts", accounts, AccountsAppleCustomer.self, .init(internalToken: internalToken, accountId: accountId)).links
+    }
+
+    public func massExtendRenewalDate(_ params: VerificationMassExtendRenewalDate.Params) async throws(RPCError)
+        -> VerificationMassExtendRenewalDate.Result
+    {
+        try await call("verification", verification, VerificationMassExtendRenewalDate.self, params, passThrough: [.invalidParams, .conflict])
+    }
+
+    public func massExtensionStatus(_ params: VerificationMassExtensionStatus.Params) async throws(RPCError) -> MassExtensionStatus {
+        try await call("verification", verification, VerificationMassExtensionStatus.self, params, passThrough: [.notFound, .invalidParams])
     }
 
     /// Health probes of the three, for `health.check`.

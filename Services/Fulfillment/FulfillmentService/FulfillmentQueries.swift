@@ -94,9 +94,17 @@ struct FulfillmentQueries {
             nowMs, action, accountId, transactionId, reason, credential)
     }
 
-    /// The audit log, newest first.
-    func audit(limit: Int) throws -> [AuditEntry] {
-        try s.rows("SELECT * FROM admin_audit ORDER BY id DESC LIMIT ?1", limit).map {
+    /// The audit log, newest first; with `action`, only its entries about `transactionId`.
+    func audit(limit: Int, action: String? = nil, transactionId: String? = nil) throws -> [AuditEntry] {
+        let rows =
+            if let action {
+                try s.rows(
+                    "SELECT * FROM admin_audit WHERE action = ?1 AND transaction_id = ?2 ORDER BY id DESC LIMIT ?3", action, transactionId ?? "",
+                    limit)
+            } else {
+                try s.rows("SELECT * FROM admin_audit ORDER BY id DESC LIMIT ?1", limit)
+            }
+        return try rows.map {
             AuditEntry(
                 id: try $0.get("id"), atMs: try $0.get("at_ms"), action: try $0.get("action"), accountId: try $0.get("account_id"),
                 transactionId: try $0.get("transaction_id"), reason: try $0.get("reason"), credential: try $0.get("credential"))

@@ -25,6 +25,8 @@ extension FulfillmentService {
         r.register(FulfillmentGrantOrder.self) { p, _ in try await self.support.grantOrder(p) }
         r.register(FulfillmentExtendSubscription.self) { p, _ in try await self.support.extendSubscription(p) }
         r.register(FulfillmentReconcile.self) { p, _ in try await self.support.reconcile(p) }
+        r.register(FulfillmentExtendAllSubscriptions.self) { p, _ in try await self.support.extendAllSubscriptions(p) }
+        r.register(FulfillmentMassExtensionStatus.self) { p, _ in try await self.support.massExtensionStatus(p) }
         r.register(FulfillmentOfferEligibility.self) { p, _ in try await self.offers.offerEligibility(p) }
         r.register(FulfillmentSignOffer.self) { p, _ in try await self.offers.signOffer(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in

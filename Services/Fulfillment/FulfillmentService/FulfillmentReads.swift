@@ -77,6 +77,10 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         try await read { s in try FulfillmentQueries(s).audit(limit: limit) }
     }
 
+    public func audit(action: String, transactionId: String, limit: Int) async throws -> [AuditEntry] {
+        try await read { s in try FulfillmentQueries(s).audit(limit: limit, action: action, transactionId: transactionId) }
+    }
+
     public func entitlement(originalTransactionId: String) async throws -> EntitlementRecord? {
         try await read { s in try FulfillmentRecords(s).entitlement(original: originalTransactionId) }
     }

@@ -78,6 +78,8 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
         async throws
     /// The audit log, newest first.
     func audit(limit: Int) async throws -> [AuditEntry]
+    /// The audit log's entries of one action about one transaction (or request) id, newest first.
+    func audit(action: String, transactionId: String, limit: Int) async throws -> [AuditEntry]
     /// True for a notification applied by a version of this service older than the inbox.
     func notificationWasApplied(_ uuid: String) async throws -> Bool
     func owner(originalTransactionId: String) async throws -> Holder?

@@ -13,6 +13,9 @@ public enum NotificationDisposition: Equatable, Sendable {
     case answerConsumptionRequest
     /// REFUND_DECLINED: recorded (the purchase stands).
     case record
+    /// RENEWAL_EXTENSION / SUMMARY: a mass extension's counts, recorded for `fulfillment.massExtensionStatus` (each
+    /// subscription it extended has its own RENEWAL_EXTENDED).
+    case recordExtensionSummary
     /// Nothing to apply here; the reason is kept on the inbox row.
     case ignore(String)
 
@@ -36,8 +39,7 @@ public enum NotificationDisposition: Equatable, Sendable {
         case ("TEST", _): return .ignore("a test notification (Request a Test Notification): nothing to apply")
         case ("EXTERNAL_PURCHASE_TOKEN", _):
             return .ignore("an external purchase token: purchases made outside the App Store are not fulfilled here")
-        case ("RENEWAL_EXTENSION", "SUMMARY"):
-            return .ignore("a mass extension's summary: each subscription it extended has its own RENEWAL_EXTENDED")
+        case ("RENEWAL_EXTENSION", "SUMMARY"): return .recordExtensionSummary
         case ("RENEWAL_EXTENSION", _): return .ignore("a mass extension did not extend this subscription: nothing changed at Apple")
         default: return .ignore("\(type) is not a notification type this server acts on")
         }

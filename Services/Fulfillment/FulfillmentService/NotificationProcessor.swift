@@ -151,6 +151,7 @@ public struct NotificationProcessor: FulfillmentPart {
             disposition: disposition, type: notification.type, snapshot: snapshot,
             renewal: notification.renewalInfo.flatMap { RenewalState($0, fallbackSignedDateMs: notification.signedDateMs) },
             signedDateMs: entry.signedDateMs)
+        facts.summary = notification.summary
         guard let snapshot else { return facts }
         switch disposition {
         case .bringToAppleState:

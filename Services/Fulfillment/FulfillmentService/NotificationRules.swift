@@ -29,6 +29,8 @@ public enum NotificationRules {
         public var rule: GrantRule?
         /// The account whose appAccountToken the purchase carries, if the purchase carries one and accounts knows it.
         public var tokenAccountId: String?
+        /// RENEWAL_EXTENSION / SUMMARY: the mass extension's counts.
+        public var summary: AppleMassExtensionSummary?
         /// CONSUMPTION_REQUEST: the answer owed to Apple (the account consented, inside Apple's window); nil: none.
         public var consumption: AppleConsumptionRequest?
 
@@ -82,6 +84,8 @@ public enum NotificationRules {
         /// Recorded for its account as a redeem would (`GrantRules.apply`, `.refuse` transfers).
         case grant(VerifiedPurchase, accountId: String, scope: AccountScope, rule: GrantRule?, appAccountToken: String?)
         case moveSubscriptionEnd(originalTransactionId: String, expiresAtMs: Int64)
+        /// A mass extension's counts, kept (in the audit log, as Apple's word) for `fulfillment.massExtensionStatus`.
+        case recordExtensionSummary(AppleMassExtensionSummary)
         /// Owed to Apple through the outbox: Send Consumption Information about the transaction.
         case answerConsumption(transactionId: String, AppleConsumptionRequest)
 
@@ -95,6 +99,9 @@ public enum NotificationRules {
         public var applied: Bool { ignoredBecause == nil }
     }
 
+    /// The audit log's action for a mass extension's summary (its `transactionId` is the request identifier).
+    public static let summaryAction = "massExtensionSummary"
+
     public static func decide(_ facts: Facts, stored: Stored) -> Decision {
         var decision = Decision()
         if case .ignore(let reason) = facts.disposition {
@@ -105,6 +112,14 @@ public enum NotificationRules {
         if let renewal = facts.renewal, (stored.keptRenewalSignedMs ?? .min) <= renewal.signedDateMs {
             decision.effects.append(.keepRenewal(renewal))
             renewalKept = true
+        }
+        if facts.disposition == .recordExtensionSummary {
+            if let summary = facts.summary {
+                decision.effects.append(.recordExtensionSummary(summary))
+            } else {
+                decision.ignoredBecause = "a mass extension's summary without its request, product or counts"
+            }
+            return decision
         }
         guard let purchase = facts.purchase else {
             decision.ignoredBecause = "no transaction in the notification"
@@ -135,7 +150,7 @@ public enum NotificationRules {
             } else {
                 decision.ignoredBecause = "not answered: no consent, outside Apple's window, or not a purchase made here"
             }
-        case .record, .ignore:
+        case .record, .ignore, .recordExtensionSummary:
             break
         }
         return decision

@@ -97,6 +97,50 @@ public struct SupportDesk: FulfillmentPart {
         return .init(originalTransactionId: p.originalTransactionId, expiresAtMs: expires, accountId: owner?.accountId)
     }
 
+    /// Support: extends every active subscriber of a product at Apple (carried out there afterwards; each extension
+    /// arrives as RENEWAL_EXTENDED and is applied once, the counts as RENEWAL_EXTENSION / SUMMARY); audited.
+    public func extendAllSubscriptions(_ p: FulfillmentExtendAllSubscriptions.Params) async throws(RPCError)
+        -> FulfillmentExtendAllSubscriptions.Result
+    {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        guard (1...90).contains(p.days) else { throw RPCError.invalidParams("days must be 1-90", field: "days", reason: "invalidValue") }
+        guard (0...3).contains(p.reasonCode) else {
+            throw RPCError.invalidParams("reasonCode must be 0-3 (Apple's extendReasonCode)", field: "reasonCode", reason: "invalidValue")
+        }
+        let requestId = p.requestId ?? UUID().uuidString.lowercased()
+        guard UUID(uuidString: requestId) != nil else {
+            throw RPCError.invalidParams("requestId must be a UUID (Apple's requestIdentifier)", field: "requestId", reason: "invalidValue")
+        }
+        let environment = p.environment ?? .production
+        let token = try internalTokenForApple("extending subscriptions")
+        let answer = try await dependencies.massExtendRenewalDate(
+            .init(
+                internalToken: token, environment: environment, productId: p.productId, extendByDays: p.days, extendReasonCode: p.reasonCode,
+                requestIdentifier: requestId, storefrontCountryCodes: p.storefrontCountryCodes))
+        let storefronts = p.storefrontCountryCodes.map { " in " + $0.joined(separator: ",") } ?? ""
+        try await audit(
+            "extendAllSubscriptions", transactionId: answer.requestIdentifier,
+            reason: "\(p.productId) +\(p.days) days (code \(p.reasonCode))\(storefronts), \(environment.rawValue): \(p.reason)", token: p.adminToken)
+        logger.notice(
+            "mass renewal extension requested at Apple",
+            metadata: ["productId": "\(p.productId)", "days": "\(p.days)", "requestIdentifier": "\(answer.requestIdentifier)"])
+        return .init(requestIdentifier: answer.requestIdentifier, environment: environment)
+    }
+
+    /// Support: a mass extension's status at Apple, and its summary once Apple's RENEWAL_EXTENSION / SUMMARY was processed.
+    public func massExtensionStatus(_ p: FulfillmentMassExtensionStatus.Params) async throws(RPCError) -> FulfillmentMassExtensionStatus.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        let token = try internalTokenForApple("reading a mass extension's status")
+        let atApple = try await dependencies.massExtensionStatus(
+            .init(internalToken: token, environment: p.environment ?? .production, productId: p.productId, requestIdentifier: p.requestIdentifier))
+        let recorded = try await storeCall {
+            try await self.store.audit(action: NotificationRules.summaryAction, transactionId: p.requestIdentifier, limit: 1)
+        }
+        let summary = recorded.first.flatMap { try? JSONDecoder().decode(MassExtensionSummary.self, from: Data($0.reason.utf8)) }
+        return .init(atApple: atApple, summary: summary)
+    }
+
     static func checkReason(_ reason: String, maxBytes: Int) throws(RPCError) {
         guard !reason.isEmpty, reason.utf8.count <= maxBytes else {
             throw RPCError.invalidParams("reason must be 1-\(maxBytes) bytes", field: "reason", reason: "invalidValue")

@@ -529,6 +529,8 @@ public final class VerificationService: Sendable {
             return EmptyResult()
         }
         r.register(VerificationVerifyAppTransaction.self) { p, _ in try await self.verifyAppTransaction(p) }
+        r.register(VerificationMassExtendRenewalDate.self) { p, _ in try await self.massExtendRenewalDate(p) }
+        r.register(VerificationMassExtensionStatus.self) { p, _ in try await self.massExtensionStatus(p) }
         r.register(VerificationAppTransactionInfo.self) { p, _ in try await self.appTransactionInfo(p) }
         r.register(VerificationFinishTransaction.self) { p, _ in
             try await self.finishTransaction(p)
