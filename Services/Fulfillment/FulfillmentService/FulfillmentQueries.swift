@@ -64,10 +64,8 @@ struct FulfillmentQueries {
     /// The first time the account was given a download of the content (a signed URL, or its first bytes).
     func recordContentDelivery(_ holder: Holder, contentId: String, nowMs: Int64) throws {
         try s.run(
-            """
-            INSERT INTO content_delivery (account_id, scope, content_id, first_at_ms) VALUES (?1, ?2, ?3, ?4)
-            ON CONFLICT (account_id, scope, content_id) DO NOTHING
-            """, holder.accountId, holder.scope.rawValue, contentId, nowMs)
+            "INSERT INTO content_delivery (account_id, scope, content_id, first_at_ms) VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+            holder.accountId, holder.scope.rawValue, contentId, nowMs)
     }
 
     func deliveredContent(_ holder: Holder) throws -> Set<String> {
