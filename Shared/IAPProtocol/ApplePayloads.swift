@@ -154,7 +154,8 @@ public struct AppleNotification: Sendable, Equatable {
         environment = data?["environment"]?.stringValue
         transaction = data?["transactionInfo"].flatMap(AppleTransaction.init)
         renewalInfo = data?["renewalInfo"].flatMap(AppleRenewalInfo.init)
-        summary = payload["summary"].flatMap(AppleMassExtensionSummary.init)
+        // Apple sends one of `data`, `summary` and `externalPurchaseToken`; verification checks the bundle of the one present.
+        summary = data == nil ? payload["summary"].flatMap(AppleMassExtensionSummary.init) : nil
     }
 }
 

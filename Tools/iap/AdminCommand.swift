@@ -473,11 +473,14 @@ struct SupportCommand: AsyncParsableCommand {
                 throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
             }
             if all, let product {
+                // Made here and shown first: if the answer is lost, the same --request-id again is the same request at Apple.
+                let id = requestId ?? UUID().uuidString.lowercased()
+                FileHandle.standardError.write(Data("mass extension \(id): asking Apple (retry with --request-id \(id))\n".utf8))
                 await ServiceCall(options: client).run(
                     .fulfillment, FulfillmentExtendAllSubscriptions.self,
                     .init(
                         adminToken: token, productId: product, days: days, reasonCode: reasonCode, reason: reason,
-                        storefrontCountryCodes: storefront.isEmpty ? nil : storefront, requestId: requestId, environment: environment)
+                        storefrontCountryCodes: storefront.isEmpty ? nil : storefront, requestId: id, environment: environment)
                 ) {
                     "mass extension \($0.requestIdentifier) requested at Apple (\($0.environment.rawValue)); iap support extend-status \($0.requestIdentifier) --product \(product)"
                 }

@@ -193,6 +193,8 @@ public final class AppStoreSimulator: Sendable {
         guard p.seconds >= 0, p.seconds <= 10 * 366 * 86_400 else {
             throw RPCError.invalidParams("seconds must be 0 to ten years", field: "seconds", reason: "invalidValue")
         }
+        // A mass extension requested before this moment is carried out at it, whichever runs first.
+        try completeMassExtensions()
         let (now, renewed, notifications) = try write { db -> (Int64, [SimTransaction], [String]) in
             try db.execute(sql: "UPDATE simState SET clockOffsetMs = clockOffsetMs + ?", arguments: [p.seconds * 1000])
             let now = try self.now(db)

@@ -142,7 +142,11 @@ extension SimulatorServerAPIBackend {
         let pending = try store.writer.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM simMassExtension WHERE completeDateMs IS NULL").map(Self.massExtension)
         }
-        for job in pending { try store.writer.write { db in try self.complete(job, db: db) } }
+        var failure: (any Error)?
+        for job in pending {
+            do { try store.writer.write { db in try self.complete(job, db: db) } } catch { failure = failure ?? error }
+        }
+        if let failure { throw failure }
         return pending.count
     }
 

@@ -33,7 +33,7 @@ extension FulfillmentRecords {
             _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expiresAtMs, in: self)
         case .recordExtensionSummary(let summary):
             let counts = MassExtensionSummary(
-                requestIdentifier: summary.requestIdentifier, productId: summary.productId, environment: summary.environment ?? "",
+                requestIdentifier: summary.requestIdentifier, productId: summary.productId, environment: summary.environment ?? "-",
                 succeededCount: summary.succeededCount, failedCount: summary.failedCount, recordedAtMs: nowMs)
             try FulfillmentQueries(s).recordAudit(
                 NotificationRules.summaryAction, accountId: nil, transactionId: summary.requestIdentifier,

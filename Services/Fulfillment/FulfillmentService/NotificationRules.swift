@@ -114,10 +114,10 @@ public enum NotificationRules {
             renewalKept = true
         }
         if facts.disposition == .recordExtensionSummary {
-            if let summary = facts.summary {
+            if let summary = facts.summary, summary.environment != nil {
                 decision.effects.append(.recordExtensionSummary(summary))
             } else {
-                decision.ignoredBecause = "a mass extension's summary without its request, product or counts"
+                decision.ignoredBecause = "a mass extension's summary without its request, product, environment or counts"
             }
             return decision
         }

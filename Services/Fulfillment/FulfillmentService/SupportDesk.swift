@@ -114,14 +114,16 @@ public struct SupportDesk: FulfillmentPart {
         }
         let environment = p.environment ?? .production
         let token = try internalTokenForApple("extending subscriptions")
+        // Audited before Apple is asked: an answer lost on the way back leaves the request identifier in the log, so the
+        // operator retries with it (the same request at Apple) instead of extending everyone again.
+        let storefronts = p.storefrontCountryCodes.map { " in " + $0.joined(separator: ",") } ?? ""
+        try await audit(
+            "extendAllSubscriptions", transactionId: requestId,
+            reason: "\(p.productId) +\(p.days) days (code \(p.reasonCode))\(storefronts), \(environment.rawValue): \(p.reason)", token: p.adminToken)
         let answer = try await dependencies.massExtendRenewalDate(
             .init(
                 internalToken: token, environment: environment, productId: p.productId, extendByDays: p.days, extendReasonCode: p.reasonCode,
                 requestIdentifier: requestId, storefrontCountryCodes: p.storefrontCountryCodes))
-        let storefronts = p.storefrontCountryCodes.map { " in " + $0.joined(separator: ",") } ?? ""
-        try await audit(
-            "extendAllSubscriptions", transactionId: answer.requestIdentifier,
-            reason: "\(p.productId) +\(p.days) days (code \(p.reasonCode))\(storefronts), \(environment.rawValue): \(p.reason)", token: p.adminToken)
         logger.notice(
             "mass renewal extension requested at Apple",
             metadata: ["productId": "\(p.productId)", "days": "\(p.days)", "requestIdentifier": "\(answer.requestIdentifier)"])
@@ -135,9 +137,11 @@ public struct SupportDesk: FulfillmentPart {
         let atApple = try await dependencies.massExtensionStatus(
             .init(internalToken: token, environment: p.environment ?? .production, productId: p.productId, requestIdentifier: p.requestIdentifier))
         let recorded = try await storeCall {
-            try await self.store.audit(action: NotificationRules.summaryAction, transactionId: p.requestIdentifier, limit: 1)
+            try await self.store.audit(action: NotificationRules.summaryAction, transactionId: p.requestIdentifier, limit: 10)
         }
-        let summary = recorded.first.flatMap { try? JSONDecoder().decode(MassExtensionSummary.self, from: Data($0.reason.utf8)) }
+        // The same identifier may have been used for another product or environment (a rehearsal in Sandbox).
+        let summary = recorded.lazy.compactMap { try? JSONDecoder().decode(MassExtensionSummary.self, from: Data($0.reason.utf8)) }
+            .first { $0.productId == p.productId && $0.environment == (p.environment ?? .production).rawValue }
         return .init(atApple: atApple, summary: summary)
     }
 

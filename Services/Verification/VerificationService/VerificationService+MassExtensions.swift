@@ -15,7 +15,7 @@ extension VerificationService {
         }
         try Self.checkMassRequest(productId: p.productId, requestIdentifier: p.requestIdentifier)
         if let codes = p.storefrontCountryCodes {
-            guard !codes.isEmpty, codes.allSatisfy({ $0.count == 3 && $0.allSatisfy { $0.isASCII && $0.isUppercase } }) else {
+            guard (1...250).contains(codes.count), codes.allSatisfy({ $0.count == 3 && $0.allSatisfy { $0.isASCII && $0.isUppercase } }) else {
                 throw RPCError.invalidParams(
                     "storefrontCountryCodes: ISO 3166-1 alpha-3 codes (USA, FRA...), at least one when given", field: "storefrontCountryCodes",
                     reason: "invalidValue")
