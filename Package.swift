@@ -104,6 +104,7 @@ let package = Package(
             name: "PostgresSupport",
             dependencies: [
                 "JSONRPC",
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

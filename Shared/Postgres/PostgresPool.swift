@@ -1,6 +1,7 @@
 import Foundation
 import JSONRPC
 import Logging
+import Metrics
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
@@ -31,6 +32,9 @@ public final class PostgresPool: Sendable {
     let logger: Logger
     /// How often one transaction is attempted before its failure is answered.
     public let attempts = 8
+    /// Statements sent and answered, each one round trip to the server (postgres-nio 1.33 does not pipeline): exported
+    /// as `iap_postgres_round_trips_total{schema}`, read by `roundTrips` (tests, benchmarks).
+    let roundTripCount: RoundTrips
 
     /// The PostgreSQL schema (namespace) this pool's tables live in: each service keeps its own, so the services
     /// can share one database or use one each.
@@ -46,8 +50,12 @@ public final class PostgresPool: Sendable {
         self.configuration = try url.configuration()
         self.logger = logger
         self.threads = NIOThreadPool(numberOfThreads: size)
+        self.roundTripCount = RoundTrips(schema: schema)
         threads.start()
     }
+
+    /// Round trips to the server so far (every statement: BEGIN, each read and write, COMMIT, lock and unlock).
+    public var roundTrips: Int { roundTripCount.total.withLockedValue { $0 } }
 
     /// Closes every connection and stops the threads; calls after it fail.
     public func close() {
@@ -120,7 +128,7 @@ public final class PostgresPool: Sendable {
         while true {
             attempt += 1
             let connection = try checkout()
-            let session = PostgresSession(connection: connection, logger: logger)
+            let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount)
             // Advisory locks end with the session, not the transaction: released before the connection is reused
             // (a connection that cannot release them is closed, which releases them).
             func checkin(_ connection: PostgresConnection) {
@@ -204,7 +212,7 @@ public final class PostgresPool: Sendable {
             }
             do {
                 // A statement that hangs (a lock held by a stuck client) ends rather than holding a thread forever.
-                let session = PostgresSession(connection: connection, logger: logger)
+                let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount)
                 try session.execute("SET statement_timeout = '15s'")
                 try session.execute(PostgresQuery(unsafeSQL: "SET search_path TO \(schema)"))
             } catch {
@@ -279,11 +287,25 @@ public final class PostgresPool: Sendable {
     }
 }
 
+/// A pool's count of round trips, and its metric.
+final class RoundTrips: Sendable {
+    let total = NIOLockedValueBox(0)
+    let counter: Counter
+
+    init(schema: String) { counter = Counter(label: "iap_postgres_round_trips_total", dimensions: [("schema", schema)]) }
+
+    func one() {
+        total.withLockedValue { $0 += 1 }
+        counter.increment()
+    }
+}
+
 /// One connection inside one transaction (or none, for `withSession`), used from a pool thread: each call
 /// waits for PostgreSQL's answer.
 public struct PostgresSession {
     let connection: PostgresConnection
     let logger: Logger
+    let roundTrips: RoundTrips
 
     /// How long one statement may take before the connection is given up (the server's own statement_timeout is
     /// 15 s; this bound also covers a server that stopped answering altogether).
@@ -291,7 +313,8 @@ public struct PostgresSession {
 
     /// Every row of the answer.
     public func query(_ query: PostgresQuery) throws -> [PostgresRandomAccessRow] {
-        try bounded(connection.query(query, logger: logger)).rows.map { $0.makeRandomAccess() }
+        roundTrips.one()
+        return try bounded(connection.query(query, logger: logger)).rows.map { $0.makeRandomAccess() }
     }
 
     /// Waits for `future`, at most `deadline`; past it the connection is closed and the wait fails.
@@ -325,7 +348,8 @@ public struct PostgresSession {
     /// Runs a statement; answers how many rows it changed.
     @discardableResult
     public func execute(_ query: PostgresQuery) throws -> Int {
-        try bounded(connection.query(query, logger: logger)).metadata.rows ?? 0
+        roundTrips.one()
+        return try bounded(connection.query(query, logger: logger)).metadata.rows ?? 0
     }
 
     /// Several statements in one string, without parameters (migrations), run one after another.

@@ -11,6 +11,56 @@ import Testing
 /// (The contract both engines share is `StoreEngineTests`.)
 @Suite(.enabled(if: TestPostgres.isAvailable, "PostgreSQL is not installed"), .serialized)
 struct PostgresStoreTests {
+    /// Statements per redeem and per spend, counted by the server (`pg_stat_statements`, preloaded on the test cluster) and
+    /// by the pool (its round trips: each statement is one, postgres-nio does not pipeline), in steady state (connections
+    /// made first). The bounds are today's: the test fails if a change makes either grow; lower them when one cuts them.
+    @Test func statementsPerRedeemAndPerSpendDoNotGrow() async throws {
+        let url = try PostgresURL(try await TestPostgres.newDatabase())
+        let pool = try PostgresPool(url: url, schema: "fulfillment", connections: 1, logger: Logger(label: "statements-test"))
+        let store = try await PostgresFulfillmentStore(pool: pool)
+        defer { try? store.close() }
+        let psqlURL = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
+        let thisDatabase = "(SELECT oid FROM pg_database WHERE datname = current_database())"
+        // On the tests' own cluster the server counts too; a server someone runs (IAP_TEST_POSTGRES_URL) may not preload it.
+        let serverCounts =
+            (try? await TestPostgres.psql(psqlURL, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements; SELECT 1 FROM pg_stat_statements LIMIT 1"))
+            != nil
+        func redeem(_ i: Int) async throws {
+            _ = try await store.apply(
+                [coins("\(2_100_000_000 + i)")], accountId: "acct\(i % 5)", appAccountToken: nil, mode: .redeem, policy: .refuse,
+                answerScope: .production, nowMs: 1)
+        }
+        try await redeem(-1)  // the connection made, its session set up
+        let n = 20
+        func measured(_ body: () async throws -> Void) async throws -> (server: Double?, client: Double) {
+            if serverCounts { _ = try await TestPostgres.psql(psqlURL, "SELECT pg_stat_statements_reset(0, \(thisDatabase), 0)") }
+            let before = pool.roundTrips
+            try await body()
+            let client = Double(pool.roundTrips - before) / Double(n)
+            guard serverCounts else { return (nil, client) }
+            let server = try await TestPostgres.psql(
+                psqlURL,
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE dbid = \(thisDatabase) AND query NOT LIKE '%pg_stat_statements%'")
+            return (Double(Int(server) ?? -1) / Double(n), client)
+        }
+        let redeems = try await measured { for i in 0..<n { try await redeem(i) } }
+        let spends = try await measured {
+            for i in 0..<n {
+                _ = try await store.spend(accountId: "acct\(i % 5)", scope: .production, amount: 1, idempotencyKey: "k\(i)", memo: nil, nowMs: 2)
+            }
+        }
+        print("statements per redeem: \(redeems); per spend: \(spends) (server, client)")
+        if serverCounts {
+            #expect(redeems.server == redeems.client && spends.server == spends.client, "every round trip is one statement the server ran")
+        }
+        #expect(redeems.client <= Self.statementsPerRedeem, "statements per redeem grew: \(redeems.client)")
+        #expect(spends.client <= Self.statementsPerSpend, "statements per spend grew: \(spends.client)")
+    }
+
+    /// Measured on 2026-11-26 (a coin purchase redeemed by a new transaction id; a one-coin spend with a new key).
+    static let statementsPerRedeem = 14.0
+    static let statementsPerSpend = 9.0
+
     @Test func theSchemaRefusesWhatTheCodeMustNeverDo() async throws {
         try await StoreEngine.postgres.open().with { db in
             _ = try await db.first.apply(

@@ -133,7 +133,9 @@ public actor TestPostgresServer {
         guard let cluster else { throw TestPostgres.Failure(description: "only a server these tests started can be started") }
         // fsync off: a test server's data need not survive a power cut (commits still wait for the WAL write, so a
         // killed server loses nothing); many connections: suites run in parallel, each service with its own pool.
-        let options = "-p \(cluster.port) -k \(cluster.directory) -c listen_addresses=127.0.0.1 -c max_connections=1000 -c fsync=off"
+        let options =
+            "-p \(cluster.port) -k \(cluster.directory) -c listen_addresses=127.0.0.1 -c max_connections=1000 -c fsync=off"
+            + " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.max=10000"
         try await run(
             cluster.bin + "/pg_ctl", ["-D", cluster.directory + "/data", "-o", options, "-l", cluster.directory + "/log", "-w", "-t", "60", "start"])
     }
