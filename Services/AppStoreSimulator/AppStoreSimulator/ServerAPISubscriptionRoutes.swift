@@ -52,6 +52,17 @@ extension AppStoreServerAPIEndpoint {
         }
     }
 
+    /// `extendByDays` (1-90, else 4000009) and `extendReasonCode` (0-3, else 4000010), single or mass extension alike.
+    static func extensionTerms(_ object: [String: Any]) throws -> (days: Int, reason: Int) {
+        guard let days = (object["extendByDays"] as? NSNumber)?.intValue, (1...90).contains(days) else {
+            throw APIError.badRequest(4_000_009, "Invalid extend by days value.")
+        }
+        guard let reason = (object["extendReasonCode"] as? NSNumber)?.intValue, (0...3).contains(reason) else {
+            throw APIError.badRequest(4_000_010, "Invalid extend reason code.")
+        }
+        return (days, reason)
+    }
+
     /// A JSON object request body, else Apple's general bad request.
     static func object(_ body: [UInt8]) throws -> [String: Any] {
         guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
@@ -205,12 +216,7 @@ extension AppStoreServerAPIEndpoint {
             throw APIError(status: .notFound, code: 4_040_005, message: "Original transaction id not found.")
         }
         let object = try Self.object(body)
-        guard let days = (object["extendByDays"] as? NSNumber)?.intValue, (1...90).contains(days) else {
-            throw APIError.badRequest(4_000_009, "Invalid extend by days value.")
-        }
-        guard let reason = (object["extendReasonCode"] as? NSNumber)?.intValue, (0...3).contains(reason) else {
-            throw APIError.badRequest(4_000_010, "Invalid extend reason code.")
-        }
+        let (days, reason) = try Self.extensionTerms(object)
         guard let requestIdentifier = object["requestIdentifier"] as? String, (1...128).contains(requestIdentifier.count) else {
             throw APIError.badRequest(4_000_011, "Invalid request identifier.")
         }

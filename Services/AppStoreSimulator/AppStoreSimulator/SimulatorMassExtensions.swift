@@ -35,12 +35,7 @@ extension AppStoreServerAPIEndpoint {
     func massExtend(body: [UInt8], environment: SimEnvironment, bid: String) throws -> [String: Any] {
         let object = try Self.object(body)
         let requestIdentifier = try Self.requestIdentifier(object["requestIdentifier"])
-        guard let days = (object["extendByDays"] as? NSNumber)?.intValue, (1...90).contains(days) else {
-            throw APIError.badRequest(4_000_009, "Invalid extend by days value.")
-        }
-        guard let reason = (object["extendReasonCode"] as? NSNumber)?.intValue, (0...3).contains(reason) else {
-            throw APIError.badRequest(4_000_010, "Invalid extend reason code.")
-        }
+        let (days, reason) = try Self.extensionTerms(object)
         guard let productId = object["productId"] as? String, !productId.isEmpty else {
             throw APIError.badRequest(4_000_023, "Invalid request. The product id parameter is invalid.")
         }
@@ -164,22 +159,14 @@ extension SimulatorServerAPIBackend {
             try SimulatorStore.allAutoRenewables(db).filter { $0.bundleId == job.bundleId && $0.environment == job.environment }
                 .map(\.originalTransactionId))
         for original in originals.sorted() where inStorefront {
-            guard var latest = try SimulatorStore.latestPeriod(original, db: db), latest.productId == job.productId,
-                try simulator.subscriptionStatus(latest, db: db) == 1, let expires = latest.expiresDateMs
-            else { continue }
-            var renewal = try SimulatorStore.renewal(original, db: db)
-            guard renewal.extensions < 2 else {
+            guard let latest = try SimulatorStore.latestPeriod(original, db: db), latest.productId == job.productId else { continue }
+            switch try extend(original, days: job.days, db: db) {
+            case .extended: succeeded += 1
+            case .ineligible: continue
+            case .maxExtensions:
                 failed += 1
                 try simulator.recordNotification("RENEWAL_EXTENSION", subtype: "FAILURE", latest, signedDate: now, db: db)
-                continue
             }
-            renewal.extensions += 1
-            try SimulatorStore.saveRenewal(original, renewal, db: db)
-            latest.expiresDateMs = expires + Int64(job.days) * 86_400_000
-            try db.execute(
-                sql: "UPDATE simTransaction SET expiresDateMs = ? WHERE transactionId = ?", arguments: [latest.expiresDateMs, latest.transactionId])
-            try simulator.recordNotification("RENEWAL_EXTENDED", latest, signedDate: now, db: db)
-            succeeded += 1
         }
         var summary: [String: Any] = [
             "requestIdentifier": job.requestIdentifier, "environment": job.environment.appleName, "bundleId": job.bundleId,

@@ -153,24 +153,34 @@ struct SimulatorServerAPIBackend: Sendable {
             {
                 return .extended(effectiveDateMs: row["effectiveDateMs"], webOrderLineItemId: row["webOrderLineItemId"])
             }
-            guard var latest = try SimulatorStore.latestPeriod(original.originalTransactionId, db: db),
-                try self.simulator.subscriptionStatus(latest, db: db) == 1, let expires = latest.expiresDateMs
-            else { return .ineligible }
-            var renewal = try SimulatorStore.renewal(original.originalTransactionId, db: db)
-            guard renewal.extensions < 2 else { return .maxExtensions }
-            renewal.extensions += 1
-            try SimulatorStore.saveRenewal(original.originalTransactionId, renewal, db: db)
-            latest.expiresDateMs = expires + Int64(days) * 86_400_000
-            try db.execute(
-                sql: "UPDATE simTransaction SET expiresDateMs = ? WHERE transactionId = ?", arguments: [latest.expiresDateMs, latest.transactionId])
-            try db.execute(
-                sql: "INSERT INTO simExtension (originalTransactionId, requestIdentifier, effectiveDateMs, webOrderLineItemId) VALUES (?, ?, ?, ?)",
-                arguments: [original.originalTransactionId, requestIdentifier, latest.expiresDateMs, String(latest.webOrderLineItemId)])
-            try self.simulator.recordNotification("RENEWAL_EXTENDED", latest, signedDate: try self.simulator.now(db), db: db)
-            return .extended(effectiveDateMs: latest.expiresDateMs!, webOrderLineItemId: String(latest.webOrderLineItemId))
+            let outcome = try self.extend(original.originalTransactionId, days: days, db: db)
+            if case .extended(let effective, let lineItem) = outcome {
+                try db.execute(
+                    sql:
+                        "INSERT INTO simExtension (originalTransactionId, requestIdentifier, effectiveDateMs, webOrderLineItemId) VALUES (?, ?, ?, ?)",
+                    arguments: [original.originalTransactionId, requestIdentifier, effective, lineItem])
+            }
+            return outcome
         }
         courier.kick()
         return outcome
+    }
+
+    /// One subscription's current period moved `days` later, with its RENEWAL_EXTENDED: only an active one (Apple's status
+    /// 1), at most two extensions (the single extension and the mass one alike).
+    func extend(_ original: String, days: Int, db: Database) throws -> ExtensionOutcome {
+        guard var latest = try SimulatorStore.latestPeriod(original, db: db), try simulator.subscriptionStatus(latest, db: db) == 1,
+            let expires = latest.expiresDateMs
+        else { return .ineligible }
+        var renewal = try SimulatorStore.renewal(original, db: db)
+        guard renewal.extensions < 2 else { return .maxExtensions }
+        renewal.extensions += 1
+        try SimulatorStore.saveRenewal(original, renewal, db: db)
+        latest.expiresDateMs = expires + Int64(days) * 86_400_000
+        try db.execute(
+            sql: "UPDATE simTransaction SET expiresDateMs = ? WHERE transactionId = ?", arguments: [latest.expiresDateMs, latest.transactionId])
+        try simulator.recordNotification("RENEWAL_EXTENDED", latest, signedDate: try simulator.now(db), db: db)
+        return .extended(effectiveDateMs: latest.expiresDateMs!, webOrderLineItemId: String(latest.webOrderLineItemId))
     }
 }
 

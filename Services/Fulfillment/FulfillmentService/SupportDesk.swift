@@ -74,10 +74,7 @@ public struct SupportDesk: FulfillmentPart {
     public func extendSubscription(_ p: FulfillmentExtendSubscription.Params) async throws(RPCError) -> FulfillmentExtendSubscription.Result {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
         try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
-        guard (1...90).contains(p.days) else { throw RPCError.invalidParams("days must be 1-90", field: "days", reason: "invalidValue") }
-        guard (0...3).contains(p.reasonCode) else {
-            throw RPCError.invalidParams("reasonCode must be 0-3 (Apple's extendReasonCode)", field: "reasonCode", reason: "invalidValue")
-        }
+        try Self.checkExtension(days: p.days, reasonCode: p.reasonCode)
         guard FulfillmentService.isTransactionId(p.originalTransactionId) else {
             throw RPCError.invalidParams("transaction ids are 1-32 digits", field: "originalTransactionId", reason: "invalidValue")
         }
@@ -104,10 +101,7 @@ public struct SupportDesk: FulfillmentPart {
     {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
         try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
-        guard (1...90).contains(p.days) else { throw RPCError.invalidParams("days must be 1-90", field: "days", reason: "invalidValue") }
-        guard (0...3).contains(p.reasonCode) else {
-            throw RPCError.invalidParams("reasonCode must be 0-3 (Apple's extendReasonCode)", field: "reasonCode", reason: "invalidValue")
-        }
+        try Self.checkExtension(days: p.days, reasonCode: p.reasonCode)
         let requestId = p.requestId ?? UUID().uuidString.lowercased()
         guard UUID(uuidString: requestId) != nil else {
             throw RPCError.invalidParams("requestId must be a UUID (Apple's requestIdentifier)", field: "requestId", reason: "invalidValue")
@@ -143,6 +137,14 @@ public struct SupportDesk: FulfillmentPart {
         let summary = recorded.lazy.compactMap { try? JSONDecoder().decode(MassExtensionSummary.self, from: Data($0.reason.utf8)) }
             .first { $0.productId == p.productId && $0.environment == (p.environment ?? .production).rawValue }
         return .init(atApple: atApple, summary: summary)
+    }
+
+    /// Apple's limits on an extension: 1-90 days, reason code 0-3.
+    static func checkExtension(days: Int, reasonCode: Int) throws(RPCError) {
+        guard (1...90).contains(days) else { throw RPCError.invalidParams("days must be 1-90", field: "days", reason: "invalidValue") }
+        guard (0...3).contains(reasonCode) else {
+            throw RPCError.invalidParams("reasonCode must be 0-3 (Apple's extendReasonCode)", field: "reasonCode", reason: "invalidValue")
+        }
     }
 
     static func checkReason(_ reason: String, maxBytes: Int) throws(RPCError) {

@@ -7,12 +7,7 @@ extension VerificationService {
     public func massExtendRenewalDate(_ p: VerificationMassExtendRenewalDate.Params) async throws(RPCError)
         -> VerificationMassExtendRenewalDate.Result
     {
-        guard (1...90).contains(p.extendByDays) else {
-            throw RPCError.invalidParams("extendByDays must be 1-90", field: "extendByDays", reason: "invalidValue")
-        }
-        guard (0...3).contains(p.extendReasonCode) else {
-            throw RPCError.invalidParams("extendReasonCode must be 0-3", field: "extendReasonCode", reason: "invalidValue")
-        }
+        try Self.checkExtension(days: p.extendByDays, reasonCode: p.extendReasonCode)
         try Self.checkMassRequest(productId: p.productId, requestIdentifier: p.requestIdentifier)
         if let codes = p.storefrontCountryCodes {
             guard (1...250).contains(codes.count), codes.allSatisfy({ $0.count == 3 && $0.allSatisfy { $0.isASCII && $0.isUppercase } }) else {
@@ -41,6 +36,16 @@ extension VerificationService {
             var refused = Self.rpcError(error, transactionId: "")
             if refused.data.extra["appleErrorCode"] == .int(4_040_009) { refused.data.reason = "massExtensionNotFound" }
             throw refused
+        }
+    }
+
+    /// Apple's limits on an extension, single or mass.
+    static func checkExtension(days: Int, reasonCode: Int) throws(RPCError) {
+        guard (1...90).contains(days) else {
+            throw RPCError.invalidParams("extendByDays must be 1-90", field: "extendByDays", reason: "invalidValue")
+        }
+        guard (0...3).contains(reasonCode) else {
+            throw RPCError.invalidParams("extendReasonCode must be 0-3", field: "extendReasonCode", reason: "invalidValue")
         }
     }
 

@@ -329,12 +329,7 @@ public final class VerificationService: Sendable {
     }
 
     public func extendRenewalDate(_ p: VerificationExtendRenewalDate.Params) async throws(RPCError) -> VerificationExtendRenewalDate.Result {
-        guard (1...90).contains(p.extendByDays) else {
-            throw RPCError.invalidParams("extendByDays must be 1-90", field: "extendByDays", reason: "invalidValue")
-        }
-        guard (0...3).contains(p.extendReasonCode) else {
-            throw RPCError.invalidParams("extendReasonCode must be 0-3", field: "extendReasonCode", reason: "invalidValue")
-        }
+        try Self.checkExtension(days: p.extendByDays, reasonCode: p.extendReasonCode)
         guard (1...128).contains(p.requestIdentifier.count) else {
             throw RPCError.invalidParams("requestIdentifier must be 1-128 characters", field: "requestIdentifier", reason: "invalidValue")
         }
