@@ -155,6 +155,11 @@ for caller, deps in (("fulfillment", ("accounts", "catalog")), ("fulfillment-2",
         addr = str(env_of.get(f"IAP_{dep.upper()}_ADDR", ""))
         if addr.split(",") != [f"{dep}:${{IAP_{dep.upper()}_PORT}}", f"{dep}-2:${{IAP_{dep.upper()}_PORT}}"]:
             problems.append(f"compose.postgres.yaml: {caller} reaches {dep} at {addr!r}, not at both instances")
+# Verification runs once: every instance that calls it (fulfillment's; accounts' for app transactions) is given its address.
+for caller in ("accounts", "accounts-2", "fulfillment", "fulfillment-2"):
+    addr = str(scaled["services"][caller].get("environment", {}).get("IAP_VERIFICATION_ADDR", ""))
+    if addr != "verification:${IAP_VERIFICATION_PORT}":
+        problems.append(f"compose.postgres.yaml: {caller} reaches verification at {addr!r}")
 
 for pair in sys.argv[2:]:  # the default ports, as the Swift code has them (DefaultPorts)
     name, _, port = pair.partition("=")
