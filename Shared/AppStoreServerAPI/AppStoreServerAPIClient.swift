@@ -102,26 +102,25 @@ public final class AppStoreServerAPIClient: Sendable {
     let configuration: Configuration
     private let http: HTTPClient
     private let sleep: @Sendable (Duration) async throws -> Void
-    private let nowSeconds: @Sendable () -> Int64
-    /// The wall clock a `Retry-After` time is read against.
-    private let nowMs: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
+    /// The wall clock (ms): tokens are minted by it, `Retry-After` times read against it.
+    private let nowMs: @Sendable () -> Int64
     private let token = NIOLockedValueBox<(value: String, expires: Int64)?>(nil)
     private let minted = NIOLockedValueBox(0)
 
-    /// `sleep` and `nowSeconds` are the waits between retries and the clock tokens are minted by (tests
-    /// pass their own; nothing else should).
+    /// `sleep` and `nowMs` are the waits between retries and the clock tokens are minted by (tests pass their own;
+    /// nothing else should).
     public init(
         credentials: AppStoreAPICredentials, verifier: SignedPayloadVerifier, configuration: Configuration = .init(),
         httpClient: HTTPClient = .shared,
         sleep: @escaping @Sendable (Duration) async throws -> Void = { try await Task.sleep(for: $0) },
-        nowSeconds: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
+        nowMs: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
     ) {
         self.credentials = credentials
         self.verifier = verifier
         self.configuration = configuration
         self.http = httpClient
         self.sleep = sleep
-        self.nowSeconds = nowSeconds
+        self.nowMs = nowMs
     }
 
     /// How many tokens this client has signed (one serves many calls until near its expiry).
@@ -264,7 +263,7 @@ public final class AppStoreServerAPIClient: Sendable {
 
     /// The current token, or a new one when none is left with more than 5 minutes to run.
     private func bearer() throws -> String {
-        let now = nowSeconds()
+        let now = nowMs() / 1000
         if let current = token.withLockedValue({ $0 }), current.expires - now > 300 { return current.value }
         let expires = now + configuration.tokenLifetimeSeconds
         let header = try JSONSerialization.data(withJSONObject: ["alg": "ES256", "kid": credentials.keyId, "typ": "JWT"], options: [.sortedKeys])

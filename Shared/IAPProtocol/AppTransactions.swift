@@ -70,15 +70,9 @@ public enum VerificationVerifyAppTransaction: RPCMethod {
 /// Get App Transaction Info through the App Store Server API (internal token): the app transaction of the customer
 /// any of whose transaction ids (or their appTransactionId) is given, verified as `verifyAppTransaction` verifies one.
 public enum VerificationAppTransactionInfo: RPCMethod {
-    public struct Params: Codable, Sendable, Equatable {
-        public var internalToken: String
-        /// A transactionId, originalTransactionId or appTransactionId of the customer.
-        public var transactionId: String
-        public init(internalToken: String, transactionId: String) {
-            self.internalToken = internalToken
-            self.transactionId = transactionId
-        }
-    }
+    /// `{internalToken, transactionId}` (a transactionId, originalTransactionId or appTransactionId of the customer), as
+    /// Get Transaction Info's.
+    public typealias Params = VerificationTransactionInfo.Params
     public typealias Result = VerificationVerifyAppTransaction.Result
     public static let name = "verification.appTransactionInfo"
     public static let access = RPCAccess.internal

@@ -159,22 +159,24 @@ public struct AppleNotification: Sendable, Equatable {
     }
 }
 
-/// The `summary` of a RENEWAL_EXTENSION / SUMMARY notification: a mass extension's counts.
-public struct AppleMassExtensionSummary: Sendable, Equatable {
+/// The `summary` of a RENEWAL_EXTENSION / SUMMARY notification: a mass extension's counts (kept by fulfillment as it is).
+public struct AppleMassExtensionSummary: Codable, Sendable, Equatable {
     public var requestIdentifier: String
     public var productId: String
-    public var environment: String?
+    /// `Production` or `Sandbox`.
+    public var environment: String
     public var succeededCount: Int64
     public var failedCount: Int64
 
-    /// Nil without a request identifier, a product or the counts.
+    /// Nil without a request identifier, a product, the environment or the counts.
     public init?(_ payload: JSONValue) {
         guard let id = payload["requestIdentifier"]?.stringValue, let productId = payload["productId"]?.stringValue,
-            let succeeded = payload["succeededCount"]?.intValue, let failed = payload["failedCount"]?.intValue
+            let environment = payload["environment"]?.stringValue, let succeeded = payload["succeededCount"]?.intValue,
+            let failed = payload["failedCount"]?.intValue
         else { return nil }
         requestIdentifier = id
         self.productId = productId
-        environment = payload["environment"]?.stringValue
+        self.environment = environment
         succeededCount = succeeded
         failedCount = failed
     }

@@ -20,25 +20,6 @@ public struct MassExtensionStatus: Codable, Sendable, Equatable {
     }
 }
 
-/// A mass extension's RENEWAL_EXTENSION / SUMMARY notification as fulfillment recorded it.
-public struct MassExtensionSummary: Codable, Sendable, Equatable {
-    public var requestIdentifier: String
-    public var productId: String
-    public var environment: String
-    public var succeededCount: Int64
-    public var failedCount: Int64
-    /// When fulfillment processed the notification.
-    public var recordedAtMs: Int64
-    public init(requestIdentifier: String, productId: String, environment: String, succeededCount: Int64, failedCount: Int64, recordedAtMs: Int64) {
-        self.requestIdentifier = requestIdentifier
-        self.productId = productId
-        self.environment = environment
-        self.succeededCount = succeededCount
-        self.failedCount = failedCount
-        self.recordedAtMs = recordedAtMs
-    }
-}
-
 /// Extend Subscription Renewal Dates for All Active Subscribers through the App Store Server API (internal token).
 public enum VerificationMassExtendRenewalDate: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
@@ -156,11 +137,14 @@ public enum FulfillmentMassExtensionStatus: RPCMethod {
     }
     public struct Result: Codable, Sendable, Equatable {
         public var atApple: MassExtensionStatus
-        /// The RENEWAL_EXTENSION / SUMMARY notification, once processed here.
-        public var summary: MassExtensionSummary?
-        public init(atApple: MassExtensionStatus, summary: MassExtensionSummary? = nil) {
+        /// The RENEWAL_EXTENSION / SUMMARY notification's summary, once processed here.
+        public var summary: AppleMassExtensionSummary?
+        /// When it was processed here.
+        public var summaryRecordedAtMs: Int64?
+        public init(atApple: MassExtensionStatus, summary: AppleMassExtensionSummary? = nil, summaryRecordedAtMs: Int64? = nil) {
             self.atApple = atApple
             self.summary = summary
+            self.summaryRecordedAtMs = summaryRecordedAtMs
         }
     }
     public static let name = "fulfillment.massExtensionStatus"

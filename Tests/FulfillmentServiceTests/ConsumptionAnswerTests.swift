@@ -73,6 +73,12 @@ import Testing
                     FulfillmentReadContent.self, .init(session: session, contentId: SuiteFixture.contentId, offset: 0, length: 1024))
             }
             #expect(downloaded?["consumptionPercentage"] == .int(100_000), "\(String(describing: downloaded))")
+            // A client that skips the first byte has downloaded the file all the same.
+            let skipped = try await Self.answer(suite, "pia", "pack.castle") { session in
+                _ = try await suite.fulfillment.call(
+                    FulfillmentReadContent.self, .init(session: session, contentId: SuiteFixture.contentId, offset: 1, length: 1024))
+            }
+            #expect(skipped?["consumptionPercentage"] == .int(100_000), "\(String(describing: skipped))")
         }
     }
 

@@ -68,7 +68,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                 case .moveSubscriptionEnd(let original, let expires):
                     _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expires, in: ledger)
                 case .recordExtensionSummary: break
-                case .answerConsumption(let transactionId, let answer):
+                case .answerConsumption(let transactionId, let answer):  // an OwedConsumptionAnswer
                     ledger.enqueueOutbox(
                         kind: .consumptionInformation, key: transactionId,
                         payload: String(decoding: try JSONEncoder().encode(answer), as: UTF8.self), nowMs: nowMs)
@@ -106,19 +106,26 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     /// The finishes the ledger owes (ties are not kept here), each due now.
     func dueOutbox(nowMs: Int64, limit: Int) async throws -> [OutboxItem] {
         ledger.withLockedValue { ledger in
-            ledger.finishes.prefix(limit).enumerated().map {
+            let owed =
+                ledger.finishes.map { (OutboxKind.finishTransaction.rawValue, $0, "") }
+                + ledger.consumptionAnswers.map { (OutboxKind.consumptionInformation.rawValue, $0.key, $0.payload) }
+            return owed.prefix(limit).enumerated().map {
                 OutboxItem(
-                    id: Int64($0.offset), kind: OutboxKind.finishTransaction.rawValue, key: $0.element, payload: "", attempts: 0, createdAtMs: 0,
+                    id: Int64($0.offset), kind: $0.element.0, key: $0.element.1, payload: $0.element.2, attempts: 0, createdAtMs: 0,
                     nextAttemptAtMs: 0, lastError: nil)
             }
         }
     }
     func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) async throws {
-        if delivered { ledger.withLockedValue { $0.finishes.removeAll { $0 == item.key } } }
+        guard delivered else { return }
+        ledger.withLockedValue { ledger in
+            ledger.finishes.removeAll { $0 == item.key }
+            ledger.consumptionAnswers.removeAll { $0.key == item.key }
+        }
     }
     func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) {
         let items = try await dueOutbox(nowMs: 0, limit: limit)
-        return (items, ledger.withLockedValue { $0.finishes.count }, items.isEmpty ? nil : 0)
+        return (items, ledger.withLockedValue { $0.finishes.count + $0.consumptionAnswers.count }, items.isEmpty ? nil : 0)
     }
     func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool {
         try ledger.withLockedValue { try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, in: $0) }
@@ -212,6 +219,10 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         let prefix = "\(accountId) \(scope.rawValue) "
         return Set(deliveries.withLockedValue { $0 }.filter { $0.hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) })
     }
+    /// Owes an item as a commit would (tests of the outbox's delivery rules).
+    func owe(_ kind: OutboxKind, key: String, payload: String, nowMs: Int64) {
+        ledger.withLockedValue { $0.enqueueOutbox(kind: kind, key: key, payload: payload, nowMs: nowMs) }
+    }
     func close() throws {}
     var rowCount: Int { ledger.withLockedValue { $0.rows.count } }
 }
@@ -286,8 +297,19 @@ struct FakeDependencies: FulfillmentDependencies {
     func massExtensionStatus(_ params: VerificationMassExtensionStatus.Params) async throws(RPCError) -> MassExtensionStatus {
         throw RPCError.unavailable("not in the fast tests")
     }
+    /// Apple takes every answer but for `refused...` transactions (a 400 with Apple's code) and `old-verification...` ones
+    /// (a verification service that cannot read the body: no Apple code); `down...` meet an outage. Sent ones are kept.
+    static let consumptionSent = NIOLockedValueBox<[String]>([])
     func sendConsumption(_ params: VerificationSendConsumption.Params) async throws(RPCError) {
-        throw RPCError.unavailable("not in the fast tests")
+        let id = params.transactionId
+        if id.hasPrefix("refused") {
+            var refused = RPCError.invalidParams("Apple refused the request", field: "transactionId", reason: "appleBadRequest")
+            refused.data.extra["appleErrorCode"] = .int(4_000_209)
+            throw refused
+        }
+        if id.hasPrefix("old-verification") { throw RPCError.invalidParams("consumption: not a ConsumptionRequest", reason: "wrongType") }
+        if id.hasPrefix("down") { throw RPCError.unavailable("the App Store Server API answered HTTP 503") }
+        Self.consumptionSent.withLockedValue { $0.append(id) }
     }
     func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result {
         if catalogDown { throw RPCError.unavailable("catalog could not answer", reason: "dependencyUnavailable") }
@@ -304,7 +326,7 @@ struct FakeDependencies: FulfillmentDependencies {
 /// sockets, no database. The same paths run against the real suite in the end-to-end tests.
 @Suite struct FastFulfillmentTests {
     static func service(
-        _ storage: InMemoryStorage, dependencies: FakeDependencies = FakeDependencies(),
+        _ storage: InMemoryStorage, dependencies: FakeDependencies = FakeDependencies(), clock: ManualClock = ManualClock(),
         configure: (inout FulfillmentConfiguration) -> Void = { _ in }
     ) -> FulfillmentService {
         var config = FulfillmentConfiguration()
@@ -314,7 +336,7 @@ struct FakeDependencies: FulfillmentDependencies {
         return FulfillmentService(
             store: storage, dependencies: dependencies,
             content: ContentLibrary(directory: FileManager.default.temporaryDirectory), configuration: config,
-            clock: ManualClock().clock, logger: logger)
+            clock: clock.clock, logger: logger)
     }
 
     /// A finish Apple answers "not found" (another app's transaction, for this server's key) is done with: asking again
@@ -331,6 +353,30 @@ struct FakeDependencies: FulfillmentDependencies {
         #expect(Set(owed) == ["t1", "unknown1", "down1"], "\(owed)")
         #expect(try await service.outbox.deliverOutbox() == 3)
         #expect(try await storage.outbox(limit: 10).items.map(\.key) == ["down1"])
+    }
+
+    /// A consumption answer is sent while Apple's window lasts, dropped after it and when Apple refuses it for good (its
+    /// own error code), and kept owed when the refusal is not Apple's (an older verification service) or Apple is down.
+    @Test func aConsumptionAnswerIsSentInItsWindowAndDroppedOnlyOnApplesRefusalOrAfterIt() async throws {
+        let storage = InMemoryStorage()
+        let clock = ManualClock()
+        let service = Self.service(storage, clock: clock) { $0.internalToken = "internal" }
+        let now = clock.nowMs
+        func owe(_ key: String, deadline: Int64) throws {
+            let answer = OwedConsumptionAnswer(
+                request: .init(customerConsented: true, deliveryStatus: .delivered, sampleContentProvided: false, consumptionPercentage: 5),
+                deadlineMs: deadline)
+            storage.owe(.consumptionInformation, key: key, payload: String(decoding: try JSONEncoder().encode(answer), as: UTF8.self), nowMs: now)
+        }
+        try owe("in-window-1", deadline: now + 3_600_000)
+        try owe("late-1", deadline: now - 1)
+        try owe("refused-1", deadline: now + 3_600_000)
+        try owe("old-verification-1", deadline: now + 3_600_000)
+        try owe("down-c1", deadline: now + 3_600_000)
+        storage.owe(.consumptionInformation, key: "garbled-1", payload: "{", nowMs: now)
+        #expect(try await service.outbox.deliverOutbox() == 6)
+        #expect(FakeDependencies.consumptionSent.withLockedValue { $0 }.filter { $0.hasSuffix("-1") || $0.hasSuffix("c1") } == ["in-window-1"])
+        #expect(Set(try await storage.outbox(limit: 10).items.map(\.key)) == ["old-verification-1", "down-c1"])
     }
 
     /// The worker takes one outbox batch per step, the inbox's due notifications between batches: a backlog of finishes

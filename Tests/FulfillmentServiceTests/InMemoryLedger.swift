@@ -82,8 +82,14 @@ final class InMemoryLedger: FulfillmentTransaction {
     var accountTokenTies: [PendingAccountToken] = []
     /// Transaction ids owed a Finish Transaction at Apple, in the order owed.
     var finishes: [String] = []
+    /// Consumption answers owed (key, payload), oldest first.
+    var consumptionAnswers: [(key: String, payload: String)] = []
     func enqueueOutbox(kind: OutboxKind, key: String, payload: String, nowMs: Int64) {
         if kind == .finishTransaction, !finishes.contains(key) { finishes.append(key) }
+        if kind == .consumptionInformation {
+            consumptionAnswers.removeAll { $0.key == key }
+            consumptionAnswers.append((key, payload))
+        }
         guard kind == .appAccountToken else { return }
         accountTokenTies.removeAll { $0.originalTransactionId == key }
         accountTokenTies.append(PendingAccountToken(originalTransactionId: key, appAccountToken: payload))

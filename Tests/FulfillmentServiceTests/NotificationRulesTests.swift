@@ -129,8 +129,9 @@ import Testing
         var facts = Self.facts(.consumptionRequest, "CONSUMPTION_REQUEST", snapshot: Self.purchase("t1"))
         let unanswered = NotificationRules.decide(facts, stored: .init())
         #expect(unanswered.ignoredBecause?.hasPrefix("not answered") == true && unanswered.effects.isEmpty)
-        let answer = AppleConsumptionRequest(
-            customerConsented: true, deliveryStatus: .delivered, sampleContentProvided: false, consumptionPercentage: 0)
+        let answer = OwedConsumptionAnswer(
+            request: .init(customerConsented: true, deliveryStatus: .delivered, sampleContentProvided: false, consumptionPercentage: 0),
+            deadlineMs: 43_200_000)
         facts.consumption = answer
         let answered = NotificationRules.decide(facts, stored: .init())
         #expect(answered.applied && answered.effects == [.answerConsumption(transactionId: "t1", answer)])

@@ -83,6 +83,11 @@ enum VerificationFixture {
         return [
             "signedAppTransaction": .string(try jwsPKI.sign(payload: appTransaction)),
             "forgedAppTransaction": .string(try forgedJWS.sign(payload: appTransaction)),
+            "stagingAppTransaction": .string(
+                try jwsPKI.sign(
+                    payload: Array(
+                        #"{"appTransactionId":"700000000001","bundleId":"com.example.game","receiptCreationDate":1772366400000,"receiptType":"Staging"}"#
+                            .utf8))),
             "bothAppTransaction": .string(
                 try jwsPKI.sign(
                     payload: Array(

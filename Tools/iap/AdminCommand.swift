@@ -454,7 +454,7 @@ struct SupportCommand: AsyncParsableCommand {
         @Flag(help: "Every active subscriber of --product (Apple's mass extension, carried out afterwards).") var all = false
         @Option(help: "With --all: the subscription product.") var product: String?
         @Option(help: "With --all: only subscribers of this storefront (ISO 3166-1 alpha-3, e.g. USA); repeatable.") var storefront: [String] = []
-        @Option(help: "With --all: production (default) or sandbox.") var environment: AppleEnvironment = .production
+        @OptionGroup var environment: AppStoreCommand.EnvironmentOption
         @Option(help: "Days to add (1-90).") var days: Int
         @Option(name: .customLong("reason-code"), help: "Apple's code: 0 undeclared, 1 customer satisfaction, 2 other, 3 service issue.")
         var reasonCode = 1
@@ -480,7 +480,7 @@ struct SupportCommand: AsyncParsableCommand {
                     .fulfillment, FulfillmentExtendAllSubscriptions.self,
                     .init(
                         adminToken: token, productId: product, days: days, reasonCode: reasonCode, reason: reason,
-                        storefrontCountryCodes: storefront.isEmpty ? nil : storefront, requestId: id, environment: environment)
+                        storefrontCountryCodes: storefront.isEmpty ? nil : storefront, requestId: id, environment: environment.apple)
                 ) {
                     "mass extension \($0.requestIdentifier) requested at Apple (\($0.environment.rawValue)); iap support extend-status \($0.requestIdentifier) --product \(product)"
                 }

@@ -1,7 +1,6 @@
 import ArgumentParser
 import Foundation
 import IAPProtocol
-import JSONRPC
 
 // The app transaction in the CLI: the simulator's (`iap sim app-transaction`), verified (`iap verify app-transaction`),
 // fetched from Apple (`iap appstore app-transaction`), linked to the signed-in account (`iap accounts link-app-transaction`),

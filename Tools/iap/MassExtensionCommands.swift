@@ -1,20 +1,9 @@
 import ArgumentParser
 import Foundation
 import IAPProtocol
-import JSONRPC
 
 // Mass renewal extensions in the CLI: `iap support extend --all` (AdminCommand.swift), its status
 // (`iap support extend-status`), and Apple's two endpoints through verification (`iap appstore mass-extend[-status]`).
-
-extension AppleEnvironment: ExpressibleByArgument {
-    public init?(argument: String) {
-        switch argument.lowercased() {
-        case "production": self = .production
-        case "sandbox": self = .sandbox
-        default: return nil
-        }
-    }
-}
 
 func describe(_ status: MassExtensionStatus) -> String {
     guard status.complete else { return "mass extension \(status.requestIdentifier): not complete yet at Apple" }
@@ -29,7 +18,7 @@ extension SupportCommand {
             abstract: "fulfillment.massExtensionStatus: a mass extension at Apple, and its summary as recorded here.")
         @Argument(help: "The request identifier `iap support extend --all` printed.") var requestIdentifier: String
         @Option(help: "The subscription product.") var product: String
-        @Option(help: "production (default) or sandbox.") var environment: AppleEnvironment = .production
+        @OptionGroup var environment: AppStoreCommand.EnvironmentOption
         @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
         @OptionGroup var client: ClientOptions
         func run() async throws {
@@ -38,11 +27,11 @@ extension SupportCommand {
             }
             await ServiceCall(options: client).run(
                 .fulfillment, FulfillmentMassExtensionStatus.self,
-                .init(adminToken: token, productId: product, requestIdentifier: requestIdentifier, environment: environment)
+                .init(adminToken: token, productId: product, requestIdentifier: requestIdentifier, environment: environment.apple)
             ) { answer in
                 describe(answer.atApple) + "\n"
                     + (answer.summary.map {
-                        "recorded here \(isoTime($0.recordedAtMs)): \($0.succeededCount) extended, \($0.failedCount) failed (\($0.productId), \($0.environment))"
+                        "recorded here \(answer.summaryRecordedAtMs.map(isoTime) ?? "?"): \($0.succeededCount) extended, \($0.failedCount) failed (\($0.productId), \($0.environment))"
                     } ?? "no summary from Apple recorded here yet")
             }
         }
@@ -63,14 +52,14 @@ extension AppStoreCommand {
         @Option(name: .customLong("request-id"), help: "A UUID; the same one again is the same request (default: a new one).")
         var requestId: String?
         @Option(help: "Only this storefront (ISO 3166-1 alpha-3); repeatable.") var storefront: [String] = []
-        @Option(help: "production (default) or sandbox.") var environment: AppleEnvironment = .production
+        @OptionGroup var environment: AppStoreCommand.EnvironmentOption
         @OptionGroup var token: Token
         @OptionGroup var client: ClientOptions
         func run() async throws {
             await ServiceCall(options: client).run(
                 .verification, VerificationMassExtendRenewalDate.self,
                 .init(
-                    internalToken: try token.resolved(), environment: environment, productId: product, extendByDays: days,
+                    internalToken: try token.resolved(), environment: environment.apple, productId: product, extendByDays: days,
                     extendReasonCode: reasonCode, requestIdentifier: requestId ?? UUID().uuidString.lowercased(),
                     storefrontCountryCodes: storefront.isEmpty ? nil : storefront)
             ) { "mass extension \($0.requestIdentifier) requested at Apple" }
@@ -82,13 +71,13 @@ extension AppStoreCommand {
             commandName: "mass-extend-status", abstract: "verification.massExtensionStatus: whether Apple has carried out a mass extension.")
         @Argument(help: "The request identifier.") var requestIdentifier: String
         @Option(help: "The subscription product.") var product: String
-        @Option(help: "production (default) or sandbox.") var environment: AppleEnvironment = .production
+        @OptionGroup var environment: AppStoreCommand.EnvironmentOption
         @OptionGroup var token: Token
         @OptionGroup var client: ClientOptions
         func run() async throws {
             await ServiceCall(options: client).run(
                 .verification, VerificationMassExtensionStatus.self,
-                .init(internalToken: try token.resolved(), environment: environment, productId: product, requestIdentifier: requestIdentifier)
+                .init(internalToken: try token.resolved(), environment: environment.apple, productId: product, requestIdentifier: requestIdentifier)
             ) { describe($0) }
         }
     }

@@ -45,7 +45,7 @@ public protocol AccountsStorage: Sendable {
     /// Links the account to the Apple customer of an app transaction; linking again changes nothing.
     func linkAppTransaction(accountId: String, appTransactionId: String, environment: String, nowMs: Int64) async throws
     /// With `accountId`: the links of every customer the account is linked to (its own links and other accounts'); with
-    /// `appTransactionId`: that customer's links. Oldest first, at most 200 (the caps keep a customer's far below).
+    /// `appTransactionId`: that customer's links. Oldest first, at most 1,000 (the caps keep it below: 10 customers an account, 20 accounts a customer and environment).
     func appTransactionLinks(accountId: String?, appTransactionId: String?) async throws -> [AppTransactionLink]
     /// Closes the storage after the server has drained.
     func close() throws

@@ -135,7 +135,7 @@ public final class AccountsStore: AccountsStorage, Sendable {
             accountId.map { ("l.appTransactionId IN (SELECT appTransactionId FROM appTransactionLink WHERE accountId = ?)", $0) }
             ?? ("l.appTransactionId = ?", appTransactionId ?? "")
         return try await writer.read { db in
-            try Row.fetchAll(db, sql: "\(select) WHERE \(filter) ORDER BY l.linkedAtMs, l.accountId LIMIT 200", arguments: [argument]).map {
+            try Row.fetchAll(db, sql: "\(select) WHERE \(filter) ORDER BY l.linkedAtMs, l.accountId LIMIT 1000", arguments: [argument]).map {
                 AppTransactionLink(
                     accountId: $0["accountId"], username: $0["username"], appTransactionId: $0["appTransactionId"],
                     environment: $0["environment"], linkedAtMs: $0["linkedAtMs"])

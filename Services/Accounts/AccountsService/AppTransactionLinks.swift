@@ -41,27 +41,27 @@ extension AccountsService {
         let accountId = account.accountId
         let links = try await run { try await self.store.appTransactionLinks(accountId: accountId, appTransactionId: nil) }
         let own = Set(links.filter { $0.accountId == accountId }.map(\.appTransactionId))
-        guard own.contains(app.appTransactionId) || own.count < Self.maxLinksPerAccount else {
+        // Linked already: nothing to write.
+        if own.contains(app.appTransactionId) { return .init(appTransactionId: app.appTransactionId) }
+        guard own.count < Self.maxLinksPerAccount else {
             throw RPCError.conflict(
                 "this account is linked to \(own.count) Apple customers already, the most it may be", reason: "tooManyLinks")
         }
-        if !own.contains(app.appTransactionId) {
-            let customer = try await run { try await self.store.appTransactionLinks(accountId: nil, appTransactionId: app.appTransactionId) }
-            guard customer.count < Self.maxAccountsPerCustomer else {
-                throw RPCError.conflict(
-                    "this Apple customer is linked to \(customer.count) accounts already, the most it may be", reason: "tooManyLinks")
-            }
+        // Per environment: links an Xcode-signed app transaction (with --allow-xcode, anyone can make one naming any id) makes
+        // never take a Production customer's places.
+        let customer = try await run { try await self.store.appTransactionLinks(accountId: nil, appTransactionId: app.appTransactionId) }
+            .filter { $0.environment == environment }
+        guard customer.count < Self.maxAccountsPerCustomer else {
+            throw RPCError.conflict("this Apple customer is linked to \(customer.count) accounts already, the most it may be", reason: "tooManyLinks")
         }
         let now = clock.nowMs
         try await run {
             try await self.store.linkAppTransaction(
                 accountId: accountId, appTransactionId: app.appTransactionId, environment: environment, nowMs: now)
         }
-        if !own.contains(app.appTransactionId) {
-            logger.info(
-                "account linked to an Apple customer",
-                metadata: ["accountId": "\(accountId)", "appTransactionId": "\(app.appTransactionId)", "environment": "\(environment)"])
-        }
+        logger.info(
+            "account linked to an Apple customer",
+            metadata: ["accountId": "\(accountId)", "appTransactionId": "\(app.appTransactionId)", "environment": "\(environment)"])
         return .init(appTransactionId: app.appTransactionId)
     }
 

@@ -149,14 +149,14 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
                         SELECT l.account_id, a.username, l.app_transaction_id, l.environment, l.linked_at_ms
                         FROM app_transaction_link l JOIN account a ON a.id = l.account_id
                         WHERE l.app_transaction_id IN (SELECT app_transaction_id FROM app_transaction_link WHERE account_id = \(accountId))
-                        ORDER BY l.linked_at_ms, l.account_id LIMIT 200
+                        ORDER BY l.linked_at_ms, l.account_id LIMIT 1000
                         """)
                 } else {
                     try db.query(
                         """
                         SELECT l.account_id, a.username, l.app_transaction_id, l.environment, l.linked_at_ms
                         FROM app_transaction_link l JOIN account a ON a.id = l.account_id
-                        WHERE l.app_transaction_id = \(appTransactionId ?? "") ORDER BY l.linked_at_ms, l.account_id LIMIT 200
+                        WHERE l.app_transaction_id = \(appTransactionId ?? "") ORDER BY l.linked_at_ms, l.account_id LIMIT 1000
                         """)
                 }
             return try rows.map {

@@ -89,7 +89,7 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         let service = AccountsService(
             store: store, configuration: config, logger: logger,
             appTransactionVerifier: { jws in
-                try await verification.call(VerificationVerifyAppTransaction.self, .init(signedAppTransaction: jws), timeout: .seconds(3))
+                try await verification.call(VerificationVerifyAppTransaction.self, .init(signedAppTransaction: jws))
             })
         let server = RPCServer(
             configuration: try options.serverConfiguration(serviceName: "accounts", defaultPort: DefaultPorts.accounts),
@@ -99,6 +99,7 @@ struct AccountsServiceCommand: AsyncParsableCommand {
             [
                 ClosingService("accounts database", logger: logger) { try store.close() },
                 ClosingService("password hasher", logger: logger) { await service.shutdown() },
+                ClosingService("verification client", logger: logger) { await verification.close() },
                 server,
             ], logger: logger)
     }

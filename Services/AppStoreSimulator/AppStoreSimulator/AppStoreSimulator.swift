@@ -99,7 +99,8 @@ public final class AppStoreSimulator: Sendable {
                     arguments: [p.appleId, p.bundleId, device])
             }
             let id = try SimulatorStore.nextTransactionId(db)
-            let app = try SimulatorStore.appTransaction(appleId: p.appleId, bundleId: p.bundleId, environment: environment, nowMs: now, db: db)
+            let app = try SimulatorStore.appTransactionMade(
+                appleId: p.appleId, bundleId: p.bundleId, environment: environment, nowMs: now, db: db)
             let history = try SimulatorStore.transactions(appleId: p.appleId, bundleId: p.bundleId, environment: environment, db: db)
             // Buying an owned non-consumable again: a new regular transaction for the same original, no charge.
             let owned =
@@ -114,7 +115,7 @@ public final class AppStoreSimulator: Sendable {
                 cancellationDateMs: nil, finished: false, reason: "PURCHASE",
                 webOrderLineItemId: p.productType == .autoRenewable ? Int64(id)! : 0, appAccountToken: p.appAccountToken,
                 periodDays: p.productType == .autoRenewable ? period : nil, environment: environment,
-                orderId: SimulatorStore.newOrderId(), offerIdentifier: offerIdentifier, appTransactionId: app?.appTransactionId)
+                orderId: SimulatorStore.newOrderId(), offerIdentifier: offerIdentifier, appTransactionId: app.appTransactionId)
             try SimulatorStore.insert(t, db: db)
             if p.productType == .autoRenewable {
                 let resubscribe = history.contains { $0.productType == .autoRenewable }

@@ -13,15 +13,20 @@ struct SimAppTransactionRecord: Sendable, Equatable {
 }
 
 extension SimulatorStore {
-    /// The app transaction of the Apple ID in this app and environment, made now if it has none (`create`), else nil.
-    /// Ids are numeric like Apple's, in a range apart from transaction ids (Get App Transaction Info takes either).
-    static func appTransaction(
-        appleId: String, bundleId: String, environment: SimEnvironment, nowMs: Int64, create: Bool = true, db: Database
-    ) throws -> SimAppTransactionRecord? {
-        let where_ = "WHERE appleId = ? AND bundleId = ? AND environment = ?"
-        let arguments: StatementArguments = [appleId, bundleId, environment.rawValue]
-        if let row = try Row.fetchOne(db, sql: "SELECT * FROM simAppTransaction \(where_)", arguments: arguments) { return record(row) }
-        guard create else { return nil }
+    /// The app transaction of the Apple ID in this app and environment, if it has one.
+    static func appTransaction(appleId: String, bundleId: String, environment: SimEnvironment, db: Database) throws -> SimAppTransactionRecord? {
+        try Row.fetchOne(
+            db, sql: "SELECT * FROM simAppTransaction WHERE appleId = ? AND bundleId = ? AND environment = ?",
+            arguments: [appleId, bundleId, environment.rawValue]
+        ).map(record)
+    }
+
+    /// The app transaction of the Apple ID in this app and environment, made now if it has none. Ids are numeric like
+    /// Apple's, in a range apart from transaction ids (Get App Transaction Info takes either).
+    static func appTransactionMade(appleId: String, bundleId: String, environment: SimEnvironment, nowMs: Int64, db: Database) throws
+        -> SimAppTransactionRecord
+    {
+        if let known = try appTransaction(appleId: appleId, bundleId: bundleId, environment: environment, db: db) { return known }
         let count = try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM simAppTransaction") ?? 0
         let made = SimAppTransactionRecord(
             appTransactionId: String(700_000_000_000 + count + 1), appleId: appleId, bundleId: bundleId, environment: environment,
@@ -51,9 +56,9 @@ extension AppStoreSimulator {
         }
         let (record, nowMs) = try write { db in
             let now = try self.now(db)
-            let made = try SimulatorStore.appTransaction(
+            let made = try SimulatorStore.appTransactionMade(
                 appleId: p.appleId, bundleId: p.bundleId, environment: p.environment ?? .production, nowMs: now, db: db)
-            return (made!, now)
+            return (made, now)
         }
         return .init(appTransactionId: record.appTransactionId, signedAppTransaction: try signedAppTransaction(record, nowMs: nowMs))
     }
@@ -81,8 +86,7 @@ extension AppStoreServerAPIEndpoint {
             let now = try self.simulator.now(db)
             if let app = try SimulatorStore.appTransaction(id: id, db: db) { return (app, true, now) }
             guard let t = try SimulatorStore.transaction(id, db: db) else { return (nil, false, now) }
-            let app = try SimulatorStore.appTransaction(
-                appleId: t.appleId, bundleId: t.bundleId, environment: t.environment, nowMs: now, create: false, db: db)
+            let app = try SimulatorStore.appTransaction(appleId: t.appleId, bundleId: t.bundleId, environment: t.environment, db: db)
             // The customer is known (their transaction is), their app transaction is not.
             guard let app else { return (nil, t.environment == environment && t.bundleId == bid, now) }
             return (app, true, now)

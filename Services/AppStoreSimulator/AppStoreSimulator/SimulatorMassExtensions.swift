@@ -2,7 +2,6 @@ import Foundation
 import GRDB
 import Hummingbird
 import IAPProtocol
-import JSONRPC
 import NIOPosix
 
 /// Extend Subscription Renewal Dates for All Active Subscribers and Get Status of Subscription Renewal Date Extensions
@@ -58,8 +57,8 @@ extension AppStoreServerAPIEndpoint {
                 reasonCode: reason, storefronts: storefronts))
         // Carried out after the answer, as Apple's is (`sim.deliverNotifications` also completes what is pending).
         let api = simulator.api
-        Task {
-            _ = try? await NIOThreadPool.singleton.runIfActive { try api.completeMassExtensions() }
+        NIOThreadPool.singleton.submit { _ in
+            _ = try? api.completeMassExtensions()
             api.courier.kick()
         }
         return ["requestIdentifier": requestIdentifier]

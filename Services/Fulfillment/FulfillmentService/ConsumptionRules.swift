@@ -1,5 +1,16 @@
 import IAPProtocol
 
+/// A consumption answer owed to Apple (the outbox's payload): the request, and the end of Apple's window for it (12 hours
+/// after Apple signed its CONSUMPTION_REQUEST), after which it is not sent.
+public struct OwedConsumptionAnswer: Codable, Sendable, Equatable {
+    public var request: AppleConsumptionRequest
+    public var deadlineMs: Int64
+    public init(request: AppleConsumptionRequest, deadlineMs: Int64) {
+        self.request = request
+        self.deadlineMs = deadlineMs
+    }
+}
+
 /// What this server tells Apple about a purchase whose refund the customer asked for (Send Consumption Information v2,
 /// answering CONSUMPTION_REQUEST), decided from the ledger alone: delivered, and how much of it was consumed, in Apple's
 /// milliunits (100000: all of it).

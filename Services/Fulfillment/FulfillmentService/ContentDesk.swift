@@ -54,7 +54,10 @@ public struct ContentDesk: FulfillmentPart {
             throw RPCError.forbidden("this account is not entitled to content \(p.contentId)", reason: "notEntitled")
         }
         let chunk = try await service.content.read(p.contentId, offset: p.offset, length: p.length)
-        if p.offset == 0 { try await recordDelivery(account.accountId, scope, p.contentId) }
+        // Any chunk counts (a client that skips the first byte has still downloaded the file); written once, read after.
+        let accountId = account.accountId
+        let known = try await storeCall { try await self.store.deliveredContent(accountId: accountId, scope: scope) }
+        if !known.contains(p.contentId) { try await recordDelivery(accountId, scope, p.contentId) }
         return chunk
     }
 
@@ -84,7 +87,7 @@ public struct ContentDesk: FulfillmentPart {
         return .init(url: base + path, expiresAtMs: expires, size: installed.size, sha256: installed.sha256)
     }
 
-    /// The first download given (a signed URL, or the first chunk read) is what a consumption answer counts as delivered.
+    /// A download given (a signed URL issued, or any chunk read) is what a consumption answer counts as delivered.
     private func recordDelivery(_ accountId: String, _ scope: AccountScope, _ contentId: String) async throws(RPCError) {
         let now = clock.nowMs
         try await storeCall { try await self.store.recordContentDelivery(accountId: accountId, scope: scope, contentId: contentId, nowMs: now) }

@@ -171,7 +171,10 @@ public struct NotificationProcessor: FulfillmentPart {
             }
         case .answerConsumptionRequest:
             let now = clock.nowMs
-            facts.consumption = try await answerConsumptionRequest(snapshot, signedDateMs: notification.signedDateMs ?? now, nowMs: now)
+            let signed = notification.signedDateMs ?? now
+            facts.consumption = try await answerConsumptionRequest(snapshot, signedDateMs: signed, nowMs: now).map {
+                OwedConsumptionAnswer(request: $0, deadlineMs: signed + configuration.consumptionWindowMs)
+            }
         default:
             break
         }

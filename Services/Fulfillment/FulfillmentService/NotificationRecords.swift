@@ -32,12 +32,9 @@ extension FulfillmentRecords {
         case .moveSubscriptionEnd(let original, let expiresAtMs):
             _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expiresAtMs, in: self)
         case .recordExtensionSummary(let summary):
-            let counts = MassExtensionSummary(
-                requestIdentifier: summary.requestIdentifier, productId: summary.productId, environment: summary.environment ?? "-",
-                succeededCount: summary.succeededCount, failedCount: summary.failedCount, recordedAtMs: nowMs)
             try FulfillmentQueries(s).recordAudit(
                 NotificationRules.summaryAction, accountId: nil, transactionId: summary.requestIdentifier,
-                reason: String(decoding: try JSONEncoder().encode(counts), as: UTF8.self), credential: "apple", nowMs: nowMs)
+                reason: String(decoding: try JSONEncoder().encode(summary), as: UTF8.self), credential: "apple", nowMs: nowMs)
         case .answerConsumption(let transactionId, let answer):
             try enqueueOutbox(
                 kind: .consumptionInformation, key: transactionId, payload: String(decoding: try JSONEncoder().encode(answer), as: UTF8.self),

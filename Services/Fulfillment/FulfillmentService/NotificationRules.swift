@@ -32,7 +32,7 @@ public enum NotificationRules {
         /// RENEWAL_EXTENSION / SUMMARY: the mass extension's counts.
         public var summary: AppleMassExtensionSummary?
         /// CONSUMPTION_REQUEST: the answer owed to Apple (the account consented, inside Apple's window); nil: none.
-        public var consumption: AppleConsumptionRequest?
+        public var consumption: OwedConsumptionAnswer?
 
         public init(
             disposition: NotificationDisposition, type: AppleNotificationType, snapshot: VerifiedPurchase?,
@@ -87,7 +87,7 @@ public enum NotificationRules {
         /// A mass extension's counts, kept (in the audit log, as Apple's word) for `fulfillment.massExtensionStatus`.
         case recordExtensionSummary(AppleMassExtensionSummary)
         /// Owed to Apple through the outbox: Send Consumption Information about the transaction.
-        case answerConsumption(transactionId: String, AppleConsumptionRequest)
+        case answerConsumption(transactionId: String, OwedConsumptionAnswer)
 
         public var isGrant: Bool { if case .grant = self { true } else { false } }
     }
@@ -114,7 +114,7 @@ public enum NotificationRules {
             renewalKept = true
         }
         if facts.disposition == .recordExtensionSummary {
-            if let summary = facts.summary, summary.environment != nil {
+            if let summary = facts.summary {
                 decision.effects.append(.recordExtensionSummary(summary))
             } else {
                 decision.ignoredBecause = "a mass extension's summary without its request, product, environment or counts"

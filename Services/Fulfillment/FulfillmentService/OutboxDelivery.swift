@@ -24,7 +24,7 @@ public struct OutboxDelivery: FulfillmentPart {
             var next = OutboxRetry.nextAttemptAtMs(failures: item.attempts + 1, nowMs: clock.nowMs)
             if OutboxKind(rawValue: item.kind) == nil {
                 failure = "a kind of item this version does not deliver: kept for the version that does"
-            } else if item.kind == OutboxKind.consumptionInformation.rawValue, clock.nowMs - item.createdAtMs > configuration.consumptionWindowMs {
+            } else if item.kind == OutboxKind.consumptionInformation.rawValue, let owed = Self.owed(item), clock.nowMs > owed.deadlineMs {
                 // Apple takes an answer within 12 hours of its request; one still here after that (Apple unreachable, the API
                 // not configured) would arrive too late to count.
                 logger.error(
@@ -76,6 +76,10 @@ public struct OutboxDelivery: FulfillmentPart {
 
     static let apiMissing = "the App Store Server API is not configured on verification"
 
+    static func owed(_ item: OutboxItem) -> OwedConsumptionAnswer? {
+        try? JSONDecoder().decode(OwedConsumptionAnswer.self, from: Data(item.payload.utf8))
+    }
+
     private func deliver(_ item: OutboxItem, internalToken: String) async throws(RPCError) {
         switch OutboxKind(rawValue: item.kind) {
         case .appAccountToken: try await tie(item, internalToken: internalToken)
@@ -83,12 +87,12 @@ public struct OutboxDelivery: FulfillmentPart {
             await service.finishPace.next()
             try await dependencies.finishTransaction(item.key, internalToken: internalToken)
         case .consumptionInformation:
-            guard let answer = try? JSONDecoder().decode(AppleConsumptionRequest.self, from: Data(item.payload.utf8)) else {
+            guard let owed = Self.owed(item) else {
                 // Written by this service's own encoder: never so unless the row was edited by hand; sending again cannot help.
                 logger.error("the outbox's consumption answer is not a ConsumptionRequest; not sent", metadata: ["transactionId": "\(item.key)"])
                 return
             }
-            try await dependencies.sendConsumption(.init(internalToken: internalToken, transactionId: item.key, consumption: answer))
+            try await dependencies.sendConsumption(.init(internalToken: internalToken, transactionId: item.key, consumption: owed.request))
         case nil: break
         }
     }

@@ -28,6 +28,12 @@ public enum OfferCustomer: Sendable, Equatable {
     /// Why this server cannot say.
     case unknown(String)
 
+    /// Only the subscriptions to `plans` (the product's group).
+    func inGroup(_ plans: Set<String>) -> OfferCustomer {
+        guard case .known(let transactionId, let history) = self else { return self }
+        return .known(transactionId: transactionId, history: history.filter { !$0.productIds.isDisjoint(with: plans) })
+    }
+
     static let noPurchase =
         "neither this account nor one linked to the same Apple customer (app transaction) holds a Production purchase, so the customer is unknown here"
     static let noAppleAPI = "the App Store Server API is not configured, so the customer's history at Apple cannot be read"
@@ -231,40 +237,39 @@ public struct OfferDesk: FulfillmentPart {
             throw RPCError.notFound("\(productId) is not an auto-renewable subscription in the catalog", reason: "unknownProduct")
         }
         let accountId = account.accountId
-        let own = try await customer(of: [accountId], caller: accountId, product: product, group: group)
-        let linked = try await linkedAccounts(accountId)
-        guard !linked.isEmpty else { return (account, product, OfferCustomers(own: own)) }
-        let viaLink = try await customer(of: [accountId] + linked, caller: accountId, product: product, group: group)
-        return (account, product, OfferCustomers(own: own, linked: viaLink))
-    }
-
-    /// The Apple customer as the purchases of `accounts` show it (the first one holding a Production purchase names it).
-    private func customer(of accounts: [String], caller: String, product: Product, group: String) async throws(RPCError)
-        -> OfferCustomer
-    {
         let now = clock.nowMs
-        var customerTransactionId: String?
-        for id in accounts where customerTransactionId == nil {
-            customerTransactionId = try await storeCall { try await self.store.customerTransactionId(accountId: id) }
+        // Each account's records read once: the own view is the caller's, the linked view every linked account's too.
+        var held: [(transactionId: String?, history: [SubscriptionHistoryRecord])] = []
+        for id in [accountId] + (try await linkedAccounts(accountId)) {
+            let transactionId = try await storeCall { try await self.store.customerTransactionId(accountId: id) }
+            let history = try await storeCall { try await self.store.subscriptionHistory(accountId: id, scope: .production, nowMs: now) }
+            held.append((transactionId, history))
         }
-        guard let transactionId = customerTransactionId else { return .unknown(OfferCustomer.noPurchase) }
-        guard let apple = try await appleSubscriptions(customerTransactionId: transactionId, accountId: caller, nowMs: now) else {
-            return .unknown(OfferCustomer.noAppleAPI)
-        }
-        var local: [SubscriptionHistoryRecord] = []
-        for id in accounts {
-            local += try await storeCall { try await self.store.subscriptionHistory(accountId: id, scope: .production, nowMs: now) }
-        }
-        let records = OfferRules.merged(local, apple)
-        // Which of the customer's subscriptions are in this product's group: the catalog says of each plan.
-        let plans = Array(Set(records.flatMap(\.productIds)).subtracting([product.productId]))
-        var inGroup: Set<String> = [product.productId]
+        let own = try await customer(held[..<1], caller: accountId, nowMs: now)
+        let viaLink = held.count > 1 ? try await customer(held[...], caller: accountId, nowMs: now) : nil
+        // Which of the customer's subscriptions are in this product's group: the catalog says of each plan (one call).
+        var plans: Set<String> = []
+        for case .known(_, let history) in [own, viaLink].compactMap({ $0 }) { plans.formUnion(history.flatMap(\.productIds)) }
+        plans.remove(productId)
+        var inGroup: Set<String> = [productId]
         if !plans.isEmpty {
-            for other in try await dependencies.products(plans).products {
+            for other in try await dependencies.products(Array(plans)).products {
                 if case .subscription(_, let otherGroup) = other.grant, otherGroup == group { inGroup.insert(other.productId) }
             }
         }
-        return .known(transactionId: transactionId, history: records.filter { !$0.productIds.isDisjoint(with: inGroup) })
+        return (account, product, OfferCustomers(own: own.inGroup(inGroup), linked: viaLink?.inGroup(inGroup)))
+    }
+
+    /// The Apple customer as the held records show it (the first account holding a Production purchase names it), with
+    /// Apple's history of that customer.
+    private func customer(_ held: ArraySlice<(transactionId: String?, history: [SubscriptionHistoryRecord])>, caller: String, nowMs: Int64)
+        async throws(RPCError) -> OfferCustomer
+    {
+        guard let transactionId = held.lazy.compactMap(\.transactionId).first else { return .unknown(OfferCustomer.noPurchase) }
+        guard let apple = try await appleSubscriptions(customerTransactionId: transactionId, accountId: caller, nowMs: nowMs) else {
+            return .unknown(OfferCustomer.noAppleAPI)
+        }
+        return .known(transactionId: transactionId, history: OfferRules.merged(held.flatMap(\.history), apple))
     }
 
     /// The other accounts linked to the account's Apple customers (Production app transactions only,

@@ -134,9 +134,11 @@ public struct SupportDesk: FulfillmentPart {
             try await self.store.audit(action: NotificationRules.summaryAction, transactionId: p.requestIdentifier, limit: 10)
         }
         // The same identifier may have been used for another product or environment (a rehearsal in Sandbox).
-        let summary = recorded.lazy.compactMap { try? JSONDecoder().decode(MassExtensionSummary.self, from: Data($0.reason.utf8)) }
-            .first { $0.productId == p.productId && $0.environment == (p.environment ?? .production).rawValue }
-        return .init(atApple: atApple, summary: summary)
+        let environment = (p.environment ?? .production).rawValue
+        let kept = recorded.lazy.compactMap { entry in
+            (try? JSONDecoder().decode(AppleMassExtensionSummary.self, from: Data(entry.reason.utf8))).map { (summary: $0, atMs: entry.atMs) }
+        }.first { $0.summary.productId == p.productId && $0.summary.environment == environment }
+        return .init(atApple: atApple, summary: kept?.summary, summaryRecordedAtMs: kept?.atMs)
     }
 
     /// Apple's limits on an extension: 1-90 days, reason code 0-3.

@@ -21,9 +21,7 @@ extension VerificationService {
         do {
             return acceptAppTransaction(try await api.appTransactionInfo(p.transactionId).payload, expectedBundleId: nil)
         } catch {
-            var refused = Self.rpcError(error, transactionId: p.transactionId)
-            if refused.data.extra["appleErrorCode"] == .int(4_040_019) { refused.data.reason = "appTransactionNotFound" }
-            throw refused
+            throw Self.rpcError(error, transactionId: p.transactionId)
         }
     }
 
@@ -33,13 +31,9 @@ extension VerificationService {
         // An app transaction names its environment in `receiptType` only; a payload naming one in `environment` too is a
         // transaction or something made to look like both.
         guard AppleAppTransaction(payload) != nil, payload["environment"] == nil else { return .init(status: 21002, reason: "malformed") }
-        guard bundleAccepted(payload["bundleId"]?.stringValue, expected: expectedBundleId) else {
-            return .init(status: 21003, reason: "bundleMismatch")
+        switch judge(payload, environmentField: "receiptType", expectedBundleId: expectedBundleId) {
+        case .success(let environment): return .init(status: 0, environment: environment, appTransaction: payload)
+        case .failure(let refusal): return .init(status: refusal.status, reason: refusal.reason)
         }
-        guard let environment = PurchaseEnvironment.fromSignedPayload(payload["receiptType"]?.stringValue) else {
-            return .init(status: 21002, reason: "unknownEnvironment")
-        }
-        if environment == "Xcode", !configuration.allowXcode { return .init(status: 21003, reason: "xcodeNotAllowed") }
-        return .init(status: 0, environment: environment, appTransaction: payload)
     }
 }

@@ -33,9 +33,7 @@ extension VerificationService {
         do {
             return try await api.massExtensionStatus(p.environment, productId: p.productId, requestIdentifier: p.requestIdentifier)
         } catch {
-            var refused = Self.rpcError(error, transactionId: "")
-            if refused.data.extra["appleErrorCode"] == .int(4_040_009) { refused.data.reason = "massExtensionNotFound" }
-            throw refused
+            throw Self.rpcError(error, transactionId: "")
         }
     }
 

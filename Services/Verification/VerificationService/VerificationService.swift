@@ -86,7 +86,7 @@ public final class VerificationService: Sendable {
     }
 
     /// True when `bundleId` may be accepted for a call expecting `expected`.
-    func bundleAccepted(_ bundleId: String?, expected: String? = nil) -> Bool {
+    private func bundleAccepted(_ bundleId: String?, expected: String? = nil) -> Bool {
         guard let accepted = acceptedBundles(expected) else { return true }
         guard let bundleId else { return false }
         return accepted.contains(bundleId)
@@ -164,14 +164,28 @@ public final class VerificationService: Sendable {
     /// only when allowed. Shared by signed transactions sent by apps and those fetched from Apple (which
     /// the App Store Server API client has verified already: their signatures are not checked twice).
     private func accept(_ transaction: JSONValue, expectedBundleId: String?) -> VerificationVerifyTransaction.Result {
-        guard bundleAccepted(transaction["bundleId"]?.stringValue, expected: expectedBundleId) else {
-            return .init(status: 21003, reason: "bundleMismatch")
+        switch judge(transaction, environmentField: "environment", expectedBundleId: expectedBundleId) {
+        case .success(let environment): .init(status: 0, environment: environment, transaction: transaction)
+        case .failure(let refusal): .init(status: refusal.status, reason: refusal.reason)
         }
-        guard let environment = PurchaseEnvironment.fromSignedPayload(transaction["environment"]?.stringValue) else {
-            return .init(status: 21002, reason: "unknownEnvironment")
+    }
+
+    struct Refusal: Error {
+        let status: Int
+        let reason: String
+    }
+
+    /// The checks of a verified payload (transaction or app transaction): this app's bundle id, a known environment (read
+    /// from `environmentField`), Xcode only when allowed. Answers the environment.
+    func judge(_ payload: JSONValue, environmentField: String, expectedBundleId: String?) -> Result<String, Refusal> {
+        guard bundleAccepted(payload["bundleId"]?.stringValue, expected: expectedBundleId) else {
+            return .failure(.init(status: 21003, reason: "bundleMismatch"))
         }
-        if environment == "Xcode", !configuration.allowXcode { return .init(status: 21003, reason: "xcodeNotAllowed") }
-        return .init(status: 0, environment: environment, transaction: transaction)
+        guard let environment = PurchaseEnvironment.fromSignedPayload(payload[environmentField]?.stringValue) else {
+            return .failure(.init(status: 21002, reason: "unknownEnvironment"))
+        }
+        if environment == "Xcode", !configuration.allowXcode { return .failure(.init(status: 21003, reason: "xcodeNotAllowed")) }
+        return .success(environment)
     }
 
     // MARK: App Store Server API
@@ -368,13 +382,18 @@ public final class VerificationService: Sendable {
     /// Apple's answers as the suite's errors: not found is notFound; a payload that fails verification is
     /// invalidReceipt; rate limits, outages and the network are unavailable (retryable); a refused key is an
     /// internal error (the operator's to fix).
+    /// Apple's not-found codes that name something other than a transaction.
+    static let notFoundReasons: [Int: String] = [
+        4_040_008: "testNotificationNotFound", 4_040_009: "massExtensionNotFound", 4_040_019: "appTransactionNotFound",
+    ]
+
     static func rpcError(_ error: any Error, transactionId: String) -> RPCError {
         guard let error = error as? AppStoreAPIError else { return .unavailable("the App Store Server API could not be reached") }
         switch error {
         case .api(404, let code, let message):
             var e = RPCError.notFound(
                 "Apple has nothing for \(transactionId.isEmpty ? "this request" : transactionId) in this app (\(message ?? "not found"))",
-                reason: code == 4_040_008 ? "testNotificationNotFound" : "transactionNotFound")
+                reason: Self.notFoundReasons[code ?? 0] ?? "transactionNotFound")
             if let code { e.data.extra["appleErrorCode"] = .int(Int64(code)) }
             return e
         case .api(403, let code, let message):
