@@ -32,6 +32,9 @@ public enum ContractMethods {
         .init(FulfillmentRetryNotification.self), .init(FulfillmentRevokeTransaction.self), .init(FulfillmentLookUpOrder.self),
         .init(FulfillmentListAudit.self), .init(FulfillmentGrantOrder.self), .init(FulfillmentExtendSubscription.self),
         .init(FulfillmentReconcile.self), .init(FulfillmentExtendAllSubscriptions.self), .init(FulfillmentMassExtensionStatus.self),
+        .init(FulfillmentListEvents.self), .init(FulfillmentAddWebhook.self), .init(FulfillmentRotateWebhookSecret.self),
+        .init(FulfillmentListWebhooks.self), .init(FulfillmentPauseWebhook.self), .init(FulfillmentDeleteWebhook.self),
+        .init(FulfillmentRedeliverWebhook.self), .init(FulfillmentListDeliveries.self),
     ]
     public static let simulator: [OpenRPCMethodDescription] = [
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),

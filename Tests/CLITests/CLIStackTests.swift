@@ -207,6 +207,10 @@ import Testing
         "sim.appTransaction": ["sim", "app-transaction"],
         "verification.massExtendRenewalDate": ["appstore", "mass-extend"], "verification.massExtensionStatus": ["appstore", "mass-extend-status"],
         "fulfillment.extendAllSubscriptions": ["support", "extend"], "fulfillment.massExtensionStatus": ["support", "extend-status"],
+        "fulfillment.listEvents": ["events", "tail"], "fulfillment.addWebhook": ["webhooks", "add"],
+        "fulfillment.rotateWebhookSecret": ["webhooks", "rotate"], "fulfillment.listWebhooks": ["webhooks", "list"],
+        "fulfillment.pauseWebhook": ["webhooks", "pause"], "fulfillment.deleteWebhook": ["webhooks", "delete"],
+        "fulfillment.redeliverWebhook": ["webhooks", "redeliver"], "fulfillment.listDeliveries": ["webhooks", "deliveries"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

@@ -8,6 +8,9 @@ import RPCTestSupport
 import ServiceSupport
 import Testing
 
+/// Webhooks are tested on the real engines only.
+struct InMemoryUnsupported: Error {}
+
 /// `FulfillmentStorage` in memory: `GrantRules` over an `InMemoryLedger`, one write at a time.
 /// `@unchecked Sendable`: the ledger (a plain class) is only ever touched inside `lock`, through `ledger`.
 final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
@@ -45,7 +48,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func reinstate(transactionId: String, nowMs: Int64) async throws -> Bool {
         try ledger.withLockedValue { try GrantRules.reinstate(transactionId, nowMs: nowMs, in: $0) }
     }
-    func recordRenewal(_ state: RenewalState) async throws -> Bool { false }
+    func recordRenewal(_ state: RenewalState, nowMs: Int64) async throws -> Bool { false }
     func applyNotification(_ facts: NotificationRules.Facts, uuid: String, attempts: Int, owed: AppleFollowUps, nowMs: Int64) async throws
         -> NotificationRules.Decision
     {
@@ -66,7 +69,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                         owed: owed.intersection(.finishes), mode: .redeem,
                         policy: .refuse, answerScope: scope, nowMs: nowMs, in: ledger)
                 case .moveSubscriptionEnd(let original, let expires):
-                    _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expires, in: ledger)
+                    _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expires, nowMs: nowMs, in: ledger)
                 case .recordExtensionSummary: break
                 case .answerConsumption(let transactionId, let answer):  // an OwedConsumptionAnswer
                     ledger.enqueueOutbox(
@@ -123,12 +126,40 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
             ledger.consumptionAnswers.removeAll { $0.key == item.key }
         }
     }
+    // The event feed in memory: what the rules appended, read back in order; webhooks are the engines' (not faked).
+    func events(after: EventPosition, limit: Int, accountId: String?, types: [FulfillmentEventType]?) async throws -> [FulfillmentEvent] {
+        ledger.withLockedValue { l in
+            Array(
+                l.events.enumerated().map { i, e in
+                    var e = e
+                    e.cursor = "\(i + 1)"
+                    return e
+                }.filter { Int64($0.cursor)! > after.id && (accountId == nil || $0.accountId == accountId) && (types?.contains($0.type) ?? true) }
+                    .prefix(limit))
+        }
+    }
+    func trimEvents(beforeMs: Int64) async throws -> Int { 0 }
+    func addWebhook(_ webhook: WebhookRecord) async throws { throw InMemoryUnsupported() }
+    func webhooks() async throws -> [WebhookRecord] { [] }
+    func webhook(_ id: String) async throws -> WebhookRecord? { nil }
+    func webhookBacklog(_ id: String) async throws -> (count: Int, oldestMs: Int64?, lastError: String?) { (0, nil, nil) }
+    func rotateWebhookSecret(_ id: String, secret: String, previousUntilMs: Int64) async throws -> Bool { false }
+    func setWebhookState(_ id: String, _ state: String, nowMs: Int64) async throws -> Bool { false }
+    func deleteWebhook(_ id: String) async throws -> Bool { false }
+    func redeliverWebhook(_ id: String, after: EventPosition, nowMs: Int64) async throws -> Int { 0 }
+    func webhookDeliveries(_ id: String, limit: Int) async throws -> [WebhookDelivery] { [] }
+    func dispatchEvents(to webhook: WebhookRecord, limit: Int, nowMs: Int64) async throws -> Int { 0 }
+    func dueWebhookItems(nowMs: Int64, limit: Int) async throws -> [OutboxItem] { [] }
+    func undeliveredEvents(endpointId: String, accountId: String, limit: Int) async throws -> (delivered: Int64, events: [FulfillmentEvent])? { nil }
+    func settleWebhook(_ settlement: WebhookSettlement, nowMs: Int64) async throws { throw InMemoryUnsupported() }
+    func parkWebhookItem(_ item: OutboxItem, because reason: String) async throws {}
+
     func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) {
         let items = try await dueOutbox(nowMs: 0, limit: limit)
         return (items, ledger.withLockedValue { $0.finishes.count + $0.consumptionAnswers.count }, items.isEmpty ? nil : 0)
     }
-    func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool {
-        try ledger.withLockedValue { try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, in: $0) }
+    func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64, nowMs: Int64) async throws -> Bool {
+        try ledger.withLockedValue { try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, nowMs: nowMs, in: $0) }
     }
     func spend(accountId: String, scope: AccountScope, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64) async throws
         -> SpendOutcome

@@ -79,6 +79,17 @@ final class InMemoryLedger: FulfillmentTransaction {
         wallets[row.holder] = Wallet(balance: row.balance, owed: row.owed)
     }
 
+    /// Events appended, in order, with the wallet of their scope at the time (as the SQL insert reads it).
+    var events: [FulfillmentEvent] = []
+    func appendEvent(_ event: FulfillmentEvent) {
+        var e = event
+        let wallet = wallet(Holder(accountId: e.accountId, scope: e.scope))
+        e.sequence = Int64(events.filter { $0.accountId == e.accountId }.count + 1)
+        e.balance = wallet.balance
+        e.owed = wallet.owed
+        events.append(e)
+    }
+
     var accountTokenTies: [PendingAccountToken] = []
     /// Transaction ids owed a Finish Transaction at Apple, in the order owed.
     var finishes: [String] = []

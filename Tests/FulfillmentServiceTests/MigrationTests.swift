@@ -20,7 +20,7 @@ import Testing
     }
 
     /// Every migration after the merged one, as a file the steps made gets them.
-    static let since = ["v2-content-deliveries"]
+    static let since = ["v2-content-deliveries", "v3-events"]
     /// What they add to the schema.
     static func added() async throws -> Set<String> {
         let (merged, mergedPath) = try database(upTo: "v1-2026-11-26")

@@ -314,6 +314,7 @@ public final class SuiteFixture: Sendable {
         laterProcessing.cancel()
         for proxy in proxies.values { await proxy.stop() }
         for server in servers.withLockedValue({ Array($0.values) }) { await server.shutdown() }
+        await service.webhookSender.shutdown()
         if store is PostgresFulfillmentStore {
             try? store.close()
             for close in otherStores { try? close() }

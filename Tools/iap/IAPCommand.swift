@@ -17,7 +17,7 @@ struct IAPCommand: AsyncParsableCommand {
             AccountsCommand.self, CatalogCommand.self, ReceiptCommand.self, RedeemCommand.self, RestoreCommand.self,
             BalanceCommand.self, LedgerCommand.self, SpendCommand.self, EntitlementsCommand.self, ContentCommand.self,
             VerifyCommand.self, ApplyNotificationCommand.self, ReceiveNotificationCommand.self, RevokeCommand.self, AdminCommand.self,
-            AppStoreCommand.self, SupportCommand.self, OffersCommand.self,
+            AppStoreCommand.self, SupportCommand.self, OffersCommand.self, EventsCommand.self, WebhooksCommand.self,
             SimCommand.self, HealthCommand.self, MethodsCommand.self, CallCommand.self, DemoCommand.self,
         ])
 }

@@ -109,5 +109,40 @@ public struct FulfillmentConfiguration: Sendable {
     public var appleCallsPerMinute = 20.0
     public var appleHistoryCost = 5
 
+    /// How long events are kept (`--event-retention-days`); nil: forever. Each account's latest is always kept.
+    public var eventRetentionMs: Int64?
+    public var webhooks = WebhookPolicy()
+
     public init() {}
+}
+
+/// How webhooks are delivered (docs/events.md).
+public struct WebhookPolicy: Sendable {
+    public var maxEndpoints = 20
+    /// How long the secret before a rotation keeps signing beside the new one.
+    public var rotationOverlapMs: Int64 = 86_400_000
+    /// An account's events that have waited this long without progress mark the endpoint failing.
+    public var giveUpAfterMs: Int64 = 3 * 86_400_000
+    /// Events read from the feed per endpoint per round, accounts delivered per round, and how many at once.
+    public var dispatchBatch = 1_000
+    public var itemsPerRound = 200
+    public var concurrency = 32
+    /// An account's events sent in one go before its item yields to others.
+    public var eventsPerItem = 50
+    /// How often the worker looks at the feed while endpoints exist.
+    public var pollInterval: Duration = .milliseconds(100)
+    public init() {}
+}
+
+/// When a failed delivery is tried again: within a second, then doubling with jitter (each wait half to all of the
+/// doubled one), at most an hour apart, until the endpoint gives up (`WebhookPolicy.giveUpAfterMs`).
+public enum WebhookRetry {
+    public static let firstDelayMs: Int64 = 1_000
+    public static let maxDelayMs: Int64 = 3_600_000
+
+    /// `failures`: this one included; `jitter` in 0...1.
+    public static func nextAttemptAtMs(failures: Int, nowMs: Int64, jitter: Double) -> Int64 {
+        let doubled = min(maxDelayMs, firstDelayMs << Int64(min(max(failures, 1) - 1, 30)))
+        return nowMs + Int64(Double(doubled) * (0.5 + 0.5 * min(max(jitter, 0), 1)))
+    }
 }

@@ -52,8 +52,8 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         try await write { s in try FulfillmentRecords(s).rememberEarlyRevocation(transactionId, reason: reason, nowMs: nowMs) }
     }
 
-    public func recordRenewal(_ state: RenewalState) async throws -> Bool {
-        try await write { s in try FulfillmentRecords(s).keepRenewal(state) }
+    public func recordRenewal(_ state: RenewalState, nowMs: Int64) async throws -> Bool {
+        try await write { s in try FulfillmentRecords(s).keepRenewal(state, nowMs: nowMs) }
     }
 
     /// One notification in ONE transaction: what is stored about its purchase is read, `NotificationRules` decides,
@@ -73,9 +73,9 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         }
     }
 
-    public func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool {
+    public func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64, nowMs: Int64) async throws -> Bool {
         try await write { s in
-            try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, in: FulfillmentRecords(s))
+            try GrantRules.extendRenewal(original: originalTransactionId, expiresAtMs: expiresAtMs, nowMs: nowMs, in: FulfillmentRecords(s))
         }
     }
 

@@ -32,4 +32,8 @@ extension FulfillmentService {
     public var contentDesk: ContentDesk { ContentDesk(service: self) }
     /// What is owed to outside parties after commits.
     public var outbox: OutboxDelivery { OutboxDelivery(service: self) }
+    /// The event feed and webhook endpoints.
+    public var events: EventDesk { EventDesk(service: self) }
+    /// Webhook deliveries.
+    public var webhookWorker: WebhookWorker { WebhookWorker(service: self) }
 }

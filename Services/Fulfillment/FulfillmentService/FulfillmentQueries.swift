@@ -90,6 +90,13 @@ struct FulfillmentQueries {
         try s.run(
             "INSERT INTO admin_audit (at_ms, action, account_id, transaction_id, reason, credential) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             nowMs, action, accountId, transactionId, reason, credential)
+        if let accountId {
+            try FulfillmentRecords(s).event(.supportActionTaken, Holder(accountId: accountId, scope: .production), environment: nil, nowMs: nowMs) {
+                $0.action = action
+                $0.reason = reason
+                $0.transactionId = transactionId
+            }
+        }
     }
 
     /// The audit log, newest first; with `action`, only its entries about `transactionId`.
@@ -111,12 +118,13 @@ struct FulfillmentQueries {
 
     /// Claims the due items for a lease: another instance's worker skips what this one is delivering (PostgreSQL's row
     /// locks; SQLite has one writer).
-    func claimOutbox(nowMs: Int64, limit: Int) throws -> [OutboxItem] {
+    /// `webhooks`: only webhook deliveries (`WebhookDelivery`'s), else only the rest.
+    func claimOutbox(nowMs: Int64, limit: Int, webhooks: Bool = false) throws -> [OutboxItem] {
         try s.rows(
             """
             UPDATE outbox SET next_attempt_at_ms = ?1
-            WHERE id IN (SELECT id FROM outbox WHERE next_attempt_at_ms <= ?2 ORDER BY next_attempt_at_ms, id LIMIT ?3
-                         \(s.dialect == .postgres ? "FOR UPDATE SKIP LOCKED" : ""))
+            WHERE id IN (SELECT id FROM outbox WHERE next_attempt_at_ms <= ?2 AND kind \(webhooks ? "=" : "!=") 'webhook'
+                         ORDER BY next_attempt_at_ms, id LIMIT ?3 \(s.dialect == .postgres ? "FOR UPDATE SKIP LOCKED" : ""))
             RETURNING *
             """, nowMs + OutboxRetry.leaseMs, nowMs, limit
         ).map(Self.outboxItem).sorted { $0.id < $1.id }
@@ -139,7 +147,7 @@ struct FulfillmentQueries {
         return (items, try summary?.get("total") ?? 0, try summary?.get("oldest"))
     }
 
-    private static func outboxItem(_ row: SQLRow) throws -> OutboxItem {
+    static func outboxItem(_ row: SQLRow) throws -> OutboxItem {
         OutboxItem(
             id: try row.get("id"), kind: try row.get("kind"), key: try row.get("item_key"), payload: try row.get("payload"),
             attempts: try row.get("attempts"), createdAtMs: try row.get("created_at_ms"),

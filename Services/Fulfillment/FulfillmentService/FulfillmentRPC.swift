@@ -29,6 +29,14 @@ extension FulfillmentService {
         r.register(FulfillmentMassExtensionStatus.self) { p, _ in try await self.support.massExtensionStatus(p) }
         r.register(FulfillmentOfferEligibility.self) { p, _ in try await self.offers.offerEligibility(p) }
         r.register(FulfillmentSignOffer.self) { p, _ in try await self.offers.signOffer(p) }
+        r.register(FulfillmentListEvents.self) { p, _ in try await self.events.listEvents(p) }
+        r.register(FulfillmentAddWebhook.self) { p, _ in try await self.events.addWebhook(p) }
+        r.register(FulfillmentRotateWebhookSecret.self) { p, _ in try await self.events.rotateWebhookSecret(p) }
+        r.register(FulfillmentListWebhooks.self) { p, _ in try await self.events.listWebhooks(p) }
+        r.register(FulfillmentPauseWebhook.self) { p, _ in try await self.events.pauseWebhook(p) }
+        r.register(FulfillmentDeleteWebhook.self) { p, _ in try await self.events.deleteWebhook(p) }
+        r.register(FulfillmentRedeliverWebhook.self) { p, _ in try await self.events.redeliverWebhook(p) }
+        r.register(FulfillmentListDeliveries.self) { p, _ in try await self.events.listDeliveries(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in
             try await self.notifications.revokeTransaction(p)
             return EmptyResult()

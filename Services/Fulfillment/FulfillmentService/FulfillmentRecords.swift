@@ -18,6 +18,8 @@ struct FulfillmentRecords: FulfillmentTransaction {
             """, kind.rawValue, key, payload, nowMs)
     }
 
+    func appendEvent(_ event: FulfillmentEvent) throws { try EventRecords(s).append(event) }
+
     func owner(original: String) throws -> Holder? {
         try s.row("SELECT account_id, scope FROM ownership WHERE original_transaction_id = ?1", original).map(Self.holder)
     }

@@ -34,6 +34,10 @@ public final class FulfillmentService: Sendable {
     let appleCalls: TokenBuckets
     /// Wakes the background worker when a commit owes something to an outside party (`OutboxItem`).
     public let outboxWakeup = Wakeup()
+    /// Wakes the webhook worker early (an endpoint added, resumed or redelivered).
+    public let webhookWakeup = Wakeup()
+    /// Sends webhook deliveries (its clients are shut down with the worker).
+    public let webhookSender = WebhookSender()
     /// Spaces Finish Transaction calls at Apple's documented rate (`FulfillmentConfiguration.finishesPerSecond`).
     let finishPace: Pace
     /// Apple customers' subscriptions read for offers, a minute each.

@@ -215,6 +215,53 @@ extension FulfillmentStore {
                     ) WITHOUT ROWID;
                     """)
         }
+        // 2026-11-26: the event feed and webhook endpoints (docs/events.md).
+        m.registerMigration("v3-events") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE event (
+                        id INTEGER PRIMARY KEY,
+                        tx_order INTEGER NOT NULL DEFAULT 0,  -- one writer: ids are commit order
+                        account_id TEXT NOT NULL,
+                        sequence INTEGER NOT NULL CHECK (sequence > 0),
+                        type TEXT NOT NULL,
+                        occurred_at_ms INTEGER NOT NULL,
+                        environment TEXT NOT NULL,
+                        balance INTEGER NOT NULL,
+                        owed INTEGER NOT NULL,
+                        body TEXT NOT NULL,
+                        UNIQUE (account_id, sequence));
+                    CREATE INDEX event_order ON event (tx_order, id);
+                    CREATE TABLE webhook_endpoint (
+                        id TEXT PRIMARY KEY,
+                        url TEXT NOT NULL,
+                        types TEXT NOT NULL,         -- space-separated; '' for all
+                        environments TEXT NOT NULL,  -- space-separated; '' for all
+                        allow_private_address INTEGER NOT NULL,
+                        secret TEXT NOT NULL,
+                        previous_secret TEXT,
+                        previous_secret_until_ms INTEGER,
+                        state TEXT NOT NULL CHECK (state IN ('active', 'paused', 'failing')),
+                        created_at_ms INTEGER NOT NULL,
+                        dispatched_tx_order INTEGER NOT NULL,  -- the feed read up to here for this endpoint
+                        dispatched_id INTEGER NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE webhook_progress (
+                        endpoint_id TEXT NOT NULL,
+                        account_id TEXT NOT NULL,
+                        delivered_sequence INTEGER NOT NULL,
+                        PRIMARY KEY (endpoint_id, account_id)) WITHOUT ROWID;
+                    CREATE TABLE webhook_attempt (
+                        id INTEGER PRIMARY KEY,
+                        endpoint_id TEXT NOT NULL,
+                        account_id TEXT NOT NULL,
+                        sequence INTEGER NOT NULL,
+                        attempted_at_ms INTEGER NOT NULL,
+                        status INTEGER,
+                        latency_ms INTEGER NOT NULL,
+                        error TEXT);
+                    CREATE INDEX webhook_attempt_by_endpoint ON webhook_attempt (endpoint_id, id);
+                    """)
+        }
         return m
     }
 }

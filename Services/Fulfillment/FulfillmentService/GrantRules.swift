@@ -38,12 +38,14 @@ public protocol FulfillmentTransaction {
     /// Owes `payload` to an outside party (`OutboxKind`), durably with this transaction's change; owing the same
     /// (kind, key) again replaces the payload and starts the attempts over.
     func enqueueOutbox(kind: OutboxKind, key: String, payload: String, nowMs: Int64) throws
+    /// Appends `event` to the feed (`EventRecords.append`): its sequence, balance and owed are read at the insert.
+    func appendEvent(_ event: FulfillmentEvent) throws
 }
 
 /// What the fulfillment service needs from storage: each write runs `GrantRules` inside one transaction
 /// of the engine (`FulfillmentStore` on SQLite; a PostgreSQL store implements the same over its own
 /// `FulfillmentTransaction`), and the reads answer from committed data.
-public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
+public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage, EventStorage {
     /// `owed`: what the grant owes Apple afterwards (`AppleFollowUps`), recorded in the outbox in the same transaction.
     func apply(
         _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, owed: AppleFollowUps, mode: FulfillmentMode,
@@ -55,7 +57,7 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
     /// Remembers a refund or revocation of a purchase not redeemed here yet: its redeem will grant nothing.
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws
     /// Keeps a subscription's renewal state, forward only by `signedDateMs`; false when an newer one is kept.
-    func recordRenewal(_ state: RenewalState) async throws -> Bool
+    func recordRenewal(_ state: RenewalState, nowMs: Int64) async throws -> Bool
     /// Applies one notification in ONE transaction with its inbox row's outcome (`NotificationRules`); a grant it makes
     /// owes Apple what `owed` says (Finish Transaction; never ties: the notification's token is the account's own).
     func applyNotification(_ facts: NotificationRules.Facts, uuid: String, attempts: Int, owed: AppleFollowUps, nowMs: Int64) async throws
@@ -68,7 +70,7 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage {
     /// Originals of subscriptions to ask Apple about: ended without news in the last 60 days, or in billing retry.
     func subscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [String]
     /// Moves a subscription's end later (`GrantRules.extendRenewal`); false when there is nothing to move.
-    func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64) async throws -> Bool
+    func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64, nowMs: Int64) async throws -> Bool
     func spend(
         accountId: String, scope: AccountScope, amount: Int64, idempotencyKey: String, memo: String?,
         nowMs: Int64
@@ -180,6 +182,13 @@ public enum GrantRules {
                 }
                 try tx.transfer(p, from: owner.accountId, to: holder, nowMs: nowMs)
                 transfers.append((p.originalTransactionId, owner.accountId))
+                if let moved = try tx.entitlement(original: p.originalTransactionId) {
+                    try tx.event(.purchaseRestored, about: moved, nowMs: nowMs) { $0.otherAccountId = owner.accountId }
+                    try tx.event(.purchaseTransferred, about: moved, holder: owner, nowMs: nowMs) {
+                        $0.otherAccountId = accountId
+                        $0.entitlementEndsAtMs = nowMs
+                    }
+                }
                 if try tx.processed(p.transactionId) == nil {
                     try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
                     if p.finishableAtApple { recorded.append(p.transactionId) }
@@ -267,25 +276,32 @@ public enum GrantRules {
             let after = try append(
                 holder, delta: coins, kind: .grant, environment: p.environment, transactionId: p.transactionId,
                 memo: p.productId, nowMs: nowMs, in: tx)
+            try tx.event(.purchaseGranted, holder, environment: p.environment, nowMs: nowMs) { $0.about(p, delta: coins) }
             // Owed coins (refunds of spent coins) are repaid first, in their own row.
             if after.owed > 0 {
                 let repaid = min(after.owed, after.balance)
                 try append(
                     holder, delta: -repaid, kind: .recovery, environment: p.environment, transactionId: p.transactionId,
                     memo: "repays refunded coins", recovered: repaid, nowMs: nowMs, in: tx)
+                try tx.event(.debtRecovered, holder, environment: p.environment, nowMs: nowMs) {
+                    $0.about(p, delta: -repaid)
+                    $0.recovered = repaid
+                }
             }
             return .granted
         case .permanent(let name):
             try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
             guard firstOfOriginal else { return .restored }  // a restore or a free re-purchase of what the account owns
-            try tx.insertEntitlement(entitlement(p, holder, name, startsAtMs: p.purchaseDateMs, expiresAtMs: nil))
+            try insert(entitlement(p, holder, name, startsAtMs: p.purchaseDateMs, expiresAtMs: nil), .purchaseGranted, p, nowMs: nowMs, in: tx)
             return .granted
         case .subscription(let name):
             try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
             guard firstOfOriginal else {
-                return try extendSubscription(p, entitlement: name, in: tx) ? .granted : .restored  // a renewal ends later: granted
+                // A renewal ends later: granted.
+                return try extendSubscription(p, entitlement: name, nowMs: nowMs, in: tx) ? .granted : .restored
             }
-            try tx.insertEntitlement(entitlement(p, holder, name, startsAtMs: p.purchaseDateMs, expiresAtMs: p.expiresDateMs))
+            let record = entitlement(p, holder, name, startsAtMs: p.purchaseDateMs, expiresAtMs: p.expiresDateMs)
+            try insert(record, .subscriptionStarted, p, nowMs: nowMs, in: tx)
             return .granted
         case .timeLimited(let name, let days):
             try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
@@ -293,9 +309,17 @@ public enum GrantRules {
             // Back-to-back passes stack: this one starts at the later of now and the current end.
             let currentEnd = try tx.entitlements(holder, activeAtMs: nil).filter { $0.entitlement == name }.compactMap(\.expiresAtMs).max() ?? 0
             let start = max(nowMs, currentEnd)
-            try tx.insertEntitlement(entitlement(p, holder, name, startsAtMs: start, expiresAtMs: start + Int64(days) * 86_400_000))
+            let record = entitlement(p, holder, name, startsAtMs: start, expiresAtMs: start + Int64(days) * 86_400_000)
+            try insert(record, .purchaseGranted, p, nowMs: nowMs, in: tx)
             return .granted
         }
+    }
+
+    private static func insert(
+        _ record: EntitlementRecord, _ type: FulfillmentEventType, _ p: VerifiedPurchase, nowMs: Int64, in tx: some FulfillmentTransaction
+    ) throws {
+        try tx.insertEntitlement(record)
+        try tx.event(type, about: record, nowMs: nowMs) { $0.transactionId = p.transactionId }
     }
 
     private static func entitlement(
@@ -310,16 +334,22 @@ public enum GrantRules {
     /// Moves a subscription's end to this transaction's expiry if that is later (a renewal); a renewal
     /// bought after a revocation reinstates access. A period of another plan of the group (an upgrade now, a
     /// downgrade at its renewal) also switches the entitlement to that plan's. True if anything changed.
-    static func extendSubscription(_ p: VerifiedPurchase, entitlement name: String, in tx: some FulfillmentTransaction) throws -> Bool {
+    static func extendSubscription(
+        _ p: VerifiedPurchase, entitlement name: String, nowMs: Int64, in tx: some FulfillmentTransaction
+    ) throws -> Bool {
         guard let expires = p.expiresDateMs, var current = try tx.entitlement(original: p.originalTransactionId) else { return false }
         guard current.expiresAtMs.map({ $0 < expires }) ?? true, current.revokedAtMs.map({ $0 < p.purchaseDateMs }) ?? true else {
             return false
         }
+        let planChanged = current.productId != p.productId
         current.entitlement = name
         current.productId = p.productId
         current.expiresAtMs = expires
         current.revokedAtMs = nil
         try tx.updateEntitlement(current)
+        try tx.event(planChanged ? .subscriptionPlanChanged : .subscriptionRenewed, about: current, nowMs: nowMs) {
+            $0.transactionId = p.transactionId
+        }
         return true
     }
 
@@ -342,15 +372,26 @@ public enum GrantRules {
             try append(
                 record.holder, delta: record.coinsGranted - forgiven, kind: .reinstatement, environment: record.environment,
                 transactionId: transactionId, memo: memo, recovered: forgiven, nowMs: nowMs, in: tx)
+            try tx.event(.purchaseReinstated, record.holder, environment: record.environment, nowMs: nowMs) {
+                $0.about(record, transactionId, delta: record.coinsGranted - forgiven)
+                $0.recovered = forgiven > 0 ? forgiven : nil
+            }
             return true
         }
+        var given: EntitlementRecord?
         if var entitlement = try tx.entitlement(original: record.originalTransactionId), entitlement.revokedAtMs != nil {
             entitlement.revokedAtMs = nil
             try tx.updateEntitlement(entitlement)
+            given = entitlement
         }
         try append(
             record.holder, delta: 0, kind: .reinstatement, environment: record.environment, transactionId: transactionId, memo: memo,
             nowMs: nowMs, in: tx)
+        if let given {
+            try tx.event(.purchaseReinstated, about: given, holder: record.holder, nowMs: nowMs) { $0.transactionId = transactionId }
+        } else {
+            try tx.event(.purchaseReinstated, record.holder, environment: record.environment, nowMs: nowMs) { $0.about(record, transactionId) }
+        }
         return true
     }
 
@@ -365,12 +406,13 @@ public enum GrantRules {
 
     /// A renewal date Apple moved later (an extension): the entitlement of the original ends then, if it
     /// is not revoked and ended earlier. True if anything changed.
-    public static func extendRenewal(original: String, expiresAtMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
+    public static func extendRenewal(original: String, expiresAtMs: Int64, nowMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
         guard var current = try tx.entitlement(original: original), current.revokedAtMs == nil,
             let expires = current.expiresAtMs, expires < expiresAtMs
         else { return false }
         current.expiresAtMs = expiresAtMs
         try tx.updateEntitlement(current)
+        try tx.event(.subscriptionExtended, about: current, nowMs: nowMs)
         return true
     }
 
@@ -381,17 +423,27 @@ public enum GrantRules {
         guard let record = try tx.processed(transactionId), record.revokedAtMs == nil else { return false }
         try tx.markRevoked(transactionId, reason: reason, nowMs: nowMs)
         let memo = "\(reason): \(record.productId)"
+        let type: FulfillmentEventType = reason == "refunded" ? .purchaseRefunded : .purchaseRevoked
         if record.coinsGranted > 0 {
             // Whatever was spent of it is owed, never dropped: later grants repay it first.
             let taken = min(try tx.wallet(record.holder).balance, record.coinsGranted)
             try append(
                 record.holder, delta: -taken, kind: .reversal, environment: record.environment, transactionId: transactionId,
                 memo: memo, debt: record.coinsGranted - taken, nowMs: nowMs, in: tx)
+            try tx.event(type, record.holder, environment: record.environment, nowMs: nowMs) {
+                $0.about(record, transactionId, delta: -taken)
+                $0.debt = record.coinsGranted > taken ? record.coinsGranted - taken : nil
+                $0.reason = reason
+            }
             return true
         }
         if var entitlement = try tx.entitlement(original: record.originalTransactionId), entitlement.revokedAtMs == nil {
             entitlement.revokedAtMs = nowMs
             try tx.updateEntitlement(entitlement)
+            try tx.event(type, about: entitlement, holder: record.holder, nowMs: nowMs) {
+                $0.transactionId = transactionId
+                $0.reason = reason
+            }
             if record.grantKind == GrantRule.timeLimitedKind {
                 try restack(entitlement.holder, entitlement: entitlement.entitlement, nowMs: nowMs, in: tx)
             }
@@ -436,11 +488,12 @@ public enum GrantRules {
         let wallet = try tx.wallet(holder)
         guard wallet.owed == 0 else { return .owes(owed: wallet.owed, balance: wallet.balance) }
         guard wallet.balance >= amount else { return .insufficient(balance: wallet.balance) }
-        return .spent(
-            balance: try append(
-                holder, delta: -amount, kind: .spend, idempotencyKey: idempotencyKey, memo: memo, nowMs: nowMs,
-                in: tx
-            ).balance)
+        let after = try append(holder, delta: -amount, kind: .spend, idempotencyKey: idempotencyKey, memo: memo, nowMs: nowMs, in: tx)
+        try tx.event(.coinsSpent, holder, environment: nil, nowMs: nowMs) {
+            $0.delta = -amount
+            $0.reason = memo
+        }
+        return .spent(balance: after.balance)
     }
 
     /// Appends a ledger row with checked arithmetic; answers the holder's wallet after it.

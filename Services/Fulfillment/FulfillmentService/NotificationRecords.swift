@@ -21,7 +21,7 @@ extension FulfillmentRecords {
 
     func apply(_ effect: NotificationRules.Effect, owed: AppleFollowUps, nowMs: Int64) throws {
         switch effect {
-        case .keepRenewal(let state): _ = try keepRenewal(state)
+        case .keepRenewal(let state): _ = try keepRenewal(state, nowMs: nowMs)
         case .revoke(let transactionId, let reason): _ = try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: self)
         case .rememberEarlyRevocation(let transactionId, let reason): try rememberEarlyRevocation(transactionId, reason: reason, nowMs: nowMs)
         case .reinstate(let transactionId): _ = try GrantRules.reinstate(transactionId, nowMs: nowMs, in: self)
@@ -30,7 +30,7 @@ extension FulfillmentRecords {
                 [PlannedPurchase(purchase: purchase, rule: rule, scope: scope)], accountId: accountId, appAccountToken: appAccountToken,
                 owed: owed.intersection(.finishes), mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs, in: self)
         case .moveSubscriptionEnd(let original, let expiresAtMs):
-            _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expiresAtMs, in: self)
+            _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expiresAtMs, nowMs: nowMs, in: self)
         case .recordExtensionSummary(let summary):
             try FulfillmentQueries(s).recordAudit(
                 NotificationRules.summaryAction, accountId: nil, transactionId: summary.requestIdentifier,
@@ -43,8 +43,9 @@ extension FulfillmentRecords {
     }
 
     /// Keeps a subscription's renewal state, forward only: an older signed state than the one kept changes nothing.
-    func keepRenewal(_ state: RenewalState) throws -> Bool {
-        if let kept = try renewal(state.originalTransactionId), kept.signedDateMs > state.signedDateMs { return false }
+    func keepRenewal(_ state: RenewalState, nowMs: Int64) throws -> Bool {
+        let kept = try renewal(state.originalTransactionId)
+        if let kept, kept.signedDateMs > state.signedDateMs { return false }
         try s.run(
             """
             INSERT INTO subscription_renewal (original_transaction_id, auto_renew, auto_renew_product_id, in_billing_retry,
@@ -56,6 +57,16 @@ extension FulfillmentRecords {
                 price_increase_status = excluded.price_increase_status, signed_date_ms = excluded.signed_date_ms
             """, state.originalTransactionId, state.autoRenew, state.autoRenewProductId, state.inBillingRetry,
             state.gracePeriodExpiresAtMs, state.expirationIntent, state.priceIncreaseStatus, state.signedDateMs)
+        let changes = RenewalChanges.events(from: kept, to: state)
+        if !changes.isEmpty, let record = try entitlement(original: state.originalTransactionId) {
+            for type in changes {
+                try event(type, about: record, nowMs: nowMs) { e in
+                    e.willRenew = state.autoRenew && !state.inBillingRetry
+                    e.gracePeriodEndsAtMs = state.inBillingRetry ? state.gracePeriodExpiresAtMs : nil
+                    e.expirationIntent = type == .subscriptionExpired ? state.expirationIntent : nil
+                }
+            }
+        }
         return true
     }
 

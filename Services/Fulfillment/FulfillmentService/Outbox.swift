@@ -10,6 +10,9 @@ public enum OutboxKind: String, Sendable, CaseIterable {
     /// Send Consumption Information at Apple (a CONSUMPTION_REQUEST answered): key the transaction id, payload Apple's
     /// ConsumptionRequest (JSON).
     case consumptionInformation
+    /// Events owed to a webhook endpoint (`WebhookRecords`): key `"<endpoint> <account>"`, payload the last sequence
+    /// owed. Delivered by `WebhookDelivery`, not with Apple's kinds.
+    case webhook
 }
 
 /// One thing owed, written in the same transaction as the change that owes it, removed only once delivered. One

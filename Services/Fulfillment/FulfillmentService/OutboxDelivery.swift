@@ -93,7 +93,7 @@ public struct OutboxDelivery: FulfillmentPart {
                 return
             }
             try await dependencies.sendConsumption(.init(internalToken: internalToken, transactionId: item.key, consumption: owed.request))
-        case nil: break
+        case .webhook, nil: break  // webhook items are the webhook worker's (never claimed here)
         }
     }
 

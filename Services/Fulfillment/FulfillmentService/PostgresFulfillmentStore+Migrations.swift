@@ -204,5 +204,51 @@ extension PostgresFulfillmentStore {
                 first_at_ms BIGINT NOT NULL,
                 PRIMARY KEY (account_id, scope, content_id));
             """),
+        // The event feed and webhook endpoints (docs/events.md).
+        PostgresMigration(
+            "v6-events",
+            """
+            CREATE TABLE event (
+                id BIGSERIAL PRIMARY KEY,
+                tx_order BIGINT NOT NULL DEFAULT (pg_current_xact_id()::text::bigint),  -- the writing transaction (EventPosition)
+                account_id TEXT NOT NULL,
+                sequence BIGINT NOT NULL CHECK (sequence > 0),
+                type TEXT NOT NULL,
+                occurred_at_ms BIGINT NOT NULL,
+                environment TEXT NOT NULL,
+                balance BIGINT NOT NULL,
+                owed BIGINT NOT NULL,
+                body TEXT NOT NULL,
+                UNIQUE (account_id, sequence));
+            CREATE INDEX event_order ON event (tx_order, id);
+            CREATE TABLE webhook_endpoint (
+                id TEXT PRIMARY KEY,
+                url TEXT NOT NULL,
+                types TEXT NOT NULL,         -- space-separated; '' for all
+                environments TEXT NOT NULL,  -- space-separated; '' for all
+                allow_private_address BOOLEAN NOT NULL,
+                secret TEXT NOT NULL,
+                previous_secret TEXT,
+                previous_secret_until_ms BIGINT,
+                state TEXT NOT NULL CHECK (state IN ('active', 'paused', 'failing')),
+                created_at_ms BIGINT NOT NULL,
+                dispatched_tx_order BIGINT NOT NULL,  -- the feed read up to here for this endpoint
+                dispatched_id BIGINT NOT NULL);
+            CREATE TABLE webhook_progress (
+                endpoint_id TEXT NOT NULL,
+                account_id TEXT NOT NULL,
+                delivered_sequence BIGINT NOT NULL,
+                PRIMARY KEY (endpoint_id, account_id));
+            CREATE TABLE webhook_attempt (
+                id BIGSERIAL PRIMARY KEY,
+                endpoint_id TEXT NOT NULL,
+                account_id TEXT NOT NULL,
+                sequence BIGINT NOT NULL,
+                attempted_at_ms BIGINT NOT NULL,
+                status BIGINT,
+                latency_ms BIGINT NOT NULL,
+                error TEXT);
+            CREATE INDEX webhook_attempt_by_endpoint ON webhook_attempt (endpoint_id, id);
+            """),
     ]
 }

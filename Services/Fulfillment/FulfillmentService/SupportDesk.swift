@@ -86,7 +86,10 @@ public struct SupportDesk: FulfillmentPart {
         guard answer.success, let expires = answer.effectiveDateMs else {
             throw RPCError.conflict("Apple did not extend the subscription", reason: "extensionRefused")
         }
-        _ = try await storeCall { try await self.store.extendEntitlement(originalTransactionId: p.originalTransactionId, expiresAtMs: expires) }
+        let now = clock.nowMs
+        _ = try await storeCall {
+            try await self.store.extendEntitlement(originalTransactionId: p.originalTransactionId, expiresAtMs: expires, nowMs: now)
+        }
         let owner = try await storeCall { try await self.store.owner(originalTransactionId: p.originalTransactionId) }
         try await audit(
             "extendSubscription", accountId: owner?.accountId, transactionId: p.originalTransactionId,
@@ -250,7 +253,7 @@ public struct SupportDesk: FulfillmentPart {
                 guard let status = statuses.first(where: { $0.originalTransactionId == original }) else { continue }
                 var changed = false
                 if let state = RenewalState(renewalInfo: status.renewalInfo, fallbackSignedDateMs: nil) {
-                    changed = try await storeCall { try await self.store.recordRenewal(state) } || changed
+                    changed = try await storeCall { try await self.store.recordRenewal(state, nowMs: now) } || changed
                 }
                 if let purchase = AppleTransaction(status.transaction).flatMap({ VerifiedPurchase($0, environment: nil) }) {
                     if purchase.cancellationDateMs != nil {

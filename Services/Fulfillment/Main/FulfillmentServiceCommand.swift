@@ -125,6 +125,11 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         help: "The app the offers are signed for (default: the first of IAP_BUNDLE_IDS).")
     var offerBundleId: String?
 
+    @Option(
+        name: .customLong("event-retention-days"),
+        help: "Days the event feed keeps events (env IAP_EVENT_RETENTION_DAYS); each account's latest is always kept. Default: forever.")
+    var eventRetentionDays: Int?
+
     func validate() throws {
         guard (10...86_400).contains(contentURLLifetime) else { throw ValidationError("--content-url-lifetime must be 10-86400 seconds") }
         guard (50...60_000).contains(dependencyTimeoutMs) else { throw ValidationError("--dependency-timeout-ms must be 50-60000") }
@@ -166,6 +171,10 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         config.contentURLBase = Environment.resolve(contentURLBase, env: "IAP_EDGE_PUBLIC_URL")
         config.contentURLLifetimeMs = contentURLLifetime * 1000
         config.catalogCacheMs = catalogCacheMs
+        if let days = eventRetentionDays ?? Environment.resolve(nil, env: "IAP_EVENT_RETENTION_DAYS").flatMap(Int.init) {
+            guard (1...36_500).contains(days) else { throw ValidationError("--event-retention-days must be 1-36500") }
+            config.eventRetentionMs = Int64(days) * 86_400_000
+        }
         if let keyFile = Environment.resolve(offerKey, env: "IAP_OFFER_KEY_FILE") {
             let beside = KeyIdentity.beside(keyFile)
             guard let keyId = Environment.resolve(offerKeyId, env: "IAP_OFFER_KEY_ID") ?? beside?.keyId,
@@ -227,6 +236,7 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
                     service: service,
                     reconcileInterval: reconcileIntervalSeconds > 0 && config.internalToken != nil ? .seconds(reconcileIntervalSeconds) : nil,
                     logger: logger),
+                WebhookWorkerService(service: service, logger: logger),
                 server,
             ], logger: logger)
     }

@@ -1,0 +1,183 @@
+import Foundation
+import IAPProtocol
+
+// The event feed (docs/events.md): one event per change of a customer's money or access, appended by the rules in the
+// change's own transaction (`FulfillmentTransaction.appendEvent`), so an event exists if and only if its change
+// committed.
+
+/// Where an event is in the feed. SQLite has one writer: its row ids are commit order (`txOrder` 0). On PostgreSQL several
+/// instances commit concurrently and ids are handed out before commit, so an id can become visible after a larger one;
+/// there each event also carries its transaction's id (`pg_current_xact_id()`), and a reader is given only events of
+/// transactions older than every transaction still running (`pg_snapshot_xmin`), in (transaction, id) order. Every
+/// transaction that has not finished by then has a larger transaction id than any event handed out, so a cursor never
+/// passes an event that commits later.
+public struct EventPosition: Sendable, Equatable, Comparable {
+    public var txOrder: Int64
+    public var id: Int64
+
+    public init(txOrder: Int64, id: Int64) {
+        self.txOrder = txOrder
+        self.id = id
+    }
+
+    public static let start = EventPosition(txOrder: 0, id: 0)
+
+    /// `"123"` (SQLite) or `"48213.123"` (PostgreSQL); "0" is the start.
+    public init?(cursor: String) {
+        let parts = cursor.split(separator: ".", omittingEmptySubsequences: false)
+        switch parts.count {
+        case 1:
+            guard let id = Int64(parts[0]), id >= 0 else { return nil }
+            self.init(txOrder: 0, id: id)
+        case 2:
+            guard let tx = Int64(parts[0]), let id = Int64(parts[1]), tx >= 0, id >= 0 else { return nil }
+            self.init(txOrder: tx, id: id)
+        default: return nil
+        }
+    }
+
+    public var cursor: String { txOrder == 0 ? "\(id)" : "\(txOrder).\(id)" }
+
+    public static func < (a: EventPosition, b: EventPosition) -> Bool { (a.txOrder, a.id) < (b.txOrder, b.id) }
+}
+
+extension FulfillmentTransaction {
+    /// Appends an event about `holder`, with the state after the change (its wallet; the entitlement's end when `fill`
+    /// sets one) read at the end of what this transaction has written so far.
+    func event(
+        _ type: FulfillmentEventType, _ holder: Holder, environment: String?, nowMs: Int64, _ fill: (inout FulfillmentEvent) -> Void = { _ in }
+    ) throws {
+        var e = FulfillmentEvent(
+            id: "", cursor: "", accountId: holder.accountId, sequence: 0, type: type, occurredAtMs: nowMs,
+            environment: environment ?? holder.scope.rawValue, scope: holder.scope, balance: 0, owed: 0)
+        fill(&e)
+        try appendEvent(e)
+    }
+
+    /// An event about one entitlement: its name, product, original and where its access ends now.
+    func event(
+        _ type: FulfillmentEventType, about record: EntitlementRecord, holder: Holder? = nil, nowMs: Int64,
+        _ fill: (inout FulfillmentEvent) -> Void = { _ in }
+    ) throws {
+        try event(type, holder ?? record.holder, environment: record.environment, nowMs: nowMs) { e in
+            e.entitlement = record.entitlement
+            e.productId = record.productId
+            e.originalTransactionId = record.originalTransactionId
+            e.entitlementEndsAtMs = record.revokedAtMs ?? record.expiresAtMs
+            fill(&e)
+        }
+    }
+}
+
+/// The renewal events between two signed renewal states of one subscription (pure): what the customer or Apple changed.
+enum RenewalChanges {
+    static func events(from old: RenewalState?, to new: RenewalState) -> [FulfillmentEventType] {
+        let wasRenewing = old?.autoRenew ?? true, wasRetrying = old?.inBillingRetry ?? false
+        let expired = new.expirationIntent != nil && old?.expirationIntent == nil
+        var out: [FulfillmentEventType] = expired ? [.subscriptionExpired] : []
+        if new.inBillingRetry, !wasRetrying {
+            out.append(new.gracePeriodExpiresAtMs != nil ? .subscriptionGracePeriodEntered : .subscriptionBillingRetryEntered)
+        } else if !new.inBillingRetry, wasRetrying, new.expirationIntent == nil {
+            out.append(.subscriptionRecovered)
+        }
+        // Apple turns auto-renew off when it expires a subscription: that is the expiry, not the customer's choice.
+        if !expired, new.autoRenew != wasRenewing { out.append(new.autoRenew ? .subscriptionAutoRenewEnabled : .subscriptionAutoRenewDisabled) }
+        return out
+    }
+}
+
+/// The event table's statements, both engines.
+struct EventRecords {
+    let s: any SQLSession
+
+    init(_ session: any SQLSession) { self.s = session }
+
+    /// The next sequence of the account and the scope's wallet after the change, read by the insert itself (one
+    /// statement). Two transactions of one account racing on PostgreSQL both read the same last sequence: the unique
+    /// key refuses the second, which runs again (`PostgresPool`).
+    func append(_ e: FulfillmentEvent) throws {
+        let body = String(decoding: try JSONEncoder().encode(e), as: UTF8.self)
+        try s.run(
+            """
+            INSERT INTO event (account_id, sequence, type, occurred_at_ms, environment, balance, owed, body)
+            SELECT ?1, COALESCE(MAX(sequence), 0) + 1, ?3, ?4, ?5,
+                COALESCE((SELECT balance FROM wallet WHERE account_id = ?1 AND scope = ?2), 0),
+                COALESCE((SELECT owed FROM wallet WHERE account_id = ?1 AND scope = ?2), 0), ?6
+            FROM event WHERE account_id = ?1
+            """, e.accountId, e.scope.rawValue, e.type.rawValue, e.occurredAtMs, e.environment, body)
+    }
+
+    /// Events after `after` in commit order, at most `limit`; on PostgreSQL only those of transactions older than every
+    /// running one (`EventPosition`).
+    func list(after: EventPosition, limit: Int, accountId: String?, types: [FulfillmentEventType]?) throws -> [FulfillmentEvent] {
+        var sql = "SELECT * FROM event WHERE (tx_order, id) > (?1, ?2)"
+        var arguments: [SQLValue] = [.int(after.txOrder), .int(after.id), .int(Int64(limit))]
+        if s.dialect == .postgres { sql += " AND tx_order < pg_snapshot_xmin(pg_current_snapshot())::text::bigint" }
+        if let accountId {
+            arguments.append(.text(accountId))
+            sql += " AND account_id = ?\(arguments.count)"
+        }
+        if let types, !types.isEmpty {
+            sql += " AND type IN (\(s.placeholders(types.count, from: arguments.count + 1)))"
+            arguments += types.map { .text($0.rawValue) }
+        }
+        return try s.fetch(sql + " ORDER BY tx_order, id LIMIT ?3", arguments: arguments).map(Self.event)
+    }
+
+    /// One account's events after its `sequence`, in order.
+    func account(_ accountId: String, afterSequence: Int64, limit: Int) throws -> [(FulfillmentEvent, EventPosition)] {
+        try s.rows("SELECT * FROM event WHERE account_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3", accountId, afterSequence, limit)
+            .map { (try Self.event($0), try Self.position($0)) }
+    }
+
+    /// The last position a reader may pass now (`list`'s horizon): a new endpoint starts after it.
+    func head() throws -> EventPosition {
+        let horizon = s.dialect == .postgres ? " WHERE tx_order < pg_snapshot_xmin(pg_current_snapshot())::text::bigint" : ""
+        return try s.row("SELECT tx_order, id FROM event\(horizon) ORDER BY tx_order DESC, id DESC LIMIT 1").map(Self.position) ?? .start
+    }
+
+    /// Drops events that occurred before `beforeMs`, keeping each account's latest (its sequence goes on from it).
+    func trim(beforeMs: Int64) throws -> Int {
+        try s.run(
+            """
+            DELETE FROM event WHERE occurred_at_ms < ?1
+              AND sequence < (SELECT MAX(e.sequence) FROM event e WHERE e.account_id = event.account_id)
+            """, beforeMs)
+    }
+
+    static func position(_ row: SQLRow) throws -> EventPosition {
+        EventPosition(txOrder: try row.get("tx_order"), id: try row.get("id"))
+    }
+
+    static func event(_ row: SQLRow) throws -> FulfillmentEvent {
+        let body: String = try row.get("body")
+        guard var e = try? JSONDecoder().decode(FulfillmentEvent.self, from: Data(body.utf8)) else {
+            throw StoredValueInvalid(column: "body", value: String(body.prefix(80)))
+        }
+        e.accountId = try row.get("account_id")
+        e.sequence = try row.get("sequence")
+        e.id = "evt_\(e.accountId)_\(e.sequence)"
+        e.cursor = try position(row).cursor
+        e.balance = try row.get("balance")
+        e.owed = try row.get("owed")
+        return e
+    }
+}
+
+extension FulfillmentEvent {
+    /// The purchase an event is about.
+    mutating func about(_ p: VerifiedPurchase, delta: Int64? = nil) {
+        productId = p.productId
+        transactionId = p.transactionId
+        originalTransactionId = p.originalTransactionId
+        self.delta = delta
+    }
+
+    /// The processed transaction an event is about.
+    mutating func about(_ record: ProcessedTransaction, _ transactionId: String, delta: Int64? = nil) {
+        productId = record.productId
+        self.transactionId = transactionId
+        originalTransactionId = record.originalTransactionId
+        self.delta = delta
+    }
+}

@@ -1,0 +1,233 @@
+import IAPProtocol
+
+/// A webhook endpoint as stored, with its secrets (never leaves fulfillment but signed).
+public struct WebhookRecord: Sendable, Equatable {
+    public var id: String
+    public var url: String
+    public var types: [FulfillmentEventType]?
+    public var environments: [String]?
+    public var allowPrivateAddress: Bool
+    public var secret: String
+    public var previousSecret: String?
+    public var previousSecretUntilMs: Int64?
+    public var state: String
+    public var createdAtMs: Int64
+    /// The feed is dispatched to this endpoint up to here (`EventPosition`).
+    public var dispatched: EventPosition
+
+    /// Whether the endpoint takes this event (its types and environments).
+    public func takes(_ e: FulfillmentEvent) -> Bool {
+        (types.map { $0.contains(e.type) } ?? true) && (environments.map { $0.contains(e.environment) } ?? true)
+    }
+
+    /// The secrets that sign now: the current one, and the one before a rotation for 24 hours after it.
+    public func signingSecrets(nowMs: Int64) -> [String] {
+        guard let previousSecret, let until = previousSecretUntilMs, nowMs < until else { return [secret] }
+        return [secret, previousSecret]
+    }
+}
+
+/// What one delivery round did for one (endpoint, account) item, to record in one write.
+public struct WebhookSettlement: Sendable {
+    public var item: OutboxItem
+    public var endpointId: String
+    public var accountId: String
+    /// The account's events delivered (or skipped by the endpoint's filter) up to here.
+    public var deliveredSequence: Int64
+    public var attempts: [WebhookDelivery]
+    /// Nil: every event read was delivered. Else the failure, and when to try again.
+    public var failure: String?
+    public var nextAttemptAtMs: Int64
+    /// A whole page was read: more may be waiting.
+    public var more: Bool
+    /// Some event went out (or was skipped) this round.
+    public var progressed: Bool
+    /// The item has failed for the endpoint's give-up period: the endpoint is marked failing.
+    public var givesUp: Bool
+}
+
+/// The webhook tables' statements, both engines. An endpoint's deliveries are outbox items of kind `webhook`, one per
+/// (endpoint, account) that has events waiting (key `"<endpoint> <account>"`, payload the last sequence owed); the
+/// account's delivered sequence is in `webhook_progress`, so its events go out in order and one failing account
+/// waits alone.
+struct WebhookRecords {
+    let s: any SQLSession
+
+    init(_ session: any SQLSession) { self.s = session }
+
+    static let kind = OutboxKind.webhook.rawValue
+    /// Far enough ahead that a parked item (paused or failing endpoint) is never due until resumed.
+    static let parkedMs: Int64 = 253_402_300_799_000
+
+    func insert(_ w: WebhookRecord) throws {
+        try s.run(
+            """
+            INSERT INTO webhook_endpoint (id, url, types, environments, allow_private_address, secret, previous_secret,
+                previous_secret_until_ms, state, created_at_ms, dispatched_tx_order, dispatched_id)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL, 'active', ?7, ?8, ?9)
+            """, w.id, w.url, Self.list(w.types?.map(\.rawValue)), Self.list(w.environments), w.allowPrivateAddress, w.secret,
+            w.createdAtMs, w.dispatched.txOrder, w.dispatched.id)
+    }
+
+    func all() throws -> [WebhookRecord] {
+        try s.rows("SELECT * FROM webhook_endpoint ORDER BY created_at_ms, id").map(Self.record)
+    }
+
+    func one(_ id: String) throws -> WebhookRecord? {
+        try s.row("SELECT * FROM webhook_endpoint WHERE id = ?1", id).map(Self.record)
+    }
+
+    func rotate(_ id: String, secret: String, previousUntilMs: Int64) throws -> Bool {
+        try s.run(
+            "UPDATE webhook_endpoint SET previous_secret = secret, previous_secret_until_ms = ?1, secret = ?2 WHERE id = ?3", previousUntilMs,
+            secret, id) == 1
+    }
+
+    /// Paused or failing: its waiting items are parked; active again: they are due now.
+    func setState(_ id: String, _ state: String, nowMs: Int64) throws -> Bool {
+        guard try s.run("UPDATE webhook_endpoint SET state = ?1 WHERE id = ?2", state, id) == 1 else { return false }
+        if state == "active" {
+            try s.run(
+                "UPDATE outbox SET next_attempt_at_ms = ?1, attempts = 0 WHERE kind = ?2 AND item_key LIKE ?3", nowMs, Self.kind, id + " %")
+        }
+        return true
+    }
+
+    func delete(_ id: String) throws -> Bool {
+        try s.run("DELETE FROM outbox WHERE kind = ?1 AND item_key LIKE ?2", Self.kind, id + " %")
+        try s.run("DELETE FROM webhook_progress WHERE endpoint_id = ?1", id)
+        try s.run("DELETE FROM webhook_attempt WHERE endpoint_id = ?1", id)
+        return try s.run("DELETE FROM webhook_endpoint WHERE id = ?1", id) == 1
+    }
+
+    /// Accounts waiting, since when the oldest waits, and the latest failure.
+    func backlog(_ id: String) throws -> (count: Int, oldestMs: Int64?, lastError: String?) {
+        let row = try s.row(
+            "SELECT COUNT(*) AS n, MIN(created_at_ms) AS oldest, MAX(last_error) AS error FROM outbox WHERE kind = ?1 AND item_key LIKE ?2",
+            Self.kind, id + " %")
+        return (try row?.get("n") ?? 0, try row?.get("oldest"), try row?.get("error"))
+    }
+
+    /// Owes `endpoint` the events of a dispatched batch (those it takes), and moves its dispatch position past them. False
+    /// when another instance dispatched meanwhile (the caller's transaction is then rolled back and nothing is owed twice).
+    func dispatch(_ w: WebhookRecord, events: [(FulfillmentEvent, EventPosition)], nowMs: Int64) throws -> Bool {
+        guard let last = events.last?.1 else { return true }
+        var owed: [String: (first: Int64, last: Int64)] = [:]
+        var order: [String] = []
+        for (e, _) in events where w.takes(e) {
+            if let known = owed[e.accountId] {
+                owed[e.accountId] = (known.first, e.sequence)
+            } else {
+                owed[e.accountId] = (e.sequence, e.sequence)
+                order.append(e.accountId)
+            }
+        }
+        for accountId in order {
+            let range = owed[accountId]!
+            try s.run(
+                """
+                INSERT INTO webhook_progress (endpoint_id, account_id, delivered_sequence) VALUES (?1, ?2, ?3)
+                ON CONFLICT (endpoint_id, account_id) DO NOTHING
+                """, w.id, accountId, range.first - 1)
+            try s.run(
+                """
+                INSERT INTO outbox (kind, item_key, payload, attempts, created_at_ms, next_attempt_at_ms, last_error)
+                VALUES (?1, ?2, ?3, 0, ?4, ?4, NULL)
+                ON CONFLICT (kind, item_key) DO UPDATE SET payload = excluded.payload
+                """, Self.kind, w.id + " " + accountId, String(range.last), nowMs)
+        }
+        return try s.run(
+            """
+            UPDATE webhook_endpoint SET dispatched_tx_order = ?1, dispatched_id = ?2
+            WHERE id = ?3 AND dispatched_tx_order = ?4 AND dispatched_id = ?5
+            """, last.txOrder, last.id, w.id, w.dispatched.txOrder, w.dispatched.id) == 1
+    }
+
+    func deliveredSequence(_ endpointId: String, _ accountId: String) throws -> Int64? {
+        try s.value("SELECT delivered_sequence FROM webhook_progress WHERE endpoint_id = ?1 AND account_id = ?2", endpointId, accountId)
+    }
+
+    /// Records one round of an item: the account's progress (forward only), each attempt, and the item: removed when
+    /// everything owed went out (unless more was owed meanwhile: its payload changed), due again now when more waits,
+    /// or tried again later after a failure.
+    func settle(_ r: WebhookSettlement, nowMs: Int64) throws {
+        try s.run(
+            """
+            UPDATE webhook_progress SET delivered_sequence = ?1
+            WHERE endpoint_id = ?2 AND account_id = ?3 AND delivered_sequence < ?1
+            """, r.deliveredSequence, r.endpointId, r.accountId)
+        for a in r.attempts {
+            try s.run(
+                """
+                INSERT INTO webhook_attempt (endpoint_id, account_id, sequence, attempted_at_ms, status, latency_ms, error)
+                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                """, r.endpointId, a.accountId, a.sequence, a.attemptedAtMs, a.status, a.latencyMs, a.error)
+        }
+        if let failure = r.failure {
+            try s.run(
+                """
+                UPDATE outbox SET attempts = attempts + 1, next_attempt_at_ms = ?1, last_error = ?2,
+                    created_at_ms = CASE WHEN ?4 THEN ?5 ELSE created_at_ms END
+                WHERE id = ?3
+                """, r.nextAttemptAtMs, failure, r.item.id, r.progressed, nowMs)
+            if r.givesUp { _ = try setState(r.endpointId, "failing", nowMs: nowMs) }
+        } else if try r.more || s.run("DELETE FROM outbox WHERE id = ?1 AND payload = ?2", r.item.id, r.item.payload) == 0 {
+            // Progress made: the item waits from now (`WebhookPolicy.giveUpAfterMs` counts from its last progress).
+            try s.run(
+                "UPDATE outbox SET attempts = 0, next_attempt_at_ms = ?1, created_at_ms = ?1, last_error = NULL WHERE id = ?2", nowMs, r.item.id)
+        }
+    }
+
+    /// Parks an item of an endpoint that is paused or failing (resumed: `setState`).
+    func park(_ item: OutboxItem, because reason: String) throws {
+        try s.run("UPDATE outbox SET next_attempt_at_ms = ?1, last_error = ?2 WHERE id = ?3", Self.parkedMs, reason, item.id)
+    }
+
+    /// Every event after `after` is owed again: each account's progress goes back to just before its first such event.
+    func redeliver(_ id: String, after: EventPosition, nowMs: Int64) throws -> Int {
+        let later = "FROM event WHERE (tx_order, id) > (?2, ?3)"
+        try s.run(
+            "DELETE FROM webhook_progress WHERE endpoint_id = ?1 AND account_id IN (SELECT account_id \(later))", id, after.txOrder, after.id)
+        let accounts = try s.run(
+            """
+            INSERT INTO webhook_progress (endpoint_id, account_id, delivered_sequence)
+            SELECT ?1, account_id, MIN(sequence) - 1 \(later) GROUP BY account_id
+            """, id, after.txOrder, after.id)
+        try s.run(
+            """
+            INSERT INTO outbox (kind, item_key, payload, attempts, created_at_ms, next_attempt_at_ms, last_error)
+            SELECT ?4, CAST(?1 AS TEXT) || ' ' || account_id, CAST(MAX(sequence) AS TEXT), 0, ?5, ?5, NULL \(later) GROUP BY account_id
+            ON CONFLICT (kind, item_key) DO UPDATE SET payload = excluded.payload
+            """, id, after.txOrder, after.id, Self.kind, nowMs)
+        _ = try setState(id, "active", nowMs: nowMs)
+        return accounts
+    }
+
+    func deliveries(_ id: String, limit: Int) throws -> [WebhookDelivery] {
+        try s.rows("SELECT * FROM webhook_attempt WHERE endpoint_id = ?1 ORDER BY id DESC LIMIT ?2", id, limit).map {
+            let account: String = try $0.get("account_id"), sequence: Int64 = try $0.get("sequence")
+            return WebhookDelivery(
+                eventId: "evt_\(account)_\(sequence)", accountId: account, sequence: sequence, attemptedAtMs: try $0.get("attempted_at_ms"),
+                status: try $0.get("status", as: Int?.self), latencyMs: try $0.get("latency_ms"), error: try $0.get("error"))
+        }
+    }
+
+    /// Drops delivery attempts older than `beforeMs` (the log is for operators, not the record of what was sent).
+    func trimAttempts(beforeMs: Int64) throws {
+        try s.run("DELETE FROM webhook_attempt WHERE attempted_at_ms < ?1", beforeMs)
+    }
+
+    private static func list(_ values: [String]?) -> String { values?.joined(separator: " ") ?? "" }
+
+    private static func record(_ row: SQLRow) throws -> WebhookRecord {
+        let types: String = try row.get("types"), environments: String = try row.get("environments")
+        return WebhookRecord(
+            id: try row.get("id"), url: try row.get("url"),
+            types: types.isEmpty ? nil : types.split(separator: " ").compactMap { FulfillmentEventType(rawValue: String($0)) },
+            environments: environments.isEmpty ? nil : environments.split(separator: " ").map(String.init),
+            allowPrivateAddress: try row.get("allow_private_address"), secret: try row.get("secret"),
+            previousSecret: try row.get("previous_secret"), previousSecretUntilMs: try row.get("previous_secret_until_ms"),
+            state: try row.get("state"), createdAtMs: try row.get("created_at_ms"),
+            dispatched: EventPosition(txOrder: try row.get("dispatched_tx_order"), id: try row.get("dispatched_id")))
+    }
+}

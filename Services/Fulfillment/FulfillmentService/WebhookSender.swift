@@ -1,0 +1,188 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Which addresses a webhook may reach (pure): public unicast only, unless an operator allowed private ones for that
+/// endpoint. Refused: loopback, private (RFC 1918, unique local), link-local, shared (100.64/10), unspecified,
+/// multicast and reserved ranges, and IPv6 forms of IPv4 ones.
+public enum WebhookAddressPolicy {
+    /// Nil: not an IP address.
+    public static func isPrivate(_ ip: String) -> Bool? {
+        var v4 = in_addr(), v6 = in6_addr()
+        if inet_pton(AF_INET, ip, &v4) == 1 {
+            return isPrivate(v4: withUnsafeBytes(of: &v4.s_addr) { Array($0) })
+        }
+        if inet_pton(AF_INET6, ip, &v6) == 1 {
+            return isPrivate(v6: withUnsafeBytes(of: &v6) { Array($0) })
+        }
+        return nil
+    }
+
+    static func isPrivate(v4 b: [UInt8]) -> Bool {
+        switch (b[0], b[1]) {
+        case (0, _), (10, _), (127, _): return true
+        case (100, 64...127): return true  // shared address space (carrier NAT)
+        case (169, 254): return true  // link-local (cloud metadata services live here)
+        case (172, 16...31), (192, 168): return true
+        case (192, 0) where b[2] == 0 || b[2] == 2: return true  // IETF assignments, TEST-NET-1
+        case (198, 18...19): return true  // benchmarking
+        case (198, 51) where b[2] == 100, (203, 0) where b[2] == 113: return true  // TEST-NET-2, -3
+        default: return b[0] >= 224  // multicast, reserved, broadcast
+        }
+    }
+
+    static func isPrivate(v6 b: [UInt8]) -> Bool {
+        if b[0..<10].allSatisfy({ $0 == 0 }) {
+            if b[10] == 0xff && b[11] == 0xff { return isPrivate(v4: Array(b[12..<16])) }  // IPv4-mapped
+            if b[10] == 0 && b[11] == 0 { return true }  // ::, ::1, IPv4-compatible (deprecated)
+        }
+        if b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b { return isPrivate(v4: Array(b[12..<16])) }  // NAT64
+        if b[0] & 0xfe == 0xfc { return true }  // unique local fc00::/7
+        if b[0] == 0xfe && b[1] & 0xc0 == 0x80 { return true }  // link-local fe80::/10
+        if b[0] == 0xff { return true }  // multicast
+        if b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x0d && b[3] == 0xb8 { return true }  // documentation
+        return false
+    }
+}
+
+/// A webhook's URL, checked: http or https, a host, no credentials.
+public struct WebhookURL: Sendable, Equatable {
+    public let host: String
+    public let port: Int
+    public let url: String
+
+    public init?(_ text: String) {
+        guard text.utf8.count <= 2_000, let c = URLComponents(string: text), let scheme = c.scheme?.lowercased(),
+            scheme == "https" || scheme == "http", var host = c.host, !host.isEmpty, c.user == nil, c.password == nil, c.fragment == nil
+        else { return nil }
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        self.host = host
+        self.port = c.port ?? (scheme == "https" ? 443 : 80)
+        self.url = text
+    }
+}
+
+/// Sends signed events to endpoints (Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature`, HMAC-SHA256
+/// over `id.timestamp.body` with each `whsec_` secret). The host is resolved here, the address checked, and the
+/// connection made to exactly that address (the client's DNS override), so a name that resolves to a private address
+/// at delivery (DNS rebinding) is refused like one that did when it was added. Never follows redirects; 15 s per request.
+public final class WebhookSender: Sendable {
+    private struct Client {
+        var address: String
+        var resolvedAt: ContinuousClock.Instant
+        var http: HTTPClient
+    }
+
+    private let clients = NIOLockedValueBox<[String: Client]>([:])
+    let timeout: Duration
+    /// How long a resolved address is used before the name is resolved again.
+    let resolveEvery: Duration
+
+    public init(timeout: Duration = .seconds(15), resolveEvery: Duration = .seconds(60)) {
+        self.timeout = timeout
+        self.resolveEvery = resolveEvery
+    }
+
+    /// The address `url` names now, refused when private and not allowed (`WebhookAddressPolicy`).
+    public static func resolve(_ url: WebhookURL, allowPrivate: Bool) async throws -> String {
+        let address: String
+        if WebhookAddressPolicy.isPrivate(url.host) != nil {
+            address = url.host
+        } else {
+            let resolved = try await NIOThreadPool.singleton.runIfActive {
+                try SocketAddress.makeAddressResolvingHost(url.host, port: url.port)
+            }
+            guard let ip = resolved.ipAddress else { throw WebhookSendError("\(url.host) did not resolve to an IP address") }
+            address = ip
+        }
+        if !allowPrivate, WebhookAddressPolicy.isPrivate(address) ?? true {
+            throw WebhookSendError("\(url.host) is a private, loopback or link-local address (\(address)); not allowed for this endpoint")
+        }
+        return address
+    }
+
+    /// One POST of `body`; answers the HTTP status (2xx: delivered) or throws why none came.
+    func send(_ w: WebhookRecord, eventId: String, body: [UInt8], secrets: [String]) async throws -> Int {
+        guard let url = WebhookURL(w.url) else { throw WebhookSendError("the endpoint's URL is not a valid http(s) URL") }
+        let http = try await client(w, url)
+        let timestamp = String(Int64(Date().timeIntervalSince1970))
+        var request = HTTPClientRequest(url: w.url)
+        request.method = .POST
+        request.headers.add(name: "content-type", value: "application/json")
+        request.headers.add(name: "user-agent", value: "iap-server-webhooks")
+        request.headers.add(name: "webhook-id", value: eventId)
+        request.headers.add(name: "webhook-timestamp", value: timestamp)
+        request.headers.add(name: "webhook-signature", value: Self.signatures(id: eventId, timestamp: timestamp, body: body, secrets: secrets))
+        request.body = .bytes(ByteBuffer(bytes: body))
+        let response = try await http.execute(request, timeout: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000))
+        _ = try? await response.body.collect(upTo: 64 << 10)  // read so the connection is reused; the answer is not kept
+        return Int(response.status.code)
+    }
+
+    /// `v1,<base64>` per secret, space-separated.
+    public static func signatures(id: String, timestamp: String, body: [UInt8], secrets: [String]) -> String {
+        secrets.compactMap { secret -> String? in
+            guard let key = Self.key(secret) else { return nil }
+            var message = Array("\(id).\(timestamp).".utf8)
+            message += body
+            return "v1," + Data(HMAC<SHA256>.authenticationCode(for: message, using: key)).base64EncodedString()
+        }.joined(separator: " ")
+    }
+
+    /// A new secret: `whsec_` and 32 random bytes in base64.
+    public static func newSecret() -> String {
+        "whsec_" + Data(SymmetricKey(size: .bits256).withUnsafeBytes { Array($0) }).base64EncodedString()
+    }
+
+    static func key(_ secret: String) -> SymmetricKey? {
+        guard secret.hasPrefix("whsec_"), let bytes = Data(base64Encoded: String(secret.dropFirst(6))), !bytes.isEmpty else { return nil }
+        return SymmetricKey(data: bytes)
+    }
+
+    /// The endpoint's client, bound to the address its host resolves to now (resolved again after `resolveEvery`).
+    private func client(_ w: WebhookRecord, _ url: WebhookURL) async throws -> HTTPClient {
+        let now = ContinuousClock.now
+        if let known = clients.withLockedValue({ $0[w.id] }), now - known.resolvedAt < resolveEvery { return known.http }
+        let address = try await Self.resolve(url, allowPrivate: w.allowPrivateAddress)
+        var config = HTTPClient.Configuration(
+            redirectConfiguration: .disallow, timeout: .init(connect: .seconds(15), read: .seconds(15)),
+            connectionPool: .init(idleTimeout: .seconds(60)))
+        config.dnsOverride = [url.host: address]
+        let (use, retire) = clients.withLockedValue { all -> (HTTPClient, HTTPClient?) in
+            if let known = all[w.id], known.address == address {
+                all[w.id]?.resolvedAt = now
+                return (known.http, nil)
+            }
+            let made = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: config)
+            let old = all[w.id]?.http
+            all[w.id] = Client(address: address, resolvedAt: now, http: made)
+            return (made, old)
+        }
+        if let retire { try? await retire.shutdown() }
+        return use
+    }
+
+    /// Forgets an endpoint's client (deleted, or its URL may now resolve elsewhere).
+    func forget(_ id: String) async {
+        if let old = clients.withLockedValue({ $0.removeValue(forKey: id) }) { try? await old.http.shutdown() }
+    }
+
+    public func shutdown() async {
+        for client in clients.withLockedValue({ all in
+            defer { all = [:] }; return Array(all.values)
+        }) { try? await client.http.shutdown() }
+    }
+}
+
+public struct WebhookSendError: Error, Sendable, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,214 @@
+import Foundation
+import FulfillmentService
+import IAPProtocol
+import JSONRPC
+import PostgresSupport
+import RPCTestSupport
+import Testing
+
+/// The event feed on both engines: every kind of change appends exactly one event, in the change's own transaction,
+/// with the state after it; nothing else does; and a reader following the cursor never passes an event that commits
+/// later (PostgreSQL, where ids are handed out before commit).
+@Suite struct EventFeedTests {
+    static func purchase(
+        _ id: String, original: String? = nil, product: String, at ms: Int64 = 1, expires: Int64? = nil, cancelled: Int64? = nil
+    ) -> VerifiedPurchase {
+        VerifiedPurchase(
+            environment: "Production", transactionId: id, originalTransactionId: original ?? id, productId: product, purchaseDateMs: ms,
+            expiresDateMs: expires, cancellationDateMs: cancelled)
+    }
+
+    static func all(_ store: any FulfillmentStorage, account: String? = nil) async throws -> [FulfillmentEvent] {
+        var out: [FulfillmentEvent] = []
+        var after = EventPosition.start
+        while true {
+            let page = try await store.events(after: after, limit: 7, accountId: account, types: nil)
+            out += page
+            guard let last = page.last else { return out }
+            after = EventPosition(cursor: last.cursor)!
+        }
+    }
+
+    /// What the feed grew by during `body`.
+    static func appended(_ store: any FulfillmentStorage, _ body: () async throws -> Void) async throws -> [FulfillmentEvent] {
+        let before = try await all(store).count
+        try await body()
+        return Array(try await all(store).dropFirst(before))
+    }
+
+    @Test(arguments: StoreEngine.available)
+    func everyKindOfChangeAppendsOneEventWithTheStateAfterIt(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            func apply(_ p: VerifiedPurchase, _ rule: GrantRule, account: String = "alice", policy: OwnershipPolicy = .refuse, now: Int64 = 10)
+                async throws -> [FulfillmentEvent]
+            {
+                try await Self.appended(store) {
+                    _ = try await store.apply(
+                        [PlannedPurchase(purchase: p, rule: rule)], accountId: account, appAccountToken: nil, mode: .redeem, policy: policy,
+                        nowMs: now)
+                }
+            }
+            // Coins: granted, spent, refunded with debt, repaid by the next grant, the refund reversed.
+            var e = try await apply(Self.purchase("1001", product: "coins.100"), .coins(perUnit: 100))
+            #expect(e.map(\.type) == [.purchaseGranted] && e[0].balance == 100 && e[0].delta == 100 && e[0].transactionId == "1001")
+            #expect(e[0].sequence == 1 && e[0].store == "appStore" && e[0].environment == "Production" && e[0].id == "evt_alice_1")
+            e = try await Self.appended(store) {
+                _ = try await store.spend(accountId: "alice", scope: .production, amount: 70, idempotencyKey: "k1", memo: "sword", nowMs: 11)
+            }
+            #expect(e.map(\.type) == [.coinsSpent] && e[0].balance == 30 && e[0].delta == -70 && e[0].reason == "sword")
+            e = try await Self.appended(store) { _ = try await store.revoke(transactionId: "1001", reason: "refunded", nowMs: 12) }
+            #expect(e.map(\.type) == [.purchaseRefunded] && e[0].balance == 0 && e[0].owed == 70 && e[0].delta == -30 && e[0].debt == 70)
+            e = try await apply(Self.purchase("1002", product: "coins.100"), .coins(perUnit: 100))
+            #expect(e.map(\.type) == [.purchaseGranted, .debtRecovered])
+            #expect(e[0].balance == 100 && e[0].owed == 70 && e[1].balance == 30 && e[1].owed == 0 && e[1].recovered == 70)
+            e = try await Self.appended(store) { _ = try await store.reinstate(transactionId: "1001", nowMs: 13) }
+            #expect(e.map(\.type) == [.purchaseReinstated] && e[0].balance == 130 && e[0].delta == 100)
+
+            // A permanent unlock; a subscription started, renewed, moved to another plan, extended, revoked.
+            e = try await apply(Self.purchase("2001", product: "unlock"), .permanent(entitlement: "levels"))
+            #expect(e.map(\.type) == [.purchaseGranted] && e[0].entitlement == "levels" && e[0].entitlementEndsAtMs == nil)
+            e = try await apply(Self.purchase("3001", product: "sub.basic", expires: 1_000), .subscription(entitlement: "pro"))
+            #expect(e.map(\.type) == [.subscriptionStarted] && e[0].entitlementEndsAtMs == 1_000 && e[0].originalTransactionId == "3001")
+            e = try await apply(
+                Self.purchase("3002", original: "3001", product: "sub.basic", at: 1_000, expires: 2_000), .subscription(entitlement: "pro"))
+            #expect(e.map(\.type) == [.subscriptionRenewed] && e[0].entitlementEndsAtMs == 2_000 && e[0].transactionId == "3002")
+            e = try await apply(
+                Self.purchase("3003", original: "3001", product: "sub.premium", at: 1_500, expires: 3_000), .subscription(entitlement: "pro"))
+            #expect(e.map(\.type) == [.subscriptionPlanChanged] && e[0].productId == "sub.premium" && e[0].entitlementEndsAtMs == 3_000)
+            e = try await Self.appended(store) { _ = try await store.extendEntitlement(originalTransactionId: "3001", expiresAtMs: 4_000, nowMs: 14) }
+            #expect(e.map(\.type) == [.subscriptionExtended] && e[0].entitlementEndsAtMs == 4_000)
+
+            // Renewal states: auto-renew off and on, grace, recovery, billing retry, expiry.
+            func renewal(_ signed: Int64, autoRenew: Bool = true, retry: Bool = false, grace: Int64? = nil, intent: Int? = nil) async throws
+                -> [FulfillmentEventType]
+            {
+                try await Self.appended(store) {
+                    _ = try await store.recordRenewal(
+                        RenewalState(
+                            originalTransactionId: "3001", autoRenew: autoRenew, inBillingRetry: retry, gracePeriodExpiresAtMs: grace,
+                            expirationIntent: intent, signedDateMs: signed), nowMs: 15)
+                }.map(\.type)
+            }
+            #expect(try await renewal(100) == [], "the first state, renewing as ever: nothing changed")
+            #expect(try await renewal(101, autoRenew: false) == [.subscriptionAutoRenewDisabled])
+            #expect(try await renewal(99, autoRenew: true) == [], "an older signed state is not kept")
+            #expect(try await renewal(102) == [.subscriptionAutoRenewEnabled])
+            #expect(try await renewal(103, retry: true, grace: 5_000) == [.subscriptionGracePeriodEntered])
+            #expect(try await renewal(104) == [.subscriptionRecovered])
+            #expect(try await renewal(105, retry: true) == [.subscriptionBillingRetryEntered])
+            #expect(try await renewal(106, autoRenew: false, intent: 2) == [.subscriptionExpired])
+            #expect(try await renewal(107, autoRenew: false, intent: 2) == [], "the same state again")
+
+            e = try await Self.appended(store) { _ = try await store.revoke(transactionId: "3003", reason: "revoked", nowMs: 16) }
+            #expect(e.map(\.type) == [.purchaseRevoked] && e[0].entitlementEndsAtMs == 16 && e[0].reason == "revoked")
+
+            // Moved to another account (the transfer policy): restored there, transferred away here.
+            e = try await apply(
+                Self.purchase("2002", original: "2001", product: "unlock"), .permanent(entitlement: "levels"), account: "bob", policy: .transfer)
+            #expect(e.map(\.type) == [.purchaseRestored, .purchaseTransferred])
+            #expect(e[0].accountId == "bob" && e[0].otherAccountId == "alice" && e[0].sequence == 1 && e[0].entitlementEndsAtMs == nil)
+            #expect(e[1].accountId == "alice" && e[1].otherAccountId == "bob" && e[1].entitlementEndsAtMs == 10)
+
+            // An operator's audited action about an account.
+            e = try await Self.appended(store) {
+                try await store.recordAudit(
+                    action: "grantOrder", accountId: "alice", transactionId: "MX1", reason: "lost purchase", credential: "admin", nowMs: 17)
+            }
+            #expect(e.map(\.type) == [.supportActionTaken] && e[0].action == "grantOrder" && e[0].reason == "lost purchase")
+
+            // Nothing changed, nothing appended: a replayed grant, a replayed spend, a refused spend, an audit about no account.
+            e = try await apply(Self.purchase("1002", product: "coins.100"), .coins(perUnit: 100))
+            #expect(e.isEmpty)
+            e = try await Self.appended(store) {
+                _ = try await store.spend(accountId: "alice", scope: .production, amount: 70, idempotencyKey: "k1", memo: "sword", nowMs: 18)
+                _ = try await store.spend(accountId: "alice", scope: .production, amount: 1_000_000, idempotencyKey: "k2", memo: nil, nowMs: 18)
+                try await store.recordAudit(action: "reconcile", accountId: nil, transactionId: nil, reason: "", credential: "admin", nowMs: 18)
+            }
+            #expect(e.isEmpty)
+
+            // A change that fails rolls its event back with it.
+            e = try await Self.appended(store) {
+                await #expect(throws: (any Error).self) {
+                    var huge = Self.purchase("1003", product: "coins.100")
+                    huge.quantity = 1_000_000_000
+                    _ = try await store.apply(
+                        [coins("1004"), PlannedPurchase(purchase: huge, rule: .coins(perUnit: 1_000_000_000))], accountId: "alice",
+                        appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 19)
+                }
+            }
+            #expect(e.isEmpty, "\(e.map(\.type))")
+
+            // Sequences run 1, 2, 3, ... per account, cursors only forward, ids stable.
+            let everything = try await Self.all(store)
+            for account in ["alice", "bob"] {
+                #expect(
+                    everything.filter { $0.accountId == account }.map(\.sequence)
+                        == Array(1...Int64(everything.filter { $0.accountId == account }.count)))
+            }
+            let positions = everything.map { EventPosition(cursor: $0.cursor)! }
+            #expect(positions == positions.sorted() && Set(positions.map(\.cursor)).count == positions.count)
+            #expect(Set(everything.map(\.id)).count == everything.count)
+            // The filters.
+            #expect(try await Self.all(store, account: "bob").map(\.type) == [.purchaseRestored])
+            let spends = try await store.events(after: .start, limit: 100, accountId: nil, types: [.coinsSpent, .debtRecovered])
+            #expect(spends.map(\.type) == [.coinsSpent, .debtRecovered])
+        }
+    }
+
+    /// The ledger and the feed agree: replaying the feed's coin events per scope ends at every wallet's balance and debt.
+    @Test(arguments: StoreEngine.available)
+    func theLastEventOfEachAccountCarriesItsWallet(engine: StoreEngine) async throws {
+        try await engine.open(instances: 2).with { db in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<40 {
+                    group.addTask {
+                        let account = "acct\(i % 8)"
+                        _ = try await db[i].apply(
+                            [coins(String(5_000_000 + i))], accountId: account, appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 10)
+                        _ = try await db[i + 1].spend(
+                            accountId: account, scope: .production, amount: 30, idempotencyKey: "s\(i)", memo: nil, nowMs: 11)
+                    }
+                }
+                try await group.waitForAll()
+            }
+            let events = try await Self.all(db.first)
+            #expect(events.count == 80)
+            for i in 0..<8 {
+                let mine = events.filter { $0.accountId == "acct\(i)" }
+                #expect(mine.map(\.sequence) == Array(1...10))
+                #expect(mine.last.map(\.balance) == 350)
+                #expect(mine.reduce(0) { $0 + ($1.delta ?? 0) } == 5 * 70, "the deltas add up to the balance")
+            }
+        }
+    }
+
+    /// On PostgreSQL an event's id is handed out before its transaction commits: a slow transaction's event (lower id)
+    /// becomes visible after a quick one's (higher id). A reader given the quick one first and moving its cursor past it
+    /// would never see the slow one. The feed holds back events of transactions younger than the oldest running one.
+    @Test(.enabled(if: TestPostgres.isAvailable, "PostgreSQL is not installed"))
+    func aReaderNeverPassesAnEventThatCommitsLater() async throws {
+        try await StoreEngine.postgres.open().with { db in
+            guard let store = db.first as? PostgresFulfillmentStore else { return }
+            let release = DispatchSemaphore(value: 0)
+            let (inserted, insertedSignal) = AsyncStream<Void>.makeStream()
+            let insert = "INSERT INTO event (account_id, sequence, type, occurred_at_ms, environment, balance, owed, body)"
+            let body =
+                #"{"id":"","cursor":"","accountId":"slow","sequence":0,"type":"coins.spent","occurredAtMs":1,"store":"appStore","environment":"Production","scope":"Production","balance":0,"owed":0}"#
+            let slow = Task.detached {
+                try await store.write(locking: []) { s in
+                    _ = try s.execute("\(insert) VALUES ('slow', 1, 'coins.spent', 1, 'Production', 0, 0, ?1)", arguments: [.text(body)])
+                    insertedSignal.yield()
+                    release.wait()  // holds the transaction open (a pool thread), as a slow commit would
+                }
+            }
+            for await _ in inserted { break }
+            _ = try await store.apply([coins("6000001")], accountId: "quick", appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 2)
+            #expect(try await store.events(after: .start, limit: 100, accountId: nil, types: nil).isEmpty, "the quick event is held back")
+            release.signal()
+            try await slow.value
+            let seen = try await store.events(after: .start, limit: 100, accountId: nil, types: nil)
+            #expect(seen.map(\.accountId) == ["slow", "quick"], "the slow transaction's event comes first: it is older")
+        }
+    }
+}

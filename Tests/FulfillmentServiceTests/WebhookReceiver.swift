@@ -1,0 +1,92 @@
+import Foundation
+import Hummingbird
+import IAPProtocol
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+
+/// A webhook receiver on a real port (127.0.0.1): records every request it is sent, answers 500 for the accounts told
+/// to fail, and holds every request while `hold` is on (a receiver that answers slowly).
+final class WebhookReceiver: Sendable {
+    struct Received: Sendable {
+        var id: String
+        var timestamp: String
+        var signature: String
+        var body: [UInt8]
+        var event: FulfillmentEvent
+    }
+
+    private struct State {
+        var received: [Received] = []
+        var failing: Set<String> = []
+        var held: [CheckedContinuation<Void, Never>] = []
+        var holding = false
+    }
+
+    private let state: NIOLockedValueBox<State>
+    let port: Int
+    private let app: Task<Void, any Error>
+
+    var url: String { "http://127.0.0.1:\(port)/hooks" }
+
+    private init(port: Int, app: Task<Void, any Error>, state: NIOLockedValueBox<State>) {
+        self.port = port
+        self.app = app
+        self.state = state
+    }
+
+    static func start() async throws -> WebhookReceiver {
+        let state = NIOLockedValueBox(State())
+        let router = Router()
+        router.post("hooks") { request, _ -> Response in
+            let body = Array(buffer: try await request.body.collect(upTo: 1 << 20))
+            guard let event = try? JSONDecoder().decode(FulfillmentEvent.self, from: Data(body)) else { return Response(status: .badRequest) }
+            await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                let now = state.withLockedValue { s -> Bool in
+                    if s.holding { s.held.append(c) }
+                    return !s.holding
+                }
+                if now { c.resume() }
+            }
+            let fail = state.withLockedValue { s -> Bool in
+                guard !s.failing.contains(event.accountId) else { return true }
+                s.received.append(
+                    Received(
+                        id: request.headers[.init("webhook-id")!] ?? "", timestamp: request.headers[.init("webhook-timestamp")!] ?? "",
+                        signature: request.headers[.init("webhook-signature")!] ?? "", body: body, event: event))
+                return false
+            }
+            return Response(status: fail ? .internalServerError : .noContent)
+        }
+        var quiet = Logger(label: "webhook-receiver")
+        quiet.logLevel = .critical
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let application = Application(
+            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) }, logger: quiet)
+        let task = Task { try await application.run() }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else { throw CancellationError() }
+        return WebhookReceiver(port: port, app: task, state: state)
+    }
+
+    var received: [Received] { state.withLockedValue { $0.received } }
+    var events: [FulfillmentEvent] { received.map(\.event) }
+    var waiting: Int { state.withLockedValue { $0.held.count } }
+
+    func fail(_ accounts: Set<String>) { state.withLockedValue { $0.failing = accounts } }
+
+    func hold(_ on: Bool) {
+        let release = state.withLockedValue { s -> [CheckedContinuation<Void, Never>] in
+            s.holding = on
+            defer { if !on { s.held = [] } }
+            return on ? [] : s.held
+        }
+        for c in release { c.resume() }
+    }
+
+    func stop() {
+        hold(false)
+        app.cancel()
+    }
+}
