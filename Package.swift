@@ -446,6 +446,8 @@ let package = Package(
                 "EdgeService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport", "AppStoreServerAPI", "Receipts",
                 "PostgresSupport",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                // A webhook receiver on a real port (WebhookReceiver).
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -466,8 +468,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                // A webhook receiver on a real port.
-                .product(name: "Hummingbird", package: "hummingbird"),
+                // The Standard Webhooks judge's control requests.
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             path: "Tests/FulfillmentServiceTests",

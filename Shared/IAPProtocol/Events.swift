@@ -15,6 +15,8 @@ public enum FulfillmentEventType: String, Codable, Sendable, JSONSchemaEnum {
     case purchaseReinstated = "purchase.reinstated"
     /// Revoked for another reason than a refund (Family Sharing revoked, an operator's revocation).
     case purchaseRevoked = "purchase.revoked"
+    /// A pass queued behind one that was refunded or revoked moved earlier (its new `entitlementEndsAtMs`).
+    case purchaseRescheduled = "purchase.rescheduled"
     case subscriptionStarted = "subscription.started"
     case subscriptionRenewed = "subscription.renewed"
     /// A period of another plan of the subscription group (an upgrade now, a downgrade at its renewal).

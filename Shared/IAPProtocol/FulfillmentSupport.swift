@@ -224,9 +224,9 @@ public enum FulfillmentListOutbox: RPCMethod {
     public struct Result: Codable, Sendable, Equatable {
         /// Oldest first.
         public var items: [OutboxEntry]
-        /// How many items the outbox holds.
+        /// How many items are owed to Apple (webhook deliveries are listed too, but counted per endpoint by listWebhooks).
         public var total: Int
-        /// How long the oldest item has waited; absent when the outbox is empty.
+        /// How long the oldest item owed to Apple has waited; absent when none is.
         public var oldestAgeMs: Int64?
         public init(items: [OutboxEntry], total: Int, oldestAgeMs: Int64? = nil) {
             self.items = items

@@ -9,7 +9,9 @@ import Testing
 /// The event feed on both engines: every kind of change appends exactly one event, in the change's own transaction,
 /// with the state after it; nothing else does; and a reader following the cursor never passes an event that commits
 /// later (PostgreSQL, where ids are handed out before commit).
-@Suite struct EventFeedTests {
+/// Serialized: one test holds a transaction open on purpose, and PostgreSQL's feed waits for the oldest running
+/// transaction of the whole cluster.
+@Suite(.serialized) struct EventFeedTests {
     static func purchase(
         _ id: String, original: String? = nil, product: String, at ms: Int64 = 1, expires: Int64? = nil, cancelled: Int64? = nil
     ) -> VerifiedPurchase {
@@ -19,6 +21,7 @@ import Testing
     }
 
     static func all(_ store: any FulfillmentStorage, account: String? = nil) async throws -> [FulfillmentEvent] {
+        try await settled(store)
         var out: [FulfillmentEvent] = []
         var after = EventPosition.start
         while true {
@@ -26,6 +29,18 @@ import Testing
             out += page
             guard let last = page.last else { return out }
             after = EventPosition(cursor: last.cursor)!
+        }
+    }
+
+    /// Waits (bounded) until the feed shows every committed event: on PostgreSQL a reader is held behind the oldest
+    /// transaction running anywhere in the cluster, and other suites' tests run beside these ones.
+    static func settled(_ store: any FulfillmentStorage) async throws {
+        guard let postgres = store as? PostgresFulfillmentStore else { return }
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try await postgres.count("SELECT COUNT(*) FROM event") != store.events(after: .start, limit: 100_000, accountId: nil, types: nil).count
+        {
+            try #require(ContinuousClock.now < deadline, "the feed never caught up with what committed")
+            try await Task.sleep(for: .milliseconds(10))  // polling the horizon, bounded by the deadline
         }
     }
 
@@ -153,6 +168,23 @@ import Testing
             #expect(try await Self.all(store, account: "bob").map(\.type) == [.purchaseRestored])
             let spends = try await store.events(after: .start, limit: 100, accountId: nil, types: [.coinsSpent, .debtRecovered])
             #expect(spends.map(\.type) == [.coinsSpent, .debtRecovered])
+        }
+    }
+
+    /// A pass refunded while another waits behind it: the refund, then the waiting pass moved up.
+    @Test(arguments: StoreEngine.available)
+    func aPassQueuedBehindARefundedOneIsRescheduled(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            for id in ["7001", "7002"] {
+                _ = try await store.apply(
+                    [PlannedPurchase(purchase: Self.purchase(id, product: "pass.week"), rule: .timeLimited(entitlement: "vip", durationDays: 7))],
+                    accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1_000)
+            }
+            let week: Int64 = 7 * 86_400_000
+            let e = try await Self.appended(store) { _ = try await store.revoke(transactionId: "7001", reason: "refunded", nowMs: 2_000) }
+            #expect(e.map(\.type) == [.purchaseRefunded, .purchaseRescheduled])
+            #expect(e[0].entitlementEndsAtMs == 2_000 && e[1].originalTransactionId == "7002" && e[1].entitlementEndsAtMs == 2_000 + week)
         }
     }
 

@@ -139,6 +139,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         }
     }
     func trimEvents(beforeMs: Int64) async throws -> Int { 0 }
+    func trimDeliveryLog(beforeMs: Int64) async throws {}
     func addWebhook(_ webhook: WebhookRecord) async throws { throw InMemoryUnsupported() }
     func webhooks() async throws -> [WebhookRecord] { [] }
     func webhook(_ id: String) async throws -> WebhookRecord? { nil }
@@ -149,10 +150,12 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func redeliverWebhook(_ id: String, after: EventPosition, nowMs: Int64) async throws -> Int { 0 }
     func webhookDeliveries(_ id: String, limit: Int) async throws -> [WebhookDelivery] { [] }
     func dispatchEvents(to webhook: WebhookRecord, limit: Int, nowMs: Int64) async throws -> Int { 0 }
-    func dueWebhookItems(nowMs: Int64, limit: Int) async throws -> [OutboxItem] { [] }
-    func undeliveredEvents(endpointId: String, accountId: String, limit: Int) async throws -> (delivered: Int64, events: [FulfillmentEvent])? { nil }
+    func dueWebhookItems(endpointId: String, nowMs: Int64, limit: Int, leaseMs: Int64) async throws -> [OutboxItem] { [] }
+    func undeliveredEvents(endpointId: String, accountId: String, limit: Int) async throws
+        -> (delivered: Int64, generation: Int64, events: [FulfillmentEvent])?
+    { nil }
     func settleWebhook(_ settlement: WebhookSettlement, nowMs: Int64) async throws { throw InMemoryUnsupported() }
-    func parkWebhookItem(_ item: OutboxItem, because reason: String) async throws {}
+    func releaseWebhookItem(_ item: OutboxItem, nowMs: Int64) async throws {}
 
     func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) {
         let items = try await dueOutbox(nowMs: 0, limit: limit)

@@ -171,10 +171,38 @@ import Testing
                         premium?.willRenew == (status.renewalInfo["autoRenewStatus"]?.intValue == 1 && !retrying),
                         "seed \(seed) \(customer.username): \(String(describing: premium)) vs \(status.renewalInfo)")
                 }
+                // A backend that follows the event feed from cursor 0 (the kills, drops and duplicates above included).
+                var feed: [FulfillmentEvent] = []
+                var cursor = "0"
+                while true {
+                    let page = try await fulfillment.call(
+                        FulfillmentListEvents.self, .init(adminToken: SuiteFixture.adminToken, after: cursor, limit: 1000))
+                    feed += page.events
+                    cursor = page.next
+                    if page.events.count < 1000 { break }
+                }
                 await process.kill()
                 // The ledger adds up, and no refund or reversal was applied twice.
                 let store = try FulfillmentStore.open(directory: suite.directory.appendingPathComponent("chaos-fulfillment"))
                 defer { try? store.close() }
+                // The feed rebuilds every account exactly: its wallet (the last event's state, and the sum of what each moved)
+                // and each entitlement's end (the last event about its original).
+                #expect(Set(feed.map(\.id)).count == feed.count, "seed \(seed): an event read twice")
+                for customer in customers {
+                    let accountId = try #require(try await store.owner(originalTransactionId: customer.subscription)?.accountId)
+                    let mine = feed.filter { $0.accountId == accountId && $0.scope == .production }
+                    #expect(mine.map(\.sequence) == mine.map(\.sequence).sorted(), "seed \(seed)")
+                    let wallet = try await store.balance(accountId: accountId, scope: .production)
+                    #expect(
+                        (mine.last?.balance ?? 0, mine.last?.owed ?? 0) == (wallet.balance, wallet.owed),
+                        "seed \(seed) \(customer.username): the feed's last state vs \(wallet)")
+                    #expect(mine.reduce(0) { $0 + ($1.delta ?? 0) } == wallet.balance, "seed \(seed) \(customer.username)")
+                    let record = try #require(try await store.entitlement(originalTransactionId: customer.subscription))
+                    let last = mine.last { $0.originalTransactionId == customer.subscription && $0.entitlement != nil }
+                    #expect(
+                        last?.entitlementEndsAtMs == (record.revokedAtMs ?? record.expiresAtMs),
+                        "seed \(seed) \(customer.username): the feed says \(String(describing: last)) vs \(record)")
+                }
                 #expect(try await store.ledgerMismatches().isEmpty, "seed \(seed)")
                 let doubled = try await store.duplicateLedgerEffects()
                 #expect(doubled.isEmpty, "seed \(seed): \(doubled)")

@@ -15,6 +15,7 @@ public struct EventDesk: FulfillmentPart {
         let after = try Self.position(p.after ?? "0", field: "after")
         let limit = p.limit ?? 100
         guard (1...1000).contains(limit) else { throw RPCError.invalidParams("limit must be 1-1000", field: "limit", reason: "invalidValue") }
+        try Self.checkTypes(p.types)
         if let accountId = p.accountId, accountId.isEmpty || accountId.utf8.count > 200 {
             throw RPCError.invalidParams("accountId must be 1-200 bytes", field: "accountId", reason: "invalidValue")
         }
@@ -30,9 +31,7 @@ public struct EventDesk: FulfillmentPart {
         if let environments = p.environments, environments.isEmpty || !Set(environments).isSubset(of: Self.environments) {
             throw RPCError.invalidParams("environments are Production, Sandbox and Xcode", field: "environments", reason: "invalidValue")
         }
-        if let types = p.types, types.isEmpty {
-            throw RPCError.invalidParams("types, when given, names at least one type", field: "types", reason: "invalidValue")
-        }
+        try Self.checkTypes(p.types)
         let allowPrivate = p.allowPrivateAddress ?? false
         do {
             _ = try await WebhookSender.resolve(url, allowPrivate: allowPrivate)
@@ -49,7 +48,9 @@ public struct EventDesk: FulfillmentPart {
         let record = WebhookRecord(
             id: id, url: p.url, types: p.types, environments: p.environments, allowPrivateAddress: allowPrivate,
             secret: WebhookSender.newSecret(), state: "active", createdAtMs: clock.nowMs, dispatched: .start)
-        try await service.support.audit("addWebhook", transactionId: id, reason: p.url, token: p.adminToken)
+        // Only the scheme and host: a URL's path may itself be a secret (a capability URL), and the audit log is forever.
+        let origin = (URLComponents(string: p.url)?.scheme ?? "") + "://" + url.host
+        try await service.support.audit("addWebhook", transactionId: id, reason: origin, token: p.adminToken)
         try await storeCall { try await self.store.addWebhook(record) }
         service.webhookWakeup.signal()
         return .init(id: id, secret: record.secret)
@@ -88,7 +89,7 @@ public struct EventDesk: FulfillmentPart {
         _ = try await endpoint(p.id)
         try await service.support.audit("deleteWebhook", transactionId: p.id, reason: "", token: p.adminToken)
         _ = try await storeCall { try await self.store.deleteWebhook(p.id) }
-        await service.webhookSender.forget(p.id)
+        service.webhookSender.forget(p.id)
         return EmptyResult()
     }
 
@@ -122,6 +123,13 @@ public struct EventDesk: FulfillmentPart {
             id: w.id, url: w.url, types: w.types, environments: w.environments, allowPrivateAddress: w.allowPrivateAddress, state: w.state,
             createdAtMs: w.createdAtMs, previousSecretValidUntilMs: w.signingSecrets(nowMs: clock.nowMs).count > 1 ? w.previousSecretUntilMs : nil,
             backlog: backlog.count, oldestWaitingSinceMs: backlog.oldestMs, lastError: backlog.lastError)
+    }
+
+    static func checkTypes(_ types: [FulfillmentEventType]?) throws(RPCError) {
+        guard let types else { return }
+        guard !types.isEmpty, types.count == Set(types).count else {
+            throw RPCError.invalidParams("types, when given, names each type once", field: "types", reason: "invalidValue")
+        }
     }
 
     static func notFound(_ id: String) -> RPCError { .notFound("no webhook endpoint \(id)", reason: "webhookNotFound") }

@@ -136,13 +136,17 @@ struct EventRecords {
         return try s.row("SELECT tx_order, id FROM event\(horizon) ORDER BY tx_order DESC, id DESC LIMIT 1").map(Self.position) ?? .start
     }
 
-    /// Drops events that occurred before `beforeMs`, keeping each account's latest (its sequence goes on from it).
-    func trim(beforeMs: Int64) throws -> Int {
+    /// Drops at most `limit` events that occurred before `beforeMs`: never an account's latest (its sequence goes on from
+    /// it, and ids are never reused) nor one a webhook endpoint has not been given yet.
+    func trim(beforeMs: Int64, limit: Int) throws -> Int {
         try s.run(
             """
-            DELETE FROM event WHERE occurred_at_ms < ?1
-              AND sequence < (SELECT MAX(e.sequence) FROM event e WHERE e.account_id = event.account_id)
-            """, beforeMs)
+            DELETE FROM event WHERE id IN (
+                SELECT e.id FROM event e WHERE e.occurred_at_ms < ?1
+                  AND e.sequence < (SELECT MAX(x.sequence) FROM event x WHERE x.account_id = e.account_id)
+                  AND NOT EXISTS (SELECT 1 FROM webhook_progress p WHERE p.account_id = e.account_id AND p.delivered_sequence < e.sequence)
+                LIMIT ?2)
+            """, beforeMs, limit)
     }
 
     static func position(_ row: SQLRow) throws -> EventPosition {

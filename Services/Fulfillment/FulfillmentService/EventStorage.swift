@@ -5,8 +5,10 @@ import IAPProtocol
 public protocol EventStorage: Sendable {
     /// Events after `after` in commit order (`EventRecords.list`).
     func events(after: EventPosition, limit: Int, accountId: String?, types: [FulfillmentEventType]?) async throws -> [FulfillmentEvent]
-    /// Drops events that occurred before `beforeMs` (each account's latest is kept), and delivery attempts as old.
+    /// Drops events that occurred before `beforeMs` (`EventRecords.trim`), in batches; answers how many.
     func trimEvents(beforeMs: Int64) async throws -> Int
+    /// Drops webhook delivery attempts older than `beforeMs`.
+    func trimDeliveryLog(beforeMs: Int64) async throws
     /// Stores a new endpoint; it is owed the events that commit from now on.
     func addWebhook(_ webhook: WebhookRecord) async throws
     func webhooks() async throws -> [WebhookRecord]
@@ -19,12 +21,16 @@ public protocol EventStorage: Sendable {
     func webhookDeliveries(_ id: String, limit: Int) async throws -> [WebhookDelivery]
     /// Owes the endpoint the next events of the feed it has not been given (at most `limit`); answers how many were read.
     func dispatchEvents(to webhook: WebhookRecord, limit: Int, nowMs: Int64) async throws -> Int
-    /// Due webhook items, claimed for `OutboxRetry.leaseMs` (`claimOutbox`).
-    func dueWebhookItems(nowMs: Int64, limit: Int) async throws -> [OutboxItem]
-    /// The account's events the endpoint has not been given yet, in order (nil: the endpoint no longer has progress).
-    func undeliveredEvents(endpointId: String, accountId: String, limit: Int) async throws -> (delivered: Int64, events: [FulfillmentEvent])?
+    /// An endpoint's due items, claimed for `leaseMs` (`claimOutbox`): another instance skips them meanwhile, and after a
+    /// crash they are due again when it ends.
+    func dueWebhookItems(endpointId: String, nowMs: Int64, limit: Int, leaseMs: Int64) async throws -> [OutboxItem]
+    /// The account's events the endpoint has not been given yet, in order, and the progress row's generation (nil: the
+    /// endpoint has no progress for the account: deleted meanwhile).
+    func undeliveredEvents(endpointId: String, accountId: String, limit: Int) async throws
+        -> (delivered: Int64, generation: Int64, events: [FulfillmentEvent])?
     func settleWebhook(_ settlement: WebhookSettlement, nowMs: Int64) async throws
-    func parkWebhookItem(_ item: OutboxItem, because reason: String) async throws
+    /// Hands a claimed item back, due now.
+    func releaseWebhookItem(_ item: OutboxItem, nowMs: Int64) async throws
 }
 
 /// The dispatch position moved under this instance (another instance dispatched the same events): nothing is written.
@@ -35,11 +41,18 @@ extension EventStorage where Self: FulfillmentDatabase {
         try await read { s in try EventRecords(s).list(after: after, limit: limit, accountId: accountId, types: types) }
     }
 
+    /// Batches of 5,000, each its own transaction: a long delete would hold up every commit that appends to the feed.
     public func trimEvents(beforeMs: Int64) async throws -> Int {
-        try await write { s in
-            try WebhookRecords(s).trimAttempts(beforeMs: beforeMs)
-            return try EventRecords(s).trim(beforeMs: beforeMs)
+        var total = 0
+        while true {
+            let dropped = try await write { s in try EventRecords(s).trim(beforeMs: beforeMs, limit: 5_000) }
+            total += dropped
+            if dropped < 5_000 { return total }
         }
+    }
+
+    public func trimDeliveryLog(beforeMs: Int64) async throws {
+        try await write { s in try WebhookRecords(s).trimAttempts(beforeMs: beforeMs) }
     }
 
     public func addWebhook(_ webhook: WebhookRecord) async throws {
@@ -94,14 +107,21 @@ extension EventStorage where Self: FulfillmentDatabase {
         return batch.count
     }
 
-    public func dueWebhookItems(nowMs: Int64, limit: Int) async throws -> [OutboxItem] {
-        try await write { s in try FulfillmentQueries(s).claimOutbox(nowMs: nowMs, limit: limit, webhooks: true) }
+    public func dueWebhookItems(endpointId: String, nowMs: Int64, limit: Int, leaseMs: Int64) async throws -> [OutboxItem] {
+        try await write { s in
+            try FulfillmentQueries(s).claimOutbox(nowMs: nowMs, limit: limit, webhookEndpoint: endpointId, leaseMs: leaseMs)
+        }
     }
 
-    public func undeliveredEvents(endpointId: String, accountId: String, limit: Int) async throws -> (delivered: Int64, events: [FulfillmentEvent])? {
+    public func undeliveredEvents(endpointId: String, accountId: String, limit: Int) async throws
+        -> (delivered: Int64, generation: Int64, events: [FulfillmentEvent])?
+    {
         try await read { s in
-            guard let delivered = try WebhookRecords(s).deliveredSequence(endpointId, accountId) else { return nil }
-            return (delivered, try EventRecords(s).account(accountId, afterSequence: delivered, limit: limit).map(\.0))
+            guard let progress = try WebhookRecords(s).progress(endpointId, accountId) else { return nil }
+            return (
+                progress.delivered, progress.generation,
+                try EventRecords(s).account(accountId, afterSequence: progress.delivered, limit: limit).map(\.0)
+            )
         }
     }
 
@@ -109,7 +129,7 @@ extension EventStorage where Self: FulfillmentDatabase {
         try await write { s in try WebhookRecords(s).settle(settlement, nowMs: nowMs) }
     }
 
-    public func parkWebhookItem(_ item: OutboxItem, because reason: String) async throws {
-        try await write { s in try WebhookRecords(s).park(item, because: reason) }
+    public func releaseWebhookItem(_ item: OutboxItem, nowMs: Int64) async throws {
+        try await write { s in try WebhookRecords(s).release(item, nowMs: nowMs) }
     }
 }

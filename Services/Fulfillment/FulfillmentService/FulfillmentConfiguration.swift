@@ -131,6 +131,11 @@ public struct WebhookPolicy: Sendable {
     public var eventsPerItem = 50
     /// How often the worker looks at the feed while endpoints exist.
     public var pollInterval: Duration = .milliseconds(100)
+    /// How long a claimed (endpoint, account) item is left to the instance delivering it; after a crash its events are
+    /// sent again when it ends. An item's round starts no new request past `leaseMs - requestTimeoutMs - 5 s`, so no
+    /// other instance can claim it while one of its requests may still be in flight.
+    public var leaseMs: Int64 = 60_000
+    public var requestTimeoutMs: Int64 = 15_000
     public init() {}
 }
 

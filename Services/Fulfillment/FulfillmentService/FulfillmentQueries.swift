@@ -118,15 +118,22 @@ struct FulfillmentQueries {
 
     /// Claims the due items for a lease: another instance's worker skips what this one is delivering (PostgreSQL's row
     /// locks; SQLite has one writer).
-    /// `webhooks`: only webhook deliveries (`WebhookDelivery`'s), else only the rest.
-    func claimOutbox(nowMs: Int64, limit: Int, webhooks: Bool = false) throws -> [OutboxItem] {
-        try s.rows(
+    /// `webhookEndpoint`: only that endpoint's webhook deliveries (`WebhookWorker`'s), else every item but webhooks.
+    func claimOutbox(nowMs: Int64, limit: Int, webhookEndpoint: String? = nil, leaseMs: Int64 = OutboxRetry.leaseMs) throws -> [OutboxItem] {
+        var arguments: [SQLValue] = [.int(nowMs + leaseMs), .int(nowMs), .int(Int64(limit))]
+        var kinds = "kind != 'webhook'"
+        if let webhookEndpoint {
+            kinds = "kind = 'webhook' AND item_key LIKE ?4"
+            arguments.append(.text(webhookEndpoint + " %"))
+        }
+        let locking = s.dialect == .postgres ? "FOR UPDATE SKIP LOCKED" : ""
+        return try s.fetch(
             """
             UPDATE outbox SET next_attempt_at_ms = ?1
-            WHERE id IN (SELECT id FROM outbox WHERE next_attempt_at_ms <= ?2 AND kind \(webhooks ? "=" : "!=") 'webhook'
-                         ORDER BY next_attempt_at_ms, id LIMIT ?3 \(s.dialect == .postgres ? "FOR UPDATE SKIP LOCKED" : ""))
+            WHERE id IN (SELECT id FROM outbox WHERE next_attempt_at_ms <= ?2 AND \(kinds)
+                         ORDER BY next_attempt_at_ms, id LIMIT ?3 \(locking))
             RETURNING *
-            """, nowMs + OutboxRetry.leaseMs, nowMs, limit
+            """, arguments: arguments
         ).map(Self.outboxItem).sorted { $0.id < $1.id }
     }
 
@@ -141,9 +148,11 @@ struct FulfillmentQueries {
         }
     }
 
+    /// Every item, oldest first; the count and age are of what is owed to Apple (webhooks have their own backlog gauges:
+    /// a paused endpoint's waiting events are not an outage at Apple).
     func outbox(limit: Int) throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) {
         let items = try s.rows("SELECT * FROM outbox ORDER BY created_at_ms, id LIMIT ?1", limit).map(Self.outboxItem)
-        let summary = try s.row("SELECT COUNT(*) AS total, MIN(created_at_ms) AS oldest FROM outbox")
+        let summary = try s.row("SELECT COUNT(*) AS total, MIN(created_at_ms) AS oldest FROM outbox WHERE kind != 'webhook'")
         return (items, try summary?.get("total") ?? 0, try summary?.get("oldest"))
     }
 

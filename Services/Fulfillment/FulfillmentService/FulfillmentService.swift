@@ -37,7 +37,7 @@ public final class FulfillmentService: Sendable {
     /// Wakes the webhook worker early (an endpoint added, resumed or redelivered).
     public let webhookWakeup = Wakeup()
     /// Sends webhook deliveries (its clients are shut down with the worker).
-    public let webhookSender = WebhookSender()
+    public let webhookSender: WebhookSender
     /// Spaces Finish Transaction calls at Apple's documented rate (`FulfillmentConfiguration.finishesPerSecond`).
     let finishPace: Pace
     /// Apple customers' subscriptions read for offers, a minute each.
@@ -64,6 +64,7 @@ public final class FulfillmentService: Sendable {
             now: { Double(clock.nowMs) / 1000 })
         self.receiptTokenLookups = ReceiptTokenLookups(answers: receiptTokenCache)
         self.finishPace = Pace(perSecond: configuration.finishesPerSecond)
+        self.webhookSender = WebhookSender(timeout: .milliseconds(configuration.webhooks.requestTimeoutMs))
         let (stream, continuation) = AsyncStream<InboxEntry>.makeStream(bufferingPolicy: .bufferingOldest(1_000))
         self.laterQueue = continuation
         self.laterEntries = stream

@@ -249,6 +249,7 @@ extension FulfillmentStore {
                         endpoint_id TEXT NOT NULL,
                         account_id TEXT NOT NULL,
                         delivered_sequence INTEGER NOT NULL,
+                        generation INTEGER NOT NULL DEFAULT 0,  -- bumped by a redelivery: a settle of the round before it changes nothing
                         PRIMARY KEY (endpoint_id, account_id)) WITHOUT ROWID;
                     CREATE TABLE webhook_attempt (
                         id INTEGER PRIMARY KEY,

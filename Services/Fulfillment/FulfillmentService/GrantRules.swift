@@ -471,6 +471,7 @@ public enum GrantRules {
                 pass.startsAtMs = newStart
                 pass.expiresAtMs = newStart + length
                 try tx.updateEntitlement(pass)
+                try tx.event(.purchaseRescheduled, about: pass, nowMs: nowMs)
             }
             cursor = newStart + length
         }

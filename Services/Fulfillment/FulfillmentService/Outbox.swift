@@ -51,7 +51,8 @@ public protocol OutboxStorage: Sendable {
     /// Delivered: removed, unless it was owed again meanwhile (another payload). Not delivered: tried again at
     /// `nextAttemptAtMs`, with its attempts counted and `lastError` kept.
     func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) async throws
-    /// The items, oldest first (at most `limit`), how many there are, and when the oldest was written.
+    /// The items, oldest first (at most `limit`); how many are owed to Apple, and when the oldest of those was written
+    /// (webhook deliveries are listed, but counted by their endpoints' backlog).
     func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?)
 }
 

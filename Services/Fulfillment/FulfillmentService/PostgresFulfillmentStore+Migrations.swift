@@ -238,6 +238,7 @@ extension PostgresFulfillmentStore {
                 endpoint_id TEXT NOT NULL,
                 account_id TEXT NOT NULL,
                 delivered_sequence BIGINT NOT NULL,
+                generation BIGINT NOT NULL DEFAULT 0,  -- bumped by a redelivery: a settle of the round before it changes nothing
                 PRIMARY KEY (endpoint_id, account_id));
             CREATE TABLE webhook_attempt (
                 id BIGSERIAL PRIMARY KEY,

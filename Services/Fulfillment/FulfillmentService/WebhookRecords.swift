@@ -34,6 +34,8 @@ public struct WebhookSettlement: Sendable {
     public var accountId: String
     /// The account's events delivered (or skipped by the endpoint's filter) up to here.
     public var deliveredSequence: Int64
+    /// The progress row's generation the round read (a redelivery since makes the round's progress moot).
+    public var generation: Int64
     public var attempts: [WebhookDelivery]
     /// Nil: every event read was delivered. Else the failure, and when to try again.
     public var failure: String?
@@ -56,8 +58,6 @@ struct WebhookRecords {
     init(_ session: any SQLSession) { self.s = session }
 
     static let kind = OutboxKind.webhook.rawValue
-    /// Far enough ahead that a parked item (paused or failing endpoint) is never due until resumed.
-    static let parkedMs: Int64 = 253_402_300_799_000
 
     func insert(_ w: WebhookRecord) throws {
         try s.run(
@@ -83,12 +83,14 @@ struct WebhookRecords {
             secret, id) == 1
     }
 
-    /// Paused or failing: its waiting items are parked; active again: they are due now.
+    /// Only an active endpoint's items are claimed (`claimOutbox`); made active again, its items are due now and wait from
+    /// now (`WebhookPolicy.giveUpAfterMs` counts again).
     func setState(_ id: String, _ state: String, nowMs: Int64) throws -> Bool {
         guard try s.run("UPDATE webhook_endpoint SET state = ?1 WHERE id = ?2", state, id) == 1 else { return false }
         if state == "active" {
             try s.run(
-                "UPDATE outbox SET next_attempt_at_ms = ?1, attempts = 0 WHERE kind = ?2 AND item_key LIKE ?3", nowMs, Self.kind, id + " %")
+                "UPDATE outbox SET next_attempt_at_ms = ?1, created_at_ms = ?1, attempts = 0 WHERE kind = ?2 AND item_key LIKE ?3", nowMs,
+                Self.kind, id + " %")
         }
         return true
     }
@@ -103,9 +105,11 @@ struct WebhookRecords {
     /// Accounts waiting, since when the oldest waits, and the latest failure.
     func backlog(_ id: String) throws -> (count: Int, oldestMs: Int64?, lastError: String?) {
         let row = try s.row(
-            "SELECT COUNT(*) AS n, MIN(created_at_ms) AS oldest, MAX(last_error) AS error FROM outbox WHERE kind = ?1 AND item_key LIKE ?2",
+            "SELECT COUNT(*) AS n, MIN(created_at_ms) AS oldest FROM outbox WHERE kind = ?1 AND item_key LIKE ?2", Self.kind, id + " %")
+        let error: String? = try s.value(
+            "SELECT last_error FROM outbox WHERE kind = ?1 AND item_key LIKE ?2 AND last_error IS NOT NULL ORDER BY created_at_ms LIMIT 1",
             Self.kind, id + " %")
-        return (try row?.get("n") ?? 0, try row?.get("oldest"), try row?.get("error"))
+        return (try row?.get("n") ?? 0, try row?.get("oldest"), error)
     }
 
     /// Owes `endpoint` the events of a dispatched batch (those it takes), and moves its dispatch position past them. False
@@ -143,8 +147,10 @@ struct WebhookRecords {
             """, last.txOrder, last.id, w.id, w.dispatched.txOrder, w.dispatched.id) == 1
     }
 
-    func deliveredSequence(_ endpointId: String, _ accountId: String) throws -> Int64? {
-        try s.value("SELECT delivered_sequence FROM webhook_progress WHERE endpoint_id = ?1 AND account_id = ?2", endpointId, accountId)
+    func progress(_ endpointId: String, _ accountId: String) throws -> (delivered: Int64, generation: Int64)? {
+        try s.row(
+            "SELECT delivered_sequence, generation FROM webhook_progress WHERE endpoint_id = ?1 AND account_id = ?2", endpointId, accountId
+        ).map { (try $0.get("delivered_sequence"), try $0.get("generation")) }
     }
 
     /// Records one round of an item: the account's progress (forward only), each attempt, and the item: removed when
@@ -154,8 +160,8 @@ struct WebhookRecords {
         try s.run(
             """
             UPDATE webhook_progress SET delivered_sequence = ?1
-            WHERE endpoint_id = ?2 AND account_id = ?3 AND delivered_sequence < ?1
-            """, r.deliveredSequence, r.endpointId, r.accountId)
+            WHERE endpoint_id = ?2 AND account_id = ?3 AND delivered_sequence < ?1 AND generation = ?4
+            """, r.deliveredSequence, r.endpointId, r.accountId, r.generation)
         for a in r.attempts {
             try s.run(
                 """
@@ -178,25 +184,29 @@ struct WebhookRecords {
         }
     }
 
-    /// Parks an item of an endpoint that is paused or failing (resumed: `setState`).
-    func park(_ item: OutboxItem, because reason: String) throws {
-        try s.run("UPDATE outbox SET next_attempt_at_ms = ?1, last_error = ?2 WHERE id = ?3", Self.parkedMs, reason, item.id)
+    /// Hands a claimed item back untouched, due now (its round had no time left in its lease).
+    func release(_ item: OutboxItem, nowMs: Int64) throws {
+        try s.run("UPDATE outbox SET next_attempt_at_ms = ?1 WHERE id = ?2", nowMs, item.id)
     }
 
-    /// Every event after `after` is owed again: each account's progress goes back to just before its first such event.
+    /// Every event after `after` is owed again: each account's progress goes back to just before its first such event
+    /// (never forward), in a new generation, so a round in flight meanwhile cannot move it on; the items' payloads change
+    /// too, so such a round cannot remove them.
     func redeliver(_ id: String, after: EventPosition, nowMs: Int64) throws -> Int {
         let later = "FROM event WHERE (tx_order, id) > (?2, ?3)"
-        try s.run(
-            "DELETE FROM webhook_progress WHERE endpoint_id = ?1 AND account_id IN (SELECT account_id \(later))", id, after.txOrder, after.id)
         let accounts = try s.run(
             """
-            INSERT INTO webhook_progress (endpoint_id, account_id, delivered_sequence)
-            SELECT ?1, account_id, MIN(sequence) - 1 \(later) GROUP BY account_id
+            INSERT INTO webhook_progress (endpoint_id, account_id, delivered_sequence, generation)
+            SELECT ?1, account_id, MIN(sequence) - 1, 0 \(later) GROUP BY account_id
+            ON CONFLICT (endpoint_id, account_id) DO UPDATE SET generation = webhook_progress.generation + 1,
+                delivered_sequence = CASE WHEN excluded.delivered_sequence < webhook_progress.delivered_sequence
+                    THEN excluded.delivered_sequence ELSE webhook_progress.delivered_sequence END
             """, id, after.txOrder, after.id)
         try s.run(
             """
             INSERT INTO outbox (kind, item_key, payload, attempts, created_at_ms, next_attempt_at_ms, last_error)
-            SELECT ?4, CAST(?1 AS TEXT) || ' ' || account_id, CAST(MAX(sequence) AS TEXT), 0, ?5, ?5, NULL \(later) GROUP BY account_id
+            SELECT ?4, CAST(?1 AS TEXT) || ' ' || account_id, CAST(MAX(sequence) AS TEXT) || ' redelivered ' || CAST(?5 AS TEXT), 0, ?5, ?5,
+                NULL \(later) GROUP BY account_id
             ON CONFLICT (kind, item_key) DO UPDATE SET payload = excluded.payload
             """, id, after.txOrder, after.id, Self.kind, nowMs)
         _ = try setState(id, "active", nowMs: nowMs)

@@ -40,13 +40,18 @@ public enum WebhookAddressPolicy {
     }
 
     static func isPrivate(v6 b: [UInt8]) -> Bool {
-        if b[0..<10].allSatisfy({ $0 == 0 }) {
-            if b[10] == 0xff && b[11] == 0xff { return isPrivate(v4: Array(b[12..<16])) }  // IPv4-mapped
-            if b[10] == 0 && b[11] == 0 { return true }  // ::, ::1, IPv4-compatible (deprecated)
+        let v4 = Array(b[12..<16])
+        if b[0..<8].allSatisfy({ $0 == 0 }) {
+            if b[8..<10].allSatisfy({ $0 == 0 }) && b[10] == 0xff && b[11] == 0xff { return isPrivate(v4: v4) }  // IPv4-mapped
+            if b[8] == 0xff && b[9] == 0xff && b[10] == 0 && b[11] == 0 { return isPrivate(v4: v4) }  // IPv4-translated (SIIT)
+            if b[8..<12].allSatisfy({ $0 == 0 }) { return true }  // ::, ::1, IPv4-compatible (deprecated)
         }
-        if b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xff && b[3] == 0x9b { return isPrivate(v4: Array(b[12..<16])) }  // NAT64
+        if b[0..<12] == [0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0] { return isPrivate(v4: v4) }  // NAT64 well-known prefix
+        if b[0..<6] == [0x00, 0x64, 0xff, 0x9b, 0x00, 0x01] { return true }  // NAT64 local use 64:ff9b:1::/48
+        if b[0] == 0x20 && b[1] == 0x02 { return isPrivate(v4: Array(b[2..<6])) }  // 6to4 embeds an IPv4 address
         if b[0] & 0xfe == 0xfc { return true }  // unique local fc00::/7
         if b[0] == 0xfe && b[1] & 0xc0 == 0x80 { return true }  // link-local fe80::/10
+        if b[0] == 0xfe && b[1] & 0xc0 == 0xc0 { return true }  // site-local fec0::/10 (deprecated)
         if b[0] == 0xff { return true }  // multicast
         if b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x0d && b[3] == 0xb8 { return true }  // documentation
         return false
@@ -82,12 +87,16 @@ public final class WebhookSender: Sendable {
     }
 
     private let clients = NIOLockedValueBox<[String: Client]>([:])
-    let timeout: Duration
+    /// Clients replaced when a name resolved elsewhere: requests may still be in flight on them, so they are shut down
+    /// with the sender, not when replaced.
+    private let retired = NIOLockedValueBox<[HTTPClient]>([])
+    /// Each request's deadline: connecting, sending and the answer.
+    let timeout: TimeAmount
     /// How long a resolved address is used before the name is resolved again.
     let resolveEvery: Duration
 
     public init(timeout: Duration = .seconds(15), resolveEvery: Duration = .seconds(60)) {
-        self.timeout = timeout
+        self.timeout = .nanoseconds(timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
         self.resolveEvery = resolveEvery
     }
 
@@ -122,7 +131,7 @@ public final class WebhookSender: Sendable {
         request.headers.add(name: "webhook-timestamp", value: timestamp)
         request.headers.add(name: "webhook-signature", value: Self.signatures(id: eventId, timestamp: timestamp, body: body, secrets: secrets))
         request.body = .bytes(ByteBuffer(bytes: body))
-        let response = try await http.execute(request, timeout: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000))
+        let response = try await http.execute(request, timeout: timeout)
         _ = try? await response.body.collect(upTo: 64 << 10)  // read so the connection is reused; the answer is not kept
         return Int(response.status.code)
     }
@@ -153,32 +162,36 @@ public final class WebhookSender: Sendable {
         if let known = clients.withLockedValue({ $0[w.id] }), now - known.resolvedAt < resolveEvery { return known.http }
         let address = try await Self.resolve(url, allowPrivate: w.allowPrivateAddress)
         var config = HTTPClient.Configuration(
-            redirectConfiguration: .disallow, timeout: .init(connect: .seconds(15), read: .seconds(15)),
+            redirectConfiguration: .disallow, timeout: .init(connect: timeout, read: timeout),
             connectionPool: .init(idleTimeout: .seconds(60)))
         config.dnsOverride = [url.host: address]
-        let (use, retire) = clients.withLockedValue { all -> (HTTPClient, HTTPClient?) in
+        return clients.withLockedValue { all -> HTTPClient in
             if let known = all[w.id], known.address == address {
                 all[w.id]?.resolvedAt = now
-                return (known.http, nil)
+                return known.http
             }
             let made = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: config)
-            let old = all[w.id]?.http
+            if let old = all[w.id]?.http { retired.withLockedValue { $0.append(old) } }
             all[w.id] = Client(address: address, resolvedAt: now, http: made)
-            return (made, old)
+            return made
         }
-        if let retire { try? await retire.shutdown() }
-        return use
     }
 
-    /// Forgets an endpoint's client (deleted, or its URL may now resolve elsewhere).
-    func forget(_ id: String) async {
-        if let old = clients.withLockedValue({ $0.removeValue(forKey: id) }) { try? await old.http.shutdown() }
+    /// Forgets an endpoint's client (deleted); a delivery in flight on it finishes first.
+    func forget(_ id: String) {
+        if let old = clients.withLockedValue({ $0.removeValue(forKey: id) }) { retired.withLockedValue { $0.append(old.http) } }
     }
 
     public func shutdown() async {
-        for client in clients.withLockedValue({ all in
-            defer { all = [:] }; return Array(all.values)
-        }) { try? await client.http.shutdown() }
+        let current = clients.withLockedValue { all -> [HTTPClient] in
+            defer { all = [:] }
+            return all.values.map(\.http)
+        }
+        let old = retired.withLockedValue { r -> [HTTPClient] in
+            defer { r = [] }
+            return r
+        }
+        for client in current + old { try? await client.shutdown() }
     }
 }
 

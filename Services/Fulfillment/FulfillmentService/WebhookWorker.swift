@@ -3,6 +3,7 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import Logging
+import NIOConcurrencyHelpers
 import ServiceLifecycle
 
 /// Delivers the event feed to webhook endpoints, through the outbox (`WebhookRecords`): each round owes every endpoint
@@ -19,52 +20,76 @@ public struct WebhookWorker: FulfillmentPart {
         return e
     }()
 
-    /// One round; answers whether more is due at once, and whether any endpoint exists.
+    /// Owes every endpoint the events committed since it was last given some; true when a whole batch was read (more
+    /// is waiting).
+    func dispatch(_ endpoints: [WebhookRecord]) async throws(RPCError) -> Bool {
+        let policy = configuration.webhooks, now = clock.nowMs
+        var more = false
+        for w in endpoints {
+            let read = try await storeCall { try await self.store.dispatchEvents(to: w, limit: policy.dispatchBatch, nowMs: now) }
+            more = more || read == policy.dispatchBatch
+        }
+        return more
+    }
+
+    /// Claims up to `limit` of an active endpoint's due items for the lease.
+    func claim(_ w: WebhookRecord, limit: Int) async throws(RPCError) -> [OutboxItem] {
+        guard w.state == "active", limit > 0 else { return [] }
+        let policy = configuration.webhooks, now = clock.nowMs
+        return try await storeCall {
+            try await self.store.dueWebhookItems(endpointId: w.id, nowMs: now, limit: limit, leaseMs: policy.leaseMs)
+        }
+    }
+
+    /// One whole round, waiting for every delivery it starts (tests and `iap`-driven runs; the service's worker,
+    /// `WebhookWorkerService`, pipelines instead). Answers whether more is due at once, and whether any endpoint exists.
     @discardableResult
     public func deliverWebhooks() async throws(RPCError) -> (more: Bool, endpoints: Bool) {
         let policy = configuration.webhooks
         let endpoints = try await storeCall { try await self.store.webhooks() }
         guard !endpoints.isEmpty else { return (false, false) }
-        var more = false
-        let now = clock.nowMs
+        var more = try await dispatch(endpoints)
         for w in endpoints {
-            let read = try await storeCall { try await self.store.dispatchEvents(to: w, limit: policy.dispatchBatch, nowMs: now) }
-            more = more || read == policy.dispatchBatch
-        }
-        let byId = Dictionary(uniqueKeysWithValues: endpoints.map { ($0.id, $0) })
-        let due = try await storeCall { try await self.store.dueWebhookItems(nowMs: now, limit: policy.itemsPerRound) }
-        await withTaskGroup(of: Void.self) { group in
-            var next = due.makeIterator()
-            for _ in 0..<policy.concurrency {
-                guard let item = next.next() else { break }
-                group.addTask { await self.deliver(item, byId) }
-            }
-            while await group.next() != nil {
-                if let item = next.next() { group.addTask { await self.deliver(item, byId) } }
+            let due = try await claim(w, limit: policy.itemsPerRound), claimed = ContinuousClock.now
+            more = more || due.count == policy.itemsPerRound
+            await withTaskGroup(of: Void.self) { group in
+                var next = due.makeIterator()
+                for _ in 0..<policy.concurrency {
+                    guard let item = next.next() else { break }
+                    group.addTask { await self.deliver(item, to: w, claimedAt: claimed) }
+                }
+                while await group.next() != nil {
+                    if let item = next.next() { group.addTask { await self.deliver(item, to: w, claimedAt: claimed) } }
+                }
             }
         }
-        return (more || due.count == policy.itemsPerRound, true)
+        return (more, true)
     }
 
-    /// One (endpoint, account) item: the account's waiting events, in order, until one fails.
-    func deliver(_ item: OutboxItem, _ endpoints: [String: WebhookRecord]) async {
+    /// One (endpoint, account) item: the account's waiting events, in order, until one fails or the lease's time for
+    /// starting requests (`WebhookPolicy.leaseMs`) runs out.
+    func deliver(_ item: OutboxItem, to w: WebhookRecord, claimedAt: ContinuousClock.Instant) async {
         guard let space = item.key.firstIndex(of: " ") else { return }
-        let endpointId = String(item.key[..<space]), accountId = String(item.key[item.key.index(after: space)...])
+        let accountId = String(item.key[item.key.index(after: space)...])
+        let policy = configuration.webhooks
+        let deadline = claimedAt + .milliseconds(max(0, policy.leaseMs - policy.requestTimeoutMs - 5_000))
         do {
-            guard let w = endpoints[endpointId], w.state == "active" else {
-                let state = endpoints[endpointId]?.state ?? "deleted"
-                try await store.parkWebhookItem(item, because: "the endpoint is \(state)")
+            guard ContinuousClock.now < deadline else {
+                try await store.releaseWebhookItem(item, nowMs: clock.nowMs)
                 return
             }
-            let limit = configuration.webhooks.eventsPerItem
-            guard let waiting = try await store.undeliveredEvents(endpointId: endpointId, accountId: accountId, limit: limit) else {
-                try await store.parkWebhookItem(item, because: "the endpoint has no record of this account")
-                return
+            guard let waiting = try await store.undeliveredEvents(endpointId: w.id, accountId: accountId, limit: policy.eventsPerItem) else {
+                return  // the endpoint was deleted meanwhile: its items went with it
             }
             var settlement = WebhookSettlement(
-                item: item, endpointId: endpointId, accountId: accountId, deliveredSequence: waiting.delivered, attempts: [], failure: nil,
-                nextAttemptAtMs: 0, more: waiting.events.count == limit, progressed: false, givesUp: false)
+                item: item, endpointId: w.id, accountId: accountId, deliveredSequence: waiting.delivered, generation: waiting.generation,
+                attempts: [], failure: nil, nextAttemptAtMs: 0, more: waiting.events.count == policy.eventsPerItem, progressed: false,
+                givesUp: false)
             for event in waiting.events {
+                guard ContinuousClock.now < deadline else {
+                    settlement.more = true  // the rest in a new lease
+                    break
+                }
                 guard w.takes(event) else {
                     settlement.deliveredSequence = event.sequence
                     settlement.progressed = true
@@ -79,12 +104,12 @@ public struct WebhookWorker: FulfillmentPart {
                     let now = clock.nowMs
                     settlement.failure = error
                     settlement.nextAttemptAtMs = WebhookRetry.nextAttemptAtMs(failures: item.attempts + 1, nowMs: now, jitter: .random(in: 0...1))
-                    settlement.givesUp = !settlement.progressed && now - item.createdAtMs >= configuration.webhooks.giveUpAfterMs
+                    settlement.givesUp = !settlement.progressed && now - item.createdAtMs >= policy.giveUpAfterMs
                     settlement.more = false
                     if settlement.givesUp {
                         logger.error(
                             "a webhook endpoint has failed for an account's events for too long; marked failing until an operator redelivers",
-                            metadata: ["endpoint": "\(endpointId)", "error": "\(error)"])
+                            metadata: ["endpoint": "\(w.id)", "error": "\(error)"])
                     }
                     break
                 }
@@ -94,7 +119,7 @@ public struct WebhookWorker: FulfillmentPart {
             try await store.settleWebhook(settlement, nowMs: clock.nowMs)
         } catch {
             // The lease brings the item back; nothing was recorded as delivered.
-            logger.warning("a webhook delivery could not be recorded; will retry", metadata: ["endpoint": "\(endpointId)", "error": "\(error)"])
+            logger.warning("a webhook delivery could not be recorded; will retry", metadata: ["endpoint": "\(w.id)", "error": "\(error)"])
         }
     }
 
@@ -131,9 +156,11 @@ extension Duration {
     var nanoseconds: Int64 { components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000 }
 }
 
-/// The webhook worker under the executable's service group: a round every `pollInterval` while endpoints exist (at
-/// once when a round left more due, or an operator woke it), the backlog gauges every few seconds, and the feed's
-/// retention once an hour. Its HTTP clients are shut down when it stops.
+/// The webhook worker under the executable's service group. Every `pollInterval` while endpoints exist (at once when a
+/// batch was full, or an operator woke it) it owes endpoints the new events and claims due items, at most
+/// `WebhookPolicy.concurrency` in flight per endpoint, without waiting for the ones in flight: a slow or silent endpoint
+/// holds only its own slots. The backlog gauges every few seconds; the feed's retention and the delivery log's (seven
+/// days) once an hour. Its HTTP clients are shut down when it stops.
 public struct WebhookWorkerService: Service {
     let service: FulfillmentService
     let logger: Logger
@@ -144,34 +171,58 @@ public struct WebhookWorkerService: Service {
     }
 
     public func run() async throws {
+        let worker = service.webhookWorker, policy = service.configuration.webhooks
+        let inFlight = NIOLockedValueBox<[String: Int]>([:])
         await cancelWhenGracefulShutdown {
-            var nextGauges = ContinuousClock.now, nextTrim = ContinuousClock.now
-            while !Task.isCancelled {
-                var wait = Duration.seconds(1)
-                do {
-                    let round = try await self.service.webhookWorker.deliverWebhooks()
-                    if round.more { continue }
-                    if round.endpoints { wait = self.service.configuration.webhooks.pollInterval }
-                } catch {
-                    self.logger.warning("webhook deliveries could not be read; will try again", metadata: ["error": "\(error)"])
-                }
-                if ContinuousClock.now >= nextGauges {
-                    nextGauges = ContinuousClock.now + .seconds(5)
-                    await self.service.webhookWorker.recordGauges()
-                }
-                if let keep = self.service.configuration.eventRetentionMs, ContinuousClock.now >= nextTrim {
-                    nextTrim = ContinuousClock.now + .seconds(3600)
-                    let before = self.service.clock.nowMs - keep
+            await withDiscardingTaskGroup { group in
+                var nextGauges = ContinuousClock.now, nextTrim = ContinuousClock.now
+                while !Task.isCancelled {
+                    var wait = Duration.seconds(1), more = false
                     do {
-                        let dropped = try await self.service.store.trimEvents(beforeMs: before)
-                        if dropped > 0 { self.logger.info("events past their retention dropped", metadata: ["events": "\(dropped)"]) }
+                        let endpoints = try await self.service.store.webhooks()
+                        if !endpoints.isEmpty { wait = policy.pollInterval }
+                        more = try await worker.dispatch(endpoints)
+                        for w in endpoints {
+                            let free = policy.concurrency - inFlight.withLockedValue { $0[w.id, default: 0] }
+                            let items = try await worker.claim(w, limit: free), claimed = ContinuousClock.now
+                            more = more || (free > 0 && items.count == free)
+                            for item in items {
+                                inFlight.withLockedValue { $0[w.id, default: 0] += 1 }
+                                group.addTask {
+                                    await worker.deliver(item, to: w, claimedAt: claimed)
+                                    inFlight.withLockedValue { $0[w.id, default: 0] -= 1 }
+                                    self.service.webhookWakeup.signal()
+                                }
+                            }
+                        }
                     } catch {
-                        self.logger.warning("events past their retention could not be dropped", metadata: ["error": "\(error)"])
+                        self.logger.warning("webhook deliveries could not be read; will try again", metadata: ["error": "\(error)"])
                     }
+                    if ContinuousClock.now >= nextGauges {
+                        nextGauges = ContinuousClock.now + .seconds(5)
+                        await worker.recordGauges()
+                    }
+                    if ContinuousClock.now >= nextTrim {
+                        nextTrim = ContinuousClock.now + .seconds(3600)
+                        await self.trim()
+                    }
+                    if !more { await self.service.webhookWakeup.wait(upTo: wait) }
                 }
-                await self.service.webhookWakeup.wait(upTo: wait)
             }
         }
         await service.webhookSender.shutdown()
+    }
+
+    /// Events past their retention (never one an endpoint has not been given), delivery attempts past seven days.
+    private func trim() async {
+        let now = service.clock.nowMs
+        do {
+            try await service.store.trimDeliveryLog(beforeMs: now - 7 * 86_400_000)
+            guard let keep = service.configuration.eventRetentionMs else { return }
+            let dropped = try await service.store.trimEvents(beforeMs: now - keep)
+            if dropped > 0 { logger.info("events past their retention dropped", metadata: ["events": "\(dropped)"]) }
+        } catch {
+            logger.warning("events or delivery attempts past their retention could not be dropped", metadata: ["error": "\(error)"])
+        }
     }
 }

@@ -127,13 +127,21 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
 
     @Option(
         name: .customLong("event-retention-days"),
-        help: "Days the event feed keeps events (env IAP_EVENT_RETENTION_DAYS); each account's latest is always kept. Default: forever.")
+        help:
+            "Days the event feed keeps events, 7 or more (env IAP_EVENT_RETENTION_DAYS); each account's latest, and any not yet given to a webhook endpoint, are kept. Default: forever."
+    )
     var eventRetentionDays: Int?
+
+    @Option(
+        name: .customLong("webhook-lease-s"),
+        help: "Seconds a webhook delivery claimed by this instance is left to it (30-3600, default 60); after a crash it is sent again then.")
+    var webhookLeaseSeconds: Int64 = 60
 
     func validate() throws {
         guard (10...86_400).contains(contentURLLifetime) else { throw ValidationError("--content-url-lifetime must be 10-86400 seconds") }
         guard (50...60_000).contains(dependencyTimeoutMs) else { throw ValidationError("--dependency-timeout-ms must be 50-60000") }
         guard (0...60_000).contains(catalogCacheMs) else { throw ValidationError("--catalog-cache-ms must be 0-60000") }
+        guard (30...3_600).contains(webhookLeaseSeconds) else { throw ValidationError("--webhook-lease-s must be 30-3600") }
     }
 
     func run() async throws {
@@ -172,9 +180,11 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         config.contentURLLifetimeMs = contentURLLifetime * 1000
         config.catalogCacheMs = catalogCacheMs
         if let days = eventRetentionDays ?? Environment.resolve(nil, env: "IAP_EVENT_RETENTION_DAYS").flatMap(Int.init) {
-            guard (1...36_500).contains(days) else { throw ValidationError("--event-retention-days must be 1-36500") }
+            // At least a week: longer than a webhook endpoint retries (three days), so a receiver back within it misses nothing.
+            guard (7...36_500).contains(days) else { throw ValidationError("--event-retention-days must be 7-36500") }
             config.eventRetentionMs = Int64(days) * 86_400_000
         }
+        config.webhooks.leaseMs = webhookLeaseSeconds * 1000
         if let keyFile = Environment.resolve(offerKey, env: "IAP_OFFER_KEY_FILE") {
             let beside = KeyIdentity.beside(keyFile)
             guard let keyId = Environment.resolve(offerKeyId, env: "IAP_OFFER_KEY_ID") ?? beside?.keyId,

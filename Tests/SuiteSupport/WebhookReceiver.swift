@@ -7,13 +7,13 @@ import NIOCore
 
 /// A webhook receiver on a real port (127.0.0.1): records every request it is sent, answers 500 for the accounts told
 /// to fail, and holds every request while `hold` is on (a receiver that answers slowly).
-final class WebhookReceiver: Sendable {
-    struct Received: Sendable {
-        var id: String
-        var timestamp: String
-        var signature: String
-        var body: [UInt8]
-        var event: FulfillmentEvent
+public final class WebhookReceiver: Sendable {
+    public struct Received: Sendable {
+        public var id: String
+        public var timestamp: String
+        public var signature: String
+        public var body: [UInt8]
+        public var event: FulfillmentEvent
     }
 
     private struct State {
@@ -24,10 +24,10 @@ final class WebhookReceiver: Sendable {
     }
 
     private let state: NIOLockedValueBox<State>
-    let port: Int
+    public let port: Int
     private let app: Task<Void, any Error>
 
-    var url: String { "http://127.0.0.1:\(port)/hooks" }
+    public var url: String { "http://127.0.0.1:\(port)/hooks" }
 
     private init(port: Int, app: Task<Void, any Error>, state: NIOLockedValueBox<State>) {
         self.port = port
@@ -35,7 +35,7 @@ final class WebhookReceiver: Sendable {
         self.state = state
     }
 
-    static func start() async throws -> WebhookReceiver {
+    public static func start() async throws -> WebhookReceiver {
         let state = NIOLockedValueBox(State())
         let router = Router()
         router.post("hooks") { request, _ -> Response in
@@ -70,13 +70,13 @@ final class WebhookReceiver: Sendable {
         return WebhookReceiver(port: port, app: task, state: state)
     }
 
-    var received: [Received] { state.withLockedValue { $0.received } }
-    var events: [FulfillmentEvent] { received.map(\.event) }
-    var waiting: Int { state.withLockedValue { $0.held.count } }
+    public var received: [Received] { state.withLockedValue { $0.received } }
+    public var events: [FulfillmentEvent] { received.map(\.event) }
+    public var waiting: Int { state.withLockedValue { $0.held.count } }
 
-    func fail(_ accounts: Set<String>) { state.withLockedValue { $0.failing = accounts } }
+    public func fail(_ accounts: Set<String>) { state.withLockedValue { $0.failing = accounts } }
 
-    func hold(_ on: Bool) {
+    public func hold(_ on: Bool) {
         let release = state.withLockedValue { s -> [CheckedContinuation<Void, Never>] in
             s.holding = on
             defer { if !on { s.held = [] } }
@@ -85,7 +85,7 @@ final class WebhookReceiver: Sendable {
         for c in release { c.resume() }
     }
 
-    func stop() {
+    public func stop() {
         hold(false)
         app.cancel()
     }
