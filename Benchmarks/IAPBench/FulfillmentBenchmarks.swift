@@ -124,6 +124,8 @@ struct RedeemBenchmark: AsyncParsableCommand {
     )
     var via = "receipt"
     @Option(help: "Consumable product to buy (must be in the catalog).") var product = "coins.100"
+    @Flag(help: "With one active webhook endpoint: a receiver in this process gets every event while the load runs.") var webhook = false
+    @OptionGroup var admin: AdminTokenOptions
 
     func validate() throws {
         guard ["receipt", "jws", "id"].contains(via) else { throw ValidationError("--via must be receipt, jws or id") }
@@ -140,6 +142,14 @@ struct RedeemBenchmark: AsyncParsableCommand {
         let minted = try await suite.mint(
             count: purchases, productId: product, type: .consumable, appAccountTokens: via == "id" ? accounts.map(\.appAccountToken) : [],
             run: runId)
+        let receiver = webhook ? try await BenchReceiver.start() : nil
+        defer { receiver?.stop() }
+        let setup = try RPCClient(address: suite.fulfillment, configuration: .init(connections: 1, callTimeout: .seconds(600)))
+        defer { Task { await setup.close() } }
+        let hook =
+            if let receiver {
+                try await setup.call(FulfillmentAddWebhook.self, .init(adminToken: try admin.resolved, url: receiver.url, allowPrivateAddress: true))
+            } else { FulfillmentAddWebhook.Result?.none }
         let clients = try suite.fulfillmentClients(load.connections)
         let granted = NIOLockedValueBox(0)
         let viaJWS = via == "jws"
@@ -168,6 +178,15 @@ struct RedeemBenchmark: AsyncParsableCommand {
         }
         var withCheck = report
         withCheck.notes["check"] = try await balanceCheck(sessions: sessions, expected: Int64(granted.withLockedValue { $0 }) * 100)
+        if let receiver, let hook {
+            let events = granted.withLockedValue { $0 }, during = receiver.counts.received
+            let drained = await receiver.waitFor(events, timeout: .seconds(600))
+            let counts = receiver.counts
+            withCheck.notes["webhook"] =
+                "\(during) of \(events) events delivered when the load stopped, \(counts.received) in the end"
+                + "\(drained ? "" : " (INCOMPLETE)"); repeats \(counts.repeats), out of order \(counts.outOfOrder)"
+            _ = try await setup.call(FulfillmentDeleteWebhook.self, .init(adminToken: try admin.resolved, id: hook.id))
+        }
         driver.print(withCheck)
         for c in clients { await c.close() }
     }

@@ -1,5 +1,6 @@
 import Foundation
 import IAPProtocol
+import JSONRPC
 
 // The event feed (docs/events.md): one event per change of a customer's money or access, appended by the rules in the
 // change's own transaction (`FulfillmentTransaction.appendEvent`), so an event exists if and only if its change
@@ -96,7 +97,9 @@ struct EventRecords {
     /// statement). Two transactions of one account racing on PostgreSQL both read the same last sequence: the unique
     /// key refuses the second, which runs again (`PostgresPool`).
     func append(_ e: FulfillmentEvent) throws {
-        let body = String(decoding: try JSONEncoder().encode(e), as: UTF8.self)
+        // The service's own streaming encoder: this runs inside the write (on SQLite, the one writer), where Foundation's
+        // JSONEncoder cost a redeem about as much as its statements.
+        let body = String(decoding: try JSONByteEncoder.encode(e), as: UTF8.self)
         try s.run(
             """
             INSERT INTO event (account_id, sequence, type, occurred_at_ms, environment, balance, owed, body)
@@ -155,7 +158,7 @@ struct EventRecords {
 
     static func event(_ row: SQLRow) throws -> FulfillmentEvent {
         let body: String = try row.get("body")
-        guard var e = try? JSONDecoder().decode(FulfillmentEvent.self, from: Data(body.utf8)) else {
+        guard var e = try? RPCCodec.decodeParams(FulfillmentEvent.self, from: Array(body.utf8)) else {
             throw StoredValueInvalid(column: "body", value: String(body.prefix(80)))
         }
         e.accountId = try row.get("account_id")

@@ -162,12 +162,18 @@ struct WebhookRecords {
             UPDATE webhook_progress SET delivered_sequence = ?1
             WHERE endpoint_id = ?2 AND account_id = ?3 AND delivered_sequence < ?1 AND generation = ?4
             """, r.deliveredSequence, r.endpointId, r.accountId, r.generation)
-        for a in r.attempts {
-            try s.run(
-                """
-                INSERT INTO webhook_attempt (endpoint_id, account_id, sequence, attempted_at_ms, status, latency_ms, error)
-                VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                """, r.endpointId, a.accountId, a.sequence, a.attemptedAtMs, a.status, a.latencyMs, a.error)
+        if !r.attempts.isEmpty {
+            // One statement for the round's attempts: (endpoint, account, sequence, at, status, latency, error) each.
+            var values: [String] = [], arguments: [SQLValue] = []
+            for a in r.attempts {
+                values.append("(\(s.placeholders(7, from: arguments.count + 1)))")
+                arguments += [
+                    .text(r.endpointId), .text(a.accountId), a.sequence.sql, a.attemptedAtMs.sql, a.status.sql, a.latencyMs.sql, a.error.sql,
+                ]
+            }
+            try s.execute(
+                "INSERT INTO webhook_attempt (endpoint_id, account_id, sequence, attempted_at_ms, status, latency_ms, error) VALUES "
+                    + values.joined(separator: ", "), arguments: arguments)
         }
         if let failure = r.failure {
             try s.run(

@@ -14,12 +14,6 @@ import ServiceLifecycle
 public struct WebhookWorker: FulfillmentPart {
     let service: FulfillmentService
 
-    static let encoder: JSONEncoder = {
-        let e = JSONEncoder()
-        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return e
-    }()
-
     /// Owes every endpoint the events committed since it was last given some; true when a whole batch was read (more
     /// is waiting).
     func dispatch(_ endpoints: [WebhookRecord]) async throws(RPCError) -> Bool {
@@ -131,7 +125,7 @@ public struct WebhookWorker: FulfillmentPart {
             return d.components.seconds * 1000 + d.components.attoseconds / 1_000_000_000_000_000
         }
         do {
-            let body = Array(try Self.encoder.encode(event))
+            let body = try JSONByteEncoder.encode(event)  // the bytes listEvents answers for the event
             let status = try await service.webhookSender.send(w, eventId: event.id, body: body, secrets: w.signingSecrets(nowMs: clock.nowMs))
             Timer(label: "iap_webhook_delivery_seconds").recordNanoseconds((ContinuousClock.now - started).nanoseconds)
             return (status, (200..<300).contains(status) ? nil : "answered HTTP \(status)", elapsed())
@@ -190,8 +184,13 @@ public struct WebhookWorkerService: Service {
                                 inFlight.withLockedValue { $0[w.id, default: 0] += 1 }
                                 group.addTask {
                                     await worker.deliver(item, to: w, claimedAt: claimed)
-                                    inFlight.withLockedValue { $0[w.id, default: 0] -= 1 }
-                                    self.service.webhookWakeup.signal()
+                                    let left = inFlight.withLockedValue { n in
+                                        n[w.id, default: 0] -= 1
+                                        return n[w.id, default: 0]
+                                    }
+                                    // Half the endpoint's slots free: claim more now rather than at the next look (once per
+                                    // half, not per delivery: each claim is a write).
+                                    if left == policy.concurrency / 2 { self.service.webhookWakeup.signal() }
                                 }
                             }
                         }
