@@ -140,7 +140,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     }
     func trimEvents(beforeMs: Int64) async throws -> Int { 0 }
     func trimDeliveryLog(beforeMs: Int64) async throws {}
-    func addWebhook(_ webhook: WebhookRecord) async throws { throw InMemoryUnsupported() }
+    func addWebhook(_ webhook: WebhookRecord, maxEndpoints: Int) async throws -> Bool { throw InMemoryUnsupported() }
     func webhooks() async throws -> [WebhookRecord] { [] }
     func webhook(_ id: String) async throws -> WebhookRecord? { nil }
     func webhookBacklog(_ id: String) async throws -> (count: Int, oldestMs: Int64?, lastError: String?) { (0, nil, nil) }

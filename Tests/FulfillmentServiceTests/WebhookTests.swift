@@ -75,6 +75,26 @@ import Testing
         }
     }
 
+    @Test func endpointsAreCappedEvenWhenAddedAtOnce() async throws {
+        try await SuiteFixture.with(configure: { $0.webhooks.maxEndpoints = 2 }) { suite in
+            let outcomes = try await withThrowingTaskGroup(of: String.self) { group in
+                for i in 0..<6 {
+                    group.addTask {
+                        do {
+                            _ = try await Self.add(suite, "http://10.0.0.\(i + 1)/hooks")
+                            return "added"
+                        } catch let error as RPCError {
+                            return error.reason
+                        }
+                    }
+                }
+                return try await group.reduce(into: [String]()) { $0.append($1) }
+            }
+            #expect(outcomes.filter { $0 == "added" }.count == 2 && outcomes.filter { $0 == "tooManyWebhooks" }.count == 4, "\(outcomes)")
+            #expect(try await suite.fulfillment.call(FulfillmentListWebhooks.self, .init(adminToken: Self.admin)).webhooks.count == 2)
+        }
+    }
+
     @Test func eventsArriveSignedInOrderPerAccountAsListEventsHasThem() async throws {
         let receiver = try await WebhookReceiver.start()
         defer { receiver.stop() }

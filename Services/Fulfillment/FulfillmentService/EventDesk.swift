@@ -40,10 +40,9 @@ public struct EventDesk: FulfillmentPart {
         } catch {
             throw RPCError.invalidParams("\(url.host) does not resolve: \(error)", field: "url", reason: "hostNotFound")
         }
-        let existing = try await storeCall { try await self.store.webhooks() }
-        guard existing.count < configuration.webhooks.maxEndpoints else {
-            throw RPCError.conflict("at most \(configuration.webhooks.maxEndpoints) webhook endpoints", reason: "tooManyWebhooks")
-        }
+        let most = configuration.webhooks.maxEndpoints
+        let tooMany = RPCError.conflict("at most \(most) webhook endpoints", reason: "tooManyWebhooks")
+        guard try await storeCall({ try await self.store.webhooks() }).count < most else { throw tooMany }
         let id = "wh-" + Self.randomHex(12)
         let record = WebhookRecord(
             id: id, url: p.url, types: p.types, environments: p.environments, allowPrivateAddress: allowPrivate,
@@ -51,7 +50,7 @@ public struct EventDesk: FulfillmentPart {
         // Only the scheme and host: a URL's path may itself be a secret (a capability URL), and the audit log is forever.
         let origin = (URLComponents(string: p.url)?.scheme ?? "") + "://" + url.host
         try await service.support.audit("addWebhook", transactionId: id, reason: origin, token: p.adminToken)
-        try await storeCall { try await self.store.addWebhook(record) }
+        guard try await storeCall({ try await self.store.addWebhook(record, maxEndpoints: most) }) else { throw tooMany }
         service.webhookWakeup.signal()
         return .init(id: id, secret: record.secret)
     }

@@ -9,8 +9,8 @@ public protocol EventStorage: Sendable {
     func trimEvents(beforeMs: Int64) async throws -> Int
     /// Drops webhook delivery attempts older than `beforeMs`.
     func trimDeliveryLog(beforeMs: Int64) async throws
-    /// Stores a new endpoint; it is owed the events that commit from now on.
-    func addWebhook(_ webhook: WebhookRecord) async throws
+    /// Stores a new endpoint, owed the events that commit from now on; false when `maxEndpoints` exist already.
+    func addWebhook(_ webhook: WebhookRecord, maxEndpoints: Int) async throws -> Bool
     func webhooks() async throws -> [WebhookRecord]
     func webhook(_ id: String) async throws -> WebhookRecord?
     func webhookBacklog(_ id: String) async throws -> (count: Int, oldestMs: Int64?, lastError: String?)
@@ -55,11 +55,11 @@ extension EventStorage where Self: FulfillmentDatabase {
         try await write { s in try WebhookRecords(s).trimAttempts(beforeMs: beforeMs) }
     }
 
-    public func addWebhook(_ webhook: WebhookRecord) async throws {
+    public func addWebhook(_ webhook: WebhookRecord, maxEndpoints: Int) async throws -> Bool {
         let head = try await read { s in try EventRecords(s).head() }
         var webhook = webhook
         webhook.dispatched = head
-        try await write { [webhook] s in try WebhookRecords(s).insert(webhook) }
+        return try await write { [webhook] s in try WebhookRecords(s).insert(webhook, maxEndpoints: maxEndpoints) }
     }
 
     public func webhooks() async throws -> [WebhookRecord] { try await read { s in try WebhookRecords(s).all() } }

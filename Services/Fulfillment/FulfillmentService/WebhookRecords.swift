@@ -59,14 +59,15 @@ struct WebhookRecords {
 
     static let kind = OutboxKind.webhook.rawValue
 
-    func insert(_ w: WebhookRecord) throws {
+    /// False when `maxEndpoints` exist already (counted by the insert itself: two adds at once cannot both pass).
+    func insert(_ w: WebhookRecord, maxEndpoints: Int) throws -> Bool {
         try s.run(
             """
             INSERT INTO webhook_endpoint (id, url, types, environments, allow_private_address, secret, previous_secret,
                 previous_secret_until_ms, state, created_at_ms, dispatched_tx_order, dispatched_id)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL, 'active', ?7, ?8, ?9)
+            SELECT ?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL, 'active', ?7, ?8, ?9 WHERE (SELECT COUNT(*) FROM webhook_endpoint) < ?10
             """, w.id, w.url, Self.list(w.types?.map(\.rawValue)), Self.list(w.environments), w.allowPrivateAddress, w.secret,
-            w.createdAtMs, w.dispatched.txOrder, w.dispatched.id)
+            w.createdAtMs, w.dispatched.txOrder, w.dispatched.id, maxEndpoints) == 1
     }
 
     func all() throws -> [WebhookRecord] {

@@ -106,16 +106,32 @@ public final class WebhookSender: Sendable {
         if WebhookAddressPolicy.isPrivate(url.host) != nil {
             address = url.host
         } else {
-            let resolved = try await NIOThreadPool.singleton.runIfActive {
-                try SocketAddress.makeAddressResolvingHost(url.host, port: url.port)
-            }
-            guard let ip = resolved.ipAddress else { throw WebhookSendError("\(url.host) did not resolve to an IP address") }
+            guard let ip = try await lookUp(url).ipAddress else { throw WebhookSendError("\(url.host) did not resolve to an IP address") }
             address = ip
         }
         if !allowPrivate, WebhookAddressPolicy.isPrivate(address) ?? true {
             throw WebhookSendError("\(url.host) is a private, loopback or link-local address (\(address)); not allowed for this endpoint")
         }
         return address
+    }
+
+    /// `getaddrinfo` blocks: on a GCD thread, not the service's small blocking pool (a slow resolver must not hold up
+    /// its other work), and given up after 15 s (the thread finishes on its own; its answer is dropped).
+    static func lookUp(_ url: WebhookURL) async throws -> SocketAddress {
+        let pending = NIOLockedValueBox<CheckedContinuation<SocketAddress, any Error>?>(nil)
+        @Sendable func finish(_ result: Result<SocketAddress, any Error>) {
+            pending.withLockedValue { c -> CheckedContinuation<SocketAddress, any Error>? in
+                defer { c = nil }
+                return c
+            }?.resume(with: result)
+        }
+        return try await withCheckedThrowingContinuation { continuation in
+            pending.withLockedValue { $0 = continuation }
+            DispatchQueue.global().async { finish(Result { try SocketAddress.makeAddressResolvingHost(url.host, port: url.port) }) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + 15) {
+                finish(.failure(WebhookSendError("\(url.host) did not resolve within 15 s")))
+            }
+        }
     }
 
     /// One POST of `body`; answers the HTTP status (2xx: delivered) or throws why none came.
