@@ -188,6 +188,38 @@ import Testing
         }
     }
 
+    /// Retention drops old events, but never an account's latest (its sequence goes on) nor one an endpoint still owes.
+    @Test(arguments: StoreEngine.available)
+    func retentionKeepsEachAccountsLatestAndWhatAnEndpointStillOwes(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            let hook = WebhookRecord(
+                id: "wh-test", url: "http://10.0.0.1/", types: nil, environments: nil, allowPrivateAddress: true, secret: WebhookSender.newSecret(),
+                state: "active", createdAtMs: 0, dispatched: .start)
+            #expect(try await store.addWebhook(hook, maxEndpoints: 20))
+            for (i, account) in ["alice", "alice", "alice", "bob", "bob"].enumerated() {
+                _ = try await store.apply(
+                    [coins(String(8_000_000 + i))], accountId: account, appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1_000)
+            }
+            try await Self.settled(store)
+            let endpoint = try #require(try await store.webhook("wh-test"))
+            #expect(try await store.dispatchEvents(to: endpoint, limit: 100, nowMs: 1_000) == 5)
+            // Bob's events went out; alice's still wait.
+            let items = try await store.dueWebhookItems(endpointId: "wh-test", nowMs: 1_000, limit: 10, leaseMs: 60_000)
+            let bobs = try #require(items.first { $0.key == "wh-test bob" })
+            try await store.settleWebhook(
+                WebhookSettlement(
+                    item: bobs, endpointId: "wh-test", accountId: "bob", deliveredSequence: 2, generation: 0, attempts: [], failure: nil,
+                    nextAttemptAtMs: 0, more: false, progressed: true, givesUp: false), nowMs: 1_000)
+            _ = try await store.apply([coins("8000009")], accountId: "carol", appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 9_000)
+            #expect(try await store.trimEvents(beforeMs: 5_000) == 1)
+            let kept = try await Self.all(store).map { "\($0.accountId) \($0.sequence)" }
+            #expect(kept == ["alice 1", "alice 2", "alice 3", "bob 2", "carol 1"])
+            _ = try await store.deleteWebhook("wh-test")
+            #expect(try await store.trimEvents(beforeMs: 5_000) == 2, "once no endpoint owes them, alice's older two go")
+        }
+    }
+
     /// The ledger and the feed agree: replaying the feed's coin events per scope ends at every wallet's balance and debt.
     @Test(arguments: StoreEngine.available)
     func theLastEventOfEachAccountCarriesItsWallet(engine: StoreEngine) async throws {

@@ -32,12 +32,10 @@ struct AdminCommand: AsyncParsableCommand {
             abstract: "fulfillment.reconcile: take in notifications the inbox missed (Notification History) and check stale subscriptions at Apple.")
         @Flag(name: .customLong("no-history"), help: "Skip Notification History.") var noHistory = false
         @Flag(name: .customLong("no-statuses"), help: "Skip the subscription status sweep.") var noStatuses = false
-        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            guard let token = resolveAdminToken(adminToken) else {
-                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
-            }
+            let token = try admin.resolved()
             await ServiceCall(options: client).run(
                 .fulfillment, FulfillmentReconcile.self,
                 .init(adminToken: token, notificationHistory: !noHistory, subscriptionStatuses: !noStatuses)
@@ -53,13 +51,11 @@ struct AdminCommand: AsyncParsableCommand {
             abstract: "fulfillment.listOutbox: what is owed to outside parties after commits (ties at Apple, ...), oldest first.",
             discussion: "Items are retried until delivered (5 s doubling to hourly) and never dropped; the last error says why one waits.")
         @Option(help: "At most this many (1-500, default 50).") var limit: Int?
-        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
 
         func run() async throws {
-            guard let token = resolveAdminToken(adminToken) else {
-                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
-            }
+            let token = try admin.resolved()
             await ServiceCall(options: client).run(.fulfillment, FulfillmentListOutbox.self, .init(adminToken: token, limit: limit)) {
                 $0.items.isEmpty
                     ? "the outbox is empty"
@@ -79,7 +75,7 @@ struct AdminCommand: AsyncParsableCommand {
         @Flag(help: "Only parked notifications (same as --state parked).") var parked = false
         @Option(help: "Only this state: pending, applied, ignored or parked.") var state: String?
         @Option(help: "At most this many (1-500, default 50).") var limit: Int?
-        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
 
         func validate() throws {
@@ -89,9 +85,7 @@ struct AdminCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            guard let token = resolveAdminToken(adminToken) else {
-                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
-            }
+            let token = try admin.resolved()
             let filter = parked ? .parked : state.flatMap(NotificationState.init(rawValue:))
             await ServiceCall(options: client).run(
                 .fulfillment, FulfillmentListNotifications.self, .init(adminToken: token, state: filter, limit: limit)
@@ -114,12 +108,10 @@ struct AdminCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "retry-notification", abstract: "fulfillment.retryNotification: process a parked notification again now.")
         @Argument(help: "The notification's UUID (see `iap admin notifications --parked`).") var notificationUUID: String
-        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            guard let token = resolveAdminToken(adminToken) else {
-                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
-            }
+            let token = try admin.resolved()
             await ServiceCall(options: client).run(
                 .fulfillment, FulfillmentRetryNotification.self, .init(adminToken: token, notificationUUID: notificationUUID)
             ) {
@@ -411,15 +403,13 @@ struct SupportCommand: AsyncParsableCommand {
         @Option(name: .customLong("grant-to"), help: "Grant the order's purchases to this username (fulfillment.grantOrder; audited).")
         var grantTo: String?
         @Option(help: "Why, for the audit log (required with --grant-to), e.g. the ticket number.") var reason: String?
-        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
         func validate() throws {
             if grantTo != nil, reason == nil { throw ValidationError("--grant-to needs --reason (it is kept in the audit log)") }
         }
         func run() async throws {
-            guard let token = resolveAdminToken(adminToken) else {
-                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
-            }
+            let token = try admin.resolved()
             if let grantTo {
                 await ServiceCall(options: client).run(
                     .fulfillment, FulfillmentGrantOrder.self, .init(adminToken: token, orderId: orderId, username: grantTo, reason: reason ?? "")
@@ -460,7 +450,7 @@ struct SupportCommand: AsyncParsableCommand {
         var reasonCode = 1
         @Option(help: "Why, for the audit log.") var reason: String
         @Option(name: .customLong("request-id"), help: "Makes a retry safe: the same id is not extended twice.") var requestId: String?
-        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
         func validate() throws {
             guard all == (originalTransactionId == nil), all == (product != nil) else {
@@ -469,9 +459,7 @@ struct SupportCommand: AsyncParsableCommand {
             if !all, !storefront.isEmpty { throw ValidationError("--storefront goes with --all") }
         }
         func run() async throws {
-            guard let token = resolveAdminToken(adminToken) else {
-                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
-            }
+            let token = try admin.resolved()
             if all, let product {
                 // Made here and shown first: if the answer is lost, the same --request-id again is the same request at Apple.
                 let id = requestId ?? UUID().uuidString.lowercased()
@@ -498,12 +486,10 @@ struct SupportCommand: AsyncParsableCommand {
     struct Audit: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "fulfillment.listAudit: administrators' actions, newest first.")
         @Option(help: "At most this many (1-500, default 50).") var limit: Int?
-        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            guard let token = resolveAdminToken(adminToken) else {
-                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
-            }
+            let token = try admin.resolved()
             await ServiceCall(options: client).run(.fulfillment, FulfillmentListAudit.self, .init(adminToken: token, limit: limit)) {
                 $0.entries.isEmpty
                     ? "no administrator actions recorded"

@@ -249,6 +249,16 @@ struct ServiceCall {
 }
 
 /// Admin token: flag, IAP_ADMIN_TOKEN, else the file compose/up.sh keeps in the data directory.
+/// `--admin-token`, else IAP_ADMIN_TOKEN, else data/admin-token.
+struct AdminTokenOption: ParsableArguments {
+    @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).")
+    var adminToken: String?
+    func resolved() throws -> String {
+        guard let token = resolveAdminToken(adminToken) else { throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN") }
+        return token
+    }
+}
+
 func resolveAdminToken(_ flag: String?) -> String? { resolveToken(flag, env: "IAP_ADMIN_TOKEN", file: "admin-token") }
 
 /// A token: the flag, else the environment variable, else the file compose/up.sh keeps in the data directory.

@@ -3,16 +3,6 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 
-/// `--admin-token`, else IAP_ADMIN_TOKEN, else data/admin-token.
-struct AdminTokenOption: ParsableArguments {
-    @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).")
-    var adminToken: String?
-    func resolved() throws -> String {
-        guard let token = resolveAdminToken(adminToken) else { throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN") }
-        return token
-    }
-}
-
 /// `iap events ...`: the event feed.
 struct EventsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

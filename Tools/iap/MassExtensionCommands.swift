@@ -19,12 +19,10 @@ extension SupportCommand {
         @Argument(help: "The request identifier `iap support extend --all` printed.") var requestIdentifier: String
         @Option(help: "The subscription product.") var product: String
         @OptionGroup var environment: AppStoreCommand.EnvironmentOption
-        @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+        @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
-            guard let token = resolveAdminToken(adminToken) else {
-                throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
-            }
+            let token = try admin.resolved()
             await ServiceCall(options: client).run(
                 .fulfillment, FulfillmentMassExtensionStatus.self,
                 .init(adminToken: token, productId: product, requestIdentifier: requestIdentifier, environment: environment.apple)

@@ -73,10 +73,10 @@ struct RevokeCommand: AsyncParsableCommand {
         commandName: "revoke", abstract: "Admin: fulfillment.revokeTransaction (a reversal in the ledger; the entitlement removed).")
     @Argument(help: "Transaction id.") var transactionId: String
     @Option(help: "Why (kept with the revocation and in the ledger memo).") var reason: String
-    @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+    @OptionGroup var admin: AdminTokenOption
     @OptionGroup var client: ClientOptions
     func run() async throws {
-        guard let token = resolveAdminToken(adminToken) else { throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN") }
+        let token = try admin.resolved()
         await ServiceCall(options: client).run(
             .fulfillment, FulfillmentRevokeTransaction.self,
             .init(adminToken: token, transactionId: transactionId, reason: reason)

@@ -87,6 +87,16 @@ enum RenewalChanges {
     }
 }
 
+/// An event's place and what an endpoint filters on.
+public struct EventHeader: Sendable, Equatable {
+    public var position: EventPosition
+    public var accountId: String
+    public var sequence: Int64
+    /// `FulfillmentEventType`'s raw value.
+    public var type: String
+    public var environment: String
+}
+
 /// The event table's statements, both engines.
 struct EventRecords {
     let s: any SQLSession
@@ -113,9 +123,8 @@ struct EventRecords {
     /// Events after `after` in commit order, at most `limit`; on PostgreSQL only those of transactions older than every
     /// running one (`EventPosition`).
     func list(after: EventPosition, limit: Int, accountId: String?, types: [FulfillmentEventType]?) throws -> [FulfillmentEvent] {
-        var sql = "SELECT * FROM event WHERE (tx_order, id) > (?1, ?2)"
+        var sql = "SELECT * FROM event WHERE (tx_order, id) > (?1, ?2) AND \(horizon)"
         var arguments: [SQLValue] = [.int(after.txOrder), .int(after.id), .int(Int64(limit))]
-        if s.dialect == .postgres { sql += " AND tx_order < pg_snapshot_xmin(pg_current_snapshot())::text::bigint" }
         if let accountId {
             arguments.append(.text(accountId))
             sql += " AND account_id = ?\(arguments.count)"
@@ -127,16 +136,35 @@ struct EventRecords {
         return try s.fetch(sql + " ORDER BY tx_order, id LIMIT ?3", arguments: arguments).map(Self.event)
     }
 
+    /// What dispatching to webhook endpoints reads of each event after `after` (`list`'s order and horizon): its columns,
+    /// never its body.
+    func headers(after: EventPosition, limit: Int) throws -> [EventHeader] {
+        try s.rows(
+            """
+            SELECT tx_order, id, account_id, sequence, type, environment FROM event
+            WHERE (tx_order, id) > (?1, ?2) AND \(horizon) ORDER BY tx_order, id LIMIT ?3
+            """, after.txOrder, after.id, limit
+        ).map {
+            EventHeader(
+                position: try Self.position($0), accountId: try $0.get("account_id"), sequence: try $0.get("sequence"),
+                type: try $0.get("type"), environment: try $0.get("environment"))
+        }
+    }
+
     /// One account's events after its `sequence`, in order.
-    func account(_ accountId: String, afterSequence: Int64, limit: Int) throws -> [(FulfillmentEvent, EventPosition)] {
+    func account(_ accountId: String, afterSequence: Int64, limit: Int) throws -> [FulfillmentEvent] {
         try s.rows("SELECT * FROM event WHERE account_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3", accountId, afterSequence, limit)
-            .map { (try Self.event($0), try Self.position($0)) }
+            .map(Self.event)
     }
 
     /// The last position a reader may pass now (`list`'s horizon): a new endpoint starts after it.
     func head() throws -> EventPosition {
-        let horizon = s.dialect == .postgres ? " WHERE tx_order < pg_snapshot_xmin(pg_current_snapshot())::text::bigint" : ""
-        return try s.row("SELECT tx_order, id FROM event\(horizon) ORDER BY tx_order DESC, id DESC LIMIT 1").map(Self.position) ?? .start
+        try s.row("SELECT tx_order, id FROM event WHERE \(horizon) ORDER BY tx_order DESC, id DESC LIMIT 1").map(Self.position) ?? .start
+    }
+
+    /// What a reader may see (`EventPosition`): on PostgreSQL only events of transactions older than every running one.
+    private var horizon: String {
+        s.dialect == .postgres ? "tx_order < pg_snapshot_xmin(pg_current_snapshot())::text::bigint" : "1 = 1"
     }
 
     /// Drops at most `limit` events that occurred before `beforeMs`: never an account's latest (its sequence goes on from

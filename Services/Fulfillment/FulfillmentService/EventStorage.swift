@@ -91,11 +91,7 @@ extension EventStorage where Self: FulfillmentDatabase {
     /// Reads the batch outside the write (a SERIALIZABLE write reading the feed would conflict with every commit
     /// appending to it), then owes it in one write that moves the endpoint's position only from where the read began.
     public func dispatchEvents(to webhook: WebhookRecord, limit: Int, nowMs: Int64) async throws -> Int {
-        let batch = try await read { s in
-            try EventRecords(s).list(after: webhook.dispatched, limit: limit, accountId: nil, types: nil).map {
-                ($0, EventPosition(cursor: $0.cursor)!)
-            }
-        }
+        let batch = try await read { s in try EventRecords(s).headers(after: webhook.dispatched, limit: limit) }
         guard !batch.isEmpty else { return 0 }
         do {
             try await write { s in
@@ -120,7 +116,7 @@ extension EventStorage where Self: FulfillmentDatabase {
             guard let progress = try WebhookRecords(s).progress(endpointId, accountId) else { return nil }
             return (
                 progress.delivered, progress.generation,
-                try EventRecords(s).account(accountId, afterSequence: progress.delivered, limit: limit).map(\.0)
+                try EventRecords(s).account(accountId, afterSequence: progress.delivered, limit: limit)
             )
         }
     }

@@ -15,10 +15,29 @@ public struct WebhookRecord: Sendable, Equatable {
     /// The feed is dispatched to this endpoint up to here (`EventPosition`).
     public var dispatched: EventPosition
 
-    /// Whether the endpoint takes this event (its types and environments).
-    public func takes(_ e: FulfillmentEvent) -> Bool {
-        (types.map { $0.contains(e.type) } ?? true) && (environments.map { $0.contains(e.environment) } ?? true)
+    public init(
+        id: String, url: String, types: [FulfillmentEventType]?, environments: [String]?, allowPrivateAddress: Bool, secret: String,
+        previousSecret: String? = nil, previousSecretUntilMs: Int64? = nil, state: String, createdAtMs: Int64, dispatched: EventPosition
+    ) {
+        self.id = id
+        self.url = url
+        self.types = types
+        self.environments = environments
+        self.allowPrivateAddress = allowPrivateAddress
+        self.secret = secret
+        self.previousSecret = previousSecret
+        self.previousSecretUntilMs = previousSecretUntilMs
+        self.state = state
+        self.createdAtMs = createdAtMs
+        self.dispatched = dispatched
     }
+
+    /// Whether the endpoint takes an event of this type and environment.
+    public func takes(type: String, environment: String) -> Bool {
+        (types.map { $0.contains { $0.rawValue == type } } ?? true) && (environments.map { $0.contains(environment) } ?? true)
+    }
+
+    public func takes(_ e: FulfillmentEvent) -> Bool { takes(type: e.type.rawValue, environment: e.environment) }
 
     /// The secrets that sign now: the current one, and the one before a rotation for 24 hours after it.
     public func signingSecrets(nowMs: Int64) -> [String] {
@@ -46,6 +65,23 @@ public struct WebhookSettlement: Sendable {
     public var progressed: Bool
     /// The item has failed for the endpoint's give-up period: the endpoint is marked failing.
     public var givesUp: Bool
+
+    public init(
+        item: OutboxItem, endpointId: String, accountId: String, deliveredSequence: Int64, generation: Int64, attempts: [WebhookDelivery],
+        failure: String?, nextAttemptAtMs: Int64, more: Bool, progressed: Bool, givesUp: Bool
+    ) {
+        self.item = item
+        self.endpointId = endpointId
+        self.accountId = accountId
+        self.deliveredSequence = deliveredSequence
+        self.generation = generation
+        self.attempts = attempts
+        self.failure = failure
+        self.nextAttemptAtMs = nextAttemptAtMs
+        self.more = more
+        self.progressed = progressed
+        self.givesUp = givesUp
+    }
 }
 
 /// The webhook tables' statements, both engines. An endpoint's deliveries are outbox items of kind `webhook`, one per
@@ -115,11 +151,11 @@ struct WebhookRecords {
 
     /// Owes `endpoint` the events of a dispatched batch (those it takes), and moves its dispatch position past them. False
     /// when another instance dispatched meanwhile (the caller's transaction is then rolled back and nothing is owed twice).
-    func dispatch(_ w: WebhookRecord, events: [(FulfillmentEvent, EventPosition)], nowMs: Int64) throws -> Bool {
-        guard let last = events.last?.1 else { return true }
+    func dispatch(_ w: WebhookRecord, events: [EventHeader], nowMs: Int64) throws -> Bool {
+        guard let last = events.last?.position else { return true }
         var owed: [String: (first: Int64, last: Int64)] = [:]
         var order: [String] = []
-        for (e, _) in events where w.takes(e) {
+        for e in events where w.takes(type: e.type, environment: e.environment) {
             if let known = owed[e.accountId] {
                 owed[e.accountId] = (known.first, e.sequence)
             } else {

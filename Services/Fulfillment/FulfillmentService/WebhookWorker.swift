@@ -35,8 +35,8 @@ public struct WebhookWorker: FulfillmentPart {
         }
     }
 
-    /// One whole round, waiting for every delivery it starts (tests and `iap`-driven runs; the service's worker,
-    /// `WebhookWorkerService`, pipelines instead). Answers whether more is due at once, and whether any endpoint exists.
+    /// One whole round, waiting for every delivery it starts (tests drive the worker with it, step by step; the
+    /// service's worker, `WebhookWorkerService`, pipelines instead). Answers whether more is due at once, and whether any endpoint exists.
     @discardableResult
     public func deliverWebhooks() async throws(RPCError) -> (more: Bool, endpoints: Bool) {
         let policy = configuration.webhooks
