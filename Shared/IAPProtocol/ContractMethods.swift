@@ -7,6 +7,7 @@ public enum ContractMethods {
         .init(AccountsAuthenticate.self), .init(AccountsChangePassword.self), .init(AccountsListSessions.self),
         .init(AccountsFindByAppAccountToken.self), .init(AccountsFindByUsername.self), .init(AccountsSetConsumptionConsent.self),
         .init(AccountsConsumptionProfile.self), .init(AccountsLinkAppTransaction.self), .init(AccountsAppleCustomer.self),
+        .init(AccountsGetAccount.self),
     ]
     public static let catalog: [OpenRPCMethodDescription] = [
         .init(CatalogListProducts.self), .init(CatalogGetProducts.self), .init(CatalogUpsertProduct.self),
@@ -35,6 +36,7 @@ public enum ContractMethods {
         .init(FulfillmentListEvents.self), .init(FulfillmentAddWebhook.self), .init(FulfillmentRotateWebhookSecret.self),
         .init(FulfillmentListWebhooks.self), .init(FulfillmentPauseWebhook.self), .init(FulfillmentDeleteWebhook.self),
         .init(FulfillmentRedeliverWebhook.self), .init(FulfillmentListDeliveries.self),
+        .init(FulfillmentGetCustomer.self), .init(FulfillmentAdjustCoins.self),
     ]
     public static let simulator: [OpenRPCMethodDescription] = [
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),

@@ -34,6 +34,8 @@ public enum FulfillmentEventType: String, Codable, Sendable, JSONSchemaEnum {
     /// A charge Apple was retrying went through.
     case subscriptionRecovered = "subscription.recovered"
     case coinsSpent = "coins.spent"
+    /// An operator gave coins (`delta` > 0) or took them back (`delta` < 0) as a ledger adjustment, with the `reason`.
+    case coinsAdjusted = "coins.adjusted"
     /// A grant repaid coins a refund left owed.
     case debtRecovered = "debt.recovered"
     /// An operator's audited action about this account (`action`, `reason`); its effects have their own events.

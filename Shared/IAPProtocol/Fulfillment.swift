@@ -192,6 +192,8 @@ public enum LedgerKind: String, Codable, Sendable, JSONSchemaEnum {
     case recovery
     /// A refund Apple reversed: the coins back (the debt the refund made that is still owed forgiven instead).
     case reinstatement
+    /// Coins an operator gave or took back (`fulfillment.adjustCoins`), with the reason as its memo; audited.
+    case adjustment
 }
 
 public struct LedgerEntry: Codable, Sendable, Equatable {
@@ -356,10 +358,13 @@ public enum FulfillmentRevokeTransaction: RPCMethod {
         public var adminToken: String
         public var transactionId: String
         public var reason: String
-        public init(adminToken: String, transactionId: String, reason: String) {
+        /// Who acted (a support console operator's name), kept in the audit log beside the credential.
+        public var operatorName: String?
+        public init(adminToken: String, transactionId: String, reason: String, operatorName: String? = nil) {
             self.adminToken = adminToken
             self.transactionId = transactionId
             self.reason = reason
+            self.operatorName = operatorName
         }
     }
     public typealias Result = EmptyResult

@@ -166,7 +166,12 @@ public struct AuditEntry: Codable, Sendable, Equatable {
     public var reason: String
     /// Which admin credential acted: the first 12 hex digits of its SHA-256, never the token.
     public var credential: String
-    public init(id: Int64, atMs: Int64, action: String, accountId: String?, transactionId: String?, reason: String, credential: String) {
+    /// Who acted, when the caller named them (the support console's operator).
+    public var operatorName: String?
+    public init(
+        id: Int64, atMs: Int64, action: String, accountId: String?, transactionId: String?, reason: String, credential: String,
+        operatorName: String? = nil
+    ) {
         self.id = id
         self.atMs = atMs
         self.action = action
@@ -174,6 +179,7 @@ public struct AuditEntry: Codable, Sendable, Equatable {
         self.transactionId = transactionId
         self.reason = reason
         self.credential = credential
+        self.operatorName = operatorName
     }
 }
 
@@ -181,9 +187,12 @@ public enum FulfillmentListAudit: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var adminToken: String
         public var limit: Int?
-        public init(adminToken: String, limit: Int? = nil) {
+        /// Only the entries about this account.
+        public var accountId: String?
+        public init(adminToken: String, limit: Int? = nil, accountId: String? = nil) {
             self.adminToken = adminToken
             self.limit = limit
+            self.accountId = accountId
         }
     }
     public struct Result: Codable, Sendable, Equatable {

@@ -211,6 +211,8 @@ import Testing
         "fulfillment.rotateWebhookSecret": ["webhooks", "rotate"], "fulfillment.listWebhooks": ["webhooks", "list"],
         "fulfillment.pauseWebhook": ["webhooks", "pause"], "fulfillment.deleteWebhook": ["webhooks", "delete"],
         "fulfillment.redeliverWebhook": ["webhooks", "redeliver"], "fulfillment.listDeliveries": ["webhooks", "deliveries"],
+        "fulfillment.getCustomer": ["support", "account"], "fulfillment.adjustCoins": ["support", "adjust"],
+        "accounts.getAccount": ["accounts", "get"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

@@ -128,7 +128,8 @@ import Testing
             // An operator's audited action about an account.
             e = try await Self.appended(store) {
                 try await store.recordAudit(
-                    action: "grantOrder", accountId: "alice", transactionId: "MX1", reason: "lost purchase", credential: "admin", nowMs: 17)
+                    action: "grantOrder", accountId: "alice", transactionId: "MX1", reason: "lost purchase", credential: "admin", operatorName: nil,
+                    nowMs: 17)
             }
             #expect(e.map(\.type) == [.supportActionTaken] && e[0].action == "grantOrder" && e[0].reason == "lost purchase")
 
@@ -138,7 +139,8 @@ import Testing
             e = try await Self.appended(store) {
                 _ = try await store.spend(accountId: "alice", scope: .production, amount: 70, idempotencyKey: "k1", memo: "sword", nowMs: 18)
                 _ = try await store.spend(accountId: "alice", scope: .production, amount: 1_000_000, idempotencyKey: "k2", memo: nil, nowMs: 18)
-                try await store.recordAudit(action: "reconcile", accountId: nil, transactionId: nil, reason: "", credential: "admin", nowMs: 18)
+                try await store.recordAudit(
+                    action: "reconcile", accountId: nil, transactionId: nil, reason: "", credential: "admin", operatorName: nil, nowMs: 18)
             }
             #expect(e.isEmpty)
 

@@ -174,16 +174,27 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         }
     }
     func notificationWasApplied(_ uuid: String) async throws -> Bool { false }
-    func recordAudit(action: String, accountId: String?, transactionId: String?, reason: String, credential: String, nowMs: Int64)
-        async throws
-    {
+    func recordAudit(
+        action: String, accountId: String?, transactionId: String?, reason: String, credential: String, operatorName: String?, nowMs: Int64
+    ) async throws {
         audits.withLockedValue {
             $0.append(
                 AuditEntry(
                     id: Int64($0.count + 1), atMs: nowMs, action: action, accountId: accountId, transactionId: transactionId, reason: reason,
-                    credential: credential))
+                    credential: credential, operatorName: operatorName))
         }
     }
+    func audit(accountId: String, limit: Int) async throws -> [AuditEntry] {
+        audits.withLockedValue { Array($0.reversed().filter { $0.accountId == accountId }.prefix(limit)) }
+    }
+    // The support console's reads and adjustments are tested on the real engines only.
+    func adjust(_ holder: Holder, delta: Int64, idempotencyKey: String, audit: AuditFacts, nowMs: Int64) async throws -> AdjustOutcome {
+        throw InMemoryUnsupported()
+    }
+    func customer(accountId: String, ledgerLimit: Int, nowMs: Int64) async throws -> FulfillmentGetCustomer.Result {
+        throw InMemoryUnsupported()
+    }
+    func accountId(transactionId: String) async throws -> String? { throw InMemoryUnsupported() }
     func audit(limit: Int) async throws -> [AuditEntry] { audits.withLockedValue { Array($0.reversed().prefix(limit)) } }
     func audit(action: String, transactionId: String, limit: Int) async throws -> [AuditEntry] {
         audits.withLockedValue { Array($0.reversed().filter { $0.action == action && $0.transactionId == transactionId }.prefix(limit)) }

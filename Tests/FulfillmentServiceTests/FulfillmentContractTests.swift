@@ -79,6 +79,18 @@ import Testing
             v["extendOriginal"] = .string(sub.originalTransactionId)
             v["extendAccountId"] = .string(subscriber.accountId)
 
+            // getCustomer: 100 coins and the castle pack, found by the pack's transaction id.
+            let customer = try await suite.register("contract-customer")
+            let customerCoins = try await suite.buy("customer@icloud", "coins.100")
+            let customerPack = try await suite.buy("customer@icloud", "pack.castle")
+            _ = try await suite.redeem(customer.session, receipt: customerPack.receiptData)
+            v["customerAccountId"] = .string(customer.accountId)
+            v["customerPackTransaction"] = .string(customerPack.transactionId)
+            v["customerCoinsTransaction"] = .string(customerCoins.transactionId)
+
+            // adjustCoins: an account with nothing yet.
+            v["adjustAccountId"] = .string(try await suite.register("contract-adjust").accountId)
+
             let failures = try await ContractHarness.run(
                 service: "fulfillment", port: suite.fulfillment.port,
                 declared: ContractMethods.fulfillment, variables: v)

@@ -394,7 +394,7 @@ func historyTable(_ answer: VerificationTransactionHistory.Result) -> String {
 struct SupportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "support", abstract: "Support tools (admin token): orders, extensions and the audit log.",
-        subcommands: [Order.self, Extend.self, ExtendStatus.self, Audit.self, Customer.self])
+        subcommands: [Order.self, Extend.self, ExtendStatus.self, Audit.self, Customer.self, Account.self, Adjust.self])
 
     struct Order: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -486,16 +486,24 @@ struct SupportCommand: AsyncParsableCommand {
     struct Audit: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "fulfillment.listAudit: administrators' actions, newest first.")
         @Option(help: "At most this many (1-500, default 50).") var limit: Int?
+        @Option(help: "Only the entries about this account id.") var account: String?
         @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
             let token = try admin.resolved()
-            await ServiceCall(options: client).run(.fulfillment, FulfillmentListAudit.self, .init(adminToken: token, limit: limit)) {
+            await ServiceCall(options: client).run(
+                .fulfillment, FulfillmentListAudit.self, .init(adminToken: token, limit: limit, accountId: account)
+            ) {
                 $0.entries.isEmpty
                     ? "no administrator actions recorded"
                     : table(
-                        ["when", "action", "account", "transaction", "reason", "credential"],
-                        $0.entries.map { [isoTime($0.atMs), $0.action, $0.accountId ?? "-", $0.transactionId ?? "-", $0.reason, $0.credential] })
+                        ["when", "action", "account", "transaction", "reason", "operator", "credential"],
+                        $0.entries.map {
+                            [
+                                isoTime($0.atMs), $0.action, $0.accountId ?? "-", $0.transactionId ?? "-", $0.reason, $0.operatorName ?? "-",
+                                $0.credential,
+                            ]
+                        })
             }
         }
     }

@@ -34,6 +34,7 @@ extension AccountsService {
         r.register(AccountsConsumptionProfile.self) { p, _ in try await self.consumptionProfile(p) }
         r.register(AccountsLinkAppTransaction.self) { p, _ in try await self.linkAppTransaction(p) }
         r.register(AccountsAppleCustomer.self) { p, _ in try await self.appleCustomer(p) }
+        r.register(AccountsGetAccount.self) { p, _ in try await self.getAccount(p) }
         return r
     }
 }

@@ -233,6 +233,14 @@ public final class AccountsService: Sendable {
         return .init(consent: profile.consent, createdAtMs: profile.createdAtMs, appAccountToken: profile.appAccountToken)
     }
 
+    public func getAccount(_ p: AccountsGetAccount.Params) async throws(RPCError) -> AccountsGetAccount.Result {
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
+        guard let account = try await run({ try await self.store.account(id: p.accountId) }),
+            let profile = try await run({ try await self.store.consumptionProfile(accountId: p.accountId) })
+        else { throw RPCError.notFound("no such account", reason: "unknownAccount") }
+        return .init(accountId: account.id, username: account.username, appAccountToken: account.appAccountToken, createdAtMs: profile.createdAtMs)
+    }
+
     public func findByUsername(_ p: AccountsFindByUsername.Params) async throws(RPCError) -> AccountsFindByUsername.Result {
         try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
         let (_, key) = try UsernamePolicy.normalize(p.username)

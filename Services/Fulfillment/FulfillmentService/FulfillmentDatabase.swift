@@ -100,12 +100,13 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         try await write { s in try FulfillmentQueries(s).saveReconcileCheckpoint(environment, signedDateMs: signedDateMs) }
     }
 
-    public func recordAudit(action: String, accountId: String?, transactionId: String?, reason: String, credential: String, nowMs: Int64)
-        async throws
-    {
+    public func recordAudit(
+        action: String, accountId: String?, transactionId: String?, reason: String, credential: String, operatorName: String?, nowMs: Int64
+    ) async throws {
         try await write { s in
             try FulfillmentQueries(s).recordAudit(
-                action, accountId: accountId, transactionId: transactionId, reason: reason, credential: credential, nowMs: nowMs)
+                action, accountId: accountId, transactionId: transactionId, reason: reason, credential: credential, operatorName: operatorName,
+                nowMs: nowMs)
         }
     }
 }

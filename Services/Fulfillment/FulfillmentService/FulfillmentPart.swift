@@ -34,6 +34,8 @@ extension FulfillmentService {
     public var outbox: OutboxDelivery { OutboxDelivery(service: self) }
     /// The event feed and webhook endpoints.
     public var events: EventDesk { EventDesk(service: self) }
+    /// What the support console reads and does about one customer.
+    public var customers: CustomerDesk { CustomerDesk(service: self) }
     /// Webhook deliveries.
     public var webhookWorker: WebhookWorker { WebhookWorker(service: self) }
 }

@@ -14,18 +14,20 @@ struct FulfillmentQueries {
             SELECT id, delta, balance, kind, transaction_id, memo, debt, recovered, owed, created_at_ms FROM ledger
             WHERE account_id = ?1 AND scope = ?2 AND id > ?3 ORDER BY id LIMIT ?4
             """, holder.accountId, holder.scope.rawValue, after, limit
-        ).map { row in
-            let kind: String = try row.get("kind")
-            guard let ledgerKind = LedgerKind(rawValue: kind) else { throw StoredValueInvalid(column: "kind", value: kind) }
-            var e = LedgerEntry(
-                id: try row.get("id"), delta: try row.get("delta"), balance: try row.get("balance"), kind: ledgerKind,
-                transactionId: try row.get("transaction_id"), memo: try row.get("memo"), createdAtMs: try row.get("created_at_ms"))
-            let debt: Int64 = try row.get("debt"), recovered: Int64 = try row.get("recovered"), owed: Int64 = try row.get("owed")
-            if debt > 0 { e.shortfall = debt }
-            if recovered > 0 { e.recovered = recovered }
-            if owed > 0 || debt > 0 || recovered > 0 { e.owed = owed }
-            return e
-        }
+        ).map(Self.ledgerEntry)
+    }
+
+    static func ledgerEntry(_ row: SQLRow) throws -> LedgerEntry {
+        let kind: String = try row.get("kind")
+        guard let ledgerKind = LedgerKind(rawValue: kind) else { throw StoredValueInvalid(column: "kind", value: kind) }
+        var e = LedgerEntry(
+            id: try row.get("id"), delta: try row.get("delta"), balance: try row.get("balance"), kind: ledgerKind,
+            transactionId: try row.get("transaction_id"), memo: try row.get("memo"), createdAtMs: try row.get("created_at_ms"))
+        let debt: Int64 = try row.get("debt"), recovered: Int64 = try row.get("recovered"), owed: Int64 = try row.get("owed")
+        if debt > 0 { e.shortfall = debt }
+        if recovered > 0 { e.recovered = recovered }
+        if owed > 0 || debt > 0 || recovered > 0 { e.owed = owed }
+        return e
     }
 
     /// The periods paid for an original: each one's product and whether it was revoked.
@@ -86,10 +88,15 @@ struct FulfillmentQueries {
             """, environment, signedDateMs)
     }
 
-    func recordAudit(_ action: String, accountId: String?, transactionId: String?, reason: String, credential: String, nowMs: Int64) throws {
+    func recordAudit(
+        _ action: String, accountId: String?, transactionId: String?, reason: String, credential: String, operatorName: String? = nil,
+        nowMs: Int64
+    ) throws {
         try s.run(
-            "INSERT INTO admin_audit (at_ms, action, account_id, transaction_id, reason, credential) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            nowMs, action, accountId, transactionId, reason, credential)
+            """
+            INSERT INTO admin_audit (at_ms, action, account_id, transaction_id, reason, credential, operator_name)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+            """, nowMs, action, accountId, transactionId, reason, credential, operatorName)
         if let accountId {
             try FulfillmentRecords(s).event(.supportActionTaken, Holder(accountId: accountId, scope: .production), environment: nil, nowMs: nowMs) {
                 $0.action = action
@@ -109,11 +116,14 @@ struct FulfillmentQueries {
             } else {
                 try s.rows("SELECT * FROM admin_audit ORDER BY id DESC LIMIT ?1", limit)
             }
-        return try rows.map {
-            AuditEntry(
-                id: try $0.get("id"), atMs: try $0.get("at_ms"), action: try $0.get("action"), accountId: try $0.get("account_id"),
-                transactionId: try $0.get("transaction_id"), reason: try $0.get("reason"), credential: try $0.get("credential"))
-        }
+        return try rows.map(Self.auditEntry)
+    }
+
+    static func auditEntry(_ row: SQLRow) throws -> AuditEntry {
+        AuditEntry(
+            id: try row.get("id"), atMs: try row.get("at_ms"), action: try row.get("action"), accountId: try row.get("account_id"),
+            transactionId: try row.get("transaction_id"), reason: try row.get("reason"), credential: try row.get("credential"),
+            operatorName: try row.get("operator_name"))
     }
 
     /// Claims the due items for a lease: another instance's worker skips what this one is delivering (PostgreSQL's row

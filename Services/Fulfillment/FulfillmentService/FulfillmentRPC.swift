@@ -37,6 +37,8 @@ extension FulfillmentService {
         r.register(FulfillmentDeleteWebhook.self) { p, _ in try await self.events.deleteWebhook(p) }
         r.register(FulfillmentRedeliverWebhook.self) { p, _ in try await self.events.redeliverWebhook(p) }
         r.register(FulfillmentListDeliveries.self) { p, _ in try await self.events.listDeliveries(p) }
+        r.register(FulfillmentGetCustomer.self) { p, _ in try await self.customers.getCustomer(p) }
+        r.register(FulfillmentAdjustCoins.self) { p, _ in try await self.customers.adjustCoins(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in
             try await self.notifications.revokeTransaction(p)
             return EmptyResult()

@@ -263,6 +263,51 @@ extension FulfillmentStore {
                     CREATE INDEX webhook_attempt_by_endpoint ON webhook_attempt (endpoint_id, id);
                     """)
         }
+        // 2026-11-27: coins an operator gives or takes back (ledger kind `adjustment`, rebuilt because SQLite cannot
+        // change a CHECK in place; the append-only triggers go and come back around the copy), and who acted.
+        m.registerMigration("v4-adjustments") { db in
+            try db.execute(
+                sql: """
+                    DROP TRIGGER ledger_no_update;
+                    DROP TRIGGER ledger_no_delete;
+                    CREATE TABLE ledger_next (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        account_id TEXT NOT NULL,
+                        scope TEXT NOT NULL CHECK (scope IN ('Production', 'Sandbox')),
+                        delta INTEGER NOT NULL,
+                        balance INTEGER NOT NULL CHECK (balance >= 0),
+                        kind TEXT NOT NULL CHECK (kind IN ('grant', 'spend', 'reversal', 'recovery', 'reinstatement', 'adjustment')),
+                        environment TEXT,
+                        transaction_id TEXT,
+                        idempotency_key TEXT,
+                        memo TEXT,
+                        debt INTEGER NOT NULL DEFAULT 0 CHECK (debt >= 0),
+                        recovered INTEGER NOT NULL DEFAULT 0 CHECK (recovered >= 0),
+                        owed INTEGER NOT NULL DEFAULT 0 CHECK (owed >= 0),
+                        created_at_ms INTEGER NOT NULL,
+                        CHECK (kind != 'grant' OR (delta > 0 AND transaction_id IS NOT NULL)),
+                        CHECK (kind != 'spend' OR (delta < 0 AND idempotency_key IS NOT NULL)),
+                        CHECK (kind != 'reversal' OR (delta <= 0 AND transaction_id IS NOT NULL)),
+                        CHECK (kind != 'recovery' OR (delta < 0 AND recovered = -delta AND transaction_id IS NOT NULL)),
+                        CHECK (kind != 'reinstatement' OR (delta >= 0 AND transaction_id IS NOT NULL)),
+                        CHECK (kind != 'adjustment' OR (delta != 0 AND idempotency_key IS NOT NULL AND memo IS NOT NULL)),
+                        CHECK (kind = 'reversal' OR debt = 0),
+                        CHECK (kind IN ('recovery', 'reinstatement') OR recovered = 0),
+                        UNIQUE (account_id, scope, idempotency_key));
+                    INSERT INTO ledger_next SELECT * FROM ledger;
+                    DROP TABLE ledger;
+                    ALTER TABLE ledger_next RENAME TO ledger;
+                    CREATE INDEX ledger_by_account ON ledger(account_id, scope, id);
+                    CREATE UNIQUE INDEX ledger_once ON ledger(kind, transaction_id) WHERE kind IN ('grant', 'recovery');
+                    CREATE INDEX ledger_by_transaction ON ledger(transaction_id, kind);
+                    CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger
+                        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+                    CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger
+                        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+                    ALTER TABLE admin_audit ADD COLUMN operator_name TEXT;
+                    CREATE INDEX admin_audit_by_account ON admin_audit (account_id, id);
+                    """)
+        }
         return m
     }
 }

@@ -45,7 +45,7 @@ public protocol FulfillmentTransaction {
 /// What the fulfillment service needs from storage: each write runs `GrantRules` inside one transaction
 /// of the engine (`FulfillmentStore` on SQLite; a PostgreSQL store implements the same over its own
 /// `FulfillmentTransaction`), and the reads answer from committed data.
-public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage, EventStorage {
+public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage, EventStorage, CustomerStorage {
     /// `owed`: what the grant owes Apple afterwards (`AppleFollowUps`), recorded in the outbox in the same transaction.
     func apply(
         _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, owed: AppleFollowUps, mode: FulfillmentMode,
@@ -76,8 +76,9 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage, Eve
         nowMs: Int64
     ) async throws -> SpendOutcome
     /// Appends to the administrators' audit log (append-only).
-    func recordAudit(action: String, accountId: String?, transactionId: String?, reason: String, credential: String, nowMs: Int64)
-        async throws
+    func recordAudit(
+        action: String, accountId: String?, transactionId: String?, reason: String, credential: String, operatorName: String?, nowMs: Int64
+    ) async throws
     /// The audit log, newest first.
     func audit(limit: Int) async throws -> [AuditEntry]
     /// The audit log's entries of one action about one transaction (or request) id, newest first.

@@ -290,13 +290,17 @@ public struct NotificationProcessor: FulfillmentPart {
     public func revokeTransaction(_ p: FulfillmentRevokeTransaction.Params) async throws(RPCError) {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
         try SupportDesk.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        try SupportDesk.checkOperator(p.operatorName)
+        let holder = try await storeCall { try await self.store.processed(transactionId: p.transactionId)?.holder }
         let outcome = try await storeCall {
             try await self.store.revoke(transactionId: p.transactionId, reason: p.reason, nowMs: self.clock.nowMs)
         }
         guard outcome != .notFound else {
             throw RPCError.notFound("transaction \(p.transactionId) was never processed here", reason: "unknownTransaction")
         }
-        try await service.support.audit("revoke", transactionId: p.transactionId, reason: p.reason, token: p.adminToken)
+        try await service.support.audit(
+            "revoke", accountId: holder?.accountId, transactionId: p.transactionId, reason: p.reason, token: p.adminToken,
+            operatorName: p.operatorName)
         logger.notice("transaction revoked by an administrator", metadata: ["transactionId": "\(p.transactionId)", "reason": "\(p.reason)"])
     }
 }

@@ -251,5 +251,17 @@ extension PostgresFulfillmentStore {
                 error TEXT);
             CREATE INDEX webhook_attempt_by_endpoint ON webhook_attempt (endpoint_id, id);
             """),
+        // Coins an operator gives or takes back (ledger kind `adjustment`), and who acted.
+        PostgresMigration(
+            "v7-adjustments",
+            """
+            ALTER TABLE ledger DROP CONSTRAINT ledger_kind_check;
+            ALTER TABLE ledger ADD CONSTRAINT ledger_kind_check
+                CHECK (kind IN ('grant', 'spend', 'reversal', 'recovery', 'reinstatement', 'adjustment'));
+            ALTER TABLE ledger ADD CONSTRAINT ledger_adjustment_check
+                CHECK (kind != 'adjustment' OR (delta != 0 AND idempotency_key IS NOT NULL AND memo IS NOT NULL));
+            ALTER TABLE admin_audit ADD COLUMN operator_name TEXT;
+            CREATE INDEX admin_audit_by_account ON admin_audit (account_id, id);
+            """),
     ]
 }

@@ -152,6 +152,18 @@ public struct SupportDesk: FulfillmentPart {
         }
     }
 
+    /// An operator's name as the console sends it: 1-64 bytes of letters, digits and `._-@`.
+    static func checkOperator(_ name: String?) throws(RPCError) {
+        guard let name else { return }
+        let allowed = name.utf8.allSatisfy { c in
+            (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || [0x2E, 0x5F, 0x2D, 0x40].contains(c)
+        }
+        guard (1...64).contains(name.utf8.count), allowed else {
+            throw RPCError.invalidParams(
+                "operatorName must be 1-64 letters, digits, '.', '_', '-' or '@'", field: "operatorName", reason: "invalidValue")
+        }
+    }
+
     static func checkReason(_ reason: String, maxBytes: Int) throws(RPCError) {
         guard !reason.isEmpty, reason.utf8.count <= maxBytes else {
             throw RPCError.invalidParams("reason must be 1-\(maxBytes) bytes", field: "reason", reason: "invalidValue")
@@ -283,16 +295,28 @@ public struct SupportDesk: FulfillmentPart {
         guard (1...configuration.maxLedgerPage).contains(limit) else {
             throw RPCError.invalidParams("limit must be 1-\(configuration.maxLedgerPage)", field: "limit", reason: "invalidValue")
         }
+        if let accountId = p.accountId {
+            return .init(entries: try await storeCall { try await self.store.audit(accountId: accountId, limit: limit) })
+        }
         return .init(entries: try await storeCall { try await self.store.audit(limit: limit) })
     }
 
-    /// Writes an admin action to the audit log, naming the credential by a digest of it, never the token.
-    func audit(_ action: String, accountId: String? = nil, transactionId: String?, reason: String, token: String) async throws(RPCError) {
-        let credential = SHA256.hash(data: Array(token.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
+    /// Writes an admin action to the audit log, naming the credential by a digest of it, never the token, and the
+    /// operator when the caller named one.
+    func audit(
+        _ action: String, accountId: String? = nil, transactionId: String?, reason: String, token: String, operatorName: String? = nil
+    ) async throws(RPCError) {
+        let credential = Self.credential(token)
         let now = clock.nowMs
         try await storeCall {
             try await self.store.recordAudit(
-                action: action, accountId: accountId, transactionId: transactionId, reason: reason, credential: credential, nowMs: now)
+                action: action, accountId: accountId, transactionId: transactionId, reason: reason, credential: credential,
+                operatorName: operatorName, nowMs: now)
         }
+    }
+
+    /// An admin credential's name in the audit log: the first 12 hex digits of its SHA-256.
+    static func credential(_ token: String) -> String {
+        SHA256.hash(data: Array(token.utf8)).prefix(6).map { String(format: "%02x", $0) }.joined()
     }
 }

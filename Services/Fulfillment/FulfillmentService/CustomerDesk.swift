@@ -1,0 +1,87 @@
+import IAPProtocol
+import JSONRPC
+import ServiceSupport
+
+/// The support console's view of one customer and its coin adjustments (`fulfillment.getCustomer`,
+/// `fulfillment.adjustCoins`).
+public struct CustomerDesk: FulfillmentPart {
+    let service: FulfillmentService
+
+    /// Everything about a customer found by account id, or by a transaction or original transaction id of a purchase.
+    public func getCustomer(_ p: FulfillmentGetCustomer.Params) async throws(RPCError) -> FulfillmentGetCustomer.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        let limit = p.ledgerLimit ?? 100
+        guard (1...configuration.maxLedgerPage).contains(limit) else {
+            throw RPCError.invalidParams("ledgerLimit must be 1-\(configuration.maxLedgerPage)", field: "ledgerLimit", reason: "invalidValue")
+        }
+        let accountId: String
+        switch (p.accountId, p.transactionId) {
+        case (let id?, nil):
+            guard !id.isEmpty, id.utf8.count <= 64 else {
+                throw RPCError.invalidParams("accountId must be 1-64 bytes", field: "accountId", reason: "invalidValue")
+            }
+            accountId = id
+        case (nil, let transactionId?):
+            guard FulfillmentService.isTransactionId(transactionId) else {
+                throw RPCError.invalidParams("transaction ids are 1-32 digits", field: "transactionId", reason: "invalidValue")
+            }
+            guard let owner = try await storeCall({ try await self.store.accountId(transactionId: transactionId) }) else {
+                throw RPCError.notFound("no purchase with transaction id \(transactionId) was processed here", reason: "unknownTransaction")
+            }
+            accountId = owner
+        default:
+            throw RPCError.invalidParams("give exactly one of accountId and transactionId", field: "accountId", reason: "invalidValue")
+        }
+        let now = clock.nowMs
+        return try await storeCall { try await self.store.customer(accountId: accountId, ledgerLimit: limit, nowMs: now) }
+    }
+
+    /// Gives or takes back coins as one audited `adjustment` ledger row, once per idempotency key.
+    public func adjustCoins(_ p: FulfillmentAdjustCoins.Params) async throws(RPCError) -> FulfillmentAdjustCoins.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        try SupportDesk.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        try SupportDesk.checkOperator(p.operatorName)
+        guard p.delta != 0, p.delta.magnitude <= UInt64(configuration.maxSpend) else {
+            throw RPCError.invalidParams(
+                "delta must be non-zero and at most \(configuration.maxSpend) either way", field: "delta", reason: "invalidValue")
+        }
+        guard !p.idempotencyKey.isEmpty, p.idempotencyKey.utf8.count <= configuration.maxIdempotencyKeyBytes else {
+            throw RPCError.invalidParams(
+                "idempotencyKey must be 1-\(configuration.maxIdempotencyKeyBytes) bytes", field: "idempotencyKey", reason: "invalidValue")
+        }
+        guard !p.accountId.isEmpty, p.accountId.utf8.count <= 64 else {
+            throw RPCError.invalidParams("accountId must be 1-64 bytes", field: "accountId", reason: "invalidValue")
+        }
+        // Only accounts that exist: coins given to a typo would sit in a wallet nobody can sign in to.
+        guard let token = configuration.internalToken else {
+            throw RPCError(
+                code: .unavailable, message: "adjusting coins needs the internal token (--internal-token) to ask accounts whether the account exists",
+                reason: .dependencyUnavailable)
+        }
+        _ = try await dependencies.consumptionProfile(accountId: p.accountId, internalToken: token)
+        let scope = p.environment ?? .production
+        let holder = Holder(accountId: p.accountId, scope: scope)
+        let audit = AuditFacts(
+            action: "adjustCoins", reason: p.reason, credential: SupportDesk.credential(p.adminToken), operatorName: p.operatorName)
+        // Its own key space: an app's spend keys never collide with an operator's.
+        let key = "adjustment:" + p.idempotencyKey
+        let now = clock.nowMs
+        let outcome = try await storeCall {
+            try await self.store.adjust(holder, delta: p.delta, idempotencyKey: key, audit: audit, nowMs: now)
+        }
+        switch outcome {
+        case .adjusted(let entry, let wallet), .replayed(let entry, let wallet):
+            var applied = false
+            if case .adjusted = outcome { applied = true }
+            if applied {
+                logger.notice(
+                    "coins adjusted by an operator",
+                    metadata: ["accountId": "\(p.accountId)", "delta": "\(p.delta)", "operator": "\(p.operatorName ?? "-")"])
+            }
+            return .init(entry: entry, balance: wallet.balance, owed: wallet.owed, environment: scope, applied: applied)
+        case .insufficient(let balance): throw RPCError.insufficientFunds(balance: balance, requested: -p.delta)
+        case .keyConflict:
+            throw RPCError.conflict("idempotency key \"\(p.idempotencyKey)\" was already used with other params", reason: "idempotencyKeyReused")
+        }
+    }
+}

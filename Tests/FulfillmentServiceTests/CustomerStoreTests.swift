@@ -1,0 +1,114 @@
+import Foundation
+import FulfillmentService
+import IAPProtocol
+import Testing
+
+/// What the support console reads and writes about one customer, on both engines: coin adjustments (one ledger row of
+/// kind `adjustment` with its event and audit entry, once per key, never below zero, concurrent ones serialized per
+/// account), the customer's purchases with their states, and the account behind a transaction id.
+@Suite struct CustomerStoreTests {
+    static let audit = AuditFacts(action: "adjustCoins", reason: "ticket 7", credential: "c0ffee", operatorName: "sam")
+
+    static func coins(_ id: String, original: String? = nil) -> PlannedPurchase {
+        PlannedPurchase(
+            purchase: VerifiedPurchase(
+                environment: "Production", transactionId: id, originalTransactionId: original ?? id, productId: "coins.100", purchaseDateMs: 1),
+            rule: .coins(perUnit: 100))
+    }
+
+    @Test(arguments: StoreEngine.available)
+    func anAdjustmentIsOneLedgerRowWithItsEventAndAuditEntryOncePerKey(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            let alice = Holder(accountId: "alice", scope: .production)
+            let given = try await store.adjust(alice, delta: 50, idempotencyKey: "adjustment:k1", audit: Self.audit, nowMs: 10)
+            guard case .adjusted(let row, let wallet) = given else { Issue.record("not adjusted: \(given)"); return }
+            #expect(row.kind == .adjustment && row.delta == 50 && row.balance == 50 && row.memo == "ticket 7" && wallet.balance == 50)
+            // The same key again: the same row, nothing written.
+            #expect(try await store.adjust(alice, delta: 50, idempotencyKey: "adjustment:k1", audit: Self.audit, nowMs: 11) == .replayed(row, wallet))
+            #expect(try await store.adjust(alice, delta: 51, idempotencyKey: "adjustment:k1", audit: Self.audit, nowMs: 11) == .keyConflict)
+            // A take-back past the balance changes nothing.
+            #expect(
+                try await store.adjust(alice, delta: -51, idempotencyKey: "adjustment:k2", audit: Self.audit, nowMs: 12) == .insufficient(balance: 50)
+            )
+            guard
+                case .adjusted(_, let after) = try await store.adjust(
+                    alice, delta: -20, idempotencyKey: "adjustment:k3", audit: Self.audit, nowMs: 13)
+            else { Issue.record("take-back refused"); return }
+            #expect(after == Wallet(balance: 30, owed: 0))
+            // A spend's key is not an adjustment's: a conflict, never a replay of the spend.
+            _ = try await store.spend(accountId: "alice", scope: .production, amount: 5, idempotencyKey: "shared", memo: "ticket 7", nowMs: 14)
+            #expect(try await store.adjust(alice, delta: -5, idempotencyKey: "shared", audit: Self.audit, nowMs: 15) == .keyConflict)
+
+            let ledger = try await store.ledger(accountId: "alice", scope: .production, after: 0, limit: 10).entries
+            #expect(ledger.map(\.kind) == [.adjustment, .adjustment, .spend] && ledger.map(\.delta) == [50, -20, -5])
+            #expect(try await store.ledgerMismatches().isEmpty)
+            let audit = try await store.audit(accountId: "alice", limit: 10)
+            #expect(
+                audit.map(\.action) == ["adjustCoins", "adjustCoins"] && audit.allSatisfy { $0.operatorName == "sam" && $0.credential == "c0ffee" })
+            let events = try await EventFeedTests.all(store, account: "alice")
+            #expect(
+                events.map(\.type) == [.coinsAdjusted, .supportActionTaken, .coinsAdjusted, .supportActionTaken, .coinsSpent],
+                "\(events.map(\.type))")
+            #expect(events[0].delta == 50 && events[0].balance == 50 && events[2].delta == -20 && events[2].balance == 30)
+        }
+    }
+
+    @Test(arguments: StoreEngine.available)
+    func concurrentTakeBacksNeverGoBelowZeroAndOneKeyAdjustsOnce(engine: StoreEngine) async throws {
+        try await engine.open(instances: 2).with { db in
+            let bob = Holder(accountId: "bob", scope: .production)
+            _ = try await db.first.adjust(bob, delta: 50, idempotencyKey: "adjustment:seed", audit: Self.audit, nowMs: 1)
+            // Ten take-backs of 10 from two instances at once: five fit.
+            let outcomes = try await withThrowingTaskGroup(of: AdjustOutcome.self) { group in
+                for i in 0..<10 {
+                    group.addTask { try await db[i].adjust(bob, delta: -10, idempotencyKey: "adjustment:t\(i)", audit: Self.audit, nowMs: 2) }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(outcomes.filter { if case .adjusted = $0 { true } else { false } }.count == 5)
+            #expect(outcomes.filter { $0 == .insufficient(balance: 0) }.count == 5)
+            // One key sent eight times at once: one row.
+            let again = try await withThrowingTaskGroup(of: AdjustOutcome.self) { group in
+                for i in 0..<8 {
+                    group.addTask { try await db[i].adjust(bob, delta: 7, idempotencyKey: "adjustment:once", audit: Self.audit, nowMs: 3) }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(again.filter { if case .adjusted = $0 { true } else { false } }.count == 1)
+            #expect(try await db.first.balance(accountId: "bob", scope: .production) == Wallet(balance: 7, owed: 0))
+            #expect(try await db.first.ledgerMismatches().isEmpty)
+            #expect(try await db.first.audit(accountId: "bob", limit: 50).count == 1 + 5 + 1)
+        }
+    }
+
+    @Test(arguments: StoreEngine.available)
+    func aCustomersPurchasesCarryTheirStateAndAnyTransactionIdFindsTheAccount(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            for id in ["3001", "3002", "3003"] {
+                _ = try await store.apply([Self.coins(id)], accountId: "carol", appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 5)
+            }
+            _ = try await store.revoke(transactionId: "3001", reason: "refunded", nowMs: 6)
+            _ = try await store.revoke(transactionId: "3002", reason: "refunded", nowMs: 6)
+            _ = try await store.reinstate(transactionId: "3002", nowMs: 7)
+            _ = try await store.revoke(transactionId: "3003", reason: "family sharing", nowMs: 8)
+            _ = try await store.apply(
+                [Self.coins("3005", original: "3004")], accountId: "carol", appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 9)
+
+            let customer = try await store.customer(accountId: "carol", ledgerLimit: 3, nowMs: 10)
+            let states = Dictionary(uniqueKeysWithValues: customer.purchases.map { ($0.transactionId, $0.state) })
+            #expect(states == ["3001": .refunded, "3002": .reinstated, "3003": .revoked, "3005": .granted])
+            #expect(customer.purchases.first { $0.transactionId == "3001" }?.revokeReason == "refunded")
+            let production = try #require(customer.scopes.first)
+            #expect(
+                production.environment == .production && production.balance == 200 && customer.scopes.map(\.environment) == [.production, .sandbox])
+            // The newest three rows, newest first, each with the balance after it.
+            #expect(production.ledger.count == 3 && production.ledger.map(\.id) == production.ledger.map(\.id).sorted(by: >))
+            #expect(production.ledger.first?.balance == 200 && production.ledger.first?.transactionId == "3005")
+            #expect(try await store.accountId(transactionId: "3004") == "carol", "by original transaction id")
+            #expect(try await store.accountId(transactionId: "3003") == "carol")
+            #expect(try await store.accountId(transactionId: "9999") == nil)
+        }
+    }
+}
