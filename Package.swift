@@ -25,6 +25,7 @@ let package = Package(
         .executable(name: "fulfillment-service", targets: ["FulfillmentServiceMain"]),
         .executable(name: "appstore-sim", targets: ["AppStoreSimulatorMain"]),
         .executable(name: "edge-service", targets: ["EdgeServiceMain"]),
+        .executable(name: "console-service", targets: ["ConsoleServiceMain"]),
         .executable(name: "iap", targets: ["IAPCLI"]),
         .executable(name: "iap-bench", targets: ["IAPBench"]),
     ],
@@ -48,6 +49,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         // PostgreSQL (`--database-url`): the stores of accounts, catalog and fulfillment on a shared server.
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // The support console's pages: logic-less templates that escape every value by default (no other dependencies).
+        .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
     ],
     targets: [
         // Wire types: JSON scanning, the JSON-RPC envelope, errors, method descriptors, schemas. No I/O.
@@ -299,10 +302,42 @@ let package = Package(
         ),
 
         // The `iap` client CLI.
+        // console: the support console, web pages for the people who answer customers (operators, roles, TOTP).
+        .target(
+            name: "ConsoleService",
+            dependencies: [
+                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport", "PostgresSupport",
+                // The same scrypt hasher and sign-in limits as accounts'.
+                "AccountsService",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Services/Console/ConsoleService"
+        ),
+        .executableTarget(
+            name: "ConsoleServiceMain",
+            dependencies: [
+                "ConsoleService", "RPCTransport", "ServiceSupport", "PostgresSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Services/Console/Main"
+        ),
+
         .executableTarget(
             name: "IAPCLI",
             dependencies: [
-                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport", "VerificationService",
+                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport", "VerificationService", "ConsoleService", "AccountsService",
+                "PostgresSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -497,6 +532,17 @@ let package = Package(
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
             ],
             path: "Tests/EdgeServiceTests"
+        ),
+        .testTarget(
+            name: "ConsoleServiceTests",
+            dependencies: [
+                "ConsoleService", "SuiteTestSupport", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                "AccountsService", "PostgresSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/ConsoleServiceTests"
         ),
         .testTarget(
             name: "ComposeTests",

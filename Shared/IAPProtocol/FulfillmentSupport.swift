@@ -92,13 +92,19 @@ public enum FulfillmentExtendSubscription: RPCMethod {
         public var reason: String
         /// Makes a retry safe: the same id is not extended twice (a new one per call when absent).
         public var requestId: String?
-        public init(adminToken: String, originalTransactionId: String, days: Int, reasonCode: Int, reason: String, requestId: String? = nil) {
+        /// Who acted (the support console's operator), kept in the audit log.
+        public var operatorName: String?
+        public init(
+            adminToken: String, originalTransactionId: String, days: Int, reasonCode: Int, reason: String, requestId: String? = nil,
+            operatorName: String? = nil
+        ) {
             self.adminToken = adminToken
             self.originalTransactionId = originalTransactionId
             self.days = days
             self.reasonCode = reasonCode
             self.reason = reason
             self.requestId = requestId
+            self.operatorName = operatorName
         }
     }
     public struct Result: Codable, Sendable, Equatable {
@@ -228,8 +234,14 @@ public struct OutboxEntry: Codable, Sendable, Equatable {
 }
 
 public enum FulfillmentListOutbox: RPCMethod {
-    /// `{adminToken, limit?}`, as the audit log's.
-    public typealias Params = FulfillmentListAudit.Params
+    public struct Params: Codable, Sendable, Equatable {
+        public var adminToken: String
+        public var limit: Int?
+        public init(adminToken: String, limit: Int? = nil) {
+            self.adminToken = adminToken
+            self.limit = limit
+        }
+    }
     public struct Result: Codable, Sendable, Equatable {
         /// Oldest first.
         public var items: [OutboxEntry]

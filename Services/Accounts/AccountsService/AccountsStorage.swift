@@ -89,4 +89,9 @@ public struct ThrottleState: Sendable, Equatable {
     public var failures: Int
     public var windowStartMs: Int64
     public var lockedUntilMs: Int64
+    public init(failures: Int, windowStartMs: Int64, lockedUntilMs: Int64) {
+        self.failures = failures
+        self.windowStartMs = windowStartMs
+        self.lockedUntilMs = lockedUntilMs
+    }
 }

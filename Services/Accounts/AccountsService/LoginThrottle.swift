@@ -31,12 +31,12 @@ public struct LoginThrottlePolicy: Sendable {
 
     public init() {}
 
-    static func usernameKey(_ key: String) -> String { "user:\(key)" }
-    static func pairKey(_ key: String, address: String?) -> String { "pair:\(key)@\(address ?? "-")" }
-    static func addressKey(_ address: String) -> String { "addr:\(address)" }
+    public static func usernameKey(_ key: String) -> String { "user:\(key)" }
+    public static func pairKey(_ key: String, address: String?) -> String { "pair:\(key)@\(address ?? "-")" }
+    public static func addressKey(_ address: String) -> String { "addr:\(address)" }
     static func registrationKey(_ address: String) -> String { "register:\(address)" }
 
-    func threshold(for key: String) -> Int {
+    public func threshold(for key: String) -> Int {
         if key.hasPrefix("pair:") { return usernameThreshold }
         if key.hasPrefix("user:") { return usernameGlobalThreshold }
         if key.hasPrefix("register:") { return registrationThreshold }
@@ -44,7 +44,7 @@ public struct LoginThrottlePolicy: Sendable {
     }
 
     /// The state after a successful sign-in took its counted attempt back (an address key).
-    func returningAttempt(_ state: ThrottleState?, key: String) -> ThrottleState? {
+    public func returningAttempt(_ state: ThrottleState?, key: String) -> ThrottleState? {
         guard var s = state else { return nil }
         s.failures = max(0, s.failures - 1)
         if s.failures < threshold(for: key) { s.lockedUntilMs = 0 }
@@ -52,13 +52,13 @@ public struct LoginThrottlePolicy: Sendable {
     }
 
     /// Milliseconds until `state` allows another attempt (0: allowed now).
-    func retryAfterMs(_ state: ThrottleState?, nowMs: Int64) -> Int64 {
+    public func retryAfterMs(_ state: ThrottleState?, nowMs: Int64) -> Int64 {
         guard let state else { return 0 }
         return max(0, state.lockedUntilMs - nowMs)
     }
 
     /// The state after one more failure at `nowMs`.
-    func recordingFailure(_ state: ThrottleState?, key: String, nowMs: Int64) -> ThrottleState {
+    public func recordingFailure(_ state: ThrottleState?, key: String, nowMs: Int64) -> ThrottleState {
         var s = state ?? .init(failures: 0, windowStartMs: nowMs, lockedUntilMs: 0)
         if nowMs - s.windowStartMs > windowMs && nowMs >= s.lockedUntilMs {
             s = .init(failures: 0, windowStartMs: nowMs, lockedUntilMs: 0)

@@ -75,6 +75,7 @@ public struct SupportDesk: FulfillmentPart {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
         try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
         try Self.checkExtension(days: p.days, reasonCode: p.reasonCode)
+        try Self.checkOperator(p.operatorName)
         guard FulfillmentService.isTransactionId(p.originalTransactionId) else {
             throw RPCError.invalidParams("transaction ids are 1-32 digits", field: "originalTransactionId", reason: "invalidValue")
         }
@@ -93,7 +94,7 @@ public struct SupportDesk: FulfillmentPart {
         let owner = try await storeCall { try await self.store.owner(originalTransactionId: p.originalTransactionId) }
         try await audit(
             "extendSubscription", accountId: owner?.accountId, transactionId: p.originalTransactionId,
-            reason: "+\(p.days) days (code \(p.reasonCode)): \(p.reason)", token: p.adminToken)
+            reason: "+\(p.days) days (code \(p.reasonCode)): \(p.reason)", token: p.adminToken, operatorName: p.operatorName)
         return .init(originalTransactionId: p.originalTransactionId, expiresAtMs: expires, accountId: owner?.accountId)
     }
 

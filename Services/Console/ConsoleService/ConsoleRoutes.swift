@@ -1,0 +1,168 @@
+import AccountsService
+import Foundation
+import Hummingbird
+import HummingbirdTLS
+import IAPProtocol
+import JSONRPC
+import NIOSSL
+import RPCTransport
+
+/// The console's pages and forms: signing in and out, the overview, the operators' audit (customer pages: `CustomerPages`).
+extension ConsoleService {
+    public func router() -> Router<ConsoleRequestContext> {
+        let router = Router(context: ConsoleRequestContext.self)
+        router.get("/static/console.css") { _, _ in
+            Response(
+                status: .ok, headers: ConsoleHTTP.headers(contentType: "text/css; charset=utf-8"),
+                body: .init(byteBuffer: ByteBuffer(string: ConsoleTemplates.css)))
+        }
+        router.get("/sign-in") { _, _ in self.signInPage() }
+        router.post("/sign-in") { request, context in try await self.signInPosted(request, context) }
+        router.post("/sign-out") { request, context in
+            try await self.posted(request, context, acting: false) { session, _ in
+                if let token = ConsoleHTTP.cookie(Self.sessionCookie, in: request) {
+                    try await self.store.deleteSession(tokenHash: Self.tokenHash(token))
+                }
+                try await self.audit(session, "signOut", "", context)
+                return ConsoleHTTP.redirect("/sign-in", setCookies: [self.cookie(Self.sessionCookie, value: "", maxAgeSeconds: 0)])
+            }
+        }
+        router.post("/sign-out-everywhere") { request, context in
+            try await self.posted(request, context, acting: false) { session, _ in
+                let ended = try await self.store.deleteSessions(operatorName: session.operatorName)
+                try await self.audit(session, "signOutEverywhere", "\(ended) sessions", context)
+                return ConsoleHTTP.redirect("/sign-in", setCookies: [self.cookie(Self.sessionCookie, value: "", maxAgeSeconds: 0)])
+            }
+        }
+        router.get("/") { request, _ in try await self.signedIn(request) { session in try await self.overview(session) } }
+        router.get("/audit") { request, _ in try await self.signedIn(request) { session in try await self.auditPage(request, session) } }
+        router.get("/search") { request, _ in try await self.signedIn(request) { session in try await self.search(request, session) } }
+        router.get("/customers/:id") { request, context in
+            try await self.signedIn(request) { session in try await self.customerPage(context.parameters.get("id") ?? "", session) }
+        }
+        router.post("/customers/:id/confirm") { request, context in
+            try await self.posted(request, context, acting: true) { session, form in
+                try await self.confirmPage(context.parameters.get("id") ?? "", form, session)
+            }
+        }
+        router.post("/customers/:id/do") { request, context in
+            try await self.posted(request, context, acting: true) { session, form in
+                try await self.act(context.parameters.get("id") ?? "", form, session, context)
+            }
+        }
+        return router
+    }
+
+    /// The console on `host:port`: HTTPS/1.1 with `tls`, plain HTTP on loopback only (`ConsoleConfiguration.checkBind`).
+    public func application(
+        host: String, port: Int, tls: TLSConfiguration? = nil, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) throws -> some ApplicationProtocol {
+        try ConsoleConfiguration.checkBind(host: host, tls: tls != nil)
+        return Application(
+            router: router(),
+            server: try tls.map { try .tls(.http1(), tlsConfiguration: $0) } ?? .http1(),
+            configuration: .init(address: .hostname(host, port: port), serverName: "iap-console"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) }, logger: logger)
+    }
+
+    // MARK: pages
+
+    /// A page inside the layout; the layout shows the operator and the forms to sign out when signed in.
+    func page(
+        _ template: String, title: String, _ data: [String: Any], session: OperatorSession?, message: String? = nil,
+        status: HTTPResponse.Status = .ok, setCookies: [String] = []
+    ) -> Response {
+        var layout: [String: Any] = ["title": title, "body": library.render(data, withTemplate: template) ?? ""]
+        if let session { layout["operator"] = ["name": session.operatorName, "role": session.role.rawValue, "csrf": session.csrfToken] }
+        if let message { layout["message"] = message }
+        return ConsoleHTTP.html(status, library.render(layout, withTemplate: "layout") ?? "", setCookies: setCookies)
+    }
+
+    func problem(_ status: HTTPResponse.Status, _ heading: String, _ detail: String, session: OperatorSession?) -> Response {
+        page("problem", title: heading, ["heading": heading, "detail": detail], session: session, status: status)
+    }
+
+    func signInPage(message: String? = nil, status: HTTPResponse.Status = .ok) -> Response {
+        let csrf = SessionTokens.generate()
+        return page(
+            "signIn", title: "Sign in", ["csrf": csrf], session: nil, message: message, status: status,
+            setCookies: [cookie(Self.signInCookie, value: csrf, maxAgeSeconds: 3600)])
+    }
+
+    func signInPosted(_ request: Request, _ context: ConsoleRequestContext) async throws -> Response {
+        let form = try await ConsoleHTTP.form(request, maxBytes: configuration.maxFormBytes)
+        // The sign-in form's token is the one its own cookie carries: another site cannot sign someone in as itself.
+        guard let expected = ConsoleHTTP.cookie(Self.signInCookie, in: request), Self.tokensMatch(form["csrf"], expected) else {
+            return problem(
+                .forbidden, "Refused", "This form did not come from the console or has expired: open the sign-in page again.", session: nil)
+        }
+        let outcome = try await signIn(
+            username: form["username"] ?? "", password: form["password"] ?? "", code: form["code"] ?? "", address: context.address)
+        switch outcome {
+        case .signedIn(let token):
+            let maxAge = configuration.sessionAbsoluteMs / 1000
+            return ConsoleHTTP.redirect(
+                "/",
+                setCookies: [cookie(Self.sessionCookie, value: token, maxAgeSeconds: maxAge), cookie(Self.signInCookie, value: "", maxAgeSeconds: 0)])
+        case .refused: return signInPage(message: "Wrong username, password or code.", status: .unauthorized)
+        case .throttled(let ms):
+            return signInPage(message: "Too many attempts: try again in \((ms + 999) / 1000) seconds.", status: .tooManyRequests)
+        }
+    }
+
+    /// Runs `body` for a signed-in operator; anyone else goes to the sign-in page.
+    func signedIn(_ request: Request, _ body: (OperatorSession) async throws -> Response) async throws -> Response {
+        guard let session = try await session(token: ConsoleHTTP.cookie(Self.sessionCookie, in: request)) else {
+            return ConsoleHTTP.redirect("/sign-in")
+        }
+        return try await body(session)
+    }
+
+    /// A form's POST: signed in, carrying the session's CSRF token, and from a role that may act when `acting`.
+    func posted(
+        _ request: Request, _ context: ConsoleRequestContext, acting: Bool,
+        _ body: (OperatorSession, [String: String]) async throws -> Response
+    ) async throws -> Response {
+        guard let session = try await session(token: ConsoleHTTP.cookie(Self.sessionCookie, in: request)) else {
+            return problem(.forbidden, "Signed out", "Sign in again; nothing was done.", session: nil)
+        }
+        let form = try await ConsoleHTTP.form(request, maxBytes: configuration.maxFormBytes)
+        guard Self.tokensMatch(form["csrf"], session.csrfToken) else {
+            try await audit(session, "csrfRefused", request.uri.path, context)
+            return problem(.forbidden, "Refused", "This form did not come from your session of the console; nothing was done.", session: session)
+        }
+        guard !acting || session.role.mayAct else {
+            try await audit(session, "actionRefused", request.uri.path, context)
+            return problem(
+                .forbidden, "Not allowed", "Your role (\(session.role.rawValue)) may read but not act; nothing was done.", session: session)
+        }
+        return try await body(session, form)
+    }
+
+    func audit(_ session: OperatorSession, _ action: String, _ detail: String, _ context: ConsoleRequestContext) async throws {
+        try await store.recordAudit(
+            operatorName: session.operatorName, action: action, detail: detail, address: context.address, nowMs: configuration.clock.nowMs)
+    }
+
+    func overview(_ session: OperatorSession) async throws -> Response {
+        let parked = try await fulfillment.call(
+            FulfillmentListNotifications.self, .init(adminToken: configuration.adminToken, state: .parked, limit: 500))
+        let outbox = try await fulfillment.call(FulfillmentListOutbox.self, .init(adminToken: configuration.adminToken, limit: 1))
+        return page("overview", title: "Overview", ["parked": parked.notifications.count, "outbox": outbox.total], session: session)
+    }
+
+    func auditPage(_ request: Request, _ session: OperatorSession) async throws -> Response {
+        let name = request.uri.queryParameters["operator"].map(String.init).flatMap { $0.isEmpty ? nil : $0.lowercased() }
+        let action = request.uri.queryParameters["action"].map(String.init).flatMap { $0.isEmpty ? nil : $0 }
+        let entries = try await store.audit(operatorName: name, action: action, limit: 500).map {
+            ["when": Self.time($0.atMs), "operatorName": $0.operatorName, "action": $0.action, "detail": $0.detail, "address": $0.address ?? ""]
+        }
+        return page(
+            "audit", title: "Audit", ["entries": entries, "operatorFilter": name ?? "", "actionFilter": action ?? ""], session: session)
+    }
+
+    static func time(_ ms: Int64) -> String {
+        let formatter = ISO8601DateFormatter()
+        return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+    }
+}

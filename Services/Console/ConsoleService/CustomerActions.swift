@@ -1,0 +1,165 @@
+import Foundation
+import Hummingbird
+import IAPProtocol
+import JSONRPC
+import RPCTransport
+
+/// One action on a customer as a form asks for it, checked before the confirmation page and again before it is done.
+struct CustomerAction: Sendable, Equatable {
+    enum Kind: String, Sendable { case giveCoins = "give-coins", takeCoins = "take-coins", revoke, extend, retry }
+    var kind: Kind
+    var reason: String
+    var amount: Int64 = 0
+    var environment: AccountScope = .production
+    var transactionId = ""
+    var days = 0
+    var notificationUUID = ""
+
+    /// The button's label: the action's name.
+    var label: String {
+        switch kind {
+        case .giveCoins: "Give coins"
+        case .takeCoins: "Take coins back"
+        case .revoke: "Revoke"
+        case .extend: "Extend"
+        case .retry: "Retry"
+        }
+    }
+
+    var summary: String {
+        switch kind {
+        case .giveCoins: "Give \(amount) coins (\(environment.rawValue)) as a ledger adjustment."
+        case .takeCoins: "Take back \(amount) coins (\(environment.rawValue)) as a ledger adjustment."
+        case .revoke: "Revoke purchase \(transactionId): its coins are taken back (what was spent becomes debt) or its access removed."
+        case .extend: "Extend subscription \(transactionId) by \(days) days, at Apple and here."
+        case .retry: "Process notification \(notificationUUID) again now."
+        }
+    }
+
+    /// The fields that travel from the confirmation page to the action.
+    var fields: [(String, String)] {
+        var out = [("action", kind.rawValue), ("reason", reason)]
+        switch kind {
+        case .giveCoins, .takeCoins: out += [("amount", "\(amount)"), ("environment", environment.rawValue)]
+        case .revoke, .extend: out += [("transactionId", transactionId), ("days", "\(days)")]
+        case .retry: out += [("notificationUUID", notificationUUID)]
+        }
+        return out
+    }
+
+    struct Invalid: Error { let detail: String }
+
+    /// The action a form names, or why it cannot be done.
+    static func parse(_ form: [String: String]) throws(Invalid) -> CustomerAction {
+        guard let kind = form["action"].flatMap(Kind.init(rawValue:)) else { throw Invalid(detail: "unknown action") }
+        let reason = (form["reason"] ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !reason.isEmpty, reason.utf8.count <= 500 else { throw Invalid(detail: "a reason (1-500 bytes) is required") }
+        var action = CustomerAction(kind: kind, reason: reason)
+        switch kind {
+        case .giveCoins, .takeCoins:
+            guard let amount = form["amount"].flatMap({ Int64($0) }), (1...CoinLimits.maxBalance).contains(amount) else {
+                throw Invalid(detail: "coins must be a whole number from 1 to \(CoinLimits.maxBalance)")
+            }
+            guard let scope = AccountScope(rawValue: form["environment"] ?? "Production") else { throw Invalid(detail: "unknown environment") }
+            action.amount = amount
+            action.environment = scope
+        case .revoke, .extend:
+            let id = form["transactionId"] ?? ""
+            guard (1...32).contains(id.count), id.allSatisfy({ $0.isASCII && $0.isNumber }) else {
+                throw Invalid(detail: "transaction ids are 1-32 digits")
+            }
+            action.transactionId = id
+            if kind == .extend {
+                guard let days = form["days"].flatMap({ Int($0) }), (1...90).contains(days) else { throw Invalid(detail: "days must be 1-90") }
+                action.days = days
+            }
+        case .retry:
+            guard let uuid = form["notificationUUID"], UUID(uuidString: uuid) != nil else { throw Invalid(detail: "not a notification id") }
+            action.notificationUUID = uuid
+        }
+        return action
+    }
+}
+
+extension ConsoleService {
+    /// Only this customer's purchases from this customer's page: a form naming another's is refused before anything is done.
+    func owns(_ accountId: String, _ transactionId: String) async throws -> Bool {
+        let owner = try await absentIfNotFound {
+            try await self.fulfillment.call(
+                FulfillmentGetCustomer.self, .init(adminToken: self.configuration.adminToken, transactionId: transactionId, ledgerLimit: 1)
+            ).accountId
+        }
+        return owner == accountId
+    }
+
+    func confirmPage(_ accountId: String, _ form: [String: String], _ session: OperatorSession) async throws -> Response {
+        let action: CustomerAction
+        do { action = try CustomerAction.parse(form) } catch { return problem(.badRequest, "Not done", error.detail, session: session) }
+        // A new key per confirmation page: submitting the page twice does the action once.
+        let fields = action.fields + [("key", UUID().uuidString.lowercased())]
+        return page(
+            "confirm", title: "Confirm",
+            [
+                "label": action.label, "summary": action.summary, "reason": action.reason, "accountId": accountId, "csrf": session.csrfToken,
+                "fields": fields.map { ["name": $0.0, "value": $0.1] },
+            ], session: session)
+    }
+
+    func act(_ accountId: String, _ form: [String: String], _ session: OperatorSession, _ context: ConsoleRequestContext) async throws -> Response {
+        let action: CustomerAction
+        do { action = try CustomerAction.parse(form) } catch { return problem(.badRequest, "Not done", error.detail, session: session) }
+        guard let key = form["key"], UUID(uuidString: key) != nil else {
+            return problem(.badRequest, "Not done", "the form has no key", session: session)
+        }
+        let admin = configuration.adminToken, who = session.operatorName
+        var row: LedgerEntry? = nil
+        let outcome: String
+        do {
+            switch action.kind {
+            case .giveCoins, .takeCoins:
+                let delta = action.kind == .giveCoins ? action.amount : -action.amount
+                let answer = try await fulfillment.call(
+                    FulfillmentAdjustCoins.self,
+                    .init(
+                        adminToken: admin, accountId: accountId, environment: action.environment, delta: delta, reason: action.reason,
+                        idempotencyKey: key, operatorName: who))
+                row = answer.entry
+                outcome =
+                    "Balance now \(answer.balance) coins (\(answer.environment.rawValue))\(answer.applied ? "" : "; this was done before, not again")."
+            case .revoke:
+                guard try await owns(accountId, action.transactionId) else {
+                    return problem(.badRequest, "Not done", "that purchase is not this customer's", session: session)
+                }
+                _ = try await fulfillment.call(
+                    FulfillmentRevokeTransaction.self,
+                    .init(adminToken: admin, transactionId: action.transactionId, reason: action.reason, operatorName: who))
+                outcome = "Purchase \(action.transactionId) revoked."
+            case .extend:
+                guard try await owns(accountId, action.transactionId) else {
+                    return problem(.badRequest, "Not done", "that subscription is not this customer's", session: session)
+                }
+                let answer = try await fulfillment.call(
+                    FulfillmentExtendSubscription.self,
+                    .init(
+                        adminToken: admin, originalTransactionId: action.transactionId, days: action.days, reasonCode: 1, reason: action.reason,
+                        requestId: key, operatorName: who))
+                outcome = "Subscription \(answer.originalTransactionId) now ends \(Self.time(answer.expiresAtMs))."
+            case .retry:
+                let answer = try await fulfillment.call(
+                    FulfillmentRetryNotification.self, .init(adminToken: admin, notificationUUID: action.notificationUUID))
+                outcome = "Notification \(answer.notificationUUID) is now \(answer.state.rawValue)."
+            }
+        } catch let error as RPCError {
+            try await audit(session, action.kind.rawValue + "Failed", "\(accountId): \(error.message)", context)
+            return problem(.conflict, "Not done", error.message, session: session)
+        }
+        try await audit(session, action.kind.rawValue, "\(accountId): \(action.summary) Reason: \(action.reason)", context)
+        let audit = try await fulfillment.call(FulfillmentListAudit.self, .init(adminToken: admin, limit: 1, accountId: accountId)).entries.first
+        var data: [String: Any] = ["label": action.label, "outcome": outcome, "accountId": accountId]
+        if let row {
+            data["row"] = ["id": row.id, "kind": row.kind.rawValue, "delta": row.delta, "balance": row.balance, "memo": row.memo ?? ""]
+        }
+        if let audit { data["audit"] = Self.auditRow(audit) }
+        return page("done", title: "Done", data, session: session)
+    }
+}
