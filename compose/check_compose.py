@@ -53,8 +53,12 @@ for name, service in prod_services.items():
         if policy == "grant":
             problems.append(f"compose.yaml: {name} grants sandbox purchases as real value")
 for name, service in prod_services.items():
-    if name != "edge" and service.get("ports"):
+    # The console is private: published on the host's loopback only (operators reach it over SSH or a VPN).
+    private = name == "console" and all(str(p).startswith("127.0.0.1:") for p in service.get("ports", []))
+    if name != "edge" and service.get("ports") and not private:
         problems.append(f"compose.yaml: {name} publishes ports; only the edge is reachable from outside")
+if "--tls-cert" not in prod_services.get("console", {}).get("command", []):
+    problems.append("compose.yaml: the console binds every interface of its container, so it must serve HTTPS (--tls-cert, --tls-key)")
 if not prod_services.get("edge", {}).get("ports"):
     problems.append("compose.yaml: the edge must publish its port")
 if "--tls-cert" not in prod_services.get("edge", {}).get("command", []):
@@ -125,6 +129,7 @@ for name, service in services.items():
 needed_tokens = {
     "accounts": {"IAP_INTERNAL_TOKEN"}, "catalog": {"IAP_ADMIN_TOKEN"}, "verification": {"IAP_INTERNAL_TOKEN"},
     "fulfillment": {"IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN"}, "edge": {"IAP_INTERNAL_TOKEN"}, "appstore-sim": set(),
+    "console": {"IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN"},
 }
 for name, service in compose.get("services", {}).items():
     given = {k for k in service.get("environment", {}) if k.endswith("_TOKEN")}

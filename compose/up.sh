@@ -109,6 +109,7 @@ services=(
   "verification verification-service $IAP_VERIFICATION_PORT --trust-anchor-dir $IAP_DATA_DIR/sim-pki --ocsp --verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox/verifyReceipt --app-store-api-key $IAP_DATA_DIR/sim-pki/api-key.p8 --app-store-api-url http://127.0.0.1:$IAP_SIM_HTTP_PORT --app-store-api-sandbox-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox"
   "fulfillment fulfillment-service $IAP_FULFILLMENT_PORT --dependency-timeout-ms $IAP_DEPENDENCY_TIMEOUT_MS --content-dir $IAP_DATA_DIR/content --offer-key $IAP_DATA_DIR/sim-pki/offer-key.p8 --sandbox-content"
   "edge edge-service $IAP_EDGE_PORT --tls-cert $IAP_DATA_DIR/edge-tls/cert.pem --tls-key $IAP_DATA_DIR/edge-tls/key.pem --content-dir $IAP_DATA_DIR/content"
+  "console console-service $IAP_CONSOLE_PORT --tls-cert $IAP_DATA_DIR/edge-tls/cert.pem --tls-key $IAP_DATA_DIR/edge-tls/key.pem"
 )
 
 # The PostgreSQL flavour: the further instances of accounts, catalog and fulfillment, each right after its first.
@@ -200,6 +201,8 @@ health() {  # health PORT: prints the health.check reply line, or nothing
 ready() {  # ready NAME PORT: the edge's /readyz (through its TLS), else the service's health.check
   if [[ $1 == edge ]]; then
     "$bin/iap" health --edge "$IAP_EDGE_URL" --ca "$IAP_EDGE_CA" >/dev/null 2>&1
+  elif [[ $1 == console ]]; then
+    "$bin/iap" health --console "https://localhost:$2" --ca "$IAP_EDGE_CA" >/dev/null 2>&1
   else
     [[ $(health "$2" || true) == *'"status":"ok"'* ]]
   fi
@@ -231,6 +234,13 @@ done
 echo "accepting purchases of: $IAP_BUNDLE_IDS (development stack: verification trusts the simulator's roots)"
 echo "suite is up; data in $IAP_DATA_DIR; tokens in $IAP_DATA_DIR/internal-token and admin-token. Ctrl-C stops it."
 echo "the edge (apps, Apple's notifications, downloads): $IAP_EDGE_URL  (certificate: $IAP_EDGE_CA)"
+# The support console's first operator, made once and kept (0600) beside the tokens.
+if [[ ! -s $IAP_DATA_DIR/console-operator.json ]]; then
+  (umask 077; "$bin/iap" console add-operator admin --role admin --data-dir "$IAP_DATA_DIR" --json >"$IAP_DATA_DIR/console-operator.json")
+fi
+echo "the support console: https://localhost:$IAP_CONSOLE_PORT/  (certificate: $IAP_EDGE_CA)"
+echo "  operator admin; password and TOTP secret (base32, 6 digits, 30 s) in $IAP_DATA_DIR/console-operator.json:"
+echo "  $(cat "$IAP_DATA_DIR/console-operator.json")"
 echo "try, in another terminal (through the edge):"
 echo "  IAP_EDGE_URL=$IAP_EDGE_URL IAP_EDGE_CA=$IAP_EDGE_CA .build/release/iap demo"
 

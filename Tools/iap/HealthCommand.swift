@@ -15,6 +15,8 @@ struct HealthCommand: AsyncParsableCommand {
             """)
     @Flag(help: "Print {service: health report or null} as JSON.") var json = false
     @Option(help: "Check the edge at this URL (/readyz) instead of each service (e.g. https://localhost:8443).") var edge: String?
+    @Option(help: "Check the support console at this URL (/readyz: it reaches accounts and fulfillment), e.g. https://localhost:8444.")
+    var console: String?
     @Option(help: "PEM certificate authority for the edge's certificate (default: IAP_EDGE_CA).") var ca: String?
     @Option(help: "Seconds to wait for each instance's answer before reporting it down.") var timeout: Double = 5
 
@@ -23,17 +25,18 @@ struct HealthCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        if let edge {
-            let client = try EdgeClient(base: edge, caFile: Environment.resolve(ca, env: "IAP_EDGE_CA"))
+        if let url = edge ?? console {
+            let what = edge != nil ? "the edge" : "the console"
+            let client = try EdgeClient(base: url, caFile: Environment.resolve(ca, env: "IAP_EDGE_CA"))
             defer { Task { await client.shutdown() } }
             let readiness: (status: Int, report: String)
             do {
                 readiness = try await client.readiness()
             } catch {
-                printError("cannot reach the edge at \(edge): \(error)")
+                printError("cannot reach \(what) at \(url): \(error)")
                 throw ExitCodes.unreachable
             }
-            print(json ? readiness.report : "edge \(edge): \(readiness.status == 200 ? "ready" : "not ready") \(readiness.report)")
+            print(json ? readiness.report : "\(edge != nil ? "edge" : "console") \(url): \(readiness.status == 200 ? "ready" : "not ready") \(readiness.report)")
             if readiness.status != 200 { throw ExitCodes.refused }
             return
         }

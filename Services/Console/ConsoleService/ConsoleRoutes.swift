@@ -16,6 +16,7 @@ extension ConsoleService {
                 status: .ok, headers: ConsoleHTTP.headers(contentType: "text/css; charset=utf-8"),
                 body: .init(byteBuffer: ByteBuffer(string: ConsoleTemplates.css)))
         }
+        router.get("/readyz") { _, _ in await self.readiness() }
         router.get("/sign-in") { _, _ in self.signInPage() }
         router.post("/sign-in") { request, context in try await self.signInPosted(request, context) }
         router.post("/sign-out") { request, context in
@@ -63,6 +64,19 @@ extension ConsoleService {
             server: try tls.map { try .tls(.http1(), tlsConfiguration: $0) } ?? .http1(),
             configuration: .init(address: .hostname(host, port: port), serverName: "iap-console"),
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? port) }, logger: logger)
+    }
+
+    /// Ready when accounts and fulfillment answer (what every page needs): `{"accounts":"ok","fulfillment":"ok"}`, else 503.
+    func readiness() async -> Response {
+        var report: [String: String] = [:]
+        for (name, client) in [("accounts", accounts), ("fulfillment", fulfillment)] {
+            report[name] = (try? await client.call(RPCPing.self, EmptyParams(), timeout: .seconds(3))) == "pong" ? "ok" : "unreachable"
+        }
+        let ready = report.values.allSatisfy { $0 == "ok" }
+        let body = "{" + report.sorted { $0.key < $1.key }.map { "\"\($0.key)\":\"\($0.value)\"" }.joined(separator: ",") + "}"
+        return Response(
+            status: ready ? .ok : .serviceUnavailable, headers: ConsoleHTTP.headers(contentType: "application/json"),
+            body: .init(byteBuffer: ByteBuffer(string: body)))
     }
 
     // MARK: pages
