@@ -36,7 +36,10 @@ struct HealthCommand: AsyncParsableCommand {
                 printError("cannot reach \(what) at \(url): \(error)")
                 throw ExitCodes.unreachable
             }
-            print(json ? readiness.report : "\(edge != nil ? "edge" : "console") \(url): \(readiness.status == 200 ? "ready" : "not ready") \(readiness.report)")
+            print(
+                json
+                    ? readiness.report
+                    : "\(edge != nil ? "edge" : "console") \(url): \(readiness.status == 200 ? "ready" : "not ready") \(readiness.report)")
             if readiness.status != 200 { throw ExitCodes.refused }
             return
         }
