@@ -77,6 +77,10 @@ public struct AppleTransaction: Sendable, Equatable {
     public var appAccountToken: String?
     /// As Apple spells it: `Production`, `Sandbox`, `Xcode`, `LocalTesting`.
     public var environment: String?
+    /// What the customer paid, in milliunits of `currency` (Apple's `price`); nil when the payload has no price or no
+    /// ISO 4217 currency with it. Apple: not for revenue recognition (App Store Connect's reports are).
+    public var price: Int64?
+    public var currency: String?
 
     /// Nil without a transaction id or a product id.
     public init?(_ payload: JSONValue) {
@@ -92,6 +96,12 @@ public struct AppleTransaction: Sendable, Equatable {
         self.revocationDateMs = payload["revocationDate"]?.millisecondsValue
         self.appAccountToken = payload["appAccountToken"]?.stringValue?.lowercased()
         self.environment = payload["environment"]?.stringValue
+        if let price = payload["price"]?.intValue, price >= 0, let currency = payload["currency"]?.stringValue,
+            currency.utf8.count == 3, currency.utf8.allSatisfy({ $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") })
+        {
+            self.price = price
+            self.currency = currency
+        }
     }
 
     /// Apple sends ids as strings; numbers are taken too.

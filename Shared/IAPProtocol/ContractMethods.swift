@@ -36,7 +36,7 @@ public enum ContractMethods {
         .init(FulfillmentListEvents.self), .init(FulfillmentAddWebhook.self), .init(FulfillmentRotateWebhookSecret.self),
         .init(FulfillmentListWebhooks.self), .init(FulfillmentPauseWebhook.self), .init(FulfillmentDeleteWebhook.self),
         .init(FulfillmentRedeliverWebhook.self), .init(FulfillmentListDeliveries.self),
-        .init(FulfillmentGetCustomer.self), .init(FulfillmentAdjustCoins.self),
+        .init(FulfillmentGetCustomer.self), .init(FulfillmentAdjustCoins.self), .init(FulfillmentGetOverview.self),
     ]
     public static let simulator: [OpenRPCMethodDescription] = [
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),

@@ -61,11 +61,16 @@ public struct CustomerPurchase: Codable, Sendable, Equatable {
     public var state: PurchaseState
     public var revokedAtMs: Int64?
     public var revokeReason: String?
+    /// What was paid, in milliunits of `currency`, from the signed transaction; nil: unpriced (receipts carry none).
+    public var price: Int64?
+    public var currency: String?
     public init(
         transactionId: String, originalTransactionId: String, productId: String, environment: String, scope: AccountScope,
         grantKind: String, coinsGranted: Int64, purchaseDateMs: Int64, expiresAtMs: Int64?, processedAtMs: Int64, state: PurchaseState,
-        revokedAtMs: Int64?, revokeReason: String?
+        revokedAtMs: Int64?, revokeReason: String?, price: Int64? = nil, currency: String? = nil
     ) {
+        self.price = price
+        self.currency = currency
         self.transactionId = transactionId
         self.originalTransactionId = originalTransactionId
         self.productId = productId

@@ -104,11 +104,19 @@ public enum SimPurchase: RPCMethod {
         public var offer: SimPromotionalOffer?
         /// The same as a compact JWS (`aud: promotional-offer`), StoreKit's newer form.
         public var offerJWS: String?
+        /// What the customer paid, in milliunits of `currency` (Apple's `price`: 990 for 0.99); with `currency`, carried
+        /// in the signed transaction and its renewals. Absent: the transaction carries no price.
+        public var price: Int64?
+        /// ISO 4217, three upper-case letters (Apple's `currency`).
+        public var currency: String?
         public init(
             appleId: String, bundleId: String, productId: String, productType: ProductType, quantity: Int? = nil,
             deviceIdentifier: String? = nil, appAccountToken: String? = nil, subscriptionPeriodDays: Int? = nil,
-            receipt: SimReceiptOptions? = nil, environment: SimEnvironment? = nil, offer: SimPromotionalOffer? = nil, offerJWS: String? = nil
+            receipt: SimReceiptOptions? = nil, environment: SimEnvironment? = nil, offer: SimPromotionalOffer? = nil, offerJWS: String? = nil,
+            price: Int64? = nil, currency: String? = nil
         ) {
+            self.price = price
+            self.currency = currency
             self.offer = offer
             self.offerJWS = offerJWS
             self.appleId = appleId

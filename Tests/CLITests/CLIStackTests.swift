@@ -212,7 +212,7 @@ import Testing
         "fulfillment.pauseWebhook": ["webhooks", "pause"], "fulfillment.deleteWebhook": ["webhooks", "delete"],
         "fulfillment.redeliverWebhook": ["webhooks", "redeliver"], "fulfillment.listDeliveries": ["webhooks", "deliveries"],
         "fulfillment.getCustomer": ["support", "account"], "fulfillment.adjustCoins": ["support", "adjust"],
-        "accounts.getAccount": ["accounts", "get"],
+        "accounts.getAccount": ["accounts", "get"], "fulfillment.getOverview": ["support", "overview"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

@@ -39,6 +39,13 @@ struct ConsoleBrowserTests {
             let pack = try await suite.buy("browser@icloud", "pack.castle")
             let extra = try await suite.buy("browser@icloud", "coins.100")
             for purchase in [coins, pack, extra] { _ = try await suite.redeem(customer.session, receipt: purchase.receiptData) }
+            // One bought with StoreKit 2 at 0.99 USD: its signed transaction carries the price; the receipts' three do not.
+            let priced = try await suite.simulator.call(
+                SimPurchase.self,
+                .init(
+                    appleId: "browser@icloud", bundleId: SuiteFixture.bundleId, productId: "coins.100", productType: .consumable, price: 990,
+                    currency: "USD"))
+            _ = try await suite.redeem(customer.session, signed: [priced.signedTransaction])
             let admin = SuiteFixture.adminToken
             let before = try await suite.fulfillment.call(FulfillmentGetCustomer.self, .init(adminToken: admin, accountId: customer.accountId))
             let production = try #require(before.scopes.first)
@@ -48,6 +55,7 @@ struct ConsoleBrowserTests {
             let reason = "ticket 42 \(Self.hostile)"
             let config: [String: Any] = [
                 "url": console.url, "screenshots": shots.path, "reason": reason, "revoke": extra.transactionId,
+                "overview": ["purchases": "4", "unpriced": "3", "revenueUSD": "0.99"],
                 "support": ["name": "sam", "password": support.password, "totpSecret": support.totpSecret],
                 "viewer": ["name": "vic", "password": viewer.password, "totpSecret": viewer.totpSecret],
                 "customer": [
@@ -74,9 +82,10 @@ struct ConsoleBrowserTests {
             // What fulfillment itself says the actions left.
             let after = try await suite.fulfillment.call(FulfillmentGetCustomer.self, .init(adminToken: admin, accountId: customer.accountId))
             let adjustment = try #require(after.scopes[0].ledger.first { $0.kind == .adjustment })
-            #expect(adjustment.delta == 50 && adjustment.memo == reason)
+            #expect(adjustment.delta == 50 && adjustment.memo == "support adjustment", "the reason stays out of the customer's ledger")
             #expect(after.purchases.first { $0.transactionId == extra.transactionId }?.state == .revoked)
             #expect(after.scopes[0].balance == production.balance + 50 - 100, "50 given, the revoked purchase's 100 taken back")
+            #expect(after.purchases.first { $0.transactionId == priced.transactionId }.map { [$0.price, $0.currency == "USD" ? 1 : 0] } == [990, 1])
             let audit = try await suite.fulfillment.call(FulfillmentListAudit.self, .init(adminToken: admin, accountId: customer.accountId))
             #expect(Set(audit.entries.map(\.action)) == ["adjustCoins", "revoke"], "\(audit.entries.map(\.action))")
             #expect(audit.entries.allSatisfy { $0.operatorName == "sam" }, "every action names its operator")

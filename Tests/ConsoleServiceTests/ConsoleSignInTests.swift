@@ -1,5 +1,6 @@
 import AccountsService
 import Foundation
+import GRDB
 import Logging
 import PostgresSupport
 import RPCTestSupport
@@ -96,6 +97,14 @@ import Testing
             // The owner from elsewhere is not locked out by the guesser.
             guard case .signedIn = try await h.console.signIn(username: "sam", password: h.password, code: h.code(), address: "10.0.0.3")
             else { Issue.record("the owner was locked out by someone else's guesses"); return }
+            // Counters whose window ended and whose lock passed are deleted as new attempts come.
+            if let sqlite = h.store as? ConsoleStore {
+                let count = { try await sqlite.writer.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM sign_in_throttle") ?? 0 } }
+                #expect(try await count() == 2, "the guesser's pair key and address key (the owner's success cleared the name's and its own)")
+                h.clock.advance(ms: LoginThrottlePolicy().windowMs + LoginThrottlePolicy().maxLockMs + 1)
+                _ = try await h.console.signIn(username: "other", password: "x", code: "000000", address: "10.0.0.9")
+                #expect(try await count() == 3, "only the new attempt's three keys are left")
+            }
         }
     }
 
@@ -152,12 +161,16 @@ import Testing
             store: try ConsoleStore.open(directory: directory), accounts: nowhere, fulfillment: nowhere, configuration: config,
             hasher: PasswordHasher(parameters: .testing, concurrency: 1), logger: .init(label: "t"))
         #expect(console.cookie("iap_console", value: "v", maxAgeSeconds: 60).hasSuffix("; Secure"))
+        #expect(console.sessionCookie == "__Host-iap_console" && console.signInCookie == "__Host-iap_console_signin", "no other host may set them")
         await console.close()
     }
 
     @Test func plainHTTPIsRefusedOffLoopback() async throws {
         #expect(throws: ConsoleConfiguration.PlainHTTPRefused.self) { try ConsoleConfiguration.checkBind(host: "0.0.0.0", tls: false) }
         #expect(throws: ConsoleConfiguration.PlainHTTPRefused.self) { try ConsoleConfiguration.checkBind(host: "10.1.2.3", tls: false) }
+        #expect(throws: ConsoleConfiguration.PlainHTTPRefused.self) { try ConsoleConfiguration.checkBind(host: "127.evil.example", tls: false) }
+        #expect(throws: ConsoleConfiguration.PlainHTTPRefused.self) { try ConsoleConfiguration.checkBind(host: "127.0.0.1.nip.io", tls: false) }
+        try ConsoleConfiguration.checkBind(host: "127.0.0.2", tls: false)
         try ConsoleConfiguration.checkBind(host: "0.0.0.0", tls: true)
         try ConsoleConfiguration.checkBind(host: "127.0.0.1", tls: false)
         let refused = try await BuiltExecutables.run(
@@ -193,5 +206,19 @@ import Testing
         let mode =
             try FileManager.default.attributesOfItem(atPath: directory.appendingPathComponent("console.sqlite").path)[.posixPermissions] as? Int
         #expect(mode == 0o600)
+    }
+}
+
+/// The overview's drawing and money, pure.
+@Suite struct OverviewDrawingTests {
+    @Test func moneyIsMilliunitsAsUnitsAndChartsCarryOnlyNumbersAndEscapedText() {
+        #expect(ConsoleService.money(990) == "0.99" && ConsoleService.money(1000) == "1.00" && ConsoleService.money(12_345) == "12.35")
+        #expect(ConsoleService.money(0) == "0.00" && ConsoleService.money(1_999_995) == "2000.00")
+        let chart = ConsoleService.barChart("<b>\"x\"</b>", [0, 2, 4], labels: ["a&b", "b", "c"])
+        #expect(chart.hasPrefix("<svg ") && chart.hasSuffix("</svg>"))
+        #expect(!chart.contains("<b>") && chart.contains("&lt;b&gt;&quot;x&quot;&lt;/b&gt;") && chart.contains("a&amp;b"))
+        #expect(chart.components(separatedBy: "<rect ").count - 1 == 3)
+        #expect(chart.contains(">4</text>"), "the largest value beside the axis")
+        #expect(ConsoleService.barChart("t", [0, 0], labels: []).contains(">0</text>"), "all zeros: 0 beside the axis, no bar drawn tall")
     }
 }

@@ -7,6 +7,8 @@ import Testing
 /// kind `adjustment` with its event and audit entry, once per key, never below zero, concurrent ones serialized per
 /// account), the customer's purchases with their states, and the account behind a transaction id.
 @Suite struct CustomerStoreTests {
+    static func events(_ all: [FulfillmentEvent]) -> FulfillmentEvent { all.first { $0.type == .coinsAdjusted }! }
+
     static let audit = AuditFacts(action: "adjustCoins", reason: "ticket 7", credential: "c0ffee", operatorName: "sam")
 
     static func coins(_ id: String, original: String? = nil) -> PlannedPurchase {
@@ -18,15 +20,17 @@ import Testing
 
     @Test(arguments: StoreEngine.available)
     func anAdjustmentIsOneLedgerRowWithItsEventAndAuditEntryOncePerKey(engine: StoreEngine) async throws {
+        func events(_ all: [FulfillmentEvent]) -> FulfillmentEvent { Self.events(all) }
         try await engine.open().with { db in
             let store = db.first
             let alice = Holder(accountId: "alice", scope: .production)
             let given = try await store.adjust(alice, delta: 50, idempotencyKey: "adjustment:k1", audit: Self.audit, nowMs: 10)
             guard case .adjusted(let row, let wallet) = given else { Issue.record("not adjusted: \(given)"); return }
-            #expect(row.kind == .adjustment && row.delta == 50 && row.balance == 50 && row.memo == "ticket 7" && wallet.balance == 50)
+            #expect(row.kind == .adjustment && row.delta == 50 && row.balance == 50 && row.memo == "support adjustment" && wallet.balance == 50)
             // The same key again: the same row, nothing written.
             #expect(try await store.adjust(alice, delta: 50, idempotencyKey: "adjustment:k1", audit: Self.audit, nowMs: 11) == .replayed(row, wallet))
             #expect(try await store.adjust(alice, delta: 51, idempotencyKey: "adjustment:k1", audit: Self.audit, nowMs: 11) == .keyConflict)
+            #expect(events(try await EventFeedTests.all(store, account: "alice")).reason == "ticket 7", "the reason goes to the event")
             // A take-back past the balance changes nothing.
             #expect(
                 try await store.adjust(alice, delta: -51, idempotencyKey: "adjustment:k2", audit: Self.audit, nowMs: 12) == .insufficient(balance: 50)
@@ -37,7 +41,8 @@ import Testing
             else { Issue.record("take-back refused"); return }
             #expect(after == Wallet(balance: 30, owed: 0))
             // A spend's key is not an adjustment's: a conflict, never a replay of the spend.
-            _ = try await store.spend(accountId: "alice", scope: .production, amount: 5, idempotencyKey: "shared", memo: "ticket 7", nowMs: 14)
+            _ = try await store.spend(
+                accountId: "alice", scope: .production, amount: 5, idempotencyKey: "shared", memo: "support adjustment", nowMs: 14)
             #expect(try await store.adjust(alice, delta: -5, idempotencyKey: "shared", audit: Self.audit, nowMs: 15) == .keyConflict)
 
             let ledger = try await store.ledger(accountId: "alice", scope: .production, after: 0, limit: 10).entries
@@ -109,6 +114,47 @@ import Testing
             #expect(try await store.accountId(transactionId: "3004") == "carol", "by original transaction id")
             #expect(try await store.accountId(transactionId: "3003") == "carol")
             #expect(try await store.accountId(transactionId: "9999") == nil)
+        }
+    }
+}
+
+/// The overview's figures on both engines: per UTC day, Production purchases, grants, refunds and revenue per currency
+/// from each purchase's signed price, unpriced purchases apart, Sandbox left out.
+@Suite struct OverviewStoreTests {
+    static let day: Int64 = 86_400_000
+
+    static func purchase(_ id: String, at ms: Int64, price: Int64?, currency: String?, environment: String = "Production") -> PlannedPurchase {
+        var p = VerifiedPurchase(environment: environment, transactionId: id, originalTransactionId: id, productId: "coins.100", purchaseDateMs: ms)
+        p.price = price
+        p.currency = currency
+        return PlannedPurchase(purchase: p, rule: .coins(perUnit: 100), scope: environment == "Production" ? .production : .sandbox)
+    }
+
+    @Test(arguments: StoreEngine.available)
+    func daysCountPurchasesGrantsRefundsAndRevenuePerCurrency(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            let today = 1_767_225_600_000 + 40 * Self.day  // 00:00 UTC
+            let now = today + 3_600_000
+            let yesterday = today - Self.day
+            for (id, at, price, currency, env) in [
+                ("4001", yesterday + 10, Int64?(990), String?("USD"), "Production"), ("4002", today + 10, 1990, "USD", "Production"),
+                ("4003", today + 20, 1290, "EUR", "Production"), ("4004", today + 30, nil, nil, "Production"),
+                ("4005", today + 40, 5000, "USD", "Sandbox"),
+            ] {
+                _ = try await store.apply(
+                    [Self.purchase(id, at: at, price: price, currency: currency, environment: env)], accountId: "dora", appAccountToken: nil,
+                    mode: .redeem, policy: .refuse, nowMs: at + 5)
+            }
+            _ = try await store.revoke(transactionId: "4002", reason: "refunded", nowMs: now)
+            let o = try await store.overview(days: 2, nowMs: now)
+            #expect(o.days.map(\.dayStartMs) == [yesterday, today])
+            #expect(o.days.map(\.purchases) == [1, 3] && o.days.map(\.grants) == [1, 3] && o.days.map(\.refunds) == [0, 1])
+            #expect(o.days[0].revenue == [CurrencyAmount(currency: "USD", milliunits: 990)])
+            #expect(o.days[1].revenue == [CurrencyAmount(currency: "EUR", milliunits: 1290), CurrencyAmount(currency: "USD", milliunits: 1990)])
+            #expect(o.days.map(\.unpriced) == [0, 1], "the receipt-like purchase is unpriced, never zero")
+            let customer = try await store.customer(accountId: "dora", ledgerLimit: 1, nowMs: now)
+            #expect(customer.purchases.first { $0.transactionId == "4003" }.map { [$0.price.map(String.init), $0.currency] } == ["1290", "EUR"])
         }
     }
 }

@@ -195,6 +195,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
         throw InMemoryUnsupported()
     }
     func accountId(transactionId: String) async throws -> String? { throw InMemoryUnsupported() }
+    func overview(days: Int, nowMs: Int64) async throws -> FulfillmentGetOverview.Result { throw InMemoryUnsupported() }
     func audit(limit: Int) async throws -> [AuditEntry] { audits.withLockedValue { Array($0.reversed().prefix(limit)) } }
     func audit(action: String, transactionId: String, limit: Int) async throws -> [AuditEntry] {
         audits.withLockedValue { Array($0.reversed().filter { $0.action == action && $0.transactionId == transactionId }.prefix(limit)) }

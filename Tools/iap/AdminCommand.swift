@@ -394,7 +394,7 @@ func historyTable(_ answer: VerificationTransactionHistory.Result) -> String {
 struct SupportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "support", abstract: "Support tools (admin token): orders, extensions and the audit log.",
-        subcommands: [Order.self, Extend.self, ExtendStatus.self, Audit.self, Customer.self, Account.self, Adjust.self])
+        subcommands: [Order.self, Extend.self, ExtendStatus.self, Audit.self, Customer.self, Account.self, Adjust.self, Overview.self])
 
     struct Order: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

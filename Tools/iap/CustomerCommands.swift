@@ -100,3 +100,27 @@ extension AccountsCommand {
         }
     }
 }
+
+extension SupportCommand {
+    struct Overview: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "fulfillment.getOverview: Production purchases, grants, refunds and revenue per currency per day, and what waits.")
+        @Option(help: "Days back, today included (1-90, default 30).") var days: Int?
+        @OptionGroup var admin: AdminTokenOption
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            let token = try admin.resolved()
+            await ServiceCall(options: client).run(.fulfillment, FulfillmentGetOverview.self, .init(adminToken: token, days: days)) { o in
+                table(
+                    ["day (UTC)", "purchases", "grants", "refunds", "revenue", "unpriced"],
+                    o.days.map { d in
+                        [
+                            isoTime(d.dayStartMs).prefix(10).description, "\(d.purchases)", "\(d.grants)", "\(d.refunds)",
+                            d.revenue.map { "\($0.currency) \(Double($0.milliunits) / 1000)" }.joined(separator: ", "), "\(d.unpriced)",
+                        ]
+                    })
+                    + "\nsubscriptions in force \(o.activeSubscriptions), parked notifications \(o.parkedNotifications), waiting at the stores \(o.waitingAtStores)"
+            }
+        }
+    }
+}

@@ -78,6 +78,12 @@ public final class AppStoreSimulator: Sendable {
         if let token = p.appAccountToken, UUID(uuidString: token) == nil {
             throw RPCError.invalidParams("appAccountToken must be a UUID", field: "appAccountToken", reason: "invalidValue")
         }
+        guard (p.price == nil) == (p.currency == nil), (p.price ?? 0) >= 0,
+            p.currency.map({ $0.count == 3 && $0.allSatisfy { $0.isASCII && $0.isUppercase } }) ?? true
+        else {
+            throw RPCError.invalidParams(
+                "price (milliunits, >= 0) and currency (ISO 4217, e.g. USD) go together", field: "price", reason: "invalidValue")
+        }
         let period = p.subscriptionPeriodDays ?? Self.defaultPeriodDays
         guard (1...366).contains(period) else {
             throw RPCError.invalidParams("subscriptionPeriodDays must be 1-366", field: "subscriptionPeriodDays", reason: "invalidValue")
@@ -115,7 +121,8 @@ public final class AppStoreSimulator: Sendable {
                 cancellationDateMs: nil, finished: false, reason: "PURCHASE",
                 webOrderLineItemId: p.productType == .autoRenewable ? Int64(id)! : 0, appAccountToken: p.appAccountToken,
                 periodDays: p.productType == .autoRenewable ? period : nil, environment: environment,
-                orderId: SimulatorStore.newOrderId(), offerIdentifier: offerIdentifier, appTransactionId: app.appTransactionId)
+                orderId: SimulatorStore.newOrderId(), offerIdentifier: offerIdentifier, appTransactionId: app.appTransactionId,
+                price: p.price, currency: p.currency)
             try SimulatorStore.insert(t, db: db)
             if p.productType == .autoRenewable {
                 let resubscribe = history.contains { $0.productType == .autoRenewable }
@@ -406,6 +413,10 @@ public final class AppStoreSimulator: Sendable {
             payload["revocationReason"] = 0
         }
         if let token = t.appAccountToken { payload["appAccountToken"] = token.lowercased() }
+        if let price = t.price, let currency = t.currency {
+            payload["price"] = price
+            payload["currency"] = currency
+        }
         if let app = t.appTransactionId { payload["appTransactionId"] = app }
         if t.productType == .autoRenewable { payload["subscriptionGroupIdentifier"] = "sim-group" }
         if let offer = t.offerIdentifier {

@@ -33,6 +33,9 @@ public struct SimTransaction: Sendable, Equatable {
     /// The app transaction of the Apple ID in this app and environment (nil for transactions made before the simulator
     /// had app transactions).
     public var appTransactionId: String? = nil
+    /// What was paid, in milliunits of `currency` (Apple's JWS fields); renewals inherit it. Nil: the JWS has none.
+    public var price: Int64? = nil
+    public var currency: String? = nil
 }
 
 /// The simulator's database: transactions, the device of each Apple ID's app, the simulated clock.
@@ -168,6 +171,10 @@ final class SimulatorStore: Sendable {
                         PRIMARY KEY (requestIdentifier, bundleId, environment)) WITHOUT ROWID;
                     """)
         }
+        m.registerMigration("v12-prices") { db in
+            // What each transaction was paid, as Apple's JWS carries it (`price` in milliunits, `currency`).
+            try db.execute(sql: "ALTER TABLE simTransaction ADD COLUMN price INTEGER; ALTER TABLE simTransaction ADD COLUMN currency TEXT")
+        }
         try m.migrate(writer)
     }
 
@@ -184,14 +191,14 @@ final class SimulatorStore: Sendable {
             sql: """
                 INSERT INTO simTransaction (transactionId, seq, appleId, bundleId, productId, productType, quantity, originalTransactionId,
                     purchaseDateMs, originalPurchaseDateMs, expiresDateMs, cancellationDateMs, finished, reason, webOrderLineItemId,
-                    appAccountToken, periodDays, environment, orderId, offerIdentifier, appTransactionId)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    appAccountToken, periodDays, environment, orderId, offerIdentifier, appTransactionId, price, currency)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 t.transactionId, seq, t.appleId, t.bundleId, t.productId, t.productType.rawValue, t.quantity,
                 t.originalTransactionId, t.purchaseDateMs, t.originalPurchaseDateMs, t.expiresDateMs,
                 t.cancellationDateMs, t.finished, t.reason, t.webOrderLineItemId, t.appAccountToken, t.periodDays, t.environment.rawValue,
-                t.orderId, t.offerIdentifier, t.appTransactionId,
+                t.orderId, t.offerIdentifier, t.appTransactionId, t.price, t.currency,
             ])
     }
 
@@ -241,6 +248,6 @@ final class SimulatorStore: Sendable {
             cancellationDateMs: r["cancellationDateMs"], finished: r["finished"], reason: r["reason"],
             webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"],
             environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox, orderId: r["orderId"], seq: r["seq"],
-            offerIdentifier: r["offerIdentifier"], appTransactionId: r["appTransactionId"])
+            offerIdentifier: r["offerIdentifier"], appTransactionId: r["appTransactionId"], price: r["price"], currency: r["currency"])
     }
 }

@@ -21,22 +21,30 @@ extension ConsoleService {
         router.post("/sign-in") { request, context in try await self.signInPosted(request, context) }
         router.post("/sign-out") { request, context in
             try await self.posted(request, context, acting: false) { session, _ in
-                if let token = ConsoleHTTP.cookie(Self.sessionCookie, in: request) {
+                if let token = ConsoleHTTP.cookie(self.sessionCookie, in: request) {
                     try await self.store.deleteSession(tokenHash: Self.tokenHash(token))
                 }
                 try await self.audit(session, "signOut", "", context)
-                return ConsoleHTTP.redirect("/sign-in", setCookies: [self.cookie(Self.sessionCookie, value: "", maxAgeSeconds: 0)])
+                return ConsoleHTTP.redirect("/sign-in", setCookies: [self.cookie(self.sessionCookie, value: "", maxAgeSeconds: 0)])
             }
         }
         router.post("/sign-out-everywhere") { request, context in
             try await self.posted(request, context, acting: false) { session, _ in
                 let ended = try await self.store.deleteSessions(operatorName: session.operatorName)
                 try await self.audit(session, "signOutEverywhere", "\(ended) sessions", context)
-                return ConsoleHTTP.redirect("/sign-in", setCookies: [self.cookie(Self.sessionCookie, value: "", maxAgeSeconds: 0)])
+                return ConsoleHTTP.redirect("/sign-in", setCookies: [self.cookie(self.sessionCookie, value: "", maxAgeSeconds: 0)])
             }
         }
         router.get("/") { request, _ in try await self.signedIn(request) { session in try await self.overview(session) } }
-        router.get("/audit") { request, _ in try await self.signedIn(request) { session in try await self.auditPage(request, session) } }
+        router.get("/audit") { request, _ in
+            try await self.signedIn(request) { session in
+                // Who signed in from where, and every refusal: for admins.
+                guard session.role == .admin else {
+                    return self.problem(.forbidden, "Not allowed", "The operators' audit is for admins.", session: session)
+                }
+                return try await self.auditPage(request, session)
+            }
+        }
         router.get("/search") { request, _ in try await self.signedIn(request) { session in try await self.search(request, session) } }
         router.get("/customers/:id") { request, context in
             try await self.signedIn(request) { session in try await self.customerPage(context.parameters.get("id") ?? "", session) }
@@ -87,7 +95,11 @@ extension ConsoleService {
         status: HTTPResponse.Status = .ok, setCookies: [String] = []
     ) -> Response {
         var layout: [String: Any] = ["title": title, "body": library.render(data, withTemplate: template) ?? ""]
-        if let session { layout["operator"] = ["name": session.operatorName, "role": session.role.rawValue, "csrf": session.csrfToken] }
+        if let session {
+            layout["operator"] = [
+                "name": session.operatorName, "role": session.role.rawValue, "csrf": session.csrfToken, "isAdmin": session.role == .admin,
+            ]
+        }
         if let message { layout["message"] = message }
         return ConsoleHTTP.html(status, library.render(layout, withTemplate: "layout") ?? "", setCookies: setCookies)
     }
@@ -100,13 +112,13 @@ extension ConsoleService {
         let csrf = SessionTokens.generate()
         return page(
             "signIn", title: "Sign in", ["csrf": csrf], session: nil, message: message, status: status,
-            setCookies: [cookie(Self.signInCookie, value: csrf, maxAgeSeconds: 3600)])
+            setCookies: [cookie(self.signInCookie, value: csrf, maxAgeSeconds: 3600)])
     }
 
     func signInPosted(_ request: Request, _ context: ConsoleRequestContext) async throws -> Response {
         let form = try await ConsoleHTTP.form(request, maxBytes: configuration.maxFormBytes)
         // The sign-in form's token is the one its own cookie carries: another site cannot sign someone in as itself.
-        guard let expected = ConsoleHTTP.cookie(Self.signInCookie, in: request), Self.tokensMatch(form["csrf"], expected) else {
+        guard let expected = ConsoleHTTP.cookie(self.signInCookie, in: request), Self.tokensMatch(form["csrf"], expected) else {
             return problem(
                 .forbidden, "Refused", "This form did not come from the console or has expired: open the sign-in page again.", session: nil)
         }
@@ -117,7 +129,7 @@ extension ConsoleService {
             let maxAge = configuration.sessionAbsoluteMs / 1000
             return ConsoleHTTP.redirect(
                 "/",
-                setCookies: [cookie(Self.sessionCookie, value: token, maxAgeSeconds: maxAge), cookie(Self.signInCookie, value: "", maxAgeSeconds: 0)])
+                setCookies: [cookie(self.sessionCookie, value: token, maxAgeSeconds: maxAge), cookie(self.signInCookie, value: "", maxAgeSeconds: 0)])
         case .refused: return signInPage(message: "Wrong username, password or code.", status: .unauthorized)
         case .throttled(let ms):
             return signInPage(message: "Too many attempts: try again in \((ms + 999) / 1000) seconds.", status: .tooManyRequests)
@@ -126,7 +138,7 @@ extension ConsoleService {
 
     /// Runs `body` for a signed-in operator; anyone else goes to the sign-in page.
     func signedIn(_ request: Request, _ body: (OperatorSession) async throws -> Response) async throws -> Response {
-        guard let session = try await session(token: ConsoleHTTP.cookie(Self.sessionCookie, in: request)) else {
+        guard let session = try await session(token: ConsoleHTTP.cookie(self.sessionCookie, in: request)) else {
             return ConsoleHTTP.redirect("/sign-in")
         }
         return try await body(session)
@@ -137,7 +149,7 @@ extension ConsoleService {
         _ request: Request, _ context: ConsoleRequestContext, acting: Bool,
         _ body: (OperatorSession, [String: String]) async throws -> Response
     ) async throws -> Response {
-        guard let session = try await session(token: ConsoleHTTP.cookie(Self.sessionCookie, in: request)) else {
+        guard let session = try await session(token: ConsoleHTTP.cookie(self.sessionCookie, in: request)) else {
             return problem(.forbidden, "Signed out", "Sign in again; nothing was done.", session: nil)
         }
         let form = try await ConsoleHTTP.form(request, maxBytes: configuration.maxFormBytes)
@@ -156,13 +168,6 @@ extension ConsoleService {
     func audit(_ session: OperatorSession, _ action: String, _ detail: String, _ context: ConsoleRequestContext) async throws {
         try await store.recordAudit(
             operatorName: session.operatorName, action: action, detail: detail, address: context.address, nowMs: configuration.clock.nowMs)
-    }
-
-    func overview(_ session: OperatorSession) async throws -> Response {
-        let parked = try await fulfillment.call(
-            FulfillmentListNotifications.self, .init(adminToken: configuration.adminToken, state: .parked, limit: 500))
-        let outbox = try await fulfillment.call(FulfillmentListOutbox.self, .init(adminToken: configuration.adminToken, limit: 1))
-        return page("overview", title: "Overview", ["parked": parked.notifications.count, "outbox": outbox.total], session: session)
     }
 
     func auditPage(_ request: Request, _ session: OperatorSession) async throws -> Response {

@@ -20,10 +20,11 @@ public final class ConsoleService: Sendable {
     let library: MustacheLibrary
     let logger: Logger
 
-    /// The session cookie's name.
-    static let sessionCookie = "iap_console"
+    /// The session cookie's name: over TLS with `__Host-`, so no other host or port of the same site (the edge on the same
+    /// name, a sibling subdomain) can set one for the console (fixation, signing an operator in as someone else).
+    var sessionCookie: String { (configuration.secureCookies ? "__Host-" : "") + "iap_console" }
     /// The sign-in form's CSRF cookie (before there is a session).
-    static let signInCookie = "iap_console_signin"
+    var signInCookie: String { (configuration.secureCookies ? "__Host-" : "") + "iap_console_signin" }
 
     public init(
         store: any ConsoleStorage, accounts: RPCClient, fulfillment: RPCClient, configuration: ConsoleConfiguration,
@@ -96,14 +97,15 @@ public final class ConsoleService: Sendable {
         }
         guard let record = try await store.operatorRecord(name) else {
             try await hasher.burnEquivalentWork(password)
-            try await store.recordAudit(operatorName: name, action: "signInRefused", detail: "unknown operator", address: address, nowMs: now)
+            // Not the name typed: a password pasted into the name field must not land in the log.
+            try await store.recordAudit(operatorName: "(unknown)", action: "signInRefused", detail: "", address: address, nowMs: now)
             return .refused
         }
         let passwordMatches = try await hasher.verify(password, against: record.passwordHash).matches
         let step = TOTP(secret: record.totpSecret).matchingStep(code, nowMs: now)
         guard passwordMatches, let step, try await store.acceptTotpStep(name, step: step) else {
-            let why = !passwordMatches ? "wrong password" : step == nil ? "wrong code" : "code used before"
-            try await store.recordAudit(operatorName: name, action: "signInRefused", detail: why, address: address, nowMs: now)
+            // Which factor failed is not written down: the log would tell its readers whether a guessed password was right.
+            try await store.recordAudit(operatorName: name, action: "signInRefused", detail: "", address: address, nowMs: now)
             return .refused
         }
         try await store.signInSucceeded(nameKeys: nameKeys, addressKey: addressKey, policy: configuration.throttle)

@@ -47,6 +47,7 @@ public final class ConsoleStore: ConsoleStorage, Sendable {
                         failures INTEGER NOT NULL CHECK (failures >= 0),
                         window_start_ms INTEGER NOT NULL,
                         locked_until_ms INTEGER NOT NULL) WITHOUT ROWID;
+                    CREATE INDEX sign_in_throttle_window ON sign_in_throttle (window_start_ms);
                     CREATE TABLE console_audit (
                         id INTEGER PRIMARY KEY AUTOINCREMENT,
                         at_ms INTEGER NOT NULL,
@@ -135,6 +136,9 @@ public final class ConsoleStore: ConsoleStorage, Sendable {
 
     public func admitAttempt(keys: [String], policy: LoginThrottlePolicy, nowMs: Int64) async throws -> Int64 {
         try await writer.write { db in
+            // Counters whose window ended and whose lock passed go first: the table does not grow with every new name.
+            try db.execute(
+                sql: "DELETE FROM sign_in_throttle WHERE window_start_ms < ? AND locked_until_ms <= ?", arguments: [nowMs - policy.windowMs, nowMs])
             let states = try keys.map { try Self.throttle($0, db) }
             let wait = states.map { policy.retryAfterMs($0, nowMs: nowMs) }.max() ?? 0
             guard wait == 0 else { return wait }

@@ -1,5 +1,6 @@
-// The console's pages as Mustache templates: every `{{value}}` is HTML-escaped by the renderer; `{{{body}}}` is only ever
-// a page this renderer made. No scripts: the confirmation step is a page of its own, so the Content-Security-Policy
+// The console's pages as Mustache templates: every `{{value}}` is HTML-escaped by the renderer; the only unescaped
+// values are `{{{body}}}`, a page this renderer made, and the overview's charts, SVG that `ConsoleService.barChart` drew
+// from numbers and escaped text. No scripts: the confirmation step is a page of its own, so the Content-Security-Policy
 // allows none.
 enum ConsoleTemplates {
     static let layout = """
@@ -11,7 +12,7 @@ enum ConsoleTemplates {
         <a class="brand" href="/">IAP support console</a>
         {{#operator}}
         <form class="search" method="get" action="/search"><label>Search <input name="q" type="search" required></label><button type="submit">Find</button></form>
-        <nav><a href="/audit">Audit</a>
+        <nav>{{#isAdmin}}<a href="/audit">Audit</a>{{/isAdmin}}
         <span class="who">{{name}} ({{role}})</span>
         <form method="post" action="/sign-out"><input type="hidden" name="csrf" value="{{csrf}}"><button type="submit">Sign out</button></form>
         <form method="post" action="/sign-out-everywhere"><input type="hidden" name="csrf" value="{{csrf}}"><button type="submit">Sign out everywhere</button></form>
@@ -39,11 +40,17 @@ enum ConsoleTemplates {
     static let overview = """
         <h1>Overview</h1>
         <p>Find a customer by username, account id, appAccountToken, transaction or original transaction id, or the order id
-        on Apple's emailed receipt.</p>
-        <table class="figures">
-        <tr><th>Parked notifications</th><td id="parked">{{parked}}</td></tr>
-        <tr><th>Waiting in the outbox (acknowledgements, finishes, webhooks)</th><td id="outbox">{{outbox}}</td></tr>
+        on Apple's emailed receipt. Production purchases only (Sandbox ones are free); days in UTC.</p>
+        <table class="figures"><tr><th></th><th>Today</th><th>Last 30 days</th></tr>
+        {{#figures}}<tr id="figure-{{id}}"><th>{{name}}</th><td class="today">{{today}}</td><td class="month">{{month}}</td></tr>{{/figures}}
+        {{#revenue}}<tr class="revenue" id="revenue-{{currency}}"><th>Revenue ({{currency}})</th><td class="today">{{today}}</td><td class="month">{{month}}</td></tr>{{/revenue}}
         </table>
+        <table class="figures">
+        <tr><th>Subscriptions in force</th><td id="active">{{activeSubscriptions}}</td></tr>
+        <tr><th>Parked notifications</th><td id="parked">{{parked}}</td></tr>
+        <tr><th>Waiting at the stores (finishes, acknowledgements, ties)</th><td id="waiting">{{waiting}}</td></tr>
+        </table>
+        <div class="charts">{{{purchasesChart}}}{{{refundsChart}}}{{#revenue}}{{{chart}}}{{/revenue}}</div>
         """
 
     static let notFound = """
@@ -151,5 +158,6 @@ enum ConsoleTemplates {
         form.inline { display: inline-block; margin: .2em .6em .2em 0; } .message { background: #fff4c2; padding: .5em; }
         dl.facts { display: grid; grid-template-columns: max-content auto; gap: .2em 1em; } dt { font-weight: bold; }
         button { cursor: pointer; } section { margin-bottom: 1.5em; }
+        .charts svg { display: block; width: 660px; max-width: 100%; height: auto; margin: .8em 0; background: #fff; }
         """
 }

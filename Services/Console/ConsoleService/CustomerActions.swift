@@ -113,6 +113,7 @@ extension ConsoleService {
         }
         let admin = configuration.adminToken, who = session.operatorName
         var row: LedgerEntry? = nil
+        var replayed = false
         let outcome: String
         do {
             switch action.kind {
@@ -124,6 +125,7 @@ extension ConsoleService {
                         adminToken: admin, accountId: accountId, environment: action.environment, delta: delta, reason: action.reason,
                         idempotencyKey: key, operatorName: who))
                 row = answer.entry
+                replayed = !answer.applied
                 outcome =
                     "Balance now \(answer.balance) coins (\(answer.environment.rawValue))\(answer.applied ? "" : "; this was done before, not again")."
             case .revoke:
@@ -145,15 +147,35 @@ extension ConsoleService {
                         requestId: key, operatorName: who))
                 outcome = "Subscription \(answer.originalTransactionId) now ends \(Self.time(answer.expiresAtMs))."
             case .retry:
+                // Only a notification about this customer's purchases, from this customer's page.
+                let customer = try await fulfillment.call(
+                    FulfillmentGetCustomer.self, .init(adminToken: admin, accountId: accountId, ledgerLimit: 1))
+                guard customer.notifications.contains(where: { $0.notification.notificationUUID == action.notificationUUID }) else {
+                    return problem(.badRequest, "Not done", "that notification is not about this customer's purchases", session: session)
+                }
                 let answer = try await fulfillment.call(
                     FulfillmentRetryNotification.self, .init(adminToken: admin, notificationUUID: action.notificationUUID))
                 outcome = "Notification \(answer.notificationUUID) is now \(answer.state.rawValue)."
             }
         } catch let error as RPCError {
-            try await audit(session, action.kind.rawValue + "Failed", "\(accountId): \(error.message)", context)
-            return problem(.conflict, "Not done", error.message, session: session)
+            // A refusal is final; a timeout or an unavailable service may have done it or not: the same form again (the
+            // same key) does it at most once.
+            guard error.retryable || error.knownCode == .internalError else {
+                try await audit(session, action.kind.rawValue + "Refused", "\(accountId): \(error.message)", context)
+                return problem(.conflict, "Not done", error.message, session: session)
+            }
+            try await audit(session, action.kind.rawValue + "Unknown", "\(accountId): \(error.message)", context)
+            return page(
+                "confirm", title: "Outcome unknown",
+                [
+                    "label": action.label, "reason": action.reason, "accountId": accountId, "csrf": session.csrfToken,
+                    "summary": "The service did not answer (\(error.message)): it may or may not have been done. Confirm again to "
+                        + "finish it; it is done at most once.",
+                    "fields": (action.fields + [("key", key)]).map { ["name": $0.0, "value": $0.1] },
+                ], session: session, status: .serviceUnavailable)
         }
-        try await audit(session, action.kind.rawValue, "\(accountId): \(action.summary) Reason: \(action.reason)", context)
+        try await audit(
+            session, action.kind.rawValue + (replayed ? "Replayed" : ""), "\(accountId): \(action.summary) Reason: \(action.reason)", context)
         let audit = try await fulfillment.call(FulfillmentListAudit.self, .init(adminToken: admin, limit: 1, accountId: accountId)).entries.first
         var data: [String: Any] = ["label": action.label, "outcome": outcome, "accountId": accountId]
         if let row {

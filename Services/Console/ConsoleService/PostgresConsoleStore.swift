@@ -38,6 +38,7 @@ public final class PostgresConsoleStore: ConsoleStorage, Sendable {
                 failures BIGINT NOT NULL CHECK (failures >= 0),
                 window_start_ms BIGINT NOT NULL,
                 locked_until_ms BIGINT NOT NULL);
+            CREATE INDEX sign_in_throttle_window ON sign_in_throttle (window_start_ms);
             CREATE TABLE console_audit (
                 id BIGSERIAL PRIMARY KEY,
                 at_ms BIGINT NOT NULL,
@@ -121,6 +122,8 @@ public final class PostgresConsoleStore: ConsoleStorage, Sendable {
 
     public func admitAttempt(keys: [String], policy: LoginThrottlePolicy, nowMs: Int64) async throws -> Int64 {
         try await pool.write(locking: keys.map { "console:throttle:" + $0 }) { db in
+            // Counters whose window ended and whose lock passed go first: the table does not grow with every new name.
+            _ = try db.execute("DELETE FROM sign_in_throttle WHERE window_start_ms < \(nowMs - policy.windowMs) AND locked_until_ms <= \(nowMs)")
             let states = try keys.map { try Self.throttle($0, db) }
             let wait = states.map { policy.retryAfterMs($0, nowMs: nowMs) }.max() ?? 0
             guard wait == 0 else { return wait }

@@ -27,21 +27,24 @@ public struct AuditFacts: Sendable, Equatable {
 }
 
 extension GrantRules {
-    /// Gives (`delta` > 0) or takes back (`delta` < 0) coins as one `adjustment` ledger row with the reason as memo, once
-    /// per (holder, key): never an edit of the balance, never below zero, and what is owed untouched (only grants repay
-    /// it). The row, its `coins.adjusted` event and the audit entry commit together.
+    /// Gives (`delta` > 0) or takes back (`delta` < 0) coins as one `adjustment` ledger row, once per (holder, key): never
+    /// an edit of the balance, never below zero, and what is owed untouched (only grants repay it). The row, its
+    /// `coins.adjusted` event and the audit entry commit together. The row's memo is `memo` (the customer reads their
+    /// ledger): the operator's reason, which may be an internal note, goes to the audit entry and the event only.
+    static let memo = "support adjustment"
+
     static func adjust(
         _ holder: Holder, delta: Int64, idempotencyKey: String, audit: AuditFacts, nowMs: Int64, in s: any SQLSession
     ) throws -> AdjustOutcome {
         let tx = FulfillmentRecords(s)
         let records = CustomerRecords(s)
         if let earlier = try records.ledgerRow(holder, idempotencyKey: idempotencyKey) {
-            guard earlier.kind == .adjustment, earlier.delta == delta, earlier.memo == audit.reason else { return .keyConflict }
+            guard earlier.kind == .adjustment, earlier.delta == delta else { return .keyConflict }
             return .replayed(earlier, try tx.wallet(holder))
         }
         let before = try tx.wallet(holder)
         guard delta > 0 || before.balance >= -delta else { return .insufficient(balance: before.balance) }
-        let after = try append(holder, delta: delta, kind: .adjustment, idempotencyKey: idempotencyKey, memo: audit.reason, nowMs: nowMs, in: tx)
+        let after = try append(holder, delta: delta, kind: .adjustment, idempotencyKey: idempotencyKey, memo: Self.memo, nowMs: nowMs, in: tx)
         try tx.event(.coinsAdjusted, holder, environment: nil, nowMs: nowMs) {
             $0.delta = delta
             $0.reason = audit.reason
@@ -62,6 +65,8 @@ public protocol CustomerStorage: Sendable {
     func customer(accountId: String, ledgerLimit: Int, nowMs: Int64) async throws -> FulfillmentGetCustomer.Result
     func accountId(transactionId: String) async throws -> String?
     func audit(accountId: String, limit: Int) async throws -> [AuditEntry]
+    /// The last `days` UTC days of Production purchases, grants, refunds and revenue, and what waits now.
+    func overview(days: Int, nowMs: Int64) async throws -> FulfillmentGetOverview.Result
 }
 
 extension CustomerStorage where Self: FulfillmentDatabase & FulfillmentStorage {
@@ -98,6 +103,10 @@ extension CustomerStorage where Self: FulfillmentDatabase & FulfillmentStorage {
     /// The audit entries about one account, newest first.
     public func audit(accountId: String, limit: Int) async throws -> [AuditEntry] {
         try await read { s in try CustomerRecords(s).audit(accountId: accountId, limit: limit) }
+    }
+
+    public func overview(days: Int, nowMs: Int64) async throws -> FulfillmentGetOverview.Result {
+        try await read { s in try OverviewRecords(s).overview(days: days, nowMs: nowMs) }
     }
 }
 

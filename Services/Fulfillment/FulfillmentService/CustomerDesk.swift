@@ -7,6 +7,10 @@ import ServiceSupport
 public struct CustomerDesk: FulfillmentPart {
     let service: FulfillmentService
 
+    /// An adjustment's key in the ledger: its own key space, which an app's spend keys may not enter (`spend` refuses
+    /// them), so neither can answer for the other.
+    static let adjustmentKeyPrefix = "adjustment:"
+
     /// Everything about a customer found by account id, or by a transaction or original transaction id of a purchase.
     public func getCustomer(_ p: FulfillmentGetCustomer.Params) async throws(RPCError) -> FulfillmentGetCustomer.Result {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
@@ -36,6 +40,15 @@ public struct CustomerDesk: FulfillmentPart {
         return try await storeCall { try await self.store.customer(accountId: accountId, ledgerLimit: limit, nowMs: now) }
     }
 
+    /// The last days at a glance (Production): purchases, grants, refunds, revenue per currency; what waits now.
+    public func getOverview(_ p: FulfillmentGetOverview.Params) async throws(RPCError) -> FulfillmentGetOverview.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        let days = p.days ?? 30
+        guard (1...90).contains(days) else { throw RPCError.invalidParams("days must be 1-90", field: "days", reason: "invalidValue") }
+        let now = clock.nowMs
+        return try await storeCall { try await self.store.overview(days: days, nowMs: now) }
+    }
+
     /// Gives or takes back coins as one audited `adjustment` ledger row, once per idempotency key.
     public func adjustCoins(_ p: FulfillmentAdjustCoins.Params) async throws(RPCError) -> FulfillmentAdjustCoins.Result {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
@@ -63,8 +76,7 @@ public struct CustomerDesk: FulfillmentPart {
         let holder = Holder(accountId: p.accountId, scope: scope)
         let audit = AuditFacts(
             action: "adjustCoins", reason: p.reason, credential: SupportDesk.credential(p.adminToken), operatorName: p.operatorName)
-        // Its own key space: an app's spend keys never collide with an operator's.
-        let key = "adjustment:" + p.idempotencyKey
+        let key = Self.adjustmentKeyPrefix + p.idempotencyKey
         let now = clock.nowMs
         let outcome = try await storeCall {
             try await self.store.adjust(holder, delta: p.delta, idempotencyKey: key, audit: audit, nowMs: now)

@@ -7,15 +7,13 @@ struct CustomerRecords {
 
     init(_ session: any SQLSession) { self.s = session }
 
-    /// The account holding the purchase with this transaction id or original transaction id.
+    /// The account holding the purchase with this original transaction id now (ownership moves with the `transfer`
+    /// policy), else the account a transaction with this id was processed for.
     func accountId(transactionId: String) throws -> String? {
-        try s.row(
-            """
-            SELECT account_id FROM processed_transaction WHERE transaction_id = ?1
-            UNION ALL SELECT account_id FROM ownership WHERE original_transaction_id = ?1
-            LIMIT 1
-            """, transactionId
-        ).map { try $0.get("account_id") }
+        if let owner: String = try s.value("SELECT account_id FROM ownership WHERE original_transaction_id = ?1", transactionId) {
+            return owner
+        }
+        return try s.value("SELECT account_id FROM processed_transaction WHERE transaction_id = ?1", transactionId)
     }
 
     /// Every purchase processed for the account, newest first, with where it stands.
@@ -38,7 +36,7 @@ struct CustomerRecords {
                 purchaseDateMs: try row.get("purchase_date_ms"), expiresAtMs: try row.get("expires_date_ms"),
                 processedAtMs: try row.get("processed_at_ms"),
                 state: Self.state(revokedAtMs: revokedAtMs, revokeReason: revokeReason, reinstated: reinstated),
-                revokedAtMs: revokedAtMs, revokeReason: revokeReason)
+                revokedAtMs: revokedAtMs, revokeReason: revokeReason, price: try row.get("price"), currency: try row.get("currency"))
         }
     }
 

@@ -362,9 +362,11 @@ public final class FulfillmentService: Sendable {
         guard p.amount > 0, p.amount <= configuration.maxSpend else {
             throw RPCError.invalidParams("amount must be 1-\(configuration.maxSpend)", field: "amount", reason: "invalidValue")
         }
-        guard !p.idempotencyKey.isEmpty, p.idempotencyKey.utf8.count <= configuration.maxIdempotencyKeyBytes else {
+        guard !p.idempotencyKey.isEmpty, p.idempotencyKey.utf8.count <= configuration.maxIdempotencyKeyBytes,
+            !p.idempotencyKey.hasPrefix(CustomerDesk.adjustmentKeyPrefix)
+        else {
             throw RPCError.invalidParams(
-                "idempotencyKey must be 1-\(configuration.maxIdempotencyKeyBytes) bytes",
+                "idempotencyKey must be 1-\(configuration.maxIdempotencyKeyBytes) bytes, not starting with \(CustomerDesk.adjustmentKeyPrefix)",
                 field: "idempotencyKey", reason: "invalidValue")
         }
         if let memo = p.memo, memo.utf8.count > configuration.maxMemoBytes {

@@ -263,8 +263,9 @@ extension FulfillmentStore {
                     CREATE INDEX webhook_attempt_by_endpoint ON webhook_attempt (endpoint_id, id);
                     """)
         }
-        // 2026-11-27: coins an operator gives or takes back (ledger kind `adjustment`, rebuilt because SQLite cannot
-        // change a CHECK in place; the append-only triggers go and come back around the copy), and who acted.
+        // 2026-11-27, for the support console: coins an operator gives or takes back (ledger kind `adjustment`, rebuilt
+        // because SQLite cannot change a CHECK in place; the append-only triggers go and come back around the copy), who
+        // acted, and what each purchase cost (its signed transaction's price in milliunits and currency; NULL: unpriced).
         m.registerMigration("v4-adjustments") { db in
             try db.execute(
                 sql: """
@@ -306,6 +307,9 @@ extension FulfillmentStore {
                         BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
                     ALTER TABLE admin_audit ADD COLUMN operator_name TEXT;
                     CREATE INDEX admin_audit_by_account ON admin_audit (account_id, id);
+                    ALTER TABLE processed_transaction ADD COLUMN price INTEGER CHECK (price >= 0);
+                    ALTER TABLE processed_transaction ADD COLUMN currency TEXT CHECK (length(currency) = 3);
+                    CREATE INDEX processed_by_purchase_date ON processed_transaction (purchase_date_ms);
                     """)
         }
         return m

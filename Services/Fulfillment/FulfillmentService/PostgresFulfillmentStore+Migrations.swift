@@ -251,7 +251,8 @@ extension PostgresFulfillmentStore {
                 error TEXT);
             CREATE INDEX webhook_attempt_by_endpoint ON webhook_attempt (endpoint_id, id);
             """),
-        // Coins an operator gives or takes back (ledger kind `adjustment`), and who acted.
+        // For the support console: coins an operator gives or takes back (ledger kind `adjustment`), who acted, and what
+        // each purchase cost (its signed transaction's price in milliunits and currency; NULL: unpriced).
         PostgresMigration(
             "v7-adjustments",
             """
@@ -262,6 +263,9 @@ extension PostgresFulfillmentStore {
                 CHECK (kind != 'adjustment' OR (delta != 0 AND idempotency_key IS NOT NULL AND memo IS NOT NULL));
             ALTER TABLE admin_audit ADD COLUMN operator_name TEXT;
             CREATE INDEX admin_audit_by_account ON admin_audit (account_id, id);
+            ALTER TABLE processed_transaction ADD COLUMN price BIGINT CHECK (price >= 0);
+            ALTER TABLE processed_transaction ADD COLUMN currency TEXT CHECK (length(currency) = 3);
+            CREATE INDEX processed_by_purchase_date ON processed_transaction (purchase_date_ms);
             """),
     ]
 }

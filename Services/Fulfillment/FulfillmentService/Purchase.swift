@@ -16,6 +16,10 @@ public struct VerifiedPurchase: Sendable, Equatable {
     public var cancellationDateMs: Int64?
     /// StoreKit 2 only: the account token the app passed at purchase.
     public var appAccountToken: String?
+    /// StoreKit 2 only: what was paid, in milliunits of `currency`, as the signed transaction says (receipts carry no
+    /// price: their purchases count as unpriced, never as free).
+    public var price: Int64? = nil
+    public var currency: String? = nil
 
     public init(
         environment: String, transactionId: String, originalTransactionId: String, productId: String,
@@ -74,6 +78,8 @@ public struct VerifiedPurchase: Sendable, Equatable {
             productId: transaction.productId, quantity: transaction.quantity, purchaseDateMs: transaction.purchaseDateMs,
             expiresDateMs: transaction.expiresDateMs, cancellationDateMs: transaction.revocationDateMs,
             appAccountToken: transaction.appAccountToken)
+        self.price = transaction.price
+        self.currency = transaction.currency
     }
 
     /// A verified transaction payload as verification answers it, decoded once (`AppleTransaction`).
