@@ -7,7 +7,7 @@ public enum ContractMethods {
         .init(AccountsAuthenticate.self), .init(AccountsChangePassword.self), .init(AccountsListSessions.self),
         .init(AccountsFindByAppAccountToken.self), .init(AccountsFindByUsername.self), .init(AccountsSetConsumptionConsent.self),
         .init(AccountsConsumptionProfile.self), .init(AccountsLinkAppTransaction.self), .init(AccountsAppleCustomer.self),
-        .init(AccountsGetAccount.self),
+        .init(AccountsGetAccount.self), .init(AccountsRevokeSessions.self),
     ]
     public static let catalog: [OpenRPCMethodDescription] = [
         .init(CatalogListProducts.self), .init(CatalogGetProducts.self), .init(CatalogUpsertProduct.self),
@@ -37,6 +37,7 @@ public enum ContractMethods {
         .init(FulfillmentListWebhooks.self), .init(FulfillmentPauseWebhook.self), .init(FulfillmentDeleteWebhook.self),
         .init(FulfillmentRedeliverWebhook.self), .init(FulfillmentListDeliveries.self),
         .init(FulfillmentGetCustomer.self), .init(FulfillmentAdjustCoins.self), .init(FulfillmentGetOverview.self),
+        .init(FulfillmentSignOutCustomer.self), .init(FulfillmentDismissNotification.self),
     ]
     public static let simulator: [OpenRPCMethodDescription] = [
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),

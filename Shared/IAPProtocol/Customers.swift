@@ -200,3 +200,65 @@ public enum FulfillmentAdjustCoins: RPCMethod {
     public static let access = RPCAccess.admin
     public static let summary = "Support: give or take back coins as an audited ledger adjustment, once per idempotency key."
 }
+
+/// Internal: ends every session of an account (support signs a customer out of all devices).
+public enum AccountsRevokeSessions: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var accountId: String
+        /// The suite's internal service token.
+        public var internalToken: String
+        public init(accountId: String, internalToken: String) {
+            self.accountId = accountId
+            self.internalToken = internalToken
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// How many sessions ended.
+        public var ended: Int
+        public init(ended: Int) { self.ended = ended }
+    }
+    public static let name = "accounts.revokeSessions"
+    public static let summary = "Internal: end every session of an account (signed out of all devices)."
+    public static let access = RPCAccess.internal
+}
+
+/// Support (admin): signs a customer out of every device (through accounts); audited with the reason and operator.
+public enum FulfillmentSignOutCustomer: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var adminToken: String
+        public var accountId: String
+        public var reason: String
+        public var operatorName: String?
+        public init(adminToken: String, accountId: String, reason: String, operatorName: String? = nil) {
+            self.adminToken = adminToken
+            self.accountId = accountId
+            self.reason = reason
+            self.operatorName = operatorName
+        }
+    }
+    public typealias Result = AccountsRevokeSessions.Result
+    public static let name = "fulfillment.signOutCustomer"
+    public static let access = RPCAccess.admin
+    public static let summary = "Support: sign a customer out of all devices (accounts ends every session); audited."
+}
+
+/// Support (admin): sets a parked notification aside for good (`ignored`, the reason as its last error); audited. Only
+/// a parked one: a pending one is still being tried.
+public enum FulfillmentDismissNotification: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var adminToken: String
+        public var notificationUUID: String
+        public var reason: String
+        public var operatorName: String?
+        public init(adminToken: String, notificationUUID: String, reason: String, operatorName: String? = nil) {
+            self.adminToken = adminToken
+            self.notificationUUID = notificationUUID
+            self.reason = reason
+            self.operatorName = operatorName
+        }
+    }
+    public typealias Result = NotificationSummary
+    public static let name = "fulfillment.dismissNotification"
+    public static let access = RPCAccess.admin
+    public static let summary = "Support: set a parked notification aside (ignored, with the reason); audited."
+}

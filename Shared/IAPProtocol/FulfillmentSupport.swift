@@ -54,11 +54,14 @@ public enum FulfillmentGrantOrder: RPCMethod {
         public var username: String
         /// Why (kept in the audit log), e.g. the support ticket.
         public var reason: String
-        public init(adminToken: String, orderId: String, username: String, reason: String) {
+        /// Who acted (the support console's operator), kept in the audit log.
+        public var operatorName: String?
+        public init(adminToken: String, orderId: String, username: String, reason: String, operatorName: String? = nil) {
             self.adminToken = adminToken
             self.orderId = orderId
             self.username = username
             self.reason = reason
+            self.operatorName = operatorName
         }
     }
     public struct Result: Codable, Sendable, Equatable {

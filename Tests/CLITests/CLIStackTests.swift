@@ -213,6 +213,8 @@ import Testing
         "fulfillment.redeliverWebhook": ["webhooks", "redeliver"], "fulfillment.listDeliveries": ["webhooks", "deliveries"],
         "fulfillment.getCustomer": ["support", "account"], "fulfillment.adjustCoins": ["support", "adjust"],
         "accounts.getAccount": ["accounts", "get"], "fulfillment.getOverview": ["support", "overview"],
+        "fulfillment.signOutCustomer": ["support", "sign-out"], "fulfillment.dismissNotification": ["admin", "dismiss-notification"],
+        "accounts.revokeSessions": ["accounts", "revoke-sessions"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

@@ -87,7 +87,10 @@ struct ConsoleBrowserTests {
             #expect(after.scopes[0].balance == production.balance + 50 - 100, "50 given, the revoked purchase's 100 taken back")
             #expect(after.purchases.first { $0.transactionId == priced.transactionId }.map { [$0.price, $0.currency == "USD" ? 1 : 0] } == [990, 1])
             let audit = try await suite.fulfillment.call(FulfillmentListAudit.self, .init(adminToken: admin, accountId: customer.accountId))
-            #expect(Set(audit.entries.map(\.action)) == ["adjustCoins", "revoke"], "\(audit.entries.map(\.action))")
+            #expect(Set(audit.entries.map(\.action)) == ["adjustCoins", "revoke", "signOutCustomer"], "\(audit.entries.map(\.action))")
+            await #expect(throws: RPCError.self, "signed out of every device") {
+                try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: customer.session))
+            }
             #expect(audit.entries.allSatisfy { $0.operatorName == "sam" }, "every action names its operator")
             // The forged and the viewer's POSTs did nothing: one adjustment only.
             #expect(after.scopes[0].ledger.filter { $0.kind == .adjustment }.count == 1)

@@ -158,3 +158,42 @@ import Testing
         }
     }
 }
+
+/// Dismissing a parked notification on both engines: only a parked one, set aside as `ignored` with the reason, its
+/// audit entry naming the account that holds the purchase, in one transaction.
+@Suite struct DismissNotificationStoreTests {
+    @Test(arguments: StoreEngine.available)
+    func onlyAParkedNotificationIsDismissedAndTheDismissalIsAudited(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            _ = try await store.apply(
+                [CustomerStoreTests.coins("5001")], accountId: "erin", appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1)
+            for (uuid, state) in [
+                ("6a1f0c1e-0000-4000-8000-000000000001", NotificationState.parked), ("6a1f0c1e-0000-4000-8000-000000000002", .pending),
+            ] {
+                _ = try await store.recordNotification(
+                    InboxEntry(
+                        notificationUUID: uuid, notificationType: "REFUND", subtype: nil, signedDateMs: 2, signedPayload: "h.p.s",
+                        notification: Array("{}".utf8), receivedAtMs: 2, nextAttemptAtMs: 2, originalTransactionId: "5001"))
+                try await store.settleNotification(uuid, state: state, attempts: 10, nextAttemptAtMs: 3, lastError: "kept failing", nowMs: 3)
+            }
+            let audit = AuditFacts(action: "dismissNotification", reason: "known bad", credential: "c0ffee", operatorName: "sam")
+            #expect(
+                try await store.dismiss(notificationUUID: "6a1f0c1e-0000-4000-8000-000000000002", reason: "x", audit: audit, nowMs: 4)
+                    == .notParked(.pending))
+            #expect(
+                try await store.dismiss(notificationUUID: "6a1f0c1e-0000-4000-8000-00000000000f", reason: "x", audit: audit, nowMs: 4) == .unknown)
+            #expect(
+                try await store.dismiss(notificationUUID: "6a1f0c1e-0000-4000-8000-000000000001", reason: "known bad", audit: audit, nowMs: 5)
+                    == .dismissed)
+            let entry = try #require(try await store.notification("6a1f0c1e-0000-4000-8000-000000000001"))
+            #expect(entry.state == .ignored && entry.lastError == "dismissed by an operator: known bad" && entry.processedAtMs == 5)
+            #expect(
+                try await store.dismiss(notificationUUID: "6a1f0c1e-0000-4000-8000-000000000001", reason: "again", audit: audit, nowMs: 6)
+                    == .notParked(.ignored))
+            let entries = try await store.audit(accountId: "erin", limit: 10)
+            #expect(entries.map(\.action) == ["dismissNotification"] && entries[0].operatorName == "sam" && entries[0].transactionId == "5001")
+            #expect(try await store.balance(accountId: "erin", scope: .production) == Wallet(balance: 100, owed: 0), "nothing else changed")
+        }
+    }
+}

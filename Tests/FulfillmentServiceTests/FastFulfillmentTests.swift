@@ -196,6 +196,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     }
     func accountId(transactionId: String) async throws -> String? { throw InMemoryUnsupported() }
     func overview(days: Int, nowMs: Int64) async throws -> FulfillmentGetOverview.Result { throw InMemoryUnsupported() }
+    func dismiss(notificationUUID: String, reason: String, audit: AuditFacts, nowMs: Int64) async throws -> DismissOutcome {
+        throw InMemoryUnsupported()
+    }
     func audit(limit: Int) async throws -> [AuditEntry] { audits.withLockedValue { Array($0.reversed().prefix(limit)) } }
     func audit(action: String, transactionId: String, limit: Int) async throws -> [AuditEntry] {
         audits.withLockedValue { Array($0.reversed().filter { $0.action == action && $0.transactionId == transactionId }.prefix(limit)) }
@@ -335,6 +338,9 @@ struct FakeDependencies: FulfillmentDependencies {
         throw RPCError.unavailable("not in the fast tests")
     }
     func appleCustomer(accountId: String, internalToken: String) async throws(RPCError) -> [AppTransactionLink] { [] }
+    func revokeSessions(accountId: String, internalToken: String) async throws(RPCError) -> Int {
+        throw RPCError.unavailable("not in the fast tests")
+    }
     func massExtendRenewalDate(_ params: VerificationMassExtendRenewalDate.Params) async throws(RPCError)
         -> VerificationMassExtendRenewalDate.Result
     {

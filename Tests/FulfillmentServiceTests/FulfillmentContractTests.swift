@@ -88,6 +88,11 @@ import Testing
             v["customerPackTransaction"] = .string(customerPack.transactionId)
             v["customerCoinsTransaction"] = .string(customerCoins.transactionId)
 
+            // signOutCustomer: an account signed in once.
+            let signedIn = try await suite.register("contract-sign-out")
+            v["signOutAccountId"] = .string(signedIn.accountId)
+            v["signOutSession"] = .string(signedIn.session)
+
             // adjustCoins: an account with nothing yet.
             v["adjustAccountId"] = .string(try await suite.register("contract-adjust").accountId)
 

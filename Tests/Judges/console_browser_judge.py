@@ -28,6 +28,8 @@ from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 failures = []
 seen = {}
@@ -65,12 +67,24 @@ def no_alert(driver, where):
         pass
 
 
+def submit(driver, element):
+    """Clicks a submit button (or submits a field's form) and waits until the next page has replaced this one."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    if element.tag_name == "button":
+        element.click()
+    else:
+        element.submit()
+    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(page))
+
+
 def sign_in(driver, url, name, password, code):
     driver.get(url + "/sign-in")
+    if not driver.find_elements(By.XPATH, "//label[contains(., 'Username')]/input"):
+        raise AssertionError("no sign-in form at %s/sign-in: %s" % (url, driver.page_source[:2000]))
     driver.find_element(By.XPATH, "//label[contains(., 'Username')]/input").send_keys(name)
     driver.find_element(By.XPATH, "//label[contains(., 'Password')]/input").send_keys(password)
     driver.find_element(By.XPATH, "//label[contains(., 'Code')]/input").send_keys(code)
-    driver.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
+    submit(driver, driver.find_element(By.XPATH, "//button[normalize-space()='Sign in']"))
 
 
 def text(driver, css):
@@ -117,7 +131,7 @@ def main():
             driver.get(url + "/")
             box = driver.find_element(By.XPATH, "//label[contains(., 'Search')]/input")
             box.send_keys(query)
-            box.submit()
+            submit(driver, box)
             found[kind] = text(driver, "#account-id") if driver.find_elements(By.CSS_SELECTOR, "#account-id") else None
             check(found[kind] == customer["accountId"], "searching by %s found %r" % (kind, found[kind]))
             no_alert(driver, "the customer page")
@@ -140,10 +154,10 @@ def main():
         form = button(scope, "Give coins").find_element(By.XPATH, "./ancestor::form")
         form.find_element(By.NAME, "amount").send_keys("50")
         form.find_element(By.NAME, "reason").send_keys(config["reason"])
-        button(form, "Give coins").click()
+        submit(driver, button(form, "Give coins"))
         check(driver.find_element(By.TAG_NAME, "h1").text == "Confirm: Give coins", "no confirmation step before giving coins")
         no_alert(driver, "the confirmation page")
-        button(driver, "Confirm").click()
+        submit(driver, button(driver, "Confirm"))
         done = driver.find_element(By.TAG_NAME, "main")
         seen["given"] = [td.text for td in done.find_elements(By.CSS_SELECTOR, "table.ledger td")]
         check(seen["given"][1:3] == ["adjustment", "50"], "the adjustment's ledger row was not shown: %r" % seen["given"])
@@ -156,13 +170,21 @@ def main():
         driver.get(url + "/customers/" + customer["accountId"])
         row = driver.find_element(By.XPATH, "//table[@class='purchases']//tr[td[1][normalize-space()='%s']]" % config["revoke"])
         row.find_element(By.NAME, "reason").send_keys("chargeback " + config["reason"])
-        button(row, "Revoke").click()
-        button(driver, "Confirm").click()
+        submit(driver, button(row, "Revoke"))
+        submit(driver, button(driver, "Confirm"))
         seen["revoked"] = text(driver, "#outcome")
         check(seen["revoked"] == "Purchase %s revoked." % config["revoke"], "the revocation did not happen: %r" % seen["revoked"])
         driver.get(url + "/customers/" + customer["accountId"])
         state = driver.find_element(By.XPATH, "//table[@class='purchases']//tr[td[1][normalize-space()='%s']]/td[@class='state']" % config["revoke"])
         check(state.text == "revoked", "the purchase's state after revoking: %r" % state.text)
+        # Sign the customer out of every device.
+        form = button(driver, "Sign out of all devices").find_element(By.XPATH, "./ancestor::form")
+        form.find_element(By.NAME, "reason").send_keys("stolen phone")
+        submit(driver, button(form, "Sign out of all devices"))
+        submit(driver, button(driver, "Confirm"))
+        seen["signedOut"] = text(driver, "#outcome")
+        check(seen["signedOut"].startswith("1 session(s) ended"), "the customer was not signed out: %r" % seen["signedOut"])
+        driver.get(url + "/customers/" + customer["accountId"])
         no_alert(driver, "the customer page after the actions")
         driver.save_screenshot(os.path.join(shots, "customer-after.png"))
         seen["pageAfter"] = driver.find_element(By.TAG_NAME, "main").text
@@ -182,7 +204,7 @@ def main():
     try:
         sign_in(driver, url, viewer["name"], viewer["password"], totp(viewer["totpSecret"]))
         driver.get(url + "/customers/" + customer["accountId"])
-        labels = ["Give coins", "Take coins back", "Revoke", "Extend", "Retry"]
+        labels = ["Give coins", "Take coins back", "Revoke", "Extend", "Retry", "Dismiss", "Sign out of all devices", "Grant order"]
         present = [b.text for b in driver.find_elements(By.TAG_NAME, "button") if b.text.strip() in labels]
         seen["viewerButtons"] = present
         check(present == [], "a viewer sees action buttons: %r" % present)

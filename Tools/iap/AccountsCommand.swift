@@ -9,7 +9,7 @@ struct AccountsCommand: AsyncParsableCommand {
         commandName: "accounts", abstract: "Register, sign in and out, and see who you are.",
         subcommands: [
             Register.self, Login.self, Logout.self, WhoAmI.self, Sessions.self, ChangePassword.self, Find.self, FindUser.self, Consent.self,
-            ConsumptionProfile.self, LinkAppTransaction.self, AppleCustomer.self, Get.self,
+            ConsumptionProfile.self, LinkAppTransaction.self, AppleCustomer.self, Get.self, RevokeSessions.self,
         ])
 
     struct ChangePassword: AsyncParsableCommand {

@@ -25,7 +25,10 @@ struct ReceiveNotificationCommand: AsyncParsableCommand {
 struct AdminCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "admin", abstract: "Operator commands (admin token).",
-        subcommands: [Notifications.self, RetryNotification.self, Outbox.self, Reconcile.self, DataBackupCommand.self, DataRestoreCommand.self])
+        subcommands: [
+            Notifications.self, RetryNotification.self, DismissNotification.self, Outbox.self, Reconcile.self, DataBackupCommand.self,
+            DataRestoreCommand.self,
+        ])
 
     struct Reconcile: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -394,7 +397,7 @@ func historyTable(_ answer: VerificationTransactionHistory.Result) -> String {
 struct SupportCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "support", abstract: "Support tools (admin token): orders, extensions and the audit log.",
-        subcommands: [Order.self, Extend.self, ExtendStatus.self, Audit.self, Customer.self, Account.self, Adjust.self, Overview.self])
+        subcommands: [Order.self, Extend.self, ExtendStatus.self, Audit.self, Customer.self, Account.self, Adjust.self, Overview.self, SignOut.self])
 
     struct Order: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

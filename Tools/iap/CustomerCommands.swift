@@ -124,3 +124,57 @@ extension SupportCommand {
         }
     }
 }
+
+extension SupportCommand {
+    struct SignOut: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "sign-out", abstract: "fulfillment.signOutCustomer: sign a customer out of all devices (audited).")
+        @Argument(help: "The account id.") var accountId: String
+        @Option(help: "Why, for the audit log.") var reason: String
+        @Option(name: .customLong("operator"), help: "Who is acting, for the audit log.") var operatorName: String?
+        @OptionGroup var admin: AdminTokenOption
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            let token = try admin.resolved()
+            await ServiceCall(options: client).run(
+                .fulfillment, FulfillmentSignOutCustomer.self,
+                .init(adminToken: token, accountId: accountId, reason: reason, operatorName: operatorName)
+            ) { "account \(accountId): \($0.ended) session(s) ended" }
+        }
+    }
+}
+
+extension AdminCommand {
+    struct DismissNotification: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "dismiss-notification", abstract: "fulfillment.dismissNotification: set a parked notification aside for good (audited).")
+        @Argument(help: "The notification's UUID (see `iap admin notifications --parked`).") var notificationUUID: String
+        @Option(help: "Why, for the audit log.") var reason: String
+        @Option(name: .customLong("operator"), help: "Who is acting, for the audit log.") var operatorName: String?
+        @OptionGroup var admin: AdminTokenOption
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            let token = try admin.resolved()
+            await ServiceCall(options: client).run(
+                .fulfillment, FulfillmentDismissNotification.self,
+                .init(adminToken: token, notificationUUID: notificationUUID, reason: reason, operatorName: operatorName)
+            ) { "\($0.notificationUUID): \($0.state.rawValue) (\($0.lastError ?? ""))" }
+        }
+    }
+}
+
+extension AccountsCommand {
+    struct RevokeSessions: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "revoke-sessions", abstract: "Internal: end every session of an account (accounts.revokeSessions).")
+        @Argument(help: "Account id.") var accountId: String
+        @OptionGroup var internalToken: InternalTokenOption
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            let token = try internalToken.resolved()
+            await ServiceCall(options: client).run(.accounts, AccountsRevokeSessions.self, .init(accountId: accountId, internalToken: token)) {
+                "account \(accountId): \($0.ended) session(s) ended"
+            }
+        }
+    }
+}

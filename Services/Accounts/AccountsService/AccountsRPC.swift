@@ -35,6 +35,10 @@ extension AccountsService {
         r.register(AccountsLinkAppTransaction.self) { p, _ in try await self.linkAppTransaction(p) }
         r.register(AccountsAppleCustomer.self) { p, _ in try await self.appleCustomer(p) }
         r.register(AccountsGetAccount.self) { p, _ in try await self.getAccount(p) }
+        r.register(AccountsRevokeSessions.self) { p, _ in
+            try TokenGate.internal.check(p.internalToken, configured: self.configuration.internalToken)
+            return .init(ended: try await self.run { try await self.store.deleteSessions(accountId: p.accountId) })
+        }
         return r
     }
 }

@@ -27,6 +27,8 @@ public protocol AccountsStorage: Sendable {
     func sessionWithoutWaiting(tokenHash: Data) -> SessionReadWithoutWaiting
     func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws
     func deleteSession(tokenHash: Data) throws
+    /// Ends every session of the account; answers how many.
+    func deleteSessions(accountId: String) async throws -> Int
     func sessions(accountId: String, nowMs: Int64) throws -> [SessionRow]
     /// Refuses (answering the longest wait) or counts one attempt against every key, atomically.
     func admitAttempt(

@@ -278,6 +278,13 @@ public final class AccountsStore: AccountsStorage, Sendable {
         }
     }
 
+    public func deleteSessions(accountId: String) async throws -> Int {
+        try await writer.write { db in
+            try db.execute(sql: "DELETE FROM session WHERE accountId = ?", arguments: [accountId])
+            return db.changesCount
+        }
+    }
+
     public func deleteSession(tokenHash: Data) throws {
         try writer.write { db in
             try db.execute(sql: "DELETE FROM session WHERE tokenHash = ?", arguments: [tokenHash])

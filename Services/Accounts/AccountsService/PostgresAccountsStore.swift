@@ -85,6 +85,10 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
         }
     }
 
+    public func deleteSessions(accountId: String) async throws -> Int {
+        try await pool.write { db in try db.execute("DELETE FROM session WHERE account_id = \(accountId)") }
+    }
+
     public func account(id: String) async throws -> AccountRow? {
         try await pool.read { db in
             try db.one("SELECT id, username, password_hash, app_account_token FROM account WHERE id = \(id)").map(Self.accountRow)

@@ -65,6 +65,15 @@ enum ConsoleTemplates {
         <dt>appAccountToken</dt><dd>{{appAccountToken}}</dd>
         <dt>Created</dt><dd>{{created}}</dd>
         </dl>
+        {{#mayAct}}
+        <form method="post" action="/customers/{{accountId}}/confirm" class="inline">
+        <input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="action" value="sign-out">
+        <label>Reason <input name="reason" required></label><button type="submit">Sign out of all devices</button></form>
+        <form method="post" action="/customers/{{accountId}}/confirm" class="inline">
+        <input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="action" value="grant-order">
+        <label>Apple order id <input name="orderId" required></label><label>Reason <input name="reason" required></label>
+        <button type="submit">Grant order</button></form>
+        {{/mayAct}}
         {{#scopes}}
         <section class="scope" id="scope-{{environment}}">
         <h2>{{environment}}</h2>
@@ -99,7 +108,8 @@ enum ConsoleTemplates {
         <section><h2>Notifications</h2>
         <table><tr><th>Received</th><th>Type</th><th>State</th><th>Original transaction</th><th>Last error</th><th></th></tr>
         {{#notifications}}<tr><td>{{received}}</td><td>{{type}}</td><td>{{state}}</td><td>{{originalTransactionId}}</td><td>{{lastError}}</td>
-        <td>{{#mayRetry}}<form method="post" action="/customers/{{accountId}}/confirm" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="action" value="retry"><input type="hidden" name="notificationUUID" value="{{uuid}}"><input type="hidden" name="reason" value="retry"><button type="submit">Retry</button></form>{{/mayRetry}}</td></tr>{{/notifications}}
+        <td>{{#mayRetry}}<form method="post" action="/customers/{{accountId}}/confirm" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="action" value="retry"><input type="hidden" name="notificationUUID" value="{{uuid}}"><input type="hidden" name="reason" value="retry"><button type="submit">Retry</button></form>{{/mayRetry}}
+        {{#mayDismiss}}<form method="post" action="/customers/{{accountId}}/confirm" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="action" value="dismiss"><input type="hidden" name="notificationUUID" value="{{uuid}}"><label>Reason <input name="reason" required></label><button type="submit">Dismiss</button></form>{{/mayDismiss}}</td></tr>{{/notifications}}
         </table></section>
         <section><h2>Timeline</h2>
         <table class="timeline"><tr><th>When</th><th>What</th><th>Scope</th><th>Details</th><th>Balance after</th></tr>

@@ -6,7 +6,9 @@ import RPCTransport
 
 /// One action on a customer as a form asks for it, checked before the confirmation page and again before it is done.
 struct CustomerAction: Sendable, Equatable {
-    enum Kind: String, Sendable { case giveCoins = "give-coins", takeCoins = "take-coins", revoke, extend, retry }
+    enum Kind: String, Sendable {
+        case giveCoins = "give-coins", takeCoins = "take-coins", revoke, extend, retry, dismiss, signOut = "sign-out", grantOrder = "grant-order"
+    }
     var kind: Kind
     var reason: String
     var amount: Int64 = 0
@@ -14,6 +16,7 @@ struct CustomerAction: Sendable, Equatable {
     var transactionId = ""
     var days = 0
     var notificationUUID = ""
+    var orderId = ""
 
     /// The button's label: the action's name.
     var label: String {
@@ -23,6 +26,9 @@ struct CustomerAction: Sendable, Equatable {
         case .revoke: "Revoke"
         case .extend: "Extend"
         case .retry: "Retry"
+        case .dismiss: "Dismiss"
+        case .signOut: "Sign out of all devices"
+        case .grantOrder: "Grant order"
         }
     }
 
@@ -33,6 +39,9 @@ struct CustomerAction: Sendable, Equatable {
         case .revoke: "Revoke purchase \(transactionId): its coins are taken back (what was spent becomes debt) or its access removed."
         case .extend: "Extend subscription \(transactionId) by \(days) days, at Apple and here."
         case .retry: "Process notification \(notificationUUID) again now."
+        case .dismiss: "Set notification \(notificationUUID) aside for good: it is not processed again."
+        case .signOut: "End every session of this customer: each device must sign in again."
+        case .grantOrder: "Grant the purchases of Apple order \(orderId) to this customer, as their own redeem would."
         }
     }
 
@@ -42,7 +51,9 @@ struct CustomerAction: Sendable, Equatable {
         switch kind {
         case .giveCoins, .takeCoins: out += [("amount", "\(amount)"), ("environment", environment.rawValue)]
         case .revoke, .extend: out += [("transactionId", transactionId), ("days", "\(days)")]
-        case .retry: out += [("notificationUUID", notificationUUID)]
+        case .retry, .dismiss: out += [("notificationUUID", notificationUUID)]
+        case .signOut: break
+        case .grantOrder: out += [("orderId", orderId)]
         }
         return out
     }
@@ -73,9 +84,16 @@ struct CustomerAction: Sendable, Equatable {
                 guard let days = form["days"].flatMap({ Int($0) }), (1...90).contains(days) else { throw Invalid(detail: "days must be 1-90") }
                 action.days = days
             }
-        case .retry:
+        case .retry, .dismiss:
             guard let uuid = form["notificationUUID"], UUID(uuidString: uuid) != nil else { throw Invalid(detail: "not a notification id") }
             action.notificationUUID = uuid
+        case .signOut: break
+        case .grantOrder:
+            let id = (form["orderId"] ?? "").trimmingCharacters(in: .whitespaces)
+            guard (1...20).contains(id.count), id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber) }) else {
+                throw Invalid(detail: "an order id is 1-20 letters and digits (the one on Apple's emailed receipt)")
+            }
+            action.orderId = id
         }
         return action
     }
@@ -146,16 +164,34 @@ extension ConsoleService {
                         adminToken: admin, originalTransactionId: action.transactionId, days: action.days, reasonCode: 1, reason: action.reason,
                         requestId: key, operatorName: who))
                 outcome = "Subscription \(answer.originalTransactionId) now ends \(Self.time(answer.expiresAtMs))."
-            case .retry:
+            case .retry, .dismiss:
                 // Only a notification about this customer's purchases, from this customer's page.
                 let customer = try await fulfillment.call(
                     FulfillmentGetCustomer.self, .init(adminToken: admin, accountId: accountId, ledgerLimit: 1))
                 guard customer.notifications.contains(where: { $0.notification.notificationUUID == action.notificationUUID }) else {
                     return problem(.badRequest, "Not done", "that notification is not about this customer's purchases", session: session)
                 }
-                let answer = try await fulfillment.call(
-                    FulfillmentRetryNotification.self, .init(adminToken: admin, notificationUUID: action.notificationUUID))
+                let answer =
+                    action.kind == .retry
+                    ? try await fulfillment.call(
+                        FulfillmentRetryNotification.self, .init(adminToken: admin, notificationUUID: action.notificationUUID))
+                    : try await fulfillment.call(
+                        FulfillmentDismissNotification.self,
+                        .init(adminToken: admin, notificationUUID: action.notificationUUID, reason: action.reason, operatorName: who))
                 outcome = "Notification \(answer.notificationUUID) is now \(answer.state.rawValue)."
+            case .signOut:
+                let answer = try await fulfillment.call(
+                    FulfillmentSignOutCustomer.self, .init(adminToken: admin, accountId: accountId, reason: action.reason, operatorName: who))
+                outcome = "\(answer.ended) session(s) ended: every device must sign in again."
+            case .grantOrder:
+                let account = try await accounts.call(
+                    AccountsGetAccount.self, .init(accountId: accountId, internalToken: configuration.internalToken))
+                let answer = try await fulfillment.call(
+                    FulfillmentGrantOrder.self,
+                    .init(adminToken: admin, orderId: action.orderId, username: account.username, reason: action.reason, operatorName: who))
+                outcome =
+                    "Order \(answer.orderId): "
+                    + answer.results.map { "\($0.transactionId) \($0.productId) \($0.outcome.rawValue)" }.joined(separator: ", ")
             }
         } catch let error as RPCError {
             // A refusal is final; a timeout or an unavailable service may have done it or not: the same form again (the

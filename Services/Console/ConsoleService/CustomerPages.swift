@@ -106,6 +106,7 @@ extension ConsoleService {
                     "state": n.notification.state.rawValue, "originalTransactionId": n.originalTransactionId,
                     "lastError": n.notification.lastError ?? "", "uuid": n.notification.notificationUUID, "accountId": accountId, "csrf": csrf,
                     "mayRetry": mayAct && [.parked, .pending].contains(n.notification.state),
+                    "mayDismiss": mayAct && n.notification.state == .parked,
                 ]
             },
             "timeline": events.reversed().map { e -> [String: Any] in

@@ -67,6 +67,15 @@ public protocol CustomerStorage: Sendable {
     func audit(accountId: String, limit: Int) async throws -> [AuditEntry]
     /// The last `days` UTC days of Production purchases, grants, refunds and revenue, and what waits now.
     func overview(days: Int, nowMs: Int64) async throws -> FulfillmentGetOverview.Result
+    /// Sets a parked notification aside (`ignored`, the reason as its last error) with its audit entry, in one transaction.
+    func dismiss(notificationUUID: String, reason: String, audit: AuditFacts, nowMs: Int64) async throws -> DismissOutcome
+}
+
+public enum DismissOutcome: Sendable, Equatable {
+    case dismissed
+    case unknown
+    /// Not parked (pending, applied or ignored): left as it is.
+    case notParked(NotificationState)
 }
 
 extension CustomerStorage where Self: FulfillmentDatabase & FulfillmentStorage {
@@ -103,6 +112,29 @@ extension CustomerStorage where Self: FulfillmentDatabase & FulfillmentStorage {
     /// The audit entries about one account, newest first.
     public func audit(accountId: String, limit: Int) async throws -> [AuditEntry] {
         try await read { s in try CustomerRecords(s).audit(accountId: accountId, limit: limit) }
+    }
+
+    public func dismiss(notificationUUID: String, reason: String, audit: AuditFacts, nowMs: Int64) async throws -> DismissOutcome {
+        try await write { s in
+            guard
+                let row = try s.row(
+                    "SELECT state, original_transaction_id FROM notification_inbox WHERE notification_uuid = ?1", notificationUUID)
+            else { return .unknown }
+            let raw: String = try row.get("state")
+            guard let state = NotificationState(rawValue: raw) else { throw StoredValueInvalid(column: "state", value: raw) }
+            guard state == .parked else { return .notParked(state) }
+            try s.run(
+                """
+                UPDATE notification_inbox SET state = 'ignored', last_error = ?1, processed_at_ms = ?2
+                WHERE notification_uuid = ?3 AND state = 'parked'
+                """, "dismissed by an operator: \(reason)", nowMs, notificationUUID)
+            let original: String? = try row.get("original_transaction_id")
+            let owner = try original.flatMap { try CustomerRecords(s).accountId(transactionId: $0) }
+            try FulfillmentQueries(s).recordAudit(
+                audit.action, accountId: owner, transactionId: original, reason: "\(notificationUUID): \(reason)", credential: audit.credential,
+                operatorName: audit.operatorName, nowMs: nowMs)
+            return .dismissed
+        }
     }
 
     public func overview(days: Int, nowMs: Int64) async throws -> FulfillmentGetOverview.Result {

@@ -40,6 +40,51 @@ public struct CustomerDesk: FulfillmentPart {
         return try await storeCall { try await self.store.customer(accountId: accountId, ledgerLimit: limit, nowMs: now) }
     }
 
+    /// Signs a customer out of all devices at accounts, then audits it.
+    public func signOutCustomer(_ p: FulfillmentSignOutCustomer.Params) async throws(RPCError) -> FulfillmentSignOutCustomer.Result {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        try SupportDesk.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        try SupportDesk.checkOperator(p.operatorName)
+        let token = try internalToken("signing customers out")
+        let ended = try await dependencies.revokeSessions(accountId: p.accountId, internalToken: token)
+        try await service.support.audit(
+            "signOutCustomer", accountId: p.accountId, transactionId: nil, reason: "\(ended) sessions ended: \(p.reason)", token: p.adminToken,
+            operatorName: p.operatorName)
+        logger.notice("customer signed out of all devices by an operator", metadata: ["accountId": "\(p.accountId)", "ended": "\(ended)"])
+        return .init(ended: ended)
+    }
+
+    /// Sets a parked notification aside for good, audited.
+    public func dismissNotification(_ p: FulfillmentDismissNotification.Params) async throws(RPCError) -> NotificationSummary {
+        try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
+        try SupportDesk.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        try SupportDesk.checkOperator(p.operatorName)
+        let audit = AuditFacts(
+            action: "dismissNotification", reason: p.reason, credential: SupportDesk.credential(p.adminToken), operatorName: p.operatorName)
+        let now = clock.nowMs
+        switch try await storeCall({
+            try await self.store.dismiss(notificationUUID: p.notificationUUID, reason: p.reason, audit: audit, nowMs: now)
+        }) {
+        case .unknown: throw RPCError.notFound("no notification \(p.notificationUUID) was recorded here", reason: "unknownNotification")
+        case .notParked(let state):
+            throw RPCError.conflict(
+                "notification \(p.notificationUUID) is \(state.rawValue), not parked: only a parked one is dismissed", reason: "notParked")
+        case .dismissed:
+            guard let entry = try await storeCall({ try await self.store.notification(p.notificationUUID) }) else {
+                throw RPCError.notFound("no notification \(p.notificationUUID) was recorded here", reason: "unknownNotification")
+            }
+            return entry.summary
+        }
+    }
+
+    func internalToken(_ what: String) throws(RPCError) -> String {
+        guard let token = configuration.internalToken else {
+            throw RPCError(
+                code: .unavailable, message: "\(what) needs the internal token (--internal-token) to call accounts", reason: .dependencyUnavailable)
+        }
+        return token
+    }
+
     /// The last days at a glance (Production): purchases, grants, refunds, revenue per currency; what waits now.
     public func getOverview(_ p: FulfillmentGetOverview.Params) async throws(RPCError) -> FulfillmentGetOverview.Result {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
@@ -66,11 +111,7 @@ public struct CustomerDesk: FulfillmentPart {
             throw RPCError.invalidParams("accountId must be 1-64 bytes", field: "accountId", reason: "invalidValue")
         }
         // Only accounts that exist: coins given to a typo would sit in a wallet nobody can sign in to.
-        guard let token = configuration.internalToken else {
-            throw RPCError(
-                code: .unavailable, message: "adjusting coins needs the internal token (--internal-token) to ask accounts whether the account exists",
-                reason: .dependencyUnavailable)
-        }
+        let token = try internalToken("adjusting coins")
         _ = try await dependencies.consumptionProfile(accountId: p.accountId, internalToken: token)
         let scope = p.environment ?? .production
         let holder = Holder(accountId: p.accountId, scope: scope)

@@ -33,6 +33,8 @@ public protocol FulfillmentDependencies: Sendable {
     func subscriptionStatuses(_ transactionId: String, internalToken: String) async throws(RPCError) -> [AppleSubscriptionStatus]
     /// An account's consent to consumption data going to Apple, its age and appAccountToken (accounts, internal).
     func consumptionProfile(accountId: String, internalToken: String) async throws(RPCError) -> AccountsConsumptionProfile.Result
+    /// Ends every session of the account at accounts (support's sign-out from all devices).
+    func revokeSessions(accountId: String, internalToken: String) async throws(RPCError) -> Int
     /// Send Consumption Information, through verification.
     func sendConsumption(_ params: VerificationSendConsumption.Params) async throws(RPCError)
     /// Every link of the Apple customers an account is linked to by app transaction (accounts, internal).
@@ -175,6 +177,12 @@ public struct Dependencies: FulfillmentDependencies {
         try await call(
             "accounts", accounts, AccountsConsumptionProfile.self, .init(accountId: accountId, internalToken: internalToken), passThrough: [.notFound]
         )
+    }
+
+    public func revokeSessions(accountId: String, internalToken: String) async throws(RPCError) -> Int {
+        try await call(
+            "accounts", accounts, AccountsRevokeSessions.self, .init(accountId: accountId, internalToken: internalToken), passThrough: [.notFound]
+        ).ended
     }
 
     public func sendConsumption(_ params: VerificationSendConsumption.Params) async throws(RPCError) {

@@ -40,6 +40,8 @@ extension FulfillmentService {
         r.register(FulfillmentGetCustomer.self) { p, _ in try await self.customers.getCustomer(p) }
         r.register(FulfillmentAdjustCoins.self) { p, _ in try await self.customers.adjustCoins(p) }
         r.register(FulfillmentGetOverview.self) { p, _ in try await self.customers.getOverview(p) }
+        r.register(FulfillmentSignOutCustomer.self) { p, _ in try await self.customers.signOutCustomer(p) }
+        r.register(FulfillmentDismissNotification.self) { p, _ in try await self.customers.dismissNotification(p) }
         r.register(FulfillmentRevokeTransaction.self) { p, _ in
             try await self.notifications.revokeTransaction(p)
             return EmptyResult()

@@ -37,6 +37,7 @@ public struct SupportDesk: FulfillmentPart {
     public func grantOrder(_ p: FulfillmentGrantOrder.Params) async throws(RPCError) -> FulfillmentGrantOrder.Result {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
         try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        try Self.checkOperator(p.operatorName)
         let token = try internalTokenForApple("granting orders")
         let account = try await dependencies.account(username: p.username, internalToken: token)
         var purchases: [VerifiedPurchase] = []
@@ -62,7 +63,7 @@ public struct SupportDesk: FulfillmentPart {
         for result in applied.results where [.granted, .restored].contains(result.outcome) {
             try await audit(
                 "grantOrder", accountId: account.accountId, transactionId: result.transactionId, reason: "order \(p.orderId): \(p.reason)",
-                token: p.adminToken)
+                token: p.adminToken, operatorName: p.operatorName)
         }
         logger.notice(
             "order granted by an administrator",
