@@ -32,6 +32,7 @@ struct ConsoleBrowserTests {
             defer { Task { await console.stop() } }
             let support = try await console.addOperator("sam", .support)
             let viewer = try await console.addOperator("vic", .viewer)
+            let adminOperator = try await console.addOperator("ada", .admin)
 
             // A customer whose username is markup: 100 coins, the castle pack, and 100 more coins to revoke.
             let customer = try await suite.register(Self.hostile)
@@ -58,6 +59,7 @@ struct ConsoleBrowserTests {
                 "overview": ["purchases": "4", "unpriced": "3", "revenueUSD": "0.99"],
                 "support": ["name": "sam", "password": support.password, "totpSecret": support.totpSecret],
                 "viewer": ["name": "vic", "password": viewer.password, "totpSecret": viewer.totpSecret],
+                "admin": ["name": "ada", "password": adminOperator.password, "totpSecret": adminOperator.totpSecret],
                 "customer": [
                     "accountId": customer.accountId, "username": Self.hostile, "balance": production.balance, "owed": production.owed,
                     "ledger": production.ledger.map { ["kind": $0.kind.rawValue, "delta": $0.delta, "balance": $0.balance] },
@@ -97,6 +99,8 @@ struct ConsoleBrowserTests {
             // The console's own log: sign-ins refused and accepted, the actions, the refusals.
             let log = try await console.store.audit(operatorName: nil, action: nil, limit: 100).map(\.action)
             #expect(log.filter { $0 == "signInRefused" }.count == 2 && log.contains("csrfRefused") && log.contains("actionRefused"), "\(log)")
+            let newbie = try await console.store.operatorRecord("newbie")
+            #expect(log.contains("addOperator") && newbie?.role == .viewer)
         }
     }
 }

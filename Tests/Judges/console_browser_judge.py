@@ -214,6 +214,27 @@ def main():
                                       "key": "0f6c1f55-9f3a-4d41-8a55-2b1f4c7d9e01"})
         seen["viewerPost"] = by_hand.status_code
         check(by_hand.status_code == 403, "a viewer's POST answered %d" % by_hand.status_code)
+        operators = requests.get(url + "/operators", cookies=session_cookies(driver), allow_redirects=False)
+        seen["viewerOperators"] = operators.status_code
+        check(operators.status_code == 403, "a viewer reached the operators page: %d" % operators.status_code)
+    finally:
+        driver.quit()
+
+    # An admin adds an operator; the password and TOTP secret it is shown once let that operator sign in.
+    admin = config["admin"]
+    driver = browser()
+    try:
+        sign_in(driver, url, admin["name"], admin["password"], totp(admin["totpSecret"]))
+        driver.get(url + "/operators")
+        form = button(driver, "Add operator").find_element(By.XPATH, "./ancestor::form")
+        form.find_element(By.NAME, "name").send_keys("newbie")
+        submit(driver, button(form, "Add operator"))
+        password, secret = text(driver, "#new-password"), text(driver, "#new-secret")
+        submit(driver, button(driver, "Sign out"))
+        sign_in(driver, url, "newbie", password, totp(secret))
+        seen["newOperator"] = driver.find_element(By.TAG_NAME, "h1").text
+        check(seen["newOperator"] == "Overview", "the new operator could not sign in with what the page showed")
+        check(text(driver, "header .who") == "newbie (viewer)", "the new operator's role is not viewer")
     finally:
         driver.quit()
 

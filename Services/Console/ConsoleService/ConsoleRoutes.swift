@@ -45,6 +45,21 @@ extension ConsoleService {
                 return try await self.auditPage(request, session)
             }
         }
+        router.get("/operators") { request, _ in
+            try await self.signedIn(request) { session in
+                guard session.role == .admin else { return self.problem(.forbidden, "Not allowed", "Operators are for admins.", session: session) }
+                return try await self.operatorsPage(session, created: nil)
+            }
+        }
+        router.post("/operators") { request, context in
+            try await self.posted(request, context, acting: true) { session, form in
+                guard session.role == .admin else {
+                    try await self.audit(session, "actionRefused", request.uri.path, context)
+                    return self.problem(.forbidden, "Not allowed", "Operators are for admins; nothing was done.", session: session)
+                }
+                return try await self.addOperatorPosted(form, session, context)
+            }
+        }
         router.get("/search") { request, _ in try await self.signedIn(request) { session in try await self.search(request, session) } }
         router.get("/customers/:id") { request, context in
             try await self.signedIn(request) { session in try await self.customerPage(context.parameters.get("id") ?? "", session) }
@@ -168,6 +183,30 @@ extension ConsoleService {
     func audit(_ session: OperatorSession, _ action: String, _ detail: String, _ context: ConsoleRequestContext) async throws {
         try await store.recordAudit(
             operatorName: session.operatorName, action: action, detail: detail, address: context.address, nowMs: configuration.clock.nowMs)
+    }
+
+    func operatorsPage(_ session: OperatorSession, created: [String: String]?) async throws -> Response {
+        let list = try await store.operators().map { ["name": $0.name, "role": $0.role.rawValue, "created": Self.time($0.createdAtMs)] }
+        var data: [String: Any] = ["operators": list, "csrf": session.csrfToken]
+        if let created { data["created"] = created }
+        return page("operators", title: "Operators", data, session: session)
+    }
+
+    /// An admin adds an operator: a random password and TOTP secret, shown once on the answer page.
+    func addOperatorPosted(_ form: [String: String], _ session: OperatorSession, _ context: ConsoleRequestContext) async throws -> Response {
+        guard let name = form["name"].flatMap(OperatorRecord.normalized), let role = form["role"].flatMap(OperatorRole.init(rawValue:)) else {
+            return problem(
+                .badRequest, "Not done", "a name is 1-64 letters, digits, '.', '_', '-' or '@'; a role viewer, support or admin", session: session)
+        }
+        let created: (password: String, totpSecret: String)
+        do {
+            created = try await Self.addOperator(name, role: role, store: store, hasher: hasher, nowMs: configuration.clock.nowMs)
+        } catch let error as OperatorExists {
+            return problem(.conflict, "Not done", error.description, session: session)
+        }
+        try await audit(session, "addOperator", "\(name) (\(role.rawValue))", context)
+        return try await operatorsPage(
+            session, created: ["name": name, "role": role.rawValue, "password": created.password, "totpSecret": created.totpSecret])
     }
 
     func auditPage(_ request: Request, _ session: OperatorSession) async throws -> Response {

@@ -41,6 +41,7 @@ public final class ConsoleService: Sendable {
             ("layout", ConsoleTemplates.layout), ("signIn", ConsoleTemplates.signIn), ("overview", ConsoleTemplates.overview),
             ("notFound", ConsoleTemplates.notFound), ("customer", ConsoleTemplates.customer), ("confirm", ConsoleTemplates.confirm),
             ("done", ConsoleTemplates.done), ("audit", ConsoleTemplates.audit), ("problem", ConsoleTemplates.problem),
+            ("operators", ConsoleTemplates.operators),
         ] {
             try library.register(text, named: name)
         }

@@ -78,13 +78,17 @@ public final class ConsoleStore: ConsoleStorage, Sendable {
     }
 
     public func operatorRecord(_ name: String) async throws -> OperatorRecord? {
-        try await writer.read { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM operator WHERE name = ?", arguments: [name]).map { row in
-                OperatorRecord(
-                    name: row["name"], role: OperatorRole(rawValue: row["role"]) ?? .viewer, passwordHash: row["password_hash"],
-                    totpSecret: Array(row["totp_secret"] as Data), lastTotpStep: row["last_totp_step"], createdAtMs: row["created_at_ms"])
-            }
-        }
+        try await writer.read { db in try Row.fetchOne(db, sql: "SELECT * FROM operator WHERE name = ?", arguments: [name]).map(Self.record) }
+    }
+
+    public func operators() async throws -> [OperatorRecord] {
+        try await writer.read { db in try Row.fetchAll(db, sql: "SELECT * FROM operator ORDER BY name").map(Self.record) }
+    }
+
+    static func record(_ row: Row) -> OperatorRecord {
+        OperatorRecord(
+            name: row["name"], role: OperatorRole(rawValue: row["role"]) ?? .viewer, passwordHash: row["password_hash"],
+            totpSecret: Array(row["totp_secret"] as Data), lastTotpStep: row["last_totp_step"], createdAtMs: row["created_at_ms"])
     }
 
     public func acceptTotpStep(_ name: String, step: Int64) async throws -> Bool {

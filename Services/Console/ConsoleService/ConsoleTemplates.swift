@@ -12,7 +12,7 @@ enum ConsoleTemplates {
         <a class="brand" href="/">IAP support console</a>
         {{#operator}}
         <form class="search" method="get" action="/search"><label>Search <input name="q" type="search" required></label><button type="submit">Find</button></form>
-        <nav>{{#isAdmin}}<a href="/audit">Audit</a>{{/isAdmin}}
+        <nav>{{#isAdmin}}<a href="/audit">Audit</a> <a href="/operators">Operators</a>{{/isAdmin}}
         <span class="who">{{name}} ({{role}})</span>
         <form method="post" action="/sign-out"><input type="hidden" name="csrf" value="{{csrf}}"><button type="submit">Sign out</button></form>
         <form method="post" action="/sign-out-everywhere"><input type="hidden" name="csrf" value="{{csrf}}"><button type="submit">Sign out everywhere</button></form>
@@ -150,6 +150,20 @@ enum ConsoleTemplates {
         <table class="audit"><tr><th>When</th><th>Operator</th><th>Action</th><th>Detail</th><th>Address</th></tr>
         {{#entries}}<tr><td>{{when}}</td><td>{{operatorName}}</td><td>{{action}}</td><td>{{detail}}</td><td>{{address}}</td></tr>{{/entries}}
         </table>
+        """
+
+    static let operators = """
+        <h1>Operators</h1>
+        {{#created}}<div class="message" id="created"><p>Operator <strong>{{name}}</strong> ({{role}}) created. Shown once: hand these over
+        in person or through a password manager.</p><p>Password <code id="new-password">{{password}}</code></p>
+        <p>TOTP secret (base32, 6 digits, 30 s) <code id="new-secret">{{totpSecret}}</code></p></div>{{/created}}
+        <table class="operators"><tr><th>Name</th><th>Role</th><th>Created</th></tr>
+        {{#operators}}<tr><td>{{name}}</td><td>{{role}}</td><td>{{created}}</td></tr>{{/operators}}
+        </table>
+        <form method="post" action="/operators" class="inline"><input type="hidden" name="csrf" value="{{csrf}}">
+        <label>Name <input name="name" required></label>
+        <label>Role <select name="role"><option>viewer</option><option>support</option><option>admin</option></select></label>
+        <button type="submit">Add operator</button></form>
         """
 
     static let problem = """

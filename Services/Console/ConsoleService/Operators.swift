@@ -66,6 +66,8 @@ public struct OperatorExists: Error, CustomStringConvertible {
 public protocol ConsoleStorage: Sendable {
     func addOperator(_ record: OperatorRecord) async throws
     func operatorRecord(_ name: String) async throws -> OperatorRecord?
+    /// Every operator, by name.
+    func operators() async throws -> [OperatorRecord]
     /// Accepts a TOTP step for the operator only if it is later than the last one accepted (a code works once).
     func acceptTotpStep(_ name: String, step: Int64) async throws -> Bool
     /// A new session; sessions that have ended are deleted at the same time.

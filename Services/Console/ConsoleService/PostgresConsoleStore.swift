@@ -68,14 +68,18 @@ public final class PostgresConsoleStore: ConsoleStorage, Sendable {
     }
 
     public func operatorRecord(_ name: String) async throws -> OperatorRecord? {
-        try await pool.read { db in
-            try db.one("SELECT * FROM operator WHERE name = \(name)").map { row in
-                OperatorRecord(
-                    name: try row.get("name"), role: OperatorRole(rawValue: try row.get("role")) ?? .viewer,
-                    passwordHash: try row.get("password_hash"), totpSecret: Array(try row.get("totp_secret", as: Data.self)),
-                    lastTotpStep: try row.get("last_totp_step"), createdAtMs: try row.get("created_at_ms"))
-            }
-        }
+        try await pool.read { db in try db.one("SELECT * FROM operator WHERE name = \(name)").map(Self.record) }
+    }
+
+    public func operators() async throws -> [OperatorRecord] {
+        try await pool.read { db in try db.query("SELECT * FROM operator ORDER BY name").map(Self.record) }
+    }
+
+    static func record(_ row: PostgresRandomAccessRow) throws -> OperatorRecord {
+        OperatorRecord(
+            name: try row.get("name"), role: OperatorRole(rawValue: try row.get("role")) ?? .viewer,
+            passwordHash: try row.get("password_hash"), totpSecret: Array(try row.get("totp_secret", as: Data.self)),
+            lastTotpStep: try row.get("last_totp_step"), createdAtMs: try row.get("created_at_ms"))
     }
 
     public func acceptTotpStep(_ name: String, step: Int64) async throws -> Bool {
