@@ -100,6 +100,8 @@ struct ConsoleBrowserTests {
             let log = try await console.store.audit(operatorName: nil, action: nil, limit: 100).map(\.action)
             #expect(log.filter { $0 == "signInRefused" }.count == 2 && log.contains("csrfRefused") && log.contains("actionRefused"), "\(log)")
             let newbie = try await console.store.operatorRecord("newbie")
+            let repriced = try await suite.catalog.call(CatalogGetProducts.self, .init(productIds: ["coins.100"], storefront: "DEU"))
+            #expect(repriced.products.first?.price.map { "\($0.amount) \($0.currency)" } == "1.19 EUR", "the admin's prices reached the catalog")
             #expect(log.contains("addOperator") && newbie?.role == .viewer)
         }
     }

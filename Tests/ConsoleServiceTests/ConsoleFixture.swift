@@ -28,7 +28,7 @@ final class ConsoleFixture: Sendable {
     }
 
     static func start(
-        accountsPort: Int, fulfillmentPort: Int, clock: ServiceClock = .system, tls: TLSConfiguration? = nil,
+        accountsPort: Int, fulfillmentPort: Int, catalogPort: Int, clock: ServiceClock = .system, tls: TLSConfiguration? = nil,
         configure: (inout ConsoleConfiguration) -> Void = { _ in }
     ) async throws -> ConsoleFixture {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("console-\(UUID().uuidString)")
@@ -41,7 +41,7 @@ final class ConsoleFixture: Sendable {
         logger.logLevel = .error
         let service = try ConsoleService(
             store: store, accounts: RPCClient(host: "127.0.0.1", port: accountsPort),
-            fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort),
+            fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort), catalog: RPCClient(host: "127.0.0.1", port: catalogPort),
             configuration: config, hasher: PasswordHasher(parameters: .testing, concurrency: 1), logger: logger)
         let (ports, continuation) = AsyncStream<Int>.makeStream()
         let application = try service.application(host: "127.0.0.1", port: 0, tls: tls) { continuation.yield($0) }
@@ -52,7 +52,9 @@ final class ConsoleFixture: Sendable {
     }
 
     static func start(_ suite: SuiteFixture, clock: ServiceClock = .system, tls: TLSConfiguration? = nil) async throws -> ConsoleFixture {
-        try await start(accountsPort: suite.ports["accounts"]!, fulfillmentPort: suite.ports["fulfillment"]!, clock: clock, tls: tls)
+        try await start(
+            accountsPort: suite.ports["accounts"]!, fulfillmentPort: suite.ports["fulfillment"]!, catalogPort: suite.ports["catalog"]!, clock: clock,
+            tls: tls)
     }
 
     /// A new operator: its password and base32 TOTP secret.

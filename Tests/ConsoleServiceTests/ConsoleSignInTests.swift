@@ -61,7 +61,7 @@ import Testing
         // Never called: these tests stop at signing in.
         let nowhere = RPCClient(host: "127.0.0.1", port: 9)
         let console = try ConsoleService(
-            store: store, accounts: nowhere, fulfillment: nowhere, configuration: config, hasher: hasher, logger: .init(label: "t"))
+            store: store, accounts: nowhere, fulfillment: nowhere, catalog: nowhere, configuration: config, hasher: hasher, logger: .init(label: "t"))
         let created = try await ConsoleService.addOperator("Sam", role: .support, store: store, hasher: hasher, nowMs: clock.nowMs)
         try await body(
             Harness(console: console, store: store, clock: clock, password: created.password, totp: TOTP(secret: Base32.decode(created.totpSecret)!)))
@@ -158,7 +158,7 @@ import Testing
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("console-cookie-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: directory) }
         let console = try ConsoleService(
-            store: try ConsoleStore.open(directory: directory), accounts: nowhere, fulfillment: nowhere, configuration: config,
+            store: try ConsoleStore.open(directory: directory), accounts: nowhere, fulfillment: nowhere, catalog: nowhere, configuration: config,
             hasher: PasswordHasher(parameters: .testing, concurrency: 1), logger: .init(label: "t"))
         #expect(console.cookie("iap_console", value: "v", maxAgeSeconds: 60).hasSuffix("; Secure"))
         #expect(console.sessionCookie == "__Host-iap_console" && console.signInCookie == "__Host-iap_console_signin", "no other host may set them")

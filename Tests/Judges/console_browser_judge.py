@@ -225,6 +225,14 @@ def main():
     driver = browser()
     try:
         sign_in(driver, url, admin["name"], admin["password"], totp(admin["totpSecret"]))
+        # The catalog: a product's prices replaced, as `iap catalog set-price` would.
+        driver.get(url + "/catalog?storefront=USA")
+        row = driver.find_element(By.XPATH, "//table[@class='catalog']//tr[td[1][normalize-space()='coins.100']]")
+        row.find_element(By.NAME, "prices").send_keys("USA:USD:1.29 DEU:EUR:1.19")
+        submit(driver, button(row, "Set prices"))
+        row = driver.find_element(By.XPATH, "//table[@class='catalog']//tr[td[1][normalize-space()='coins.100']]")
+        seen["newPrice"] = row.find_element(By.CSS_SELECTOR, "td.price").text
+        check(seen["newPrice"] == "1.29 USD", "the catalog page shows %r after setting 1.29 USD" % seen["newPrice"])
         driver.get(url + "/operators")
         form = button(driver, "Add operator").find_element(By.XPATH, "./ancestor::form")
         form.find_element(By.NAME, "name").send_keys("newbie")

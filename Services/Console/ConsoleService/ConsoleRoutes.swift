@@ -60,6 +60,21 @@ extension ConsoleService {
                 return try await self.addOperatorPosted(form, session, context)
             }
         }
+        router.get("/catalog") { request, _ in
+            try await self.signedIn(request) { session in
+                guard session.role == .admin else { return self.problem(.forbidden, "Not allowed", "The catalog is for admins.", session: session) }
+                return try await self.catalogPage(request, session)
+            }
+        }
+        router.post("/catalog") { request, context in
+            try await self.posted(request, context, acting: true) { session, form in
+                guard session.role == .admin else {
+                    try await self.audit(session, "actionRefused", request.uri.path, context)
+                    return self.problem(.forbidden, "Not allowed", "The catalog is for admins; nothing was done.", session: session)
+                }
+                return try await self.catalogPosted(request, form, session, context)
+            }
+        }
         router.get("/search") { request, _ in try await self.signedIn(request) { session in try await self.search(request, session) } }
         router.get("/customers/:id") { request, context in
             try await self.signedIn(request) { session in try await self.customerPage(context.parameters.get("id") ?? "", session) }

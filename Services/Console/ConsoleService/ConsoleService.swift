@@ -16,6 +16,7 @@ public final class ConsoleService: Sendable {
     let hasher: PasswordHasher
     let accounts: RPCClient
     let fulfillment: RPCClient
+    let catalog: RPCClient
     let configuration: ConsoleConfiguration
     let library: MustacheLibrary
     let logger: Logger
@@ -27,12 +28,13 @@ public final class ConsoleService: Sendable {
     var signInCookie: String { (configuration.secureCookies ? "__Host-" : "") + "iap_console_signin" }
 
     public init(
-        store: any ConsoleStorage, accounts: RPCClient, fulfillment: RPCClient, configuration: ConsoleConfiguration,
+        store: any ConsoleStorage, accounts: RPCClient, fulfillment: RPCClient, catalog: RPCClient, configuration: ConsoleConfiguration,
         hasher: PasswordHasher = PasswordHasher(parameters: .default, concurrency: 1, maxPending: 16), logger: Logger
     ) throws {
         self.store = store
         self.accounts = accounts
         self.fulfillment = fulfillment
+        self.catalog = catalog
         self.configuration = configuration
         self.hasher = hasher
         self.logger = logger
@@ -41,7 +43,7 @@ public final class ConsoleService: Sendable {
             ("layout", ConsoleTemplates.layout), ("signIn", ConsoleTemplates.signIn), ("overview", ConsoleTemplates.overview),
             ("notFound", ConsoleTemplates.notFound), ("customer", ConsoleTemplates.customer), ("confirm", ConsoleTemplates.confirm),
             ("done", ConsoleTemplates.done), ("audit", ConsoleTemplates.audit), ("problem", ConsoleTemplates.problem),
-            ("operators", ConsoleTemplates.operators),
+            ("operators", ConsoleTemplates.operators), ("catalog", ConsoleTemplates.catalog),
         ] {
             try library.register(text, named: name)
         }
@@ -51,6 +53,7 @@ public final class ConsoleService: Sendable {
     public func close() async {
         await accounts.close()
         await fulfillment.close()
+        await catalog.close()
         await hasher.shutdown()
         try? store.close()
     }

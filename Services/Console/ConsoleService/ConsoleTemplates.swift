@@ -12,7 +12,7 @@ enum ConsoleTemplates {
         <a class="brand" href="/">IAP support console</a>
         {{#operator}}
         <form class="search" method="get" action="/search"><label>Search <input name="q" type="search" required></label><button type="submit">Find</button></form>
-        <nav>{{#isAdmin}}<a href="/audit">Audit</a> <a href="/operators">Operators</a>{{/isAdmin}}
+        <nav>{{#isAdmin}}<a href="/catalog">Catalog</a> <a href="/audit">Audit</a> <a href="/operators">Operators</a>{{/isAdmin}}
         <span class="who">{{name}} ({{role}})</span>
         <form method="post" action="/sign-out"><input type="hidden" name="csrf" value="{{csrf}}"><button type="submit">Sign out</button></form>
         <form method="post" action="/sign-out-everywhere"><input type="hidden" name="csrf" value="{{csrf}}"><button type="submit">Sign out everywhere</button></form>
@@ -164,6 +164,19 @@ enum ConsoleTemplates {
         <label>Name <input name="name" required></label>
         <label>Role <select name="role"><option>viewer</option><option>support</option><option>admin</option></select></label>
         <button type="submit">Add operator</button></form>
+        """
+
+    static let catalog = """
+        <h1>Catalog</h1>
+        <form method="get" action="/catalog" class="inline"><label>Storefront <input name="storefront" value="{{storefront}}" size="3"></label>
+        <button type="submit">Show</button></form>
+        <table class="catalog"><tr><th>Product</th><th>Type</th><th>Title</th><th>Grants</th><th>Price in {{storefront}}</th><th></th></tr>
+        {{#products}}<tr><td>{{productId}}</td><td>{{type}}</td><td>{{title}}</td><td>{{grant}}</td><td class="price">{{price}}</td><td>
+        <form method="post" action="/catalog" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="action" value="set-prices"><input type="hidden" name="productId" value="{{productId}}">
+        <label>Prices (every storefront, replaced) <input name="prices" placeholder="USA:USD:0.99 DEU:EUR:1.09" required></label><button type="submit">Set prices</button></form>
+        <form method="post" action="/catalog" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="action" value="retire"><input type="hidden" name="productId" value="{{productId}}"><button type="submit">Retire</button></form>
+        </td></tr>{{/products}}
+        </table>
         """
 
     static let problem = """

@@ -30,6 +30,8 @@ struct ConsoleServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("tls-key"), help: "PEM private key (env IAP_CONSOLE_TLS_KEY). Read once, never logged.") var tlsKey: String?
     @Option(name: .customLong("accounts-addr"), help: "accounts-service HOST:PORT, or several comma-separated (env IAP_ACCOUNTS_ADDR).")
     var accountsAddr: String?
+    @Option(name: .customLong("catalog-addr"), help: "catalog-service HOST:PORT, or several comma-separated (env IAP_CATALOG_ADDR).")
+    var catalogAddr: String?
     @Option(name: .customLong("fulfillment-addr"), help: "fulfillment-service HOST:PORT, or several comma-separated (env IAP_FULFILLMENT_ADDR).")
     var fulfillmentAddr: String?
     @Option(name: .customLong("admin-token"), help: "fulfillment's admin token (env IAP_ADMIN_TOKEN).") var adminToken: String?
@@ -73,6 +75,7 @@ struct ConsoleServiceCommand: AsyncParsableCommand {
         let console = try ConsoleService(
             store: store, accounts: try RPCClient(address: SuiteService.accounts.address(flag: accountsAddr), configuration: clients),
             fulfillment: try RPCClient(address: SuiteService.fulfillment.address(flag: fulfillmentAddr), configuration: clients),
+            catalog: try RPCClient(address: SuiteService.catalog.address(flag: catalogAddr), configuration: clients),
             configuration: config, logger: logger)
         let tls = try certFile.map { cert -> TLSConfiguration in
             var tls = TLSConfiguration.makeServerConfiguration(
