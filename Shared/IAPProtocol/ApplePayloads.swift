@@ -96,7 +96,8 @@ public struct AppleTransaction: Sendable, Equatable {
         self.revocationDateMs = payload["revocationDate"]?.millisecondsValue
         self.appAccountToken = payload["appAccountToken"]?.stringValue?.lowercased()
         self.environment = payload["environment"]?.stringValue
-        if let price = payload["price"]?.intValue, price >= 0, let currency = payload["currency"]?.stringValue,
+        // At most a billion units of any currency: anything larger is not a price, and sums of them stay far from overflow.
+        if let price = payload["price"]?.intValue, (0...1_000_000_000_000).contains(price), let currency = payload["currency"]?.stringValue,
             currency.utf8.count == 3, currency.utf8.allSatisfy({ $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") })
         {
             self.price = price

@@ -191,6 +191,15 @@ import Testing
             #expect(
                 try await store.dismiss(notificationUUID: "6a1f0c1e-0000-4000-8000-000000000001", reason: "again", audit: audit, nowMs: 6)
                     == .notParked(.ignored))
+            // A retry that was already running when it was dismissed applies nothing and leaves the row dismissed.
+            let refund = VerifiedPurchase(
+                environment: "Production", transactionId: "5001", originalTransactionId: "5001", productId: "coins.100", purchaseDateMs: 1,
+                cancellationDateMs: 2)
+            let late = try await store.applyNotification(
+                NotificationRulesTests.facts(.refund, "REFUND", snapshot: refund), uuid: "6a1f0c1e-0000-4000-8000-000000000001", attempts: 11,
+                owed: [], nowMs: 7)
+            #expect(late.effects.isEmpty && late.ignoredBecause == "settled meanwhile: ignored")
+            #expect(try await store.notification("6a1f0c1e-0000-4000-8000-000000000001")?.lastError == "dismissed by an operator: known bad")
             let entries = try await store.audit(accountId: "erin", limit: 10)
             #expect(entries.map(\.action) == ["dismissNotification"] && entries[0].operatorName == "sam" && entries[0].transactionId == "5001")
             #expect(try await store.balance(accountId: "erin", scope: .production) == Wallet(balance: 100, owed: 0), "nothing else changed")

@@ -78,11 +78,11 @@ public final class AppStoreSimulator: Sendable {
         if let token = p.appAccountToken, UUID(uuidString: token) == nil {
             throw RPCError.invalidParams("appAccountToken must be a UUID", field: "appAccountToken", reason: "invalidValue")
         }
-        guard (p.price == nil) == (p.currency == nil), (p.price ?? 0) >= 0,
+        guard (p.price == nil) == (p.currency == nil), (0...1_000_000_000_000).contains(p.price ?? 0),
             p.currency.map({ $0.count == 3 && $0.allSatisfy { $0.isASCII && $0.isUppercase } }) ?? true
         else {
             throw RPCError.invalidParams(
-                "price (milliunits, >= 0) and currency (ISO 4217, e.g. USD) go together", field: "price", reason: "invalidValue")
+                "price (milliunits, 0 to 10^12) and currency (ISO 4217, e.g. USD) go together", field: "price", reason: "invalidValue")
         }
         let period = p.subscriptionPeriodDays ?? Self.defaultPeriodDays
         guard (1...366).contains(period) else {

@@ -41,6 +41,7 @@ extension ConsoleService {
         let productId = form["productId"] ?? ""
         guard (1...200).contains(productId.utf8.count) else { return problem(.badRequest, "Not done", "no product id", session: session) }
         let admin = configuration.adminToken
+        let message: String
         do {
             switch form["action"] {
             case "set-prices":
@@ -56,11 +57,11 @@ extension ConsoleService {
                 _ = try await catalog.call(CatalogSetPrices.self, .init(adminToken: admin, productId: productId, prices: entries))
                 let detail = entries.map { "\($0.storefront):\($0.currency):\($0.amount)" }.joined(separator: " ")
                 try await audit(session, "setPrices", "\(productId): \(detail)", context)
-                return try await catalogPage(request, session, message: "\(productId): prices now \(detail).")
+                message = "\(productId): prices now \(detail)."
             case "retire":
                 _ = try await catalog.call(CatalogRetireProduct.self, .init(adminToken: admin, productId: productId))
                 try await audit(session, "retireProduct", productId, context)
-                return try await catalogPage(request, session, message: "\(productId) is retired: no longer listed, still honoured.")
+                message = "\(productId) is retired: no longer listed, still honoured."
             default:
                 return problem(.badRequest, "Not done", "unknown action", session: session)
             }
@@ -68,5 +69,7 @@ extension ConsoleService {
             try await audit(session, "catalogRefused", "\(productId): \(error.message)", context)
             return problem(.conflict, "Not done", error.message, session: session)
         }
+        // Done: the page read again after the change, outside the catch (a failed read is not a refused change).
+        return try await catalogPage(request, session, message: message)
     }
 }

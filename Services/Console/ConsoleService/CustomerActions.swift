@@ -189,6 +189,9 @@ extension ConsoleService {
                 let answer = try await fulfillment.call(
                     FulfillmentGrantOrder.self,
                     .init(adminToken: admin, orderId: action.orderId, username: account.username, reason: action.reason, operatorName: who))
+                guard answer.accountId == accountId else {
+                    return problem(.conflict, "Done elsewhere", "the order went to account \(answer.accountId), not this one", session: session)
+                }
                 outcome =
                     "Order \(answer.orderId): "
                     + answer.results.map { "\($0.transactionId) \($0.productId) \($0.outcome.rawValue)" }.joined(separator: ", ")

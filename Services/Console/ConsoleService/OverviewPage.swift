@@ -13,9 +13,10 @@ extension ConsoleService {
         for (i, day) in o.days.enumerated() {
             for amount in day.revenue {
                 var entry = currencies[amount.currency] ?? (0, 0, Array(repeating: 0, count: o.days.count))
-                entry.month += amount.milliunits
-                entry.daily[i] += amount.milliunits
-                if i == o.days.count - 1 { entry.today += amount.milliunits }
+                // Saturating: a sum past Int64 (not a real day's revenue) must not stop the page.
+                entry.month = Self.add(entry.month, amount.milliunits)
+                entry.daily[i] = Self.add(entry.daily[i], amount.milliunits)
+                if i == o.days.count - 1 { entry.today = Self.add(entry.today, amount.milliunits) }
                 currencies[amount.currency] = entry
             }
         }
@@ -42,9 +43,14 @@ extension ConsoleService {
         return page("overview", title: "Overview", data, session: session)
     }
 
+    static func add(_ a: Int64, _ b: Int64) -> Int64 {
+        let (sum, overflow) = a.addingReportingOverflow(b)
+        return overflow ? (b > 0 ? .max : .min) : sum
+    }
+
     /// Milliunits as units with two decimals (Apple's prices are whole milliunits of the currency).
     static func money(_ milliunits: Int64) -> String {
-        let cents = (milliunits + (milliunits >= 0 ? 5 : -5)) / 10
+        let cents = add(milliunits, milliunits >= 0 ? 5 : -5) / 10
         let whole = cents / 100, part = abs(cents % 100)
         return "\(whole).\(part < 10 ? "0" : "")\(part)"
     }

@@ -46,6 +46,7 @@ public struct CustomerDesk: FulfillmentPart {
         try SupportDesk.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
         try SupportDesk.checkOperator(p.operatorName)
         let token = try internalToken("signing customers out")
+        _ = try await dependencies.consumptionProfile(accountId: p.accountId, internalToken: token)  // unknownAccount when there is none
         let ended = try await dependencies.revokeSessions(accountId: p.accountId, internalToken: token)
         try await service.support.audit(
             "signOutCustomer", accountId: p.accountId, transactionId: nil, reason: "\(ended) sessions ended: \(p.reason)", token: p.adminToken,

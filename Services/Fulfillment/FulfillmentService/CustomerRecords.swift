@@ -60,14 +60,15 @@ struct CustomerRecords {
         return try FulfillmentQueries(s).ledger(holder, after: from - 1, limit: limit).reversed()
     }
 
-    /// The notifications recorded about the account's purchases, newest first.
+    /// The notifications recorded about the purchases the account holds now (after a transfer, the new owner's), newest
+    /// first.
     func notifications(_ accountId: String, limit: Int) throws -> [CustomerNotification] {
         try s.rows(
             """
             SELECT notification_uuid, notification_type, subtype, state, attempts, received_at_ms, next_attempt_at_ms, last_error,
                 processed_at_ms, original_transaction_id
             FROM notification_inbox WHERE original_transaction_id IN
-                (SELECT original_transaction_id FROM processed_transaction WHERE account_id = ?1)
+                (SELECT original_transaction_id FROM ownership WHERE account_id = ?1)
             ORDER BY received_at_ms DESC, notification_uuid LIMIT ?2
             """, accountId, limit
         ).map { row in

@@ -63,6 +63,12 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         -> NotificationRules.Decision
     {
         try await write { s in
+            // Settled meanwhile (an operator dismissed it while a retry ran): nothing is applied, the row stays as it is.
+            if let state: String = try s.value("SELECT state FROM notification_inbox WHERE notification_uuid = ?1", uuid),
+                !["pending", "parked"].contains(state)
+            {
+                return NotificationRules.Decision(effects: [], ignoredBecause: "settled meanwhile: \(state)")
+            }
             let tx = FulfillmentRecords(s)
             let decision = NotificationRules.decide(facts, stored: try tx.stored(for: facts))
             for effect in decision.effects { try tx.apply(effect, owed: owed, nowMs: nowMs) }

@@ -310,6 +310,8 @@ extension FulfillmentStore {
                     ALTER TABLE processed_transaction ADD COLUMN price INTEGER CHECK (price >= 0);
                     ALTER TABLE processed_transaction ADD COLUMN currency TEXT CHECK (length(currency) = 3);
                     CREATE INDEX processed_by_purchase_date ON processed_transaction (purchase_date_ms);
+                    CREATE INDEX processed_by_processed_at ON processed_transaction (processed_at_ms);
+                    CREATE INDEX processed_by_revoked_at ON processed_transaction (revoked_at_ms) WHERE revoked_at_ms IS NOT NULL;
                     """)
         }
         return m

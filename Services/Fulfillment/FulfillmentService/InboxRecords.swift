@@ -71,7 +71,7 @@ struct InboxRecords {
             """
             UPDATE notification_inbox SET state = ?1, attempts = ?2, next_attempt_at_ms = ?3, last_error = ?4,
                 processed_at_ms = COALESCE(?5, processed_at_ms)
-            WHERE notification_uuid = ?6
+            WHERE notification_uuid = ?6 AND state IN ('pending', 'parked')
             """, state.rawValue, attempts, nextAttemptAtMs, lastError, processedAtMs, uuid)
     }
 

@@ -47,8 +47,8 @@ struct OverviewRecords {
             try s.value(
                 """
                 SELECT COUNT(*) FROM entitlement e WHERE e.scope = 'Production' AND e.revoked_at_ms IS NULL AND e.expires_at_ms > ?1
-                AND EXISTS (SELECT 1 FROM processed_transaction p WHERE p.original_transaction_id = e.original_transaction_id
-                            AND p.grant_kind = 'subscription')
+                AND EXISTS (SELECT 1 FROM processed_transaction p WHERE p.environment = e.environment
+                            AND p.original_transaction_id = e.original_transaction_id AND p.grant_kind = 'subscription')
                 """, nowMs) ?? 0
         let parked: Int64 = try s.value("SELECT COUNT(*) FROM notification_inbox WHERE state = 'parked'") ?? 0
         let waiting: Int64 = try s.value("SELECT COUNT(*) FROM outbox WHERE kind != 'webhook'") ?? 0
