@@ -5,15 +5,8 @@ import JSONRPC
 
 /// Internal: an account by its id (the support console shows who a customer is).
 public enum AccountsGetAccount: RPCMethod {
-    public struct Params: Codable, Sendable, Equatable {
-        public var accountId: String
-        /// The suite's internal service token.
-        public var internalToken: String
-        public init(accountId: String, internalToken: String) {
-            self.accountId = accountId
-            self.internalToken = internalToken
-        }
-    }
+    /// `{accountId, internalToken}`.
+    public typealias Params = AccountsConsumptionProfile.Params
     public struct Result: Codable, Sendable, Equatable {
         public var accountId: String
         public var username: String
@@ -203,15 +196,8 @@ public enum FulfillmentAdjustCoins: RPCMethod {
 
 /// Internal: ends every session of an account (support signs a customer out of all devices).
 public enum AccountsRevokeSessions: RPCMethod {
-    public struct Params: Codable, Sendable, Equatable {
-        public var accountId: String
-        /// The suite's internal service token.
-        public var internalToken: String
-        public init(accountId: String, internalToken: String) {
-            self.accountId = accountId
-            self.internalToken = internalToken
-        }
-    }
+    /// `{accountId, internalToken}`.
+    public typealias Params = AccountsConsumptionProfile.Params
     public struct Result: Codable, Sendable, Equatable {
         /// How many sessions ended.
         public var ended: Int

@@ -51,6 +51,16 @@ public struct LoginThrottlePolicy: Sendable {
         return s.failures == 0 && s.lockedUntilMs == 0 ? nil : s
     }
 
+    /// One attempt at every key, given their stored states: how long to wait (0: admitted, the attempt counted as a failure
+    /// on every key until a success gives it back), and the states to store when admitted.
+    public func admitting(_ states: [(key: String, state: ThrottleState?)], nowMs: Int64) -> (
+        waitMs: Int64, next: [(key: String, state: ThrottleState)]
+    ) {
+        let wait = states.map { retryAfterMs($0.state, nowMs: nowMs) }.max() ?? 0
+        guard wait == 0 else { return (wait, []) }
+        return (0, states.map { ($0.key, recordingFailure($0.state, key: $0.key, nowMs: nowMs)) })
+    }
+
     /// Milliseconds until `state` allows another attempt (0: allowed now).
     public func retryAfterMs(_ state: ThrottleState?, nowMs: Int64) -> Int64 {
         guard let state else { return 0 }

@@ -143,11 +143,9 @@ public final class ConsoleStore: ConsoleStorage, Sendable {
             // Counters whose window ended and whose lock passed go first: the table does not grow with every new name.
             try db.execute(
                 sql: "DELETE FROM sign_in_throttle WHERE window_start_ms < ? AND locked_until_ms <= ?", arguments: [nowMs - policy.windowMs, nowMs])
-            let states = try keys.map { try Self.throttle($0, db) }
-            let wait = states.map { policy.retryAfterMs($0, nowMs: nowMs) }.max() ?? 0
-            guard wait == 0 else { return wait }
-            for (key, state) in zip(keys, states) { try Self.save(key, policy.recordingFailure(state, key: key, nowMs: nowMs), db) }
-            return 0
+            let admission = policy.admitting(try keys.map { ($0, try Self.throttle($0, db)) }, nowMs: nowMs)
+            for (key, state) in admission.next { try Self.save(key, state, db) }
+            return admission.waitMs
         }
     }
 
