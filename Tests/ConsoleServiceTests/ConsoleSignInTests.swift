@@ -147,6 +147,26 @@ import Testing
         }
     }
 
+    @Test(arguments: engines) func aNewRoleOrRemovalEndsTheOperatorsSessions(engine: Engine) async throws {
+        try await Self.harness(engine) { h in
+            guard case .signedIn(let token) = try await h.console.signIn(username: "sam", password: h.password, code: h.code(), address: nil)
+            else { Issue.record("not signed in"); return }
+            #expect(try await h.console.session(token: token)?.role == .support)
+            #expect(try await h.store.setRole("sam", role: .viewer))
+            #expect(try await h.console.session(token: token) == nil, "the old role's session ended")
+            h.clock.advance(ms: 30_000)
+            guard case .signedIn(let again) = try await h.console.signIn(username: "sam", password: h.password, code: h.code(), address: nil)
+            else { Issue.record("not signed in again"); return }
+            #expect(try await h.console.session(token: again)?.role == .viewer)
+            #expect(try await h.store.removeOperator("sam"))
+            #expect(try await h.console.session(token: again) == nil)
+            h.clock.advance(ms: 30_000)
+            #expect(try await h.console.signIn(username: "sam", password: h.password, code: h.code(), address: nil) == .refused)
+            #expect(try await h.store.removeOperator("sam") == false)
+            #expect(try await h.store.setRole("sam", role: .admin) == false)
+        }
+    }
+
     @Test func cookiesAreHttpOnlyStrictAndSecureOverTLS() async throws {
         try await Self.harness { h in
             let plain = h.console.cookie("iap_console", value: "v", maxAgeSeconds: 60)

@@ -29,7 +29,7 @@ from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 failures = []
 seen = {}
@@ -239,11 +239,17 @@ def main():
         form.find_element(By.NAME, "name").send_keys("newbie")
         submit(driver, button(form, "Add operator"))
         password, secret = text(driver, "#new-password"), text(driver, "#new-secret")
+        # Its role changed from viewer to support; the admin's own row has no such forms.
+        row = driver.find_element(By.XPATH, "//table[@class='operators']//tr[td[1][normalize-space()='newbie']]")
+        Select(row.find_element(By.NAME, "role")).select_by_visible_text("support")
+        submit(driver, button(row, "Change role"))
+        own = driver.find_element(By.XPATH, "//table[@class='operators']//tr[td[1][normalize-space()='%s']]" % admin["name"])
+        check(own.find_elements(By.TAG_NAME, "button") == [], "an admin is offered to remove or demote themselves")
         submit(driver, button(driver, "Sign out"))
         sign_in(driver, url, "newbie", password, totp(secret))
         seen["newOperator"] = driver.find_element(By.TAG_NAME, "h1").text
         check(seen["newOperator"] == "Overview", "the new operator could not sign in with what the page showed")
-        check(text(driver, "header .who") == "newbie (viewer)", "the new operator's role is not viewer")
+        check(text(driver, "header .who") == "newbie (support)", "the new operator's role is not the one the admin set")
     finally:
         driver.quit()
 

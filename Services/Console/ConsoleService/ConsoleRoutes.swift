@@ -201,14 +201,42 @@ extension ConsoleService {
     }
 
     func operatorsPage(_ session: OperatorSession, created: [String: String]?) async throws -> Response {
-        let list = try await store.operators().map { ["name": $0.name, "role": $0.role.rawValue, "created": Self.time($0.createdAtMs)] }
+        let list = try await store.operators().map { o -> [String: Any] in
+            [
+                "name": o.name, "role": o.role.rawValue, "created": Self.time(o.createdAtMs), "csrf": session.csrfToken,
+                // An admin does not remove or demote themselves here: the console would be left without one by a slip.
+                "isSelf": o.name == session.operatorName,
+            ]
+        }
         var data: [String: Any] = ["operators": list, "csrf": session.csrfToken]
         if let created { data["created"] = created }
         return page("operators", title: "Operators", data, session: session)
     }
 
-    /// An admin adds an operator: a random password and TOTP secret, shown once on the answer page.
+    /// An admin adds an operator (a random password and TOTP secret, shown once on the answer page), changes one's role
+    /// or removes one; never their own.
     func addOperatorPosted(_ form: [String: String], _ session: OperatorSession, _ context: ConsoleRequestContext) async throws -> Response {
+        if let action = form["action"], action != "add" {
+            guard let name = form["name"].flatMap(OperatorRecord.normalized), name != session.operatorName else {
+                return problem(.badRequest, "Not done", "no such operator (and not yourself)", session: session)
+            }
+            switch action {
+            case "set-role":
+                guard let role = form["role"].flatMap(OperatorRole.init(rawValue:)) else {
+                    return problem(.badRequest, "Not done", "a role is viewer, support or admin", session: session)
+                }
+                guard try await store.setRole(name, role: role) else {
+                    return problem(.notFound, "Not done", "no operator \(name)", session: session)
+                }
+                try await audit(session, "setRole", "\(name) (\(role.rawValue)); their sessions ended", context)
+            case "remove":
+                guard try await store.removeOperator(name) else { return problem(.notFound, "Not done", "no operator \(name)", session: session) }
+                try await audit(session, "removeOperator", name, context)
+            default:
+                return problem(.badRequest, "Not done", "unknown action", session: session)
+            }
+            return try await operatorsPage(session, created: nil)
+        }
         guard let name = form["name"].flatMap(OperatorRecord.normalized), let role = form["role"].flatMap(OperatorRole.init(rawValue:)) else {
             return problem(
                 .badRequest, "Not done", "a name is 1-64 letters, digits, '.', '_', '-' or '@'; a role viewer, support or admin", session: session)

@@ -85,6 +85,23 @@ public final class ConsoleStore: ConsoleStorage, Sendable {
         try await writer.read { db in try Row.fetchAll(db, sql: "SELECT * FROM operator ORDER BY name").map(Self.record) }
     }
 
+    public func setRole(_ name: String, role: OperatorRole) async throws -> Bool {
+        try await writer.write { db in
+            try db.execute(sql: "UPDATE operator SET role = ? WHERE name = ?", arguments: [role.rawValue, name])
+            guard db.changesCount == 1 else { return false }
+            try db.execute(sql: "DELETE FROM operator_session WHERE operator_name = ?", arguments: [name])
+            return true
+        }
+    }
+
+    public func removeOperator(_ name: String) async throws -> Bool {
+        try await writer.write { db in
+            try db.execute(sql: "DELETE FROM operator_session WHERE operator_name = ?", arguments: [name])
+            try db.execute(sql: "DELETE FROM operator WHERE name = ?", arguments: [name])
+            return db.changesCount == 1
+        }
+    }
+
     static func record(_ row: Row) -> OperatorRecord {
         OperatorRecord(
             name: row["name"], role: OperatorRole(rawValue: row["role"]) ?? .viewer, passwordHash: row["password_hash"],

@@ -157,10 +157,14 @@ enum ConsoleTemplates {
         {{#created}}<div class="message" id="created"><p>Operator <strong>{{name}}</strong> ({{role}}) created. Shown once: hand these over
         in person or through a password manager.</p><p>Password <code id="new-password">{{password}}</code></p>
         <p>TOTP secret (base32, 6 digits, 30 s) <code id="new-secret">{{totpSecret}}</code></p></div>{{/created}}
-        <table class="operators"><tr><th>Name</th><th>Role</th><th>Created</th></tr>
-        {{#operators}}<tr><td>{{name}}</td><td>{{role}}</td><td>{{created}}</td></tr>{{/operators}}
+        <table class="operators"><tr><th>Name</th><th>Role</th><th>Created</th><th></th></tr>
+        {{#operators}}<tr><td>{{name}}</td><td>{{role}}</td><td>{{created}}</td><td>{{^isSelf}}
+        <form method="post" action="/operators" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="action" value="set-role"><input type="hidden" name="name" value="{{name}}">
+        <label>Role <select name="role"><option>viewer</option><option>support</option><option>admin</option></select></label><button type="submit">Change role</button></form>
+        <form method="post" action="/operators" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="action" value="remove"><input type="hidden" name="name" value="{{name}}"><button type="submit">Remove</button></form>
+        {{/isSelf}}</td></tr>{{/operators}}
         </table>
-        <form method="post" action="/operators" class="inline"><input type="hidden" name="csrf" value="{{csrf}}">
+        <form method="post" action="/operators" class="inline"><input type="hidden" name="csrf" value="{{csrf}}"><input type="hidden" name="action" value="add">
         <label>Name <input name="name" required></label>
         <label>Role <select name="role"><option>viewer</option><option>support</option><option>admin</option></select></label>
         <button type="submit">Add operator</button></form>

@@ -68,6 +68,10 @@ public protocol ConsoleStorage: Sendable {
     func operatorRecord(_ name: String) async throws -> OperatorRecord?
     /// Every operator, by name.
     func operators() async throws -> [OperatorRecord]
+    /// A new role for an operator (every session of theirs ends: the next sign-in carries the new role); false: unknown.
+    func setRole(_ name: String, role: OperatorRole) async throws -> Bool
+    /// Removes an operator and every session of theirs (their audit entries stay); false: unknown.
+    func removeOperator(_ name: String) async throws -> Bool
     /// Accepts a TOTP step for the operator only if it is later than the last one accepted (a code works once).
     func acceptTotpStep(_ name: String, step: Int64) async throws -> Bool
     /// A new session; sessions that have ended are deleted at the same time.

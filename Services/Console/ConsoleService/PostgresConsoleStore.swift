@@ -75,6 +75,21 @@ public final class PostgresConsoleStore: ConsoleStorage, Sendable {
         try await pool.read { db in try db.query("SELECT * FROM operator ORDER BY name").map(Self.record) }
     }
 
+    public func setRole(_ name: String, role: OperatorRole) async throws -> Bool {
+        try await pool.write { db in
+            guard try db.execute("UPDATE operator SET role = \(role.rawValue) WHERE name = \(name)") == 1 else { return false }
+            _ = try db.execute("DELETE FROM operator_session WHERE operator_name = \(name)")
+            return true
+        }
+    }
+
+    public func removeOperator(_ name: String) async throws -> Bool {
+        try await pool.write { db in
+            _ = try db.execute("DELETE FROM operator_session WHERE operator_name = \(name)")
+            return try db.execute("DELETE FROM operator WHERE name = \(name)") == 1
+        }
+    }
+
     static func record(_ row: PostgresRandomAccessRow) throws -> OperatorRecord {
         OperatorRecord(
             name: try row.get("name"), role: OperatorRole(rawValue: try row.get("role")) ?? .viewer,
