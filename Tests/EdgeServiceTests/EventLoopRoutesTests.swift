@@ -130,8 +130,10 @@ import Testing
             // readyz goes through Hummingbird and waits on three pings: what is pipelined behind it waits for it, so it
             // goes through Hummingbird too.
             try await connection.send(Self.get("/readyz") + Self.post(Self.list(1)) + Self.get("/healthz") + Self.post(Self.list(2)))
+            // readyz's own answer first, whatever it says: its pings have a second each, which a loaded machine (a hundred
+            // suites in parallel) sometimes misses, and what this test is about is the order of the answers.
             let ready = try await connection.next()
-            #expect(ready?.status == 200 && ready?.body.contains(#""catalog":"ok""#) == true, "\(String(describing: ready))")
+            #expect([200, 503].contains(ready?.status) && ready?.body.contains(#""catalog":"#) == true, "\(String(describing: ready))")
             #expect(Self.id(try await connection.next()) == 1)
             #expect(try await connection.next()?.body == "ok\n")
             #expect(Self.id(try await connection.next()) == 2)
