@@ -214,7 +214,8 @@ import Testing
         "fulfillment.getCustomer": ["support", "account"], "fulfillment.adjustCoins": ["support", "adjust"],
         "accounts.getAccount": ["accounts", "get"], "fulfillment.getOverview": ["support", "overview"],
         "fulfillment.signOutCustomer": ["support", "sign-out"], "fulfillment.dismissNotification": ["admin", "dismiss-notification"],
-        "accounts.revokeSessions": ["accounts", "revoke-sessions"],
+        "accounts.revokeSessions": ["accounts", "revoke-sessions"], "sim.setRealtimeURL": ["sim", "realtime-url"],
+        "sim.cancelIntent": ["sim", "cancel-intent"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

@@ -487,6 +487,11 @@ public final class AppStoreSimulator: Sendable {
         r.registerBlocking(SimRefundDecision.self) { p, _ in try self.refundDecision(p) }
         r.registerBlocking(SimLifecycleEvent.self) { p, _ in try self.lifecycleEvent(p) }
         r.registerBlocking(SimNotify.self) { p, _ in try self.notify(p) }
+        r.registerBlocking(SimSetRealtimeURL.self) { p, _ in
+            try self.setRealtimeURL(p)
+            return EmptyResult()
+        }
+        r.register(SimCancelIntent.self) { p, _ in try await self.cancelIntent(p) }
         r.registerImmediate(SimSetNotificationFault.self) { p, _ in
             try self.courier.setFault(p)
             return EmptyResult()

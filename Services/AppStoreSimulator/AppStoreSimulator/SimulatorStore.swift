@@ -175,6 +175,10 @@ final class SimulatorStore: Sendable {
             // What each transaction was paid, as Apple's JWS carries it (`price` in milliunits, `currency`).
             try db.execute(sql: "ALTER TABLE simTransaction ADD COLUMN price INTEGER; ALTER TABLE simTransaction ADD COLUMN currency TEXT")
         }
+        m.registerMigration("v13-realtime-url") { db in
+            // Retention Messaging: where each environment's realtime requests go (Apple's Configure Realtime URL).
+            try db.execute(sql: "CREATE TABLE simRealtimeURL (environment TEXT PRIMARY KEY NOT NULL, url TEXT NOT NULL) WITHOUT ROWID")
+        }
         try m.migrate(writer)
     }
 
