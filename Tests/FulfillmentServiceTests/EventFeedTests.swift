@@ -277,4 +277,36 @@ import Testing
             #expect(seen.map(\.accountId) == ["slow", "quick"], "the slow transaction's event comes first: it is older")
         }
     }
+
+    /// An endpoint gets what commits after it was added, even while another transaction holds the feed's horizon back
+    /// (PostgreSQL): its start is the last event committed, not the last one readers may pass yet.
+    @Test(.enabled(if: TestPostgres.isAvailable))
+    func anEndpointAddedWhileTheHorizonIsHeldBackGetsNothingFromBefore() async throws {
+        try await StoreEngine.postgres.open().with { db in
+            guard let store = db.first as? PostgresFulfillmentStore else { return }
+            let release = DispatchSemaphore(value: 0)
+            let (held, heldSignal) = AsyncStream<Void>.makeStream()
+            let holder = Task.detached {
+                try await store.write(locking: []) { s in
+                    _ = try s.execute("SELECT pg_current_xact_id()", arguments: [])  // takes an xid: the horizon stays before it
+                    heldSignal.yield()
+                    release.wait()  // holds the transaction open (a pool thread), as a slow commit would
+                }
+            }
+            for await _ in held { break }
+            _ = try await store.apply([coins("6100001")], accountId: "before", appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 2)
+            let hook = WebhookRecord(
+                id: "wh-late", url: "http://10.0.0.1/", types: nil, environments: nil, allowPrivateAddress: true, secret: WebhookSender.newSecret(),
+                state: "active", createdAtMs: 0, dispatched: .start)
+            #expect(try await store.addWebhook(hook, maxEndpoints: 20))
+            _ = try await store.apply([coins("6100002")], accountId: "after", appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 3)
+            release.signal()
+            try await holder.value
+            try await Self.settled(store)
+            let endpoint = try #require(try await store.webhook("wh-late"))
+            #expect(try await store.dispatchEvents(to: endpoint, limit: 100, nowMs: 4) == 1, "only the event committed after the add")
+            let owed = try await store.dueWebhookItems(endpointId: "wh-late", nowMs: 4, limit: 10, leaseMs: 60_000).map(\.key)
+            #expect(owed == ["wh-late after"], "\(owed)")
+        }
+    }
 }
