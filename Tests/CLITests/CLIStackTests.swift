@@ -251,7 +251,16 @@ import Testing
             #expect(try await iap("catalog", "upsert", productFile.path).status == 0)
             #expect(try await iap("catalog", "get", "coins.5000", "--json").decode(CatalogGetProducts.Result.self).products.count == 1)
 
-            let bought = try await iap("sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--json").decode(SimPurchase.Result.self)
+            let bought = try await iap("sim", "buy", "coins.100", "--apple-id", "carol@icloud", "--price", "1.29", "--currency", "EUR", "--json")
+                .decode(SimPurchase.Result.self)
+            let claims = try #require(bought.signedTransaction.split(separator: ".").dropFirst().first)
+            let decoded = try #require(
+                Data(
+                    base64Encoded: claims.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+                        .padding(toLength: (claims.count + 3) / 4 * 4, withPad: "=", startingAt: 0)))
+            let json = String(decoding: decoded, as: UTF8.self)
+            #expect(json.contains(#""price":1290"#) && json.contains(#""currency":"EUR""#), "the price in milliunits, as Apple's: \(json)")
+            #expect(try await iap("sim", "buy", "coins.100", "--price", "1.29").status == 64, "--price needs --currency")
             let valid = try await iap("verify", "transaction", bought.signedTransaction)
             #expect(valid.status == 0 && valid.stdout.contains("VALID") && valid.stdout.contains(bought.transactionId), "\(valid.stdout)")
             #expect(try await iap("verify", "transaction", "not.a.jws").status == 1)

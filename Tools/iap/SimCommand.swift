@@ -51,8 +51,21 @@ struct SimCommand: AsyncParsableCommand {
         @Option(
             help: "A signed promotional offer: the JSON `iap offers sign --json` prints (a file, - for standard input, or the JSON itself).")
         var offer: String?
+        @Option(help: "What the customer paid, e.g. 0.99 with --currency USD: into the signed transaction as Apple's price (milliunits).")
+        var price: String?
+        @Option(help: "ISO 4217 currency of --price, e.g. USD.") var currency: String?
+
+        func validate() throws {
+            guard (price == nil) == (currency == nil) else { throw ValidationError("--price and --currency go together") }
+            if let price, Decimal(string: price, locale: Locale(identifier: "en_US_POSIX")).map({ $0 >= 0 }) != true {
+                throw ValidationError("--price is a decimal amount such as 0.99")
+            }
+        }
 
         func run() async throws {
+            let milliunits = price.flatMap { Decimal(string: $0, locale: Locale(identifier: "en_US_POSIX")) }.map {
+                NSDecimalNumber(decimal: $0 * 1000).int64Value
+            }
             guard let productType = ProductType(rawValue: type) else {
                 throw ValidationError("--type must be consumable, nonConsumable, autoRenewable or nonRenewing")
             }
@@ -72,7 +85,7 @@ struct SimCommand: AsyncParsableCommand {
                     appleId: common.appleId, bundleId: common.bundleId, productId: productId,
                     productType: productType, quantity: quantity,
                     deviceIdentifier: deviceIdentifier, appAccountToken: appAccountToken,
-                    environment: common.simEnvironment, offer: promotional),
+                    environment: common.simEnvironment, offer: promotional, price: milliunits, currency: currency),
                 common
             ) {
                 "bought \(productId) (\($0.environment)): transaction \($0.transactionId) (original \($0.originalTransactionId))"
