@@ -82,12 +82,15 @@ final class BenchReceiver: Sendable {
 
 /// The admin token as the CLI resolves it.
 struct AdminTokenOptions: ParsableArguments {
-    @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).") var adminToken: String?
+    @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else $IAP_DATA_DIR/admin-token, else data/admin-token).")
+    var adminToken: String?
     var resolved: String {
         get throws {
+            let environment = ProcessInfo.processInfo.environment
+            let file = (environment["IAP_DATA_DIR"] ?? "data") + "/admin-token"
             guard
-                let token = adminToken ?? ProcessInfo.processInfo.environment["IAP_ADMIN_TOKEN"]
-                    ?? (try? String(contentsOfFile: "data/admin-token", encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+                let token = adminToken ?? environment["IAP_ADMIN_TOKEN"]
+                    ?? (try? String(contentsOfFile: file, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
             else { throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN") }
             return token
         }

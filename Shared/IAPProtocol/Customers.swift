@@ -248,3 +248,14 @@ public enum FulfillmentDismissNotification: RPCMethod {
     public static let access = RPCAccess.admin
     public static let summary = "Support: set a parked notification aside (ignored, with the reason); audited."
 }
+
+/// A support operator's name as it travels into fulfillment's audit log (`operatorName`) and as the console keeps it:
+/// 1-64 letters, digits, `.`, `_`, `-`, `@`.
+public enum OperatorName {
+    public static func isValid(_ name: String) -> Bool {
+        (1...64).contains(name.utf8.count)
+            && name.utf8.allSatisfy { c in
+                (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || [0x2E, 0x5F, 0x2D, 0x40].contains(c)
+            }
+    }
+}

@@ -242,3 +242,13 @@ import Testing
         #expect(ConsoleService.barChart("t", [0, 0], labels: []).contains(">0</text>"), "all zeros: 0 beside the axis, no bar drawn tall")
     }
 }
+
+/// The edge takes the same loopback rule: a host name that starts with "127." is not loopback.
+@Suite struct EdgeLoopbackTests {
+    @Test func theEdgeRefusesPlainHTTPOnANameThatOnlyLooksLikeLoopback() async throws {
+        #expect(Loopback.contains("127.0.0.1") && Loopback.contains("::1") && Loopback.contains("localhost"))
+        #expect(!Loopback.contains("127.evil.example") && !Loopback.contains("127.0.0.1.nip.io") && !Loopback.contains("0.0.0.0"))
+        let refused = try await BuiltExecutables.run("edge-service", ["--host", "127.evil.example", "--port", "0"])
+        #expect(refused.status != 0 && refused.stderr.contains("not a loopback address"), "\(refused.stderr)")
+    }
+}

@@ -1,6 +1,7 @@
 import Foundation
 import FulfillmentService
 import IAPProtocol
+import JSONRPC
 import Testing
 
 /// What the support console reads and writes about one customer, on both engines: coin adjustments (one ledger row of
@@ -198,11 +199,34 @@ import Testing
             let late = try await store.applyNotification(
                 NotificationRulesTests.facts(.refund, "REFUND", snapshot: refund), uuid: "6a1f0c1e-0000-4000-8000-000000000001", attempts: 11,
                 owed: [], nowMs: 7)
-            #expect(late.effects.isEmpty && late.ignoredBecause == "settled meanwhile: ignored")
+            #expect(late.effects.isEmpty && late.ignoredBecause == "settled meanwhile")
             #expect(try await store.notification("6a1f0c1e-0000-4000-8000-000000000001")?.lastError == "dismissed by an operator: known bad")
             let entries = try await store.audit(accountId: "erin", limit: 10)
             #expect(entries.map(\.action) == ["dismissNotification"] && entries[0].operatorName == "sam" && entries[0].transactionId == "5001")
             #expect(try await store.balance(accountId: "erin", scope: .production) == Wallet(balance: 100, owed: 0), "nothing else changed")
         }
+    }
+}
+
+/// A signed transaction's price is kept only when it is one: a whole number of milliunits from 0 to 10^12, with an ISO
+/// 4217 currency (three upper-case letters); anything else is unpriced, never zero.
+@Suite struct PriceParsingTests {
+    static func price(_ price: JSONValue?, _ currency: JSONValue?) -> (Int64?, String?) {
+        var fields: [String: JSONValue] = ["transactionId": .string("1"), "productId": .string("coins.100")]
+        if let price { fields["price"] = price }
+        if let currency { fields["currency"] = currency }
+        let t = AppleTransaction(.object(fields))
+        return (t?.price, t?.currency)
+    }
+
+    @Test func onlyARealPriceWithARealCurrencyIsKept() {
+        #expect(Self.price(.int(990), .string("USD")) == (990, "USD"))
+        #expect(Self.price(.int(0), .string("EUR")) == (0, "EUR"), "a free offer period is priced zero")
+        #expect(Self.price(.int(1_000_000_000_001), .string("USD")) == (nil, nil))
+        #expect(Self.price(.int(-1), .string("USD")) == (nil, nil))
+        #expect(Self.price(.int(990), .string("usd")) == (nil, nil))
+        #expect(Self.price(.int(990), .string("US")) == (nil, nil))
+        #expect(Self.price(.int(990), nil) == (nil, nil))
+        #expect(Self.price(nil, .string("USD")) == (nil, nil))
     }
 }

@@ -92,6 +92,8 @@ import Testing
             }
             #expect(outcomes.filter { $0 == "added" }.count == 2 && outcomes.filter { $0 == "tooManyWebhooks" }.count == 4, "\(outcomes)")
             #expect(try await suite.fulfillment.call(FulfillmentListWebhooks.self, .init(adminToken: Self.admin)).webhooks.count == 2)
+            let audited = try await suite.fulfillment.call(FulfillmentListAudit.self, .init(adminToken: Self.admin, limit: 50))
+            #expect(audited.entries.filter { $0.action == "addWebhook" }.count == 2, "a refused add leaves no audit entry")
         }
     }
 

@@ -27,14 +27,7 @@ public struct ConsoleConfiguration: Sendable {
 
     /// Plain HTTP is for loopback only: anywhere else the console's cookies and passwords would cross a network in clear.
     public static func checkBind(host: String, tls: Bool) throws {
-        guard tls || isLoopback(host) else { throw PlainHTTPRefused(host: host) }
-    }
-
-    /// `localhost`, `::1`, or an IPv4 address in 127.0.0.0/8 written as four numbers (not a name that starts with "127.").
-    static func isLoopback(_ host: String) -> Bool {
-        if ["localhost", "::1"].contains(host) { return true }
-        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
-        return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { p in p.count <= 3 && UInt8(p) != nil }
+        guard tls || Loopback.contains(host) else { throw PlainHTTPRefused(host: host) }
     }
 
     public struct PlainHTTPRefused: Error, CustomStringConvertible {

@@ -1,5 +1,6 @@
 import AccountsService
 import Foundation
+import IAPProtocol
 
 /// What an operator may do: viewers read, support also acts on customers, admins also manage operators and the catalog.
 public enum OperatorRole: String, Sendable, CaseIterable, Codable {
@@ -29,10 +30,7 @@ public struct OperatorRecord: Sendable, Equatable {
 
     /// Operator names: 1-64 letters, digits, `.`, `_`, `-`, `@` (what fulfillment's audit log accepts), kept lower case.
     public static func normalized(_ name: String) -> String? {
-        let allowed = name.utf8.allSatisfy { c in
-            (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || [0x2E, 0x5F, 0x2D, 0x40].contains(c)
-        }
-        guard (1...64).contains(name.utf8.count), allowed else { return nil }
+        guard OperatorName.isValid(name) else { return nil }
         return name.lowercased()
     }
 }

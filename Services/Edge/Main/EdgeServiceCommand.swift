@@ -86,8 +86,7 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         guard requestsPerSecond > 0, burst >= 1 else { throw ValidationError("--requests-per-second must be > 0 and --burst >= 1") }
         guard maxConnectionsPerAddress >= 1 else { throw ValidationError("--max-connections-per-address must be >= 1") }
         if certFile != nil { return }
-        let loopback = ["127.0.0.1", "::1", "localhost"].contains(resolvedHost) || resolvedHost.hasPrefix("127.")
-        if !loopback && !allowPlainHTTP {
+        if !Loopback.contains(resolvedHost) && !allowPlainHTTP {
             throw ValidationError(
                 """
                 \(resolvedHost) is not a loopback address and this edge serves plain HTTP: put it behind a TLS-terminating \

@@ -48,16 +48,12 @@ struct CustomerRecords {
 
     /// The holder's ledger rows, newest first, at most `limit`.
     func newestLedger(_ holder: Holder, limit: Int) throws -> [LedgerEntry] {
-        let newest = try s.row(
-            "SELECT COALESCE(MAX(id), 0) AS id FROM ledger WHERE account_id = ?1 AND scope = ?2", holder.accountId, holder.scope.rawValue)
-        let last: Int64 = try newest?.get("id") ?? 0
-        let first = try s.row(
+        try s.rows(
             """
-            SELECT COALESCE(MIN(id), 0) AS id FROM (SELECT id FROM ledger WHERE account_id = ?1 AND scope = ?2 ORDER BY id DESC LIMIT ?3) newest
-            """, holder.accountId, holder.scope.rawValue, limit)
-        let from: Int64 = try first?.get("id") ?? 0
-        guard last > 0 else { return [] }
-        return try FulfillmentQueries(s).ledger(holder, after: from - 1, limit: limit).reversed()
+            SELECT id, delta, balance, kind, transaction_id, memo, debt, recovered, owed, created_at_ms FROM ledger
+            WHERE account_id = ?1 AND scope = ?2 ORDER BY id DESC LIMIT ?3
+            """, holder.accountId, holder.scope.rawValue, limit
+        ).map(FulfillmentQueries.ledgerEntry)
     }
 
     /// The notifications recorded about the purchases the account holds now (after a transfer, the new owner's), newest

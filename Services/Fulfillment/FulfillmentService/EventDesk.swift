@@ -42,15 +42,15 @@ public struct EventDesk: FulfillmentPart {
         }
         let most = configuration.webhooks.maxEndpoints
         let tooMany = RPCError.conflict("at most \(most) webhook endpoints", reason: "tooManyWebhooks")
-        guard try await storeCall({ try await self.store.webhooks() }).count < most else { throw tooMany }
         let id = "wh-" + Self.randomHex(12)
         let record = WebhookRecord(
             id: id, url: p.url, types: p.types, environments: p.environments, allowPrivateAddress: allowPrivate,
             secret: WebhookSender.newSecret(), state: "active", createdAtMs: clock.nowMs, dispatched: .start)
         // Only the scheme and host: a URL's path may itself be a secret (a capability URL), and the audit log is forever.
         let origin = (URLComponents(string: p.url)?.scheme ?? "") + "://" + url.host
-        try await service.support.audit("addWebhook", transactionId: id, reason: origin, token: p.adminToken)
+        // The insert counts the endpoints itself; the audit follows it, so a refused add leaves no entry.
         guard try await storeCall({ try await self.store.addWebhook(record, maxEndpoints: most) }) else { throw tooMany }
+        try await service.support.audit("addWebhook", transactionId: id, reason: origin, token: p.adminToken)
         service.webhookWakeup.signal()
         return .init(id: id, secret: record.secret)
     }

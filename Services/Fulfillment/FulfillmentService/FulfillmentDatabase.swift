@@ -11,6 +11,9 @@ public protocol FulfillmentDatabase: Sendable {
     func write<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T
 }
 
+/// A notification no longer pending or parked when its processing committed: nothing of it is kept.
+struct SettledMeanwhile: Error {}
+
 extension FulfillmentDatabase {
     func write<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
         try await write(locking: [], body)
@@ -62,20 +65,21 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         async throws
         -> NotificationRules.Decision
     {
-        try await write { s in
-            // Settled meanwhile (an operator dismissed it while a retry ran): nothing is applied, the row stays as it is.
-            if let state: String = try s.value("SELECT state FROM notification_inbox WHERE notification_uuid = ?1", uuid),
-                !["pending", "parked"].contains(state)
-            {
-                return NotificationRules.Decision(effects: [], ignoredBecause: "settled meanwhile: \(state)")
+        do {
+            return try await write { s in
+                let tx = FulfillmentRecords(s)
+                let decision = NotificationRules.decide(facts, stored: try tx.stored(for: facts))
+                for effect in decision.effects { try tx.apply(effect, owed: owed, nowMs: nowMs) }
+                // The row's own update says whether it was still pending or parked: settled meanwhile (an operator
+                // dismissed it while this retry ran), the whole transaction, effects included, rolls back.
+                let settled = try InboxRecords(s).settle(
+                    uuid, state: decision.applied ? .applied : .ignored, attempts: attempts, nextAttemptAtMs: nowMs,
+                    lastError: decision.ignoredBecause, nowMs: nowMs)
+                guard settled == 1 else { throw SettledMeanwhile() }
+                return decision
             }
-            let tx = FulfillmentRecords(s)
-            let decision = NotificationRules.decide(facts, stored: try tx.stored(for: facts))
-            for effect in decision.effects { try tx.apply(effect, owed: owed, nowMs: nowMs) }
-            try InboxRecords(s).settle(
-                uuid, state: decision.applied ? .applied : .ignored, attempts: attempts, nextAttemptAtMs: nowMs,
-                lastError: decision.ignoredBecause, nowMs: nowMs)
-            return decision
+        } catch is SettledMeanwhile {
+            return NotificationRules.Decision(effects: [], ignoredBecause: "settled meanwhile")
         }
     }
 

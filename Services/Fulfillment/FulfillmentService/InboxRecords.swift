@@ -65,9 +65,14 @@ struct InboxRecords {
         return try s.rows(Self.entry + " WHERE i.state = ?1 \(order) LIMIT ?2", state.rawValue, limit).map(Self.inboxEntry)
     }
 
-    func settle(_ uuid: String, state: NotificationState, attempts: Int, nextAttemptAtMs: Int64, lastError: String?, nowMs: Int64) throws {
+    /// Records where a pending or parked notification ended; answers 0 when it was no longer pending or parked (an operator
+    /// dismissed it meanwhile), and changes nothing then.
+    @discardableResult
+    func settle(_ uuid: String, state: NotificationState, attempts: Int, nextAttemptAtMs: Int64, lastError: String?, nowMs: Int64) throws
+        -> Int
+    {
         let processedAtMs: Int64? = state == .applied || state == .ignored ? nowMs : nil
-        try s.run(
+        return try s.run(
             """
             UPDATE notification_inbox SET state = ?1, attempts = ?2, next_attempt_at_ms = ?3, last_error = ?4,
                 processed_at_ms = COALESCE(?5, processed_at_ms)

@@ -157,10 +157,7 @@ public struct SupportDesk: FulfillmentPart {
     /// An operator's name as the console sends it: 1-64 bytes of letters, digits and `._-@`.
     static func checkOperator(_ name: String?) throws(RPCError) {
         guard let name else { return }
-        let allowed = name.utf8.allSatisfy { c in
-            (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || [0x2E, 0x5F, 0x2D, 0x40].contains(c)
-        }
-        guard (1...64).contains(name.utf8.count), allowed else {
+        guard OperatorName.isValid(name) else {
             throw RPCError.invalidParams(
                 "operatorName must be 1-64 letters, digits, '.', '_', '-' or '@'", field: "operatorName", reason: "invalidValue")
         }
