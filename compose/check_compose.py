@@ -127,7 +127,7 @@ for name, service in services.items():
 
 # Each service gets only the tokens it checks or presents (the simulator none).
 needed_tokens = {
-    "accounts": {"IAP_INTERNAL_TOKEN"}, "catalog": {"IAP_ADMIN_TOKEN"}, "verification": {"IAP_INTERNAL_TOKEN"},
+    "accounts": {"IAP_INTERNAL_TOKEN"}, "catalog": {"IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN"}, "verification": {"IAP_INTERNAL_TOKEN"},
     "fulfillment": {"IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN"}, "edge": {"IAP_INTERNAL_TOKEN"}, "appstore-sim": set(),
     "console": {"IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN"},
 }

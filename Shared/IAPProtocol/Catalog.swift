@@ -161,11 +161,15 @@ public struct ProductDefinition: Codable, Sendable, Equatable {
     public var status: ProductStatus?
     /// Auto-renewables: the subscription offers the server signs (`fulfillment.signOffer`).
     public var offers: [SubscriptionOffer]?
+    /// Auto-renewables: what a customer about to cancel is shown (`catalog.setRetention`); never in product listings.
+    public var retention: RetentionRules?
     public init(
         productId: String, type: ProductType, referenceName: String, localizations: [String: Localization],
-        defaultLocale: String, grant: Grant, prices: [PriceEntry]? = nil, status: ProductStatus? = nil, offers: [SubscriptionOffer]? = nil
+        defaultLocale: String, grant: Grant, prices: [PriceEntry]? = nil, status: ProductStatus? = nil, offers: [SubscriptionOffer]? = nil,
+        retention: RetentionRules? = nil
     ) {
         self.offers = offers
+        self.retention = retention
         self.productId = productId
         self.type = type
         self.referenceName = referenceName

@@ -12,7 +12,7 @@ public enum ContractMethods {
     public static let catalog: [OpenRPCMethodDescription] = [
         .init(CatalogListProducts.self), .init(CatalogGetProducts.self), .init(CatalogUpsertProduct.self),
         .init(CatalogSetPrices.self), .init(CatalogRetireProduct.self), .init(CatalogImportCatalog.self),
-        .init(CatalogSetOffers.self),
+        .init(CatalogSetOffers.self), .init(CatalogSetRetention.self), .init(CatalogGetRetention.self),
     ]
     public static let verification: [OpenRPCMethodDescription] = [
         .init(VerificationVerifyReceipt.self), .init(VerificationVerifyTransaction.self),
@@ -22,6 +22,7 @@ public enum ContractMethods {
         .init(VerificationTestNotificationStatus.self), .init(VerificationSendConsumption.self), .init(VerificationSetAppAccountToken.self),
         .init(VerificationExtendRenewalDate.self), .init(VerificationFinishTransaction.self), .init(VerificationVerifyAppTransaction.self),
         .init(VerificationAppTransactionInfo.self), .init(VerificationMassExtendRenewalDate.self), .init(VerificationMassExtensionStatus.self),
+        .init(VerificationVerifyRealtimeRequest.self),
     ]
     public static let fulfillment: [OpenRPCMethodDescription] = [
         .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),
@@ -37,7 +38,7 @@ public enum ContractMethods {
         .init(FulfillmentListWebhooks.self), .init(FulfillmentPauseWebhook.self), .init(FulfillmentDeleteWebhook.self),
         .init(FulfillmentRedeliverWebhook.self), .init(FulfillmentListDeliveries.self),
         .init(FulfillmentGetCustomer.self), .init(FulfillmentAdjustCoins.self), .init(FulfillmentGetOverview.self),
-        .init(FulfillmentSignOutCustomer.self), .init(FulfillmentDismissNotification.self),
+        .init(FulfillmentSignOutCustomer.self), .init(FulfillmentDismissNotification.self), .init(FulfillmentRetentionMessage.self),
     ]
     public static let simulator: [OpenRPCMethodDescription] = [
         .init(SimTrustAnchor.self), .init(SimPurchase.self), .init(SimFinishTransaction.self), .init(SimRestore.self),

@@ -215,7 +215,9 @@ import Testing
         "accounts.getAccount": ["accounts", "get"], "fulfillment.getOverview": ["support", "overview"],
         "fulfillment.signOutCustomer": ["support", "sign-out"], "fulfillment.dismissNotification": ["admin", "dismiss-notification"],
         "accounts.revokeSessions": ["accounts", "revoke-sessions"], "sim.setRealtimeURL": ["sim", "realtime-url"],
-        "sim.cancelIntent": ["sim", "cancel-intent"],
+        "sim.cancelIntent": ["sim", "cancel-intent"], "catalog.setRetention": ["retention", "set"],
+        "catalog.getRetention": ["retention", "show"], "fulfillment.retentionMessage": ["retention", "answer"],
+        "verification.verifyRealtimeRequest": ["verify", "realtime-request"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

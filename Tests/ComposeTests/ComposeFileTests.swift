@@ -109,12 +109,12 @@ import Testing
     }
 
     @Test func aServiceGivenATokenItDoesNotNeedIsRefused() async throws {
-        let catalogWithInternal = try await Self.check {
+        let accountsWithAdmin = try await Self.check {
             $0.replacingOccurrences(
-                of: "      IAP_ADMIN_TOKEN: *admin-token\n    volumes: [\"catalog-data:/data\"]",
-                with: "      IAP_ADMIN_TOKEN: *admin-token\n      IAP_INTERNAL_TOKEN: *internal-token\n    volumes: [\"catalog-data:/data\"]")
+                of: "      IAP_INTERNAL_TOKEN: *internal-token\n    volumes: [\"accounts-data:/data\"]",
+                with: "      IAP_INTERNAL_TOKEN: *internal-token\n      IAP_ADMIN_TOKEN: *admin-token\n    volumes: [\"accounts-data:/data\"]")
         }
-        #expect(catalogWithInternal.status == 1 && catalogWithInternal.output.contains("catalog: given tokens"), "\(catalogWithInternal.output)")
+        #expect(accountsWithAdmin.status == 1 && accountsWithAdmin.output.contains("accounts: given tokens"), "\(accountsWithAdmin.output)")
         let scaledWithoutDatabase = try await Self.check(file: "compose.postgres.yaml") {
             $0.replacingOccurrences(of: "      IAP_DATABASE_URL: *database\n      IAP_INTERNAL_TOKEN", with: "      IAP_INTERNAL_TOKEN")
         }

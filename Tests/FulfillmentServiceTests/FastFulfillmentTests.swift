@@ -196,6 +196,12 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     }
     func accountId(transactionId: String) async throws -> String? { throw InMemoryUnsupported() }
     func overview(days: Int, nowMs: Int64) async throws -> FulfillmentGetOverview.Result { throw InMemoryUnsupported() }
+    func retentionSubscriber(originalTransactionId: String, nowMs: Int64) async throws -> (holder: Holder, facts: RetentionFacts)? {
+        throw InMemoryUnsupported()
+    }
+    func retentionOffersGiven(customerKey: String) async throws -> Set<String> { throw InMemoryUnsupported() }
+    func retentionAnswer(requestIdentifier: String) async throws -> StoredRetentionAnswer? { throw InMemoryUnsupported() }
+    func recordRetentionAnswer(_ answer: RetentionAnswerRecord) async throws -> Bool { throw InMemoryUnsupported() }
     func dismiss(notificationUUID: String, reason: String, audit: AuditFacts, nowMs: Int64) async throws -> DismissOutcome {
         throw InMemoryUnsupported()
     }
@@ -347,6 +353,12 @@ struct FakeDependencies: FulfillmentDependencies {
         throw RPCError.unavailable("not in the fast tests")
     }
     func massExtensionStatus(_ params: VerificationMassExtensionStatus.Params) async throws(RPCError) -> MassExtensionStatus {
+        throw RPCError.unavailable("not in the fast tests")
+    }
+    func verifyRealtimeRequest(_ payload: String) async throws(RPCError) -> VerificationVerifyRealtimeRequest.Result {
+        throw RPCError.unavailable("not in the fast tests")
+    }
+    func retention(productId: String, internalToken: String) async throws(RPCError) -> CatalogGetRetention.Result {
         throw RPCError.unavailable("not in the fast tests")
     }
     /// Apple takes every answer but for `refused...` transactions (a 400 with Apple's code) and `old-verification...` ones

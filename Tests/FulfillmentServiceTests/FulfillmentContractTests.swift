@@ -60,6 +60,12 @@ import Testing
             v["refundPayload"] = .string(refund.signedPayload!)
             v["internalToken"] = .string(SuiteFixture.internalToken)
 
+            // retentionMessage: a subscriber's realtime request as the simulated App Store signs it (no URL set: not sent).
+            let leaving = try await suite.buy("retention@icloud", "sub.premium")
+            let intent = try await suite.simulator.call(
+                SimCancelIntent.self, .init(appleId: "retention@icloud", originalTransactionId: leaving.originalTransactionId, locale: "en-US"))
+            v["realtimePayload"] = .string(intent.signedPayload)
+
             // revokeTransaction: a redeemed coin purchase.
             let revoked = try await suite.register("contract-revoke")
             let revokeCoins = try await suite.buy("revoke@icloud", "coins.100")

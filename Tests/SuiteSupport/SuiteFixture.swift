@@ -152,6 +152,7 @@ public final class SuiteFixture: Sendable {
 
         var catalogConfig = CatalogConfiguration()
         catalogConfig.adminToken = adminToken
+        catalogConfig.internalToken = internalToken
         let catalogStore: any CatalogStorage =
             databaseURL == nil
             ? try CatalogStore.open(directory: dir.appendingPathComponent("catalog"))
@@ -194,6 +195,8 @@ public final class SuiteFixture: Sendable {
                 verifier: SignedPayloadVerifier(roots: verificationConfig.signedPayloadRoots + verificationConfig.extraRoots),
                 configuration: apiConfig) : nil
         verificationConfig.internalToken = internalToken
+        // The simulated App Store's app Apple ID: its Production retention requests name it.
+        verificationConfig.appAppleId = 1_234_567_890
         let verificationRouter = VerificationService(configuration: verificationConfig, logger: quiet).router()
         let verificationPort = try await serve("verification", verificationRouter)
         // Accounts checks the app transactions apps link with this verification service, over TCP as deployed.

@@ -24,6 +24,11 @@ extension CatalogService {
             try await self.setOffers(p)
             return EmptyResult()
         }
+        r.register(CatalogSetRetention.self) { p, _ in
+            try await self.setRetention(p)
+            return EmptyResult()
+        }
+        r.register(CatalogGetRetention.self) { p, _ in try await self.getRetention(p) }
         r.register(CatalogImportCatalog.self) { p, _ in .init(imported: try await self.importCatalog(p)) }
         return r
     }

@@ -9,6 +9,8 @@ import ServiceSupport
 public struct CatalogConfiguration: Sendable {
     /// Admin token for upsert/setPrices/retire/import; admin methods refuse every call when nil.
     public var adminToken: String?
+    /// The suite's internal token: `catalog.getRetention` (fulfillment's retention answers) refuses every call without it.
+    public var internalToken: String?
     /// Storefront used when a request names none.
     public var defaultStorefront = "USA"
     public var priceCache = PriceCache.Settings()
@@ -25,12 +27,12 @@ public struct CatalogConfiguration: Sendable {
 /// revision, price-table version, storefront and locale, then served as pre-encoded bytes with an
 /// etag derived from their content.
 public final class CatalogService: Sendable {
-    private let store: any CatalogStorage
+    let store: any CatalogStorage
     private let prices: PriceCache
     private let source: any PriceSource
-    private let configuration: CatalogConfiguration
+    let configuration: CatalogConfiguration
     private let clock: ServiceClock
-    private let logger: Logger
+    let logger: Logger
     private let state: NIOLockedValueBox<State>
 
     private struct State {
@@ -239,6 +241,8 @@ public final class CatalogService: Sendable {
         try ProductValidation.checkOffers(p.offers, type: entry.definition.type, field: "offers")
         var definition = entry.definition
         definition.offers = p.offers.isEmpty ? nil : p.offers
+        // Retention rules name offers: one still in use is not removed.
+        if let retention = definition.retention { try RetentionValidation.check(retention, product: definition, field: "offers") }
         definition.status = entry.status
         let ready = [(definition, [StoredPrice]?.none)]
         try await write { try await self.store.upsert(ready) }
@@ -255,12 +259,12 @@ public final class CatalogService: Sendable {
         RPCError.conflict("prices come from the price feed (\(source.name)); change the feed file instead", reason: "pricesFromFeed")
     }
 
-    private func checkAdmin(_ token: String) throws(RPCError) {
+    func checkAdmin(_ token: String) throws(RPCError) {
         try TokenGate.admin.check(token, configured: configuration.adminToken)
     }
 
     /// Runs a database change, then reloads the snapshot and drops cached prices and listings.
-    private func write<T: Sendable>(_ body: @Sendable () async throws -> T) async throws(RPCError) -> T {
+    func write<T: Sendable>(_ body: @Sendable () async throws -> T) async throws(RPCError) -> T {
         try await StorageCalls(logger: logger).run {
             let result = try await body()
             let snapshot = try await store.snapshot()
@@ -284,7 +288,7 @@ public final class CatalogService: Sendable {
 
     /// The in-memory catalog, re-read when another instance changed the database (checked at most
     /// once per `catalogRecheckMs`).
-    private func currentSnapshot() async throws(RPCError) -> CatalogSnapshot {
+    func currentSnapshot() async throws(RPCError) -> CatalogSnapshot {
         let now = clock.nowMs
         let (snapshot, due) = state.withLockedValue { s -> (CatalogSnapshot, Bool) in
             let due = now - s.checkedAtMs >= configuration.catalogRecheckMs

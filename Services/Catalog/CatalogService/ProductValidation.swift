@@ -29,6 +29,7 @@ public enum ProductValidation {
         try checkGrant(p.grant, type: p.type, field: "\(field).grant")
         if let prices = p.prices { try checkPrices(prices, field: "\(field).prices") }
         if let offers = p.offers { try checkOffers(offers, type: p.type, field: "\(field).offers") }
+        if let retention = p.retention { try RetentionValidation.check(retention, product: p, field: "\(field).retention") }
     }
 
     /// Offers belong to auto-renewables; ids are App Store Connect's (1-64 letters, digits, '.', '_', '-'),

@@ -20,6 +20,11 @@ struct CatalogServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("admin-token"), help: "Token for the admin methods (env IAP_ADMIN_TOKEN).")
     var adminToken: String?
 
+    @Option(
+        name: .customLong("internal-token"),
+        help: "The suite's internal token (env IAP_INTERNAL_TOKEN): catalog.getRetention, which fulfillment calls, needs it.")
+    var internalToken: String?
+
     @Option(help: "Import this catalog JSON ({\"products\": [...]}, as catalog.importCatalog) at start.")
     var seed: String?
 
@@ -41,6 +46,7 @@ struct CatalogServiceCommand: AsyncParsableCommand {
         let logger = options.logger(label: "catalog")
         var config = CatalogConfiguration()
         config.adminToken = try Environment.token(adminToken, flagName: "--admin-token", env: "IAP_ADMIN_TOKEN")
+        config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
         config.defaultStorefront = defaultStorefront
         config.priceCache.ttlMs = Int64(priceTTLSeconds) * 1000
         if config.adminToken == nil {

@@ -72,11 +72,11 @@ public struct EdgeConfiguration: Sendable {
 /// catalog and fulfillment, and Apple's notification webhook. Admin and internal methods do not exist
 /// here; the internal services stay on their private addresses.
 public final class EdgeService: Sendable {
-    private let clients: [String: RPCClient]
-    private let configuration: EdgeConfiguration
+    let clients: [String: RPCClient]
+    let configuration: EdgeConfiguration
     private let limiter: TokenBuckets
     private let webhookLimiter: TokenBuckets
-    private let logger: Logger
+    let logger: Logger
     private let publicMethods = ContractMethods.publicAtTheEdge
     private let contentFiles: ContentFiles?
     let metricsRegistry: PrometheusCollectorRegistry
@@ -503,6 +503,7 @@ public final class EdgeService: Sendable {
         router.head("v1/content/:contentId") { request, context -> Response in
             await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: true, zeroCopy: zeroCopy)
         }
+        addRetentionRoute(to: router)
         for (path, sandbox) in [("v1/notifications/appstore", false), ("v1/notifications/appstore/sandbox", true)] {
             // Through the router when `EventLoopRoutes` hands a request on (see there); the same steps as there.
             router.post(RouterPath(path)) { request, context -> Response in

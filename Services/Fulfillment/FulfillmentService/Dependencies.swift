@@ -43,6 +43,9 @@ public protocol FulfillmentDependencies: Sendable {
     func massExtendRenewalDate(_ params: VerificationMassExtendRenewalDate.Params) async throws(RPCError)
         -> VerificationMassExtendRenewalDate.Result
     /// A mass extension's status at Apple, through verification.
+    /// Retention Messaging: a Get Retention Message request verified; a subscription's rules, offers and group.
+    func verifyRealtimeRequest(_ payload: String) async throws(RPCError) -> VerificationVerifyRealtimeRequest.Result
+    func retention(productId: String, internalToken: String) async throws(RPCError) -> CatalogGetRetention.Result
     func massExtensionStatus(_ params: VerificationMassExtensionStatus.Params) async throws(RPCError) -> MassExtensionStatus
 }
 
@@ -201,6 +204,15 @@ public struct Dependencies: FulfillmentDependencies {
 
     public func massExtensionStatus(_ params: VerificationMassExtensionStatus.Params) async throws(RPCError) -> MassExtensionStatus {
         try await call("verification", verification, VerificationMassExtensionStatus.self, params, passThrough: [.notFound, .invalidParams])
+    }
+
+    public func verifyRealtimeRequest(_ payload: String) async throws(RPCError) -> VerificationVerifyRealtimeRequest.Result {
+        try await call("verification", verification, VerificationVerifyRealtimeRequest.self, .init(signedPayload: payload))
+    }
+
+    public func retention(productId: String, internalToken: String) async throws(RPCError) -> CatalogGetRetention.Result {
+        try await call(
+            "catalog", catalog, CatalogGetRetention.self, .init(internalToken: internalToken, productId: productId), passThrough: [.notFound])
     }
 
     /// Health probes of the three, for `health.check`.

@@ -36,6 +36,8 @@ extension FulfillmentService {
     public var events: EventDesk { EventDesk(service: self) }
     /// What the support console reads and does about one customer.
     public var customers: CustomerDesk { CustomerDesk(service: self) }
+    /// Apple's Retention Messaging: what a customer about to cancel is shown.
+    public var retention: RetentionDesk { RetentionDesk(service: self) }
     /// Webhook deliveries.
     public var webhookWorker: WebhookWorker { WebhookWorker(service: self) }
 }

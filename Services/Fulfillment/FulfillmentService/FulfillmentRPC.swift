@@ -39,6 +39,7 @@ extension FulfillmentService {
         r.register(FulfillmentListDeliveries.self) { p, _ in try await self.events.listDeliveries(p) }
         r.register(FulfillmentGetCustomer.self) { p, _ in try await self.customers.getCustomer(p) }
         r.register(FulfillmentAdjustCoins.self) { p, _ in try await self.customers.adjustCoins(p) }
+        r.register(FulfillmentRetentionMessage.self) { p, _ in try await self.retention.retentionMessage(p) }
         r.register(FulfillmentGetOverview.self) { p, _ in try await self.customers.getOverview(p) }
         r.register(FulfillmentSignOutCustomer.self) { p, _ in try await self.customers.signOutCustomer(p) }
         r.register(FulfillmentDismissNotification.self) { p, _ in try await self.customers.dismissNotification(p) }

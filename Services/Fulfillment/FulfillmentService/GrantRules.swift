@@ -45,7 +45,7 @@ public protocol FulfillmentTransaction {
 /// What the fulfillment service needs from storage: each write runs `GrantRules` inside one transaction
 /// of the engine (`FulfillmentStore` on SQLite; a PostgreSQL store implements the same over its own
 /// `FulfillmentTransaction`), and the reads answer from committed data.
-public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage, EventStorage, CustomerStorage {
+public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage, EventStorage, CustomerStorage, RetentionStorage {
     /// `owed`: what the grant owes Apple afterwards (`AppleFollowUps`), recorded in the outbox in the same transaction.
     func apply(
         _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, owed: AppleFollowUps, mode: FulfillmentMode,

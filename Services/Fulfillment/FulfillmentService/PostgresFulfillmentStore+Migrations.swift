@@ -269,5 +269,26 @@ extension PostgresFulfillmentStore {
             CREATE INDEX processed_by_processed_at ON processed_transaction (processed_at_ms);
             CREATE INDEX processed_by_revoked_at ON processed_transaction (revoked_at_ms) WHERE revoked_at_ms IS NOT NULL;
             """),
+        // 2026-11-27: Retention Messaging: each answer to Apple's Get Retention Message request, once per request, and an
+        // offer once per customer; the account's refunds are counted by account.
+        PostgresMigration(
+            "v8-retention",
+            """
+            CREATE TABLE retention_answer (
+                request_identifier TEXT PRIMARY KEY,
+                customer_key TEXT NOT NULL,
+                environment TEXT NOT NULL CHECK (environment IN ('Production', 'Sandbox')),
+                original_transaction_id TEXT NOT NULL,
+                account_id TEXT,
+                product_id TEXT NOT NULL,
+                choice_id TEXT,
+                kind TEXT NOT NULL CHECK (kind IN ('message', 'alternateProduct', 'promotionalOffer', 'none')),
+                offer_id TEXT CHECK (offer_id IS NULL OR kind = 'promotionalOffer'),
+                response TEXT NOT NULL,
+                reason TEXT,
+                answered_at_ms BIGINT NOT NULL);
+            CREATE UNIQUE INDEX retention_offer_once ON retention_answer (customer_key, offer_id) WHERE offer_id IS NOT NULL;
+            CREATE INDEX processed_by_account ON processed_transaction (account_id);
+            """),
     ]
 }

@@ -116,6 +116,11 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     @Option(name: .customLong("app-store-api-sandbox-url"), help: "Sandbox base URL (env IAP_APP_STORE_API_SANDBOX_URL; default Apple's).")
     var appStoreAPISandboxURL: String?
     @Option(
+        name: .customLong("app-apple-id"),
+        help: "The app's Apple ID in App Store Connect (env IAP_APP_APPLE_ID): Production retention requests must name it.")
+    var appAppleId: String?
+
+    @Option(
         name: .customLong("internal-token"),
         help: "The suite's internal token (env IAP_INTERNAL_TOKEN): required by transactionInfo and transactionHistory.")
     var internalToken: String?
@@ -210,6 +215,10 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         }
         if allowXcode { logger.warning("--allow-xcode: Xcode StoreKit-testing receipts and JWS are accepted (never in production)") }
         config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
+        if let text = appAppleId ?? ProcessInfo.processInfo.environment["IAP_APP_APPLE_ID"].flatMap({ $0.isEmpty ? nil : $0 }) {
+            guard let id = Int64(text), id > 0 else { throw ValidationError("--app-apple-id (IAP_APP_APPLE_ID) is the app's numeric Apple ID") }
+            config.appAppleId = id
+        }
         config.revocation = try revocationChecker(logger: logger)
         config.appStoreAPI = try appStoreAPIClient(config: config, logger: logger)
         let service = VerificationService(configuration: config, logger: logger)

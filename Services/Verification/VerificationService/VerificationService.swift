@@ -34,6 +34,8 @@ public struct VerificationConfiguration: Sendable {
     public var internalToken: String?
     /// Online revocation checks (OCSP) of receipt and JWS chains (`--ocsp`); nil checks none.
     public var revocation: RevocationChecker?
+    /// The app's Apple ID (App Store Connect, `--app-apple-id`): Production retention requests must name it; nil refuses them.
+    public var appAppleId: Int64?
 
     public init() {}
 }
@@ -545,6 +547,7 @@ public final class VerificationService: Sendable {
         r.register(VerificationVerifyAppTransaction.self) { p, _ in try await self.verifyAppTransaction(p) }
         r.register(VerificationMassExtendRenewalDate.self) { p, _ in try await self.massExtendRenewalDate(p) }
         r.register(VerificationMassExtensionStatus.self) { p, _ in try await self.massExtensionStatus(p) }
+        r.register(VerificationVerifyRealtimeRequest.self) { p, _ in try await self.verifyRealtimeRequest(p) }
         r.register(VerificationAppTransactionInfo.self) { p, _ in try await self.appTransactionInfo(p) }
         r.register(VerificationFinishTransaction.self) { p, _ in
             try await self.finishTransaction(p)

@@ -1,0 +1,46 @@
+import IAPProtocol
+import JSONRPC
+import ServiceSupport
+
+/// A subscription's retention rules (Apple's Retention Messaging): set by an admin, read by fulfillment.
+extension CatalogService {
+    /// Replaces a subscription's retention rules, keeping the rest of its definition, its status and its prices. An
+    /// alternate product must be another auto-renewable of the catalog.
+    public func setRetention(_ p: CatalogSetRetention.Params) async throws(RPCError) {
+        try checkAdmin(p.adminToken)
+        try ProductValidation.checkProductId(p.productId, field: "productId")
+        let snapshot = try await currentSnapshot()
+        guard let entry = snapshot.products.first(where: { $0.definition.productId == p.productId }) else {
+            throw RPCError.notFound("no product \(p.productId)", reason: "unknownProduct")
+        }
+        if let rules = p.retention {
+            try RetentionValidation.check(rules, product: entry.definition, field: "retention")
+            for (i, choice) in rules.choices.enumerated() {
+                guard let other = choice.alternateProductId else { continue }
+                guard snapshot.products.contains(where: { $0.definition.productId == other && $0.definition.type == .autoRenewable }) else {
+                    throw RPCError.invalidParams(
+                        "\(other) is not an auto-renewable subscription of the catalog", field: "retention.choices[\(i)].alternateProductId",
+                        reason: "unknownProduct")
+                }
+            }
+        }
+        var definition = entry.definition
+        definition.retention = p.retention
+        definition.status = entry.status
+        let ready = [(definition, [StoredPrice]?.none)]
+        try await write { try await self.store.upsert(ready) }
+        logger.info("retention rules set", metadata: ["productId": "\(p.productId)", "choices": "\(p.retention?.choices.count ?? 0)"])
+    }
+
+    /// The rules, offers and group of a subscription (retired ones included: their subscribers still cancel).
+    public func getRetention(_ p: CatalogGetRetention.Params) async throws(RPCError) -> CatalogGetRetention.Result {
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
+        try ProductValidation.checkProductId(p.productId, field: "productId")
+        guard let entry = try await currentSnapshot().products.first(where: { $0.definition.productId == p.productId }),
+            case .subscription(_, let group) = entry.definition.grant
+        else {
+            throw RPCError.notFound("\(p.productId) is not an auto-renewable subscription in the catalog", reason: "unknownProduct")
+        }
+        return .init(productId: p.productId, subscriptionGroup: group, retention: entry.definition.retention, offers: entry.definition.offers)
+    }
+}

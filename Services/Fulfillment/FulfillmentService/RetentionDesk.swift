@@ -1,0 +1,172 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import Receipts
+import ServiceSupport
+
+/// Apple's Get Retention Message requests, as the edge hands them over: verified (verification), decided by the catalog's
+/// rules from this server's records alone (never waiting on Apple: Apple shows its default message when the answer is
+/// late), recorded once per request (Apple asking again gets the same answer) and an offer at most once per customer.
+public struct RetentionDesk: FulfillmentPart {
+    let service: FulfillmentService
+
+    public func retentionMessage(_ p: FulfillmentRetentionMessage.Params) async throws(RPCError) -> FulfillmentRetentionMessage.Result {
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
+        let verified = try await dependencies.verifyRealtimeRequest(p.signedPayload)
+        guard verified.status == 0, let request = verified.request else {
+            throw RPCError.invalidReceipt(
+                status: verified.status, reason: verified.reason ?? "invalidRealtimeRequest",
+                detail: "the retention request failed verification (status \(verified.status))")
+        }
+        if let earlier = try await storeCall({ try await self.store.retentionAnswer(requestIdentifier: request.requestIdentifier) }) {
+            return try Self.result(request.requestIdentifier, earlier)
+        }
+        guard let token = configuration.internalToken else { throw RPCError.internalError("no internal token") }
+        let rules: CatalogGetRetention.Result
+        do {
+            rules = try await dependencies.retention(productId: request.productId, internalToken: token)
+        } catch  where error.knownCode == .notFound {
+            let reason = "\(request.productId) is not a subscription of the catalog"
+            if let answer = try await record(request, nil, subscriber: nil, reason: reason) { return answer }
+            guard let earlier = try await storeCall({ try await self.store.retentionAnswer(requestIdentifier: request.requestIdentifier) })
+            else { throw RPCError.internalError("a retention answer was neither recorded nor found") }
+            return try Self.result(request.requestIdentifier, earlier)
+        }
+        let now = clock.nowMs
+        let subscriber = try await storeCall {
+            try await self.store.retentionSubscriber(originalTransactionId: request.originalTransactionId, nowMs: now)
+        }
+        let customerKey = Self.customerKey(request, subscriber?.holder)
+        var given = try await storeCall { try await self.store.retentionOffersGiven(customerKey: customerKey) }
+        var history: [SubscriptionHistoryRecord] = []
+        if let holder = subscriber?.holder {
+            history = try await storeCall { try await self.store.subscriptionHistory(accountId: holder.accountId, scope: holder.scope, nowMs: now) }
+        }
+        // Offers are for this subscription's customer: its own periods decide `subscribedAtMost`.
+        let customer: OfferCustomer =
+            subscriber == nil
+            ? .unknown("the subscription was never redeemed or notified here")
+            : .known(
+                transactionId: request.originalTransactionId, history: history.filter { $0.originalTransactionId == request.originalTransactionId })
+        // Another request of the same customer may take an offer between the decision and its record: decided again then.
+        for _ in 0..<3 {
+            let decision = RetentionDecision.choose(
+                rules.retention ?? RetentionRules(choices: []), userLocale: request.userLocale, facts: subscriber?.facts ?? .unknown
+            ) { choice in offerRefusal(choice, offers: rules.offers ?? [], given: given, customer: customer, nowMs: now) }
+            let answer = try await record(request, decision.choice, subscriber: subscriber?.holder, reason: decision.reason, rules: rules)
+            if let answer { return answer }
+            if let earlier = try await storeCall({ try await self.store.retentionAnswer(requestIdentifier: request.requestIdentifier) }) {
+                return try Self.result(request.requestIdentifier, earlier)
+            }
+            given = try await storeCall { try await self.store.retentionOffersGiven(customerKey: customerKey) }
+        }
+        throw RPCError.conflict("the customer's offers changed while answering; Apple shows the default message", reason: "busy")
+    }
+
+    /// Why an offer rule cannot be answered now, or nil.
+    func offerRefusal(_ choice: RetentionChoice, offers: [SubscriptionOffer], given: Set<String>, customer: OfferCustomer, nowMs: Int64)
+        -> String?
+    {
+        guard configuration.offerKey != nil else { return "offers are not configured on this server (--offer-key)" }
+        guard let id = choice.offerId, let offer = offers.first(where: { $0.offerId == id }) else { return "the product has no such offer" }
+        if given.contains(id) { return "offered to this customer before" }
+        return OfferRules.refusal(offer, customer: customer, nowMs: nowMs)
+    }
+
+    /// Builds the answer for `choice` (the default message when nil and the rules have one) and records it; nil when the
+    /// record was refused (the request answered meanwhile, or the offer given to this customer meanwhile).
+    private func record(
+        _ request: RealtimeRequest, _ choice: RetentionChoice?, subscriber: Holder?, reason: String?, rules: CatalogGetRetention.Result? = nil
+    ) async throws(RPCError) -> FulfillmentRetentionMessage.Result? {
+        var response = RealtimeResponse()
+        var choiceId = choice?.id, kind = "none", offerId: String?
+        switch choice?.kind {
+        case .message?:
+            response.message = .init(messageIdentifier: choice!.messageIdentifier)
+            kind = "message"
+        case .alternateProduct?:
+            response.alternateProduct = .init(
+                messageIdentifier: choice!.messageIdentifier, productId: choice!.alternateProductId ?? "", billingPlanType: choice!.billingPlanType)
+            kind = "alternateProduct"
+        case .promotionalOffer?:
+            response.promotionalOffer = try sign(choice!, request: request)
+            kind = "promotionalOffer"
+            offerId = choice!.offerId
+        case nil:
+            if let fallback = rules?.retention?.defaultMessageIdentifier {
+                response.message = .init(messageIdentifier: fallback)
+                choiceId = "default"
+                kind = "message"
+            }
+        }
+        let json: String
+        do {
+            json = String(decoding: try JSONEncoder.sorted.encode(response), as: UTF8.self)
+        } catch {
+            throw RPCError.internalError("encoding the retention answer failed")
+        }
+        let entry = RetentionAnswerRecord(
+            requestIdentifier: request.requestIdentifier, customerKey: Self.customerKey(request, subscriber), environment: request.environment,
+            originalTransactionId: request.originalTransactionId, accountId: subscriber?.accountId, productId: request.productId,
+            choiceId: choiceId, kind: kind, offerId: offerId, response: json, reason: choice == nil ? reason : nil, answeredAtMs: clock.nowMs)
+        guard try await storeCall({ try await self.store.recordRetentionAnswer(entry) }) else { return nil }
+        logger.info(
+            "retention request answered",
+            metadata: [
+                "requestIdentifier": "\(request.requestIdentifier)", "productId": "\(request.productId)", "choice": "\(choiceId ?? "none")",
+                "environment": "\(request.environment)",
+            ])
+        return .init(requestIdentifier: request.requestIdentifier, response: response, choiceId: choiceId, reason: entry.reason)
+    }
+
+    /// The offer signed as the rule asks (v2 JWS by default, naming the subscription as Apple's form for retention does).
+    private func sign(_ choice: RetentionChoice, request: RealtimeRequest) throws(RPCError) -> RealtimeResponse.PromotionalOffer {
+        guard let key = configuration.offerKey, let offerId = choice.offerId else { throw RPCError.internalError("no offer key") }
+        let nonce = UUID().uuidString.lowercased(), now = clock.nowMs
+        do {
+            if choice.signatureVersion == "v1" {
+                let message = PromotionalOffer.message(
+                    bundleId: key.bundleId, keyId: key.keyId, productId: request.productId, offerId: offerId, appAccountToken: "", nonce: nonce,
+                    timestamp: now)
+                return .init(
+                    messageIdentifier: choice.messageIdentifier,
+                    promotionalOfferSignatureV1: .init(
+                        encodedSignature: try PromotionalOffer.signature(message, key: key.key), productId: request.productId, nonce: nonce,
+                        timestamp: now, keyId: key.keyId, offerIdentifier: offerId))
+            }
+            let claims: [String: JSONValue] = [
+                "productId": .string(request.productId), "offerIdentifier": .string(offerId),
+                "transactionId": .string(request.originalTransactionId),
+            ]
+            return .init(
+                messageIdentifier: choice.messageIdentifier,
+                promotionalOfferSignatureV2: try PromotionalOffer.jws(
+                    audience: "promotional-offer", claims: claims, keyId: key.keyId, issuerId: key.issuerId, bundleId: key.bundleId, nonce: nonce,
+                    issuedAtMs: now, key: key.key))
+        } catch {
+            logger.error("signing a retention offer failed", metadata: ["error": "\(type(of: error))"])
+            throw RPCError.internalError("signing the offer failed")
+        }
+    }
+
+    /// Offers go once per customer: the account (per scope) when the subscription is known here, else the subscription.
+    static func customerKey(_ request: RealtimeRequest, _ holder: Holder?) -> String {
+        if let holder { return "\(holder.scope.rawValue):account:\(holder.accountId)" }
+        return "\(request.environment):original:\(request.originalTransactionId)"
+    }
+
+    static func result(_ requestIdentifier: String, _ stored: StoredRetentionAnswer) throws(RPCError) -> FulfillmentRetentionMessage.Result {
+        guard let response = try? JSONDecoder().decode(RealtimeResponse.self, from: Data(stored.response.utf8)) else {
+            throw RPCError.internalError("a stored retention answer is unreadable")
+        }
+        return .init(requestIdentifier: requestIdentifier, response: response, choiceId: stored.choiceId, reason: stored.reason)
+    }
+}
+
+extension JSONEncoder {
+    fileprivate static var sorted: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }
+}

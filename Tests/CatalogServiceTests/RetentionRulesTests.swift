@@ -1,0 +1,70 @@
+import CatalogService
+import Foundation
+import IAPProtocol
+import JSONRPC
+import RPCTransport
+import Testing
+
+/// `catalog.setRetention` and `catalog.getRetention` over TCP: rules checked before anything is written, kept out of
+/// product listings, read back by the internal token only.
+@Suite struct RetentionRulesTests {
+    static let message = "0f6e1c2a-9b1d-4c59-8a55-0e1b2c3d4e5f"
+    static let internalToken = "internal-token-for-catalog-tests"
+
+    static func set(_ catalog: CatalogFixture, _ productId: String, _ rules: RetentionRules?) async throws(RPCError) {
+        _ = try await catalog.client.call(
+            CatalogSetRetention.self, .init(adminToken: CatalogFixture.adminToken, productId: productId, retention: rules))
+    }
+
+    @Test func rulesAreCheckedKeptOutOfListingsAndReadByTheInternalTokenOnly() async throws {
+        let catalog = try await CatalogFixture.start(configure: { $0.internalToken = Self.internalToken })
+        defer { Task { await catalog.stop() } }
+        try await catalog.client.call(
+            CatalogSetOffers.self,
+            .init(
+                adminToken: CatalogFixture.adminToken, productId: "pro.monthly",
+                offers: [.init(offerId: "stay", eligibility: OfferEligibilityRule(kind: .anyone))]))
+        func refusal(_ productId: String, _ choice: RetentionChoice) async -> String? {
+            do {
+                try await Self.set(catalog, productId, RetentionRules(choices: [choice]))
+                return nil
+            } catch { return error.data.reason }
+        }
+        #expect(await refusal("coins.100", .init(id: "a", kind: .message, messageIdentifier: Self.message)) == "retentionNotAllowed")
+        #expect(await refusal("pro.monthly", .init(id: "a", kind: .message, messageIdentifier: "not-a-uuid")) == "invalidValue")
+        #expect(
+            await refusal("pro.monthly", .init(id: "a", kind: .promotionalOffer, messageIdentifier: Self.message, offerId: "gone")) == "unknownOffer")
+        #expect(
+            await refusal("pro.monthly", .init(id: "a", kind: .alternateProduct, messageIdentifier: Self.message, alternateProductId: "coins.100"))
+                == "unknownProduct")
+        #expect(
+            await refusal(
+                "pro.monthly", .init(id: "a", kind: .message, messageIdentifier: Self.message, when: .init(minTenureDays: 9, maxTenureDays: 3)))
+                == "invalidValue")
+        #expect(await refusal("pro.monthly", .init(id: "a", kind: .message, messageIdentifier: Self.message, offerId: "stay")) == "invalidValue")
+        #expect(
+            await refusal("pro.monthly", .init(id: "a", kind: .message, messageIdentifier: Self.message, locales: ["English"])) == "invalidLocale")
+
+        let rules = RetentionRules(
+            choices: [.init(id: "stay", kind: .promotionalOffer, messageIdentifier: Self.message, offerId: "stay", when: .init(minRenewals: 2))],
+            defaultMessageIdentifier: Self.message)
+        try await Self.set(catalog, "pro.monthly", rules)
+        let read = try await catalog.client.call(CatalogGetRetention.self, .init(internalToken: Self.internalToken, productId: "pro.monthly"))
+        #expect(read.retention == rules && read.subscriptionGroup == "pro" && read.offers?.map(\.offerId) == ["stay"])
+        // Apps list products; the rules are the store's strategy and not theirs to read.
+        let listing = try await catalog.client.callRaw(method: CatalogListProducts.name, params: Array("{}".utf8))
+        #expect(!String(decoding: listing, as: UTF8.self).contains("retention"))
+        await #expect(throws: RPCError.self) {
+            try await catalog.client.call(CatalogGetRetention.self, .init(internalToken: "wrong", productId: "pro.monthly"))
+        }
+        // An offer a rule uses stays until the rule goes.
+        await #expect(throws: RPCError.self) {
+            try await catalog.client.call(
+                CatalogSetOffers.self, .init(adminToken: CatalogFixture.adminToken, productId: "pro.monthly", offers: []))
+        }
+        try await Self.set(catalog, "pro.monthly", nil)
+        #expect(
+            try await catalog.client.call(CatalogGetRetention.self, .init(internalToken: Self.internalToken, productId: "pro.monthly")).retention
+                == nil)
+    }
+}

@@ -1,0 +1,96 @@
+import AsyncHTTPClient
+import Foundation
+import IAPProtocol
+import JSONRPC
+import NIOCore
+import RPCTransport
+import SuiteTestSupport
+import Testing
+
+/// Apple's Retention Messaging end to end: the simulated App Store sends its signed realtime request for a customer about to
+/// cancel to the edge's `POST /v1/retention/appstore`, and what it shows is what the catalog's rules chose from fulfillment's
+/// records.
+@Suite struct RetentionTests {
+    static let french = "11111111-1111-4111-8111-111111111111", offer = "22222222-2222-4222-8222-222222222222"
+    static let downgrade = "33333333-3333-4333-8333-333333333333", fallback = "44444444-4444-4444-8444-444444444444"
+    static let veteran = "55555555-5555-4555-8555-555555555555"
+
+    static var rules: RetentionRules {
+        RetentionRules(
+            choices: [
+                .init(id: "french", kind: .message, messageIdentifier: french, locales: ["fr"]),
+                // Only for subscribers of a year or more: a new subscriber meets none of it.
+                .init(id: "veteran", kind: .message, messageIdentifier: veteran, when: .init(minTenureDays: 365)),
+                .init(id: "stay", kind: .promotionalOffer, messageIdentifier: offer, offerId: "loyal", when: .init(maxRefunds: 0)),
+                .init(
+                    id: "downgrade", kind: .alternateProduct, messageIdentifier: downgrade, alternateProductId: "sub.basic",
+                    billingPlanType: "MONTHLY"),
+            ], defaultMessageIdentifier: fallback)
+    }
+
+    static func cancelIntent(_ suite: SuiteFixture, _ appleId: String, _ original: String, _ locale: String) async throws -> SimCancelIntent.Result {
+        try await suite.simulator.call(SimCancelIntent.self, .init(appleId: appleId, originalTransactionId: original, locale: locale))
+    }
+
+    @Test func aSubscriberAboutToCancelIsShownTheRuleThatFitsAndAnOfferOnlyOnce() async throws {
+        try await EdgeFixture.withContentEdge { suite, base in
+            try await suite.catalog.call(
+                CatalogSetRetention.self, .init(adminToken: SuiteFixture.adminToken, productId: "sub.premium", retention: Self.rules))
+            try await suite.simulator.call(SimSetRealtimeURL.self, .init(environment: .production, url: base + "/v1/retention/appstore"))
+            let user = try await suite.register("leaver")
+            let bought = try await suite.buy("apple-leaver", "sub.premium", appAccountToken: user.appAccountToken)
+            _ = try await suite.redeem(user.session, signed: [bought.signedTransaction])
+            let original = bought.originalTransactionId
+
+            let french = try await Self.cancelIntent(suite, "apple-leaver", original, "fr-CA")
+            #expect(french.shown == RetentionShown(kind: "message", messageIdentifier: Self.french))
+            // The offer, signed: the simulated App Store reads its offer id from the JWS.
+            let first = try await Self.cancelIntent(suite, "apple-leaver", original, "en-US")
+            #expect(first.shown == RetentionShown(kind: "promotionalOffer", messageIdentifier: Self.offer, offerIdentifier: "loyal"))
+            // Asked again, the same customer is not offered the same discount twice: the next rule.
+            let second = try await Self.cancelIntent(suite, "apple-leaver", original, "en-US")
+            #expect(second.shown == RetentionShown(kind: "alternateProduct", messageIdentifier: Self.downgrade, productId: "sub.basic"))
+            #expect(try await suite.count("SELECT COUNT(*) FROM retentionAnswer WHERE offerId = 'loyal'") == 1)
+
+            // Apple repeating a request gets the answer recorded for it, and nothing new is recorded.
+            let answers = try await suite.count("SELECT COUNT(*) FROM retentionAnswer")
+            let again = try await EdgeTests.post(base + "/v1/retention/appstore", #"{"signedPayload":"\#(first.signedPayload)"}"#)
+            #expect(again.status == 200 && again.body.contains(Self.offer) && again.body.contains("promotionalOfferSignatureV2"), "\(again)")
+            // A forged request (the payload changed under Apple's signature) is refused and changes nothing.
+            let parts = second.signedPayload.split(separator: ".")
+            let forgedPayload = String(parts[1].dropLast(2)) + (parts[1].hasSuffix("AA") ? "BB" : "AA")
+            let forged = try await EdgeTests.post(
+                base + "/v1/retention/appstore", #"{"signedPayload":"\#(parts[0]).\#(forgedPayload).\#(parts[2])"}"#)
+            #expect(forged.status == 400, "\(forged)")
+            #expect(try await EdgeTests.post(base + "/v1/retention/appstore", #"{"signed":"x"}"#).status == 400)
+            #expect(try await suite.count("SELECT COUNT(*) FROM retentionAnswer") == answers)
+        }
+    }
+
+    @Test func aSubscriberWhoWasRefundedOrIsUnknownHereGetsNoOfferAndTheDefaultWhenNothingFits() async throws {
+        try await EdgeFixture.withContentEdge { suite, base in
+            var rules = Self.rules
+            rules.choices.removeAll { $0.id == "downgrade" }
+            try await suite.catalog.call(
+                CatalogSetRetention.self, .init(adminToken: SuiteFixture.adminToken, productId: "sub.premium", retention: rules))
+            try await suite.simulator.call(SimSetRealtimeURL.self, .init(environment: .production, url: base + "/v1/retention/appstore"))
+            // Bought at Apple, never redeemed here: no condition holds (`maxRefunds` included), so the default.
+            let stranger = try await suite.buy("apple-stranger", "sub.premium")
+            let unknown = try await Self.cancelIntent(suite, "apple-stranger", stranger.originalTransactionId, "en-US")
+            #expect(unknown.shown == RetentionShown(kind: "message", messageIdentifier: Self.fallback))
+            // A subscriber with a refund: the offer's `maxRefunds: 0` excludes them.
+            let user = try await suite.register("refunded")
+            let coins = try await suite.buy("apple-refunded", "coins.100", appAccountToken: user.appAccountToken)
+            let sub = try await suite.buy("apple-refunded", "sub.premium", appAccountToken: user.appAccountToken)
+            _ = try await suite.redeem(user.session, signed: [coins.signedTransaction, sub.signedTransaction])
+            let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "apple-refunded", transactionId: coins.transactionId))
+            let applied = try await suite.fulfillment.call(
+                FulfillmentApplyNotification.self, .init(signedPayload: try #require(refund.signedPayload), internalToken: SuiteFixture.internalToken)
+            )
+            #expect(applied.applied)
+            #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction WHERE revokeReason = 'refunded'") == 1)
+            let shown = try await Self.cancelIntent(suite, "apple-refunded", sub.originalTransactionId, "en-US")
+            #expect(shown.shown == RetentionShown(kind: "message", messageIdentifier: Self.fallback))
+        }
+    }
+}
