@@ -337,7 +337,7 @@ let package = Package(
             name: "IAPCLI",
             dependencies: [
                 "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport", "VerificationService", "ConsoleService", "AccountsService",
-                "PostgresSupport",
+                "PostgresSupport", "AppStoreServerAPI",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -515,7 +515,7 @@ let package = Package(
             name: "EdgeServiceTests",
             dependencies: [
                 "EdgeService", "FulfillmentService", "AccountsService", "SuiteTestSupport", "IAPProtocol", "JSONRPC", "RPCTransport",
-                "RPCTestSupport",
+                "RPCTestSupport", "AppStoreServerAPI", "Receipts",
                 "ServiceSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -211,7 +211,9 @@ public final class AppStoreServerAPIClient: Sendable {
 
     /// One request with a bearer token (and a JSON body), retried on 429 and 5xx (waiting `Retry-After`,
     /// else 1, 2, 4 s); the answer's JSON, or nil for a 2xx without a body.
-    func send(_ method: HTTPMethod, _ url: String, body: JSONValue? = nil, maxAttempts: Int? = nil) async throws -> JSONValue? {
+    func send(
+        _ method: HTTPMethod, _ url: String, body: JSONValue? = nil, raw: (bytes: [UInt8], contentType: String)? = nil, maxAttempts: Int? = nil
+    ) async throws -> JSONValue? {
         let maxAttempts = maxAttempts ?? configuration.maxAttempts
         var attempt = 0
         let encoded = try body.map { try JSONEncoder().encode($0) }
@@ -224,6 +226,9 @@ public final class AppStoreServerAPIClient: Sendable {
             if let encoded {
                 request.headers.add(name: "Content-Type", value: "application/json")
                 request.body = .bytes(ByteBuffer(bytes: encoded))
+            } else if let raw {
+                request.headers.add(name: "Content-Type", value: raw.contentType)
+                request.body = .bytes(ByteBuffer(bytes: raw.bytes))
             }
             let response: HTTPClientResponse
             let bytes: ByteBuffer

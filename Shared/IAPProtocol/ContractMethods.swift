@@ -47,6 +47,7 @@ public enum ContractMethods {
         .init(SimConsumptionReports.self), .init(SimSetNotificationFault.self), .init(SimBilling.self), .init(SimRefundDecision.self),
         .init(SimLifecycleEvent.self), .init(SimNotify.self), .init(SimOfferKey.self), .init(SimRevokeCertificate.self),
         .init(SimServerFinishes.self), .init(SimAppTransaction.self), .init(SimSetRealtimeURL.self), .init(SimCancelIntent.self),
+        .init(SimReviewMessaging.self),
     ]
     public static let builtin: [OpenRPCMethodDescription] = [
         .init(RPCPing.self), .init(RPCDiscover.self), .init(HealthCheck.self),

@@ -71,3 +71,25 @@ public enum SimCancelIntent: RPCMethod {
     public static let name = "sim.cancelIntent"
     public static let summary = "A customer looks at cancelling: send the app's realtime retention request and answer what was shown."
 }
+
+/// Apple's review of an uploaded retention message or image: the simulator keeps both `PENDING` until this sets
+/// `APPROVED` or `REJECTED` (Apple shows, and takes as a default, only approved messages with approved images).
+public enum SimReviewMessaging: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        /// A message's or an image's identifier (a UUID).
+        public var identifier: String
+        /// `APPROVED`, `REJECTED` or `PENDING`.
+        public var state: String
+        public init(identifier: String, state: String) {
+            self.identifier = identifier
+            self.state = state
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// Messages and images given the state (one app and environment each).
+        public var reviewed: Int
+        public init(reviewed: Int) { self.reviewed = reviewed }
+    }
+    public static let name = "sim.reviewMessaging"
+    public static let summary = "Approve or reject an uploaded retention message or image (Apple's review)."
+}

@@ -217,7 +217,7 @@ import Testing
         "accounts.revokeSessions": ["accounts", "revoke-sessions"], "sim.setRealtimeURL": ["sim", "realtime-url"],
         "sim.cancelIntent": ["sim", "cancel-intent"], "catalog.setRetention": ["retention", "set"],
         "catalog.getRetention": ["retention", "show"], "fulfillment.retentionMessage": ["retention", "answer"],
-        "verification.verifyRealtimeRequest": ["verify", "realtime-request"],
+        "verification.verifyRealtimeRequest": ["verify", "realtime-request"], "sim.reviewMessaging": ["sim", "review"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

@@ -1,11 +1,14 @@
+import AppStoreServerAPI
 import AsyncHTTPClient
 import Foundation
 import IAPProtocol
 import JSONRPC
 import NIOCore
 import RPCTransport
+import Receipts
 import SuiteTestSupport
 import Testing
+import X509
 
 /// Apple's Retention Messaging end to end: the simulated App Store sends its signed realtime request for a customer about to
 /// cancel to the edge's `POST /v1/retention/appstore`, and what it shows is what the catalog's rules chose from fulfillment's
@@ -28,6 +31,30 @@ import Testing
             ], defaultMessageIdentifier: fallback)
     }
 
+    /// The App Store Server API client of the suite's app, aimed at the simulated App Store.
+    static func apiClient(_ suite: SuiteFixture) async throws -> AppStoreServerAPIClient {
+        let key = try await suite.simulator.call(SimAPIKey.self, EmptyParams())
+        let anchors = try await suite.simulator.call(SimTrustAnchor.self, EmptyParams())
+        var config = AppStoreServerAPIClient.Configuration()
+        config.productionURL = "http://127.0.0.1:\(suite.simHTTPPort)"
+        config.sandboxURL = config.productionURL + "/sandbox"
+        return AppStoreServerAPIClient(
+            credentials: try AppStoreAPICredentials(
+                keyId: key.keyId, issuerId: key.issuerId, bundleId: SuiteFixture.bundleId, privateKeyPEM: key.privateKey),
+            verifier: SignedPayloadVerifier(roots: [try Certificate(derEncoded: Array(Data(base64Encoded: anchors.jwsRoot)!))]), configuration: config
+        )
+    }
+
+    /// Uploads the rules' messages to the simulated App Store and has Apple's review approve them (it shows no other).
+    static func uploadApproved(_ suite: SuiteFixture, _ environment: AppleEnvironment = .production, except: Set<String> = []) async throws {
+        let client = try await apiClient(suite)
+        for id in [french, offer, downgrade, fallback, veteran] {
+            try await client.uploadMessage(
+                environment, messageIdentifier: id, message: .init(header: "Before you go", body: "A message \(id.prefix(4))"))
+            if !except.contains(id) { _ = try await suite.simulator.call(SimReviewMessaging.self, .init(identifier: id, state: "APPROVED")) }
+        }
+    }
+
     static func cancelIntent(_ suite: SuiteFixture, _ appleId: String, _ original: String, _ locale: String) async throws -> SimCancelIntent.Result {
         try await suite.simulator.call(SimCancelIntent.self, .init(appleId: appleId, originalTransactionId: original, locale: locale))
     }
@@ -39,6 +66,7 @@ import Testing
             try await suite.simulator.call(SimSetRealtimeURL.self, .init(environment: .production, url: base + "/v1/retention/appstore"))
             let user = try await suite.register("leaver")
             let bought = try await suite.buy("apple-leaver", "sub.premium", appAccountToken: user.appAccountToken)
+            try await Self.uploadApproved(suite)  // after the first sale: the App Store knows the app by its sales
             _ = try await suite.redeem(user.session, signed: [bought.signedTransaction])
             let original = bought.originalTransactionId
 
@@ -74,6 +102,12 @@ import Testing
             try await suite.catalog.call(
                 CatalogSetRetention.self, .init(adminToken: SuiteFixture.adminToken, productId: "sub.premium", retention: rules))
             try await suite.simulator.call(SimSetRealtimeURL.self, .init(environment: .production, url: base + "/v1/retention/appstore"))
+            // The fallback is left in review: Apple then shows the default it has (none configured here), not the answer.
+            let first = try await suite.buy("apple-stranger-0", "sub.premium")
+            try await Self.uploadApproved(suite, except: [Self.fallback])
+            let pending = try await Self.cancelIntent(suite, "apple-stranger-0", first.originalTransactionId, "en-US")
+            #expect(pending.shown.kind == "default" && pending.shown.reason?.contains("not approved") == true, "\(pending.shown)")
+            _ = try await suite.simulator.call(SimReviewMessaging.self, .init(identifier: Self.fallback, state: "APPROVED"))
             // Bought at Apple, never redeemed here: no condition holds (`maxRefunds` included), so the default.
             let stranger = try await suite.buy("apple-stranger", "sub.premium")
             let unknown = try await Self.cancelIntent(suite, "apple-stranger", stranger.originalTransactionId, "en-US")
@@ -91,6 +125,35 @@ import Testing
             #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction WHERE revokeReason = 'refunded'") == 1)
             let shown = try await Self.cancelIntent(suite, "apple-refunded", sub.originalTransactionId, "en-US")
             #expect(shown.shown == RetentionShown(kind: "message", messageIdentifier: Self.fallback))
+        }
+    }
+
+    /// Apple's performance test of the endpoint, started and read with the suite's client: 50 requests, 10 at a time, each
+    /// answered within the 700 ms threshold, and then the Production URL may be configured.
+    @Test func applesPerformanceTestOfTheEndpointPassesAndThenUnlocksTheProductionURL() async throws {
+        try await EdgeFixture.withContentEdge { suite, base in
+            try await suite.catalog.call(
+                CatalogSetRetention.self, .init(adminToken: SuiteFixture.adminToken, productId: "sub.premium", retention: Self.rules))
+            let sub = try await suite.buy("apple-tester", "sub.premium", environment: .sandbox)
+            try await Self.uploadApproved(suite, .sandbox)
+            let client = try await Self.apiClient(suite)
+            let url = base + "/v1/retention/appstore"
+            try await client.configureRealtimeURL(.sandbox, url: url)
+            let (requestId, config) = try await client.initiatePerformanceTest(originalTransactionId: sub.originalTransactionId)
+            #expect(config["totalRequests"]?.intValue == 50 && config["responseTimeThreshold"]?.intValue == 700)
+            // Apple's API is polled for the result, as a client of it must.
+            var result = try await client.performanceTestResult(requestId: requestId)
+            for _ in 0..<600 where result["result"]?.stringValue == "PENDING" {
+                try await Task.sleep(for: .milliseconds(50))
+                result = try await client.performanceTestResult(requestId: requestId)
+            }
+            #expect(result["result"]?.stringValue == "PASS", "\(result)")
+            #expect(result["successRate"]?.intValue == 100 && result["target"]?.stringValue == url, "\(result)")
+            #expect((result["responseTimes"]?["p99"]?.intValue ?? .max) <= 700, "\(result)")
+            try await client.configureRealtimeURL(.production, url: url)
+            #expect(try await client.realtimeURL(.production) == url)
+            // Every request of the test was answered and recorded once.
+            #expect(try await suite.count("SELECT COUNT(*) FROM retentionAnswer WHERE environment = 'Sandbox'") == 50)
         }
     }
 }

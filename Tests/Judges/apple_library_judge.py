@@ -41,36 +41,15 @@ from appstoreserverlibrary.models.ExtendReasonCode import ExtendReasonCode
 from appstoreserverlibrary.models.ExtendRenewalDateRequest import ExtendRenewalDateRequest
 from appstoreserverlibrary.models.MassExtendRenewalDateRequest import MassExtendRenewalDateRequest
 from appstoreserverlibrary.models.NotificationHistoryRequest import NotificationHistoryRequest
-from appstoreserverlibrary.models.AlternateProduct import AlternateProduct
-from appstoreserverlibrary.models.LibraryUtility import _get_cattrs_converter
-from appstoreserverlibrary.models.Message import Message
-from appstoreserverlibrary.models.RealtimeResponseBody import RealtimeResponseBody
 from appstoreserverlibrary.models.RefundPreference import RefundPreference
 from appstoreserverlibrary.models.TransactionHistoryRequest import Order, TransactionHistoryRequest
 from appstoreserverlibrary.models.UpdateAppAccountTokenRequest import UpdateAppAccountTokenRequest
 from appstoreserverlibrary.promotional_offer import PromotionalOfferSignatureCreator
 from appstoreserverlibrary.receipt_utility import ReceiptUtility
-from appstoreserverlibrary.signed_data_verifier import SignedDataVerifier, VerificationException, VerificationStatus
+from appstoreserverlibrary.signed_data_verifier import SignedDataVerifier, VerificationStatus
 
-APP_APPLE_ID = 1234567890  # what the simulator puts in Production notifications, as Apple puts the app's id
-results = []
-
-
-def check(name, ok, detail=""):
-    results.append((name, bool(ok)))
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok or not detail else f": {detail}"), flush=True)
-    return ok
-
-
-def attempt(name, body):
-    """Runs body(); a raised exception is a failed check with its message."""
-    try:
-        return body()
-    except Exception as error:  # noqa: BLE001 - every failure is reported as a check
-        check(name, False, f"{type(error).__name__}: {error}")
-        return None
-
-
+from judge_common import APP_APPLE_ID, attempt, check, results, status_of
+from apple_retention_judge import messaging_checks, realtime_checks
 class Simulator:
     """The simulator's JSON-RPC control port: one JSON object a line."""
 
@@ -124,89 +103,9 @@ class InboxHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class Realtime(http.server.ThreadingHTTPServer):
-    """The app's retention endpoint, as Apple's library would write it: each request verified with
-    `verify_and_decode_realtime_request`, each answer the library's `RealtimeResponseBody`."""
-
-    def __init__(self, verifier_):
-        self.verifier = verifier_
-        self.answer = None
-        self.decoded = []
-        super().__init__(("127.0.0.1", 0), RealtimeHandler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    def url(self):
-        return f"http://127.0.0.1:{self.server_address[1]}/retention"
-
-
-class RealtimeHandler(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802 - http.server's name
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-        try:
-            self.server.decoded.append(self.server.verifier.verify_and_decode_realtime_request(body["signedPayload"]))
-        except VerificationException as error:
-            self.server.decoded.append(error)
-            self.send_response(400)
-            self.end_headers()
-            return
-        answer = json.dumps(_get_cattrs_converter(RealtimeResponseBody).unstructure(self.server.answer)).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, *args):
-        pass
-
-
-def realtime_checks(sim, root, bundle, verifiers, purchases):
-    """Retention Messaging: the simulator's signed realtime requests pass Apple's verifier, and what the simulator shows is
-    the choice Apple's library wrote."""
-    endpoint = Realtime(verifiers["production"])
-    sim("sim.setRealtimeURL", environment="production", url=endpoint.url())
-    sub = purchases[("production", "autoRenewable")]
-    message = str(uuid.uuid4())
-    endpoint.answer = RealtimeResponseBody(message=Message(messageIdentifier=message))
-    sent = sim("sim.cancelIntent", appleId="judge-production@icloud", originalTransactionId=sub["originalTransactionId"], locale="en-US")
-    decoded = endpoint.decoded[-1] if endpoint.decoded else None
-    check("realtime request: verify_and_decode_realtime_request accepts it (Production, appAppleId)",
-          decoded is not None and not isinstance(decoded, Exception), repr(decoded))
-    if decoded is not None and not isinstance(decoded, Exception):
-        check("realtime request: its fields are the subscription's and the request's",
-              decoded.originalTransactionId == sub["originalTransactionId"] and decoded.productId == "sub.premium"
-              and decoded.userLocale == "en-US" and str(decoded.requestIdentifier) == sent["requestIdentifier"]
-              and decoded.appAppleId == APP_APPLE_ID and decoded.rawEnvironment == "Production")
-    check("realtime answer: the library's message is what the customer was shown",
-          sent["shown"] == {"kind": "message", "messageIdentifier": message}, str(sent["shown"]))
-    switch = str(uuid.uuid4())
-    endpoint.answer = RealtimeResponseBody(alternateProduct=AlternateProduct(messageIdentifier=switch, productId="sub.basic"))
-    sent = sim("sim.cancelIntent", appleId="judge-production@icloud", originalTransactionId=sub["originalTransactionId"], locale="de-DE")
-    check("realtime answer: the library's alternate product is what the customer was shown",
-          sent["shown"] == {"kind": "alternateProduct", "messageIdentifier": switch, "productId": "sub.basic"}, str(sent["shown"]))
-    check("realtime request: the Sandbox verifier refuses it (INVALID_ENVIRONMENT)",
-          status_of(lambda: verifiers["sandbox"].verify_and_decode_realtime_request(sent["signedPayload"]))
-          == VerificationStatus.INVALID_ENVIRONMENT)
-    other = SignedDataVerifier([root], False, Environment.PRODUCTION, bundle, APP_APPLE_ID + 1)
-    check("realtime request: another app's verifier refuses it (INVALID_APP_IDENTIFIER)",
-          status_of(lambda: other.verify_and_decode_realtime_request(sent["signedPayload"])) == VerificationStatus.INVALID_APP_IDENTIFIER)
-    sim("sim.setRealtimeURL", environment="production")
-    sent = sim("sim.cancelIntent", appleId="judge-production@icloud", originalTransactionId=sub["originalTransactionId"], locale="en-US")
-    check("no realtime URL: the default message is shown", sent["shown"]["kind"] == "default", str(sent["shown"]))
-    endpoint.shutdown()
-
-
 def verifier(root, environment, bundle_id, online=True):
     app_apple_id = APP_APPLE_ID if environment == Environment.PRODUCTION else None
     return SignedDataVerifier([root], online, environment, bundle_id, app_apple_id)
-
-
-def status_of(call):
-    try:
-        call()
-        return VerificationStatus.OK
-    except VerificationException as error:
-        return error.status
 
 
 def main():
@@ -318,7 +217,8 @@ def main():
         check(f"{name}: every notification type arrived and verified", not missing, f"missing {missing}")
 
     api_checks(sim, args, bundle, root, verifiers, purchases, inbox)
-    realtime_checks(sim, root, bundle, verifiers, purchases)
+    realtime_checks(sim, args, root, bundle, verifiers, purchases)
+    messaging_checks(sim, args, bundle, verifiers, purchases)
 
     # A revoked intermediate: Apple's verifier, asking the simulator's OCSP responder, refuses its chain.
     sim("sim.revokeCertificate", certificate="jws-intermediate")

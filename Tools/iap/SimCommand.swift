@@ -12,7 +12,7 @@ struct SimCommand: AsyncParsableCommand {
             Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self, Fault.self, APIKey.self,
             NotificationURL.self, Deliver.self, AutoRenew.self, Consumption.self, NotificationFault.self, Billing.self, RefundDecision.self,
             LifecycleEvent.self, Notify.self, OfferKey.self, Revoke.self, ServerFinishes.self, AppTransaction.self, RealtimeURL.self,
-            CancelIntent.self,
+            CancelIntent.self, Review.self,
         ])
 
     struct Common: ParsableArguments {

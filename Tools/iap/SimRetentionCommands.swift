@@ -37,4 +37,17 @@ extension SimCommand {
             }
         }
     }
+
+    struct Review: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Apple's review of an uploaded retention message or image: APPROVED, REJECTED or PENDING (sim.reviewMessaging).")
+        @Argument(help: "The message's or image's identifier.") var identifier: String
+        @Argument(help: "APPROVED, REJECTED or PENDING.") var state = "APPROVED"
+        @OptionGroup var common: Common
+        func run() async throws {
+            try await SimCommand.run(SimReviewMessaging.self, .init(identifier: identifier, state: state), common) {
+                "\(identifier): \(state) (\($0.reviewed) reviewed)"
+            }
+        }
+    }
 }

@@ -71,6 +71,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
             addSubscriptionRoutes(to: router, prefix: prefix, environment: environment)
             addMassExtensionRoutes(to: router, prefix: prefix, environment: environment)
             addNotificationRoutes(to: router, prefix: prefix, environment: environment)
+            addMessagingRoutes(to: router, prefix: prefix, environment: environment)
         }
     }
 
@@ -85,7 +86,8 @@ public final class AppStoreServerAPIEndpoint: Sendable {
     /// 64 KiB); JSON out (`status`, no body when `body` answers nil), Apple's errors. `body` reads SQLite and
     /// signs JWS: it runs on NIO's blocking pool, never on the cooperative threads.
     func respond(
-        _ request: Request, status: HTTPResponse.Status = .ok, _ body: @escaping @Sendable (String, [UInt8]) throws -> [String: Any]?
+        _ request: Request, status: HTTPResponse.Status = .ok, maxBodyBytes: Int = 64 << 10,
+        _ body: @escaping @Sendable (String, [UInt8]) throws -> [String: Any]?
     ) async -> Response {
         requests.withLockedValue { $0 += 1 }
         let (mode, delayMs) = faults.take()
@@ -101,7 +103,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         }
         guard let bid = authorizedBundle(request.headers[.authorization]) else { return Self.error(.unauthorized) }
         var request = request
-        guard let bytes = try? await request.collectBody(upTo: 64 << 10) else {
+        guard let bytes = try? await request.collectBody(upTo: maxBodyBytes) else {
             return Self.error(.badRequest(4_000_000, "Invalid request."))
         }
         do {

@@ -492,6 +492,7 @@ public final class AppStoreSimulator: Sendable {
             return EmptyResult()
         }
         r.register(SimCancelIntent.self) { p, _ in try await self.cancelIntent(p) }
+        r.register(SimReviewMessaging.self) { p, _ in try await self.reviewMessaging(p) }
         r.registerImmediate(SimSetNotificationFault.self) { p, _ in
             try self.courier.setFault(p)
             return EmptyResult()

@@ -179,6 +179,31 @@ final class SimulatorStore: Sendable {
             // Retention Messaging: where each environment's realtime requests go (Apple's Configure Realtime URL).
             try db.execute(sql: "CREATE TABLE simRealtimeURL (environment TEXT PRIMARY KEY NOT NULL, url TEXT NOT NULL) WITHOUT ROWID")
         }
+        m.registerMigration("v14-messaging") { db in
+            // Retention Messaging's stores at Apple (per app and environment): messages and images with their review state,
+            // default messages per product and locale, performance tests, and what each customer about to cancel was shown.
+            try db.execute(
+                sql: """
+                    CREATE TABLE simMessage (
+                        environment TEXT NOT NULL, bundleId TEXT NOT NULL, messageIdentifier TEXT NOT NULL, definition TEXT NOT NULL,
+                        state TEXT NOT NULL, PRIMARY KEY (environment, bundleId, messageIdentifier)) WITHOUT ROWID;
+                    CREATE TABLE simMessageImage (
+                        environment TEXT NOT NULL, bundleId TEXT NOT NULL, messageIdentifier TEXT NOT NULL, imageIdentifier TEXT NOT NULL,
+                        PRIMARY KEY (environment, bundleId, imageIdentifier, messageIdentifier)) WITHOUT ROWID;
+                    CREATE TABLE simImage (
+                        environment TEXT NOT NULL, bundleId TEXT NOT NULL, imageIdentifier TEXT NOT NULL, imageSize TEXT NOT NULL,
+                        state TEXT NOT NULL, PRIMARY KEY (environment, bundleId, imageIdentifier)) WITHOUT ROWID;
+                    CREATE TABLE simDefaultMessage (
+                        environment TEXT NOT NULL, bundleId TEXT NOT NULL, productId TEXT NOT NULL, locale TEXT NOT NULL,
+                        messageIdentifier TEXT NOT NULL, PRIMARY KEY (environment, bundleId, productId, locale)) WITHOUT ROWID;
+                    CREATE TABLE simPerformanceTest (
+                        requestId TEXT PRIMARY KEY NOT NULL, bundleId TEXT NOT NULL, target TEXT NOT NULL, result TEXT NOT NULL,
+                        answer TEXT, createdAtMs INTEGER NOT NULL) WITHOUT ROWID;
+                    CREATE TABLE simRetentionShown (
+                        requestIdentifier TEXT PRIMARY KEY NOT NULL, originalTransactionId TEXT NOT NULL, environment TEXT NOT NULL,
+                        shown TEXT NOT NULL, shownAtMs INTEGER NOT NULL) WITHOUT ROWID;
+                    """)
+        }
         try m.migrate(writer)
     }
 
