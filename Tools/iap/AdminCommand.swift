@@ -130,7 +130,7 @@ struct AppStoreCommand: AsyncParsableCommand {
         commandName: "appstore", abstract: "Apple's App Store Server API through verification (internal token).",
         subcommands: [
             Transaction.self, History.self, Order.self, Status.self, Refunds.self, Notifications.self, TestNotification.self,
-            Consumption.self, SetToken.self, Extend.self, Finish.self, AppTransaction.self, MassExtend.self, MassExtendStatus.self,
+            Consumption.self, SetToken.self, Extend.self, Finish.self, AppTransaction.self, MassExtend.self, MassExtendStatus.self, Retention.self,
         ])
 
     /// production or sandbox.
