@@ -235,9 +235,13 @@ public enum FulfillmentRetentionMessage: RPCMethod {
         public var signedPayload: String
         /// The suite's internal token (the edge presents it).
         public var internalToken: String?
-        public init(signedPayload: String, internalToken: String?) {
+        /// Milliseconds the caller waits for the answer (the edge: less than Apple's deadline): an answer not ready by then
+        /// is not recorded, so an offer Apple never showed is not spent.
+        public var budgetMs: Int?
+        public init(signedPayload: String, internalToken: String?, budgetMs: Int? = nil) {
             self.signedPayload = signedPayload
             self.internalToken = internalToken
+            self.budgetMs = budgetMs
         }
     }
     public struct Result: Codable, Sendable, Equatable {

@@ -139,6 +139,13 @@ import X509
             let client = try await Self.apiClient(suite)
             let url = base + "/v1/retention/appstore"
             try await client.configureRealtimeURL(.sandbox, url: url)
+            // A Sandbox subscription never verified here may be another developer's app selling the same product id (the
+            // Sandbox names no app Apple ID): nothing is chosen and nothing recorded.
+            let stranger = try await Self.cancelIntent(suite, "apple-tester", sub.originalTransactionId, "en-US")
+            #expect(stranger.shown.kind == "default", "\(stranger.shown)")
+            #expect(try await suite.count("SELECT COUNT(*) FROM retentionAnswer") == 0)
+            let tester = try await suite.register("tester")
+            _ = try await suite.redeem(tester.session, signed: [sub.signedTransaction])
             let (requestId, config) = try await client.initiatePerformanceTest(originalTransactionId: sub.originalTransactionId)
             #expect(config["totalRequests"]?.intValue == 50 && config["responseTimeThreshold"]?.intValue == 700)
             // Apple's API is polled for the result, as a client of it must.

@@ -196,7 +196,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     }
     func accountId(transactionId: String) async throws -> String? { throw InMemoryUnsupported() }
     func overview(days: Int, nowMs: Int64) async throws -> FulfillmentGetOverview.Result { throw InMemoryUnsupported() }
-    func retentionSubscriber(originalTransactionId: String, nowMs: Int64) async throws -> (holder: Holder, facts: RetentionFacts)? {
+    func retentionSubscriber(originalTransactionId: String, environment: String, nowMs: Int64) async throws
+        -> (holder: Holder, facts: RetentionFacts)?
+    {
         throw InMemoryUnsupported()
     }
     func retentionOffersGiven(customerKey: String) async throws -> Set<String> { throw InMemoryUnsupported() }

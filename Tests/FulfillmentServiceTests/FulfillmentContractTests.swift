@@ -65,6 +65,9 @@ import Testing
             let intent = try await suite.simulator.call(
                 SimCancelIntent.self, .init(appleId: "retention@icloud", originalTransactionId: leaving.originalTransactionId, locale: "en-US"))
             v["realtimePayload"] = .string(intent.signedPayload)
+            let late = try await suite.simulator.call(
+                SimCancelIntent.self, .init(appleId: "retention@icloud", originalTransactionId: leaving.originalTransactionId, locale: "en-US"))
+            v["lateRealtimePayload"] = .string(late.signedPayload)
 
             // revokeTransaction: a redeemed coin purchase.
             let revoked = try await suite.register("contract-revoke")

@@ -13,15 +13,16 @@ import NIOCore
 extension EdgeService {
     /// Longest a retention answer may take here: Apple's sandbox performance test expects answers within about 700 ms.
     static let retentionDeadline = TimeAmount.milliseconds(700)
+    /// What fulfillment is told it has: an answer ready later is not recorded (an offer Apple never showed is not spent).
+    static let retentionBudgetMs = 600
     /// Largest request body (a RealtimeRequestBody is one JWS of a few KiB).
     static let maxRetentionBodyBytes = 64 * 1024
 
     func addRetentionRoute(to router: Router<EdgeRequestContext>) {
         router.post("v1/retention/appstore") { request, context -> Response in
-            // Apple's realtime requests pay into the webhook's bucket: both come from Apple, and each costs a verification.
-            if let refusal = self.webhookAdmission(headers: request.headers, peer: context.remoteAddress?.ipAddress) {
-                return refusal.response
-            }
+            // Each costs a verification: a bucket per address, apart from the webhook's.
+            let address = self.clientAddress(peer: context.remoteAddress?.ipAddress, forwardedFor: request.headers[.xForwardedFor])
+            if let wait = self.retentionLimiter.take(address) { return HTTPAnswer.tooManyRequests(wait: wait).response }
             guard let buffer = try? await request.body.collect(upTo: Self.maxRetentionBodyBytes) else {
                 return Response(status: .contentTooLarge)
             }
@@ -43,11 +44,15 @@ extension EdgeService {
         guard let client = clients["fulfillment"] else { return (.serviceUnavailable, nil) }
         do {
             let result = try await client.call(
-                FulfillmentRetentionMessage.self, .init(signedPayload: decoded.signedPayload, internalToken: configuration.internalToken),
+                FulfillmentRetentionMessage.self,
+                .init(signedPayload: decoded.signedPayload, internalToken: configuration.internalToken, budgetMs: Self.retentionBudgetMs),
                 timeout: Self.retentionDeadline)
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
             return (.ok, Array(try encoder.encode(result.response)))
+        } catch let error as RPCError where error.knownCode == .invalidReceipt && error.data.reason == "appAppleIdNotConfigured" {
+            logger.error("a Production retention request cannot be answered: verification has no --app-apple-id (IAP_APP_APPLE_ID)")
+            return (.serviceUnavailable, nil)
         } catch let error as RPCError where error.knownCode == .invalidReceipt {
             logger.warning("retention request refused: it failed verification", metadata: ["reason": "\(error.data.reason)"])
             return (.badRequest, nil)

@@ -11,6 +11,7 @@ public struct RetentionDesk: FulfillmentPart {
     let service: FulfillmentService
 
     public func retentionMessage(_ p: FulfillmentRetentionMessage.Params) async throws(RPCError) -> FulfillmentRetentionMessage.Result {
+        let started = ContinuousClock.now
         try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
         let verified = try await dependencies.verifyRealtimeRequest(p.signedPayload)
         guard verified.status == 0, let request = verified.request else {
@@ -22,21 +23,23 @@ public struct RetentionDesk: FulfillmentPart {
             return try Self.result(request.requestIdentifier, earlier)
         }
         guard let token = configuration.internalToken else { throw RPCError.internalError("no internal token") }
+        let now = clock.nowMs
+        let subscriber = try await storeCall {
+            try await self.store.retentionSubscriber(
+                originalTransactionId: request.originalTransactionId, environment: request.environment, nowMs: now)
+        }
+        // A Sandbox request names no app Apple can vouch for (Apple's library checks appAppleId in Production only): another
+        // developer's Sandbox app may sell the same product id. Only a Sandbox subscription verified here is answered.
+        if request.environment == "Sandbox", subscriber == nil {
+            return RetentionDesk.unrecorded(request, reason: "a Sandbox subscription this server never verified: nothing is chosen")
+        }
         let rules: CatalogGetRetention.Result
         do {
             rules = try await dependencies.retention(productId: request.productId, internalToken: token)
         } catch  where error.knownCode == .notFound {
-            let reason = "\(request.productId) is not a subscription of the catalog"
-            if let answer = try await record(request, nil, subscriber: nil, reason: reason) { return answer }
-            guard let earlier = try await storeCall({ try await self.store.retentionAnswer(requestIdentifier: request.requestIdentifier) })
-            else { throw RPCError.internalError("a retention answer was neither recorded nor found") }
-            return try Self.result(request.requestIdentifier, earlier)
+            return RetentionDesk.unrecorded(request, reason: "\(request.productId) is not a subscription of the catalog")
         }
-        let now = clock.nowMs
-        let subscriber = try await storeCall {
-            try await self.store.retentionSubscriber(originalTransactionId: request.originalTransactionId, nowMs: now)
-        }
-        let customerKey = Self.customerKey(request, subscriber?.holder)
+        let customerKey = Self.customerKey(request)
         var given = try await storeCall { try await self.store.retentionOffersGiven(customerKey: customerKey) }
         var history: [SubscriptionHistoryRecord] = []
         if let holder = subscriber?.holder {
@@ -53,7 +56,9 @@ public struct RetentionDesk: FulfillmentPart {
             let decision = RetentionDecision.choose(
                 rules.retention ?? RetentionRules(choices: []), userLocale: request.userLocale, facts: subscriber?.facts ?? .unknown
             ) { choice in offerRefusal(choice, offers: rules.offers ?? [], given: given, customer: customer, nowMs: now) }
-            let answer = try await record(request, decision.choice, subscriber: subscriber?.holder, reason: decision.reason, rules: rules)
+            let answer = try await record(
+                request, decision.choice, subscriber: subscriber?.holder, reason: decision.reason, rules: rules,
+                deadline: p.budgetMs.map { started + .milliseconds($0) })
             if let answer { return answer }
             if let earlier = try await storeCall({ try await self.store.retentionAnswer(requestIdentifier: request.requestIdentifier) }) {
                 return try Self.result(request.requestIdentifier, earlier)
@@ -63,6 +68,12 @@ public struct RetentionDesk: FulfillmentPart {
         throw RPCError.conflict("the customer's offers changed while answering; Apple shows the default message", reason: "busy")
     }
 
+    /// An answer that chooses nothing (Apple shows its default), not recorded: only Apple-signed requests about this app's
+    /// known subscriptions and catalog products leave rows behind.
+    static func unrecorded(_ request: RealtimeRequest, reason: String) -> FulfillmentRetentionMessage.Result {
+        .init(requestIdentifier: request.requestIdentifier, response: RealtimeResponse(), reason: reason)
+    }
+
     /// Why an offer rule cannot be answered now, or nil.
     func offerRefusal(_ choice: RetentionChoice, offers: [SubscriptionOffer], given: Set<String>, customer: OfferCustomer, nowMs: Int64)
         -> String?
@@ -70,13 +81,18 @@ public struct RetentionDesk: FulfillmentPart {
         guard configuration.offerKey != nil else { return "offers are not configured on this server (--offer-key)" }
         guard let id = choice.offerId, let offer = offers.first(where: { $0.offerId == id }) else { return "the product has no such offer" }
         if given.contains(id) { return "offered to this customer before" }
+        // A customer about to cancel is subscribed: whatever the records say, a win-back or a first-time offer is not theirs.
+        if offer.eligibility.kind == .lapsed || offer.eligibility.kind == .neverSubscribed {
+            return "a \(offer.eligibility.kind.rawValue) offer is not for a subscriber"
+        }
         return OfferRules.refusal(offer, customer: customer, nowMs: nowMs)
     }
 
     /// Builds the answer for `choice` (the default message when nil and the rules have one) and records it; nil when the
     /// record was refused (the request answered meanwhile, or the offer given to this customer meanwhile).
     private func record(
-        _ request: RealtimeRequest, _ choice: RetentionChoice?, subscriber: Holder?, reason: String?, rules: CatalogGetRetention.Result? = nil
+        _ request: RealtimeRequest, _ choice: RetentionChoice?, subscriber: Holder?, reason: String?, rules: CatalogGetRetention.Result,
+        deadline: ContinuousClock.Instant?
     ) async throws(RPCError) -> FulfillmentRetentionMessage.Result? {
         var response = RealtimeResponse()
         var choiceId = choice?.id, kind = "none", offerId: String?
@@ -93,7 +109,7 @@ public struct RetentionDesk: FulfillmentPart {
             kind = "promotionalOffer"
             offerId = choice!.offerId
         case nil:
-            if let fallback = rules?.retention?.defaultMessageIdentifier {
+            if let fallback = rules.retention?.defaultMessageIdentifier {
                 response.message = .init(messageIdentifier: fallback)
                 choiceId = "default"
                 kind = "message"
@@ -106,9 +122,13 @@ public struct RetentionDesk: FulfillmentPart {
             throw RPCError.internalError("encoding the retention answer failed")
         }
         let entry = RetentionAnswerRecord(
-            requestIdentifier: request.requestIdentifier, customerKey: Self.customerKey(request, subscriber), environment: request.environment,
+            requestIdentifier: request.requestIdentifier, customerKey: Self.customerKey(request), environment: request.environment,
             originalTransactionId: request.originalTransactionId, accountId: subscriber?.accountId, productId: request.productId,
             choiceId: choiceId, kind: kind, offerId: offerId, response: json, reason: choice == nil ? reason : nil, answeredAtMs: clock.nowMs)
+        // Past the caller's deadline Apple has shown its default: recording now would spend an offer nobody saw.
+        if let deadline, ContinuousClock.now > deadline {
+            throw RPCError(code: .requestTimeout, message: "the answer was not ready in time; Apple shows the default message", reason: "tooLate")
+        }
         guard try await storeCall({ try await self.store.recordRetentionAnswer(entry) }) else { return nil }
         logger.info(
             "retention request answered",
@@ -149,10 +169,10 @@ public struct RetentionDesk: FulfillmentPart {
         }
     }
 
-    /// Offers go once per customer: the account (per scope) when the subscription is known here, else the subscription.
-    static func customerKey(_ request: RealtimeRequest, _ holder: Holder?) -> String {
-        if let holder { return "\(holder.scope.rawValue):account:\(holder.accountId)" }
-        return "\(request.environment):original:\(request.originalTransactionId)"
+    /// Offers go once per customer: per subscription at Apple (one per subscription group, kept across plan changes, lapses
+    /// and the accounts it moves between), in its environment.
+    static func customerKey(_ request: RealtimeRequest) -> String {
+        "\(request.environment):original:\(request.originalTransactionId)"
     }
 
     static func result(_ requestIdentifier: String, _ stored: StoredRetentionAnswer) throws(RPCError) -> FulfillmentRetentionMessage.Result {

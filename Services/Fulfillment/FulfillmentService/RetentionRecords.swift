@@ -10,7 +10,7 @@ struct RetentionRecords {
 
     /// The subscriber behind an original transaction in one statement: its account and scope, when the subscription was
     /// first bought, its periods not refunded, and the account's refunds.
-    func subscriber(originalTransactionId: String, nowMs: Int64) throws -> (holder: Holder, facts: RetentionFacts)? {
+    func subscriber(originalTransactionId: String, environment: String, nowMs: Int64) throws -> (holder: Holder, facts: RetentionFacts)? {
         guard
             let row = try s.row(
                 """
@@ -21,8 +21,8 @@ struct RetentionRecords {
                    AND p.original_transaction_id = o.original_transaction_id AND p.revoked_at_ms IS NULL) AS periods,
                   (SELECT COUNT(*) FROM processed_transaction p WHERE p.account_id = o.account_id AND p.scope = o.scope
                    AND p.revoke_reason = 'refunded') AS refunds
-                FROM ownership o WHERE o.original_transaction_id = ?1
-                """, originalTransactionId)
+                FROM ownership o WHERE o.original_transaction_id = ?1 AND o.environment = ?2
+                """, originalTransactionId, environment)
         else { return nil }
         let scopeName: String = try row.get("scope")
         guard let scope = AccountScope(rawValue: scopeName) else { throw StoredValueInvalid(column: "scope", value: scopeName) }
@@ -88,15 +88,20 @@ public struct RetentionAnswerRecord: Sendable, Equatable {
 
 /// What retention answers read and write (`RetentionRecords`).
 public protocol RetentionStorage: Sendable {
-    func retentionSubscriber(originalTransactionId: String, nowMs: Int64) async throws -> (holder: Holder, facts: RetentionFacts)?
+    func retentionSubscriber(originalTransactionId: String, environment: String, nowMs: Int64) async throws
+        -> (holder: Holder, facts: RetentionFacts)?
     func retentionOffersGiven(customerKey: String) async throws -> Set<String>
     func retentionAnswer(requestIdentifier: String) async throws -> StoredRetentionAnswer?
     func recordRetentionAnswer(_ answer: RetentionAnswerRecord) async throws -> Bool
 }
 
 extension RetentionStorage where Self: FulfillmentDatabase {
-    public func retentionSubscriber(originalTransactionId: String, nowMs: Int64) async throws -> (holder: Holder, facts: RetentionFacts)? {
-        try await read { s in try RetentionRecords(s).subscriber(originalTransactionId: originalTransactionId, nowMs: nowMs) }
+    public func retentionSubscriber(originalTransactionId: String, environment: String, nowMs: Int64) async throws
+        -> (holder: Holder, facts: RetentionFacts)?
+    {
+        try await read { s in
+            try RetentionRecords(s).subscriber(originalTransactionId: originalTransactionId, environment: environment, nowMs: nowMs)
+        }
     }
 
     public func retentionOffersGiven(customerKey: String) async throws -> Set<String> {
