@@ -71,6 +71,14 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         help: "Apple's webhook, per client address: deliveries per second refilled into its bucket (env IAP_EDGE_WEBHOOK_RPS; default 200).")
     var webhookRequestsPerSecond: Double?
     @Option(
+        name: .customLong("retention-requests-per-second"),
+        help: "Apple's Get Retention Message requests, per client address: refilled per second (env IAP_EDGE_RETENTION_RPS; default 200).")
+    var retentionRequestsPerSecond: Double?
+    @Option(
+        name: .customLong("retention-burst"),
+        help: "Apple's Get Retention Message requests, per client address: the bucket's size (env IAP_EDGE_RETENTION_BURST; default 1000).")
+    var retentionBurst: Double?
+    @Option(
         name: .customLong("webhook-burst"), help: "Apple's webhook, per client address: the bucket's size (env IAP_EDGE_WEBHOOK_BURST; default 1000)."
     )
     var webhookBurst: Double?
@@ -113,6 +121,14 @@ struct EdgeServiceCommand: AsyncParsableCommand {
         if let size = webhookBurst ?? Environment.value("IAP_EDGE_WEBHOOK_BURST").flatMap(Double.init) {
             guard size >= 1 else { throw ValidationError("--webhook-burst must be >= 1") }
             config.webhookBurst = size
+        }
+        if let rate = retentionRequestsPerSecond ?? Environment.value("IAP_EDGE_RETENTION_RPS").flatMap(Double.init) {
+            guard rate > 0 else { throw ValidationError("--retention-requests-per-second must be > 0") }
+            config.retentionRequestsPerSecond = rate
+        }
+        if let size = retentionBurst ?? Environment.value("IAP_EDGE_RETENTION_BURST").flatMap(Double.init) {
+            guard size >= 1 else { throw ValidationError("--retention-burst must be >= 1") }
+            config.retentionBurst = size
         }
         config.internalToken = try Environment.token(internalToken, flagName: "--internal-token", env: "IAP_INTERNAL_TOKEN")
         if config.internalToken == nil {
