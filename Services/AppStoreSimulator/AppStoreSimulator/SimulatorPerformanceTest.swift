@@ -129,10 +129,12 @@ extension AppStoreServerAPIEndpoint {
         ]
         let result = answer["result"] as? String ?? "FAIL"
         let json = (try? JSONSerialization.data(withJSONObject: answer, options: [.sortedKeys])).map { String(decoding: $0, as: UTF8.self) }
-        try? await simulator.store.writer.write { db in
-            try db.execute(
-                sql: "UPDATE simPerformanceTest SET result = ?, answer = ? WHERE requestId = ?",
-                arguments: [result, json, requestId])
+        _ = try? await simulator.blocking {
+            try simulator.store.writer.write { db in
+                try db.execute(
+                    sql: "UPDATE simPerformanceTest SET result = ?, answer = ? WHERE requestId = ?",
+                    arguments: [result, json, requestId])
+            }
         }
     }
 

@@ -5,6 +5,7 @@ import GRDB
 import IAPProtocol
 import JSONRPC
 import NIOCore
+import NIOPosix
 import NIOSSL
 import Receipts
 
@@ -42,13 +43,15 @@ extension AppStoreSimulator {
         guard p.identifier.utf8.count == 36, UUID(uuidString: p.identifier) != nil else {
             throw RPCError.invalidParams("identifier is a message's or an image's UUID", field: "identifier", reason: "invalidValue")
         }
-        let reviewed = try await store.writer.write { db in
-            var changed = 0
-            for (table, column) in [("simMessage", "messageIdentifier"), ("simImage", "imageIdentifier")] {
-                try db.execute(sql: "UPDATE \(table) SET state = ? WHERE \(column) = ?", arguments: [p.state, p.identifier.lowercased()])
-                changed += db.changesCount
+        let reviewed = try await blocking {
+            try self.store.writer.write { db in
+                var changed = 0
+                for (table, column) in [("simMessage", "messageIdentifier"), ("simImage", "imageIdentifier")] {
+                    try db.execute(sql: "UPDATE \(table) SET state = ? WHERE \(column) = ?", arguments: [p.state, p.identifier.lowercased()])
+                    changed += db.changesCount
+                }
+                return changed
             }
-            return changed
         }
         guard reviewed > 0 else { throw RPCError.notFound("no message or image \(p.identifier) was uploaded", reason: "unknownMessage") }
         return .init(reviewed: reviewed)
@@ -57,12 +60,14 @@ extension AppStoreSimulator {
     public func cancelIntent(_ p: SimCancelIntent.Params) async throws -> SimCancelIntent.Result {
         guard (2...35).contains(p.locale.utf8.count), p.locale.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") })
         else { throw RPCError.invalidParams("locale is a language tag such as en-US", field: "locale", reason: "invalidValue") }
-        let (transaction, url) = try await store.writer.read { db -> (SimTransaction?, String?) in
-            let t = try SimulatorStore.transaction(p.originalTransactionId, db: db)
-            let url = try t.flatMap {
-                try String.fetchOne(db, sql: "SELECT url FROM simRealtimeURL WHERE environment = ?", arguments: [$0.environment.rawValue])
+        let (transaction, url) = try await blocking {
+            try self.store.writer.read { db -> (SimTransaction?, String?) in
+                let t = try SimulatorStore.transaction(p.originalTransactionId, db: db)
+                let url = try t.flatMap {
+                    try String.fetchOne(db, sql: "SELECT url FROM simRealtimeURL WHERE environment = ?", arguments: [$0.environment.rawValue])
+                }
+                return (t, url)
             }
-            return (t, url)
         }
         guard let transaction, transaction.appleId == p.appleId, transaction.productType == .autoRenewable else {
             throw RPCError.notFound("no subscription \(p.originalTransactionId) of \(p.appleId)", reason: "unknownTransaction")
@@ -83,7 +88,7 @@ extension AppStoreSimulator {
 
     func sendRealtimeRequest(_ transaction: SimTransaction, locale: String, url: String?) async throws -> RealtimeAttempt {
         let requestIdentifier = UUID().uuidString.lowercased()
-        let now = try await store.writer.read { db in try self.now(db) }
+        let now = try await blocking { try self.store.writer.read { db in try self.now(db) } }
         let payload: [String: Any] = [
             "originalTransactionId": transaction.originalTransactionId, "appAppleId": 1_234_567_890, "productId": transaction.productId,
             "userLocale": locale, "requestIdentifier": requestIdentifier, "environment": transaction.environment.appleName,
@@ -126,10 +131,14 @@ extension AppStoreSimulator {
             attempt.shown.messageIdentifier = try await defaultMessage(transaction, locale: locale)
         }
         let shown = String(decoding: try JSONEncoder().encode(attempt.shown), as: UTF8.self)
-        try await store.writer.write { [attempt] db in
-            try db.execute(
-                sql: "INSERT INTO simRetentionShown (requestIdentifier, originalTransactionId, environment, shown, shownAtMs) VALUES (?, ?, ?, ?, ?)",
-                arguments: [attempt.requestIdentifier, transaction.originalTransactionId, transaction.environment.rawValue, shown, now])
+        let requestId = attempt.requestIdentifier
+        try await blocking {
+            try self.store.writer.write { db in
+                try db.execute(
+                    sql:
+                        "INSERT INTO simRetentionShown (requestIdentifier, originalTransactionId, environment, shown, shownAtMs) VALUES (?, ?, ?, ?, ?)",
+                    arguments: [requestId, transaction.originalTransactionId, transaction.environment.rawValue, shown, now])
+            }
         }
         return attempt
     }
@@ -137,16 +146,18 @@ extension AppStoreSimulator {
     /// Apple shows a choice only with an approved message (and approved images), and an offer only with a valid signature.
     func checkedShown(_ shown: RetentionShown, transaction: SimTransaction, locale: String) async throws -> RetentionShown {
         guard shown.kind != "default", let message = shown.messageIdentifier?.lowercased() else { return shown }
-        let approved = try await store.writer.read { db in
-            try String.fetchOne(
-                db, sql: "SELECT state FROM simMessage WHERE environment = ? AND bundleId = ? AND messageIdentifier = ?",
-                arguments: [transaction.environment.rawValue, transaction.bundleId, message]) == "APPROVED"
-                && !(try Bool.fetchOne(
-                    db,
-                    sql: """
-                        SELECT 1 FROM simMessageImage m JOIN simImage i USING (environment, bundleId, imageIdentifier)
-                        WHERE m.environment = ? AND m.bundleId = ? AND m.messageIdentifier = ? AND i.state != 'APPROVED' LIMIT 1
-                        """, arguments: [transaction.environment.rawValue, transaction.bundleId, message]) ?? false)
+        let approved = try await blocking {
+            try self.store.writer.read { db in
+                try String.fetchOne(
+                    db, sql: "SELECT state FROM simMessage WHERE environment = ? AND bundleId = ? AND messageIdentifier = ?",
+                    arguments: [transaction.environment.rawValue, transaction.bundleId, message]) == "APPROVED"
+                    && !(try Bool.fetchOne(
+                        db,
+                        sql: """
+                            SELECT 1 FROM simMessageImage m JOIN simImage i USING (environment, bundleId, imageIdentifier)
+                            WHERE m.environment = ? AND m.bundleId = ? AND m.messageIdentifier = ? AND i.state != 'APPROVED' LIMIT 1
+                            """, arguments: [transaction.environment.rawValue, transaction.bundleId, message]) ?? false)
+            }
         }
         guard approved else { return .init(kind: "default", reason: "message \(message) is not approved") }
         if shown.kind == "promotionalOffer", shown.offerIdentifier == nil {
@@ -157,13 +168,24 @@ extension AppStoreSimulator {
 
     /// The default message configured for the product and locale (Configure Default Message), if any.
     func defaultMessage(_ transaction: SimTransaction, locale: String) async throws -> String? {
-        try await store.writer.read { db in
-            try String.fetchOne(
-                db, sql: "SELECT messageIdentifier FROM simDefaultMessage WHERE environment = ? AND bundleId = ? AND productId = ? AND locale = ?",
-                arguments: [
-                    transaction.environment.rawValue, transaction.bundleId, transaction.productId, locale.replacingOccurrences(of: "_", with: "-"),
-                ])
+        try await blocking {
+            try self.store.writer.read { db in
+                try String.fetchOne(
+                    db,
+                    sql: "SELECT messageIdentifier FROM simDefaultMessage WHERE environment = ? AND bundleId = ? AND productId = ? AND locale = ?",
+                    arguments: [
+                        transaction.environment.rawValue, transaction.bundleId, transaction.productId,
+                        locale.replacingOccurrences(of: "_", with: "-"),
+                    ])
+            }
         }
+    }
+
+    /// The simulator's database work off the cooperative threads (as its other handlers run it): GRDB's async API waits
+    /// for a reader on the cooperative pool, and the HTTP endpoint's synchronous reads there could then hold every
+    /// thread an awaiting read needs to finish (a deadlock seen under `iap-bench retention`).
+    func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await NIOThreadPool.singleton.runIfActive(body)
     }
 
     /// What Apple shows for an answer: exactly one of the three choices, each with its message identifier (a UUID), else
