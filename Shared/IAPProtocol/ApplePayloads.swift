@@ -81,6 +81,9 @@ public struct AppleTransaction: Sendable, Equatable {
     /// ISO 4217 currency with it. Apple: not for revenue recognition (App Store Connect's reports are).
     public var price: Int64?
     public var currency: String?
+    /// The offer redeemed with this purchase (Apple's `offerIdentifier`: a promotional offer's id, an offer code, a win-back
+    /// offer), at most 64 characters.
+    public var offerIdentifier: String?
 
     /// Nil without a transaction id or a product id.
     public init?(_ payload: JSONValue) {
@@ -96,6 +99,7 @@ public struct AppleTransaction: Sendable, Equatable {
         self.revocationDateMs = payload["revocationDate"]?.millisecondsValue
         self.appAccountToken = payload["appAccountToken"]?.stringValue?.lowercased()
         self.environment = payload["environment"]?.stringValue
+        self.offerIdentifier = payload["offerIdentifier"]?.stringValue.flatMap { (1...64).contains($0.utf8.count) ? $0 : nil }
         // At most a billion units of any currency: anything larger is not a price, and sums of them stay far from overflow.
         if let price = payload["price"]?.intValue, (0...1_000_000_000_000).contains(price), let currency = payload["currency"]?.stringValue,
             currency.utf8.count == 3, currency.utf8.allSatisfy({ $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") })

@@ -51,10 +51,13 @@ public enum SimCancelIntent: RPCMethod {
         public var originalTransactionId: String
         /// The device's locale, e.g. `en-US`.
         public var locale: String
-        public init(appleId: String, originalTransactionId: String, locale: String) {
+        /// The app Apple ID the request names (default the simulated app's, 1234567890): another app's, to see it refused.
+        public var appAppleId: Int64?
+        public init(appleId: String, originalTransactionId: String, locale: String, appAppleId: Int64? = nil) {
             self.appleId = appleId
             self.originalTransactionId = originalTransactionId
             self.locale = locale
+            self.appAppleId = appAppleId
         }
     }
     public struct Result: Codable, Sendable, Equatable {

@@ -91,6 +91,10 @@ import X509
                 base + "/v1/retention/appstore", #"{"signedPayload":"\#(parts[0]).\#(forgedPayload).\#(parts[2])"}"#)
             #expect(forged.status == 400, "\(forged)")
             #expect(try await EdgeTests.post(base + "/v1/retention/appstore", #"{"signed":"x"}"#).status == 400)
+            // Apple's request for another app of the App Store (its own app Apple ID) is refused: the edge answers 400.
+            let foreign = try await suite.simulator.call(
+                SimCancelIntent.self, .init(appleId: "apple-leaver", originalTransactionId: original, locale: "en-US", appAppleId: 42))
+            #expect(foreign.shown.kind == "default" && foreign.shown.reason == "HTTP 400", "\(foreign.shown)")
             #expect(try await suite.count("SELECT COUNT(*) FROM retentionAnswer") == answers)
         }
     }
@@ -125,6 +129,31 @@ import X509
             #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction WHERE revokeReason = 'refunded'") == 1)
             let shown = try await Self.cancelIntent(suite, "apple-refunded", sub.originalTransactionId, "en-US")
             #expect(shown.shown == RetentionShown(kind: "message", messageIdentifier: Self.fallback))
+        }
+    }
+
+    @Test func aCustomerWhoRedeemedTheOfferWithAPurchaseIsNotOfferedItAgain() async throws {
+        try await EdgeFixture.withContentEdge { suite, base in
+            try await suite.catalog.call(
+                CatalogSetRetention.self, .init(adminToken: SuiteFixture.adminToken, productId: "sub.premium", retention: Self.rules))
+            try await suite.simulator.call(SimSetRealtimeURL.self, .init(environment: .production, url: base + "/v1/retention/appstore"))
+            // The offer signed for the account by the suite and redeemed with the purchase at the (simulated) App Store.
+            let user = try await suite.register("redeemer")
+            // Known to this server as an Apple customer first (offers are signed for known customers only).
+            let coins = try await suite.buy("apple-redeemer", "coins.100", appAccountToken: user.appAccountToken)
+            _ = try await suite.redeem(user.session, signed: [coins.signedTransaction])
+            let signed = try await suite.fulfillment.call(
+                FulfillmentSignOffer.self, .init(session: user.session, productId: "sub.premium", offerId: "loyal"))
+            let bought = try await suite.simulator.call(
+                SimPurchase.self,
+                .init(
+                    appleId: "apple-redeemer", bundleId: SuiteFixture.bundleId, productId: "sub.premium", productType: .autoRenewable,
+                    appAccountToken: user.appAccountToken, offerJWS: signed.jws))
+            _ = try await suite.redeem(user.session, signed: [bought.signedTransaction])
+            #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction WHERE offerIdentifier = 'loyal'") == 1)
+            try await Self.uploadApproved(suite)
+            let shown = try await Self.cancelIntent(suite, "apple-redeemer", bought.originalTransactionId, "en-US")
+            #expect(shown.shown == RetentionShown(kind: "alternateProduct", messageIdentifier: Self.downgrade, productId: "sub.basic"))
         }
     }
 

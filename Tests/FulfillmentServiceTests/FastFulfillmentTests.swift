@@ -201,7 +201,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     {
         throw InMemoryUnsupported()
     }
-    func retentionOffersGiven(customerKey: String) async throws -> Set<String> { throw InMemoryUnsupported() }
+    func retentionOffersGiven(customerKey: String, environment: String, originalTransactionId: String) async throws -> Set<String> {
+        throw InMemoryUnsupported()
+    }
     func retentionAnswer(requestIdentifier: String) async throws -> StoredRetentionAnswer? { throw InMemoryUnsupported() }
     func recordRetentionAnswer(_ answer: RetentionAnswerRecord) async throws -> Bool { throw InMemoryUnsupported() }
     func dismiss(notificationUUID: String, reason: String, audit: AuditFacts, nowMs: Int64) async throws -> DismissOutcome {

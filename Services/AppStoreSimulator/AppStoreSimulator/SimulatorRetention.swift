@@ -72,7 +72,7 @@ extension AppStoreSimulator {
         guard let transaction, transaction.appleId == p.appleId, transaction.productType == .autoRenewable else {
             throw RPCError.notFound("no subscription \(p.originalTransactionId) of \(p.appleId)", reason: "unknownTransaction")
         }
-        let sent = try await sendRealtimeRequest(transaction, locale: p.locale, url: url)
+        let sent = try await sendRealtimeRequest(transaction, locale: p.locale, url: url, appAppleId: p.appAppleId ?? Self.appAppleId)
         return .init(requestIdentifier: sent.requestIdentifier, signedPayload: sent.signedPayload, shown: sent.shown)
     }
 
@@ -86,11 +86,16 @@ extension AppStoreSimulator {
         var sendAttemptResult: String
     }
 
-    func sendRealtimeRequest(_ transaction: SimTransaction, locale: String, url: String?) async throws -> RealtimeAttempt {
+    /// The app Apple ID of the simulated app (what Production notifications and realtime requests name).
+    static let appAppleId: Int64 = 1_234_567_890
+
+    func sendRealtimeRequest(_ transaction: SimTransaction, locale: String, url: String?, appAppleId: Int64 = appAppleId) async throws
+        -> RealtimeAttempt
+    {
         let requestIdentifier = UUID().uuidString.lowercased()
         let now = try await blocking { try self.store.writer.read { db in try self.now(db) } }
         let payload: [String: Any] = [
-            "originalTransactionId": transaction.originalTransactionId, "appAppleId": 1_234_567_890, "productId": transaction.productId,
+            "originalTransactionId": transaction.originalTransactionId, "appAppleId": appAppleId, "productId": transaction.productId,
             "userLocale": locale, "requestIdentifier": requestIdentifier, "environment": transaction.environment.appleName,
             "signedDate": now,
         ]

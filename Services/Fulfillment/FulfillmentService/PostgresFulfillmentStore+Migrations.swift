@@ -289,6 +289,7 @@ extension PostgresFulfillmentStore {
                 answered_at_ms BIGINT NOT NULL);
             CREATE UNIQUE INDEX retention_offer_once ON retention_answer (customer_key, offer_id) WHERE offer_id IS NOT NULL;
             CREATE INDEX processed_by_account ON processed_transaction (account_id);
+            ALTER TABLE processed_transaction ADD COLUMN offer_identifier TEXT;
             """),
     ]
 }

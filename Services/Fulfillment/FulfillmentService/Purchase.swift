@@ -20,6 +20,8 @@ public struct VerifiedPurchase: Sendable, Equatable {
     /// price: their purchases count as unpriced, never as free).
     public var price: Int64? = nil
     public var currency: String? = nil
+    /// StoreKit 2 only: the offer redeemed with it (Apple's `offerIdentifier`): a retention answer never offers it again.
+    public var offerIdentifier: String? = nil
 
     public init(
         environment: String, transactionId: String, originalTransactionId: String, productId: String,
@@ -80,6 +82,7 @@ public struct VerifiedPurchase: Sendable, Equatable {
             appAccountToken: transaction.appAccountToken)
         self.price = transaction.price
         self.currency = transaction.currency
+        self.offerIdentifier = transaction.offerIdentifier
     }
 
     /// A verified transaction payload as verification answers it, decoded once (`AppleTransaction`).

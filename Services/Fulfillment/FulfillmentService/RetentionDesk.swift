@@ -40,7 +40,10 @@ public struct RetentionDesk: FulfillmentPart {
             return RetentionDesk.unrecorded(request, reason: "\(request.productId) is not a subscription of the catalog")
         }
         let customerKey = Self.customerKey(request)
-        var given = try await storeCall { try await self.store.retentionOffersGiven(customerKey: customerKey) }
+        var given = try await storeCall {
+            try await self.store.retentionOffersGiven(
+                customerKey: customerKey, environment: request.environment, originalTransactionId: request.originalTransactionId)
+        }
         var history: [SubscriptionHistoryRecord] = []
         if let holder = subscriber?.holder {
             history = try await storeCall { try await self.store.subscriptionHistory(accountId: holder.accountId, scope: holder.scope, nowMs: now) }
@@ -63,7 +66,10 @@ public struct RetentionDesk: FulfillmentPart {
             if let earlier = try await storeCall({ try await self.store.retentionAnswer(requestIdentifier: request.requestIdentifier) }) {
                 return try Self.result(request.requestIdentifier, earlier)
             }
-            given = try await storeCall { try await self.store.retentionOffersGiven(customerKey: customerKey) }
+            given = try await storeCall {
+                try await self.store.retentionOffersGiven(
+                    customerKey: customerKey, environment: request.environment, originalTransactionId: request.originalTransactionId)
+            }
         }
         throw RPCError.conflict("the customer's offers changed while answering; Apple shows the default message", reason: "busy")
     }

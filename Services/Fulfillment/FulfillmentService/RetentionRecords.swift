@@ -35,12 +35,16 @@ struct RetentionRecords {
         )
     }
 
-    /// The offers a customer was given in earlier answers.
-    func offersGiven(customerKey: String) throws -> Set<String> {
+    /// The offers a customer was given in earlier answers, and those redeemed with the subscription's purchases.
+    func offersGiven(customerKey: String, environment: String, originalTransactionId: String) throws -> Set<String> {
         Set(
-            try s.rows("SELECT offer_id FROM retention_answer WHERE customer_key = ?1 AND offer_id IS NOT NULL", customerKey).map {
-                try $0.get("offer_id")
-            })
+            try s.rows(
+                """
+                SELECT offer_id FROM retention_answer WHERE customer_key = ?1 AND offer_id IS NOT NULL
+                UNION SELECT offer_identifier FROM processed_transaction
+                WHERE environment = ?2 AND original_transaction_id = ?3 AND offer_identifier IS NOT NULL
+                """, customerKey, environment, originalTransactionId
+            ).map { try $0.get("offer_id") })
     }
 
     /// The answer recorded for an Apple request, as JSON.
@@ -90,7 +94,7 @@ public struct RetentionAnswerRecord: Sendable, Equatable {
 public protocol RetentionStorage: Sendable {
     func retentionSubscriber(originalTransactionId: String, environment: String, nowMs: Int64) async throws
         -> (holder: Holder, facts: RetentionFacts)?
-    func retentionOffersGiven(customerKey: String) async throws -> Set<String>
+    func retentionOffersGiven(customerKey: String, environment: String, originalTransactionId: String) async throws -> Set<String>
     func retentionAnswer(requestIdentifier: String) async throws -> StoredRetentionAnswer?
     func recordRetentionAnswer(_ answer: RetentionAnswerRecord) async throws -> Bool
 }
@@ -104,8 +108,10 @@ extension RetentionStorage where Self: FulfillmentDatabase {
         }
     }
 
-    public func retentionOffersGiven(customerKey: String) async throws -> Set<String> {
-        try await read { s in try RetentionRecords(s).offersGiven(customerKey: customerKey) }
+    public func retentionOffersGiven(customerKey: String, environment: String, originalTransactionId: String) async throws -> Set<String> {
+        try await read { s in
+            try RetentionRecords(s).offersGiven(customerKey: customerKey, environment: environment, originalTransactionId: originalTransactionId)
+        }
     }
 
     public func retentionAnswer(requestIdentifier: String) async throws -> StoredRetentionAnswer? {
