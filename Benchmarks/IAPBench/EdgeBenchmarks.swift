@@ -146,26 +146,11 @@ struct WebhookBenchmark: AsyncParsableCommand {
         FileHandle.standardError.write(Data("minting \(notifications) purchases and their refunds...\n".utf8))
         let minted = try await suite.mint(count: notifications, productId: "coins.100", type: .consumable, run: runId)
         let sim = try RPCClient(address: suite.sim, configuration: .init(connections: 4, callTimeout: .seconds(60)))
-        let payloads = NIOLockedValueBox([String?](repeating: nil, count: minted.count))
-        let next = NIOLockedValueBox(0)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for _ in 0..<8 {
-                group.addTask {
-                    while true {
-                        let i = next.withLockedValue { v in
-                            defer { v += 1 }; return v
-                        }
-                        guard i < minted.count else { return }
-                        let refund = try await sim.call(
-                            SimRefund.self, .init(appleId: "bench-\(runId)-\(i)@icloud", transactionId: minted[i].transactionId))
-                        payloads.withLockedValue { $0[i] = refund.signedPayload }
-                    }
-                }
-            }
-            try await group.waitForAll()
+        let payloads = try await inParallel(minted.count) { i in
+            try await sim.call(SimRefund.self, .init(appleId: "bench-\(runId)-\(i)@icloud", transactionId: minted[i].transactionId)).signedPayload
         }
         await sim.close()
-        let bodies = payloads.withLockedValue { $0 }.map { payload in
+        let bodies = payloads.map { payload in
             ByteBuffer(bytes: (try? JSONSerialization.data(withJSONObject: ["signedPayload": payload ?? ""])) ?? Data())
         }
         let pool = try http.clients(load.connections, perConnection: load.inFlight)
@@ -190,5 +175,27 @@ struct WebhookBenchmark: AsyncParsableCommand {
         }
         driver.print(report)
         for c in pool { try? await c.shutdown() }
+    }
+}
+
+/// `body(i)` for every i in 0..<count, eight at a time, in index order (benchmarks mint their inputs this way).
+func inParallel<T: Sendable>(_ count: Int, _ body: @escaping @Sendable (Int) async throws -> T) async throws -> [T] {
+    let next = NIOLockedValueBox(0)
+    return try await withThrowingTaskGroup(of: [(Int, T)].self) { group in
+        for _ in 0..<8 {
+            group.addTask {
+                var out: [(Int, T)] = []
+                while true {
+                    let i = next.withLockedValue { v in
+                        defer { v += 1 }; return v
+                    }
+                    guard i < count else { return out }
+                    out.append((i, try await body(i)))
+                }
+            }
+        }
+        var all: [(Int, T)] = []
+        for try await part in group { all += part }
+        return all.sorted { $0.0 < $1.0 }.map(\.1)
     }
 }

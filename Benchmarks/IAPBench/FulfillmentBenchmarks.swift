@@ -62,32 +62,13 @@ struct SuiteAddresses: ParsableArguments {
     ) async throws -> [SimPurchase.Result] {
         let client = try RPCClient(address: sim, configuration: .init(connections: 4, callTimeout: .seconds(60)))
         defer { Task { await client.close() } }
-        let next = NIOLockedValueBox(0)
-        return try await withThrowingTaskGroup(of: [(Int, SimPurchase.Result)].self) { group in
-            for _ in 0..<8 {
-                group.addTask {
-                    var out: [(Int, SimPurchase.Result)] = []
-                    while true {
-                        let i = next.withLockedValue { v in
-                            defer { v += 1 }; return v
-                        }
-                        guard i < count else { return out }
-                        out.append(
-                            (
-                                i,
-                                try await client.call(
-                                    SimPurchase.self,
-                                    .init(
-                                        appleId: "bench-\(run)-\(i)@icloud", bundleId: bundleId, productId: productId, productType: type,
-                                        quantity: quantity,
-                                        appAccountToken: appAccountTokens.isEmpty ? nil : appAccountTokens[i % appAccountTokens.count]))
-                            ))
-                    }
-                }
-            }
-            var all: [(Int, SimPurchase.Result)] = []
-            for try await part in group { all += part }
-            return all.sorted { $0.0 < $1.0 }.map(\.1)
+        let (bundleId, tokens) = (bundleId, appAccountTokens)
+        return try await inParallel(count) { i in
+            try await client.call(
+                SimPurchase.self,
+                .init(
+                    appleId: "bench-\(run)-\(i)@icloud", bundleId: bundleId, productId: productId, productType: type, quantity: quantity,
+                    appAccountToken: tokens.isEmpty ? nil : tokens[i % tokens.count]))
         }
     }
 

@@ -41,28 +41,15 @@ struct RetentionBenchmark: AsyncParsableCommand {
         let sim = try RPCClient(address: suite.sim, configuration: .init(connections: 4, callTimeout: .seconds(60)))
         // Signed without being sent: the simulated App Store sends nothing while no realtime URL is set.
         try await sim.call(SimSetRealtimeURL.self, .init(environment: .production))
-        let payloads = NIOLockedValueBox([String?](repeating: nil, count: minted.count))
-        let next = NIOLockedValueBox(0)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for _ in 0..<8 {
-                group.addTask {
-                    while true {
-                        let i = next.withLockedValue { v in
-                            defer { v += 1 }; return v
-                        }
-                        guard i < minted.count else { return }
-                        let intent = try await sim.call(
-                            SimCancelIntent.self,
-                            .init(appleId: "bench-\(runId)-\(i)@icloud", originalTransactionId: minted[i].originalTransactionId, locale: "en-US"))
-                        payloads.withLockedValue { $0[i] = intent.signedPayload }
-                    }
-                }
-            }
-            try await group.waitForAll()
+        let payloads = try await inParallel(minted.count) { i in
+            try await sim.call(
+                SimCancelIntent.self,
+                .init(appleId: "bench-\(runId)-\(i)@icloud", originalTransactionId: minted[i].originalTransactionId, locale: "en-US")
+            ).signedPayload
         }
         await sim.close()
-        let bodies = payloads.withLockedValue { $0 }.map { payload in
-            ByteBuffer(bytes: (try? JSONSerialization.data(withJSONObject: ["signedPayload": payload ?? ""])) ?? Data())
+        let bodies = payloads.map { payload in
+            ByteBuffer(bytes: (try? JSONSerialization.data(withJSONObject: ["signedPayload": payload])) ?? Data())
         }
         let pool = try http.clients(load.connections, perConnection: load.inFlight)
         let driver = LoadDriver(options: load)

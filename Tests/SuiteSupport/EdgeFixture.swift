@@ -41,6 +41,8 @@ public enum EdgeFixture {
             config.clock = suite.clock.clock
             // Tests assert a notification's effect right after the webhook's answer.
             config.webhookAnswersOnceRecorded = false
+            // Answers on a machine every test shares: a patient deadline (the default, Apple's 700 ms, is for deployments).
+            config.retentionDeadline = .seconds(30)
             configure(&config)
             let edge = EdgeService(
                 accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config, logger: quiet)

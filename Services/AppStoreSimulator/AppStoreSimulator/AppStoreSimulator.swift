@@ -4,6 +4,7 @@ import GRDB
 import IAPProtocol
 import JSONRPC
 import NIOConcurrencyHelpers
+import NIOCore
 import NIOPosix
 import RPCTransport
 import Receipts
@@ -31,12 +32,16 @@ public final class AppStoreSimulator: Sendable {
     /// Answers OCSP about the simulator's certificates (`POST /ocsp`; `sim.revokeCertificate`).
     public let ocsp: SimulatorOCSPResponder
     public static let defaultPeriodDays = 30
+    /// How long the simulated App Store waits for a realtime retention answer before it shows the default message.
+    let realtimeDeadline: TimeAmount
 
     /// `ocspURL`: the responder a new data directory's certificates name (the simulator's own `/ocsp`, as the
     /// verifiers reach it); an existing directory keeps the certificates it has.
     public init(
-        directory: URL, clock: ServiceClock = .system, delivery: NotificationCourier.Configuration = .init(), ocspURL: String? = nil
+        directory: URL, clock: ServiceClock = .system, delivery: NotificationCourier.Configuration = .init(), ocspURL: String? = nil,
+        realtimeDeadline: TimeAmount = AppStoreSimulator.defaultRealtimeDeadline
     ) throws {
+        self.realtimeDeadline = realtimeDeadline
         let store = try SimulatorStore(directory: directory)
         self.store = store
         self.pki = try SimulatorPKI.loadOrCreate(directory: directory, ocspURL: ocspURL)

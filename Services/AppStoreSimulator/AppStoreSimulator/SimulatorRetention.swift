@@ -18,7 +18,7 @@ import Receipts
 extension AppStoreSimulator {
     /// How long the simulated App Store waits for the answer. Apple documents only its performance test's threshold (about
     /// 700 ms); the simulator allows more so a loaded test machine does not turn answers into defaults.
-    static let realtimeDeadline = TimeAmount.seconds(2)
+    public static let defaultRealtimeDeadline = TimeAmount.seconds(2)
 
     public func setRealtimeURL(_ p: SimSetRealtimeURL.Params) throws {
         if let url = p.url {
@@ -110,7 +110,7 @@ extension AppStoreSimulator {
             request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: ["signedPayload": signed])))
             let started = ContinuousClock.now
             do {
-                let response = try await HTTPClient.shared.execute(request, timeout: Self.realtimeDeadline)
+                let response = try await HTTPClient.shared.execute(request, timeout: realtimeDeadline)
                 let body = Array(buffer: try await response.body.collect(upTo: 64 * 1024))
                 if (200..<300).contains(Int(response.status.code)) {
                     attempt.shown = try await checkedShown(shown(body, transaction: transaction), transaction: transaction, locale: locale)

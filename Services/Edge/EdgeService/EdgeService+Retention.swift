@@ -11,10 +11,6 @@ import NIOCore
 /// forgery, another app's) gets 400 and changes nothing; one that cannot be answered in time gets 503 (Apple then shows
 /// the default message).
 extension EdgeService {
-    /// Longest a retention answer may take here: Apple's sandbox performance test expects answers within about 700 ms.
-    static let retentionDeadline = TimeAmount.milliseconds(700)
-    /// What fulfillment is told it has: an answer ready later is not recorded (an offer Apple never showed is not spent).
-    static let retentionBudgetMs = 600
     /// Largest request body (a RealtimeRequestBody is one JWS of a few KiB).
     static let maxRetentionBodyBytes = 64 * 1024
 
@@ -45,8 +41,10 @@ extension EdgeService {
         do {
             let result = try await client.call(
                 FulfillmentRetentionMessage.self,
-                .init(signedPayload: decoded.signedPayload, internalToken: configuration.internalToken, budgetMs: Self.retentionBudgetMs),
-                timeout: Self.retentionDeadline)
+                .init(
+                    signedPayload: decoded.signedPayload, internalToken: configuration.internalToken,
+                    budgetMs: max(1, Int(configuration.retentionDeadline.nanoseconds / 1_000_000) - 100)),
+                timeout: configuration.retentionDeadline)
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
             return (.ok, Array(try encoder.encode(result.response)))
