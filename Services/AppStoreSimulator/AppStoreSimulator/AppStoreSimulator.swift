@@ -34,14 +34,17 @@ public final class AppStoreSimulator: Sendable {
     public static let defaultPeriodDays = 30
     /// How long the simulated App Store waits for a realtime retention answer before it shows the default message.
     let realtimeDeadline: TimeAmount
+    /// The performance test's response time threshold (Apple's is about 700 ms).
+    let performanceThresholdMs: Int
 
     /// `ocspURL`: the responder a new data directory's certificates name (the simulator's own `/ocsp`, as the
     /// verifiers reach it); an existing directory keeps the certificates it has.
     public init(
         directory: URL, clock: ServiceClock = .system, delivery: NotificationCourier.Configuration = .init(), ocspURL: String? = nil,
-        realtimeDeadline: TimeAmount = AppStoreSimulator.defaultRealtimeDeadline
+        realtimeDeadline: TimeAmount = AppStoreSimulator.defaultRealtimeDeadline, performanceThresholdMs: Int = 700
     ) throws {
         self.realtimeDeadline = realtimeDeadline
+        self.performanceThresholdMs = performanceThresholdMs
         let store = try SimulatorStore(directory: directory)
         self.store = store
         self.pki = try SimulatorPKI.loadOrCreate(directory: directory, ocspURL: ocspURL)

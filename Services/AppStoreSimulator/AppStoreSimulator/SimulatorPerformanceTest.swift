@@ -9,10 +9,14 @@ import NIOConcurrencyHelpers
 /// characters, and in Production only once a performance test passed; the test runs in the Sandbox only, against the
 /// Sandbox URL, with a subscription's original transaction from the Sandbox.
 extension AppStoreServerAPIEndpoint {
-    /// The simulator's test: Apple does not publish its own figures beyond the response time (about 700 ms).
-    static let performanceConfig: [String: Int] = [
-        "maxConcurrentRequests": 10, "totalRequests": 50, "totalDuration": 30_000, "responseTimeThreshold": 700, "successRateThreshold": 95,
-    ]
+    /// The simulator's test: Apple does not publish its own figures beyond the response time (about 700 ms; the
+    /// simulator's `performanceThresholdMs`).
+    var performanceConfig: [String: Int] {
+        [
+            "maxConcurrentRequests": 10, "totalRequests": 50, "totalDuration": 30_000,
+            "responseTimeThreshold": simulator.performanceThresholdMs, "successRateThreshold": 95,
+        ]
+    }
 
     func addRealtimeRoutes(to router: Router<BasicRequestContext>, base: String, environment: SimEnvironment) {
         router.put(RouterPath("\(base)/realtime/url")) { request, _ -> Response in
@@ -87,14 +91,16 @@ extension AppStoreServerAPIEndpoint {
                 arguments: [requestId, bid, url, try simulator.now(db)])
             return (t, url)
         }
-        Task { await Self.runPerformanceTest(requestId, transaction: transaction, url: url, simulator: simulator) }
-        return ["config": Self.performanceConfig, "requestId": requestId]
+        let config = performanceConfig
+        Task { await Self.runPerformanceTest(requestId, config: config, transaction: transaction, url: url, simulator: simulator) }
+        return ["config": performanceConfig, "requestId": requestId]
     }
 
     /// Sends `totalRequests` realtime requests, `maxConcurrentRequests` at a time, and records the outcome: an attempt
     /// succeeds when the endpoint answered 2xx within `responseTimeThreshold`; PASS at `successRateThreshold` percent.
-    static func runPerformanceTest(_ requestId: String, transaction: SimTransaction, url: String, simulator: AppStoreSimulator) async {
-        let config = performanceConfig
+    static func runPerformanceTest(
+        _ requestId: String, config: [String: Int], transaction: SimTransaction, url: String, simulator: AppStoreSimulator
+    ) async {
         let total = config["totalRequests"]!, concurrency = config["maxConcurrentRequests"]!, threshold = config["responseTimeThreshold"]!
         var attempts: [(ms: Int, result: String)] = []
         await withTaskGroup(of: (Int, String).self) { group in
@@ -149,8 +155,8 @@ extension AppStoreServerAPIEndpoint {
             return object
         }
         return [
-            "config": Self.performanceConfig, "target": row["target"] as String, "result": "PENDING",
-            "numPending": Self.performanceConfig["totalRequests"]!,
+            "config": performanceConfig, "target": row["target"] as String, "result": "PENDING",
+            "numPending": performanceConfig["totalRequests"]!,
         ]
     }
 }
