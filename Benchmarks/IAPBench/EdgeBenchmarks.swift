@@ -161,17 +161,7 @@ struct WebhookBenchmark: AsyncParsableCommand {
             notes: ["durable": "200 only once recorded in fulfillment's inbox (synchronous=FULL)"]
         ) { client, i in
             guard i < bodies.count else { return nil }
-            var request = HTTPClientRequest(url: endpoint)
-            request.method = .POST
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(bodies[i])
-            do {
-                let response = try await client.execute(request, timeout: .seconds(30))
-                _ = try await response.body.collect(upTo: 1 << 20)
-                return response.status == .ok ? .ok : .failed(code: Int(response.status.code))
-            } catch {
-                return .failed(code: CallOutcome.otherError)
-            }
+            return await postJSON(client, endpoint, bodies[i]) { _ in true }
         }
         driver.print(report)
         for c in pool { try? await c.shutdown() }
@@ -197,5 +187,20 @@ func inParallel<T: Sendable>(_ count: Int, _ body: @escaping @Sendable (Int) asy
         var all: [(Int, T)] = []
         for try await part in group { all += part }
         return all.sorted { $0.0 < $1.0 }.map(\.1)
+    }
+}
+
+/// One POST of a JSON body: `.ok` for a 200 whose body `accepts`, else the status (or a transport failure).
+func postJSON(_ client: HTTPClient, _ url: String, _ body: ByteBuffer, accepts: (ByteBuffer) -> Bool) async -> CallOutcome {
+    var request = HTTPClientRequest(url: url)
+    request.method = .POST
+    request.headers.add(name: "Content-Type", value: "application/json")
+    request.body = .bytes(body)
+    do {
+        let response = try await client.execute(request, timeout: .seconds(30))
+        let answer = try await response.body.collect(upTo: 1 << 20)
+        return response.status == .ok && accepts(answer) ? .ok : .failed(code: Int(response.status.code))
+    } catch {
+        return .failed(code: CallOutcome.otherError)
     }
 }

@@ -59,18 +59,7 @@ struct RetentionBenchmark: AsyncParsableCommand {
             clients: pool, notes: ["answer": "verified, decided from the catalog's rules, recorded once (synchronous=FULL)"]
         ) { client, i in
             guard i < bodies.count else { return nil }
-            var request = HTTPClientRequest(url: endpoint)
-            request.method = .POST
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(bodies[i])
-            do {
-                let response = try await client.execute(request, timeout: .seconds(30))
-                let body = try await response.body.collect(upTo: 1 << 20)
-                guard response.status == .ok, String(buffer: body).contains(message) else { return .failed(code: Int(response.status.code)) }
-                return .ok
-            } catch {
-                return .failed(code: CallOutcome.otherError)
-            }
+            return await postJSON(client, endpoint, bodies[i]) { String(buffer: $0).contains(message) }
         }
         driver.print(report)
         for c in pool { try? await c.shutdown() }
