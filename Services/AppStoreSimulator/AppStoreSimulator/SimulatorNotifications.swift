@@ -122,7 +122,8 @@ public final class NotificationCourier: Sendable {
     private let store: SimulatorStore
     private let now: @Sendable (Database) throws -> Int64
     private let configuration: Configuration
-    private let http: HTTPClient
+    /// Trusts `--notification-ca` besides the system's roots; realtime retention requests go out through it too.
+    let http: HTTPClient
     private let tail = NIOLockedValueBox<Task<SimDeliverNotifications.Result, Never>?>(nil)
     private let fault = NIOLockedValueBox(SimSetNotificationFault.Params())
     /// Whether any environment has a URL: without one there is nothing to send, and events start no pass.

@@ -110,7 +110,7 @@ extension AppStoreSimulator {
             request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: ["signedPayload": signed])))
             let started = ContinuousClock.now
             do {
-                let response = try await HTTPClient.shared.execute(request, timeout: realtimeDeadline)
+                let response = try await courier.http.execute(request, timeout: realtimeDeadline)
                 let body = Array(buffer: try await response.body.collect(upTo: 64 * 1024))
                 if (200..<300).contains(Int(response.status.code)) {
                     attempt.shown = try await checkedShown(shown(body, transaction: transaction), transaction: transaction, locale: locale)

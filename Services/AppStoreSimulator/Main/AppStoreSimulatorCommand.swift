@@ -42,7 +42,7 @@ struct AppStoreSimulatorCommand: AsyncParsableCommand {
 
     @Option(
         name: .customLong("notification-ca"),
-        help: "PEM certificate(s) to trust for https notification URLs besides the system's (env IAP_SIM_NOTIFICATION_CA).")
+        help: "PEM certificate(s) to trust for https notification and realtime retention URLs besides the system's (env IAP_SIM_NOTIFICATION_CA).")
     var notificationCA: String?
 
     func run() async throws {
