@@ -55,6 +55,13 @@ import X509
         }
     }
 
+    /// Standard base64 of a JWS part (base64url without padding).
+    static func base64(_ part: Substring) -> String {
+        var text = part.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while text.count % 4 != 0 { text += "=" }
+        return text
+    }
+
     static func cancelIntent(_ suite: SuiteFixture, _ appleId: String, _ original: String, _ locale: String) async throws -> SimCancelIntent.Result {
         try await suite.simulator.call(SimCancelIntent.self, .init(appleId: appleId, originalTransactionId: original, locale: locale))
     }
@@ -84,9 +91,14 @@ import X509
             let answers = try await suite.count("SELECT COUNT(*) FROM retentionAnswer")
             let again = try await EdgeTests.post(base + "/v1/retention/appstore", #"{"signedPayload":"\#(first.signedPayload)"}"#)
             #expect(again.status == 200 && again.body.contains(Self.offer) && again.body.contains("promotionalOfferSignatureV2"), "\(again)")
-            // A forged request (the payload changed under Apple's signature) is refused and changes nothing.
+            // A forged request (a well-formed payload, a new request id, under Apple's header and signature) is refused and
+            // changes nothing.
             let parts = second.signedPayload.split(separator: ".")
-            let forgedPayload = String(parts[1].dropLast(2)) + (parts[1].hasSuffix("AA") ? "BB" : "AA")
+            let payloadBytes = try #require(Data(base64Encoded: Self.base64(parts[1])))
+            var claims = try #require(try JSONSerialization.jsonObject(with: payloadBytes) as? [String: Any])
+            claims["requestIdentifier"] = UUID().uuidString.lowercased()
+            let forgedPayload = try JSONSerialization.data(withJSONObject: claims).base64EncodedString()
+                .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
             let forged = try await EdgeTests.post(
                 base + "/v1/retention/appstore", #"{"signedPayload":"\#(parts[0]).\#(forgedPayload).\#(parts[2])"}"#)
             #expect(forged.status == 400, "\(forged)")
@@ -191,6 +203,8 @@ import X509
             #expect(try await client.realtimeURL(.production) == url)
             // Every request of the test was answered and recorded once.
             #expect(try await suite.count("SELECT COUNT(*) FROM retentionAnswer WHERE environment = 'Sandbox'") == 50)
+            // Ten at a time for one subscriber, the offer went out once; the others got the next rule.
+            #expect(try await suite.count("SELECT COUNT(*) FROM retentionAnswer WHERE environment = 'Sandbox' AND offerId = 'loyal'") == 1)
         }
     }
 }

@@ -165,6 +165,17 @@ extension AppStoreSimulator {
             }
         }
         guard approved else { return .init(kind: "default", reason: "message \(message) is not approved") }
+        if shown.kind != "message" {
+            // Apple: only text-based messages may carry images; an alternate product's or an offer's may not.
+            let hasImage = try await blocking {
+                try self.store.writer.read { db in
+                    try Bool.fetchOne(
+                        db, sql: "SELECT 1 FROM simMessageImage WHERE environment = ? AND bundleId = ? AND messageIdentifier = ? LIMIT 1",
+                        arguments: [transaction.environment.rawValue, transaction.bundleId, message]) ?? false
+                }
+            }
+            if hasImage { return .init(kind: "default", reason: "a \(shown.kind) message may not carry an image") }
+        }
         if shown.kind == "promotionalOffer", shown.offerIdentifier == nil {
             return .init(kind: "default", reason: "the offer's signature is not valid for this subscription")
         }

@@ -15,12 +15,16 @@ extension CatalogService {
         }
         if let rules = p.retention {
             try RetentionValidation.check(rules, product: entry.definition, field: "retention")
+            // Apple offers an alternate product of the same subscription group only.
+            let group = Self.subscriptionGroup(entry.definition)
             for (i, choice) in rules.choices.enumerated() {
                 guard let other = choice.alternateProductId else { continue }
-                guard snapshot.products.contains(where: { $0.definition.productId == other && $0.definition.type == .autoRenewable }) else {
+                guard let alternate = snapshot.products.first(where: { $0.definition.productId == other }),
+                    alternate.definition.type == .autoRenewable, Self.subscriptionGroup(alternate.definition) == group
+                else {
                     throw RPCError.invalidParams(
-                        "\(other) is not an auto-renewable subscription of the catalog", field: "retention.choices[\(i)].alternateProductId",
-                        reason: "unknownProduct")
+                        "\(other) is not an auto-renewable subscription of the catalog in the same subscription group",
+                        field: "retention.choices[\(i)].alternateProductId", reason: "unknownProduct")
                 }
             }
         }
@@ -30,6 +34,11 @@ extension CatalogService {
         let ready = [(definition, [StoredPrice]?.none)]
         try await write { try await self.store.upsert(ready) }
         logger.info("retention rules set", metadata: ["productId": "\(p.productId)", "choices": "\(p.retention?.choices.count ?? 0)"])
+    }
+
+    static func subscriptionGroup(_ d: ProductDefinition) -> String? {
+        if case .subscription(_, let group) = d.grant { return group }
+        return nil
     }
 
     /// The rules, offers and group of a subscription (retired ones included: their subscribers still cancel).

@@ -17,7 +17,8 @@ public enum RetentionValidation {
             throw RPCError.invalidParams("at most \(maxChoices) retention choices a product", field: "\(field).choices", reason: "tooMany")
         }
         if let id = rules.defaultMessageIdentifier { try checkMessageId(id, field: "\(field).defaultMessageIdentifier") }
-        let offers = Set((product.offers ?? []).map(\.offerId))
+        // A customer about to cancel is subscribed: win-back and first-time offers never apply to them.
+        let offers = Set((product.offers ?? []).filter { ![.lapsed, .neverSubscribed].contains($0.eligibility.kind) }.map(\.offerId))
         var seen: Set<String> = []
         for (i, choice) in rules.choices.enumerated() {
             let at = "\(field).choices[\(i)]"
@@ -68,7 +69,8 @@ public enum RetentionValidation {
         case .promotionalOffer:
             guard let offer = choice.offerId, offers.contains(offer) else {
                 throw RPCError.invalidParams(
-                    "a promotionalOffer choice names one of the product's offers (catalog.setOffers)", field: "\(field).offerId",
+                    "a promotionalOffer choice names one of the product's offers (catalog.setOffers), not a lapsed or neverSubscribed one",
+                    field: "\(field).offerId",
                     reason: "unknownOffer")
             }
             if let version = choice.signatureVersion, version != "v1", version != "v2" {

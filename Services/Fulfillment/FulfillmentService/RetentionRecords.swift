@@ -9,7 +9,7 @@ struct RetentionRecords {
     init(_ session: any SQLSession) { self.s = session }
 
     /// The subscriber behind an original transaction in one statement: its account and scope, when the subscription was
-    /// first bought, its periods not refunded, and the account's refunds.
+    /// first bought, its periods after the first not refunded, and the account's refunds.
     func subscriber(originalTransactionId: String, environment: String, nowMs: Int64) throws -> (holder: Holder, facts: RetentionFacts)? {
         guard
             let row = try s.row(
@@ -18,7 +18,10 @@ struct RetentionRecords {
                   (SELECT MIN(p.purchase_date_ms) FROM processed_transaction p
                    WHERE p.environment = o.environment AND p.original_transaction_id = o.original_transaction_id) AS first_ms,
                   (SELECT COUNT(*) FROM processed_transaction p WHERE p.environment = o.environment
-                   AND p.original_transaction_id = o.original_transaction_id AND p.revoked_at_ms IS NULL) AS periods,
+                   AND p.original_transaction_id = o.original_transaction_id AND p.revoked_at_ms IS NULL
+                   AND p.purchase_date_ms > (SELECT MIN(f.purchase_date_ms) FROM processed_transaction f
+                                             WHERE f.environment = o.environment AND f.original_transaction_id = o.original_transaction_id))
+                   AS renewals,
                   (SELECT COUNT(*) FROM processed_transaction p WHERE p.account_id = o.account_id AND p.scope = o.scope
                    AND p.revoke_reason = 'refunded') AS refunds
                 FROM ownership o WHERE o.original_transaction_id = ?1 AND o.environment = ?2
@@ -27,11 +30,11 @@ struct RetentionRecords {
         let scopeName: String = try row.get("scope")
         guard let scope = AccountScope(rawValue: scopeName) else { throw StoredValueInvalid(column: "scope", value: scopeName) }
         let first: Int64? = try row.get("first_ms")
-        let periods: Int64 = try row.get("periods"), refunds: Int64 = try row.get("refunds")
+        let renewals: Int64 = try row.get("renewals"), refunds: Int64 = try row.get("refunds")
         let tenure = first.map { max(0, Int(($0 > nowMs ? 0 : nowMs - $0) / Self.dayMs)) } ?? 0
         return (
             Holder(accountId: try row.get("account_id"), scope: scope),
-            RetentionFacts(known: true, tenureDays: tenure, renewals: max(0, Int(periods) - 1), refunds: Int(refunds))
+            RetentionFacts(known: true, tenureDays: tenure, renewals: Int(renewals), refunds: Int(refunds))
         )
     }
 
