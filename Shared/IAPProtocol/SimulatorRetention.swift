@@ -4,7 +4,7 @@ import JSONRPC
 // about to cancel (`sim.cancelIntent`).
 
 /// Sets (or clears) the URL the simulator sends an environment's Get Retention Message requests to (Apple's
-/// Configure Realtime URL: https, at most 256 characters; the simulator also takes http for tests).
+/// Configure Realtime URL: https, at most 256 characters; the simulator also takes http to this machine, for tests).
 public enum SimSetRealtimeURL: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var environment: SimEnvironment

@@ -248,14 +248,8 @@ extension AppStoreServerAPIEndpoint {
             guard message["state"] as String == "APPROVED" else {
                 throw APIError(status: .forbidden, code: 4_030_017, message: "Message not approved.")
             }
-            let unapproved =
-                try Bool.fetchOne(
-                    db,
-                    sql: """
-                        SELECT 1 FROM simMessageImage m JOIN simImage i USING (environment, bundleId, imageIdentifier)
-                        WHERE m.environment = ? AND m.bundleId = ? AND m.messageIdentifier = ? AND i.state != 'APPROVED' LIMIT 1
-                        """, arguments: [environment.rawValue, bid, id]) ?? false
-            guard !unapproved else { throw APIError(status: .forbidden, code: 4_030_018, message: "Image not approved.") }
+            let images = try AppStoreSimulator.imageStates(id, environment: environment, bundleId: bid, db: db)
+            guard images.allSatisfy({ $0 == "APPROVED" }) else { throw APIError(status: .forbidden, code: 4_030_018, message: "Image not approved.") }
             try db.execute(
                 sql: "INSERT OR REPLACE INTO simDefaultMessage (environment, bundleId, productId, locale, messageIdentifier) VALUES (?, ?, ?, ?, ?)",
                 arguments: [environment.rawValue, bid, productId, locale, id])

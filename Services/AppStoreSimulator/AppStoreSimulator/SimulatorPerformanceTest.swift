@@ -45,9 +45,9 @@ extension AppStoreServerAPIEndpoint {
     static let badRealtimeURL = APIError.badRequest(4_000_215, "Invalid realtime URL.")
 
     func configureRealtimeURL(body: [UInt8], environment: SimEnvironment, bid: String) throws {
-        guard let url = try Self.object(body)["realtimeURL"] as? String, url.utf8.count <= 256, let parsed = URL(string: url),
-            let host = parsed.host, parsed.scheme == "https" || (parsed.scheme == "http" && ["127.0.0.1", "localhost", "::1"].contains(host))
-        else { throw Self.badRealtimeURL }
+        guard let url = try Self.object(body)["realtimeURL"] as? String, AppStoreSimulator.acceptsRealtimeURL(url) else {
+            throw Self.badRealtimeURL
+        }
         try simulator.store.writer.write { db in
             if environment == .production {
                 let passed =

@@ -21,9 +21,9 @@ extension AppStoreSimulator {
     public static let defaultRealtimeDeadline = TimeAmount.seconds(2)
 
     public func setRealtimeURL(_ p: SimSetRealtimeURL.Params) throws {
-        if let url = p.url {
-            guard let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme ?? ""), parsed.host != nil, url.utf8.count <= 256
-            else { throw RPCError.invalidParams("url must be an http or https URL of at most 256 characters", field: "url", reason: "invalidValue") }
+        if let url = p.url, !Self.acceptsRealtimeURL(url) {
+            throw RPCError.invalidParams(
+                "url must be an https URL of at most 256 characters, or http to this machine", field: "url", reason: "invalidValue")
         }
         try store.writer.write { db in try Self.setRealtimeURL(p.url, environment: p.environment, db: db) }
     }
@@ -151,35 +151,42 @@ extension AppStoreSimulator {
     /// Apple shows a choice only with an approved message (and approved images), and an offer only with a valid signature.
     func checkedShown(_ shown: RetentionShown, transaction: SimTransaction, locale: String) async throws -> RetentionShown {
         guard shown.kind != "default", let message = shown.messageIdentifier?.lowercased() else { return shown }
-        let approved = try await blocking {
+        let (state, images) = try await blocking {
             try self.store.writer.read { db in
-                try String.fetchOne(
-                    db, sql: "SELECT state FROM simMessage WHERE environment = ? AND bundleId = ? AND messageIdentifier = ?",
-                    arguments: [transaction.environment.rawValue, transaction.bundleId, message]) == "APPROVED"
-                    && !(try Bool.fetchOne(
-                        db,
-                        sql: """
-                            SELECT 1 FROM simMessageImage m JOIN simImage i USING (environment, bundleId, imageIdentifier)
-                            WHERE m.environment = ? AND m.bundleId = ? AND m.messageIdentifier = ? AND i.state != 'APPROVED' LIMIT 1
-                            """, arguments: [transaction.environment.rawValue, transaction.bundleId, message]) ?? false)
+                (
+                    try String.fetchOne(
+                        db, sql: "SELECT state FROM simMessage WHERE environment = ? AND bundleId = ? AND messageIdentifier = ?",
+                        arguments: [transaction.environment.rawValue, transaction.bundleId, message]),
+                    try Self.imageStates(message, environment: transaction.environment, bundleId: transaction.bundleId, db: db)
+                )
             }
         }
-        guard approved else { return .init(kind: "default", reason: "message \(message) is not approved") }
-        if shown.kind != "message" {
-            // Apple: only text-based messages may carry images; an alternate product's or an offer's may not.
-            let hasImage = try await blocking {
-                try self.store.writer.read { db in
-                    try Bool.fetchOne(
-                        db, sql: "SELECT 1 FROM simMessageImage WHERE environment = ? AND bundleId = ? AND messageIdentifier = ? LIMIT 1",
-                        arguments: [transaction.environment.rawValue, transaction.bundleId, message]) ?? false
-                }
-            }
-            if hasImage { return .init(kind: "default", reason: "a \(shown.kind) message may not carry an image") }
+        guard state == "APPROVED", images.allSatisfy({ $0 == "APPROVED" }) else {
+            return .init(kind: "default", reason: "message \(message) is not approved")
         }
+        // Apple: only text-based messages may carry images; an alternate product's or an offer's may not.
+        if shown.kind != "message", !images.isEmpty { return .init(kind: "default", reason: "a \(shown.kind) message may not carry an image") }
         if shown.kind == "promotionalOffer", shown.offerIdentifier == nil {
             return .init(kind: "default", reason: "the offer's signature is not valid for this subscription")
         }
         return shown
+    }
+
+    /// The review states of the images a message shows (none: a text-only message).
+    static func imageStates(_ message: String, environment: SimEnvironment, bundleId: String, db: Database) throws -> [String] {
+        try String.fetchAll(
+            db,
+            sql: """
+                SELECT i.state FROM simMessageImage m JOIN simImage i USING (environment, bundleId, imageIdentifier)
+                WHERE m.environment = ? AND m.bundleId = ? AND m.messageIdentifier = ?
+                """, arguments: [environment.rawValue, bundleId, message])
+    }
+
+    /// An environment's realtime URL as the simulator takes it: https (Apple's rule) of at most 256 characters, or, for
+    /// tests and the development stack, http to this machine.
+    static func acceptsRealtimeURL(_ url: String) -> Bool {
+        guard url.utf8.count <= 256, let parsed = URL(string: url), let host = parsed.host else { return false }
+        return parsed.scheme == "https" || (parsed.scheme == "http" && ["127.0.0.1", "localhost", "::1"].contains(host))
     }
 
     /// The default message configured for the product and locale (Configure Default Message), if any.

@@ -151,24 +151,17 @@ public struct RetentionDesk: FulfillmentPart {
         let nonce = UUID().uuidString.lowercased(), now = clock.nowMs
         do {
             if choice.signatureVersion == "v1" {
-                let message = PromotionalOffer.message(
-                    bundleId: key.bundleId, keyId: key.keyId, productId: request.productId, offerId: offerId, appAccountToken: "", nonce: nonce,
-                    timestamp: now)
+                let signature = try key.signatureV1(productId: request.productId, offerId: offerId, appAccountToken: "", nonce: nonce, nowMs: now)
                 return .init(
                     messageIdentifier: choice.messageIdentifier,
                     promotionalOfferSignatureV1: .init(
-                        encodedSignature: try PromotionalOffer.signature(message, key: key.key), productId: request.productId, nonce: nonce,
-                        timestamp: now, keyId: key.keyId, offerIdentifier: offerId))
+                        encodedSignature: signature, productId: request.productId, nonce: nonce, timestamp: now, keyId: key.keyId,
+                        offerIdentifier: offerId))
             }
-            let claims: [String: JSONValue] = [
-                "productId": .string(request.productId), "offerIdentifier": .string(offerId),
-                "transactionId": .string(request.originalTransactionId),
-            ]
             return .init(
                 messageIdentifier: choice.messageIdentifier,
-                promotionalOfferSignatureV2: try PromotionalOffer.jws(
-                    audience: "promotional-offer", claims: claims, keyId: key.keyId, issuerId: key.issuerId, bundleId: key.bundleId, nonce: nonce,
-                    issuedAtMs: now, key: key.key))
+                promotionalOfferSignatureV2: try key.signatureV2(
+                    productId: request.productId, offerId: offerId, transactionId: request.originalTransactionId, nonce: nonce, nowMs: now))
         } catch {
             logger.error("signing a retention offer failed", metadata: ["error": "\(type(of: error))"])
             throw RPCError.internalError("signing the offer failed")

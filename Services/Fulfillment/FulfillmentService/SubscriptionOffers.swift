@@ -193,18 +193,13 @@ public struct OfferDesk: FulfillmentPart {
         }
         let nonce = UUID().uuidString.lowercased()
         let token = context.account.appAccountToken.lowercased()
-        let message = PromotionalOffer.message(
-            bundleId: key.bundleId, keyId: key.keyId, productId: p.productId, offerId: p.offerId, appAccountToken: token, nonce: nonce,
-            timestamp: now)
-        var claims: [String: JSONValue] = ["productId": .string(p.productId), "offerIdentifier": .string(p.offerId)]
         // Optional in Apple's form, and recommended: one of the customer's transactions.
-        if case .known(let transactionId, _) = context.customers.own { claims["transactionId"] = .string(transactionId) }
-        let (signature, jws) = try sign { [claims] in
+        var named: String?
+        if case .known(let transactionId, _) = context.customers.own { named = transactionId }
+        let (signature, jws) = try sign {
             (
-                try PromotionalOffer.signature(message, key: key.key),
-                try PromotionalOffer.jws(
-                    audience: "promotional-offer", claims: claims, keyId: key.keyId, issuerId: key.issuerId, bundleId: key.bundleId,
-                    nonce: nonce, issuedAtMs: now, key: key.key)
+                try key.signatureV1(productId: p.productId, offerId: p.offerId, appAccountToken: token, nonce: nonce, nowMs: now),
+                try key.signatureV2(productId: p.productId, offerId: p.offerId, transactionId: named, nonce: nonce, nowMs: now)
             )
         }
         logger.debug(
