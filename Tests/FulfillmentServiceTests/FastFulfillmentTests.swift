@@ -196,8 +196,8 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     }
     func accountId(transactionId: String) async throws -> String? { throw InMemoryUnsupported() }
     func overview(days: Int, nowMs: Int64) async throws -> FulfillmentGetOverview.Result { throw InMemoryUnsupported() }
-    func retentionSubscriber(originalTransactionId: String, environment: String, nowMs: Int64) async throws
-        -> (holder: Holder, facts: RetentionFacts)?
+    func retentionContext(requestIdentifier: String, customerKey: String, environment: String, originalTransactionId: String, nowMs: Int64)
+        async throws -> RetentionContext
     {
         throw InMemoryUnsupported()
     }

@@ -19,15 +19,16 @@ public struct RetentionDesk: FulfillmentPart {
                 status: verified.status, reason: verified.reason ?? "invalidRealtimeRequest",
                 detail: "the retention request failed verification (status \(verified.status))")
         }
-        if let earlier = try await storeCall({ try await self.store.retentionAnswer(requestIdentifier: request.requestIdentifier) }) {
-            return try Self.result(request.requestIdentifier, earlier)
-        }
-        guard let token = configuration.internalToken else { throw RPCError.internalError("no internal token") }
         let now = clock.nowMs
-        let subscriber = try await storeCall {
-            try await self.store.retentionSubscriber(
-                originalTransactionId: request.originalTransactionId, environment: request.environment, nowMs: now)
+        let customerKey = Self.customerKey(request)
+        let context = try await storeCall {
+            try await self.store.retentionContext(
+                requestIdentifier: request.requestIdentifier, customerKey: customerKey, environment: request.environment,
+                originalTransactionId: request.originalTransactionId, nowMs: now)
         }
+        if let earlier = context.earlier { return try Self.result(request.requestIdentifier, earlier) }
+        guard let token = configuration.internalToken else { throw RPCError.internalError("no internal token") }
+        let subscriber = context.subscriber
         // A Sandbox request names no app Apple can vouch for (Apple's library checks appAppleId in Production only): another
         // developer's Sandbox app may sell the same product id. Only a Sandbox subscription verified here is answered.
         if request.environment == "Sandbox", subscriber == nil {
@@ -39,11 +40,7 @@ public struct RetentionDesk: FulfillmentPart {
         } catch  where error.knownCode == .notFound {
             return RetentionDesk.unrecorded(request, reason: "\(request.productId) is not a subscription of the catalog")
         }
-        let customerKey = Self.customerKey(request)
-        var given = try await storeCall {
-            try await self.store.retentionOffersGiven(
-                customerKey: customerKey, environment: request.environment, originalTransactionId: request.originalTransactionId)
-        }
+        var given = context.offersGiven
         var history: [SubscriptionHistoryRecord] = []
         if let holder = subscriber?.holder {
             history = try await storeCall { try await self.store.subscriptionHistory(accountId: holder.accountId, scope: holder.scope, nowMs: now) }

@@ -93,21 +93,37 @@ public struct RetentionAnswerRecord: Sendable, Equatable {
     var answeredAtMs: Int64
 }
 
+/// What a retention answer reads first, in one read: the answer already given to the request, the subscriber, and the
+/// offers the subscription was given or redeemed.
+public struct RetentionContext: Sendable {
+    public var earlier: StoredRetentionAnswer?
+    public var subscriber: (holder: Holder, facts: RetentionFacts)?
+    public var offersGiven: Set<String>
+}
+
 /// What retention answers read and write (`RetentionRecords`).
 public protocol RetentionStorage: Sendable {
-    func retentionSubscriber(originalTransactionId: String, environment: String, nowMs: Int64) async throws
-        -> (holder: Holder, facts: RetentionFacts)?
+    func retentionContext(requestIdentifier: String, customerKey: String, environment: String, originalTransactionId: String, nowMs: Int64)
+        async throws -> RetentionContext
     func retentionOffersGiven(customerKey: String, environment: String, originalTransactionId: String) async throws -> Set<String>
     func retentionAnswer(requestIdentifier: String) async throws -> StoredRetentionAnswer?
     func recordRetentionAnswer(_ answer: RetentionAnswerRecord) async throws -> Bool
 }
 
 extension RetentionStorage where Self: FulfillmentDatabase {
-    public func retentionSubscriber(originalTransactionId: String, environment: String, nowMs: Int64) async throws
-        -> (holder: Holder, facts: RetentionFacts)?
-    {
+    public func retentionContext(
+        requestIdentifier: String, customerKey: String, environment: String, originalTransactionId: String, nowMs: Int64
+    ) async throws -> RetentionContext {
         try await read { s in
-            try RetentionRecords(s).subscriber(originalTransactionId: originalTransactionId, environment: environment, nowMs: nowMs)
+            let records = RetentionRecords(s)
+            if let earlier = try records.answer(requestIdentifier: requestIdentifier) {
+                return RetentionContext(earlier: earlier, subscriber: nil, offersGiven: [])
+            }
+            return RetentionContext(
+                earlier: nil,
+                subscriber: try records.subscriber(originalTransactionId: originalTransactionId, environment: environment, nowMs: nowMs),
+                offersGiven: try records.offersGiven(
+                    customerKey: customerKey, environment: environment, originalTransactionId: originalTransactionId))
         }
     }
 
