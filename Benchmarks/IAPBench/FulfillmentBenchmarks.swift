@@ -295,8 +295,8 @@ struct OffersBenchmark: AsyncParsableCommand {
     }
 }
 
-/// What a commit waits for, as the suite under test was told (IAP_DATABASE_URL set: PostgreSQL, whose
-/// `synchronous_commit` the server decides; compose/up.sh's IAP_POSTGRES=1 sets it on).
+/// What a commit waits for, as the suite under test was told (IAP_DATABASE_URL set, or IAP_POSTGRES=1 as compose/up.sh
+/// takes it: PostgreSQL, whose `synchronous_commit` the server decides; compose/up.sh's own server has it on).
 let durabilityNote =
-    ProcessInfo.processInfo.environment["IAP_DATABASE_URL"] == nil
-    ? "SQLite synchronous=FULL (fulfillment.sqlite, WAL)" : "PostgreSQL (IAP_DATABASE_URL): see its synchronous_commit"
+    ProcessInfo.processInfo.environment["IAP_DATABASE_URL"] == nil && ProcessInfo.processInfo.environment["IAP_POSTGRES"] != "1"
+    ? "SQLite synchronous=FULL (fulfillment.sqlite, WAL)" : "PostgreSQL: see its synchronous_commit (compose/up.sh: on)"

@@ -83,9 +83,15 @@ public final class PostgresPool: Sendable {
     /// 40001 and run again; and every exactly-once rule rests on a unique index (one processed row per transaction,
     /// one owner per original, one grant per transaction, one spend per key), which no isolation level lets two
     /// transactions both pass: the second gets 23505 and runs again on the first one's row.
+    ///
+    /// `optimistically`: the first attempt takes no lock (two round trips fewer: the lock and its release), the later
+    /// ones do. Only for callers whose transactions about one key cannot both commit at REPEATABLE READ anyway (they
+    /// write a common row or a common unique key), so the lock only queues contenders after a first conflict.
     @discardableResult
-    public func write<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (PostgresSession) throws -> T) async throws -> T {
-        try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ", locking: keys, body)
+    public func write<T: Sendable>(
+        locking keys: [String], optimistically: Bool = false, _ body: @escaping @Sendable (PostgresSession) throws -> T
+    ) async throws -> T {
+        try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ", locking: keys, optimistically: optimistically, body)
     }
 
     /// Runs `body` in one read-only transaction over one snapshot (REPEATABLE READ).
@@ -112,10 +118,11 @@ public final class PostgresPool: Sendable {
     }
 
     private func run<T: Sendable>(
-        begin: String?, locking keys: [String] = [], _ body: @escaping @Sendable (PostgresSession) throws -> T
+        begin: String?, locking keys: [String] = [], optimistically: Bool = false,
+        _ body: @escaping @Sendable (PostgresSession) throws -> T
     ) async throws -> T {
         do {
-            return try await threads.runIfActive { try self.blocking(begin: begin, locking: keys, body) }
+            return try await threads.runIfActive { try self.blocking(begin: begin, locking: keys, optimistically: optimistically, body) }
         } catch let error as NIOThreadPoolError.ThreadPoolInactive {
             _ = error
             throw RPCError.unavailable("the database pool is closed", reason: "storageUnavailable")
@@ -123,10 +130,13 @@ public final class PostgresPool: Sendable {
     }
 
     /// On a pool thread: one connection, attempts until one commits or a failure is final.
-    private func blocking<T>(begin: String?, locking keys: [String] = [], _ body: (PostgresSession) throws -> T) throws -> T {
+    private func blocking<T>(
+        begin: String?, locking allKeys: [String] = [], optimistically: Bool = false, _ body: (PostgresSession) throws -> T
+    ) throws -> T {
         var attempt = 0
         while true {
             attempt += 1
+            let keys = optimistically && attempt == 1 ? [] : allKeys
             let connection = try checkout()
             let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount)
             // Advisory locks end with the session, not the transaction: released before the connection is reused
@@ -211,10 +221,16 @@ public final class PostgresPool: Sendable {
                 connecting.whenSuccess { self.discard($0) }  // a connection that arrives after the deadline is closed
             }
             do {
-                // A statement that hangs (a lock held by a stuck client) ends rather than holding a thread forever.
+                // A statement that hangs (a lock held by a stuck client) ends rather than holding a thread forever; the
+                // schema's tables by their plain names; string literals with no backslash escapes, whatever the server's
+                // default (a caller may inline text as a literal: `'` doubled is then the whole of quoting).
                 let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount)
-                try session.execute("SET statement_timeout = '15s'")
-                try session.execute(PostgresQuery(unsafeSQL: "SET search_path TO \(schema)"))
+                try session.execute(
+                    PostgresQuery(
+                        unsafeSQL: """
+                            SELECT set_config('statement_timeout', '15s', false), set_config('search_path', '\(schema)', false),
+                                set_config('standard_conforming_strings', 'on', false)
+                            """))
             } catch {
                 discard(connection)
                 throw error

@@ -57,10 +57,48 @@ struct PostgresStoreTests {
         #expect(spends.client <= Self.statementsPerSpend, "statements per spend grew: \(spends.client)")
     }
 
-    /// Measured on 2026-11-26 (a coin purchase redeemed by a new transaction id; a one-coin spend with a new key): 14 and
-    /// 9, then one more each for the event the change appends to the feed in its own transaction (`EventRecords.append`).
-    static let statementsPerRedeem = 15.0
-    static let statementsPerSpend = 10.0
+    /// Measured (a coin purchase redeemed by a new transaction id; a one-coin spend with a new key): 15 and 10 on
+    /// 2026-11-26 (the account's lock and its release, BEGIN, each read and write, COMMIT); 5 and 4 since 2026-11-27:
+    /// BEGIN, one read of what is stored (`FulfillmentRecords.stored` or `spend`, the wallets with it), the held writes
+    /// in one statement (`PostgresSQLSession.flush`), for a redeem the answer's entitlements, COMMIT; the lock only
+    /// after a first conflict (`PostgresFulfillmentStore.write`).
+    static let statementsPerRedeem = 5.0
+    static let statementsPerSpend = 4.0
+
+    /// A spend's ledger row, wallet and event are held and sent as one script with their values inlined as literals
+    /// (`PostgresSQLSession.flush`): text an attacker chooses (quotes, backslashes, parameter and comment markers,
+    /// dollar quotes) is stored exactly, and read back by a bound statement (the replay finds the same key); text with
+    /// NUL, which PostgreSQL cannot store, is refused and changes nothing.
+    @Test func heldWritesStoreAnyTextExactly() async throws {
+        try await StoreEngine.postgres.open().with { db in
+            let store = db.first
+            _ = try await store.apply(
+                [coins("2000000077")], accountId: "mallory", appAccountToken: nil, mode: .redeem, policy: .refuse,
+                answerScope: .production, nowMs: 1)
+            let hostile = [
+                "it's", #"back\slash \' quote"#, "$1 ?1 ?2 $$ $x$ $2", "--comment", "'; DROP TABLE ledger; --", "E'\\x41'",
+                "/* open", "日本語 🎉 \u{2028}", "?99",
+            ]
+            for (i, text) in hostile.enumerated() {
+                let key = "key-\(i)-" + text
+                #expect(
+                    try await store.spend(accountId: "mallory", scope: .production, amount: 1, idempotencyKey: key, memo: text, nowMs: 2)
+                        == .spent(balance: Int64(99 - i)))
+                #expect(
+                    try await store.spend(accountId: "mallory", scope: .production, amount: 1, idempotencyKey: key, memo: text, nowMs: 3)
+                        == .replayed(balance: Int64(99 - i)))
+            }
+            let memos = try await store.ledger(accountId: "mallory", scope: .production, after: 0, limit: 100).entries.compactMap {
+                $0.kind == .spend ? $0.memo : nil
+            }
+            #expect(memos == hostile)
+            await #expect(throws: (any Error).self) {
+                _ = try await store.spend(accountId: "mallory", scope: .production, amount: 1, idempotencyKey: "nul", memo: "a\u{0}b", nowMs: 4)
+            }
+            #expect(try await store.balance(accountId: "mallory", scope: .production).balance == Int64(100 - hostile.count))
+            #expect(try await store.ledgerMismatches().isEmpty)
+        }
+    }
 
     @Test func theSchemaRefusesWhatTheCodeMustNeverDo() async throws {
         try await StoreEngine.postgres.open().with { db in
@@ -126,7 +164,8 @@ struct PostgresStoreTests {
         let admin = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
         #expect(
             try await TestPostgres.psql(admin, "SELECT string_agg(name, ',' ORDER BY name) FROM fulfillment.schema_migration")
-                == "v1,v2-inbox-pending-order,v3-outbox,v4-inbox-payload-apart,v5-content-deliveries,v6-events,v7-adjustments,v8-retention")
+                == "v1,v2-inbox-pending-order,v3-outbox,v4-inbox-payload-apart,v5-content-deliveries,v6-events,v7-adjustments,v8-retention,v9-held-writes"
+        )
         // A database a newer build migrated: this build refuses it rather than run on a schema it does not know.
         _ = try await TestPostgres.psql(admin, "INSERT INTO fulfillment.schema_migration (name) VALUES ('v99-from-the-future')")
         await #expect(throws: PostgresPool.SchemaTooNew.self) {

@@ -110,7 +110,7 @@ struct EventRecords {
         // The service's own streaming encoder: this runs inside the write (on SQLite, the one writer), where Foundation's
         // JSONEncoder cost a redeem about as much as its statements.
         let body = String(decoding: try JSONByteEncoder.encode(e), as: UTF8.self)
-        try s.run(
+        try s.later(
             """
             INSERT INTO event (account_id, sequence, type, occurred_at_ms, environment, balance, owed, body)
             SELECT ?1, COALESCE(MAX(sequence), 0) + 1, ?3, ?4, ?5,

@@ -9,7 +9,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
     init(_ session: any SQLSession) { self.s = session }
 
     func enqueueOutbox(kind: OutboxKind, key: String, payload: String, nowMs: Int64) throws {
-        try s.run(
+        try s.later(
             """
             INSERT INTO outbox (kind, item_key, payload, attempts, created_at_ms, next_attempt_at_ms, last_error)
             VALUES (?1, ?2, ?3, 0, ?4, ?4, NULL)
@@ -20,12 +20,49 @@ struct FulfillmentRecords: FulfillmentTransaction {
 
     func appendEvent(_ event: FulfillmentEvent) throws { try EventRecords(s).append(event) }
 
+    /// The purchase's original's owner, its own processed row and an early revocation, in one read, with the wallets of
+    /// `accountId` in both scopes remembered for the rules' next steps (`SQLSession.wallets`).
+    func stored(_ p: VerifiedPurchase, accountId: String) throws -> StoredPurchase {
+        guard let memo = s.wallets else {
+            return StoredPurchase(
+                owner: try owner(original: p.originalTransactionId), processed: try processed(p.transactionId),
+                earlyRevocation: try earlyRevocation(p.transactionId))
+        }
+        let row = try s.row(
+            """
+            SELECT o.account_id AS owner_account_id, o.scope AS owner_scope, p.environment, p.account_id, p.scope,
+                p.original_transaction_id, p.product_id, p.grant_kind, p.coins_granted, p.revoked_at_ms, e.reason AS early_reason,
+                wp.balance AS production_balance, wp.owed AS production_owed, ws.balance AS sandbox_balance, ws.owed AS sandbox_owed
+            FROM (SELECT 1 AS one) AS one
+            LEFT JOIN ownership o ON o.original_transaction_id = ?1
+            LEFT JOIN processed_transaction p ON p.transaction_id = ?2
+            LEFT JOIN early_revocation e ON e.transaction_id = ?2
+            LEFT JOIN wallet wp ON wp.account_id = ?3 AND wp.scope = ?4
+            LEFT JOIN wallet ws ON ws.account_id = ?3 AND ws.scope = ?5
+            """, p.originalTransactionId, p.transactionId, accountId, AccountScope.production.rawValue, AccountScope.sandbox.rawValue)
+        guard let row else { throw StoredValueInvalid(column: "stored", value: "(no row)") }
+        for scope in AccountScope.allCases {
+            let prefix = scope == .production ? "production" : "sandbox"
+            memo.known[Holder(accountId: accountId, scope: scope)] = Wallet(
+                balance: try row.get("\(prefix)_balance", as: Int64?.self) ?? 0, owed: try row.get("\(prefix)_owed", as: Int64?.self) ?? 0)
+        }
+        var owner: Holder?
+        if let ownerAccount = try row.get("owner_account_id", as: String?.self) {
+            let raw: String = try row.get("owner_scope")
+            guard let scope = AccountScope(rawValue: raw) else { throw StoredValueInvalid(column: "scope", value: raw) }
+            owner = Holder(accountId: ownerAccount, scope: scope)
+        }
+        let processed: ProcessedTransaction? =
+            try row.get("environment", as: String?.self) == nil ? nil : try Self.processedTransaction(row)
+        return StoredPurchase(owner: owner, processed: processed, earlyRevocation: try row.get("early_reason"))
+    }
+
     func owner(original: String) throws -> Holder? {
         try s.row("SELECT account_id, scope FROM ownership WHERE original_transaction_id = ?1", original).map(Self.holder)
     }
 
     func bind(_ p: VerifiedPurchase, to holder: Holder, nowMs: Int64) throws {
-        try s.run(
+        try s.later(
             """
             INSERT INTO ownership (environment, original_transaction_id, account_id, scope, product_id, bound_at_ms)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -33,13 +70,13 @@ struct FulfillmentRecords: FulfillmentTransaction {
     }
 
     func transfer(_ p: VerifiedPurchase, from accountId: String, to holder: Holder, nowMs: Int64) throws {
-        try s.run(
+        try s.later(
             "UPDATE ownership SET account_id = ?1, scope = ?2, bound_at_ms = ?3 WHERE original_transaction_id = ?4",
             holder.accountId, holder.scope.rawValue, nowMs, p.originalTransactionId)
-        try s.run(
+        try s.later(
             "UPDATE entitlement SET account_id = ?1, scope = ?2 WHERE original_transaction_id = ?3",
             holder.accountId, holder.scope.rawValue, p.originalTransactionId)
-        try s.run(
+        try s.later(
             """
             INSERT INTO ownership_transfer (environment, original_transaction_id, from_account_id, to_account_id, transferred_at_ms)
             VALUES (?1, ?2, ?3, ?4, ?5)
@@ -52,16 +89,18 @@ struct FulfillmentRecords: FulfillmentTransaction {
             SELECT environment, account_id, scope, original_transaction_id, product_id, grant_kind, coins_granted, revoked_at_ms
             FROM processed_transaction WHERE transaction_id = ?1
             """, transactionId
-        ).map {
-            ProcessedTransaction(
-                environment: try $0.get("environment"), holder: try Self.holder($0),
-                originalTransactionId: try $0.get("original_transaction_id"), productId: try $0.get("product_id"),
-                grantKind: try $0.get("grant_kind"), coinsGranted: try $0.get("coins_granted"), revokedAtMs: try $0.get("revoked_at_ms"))
-        }
+        ).map(Self.processedTransaction)
+    }
+
+    static func processedTransaction(_ row: SQLRow) throws -> ProcessedTransaction {
+        ProcessedTransaction(
+            environment: try row.get("environment"), holder: try holder(row),
+            originalTransactionId: try row.get("original_transaction_id"), productId: try row.get("product_id"),
+            grantKind: try row.get("grant_kind"), coinsGranted: try row.get("coins_granted"), revokedAtMs: try row.get("revoked_at_ms"))
     }
 
     func recordProcessed(_ p: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) throws {
-        try s.run(
+        try s.later(
             """
             INSERT INTO processed_transaction (environment, transaction_id, original_transaction_id, account_id, scope, product_id,
                 grant_kind, coins_granted, purchase_date_ms, expires_date_ms, processed_at_ms, price, currency, offer_identifier)
@@ -75,11 +114,11 @@ struct FulfillmentRecords: FulfillmentTransaction {
     }
 
     func forgetEarlyRevocation(_ transactionId: String) throws {
-        try s.run("DELETE FROM early_revocation WHERE transaction_id = ?1", transactionId)
+        try s.later("DELETE FROM early_revocation WHERE transaction_id = ?1", transactionId)
     }
 
     func markReinstated(_ transactionId: String) throws {
-        try s.run("UPDATE processed_transaction SET revoked_at_ms = NULL, revoke_reason = NULL WHERE transaction_id = ?1", transactionId)
+        try s.later("UPDATE processed_transaction SET revoked_at_ms = NULL, revoke_reason = NULL WHERE transaction_id = ?1", transactionId)
     }
 
     func lastReversalDebt(_ transactionId: String) throws -> Int64? {
@@ -87,7 +126,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
     }
 
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws {
-        try s.run(
+        try s.later(
             "UPDATE processed_transaction SET revoked_at_ms = ?1, revoke_reason = ?2 WHERE transaction_id = ?3", nowMs, reason,
             transactionId)
     }
@@ -101,14 +140,14 @@ struct FulfillmentRecords: FulfillmentTransaction {
     }
 
     func insertEntitlement(_ e: EntitlementRecord) throws {
-        try s.run(
+        try s.later(
             "INSERT INTO entitlement (\(Self.entitlementColumns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             e.environment, e.originalTransactionId, e.holder.accountId, e.holder.scope.rawValue, e.entitlement, e.productId,
             e.startsAtMs, e.expiresAtMs, e.revokedAtMs)
     }
 
     func updateEntitlement(_ e: EntitlementRecord) throws {
-        try s.run(
+        try s.later(
             """
             UPDATE entitlement SET entitlement = ?1, product_id = ?2, starts_at_ms = ?3, expires_at_ms = ?4, revoked_at_ms = ?5
             WHERE original_transaction_id = ?6
@@ -123,30 +162,51 @@ struct FulfillmentRecords: FulfillmentTransaction {
     }
 
     func wallet(_ holder: Holder) throws -> Wallet {
-        try s.row("SELECT balance, owed FROM wallet WHERE account_id = ?1 AND scope = ?2", holder.accountId, holder.scope.rawValue)
+        if let known = s.wallets?.known[holder] { return known }
+        let wallet =
+            try s.row("SELECT balance, owed FROM wallet WHERE account_id = ?1 AND scope = ?2", holder.accountId, holder.scope.rawValue)
             .map { Wallet(balance: try $0.get("balance"), owed: try $0.get("owed")) } ?? Wallet()
+        s.wallets?.known[holder] = wallet
+        return wallet
     }
 
     func append(_ row: LedgerRow) throws {
-        try s.run(
+        try s.later(
             """
             INSERT INTO wallet (account_id, scope, balance, owed) VALUES (?1, ?2, ?3, ?4)
             ON CONFLICT (account_id, scope) DO UPDATE SET balance = excluded.balance, owed = excluded.owed
             """, row.holder.accountId, row.holder.scope.rawValue, row.balance, row.owed)
-        try s.run(
+        try s.later(
             """
             INSERT INTO ledger (account_id, scope, delta, balance, kind, environment, transaction_id, idempotency_key, memo,
                 debt, recovered, owed, created_at_ms)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
             """, row.holder.accountId, row.holder.scope.rawValue, row.delta, row.balance, row.kind.rawValue, row.environment,
             row.transactionId, row.idempotencyKey, row.memo, row.debt, row.recovered, row.owed, row.createdAtMs)
+        s.wallets?.known[row.holder] = Wallet(balance: row.balance, owed: row.owed)
     }
 
+    /// The spend made with this key, if any; the holder's wallet is read with it and remembered (`SQLSession.wallets`).
     func spend(_ holder: Holder, idempotencyKey: String) throws -> RecordedSpend? {
-        try s.row(
-            "SELECT delta, balance, memo FROM ledger WHERE account_id = ?1 AND scope = ?2 AND idempotency_key = ?3",
-            holder.accountId, holder.scope.rawValue, idempotencyKey
-        ).map { RecordedSpend(delta: try $0.get("delta"), balance: try $0.get("balance"), memo: try $0.get("memo")) }
+        guard let memo = s.wallets else {
+            return try s.row(
+                "SELECT delta, balance, memo FROM ledger WHERE account_id = ?1 AND scope = ?2 AND idempotency_key = ?3",
+                holder.accountId, holder.scope.rawValue, idempotencyKey
+            ).map { RecordedSpend(delta: try $0.get("delta"), balance: try $0.get("balance"), memo: try $0.get("memo")) }
+        }
+        guard
+            let row = try s.row(
+                """
+                SELECT l.delta, l.balance, l.memo, w.balance AS wallet_balance, w.owed AS wallet_owed
+                FROM (SELECT 1 AS one) AS one
+                LEFT JOIN ledger l ON l.account_id = ?1 AND l.scope = ?2 AND l.idempotency_key = ?3
+                LEFT JOIN wallet w ON w.account_id = ?1 AND w.scope = ?2
+                """, holder.accountId, holder.scope.rawValue, idempotencyKey)
+        else { throw StoredValueInvalid(column: "spend", value: "(no row)") }
+        memo.known[holder] = Wallet(
+            balance: try row.get("wallet_balance", as: Int64?.self) ?? 0, owed: try row.get("wallet_owed", as: Int64?.self) ?? 0)
+        guard let delta = try row.get("delta", as: Int64?.self) else { return nil }
+        return RecordedSpend(delta: delta, balance: try row.get("balance"), memo: try row.get("memo"))
     }
 
     /// A subscription's renewal state as Apple last signed it.

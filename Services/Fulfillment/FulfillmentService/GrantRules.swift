@@ -5,6 +5,9 @@ import IAPProtocol
 /// implements the same over one transaction; tests use an in-memory one. Every method runs inside the
 /// caller's transaction, so the rules' reads and writes commit or roll back together.
 public protocol FulfillmentTransaction {
+    /// What is stored about a purchase before the rules decide: its original's owner, its own processed row and an early
+    /// revocation (`FulfillmentRecords` reads them in one statement, with the account's wallets).
+    func stored(_ purchase: VerifiedPurchase, accountId: String) throws -> StoredPurchase
     /// The holder an original transaction is bound to, if any (one per original, whatever environment).
     func owner(original: String) throws -> Holder?
     func bind(_ purchase: VerifiedPurchase, to holder: Holder, nowMs: Int64) throws
@@ -167,7 +170,9 @@ public enum GrantRules {
                 result(.ownedByAnotherAccount)  // the app bound this purchase to another account when it was made
                 continue
             }
-            let owner = try tx.owner(original: p.originalTransactionId)
+            // Read once: the writes below (ownership, entitlements, events) change none of the three.
+            let stored = try tx.stored(p, accountId: accountId)
+            let owner = stored.owner
             // A purchase's scope is its own verified environment's: one naming an original bound in another scope
             // (an Xcode-signed renewal of a Production purchase) is refused.
             if let owner, owner.scope != item.scope {
@@ -190,7 +195,7 @@ public enum GrantRules {
                         $0.entitlementEndsAtMs = nowMs
                     }
                 }
-                if try tx.processed(p.transactionId) == nil {
+                if stored.processed == nil {
                     try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
                     if p.finishableAtApple { recorded.append(p.transactionId) }
                 }
@@ -199,7 +204,7 @@ public enum GrantRules {
             }
             // A purchase is recorded once. The record must be this purchase's: a payload naming another purchase's
             // transaction id under another original (an Xcode receipt anyone can sign) neither revokes nor restores it.
-            if let processed = try tx.processed(p.transactionId) {
+            if let processed = stored.processed {
                 if processed.originalTransactionId != p.originalTransactionId {
                     result(.rejected, finishable: false)
                 } else if processed.revokedAtMs != nil {
@@ -217,7 +222,7 @@ public enum GrantRules {
             }
             if owner == nil { try tx.bind(p, to: holder, nowMs: nowMs) }
             // Refunded before we ever saw it (the payload says so, or Apple's notification came first).
-            let early = try tx.earlyRevocation(p.transactionId)
+            let early = stored.earlyRevocation
             if p.cancellationDateMs != nil || early != nil {
                 // Record it, grant nothing, and take back what its original granted (a refunded renewal
                 // or re-purchase revokes the entitlement).

@@ -167,3 +167,24 @@ public enum LedgerLimit: Error, Sendable {
     case grantTooLarge
     case balanceOutOfRange
 }
+
+/// What `FulfillmentTransaction.stored` answers about one purchase.
+public struct StoredPurchase: Sendable {
+    public var owner: Holder?
+    public var processed: ProcessedTransaction?
+    public var earlyRevocation: String?
+    public init(owner: Holder?, processed: ProcessedTransaction?, earlyRevocation: String?) {
+        self.owner = owner
+        self.processed = processed
+        self.earlyRevocation = earlyRevocation
+    }
+}
+
+extension FulfillmentTransaction {
+    /// The three reads one after another.
+    public func stored(_ purchase: VerifiedPurchase, accountId: String) throws -> StoredPurchase {
+        StoredPurchase(
+            owner: try owner(original: purchase.originalTransactionId), processed: try processed(purchase.transactionId),
+            earlyRevocation: try earlyRevocation(purchase.transactionId))
+    }
+}

@@ -291,5 +291,16 @@ extension PostgresFulfillmentStore {
             CREATE INDEX processed_by_account ON processed_transaction (account_id);
             ALTER TABLE processed_transaction ADD COLUMN offer_identifier TEXT;
             """),
+        // 2026-11-27: a transaction's held writes in one round trip (`PostgresSQLSession.flush`). SECURITY INVOKER (the
+        // default): it runs what its caller could run itself, with the caller's rights and search_path.
+        PostgresMigration(
+            "v9-held-writes",
+            """
+            CREATE FUNCTION run_writes(script TEXT) RETURNS VOID LANGUAGE plpgsql AS $$
+            BEGIN
+                EXECUTE script;
+            END
+            $$;
+            """),
     ]
 }

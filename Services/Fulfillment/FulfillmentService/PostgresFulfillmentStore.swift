@@ -28,14 +28,26 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     // MARK: the engine (FulfillmentDatabase): transactions on the server
 
     public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
-        try await pool.read { s in try body(PostgresSQLSession(session: s)) }
+        try await pool.read { s in try Self.run(body, in: s) }
     }
 
-    /// One SERIALIZABLE transaction (`PostgresPool.write`); with `locking` keys, an advisory lock per key and
-    /// REPEATABLE READ (why: `PostgresPool.write(locking:)`).
+    /// One SERIALIZABLE transaction (`PostgresPool.write`); with `locking` keys, REPEATABLE READ whose first attempt takes
+    /// no lock, and whose later attempts an advisory lock per key (`PostgresPool.write(locking:optimistically:)`). Why the
+    /// first needs none: every change of an account's money or access writes its wallet row or appends its event with
+    /// the account's next sequence (UNIQUE (account_id, sequence)), and everything granted once rests on a unique index,
+    /// so two transactions about one account cannot both commit at REPEATABLE READ: the second fails (40001 or 23505) and
+    /// runs again, then behind the lock, which is there to queue contenders rather than let them fail over and over.
+    /// The held writes (`PostgresSQLSession.flush`) are sent before COMMIT.
     public func write<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
-        if keys.isEmpty { return try await pool.write { s in try body(PostgresSQLSession(session: s)) } }
-        return try await pool.write(locking: keys) { s in try body(PostgresSQLSession(session: s)) }
+        if keys.isEmpty { return try await pool.write { s in try Self.run(body, in: s) } }
+        return try await pool.write(locking: keys, optimistically: true) { s in try Self.run(body, in: s) }
+    }
+
+    private static func run<T>(_ body: (any SQLSession) throws -> T, in session: PostgresSession) throws -> T {
+        let s = PostgresSQLSession(session: session)
+        let value = try body(s)
+        try s.flush()
+        return value
     }
 
     /// Always false: the table of notifications applied before the inbox existed belongs to SQLite databases of v1.

@@ -10,6 +10,21 @@ public protocol SQLSession {
     func fetch(_ sql: String, arguments: [SQLValue]) throws -> [SQLRow]
     /// Runs a statement; answers how many rows it changed.
     func execute(_ sql: String, arguments: [SQLValue]) throws -> Int
+    /// A write whose answer nobody reads: the engine may hold it and send it, in order, before the transaction's next
+    /// statement or at its end (PostgreSQL sends all held writes in one round trip); SQLite runs it at once. Its
+    /// failure then surfaces there, and the whole transaction fails as it would have.
+    func executeLater(_ sql: String, arguments: [SQLValue]) throws
+    /// What this transaction has already read or written of holders' wallets, or nil when the engine keeps nothing
+    /// (a read saved is a round trip saved on PostgreSQL; SQLite reads in-process). Every wallet write of a transaction
+    /// goes through `FulfillmentRecords.append`, which keeps it current.
+    var wallets: WalletMemo? { get }
+}
+
+/// Holders' wallets as one transaction has read or written them (`SQLSession.wallets`): made for one attempt of one
+/// transaction and dropped with it.
+public final class WalletMemo {
+    var known: [Holder: Wallet] = [:]
+    init() {}
 }
 
 /// Where the engines' SQL differs (few places: row locks, index hints).
@@ -29,6 +44,11 @@ extension SQLSession {
     @discardableResult
     func run(_ sql: String, _ arguments: any SQLEncodable...) throws -> Int {
         try execute(sql, arguments: arguments.map(\.sql))
+    }
+
+    /// `executeLater`: a write whose row count nobody reads.
+    func later(_ sql: String, _ arguments: any SQLEncodable...) throws {
+        try executeLater(sql, arguments: arguments.map(\.sql))
     }
 
     /// The first column of the first row; nil when there is no row (or the value is NULL).
