@@ -56,6 +56,8 @@ public final class PostgresPool: Sendable {
 
     /// Round trips to the server so far (every statement: BEGIN, each read and write, COMMIT, lock and unlock).
     public var roundTrips: Int { roundTripCount.total.withLockedValue { $0 } }
+    /// Transactions run again so far (conflicts, lost connections): `iap_postgres_retries_total{schema}`.
+    public var retries: Int { roundTripCount.retries.withLockedValue { $0 } }
 
     /// Closes every connection and stops the threads; calls after it fail.
     public func close() {
@@ -188,6 +190,7 @@ public final class PostgresPool: Sendable {
                     logger.error("database statement failed", metadata: ["error": "\(Self.describe(error))"])
                     throw error
                 }
+                roundTripCount.retried()
                 // Contending transactions: a short, growing, jittered pause before the next attempt.
                 let pauseMicros = UInt32.random(in: 0...(UInt32(200) << UInt32(min(attempt, 6))))
                 usleep(pauseMicros)
@@ -222,15 +225,11 @@ public final class PostgresPool: Sendable {
             }
             do {
                 // A statement that hangs (a lock held by a stuck client) ends rather than holding a thread forever; the
-                // schema's tables by their plain names; string literals with no backslash escapes, whatever the server's
-                // default (a caller may inline text as a literal: `'` doubled is then the whole of quoting).
+                // schema's tables by their plain names. One statement, one round trip.
                 let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount)
                 try session.execute(
                     PostgresQuery(
-                        unsafeSQL: """
-                            SELECT set_config('statement_timeout', '15s', false), set_config('search_path', '\(schema)', false),
-                                set_config('standard_conforming_strings', 'on', false)
-                            """))
+                        unsafeSQL: "SELECT set_config('statement_timeout', '15s', false), set_config('search_path', '\(schema)', false)"))
             } catch {
                 discard(connection)
                 throw error
@@ -303,16 +302,27 @@ public final class PostgresPool: Sendable {
     }
 }
 
-/// A pool's count of round trips, and its metric.
+/// A pool's count of round trips and of transactions run again, and their metrics.
 final class RoundTrips: Sendable {
     let total = NIOLockedValueBox(0)
     let counter: Counter
+    let retries = NIOLockedValueBox(0)
+    let retriesCounter: Counter
 
-    init(schema: String) { counter = Counter(label: "iap_postgres_round_trips_total", dimensions: [("schema", schema)]) }
+    init(schema: String) {
+        counter = Counter(label: "iap_postgres_round_trips_total", dimensions: [("schema", schema)])
+        retriesCounter = Counter(label: "iap_postgres_retries_total", dimensions: [("schema", schema)])
+    }
 
     func one() {
         total.withLockedValue { $0 += 1 }
         counter.increment()
+    }
+
+    /// A transaction's attempt failed in a way another may not (a conflict, a lost connection) and runs again.
+    func retried() {
+        retries.withLockedValue { $0 += 1 }
+        retriesCounter.increment()
     }
 }
 

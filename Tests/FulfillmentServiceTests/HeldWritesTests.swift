@@ -1,25 +1,36 @@
 import FulfillmentService
 import Testing
 
-/// How a held write's values become literals (`SQLLiterals.inlined`): pure, no server. That the server stores
-/// what was meant is `PostgresStoreTests.heldWritesStoreAnyTextExactly`.
+/// How a held write takes its values from `run_writes`' array (`HeldStatements.statement`): pure, no server. That the
+/// server stores what was meant is `PostgresStoreTests.heldWritesStoreAnyTextExactly`.
 struct HeldWritesTests {
-    @Test func parametersBecomeLiteralsThatCannotJoinTheTextAroundThem() throws {
-        let sql = try SQLLiterals.inlined(
+    @Test func parametersBecomeTypedArrayElementsAndNoValueIsInTheText() throws {
+        var values: [String] = ["earlier"]
+        let sql = try HeldStatements.statement(
             "INSERT INTO t VALUES (?1, ?2, ?10, ?3, ?4, ?5) WHERE x = -?2 AND y ? z",
-            [.text("it's"), .int(-5), .bool(true), .null, .blob([0, 255]), .int(6), .int(7), .int(8), .int(9), .int(10)])
-        #expect(sql == "INSERT INTO t VALUES ( 'it''s' ,  (-5) ,  10 ,  TRUE ,  NULL ,  '\\x00ff'::bytea ) WHERE x = - (-5)  AND y ? z")
+            [.text("it's'\u{301}"), .int(-5), .bool(true), .null, .blob([0, 255]), .int(6), .int(7), .int(8), .int(9), .int(10)],
+            values: &values)
+        #expect(
+            sql
+                == "INSERT INTO t VALUES ( ($1[2]) ,  ($1[3]::bigint) ,  ($1[4]::bigint) ,  ($1[5]::boolean) ,  NULL ,  ($1[6]::bytea) ) WHERE x = - ($1[3]::bigint)  AND y ? z"
+        )
+        #expect(values == ["earlier", "it's'\u{301}", "-5", "10", "true", "\\x00ff"])
     }
 
     @Test func aValueIsNeverScannedForParameters() throws {
-        // The text of ?1 names ?2: it stays text, and ?2 is replaced once, where the statement names it.
-        let sql = try SQLLiterals.inlined("SELECT ?1, ?2", [.text("?2 $1 ?1"), .int(1)])
-        #expect(sql == "SELECT  '?2 $1 ?1' ,  1 ")
+        // The text of ?1 names ?2: it stays a value, and ?2 is replaced where the statement names it.
+        var values: [String] = []
+        let sql = try HeldStatements.statement("SELECT ?1, ?2", [.text("?2 $1 ?1"), .int(1)], values: &values)
+        #expect(sql == "SELECT  ($1[1]) ,  ($1[2]::bigint) ")
+        #expect(values == ["?2 $1 ?1", "1"])
     }
 
     @Test func aMissingParameterOrNulIsRefused() {
-        #expect(throws: SQLLiterals.UnboundParameter.self) { try SQLLiterals.inlined("SELECT ?2", [.int(1)]) }
-        #expect(throws: SQLLiterals.UnboundParameter.self) { try SQLLiterals.inlined("SELECT ?0", [.int(1)]) }
-        #expect(throws: SQLLiterals.UnboundParameter.self) { try SQLLiterals.inlined("SELECT ?1", [.text("a\u{0}b")]) }
+        var values: [String] = []
+        #expect(throws: HeldStatements.UnboundParameter.self) { try HeldStatements.statement("SELECT ?2", [.int(1)], values: &values) }
+        #expect(throws: HeldStatements.UnboundParameter.self) { try HeldStatements.statement("SELECT ?0", [.int(1)], values: &values) }
+        #expect(throws: HeldStatements.UnboundParameter.self) {
+            try HeldStatements.statement("SELECT ?1", [.text("a\u{0}b")], values: &values)
+        }
     }
 }

@@ -65,10 +65,10 @@ struct PostgresStoreTests {
     static let statementsPerRedeem = 5.0
     static let statementsPerSpend = 4.0
 
-    /// A spend's ledger row, wallet and event are held and sent as one script with their values inlined as literals
-    /// (`PostgresSQLSession.flush`): text an attacker chooses (quotes, backslashes, parameter and comment markers,
-    /// dollar quotes) is stored exactly, and read back by a bound statement (the replay finds the same key); text with
-    /// NUL, which PostgreSQL cannot store, is refused and changes nothing.
+    /// A spend's ledger row, wallet and event are held and sent as one statement (`PostgresSQLSession.flush`) whose
+    /// values travel as one array parameter: text an attacker chooses (quotes, a quote followed by a combining mark,
+    /// backslashes, parameter and comment markers, dollar quotes) is stored exactly, and read back by a bound statement
+    /// (the replay finds the same key); text with NUL, which PostgreSQL cannot store, is refused and changes nothing.
     @Test func heldWritesStoreAnyTextExactly() async throws {
         try await StoreEngine.postgres.open().with { db in
             let store = db.first
@@ -77,7 +77,7 @@ struct PostgresStoreTests {
                 answerScope: .production, nowMs: 1)
             let hostile = [
                 "it's", #"back\slash \' quote"#, "$1 ?1 ?2 $$ $x$ $2", "--comment", "'; DROP TABLE ledger; --", "E'\\x41'",
-                "/* open", "日本語 🎉 \u{2028}", "?99",
+                "/* open", "日本語 🎉 \u{2028}", "?99", "x'\u{301}y; DELETE FROM wallet; SELECT '\u{301}", "'\u{200D}", "'\u{FE0F}",
             ]
             for (i, text) in hostile.enumerated() {
                 let key = "key-\(i)-" + text
@@ -98,6 +98,32 @@ struct PostgresStoreTests {
             #expect(try await store.balance(accountId: "mallory", scope: .production).balance == Int64(100 - hostile.count))
             #expect(try await store.ledgerMismatches().isEmpty)
         }
+    }
+
+    /// An account's write takes no lock on its first attempt (`PostgresFulfillmentStore.write`): 24 spends of one account
+    /// with 24 keys at once, on 8 connections, conflict (the wallet row, the account's next event sequence), run again
+    /// (counted: `iap_postgres_retries_total`), then behind the lock, and each spends once.
+    @Test func concurrentSpendsOfOneAccountConflictAndEachSpendsOnce() async throws {
+        let url = try PostgresURL(try await TestPostgres.newDatabase())
+        let pool = try PostgresPool(url: url, schema: "fulfillment", connections: 8, logger: Logger(label: "optimistic-test"))
+        let store = try await PostgresFulfillmentStore(pool: pool)
+        defer { try? store.close() }
+        _ = try await store.apply(
+            [coins("2000000088")], accountId: "carol", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production,
+            nowMs: 1)
+        let outcomes = try await withThrowingTaskGroup(of: SpendOutcome.self) { group in
+            for i in 0..<24 {
+                group.addTask {
+                    try await store.spend(accountId: "carol", scope: .production, amount: 1, idempotencyKey: "c\(i)", memo: nil, nowMs: 2)
+                }
+            }
+            return try await group.reduce(into: [SpendOutcome]()) { $0.append($1) }
+        }
+        #expect(outcomes.count == 24)
+        #expect(outcomes.allSatisfy { if case .spent = $0 { true } else { false } })
+        #expect(try await store.balance(accountId: "carol", scope: .production).balance == 76)
+        #expect(try await store.ledgerMismatches().isEmpty)
+        #expect(pool.retries > 0, "24 writers of one account at once on 8 connections conflicted at least once")
     }
 
     @Test func theSchemaRefusesWhatTheCodeMustNeverDo() async throws {

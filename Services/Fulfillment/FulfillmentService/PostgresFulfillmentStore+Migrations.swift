@@ -291,14 +291,19 @@ extension PostgresFulfillmentStore {
             CREATE INDEX processed_by_account ON processed_transaction (account_id);
             ALTER TABLE processed_transaction ADD COLUMN offer_identifier TEXT;
             """),
-        // 2026-11-27: a transaction's held writes in one round trip (`PostgresSQLSession.flush`). SECURITY INVOKER (the
-        // default): it runs what its caller could run itself, with the caller's rights and search_path.
+        // 2026-11-27: a transaction's held writes in one round trip (`PostgresSQLSession.flush`): each statement
+        // EXECUTEd with the one array of values as its parameter. SECURITY INVOKER (the default): it runs what its caller
+        // could run itself, with the caller's rights and search_path.
         PostgresMigration(
             "v9-held-writes",
             """
-            CREATE FUNCTION run_writes(script TEXT) RETURNS VOID LANGUAGE plpgsql AS $$
+            CREATE FUNCTION run_writes(statements TEXT[], arguments TEXT[]) RETURNS VOID LANGUAGE plpgsql AS $$
+            DECLARE
+                statement TEXT;
             BEGIN
-                EXECUTE script;
+                FOREACH statement IN ARRAY statements LOOP
+                    EXECUTE statement USING arguments;
+                END LOOP;
             END
             $$;
             """),

@@ -45,7 +45,15 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
 
     private static func run<T>(_ body: (any SQLSession) throws -> T, in session: PostgresSession) throws -> T {
         let s = PostgresSQLSession(session: session)
-        let value = try body(s)
+        let value: T
+        do {
+            value = try body(s)
+        } catch {
+            // A rule's refusal may rest on a first attempt's stale snapshot whose held writes would fail: their failure
+            // (a conflict, run again) comes first; else the refusal stands and the transaction rolls back.
+            try s.flush()
+            throw error
+        }
         try s.flush()
         return value
     }

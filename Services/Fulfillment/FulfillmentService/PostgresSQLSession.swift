@@ -9,9 +9,9 @@ import PostgresSupport
 /// sides, than the statement itself (measured 2026-11-27: fulfillment spent ~80% of its time in postgres-nio's and
 /// NIO's per-message work), so this session saves them where the answer allows:
 /// - writes whose answer nobody reads (`executeLater`) are held and sent together, in order, as ONE statement before
-///   the next statement that reads or counts, or at the end of the transaction (`flush`): `run_writes(script)`, a
-///   PL/pgSQL function of the schema that EXECUTEs the script (migration v9); the values are inlined as SQL literals
-///   (`SQLLiterals`), since a script has no parameters;
+///   the next statement that reads or counts, or at the end of the transaction (`flush`): `run_writes(statements,
+///   values)`, a PL/pgSQL function of the schema (migration v9) that EXECUTEs each statement with the one array of
+///   values as its parameter (`HeldStatements`): no value is ever part of a statement's text;
 /// - wallets read or written by this transaction are remembered (`wallets`).
 struct PostgresSQLSession: SQLSession {
     let session: PostgresSession
@@ -53,10 +53,12 @@ struct PostgresSQLSession: SQLSession {
             try session.execute(Self.query(writes[0].sql, writes[0].arguments))
             return
         }
-        let script = try writes.map { try SQLLiterals.inlined($0.sql, $0.arguments) }.joined(separator: ";\n")
-        var binds = PostgresBindings(capacity: 1)
-        try binds.append(script)
-        try session.execute(PostgresQuery(unsafeSQL: "SELECT run_writes($1)", binds: binds))
+        var values: [String] = []
+        let statements = try writes.map { try HeldStatements.statement($0.sql, $0.arguments, values: &values) }
+        var binds = PostgresBindings(capacity: 2)
+        try binds.append(statements)
+        try binds.append(values)
+        try session.execute(PostgresQuery(unsafeSQL: "SELECT run_writes($1, $2)", binds: binds))
     }
 
     static func query(_ sql: String, _ arguments: [SQLValue]) throws -> PostgresQuery {
@@ -120,13 +122,15 @@ final class HeldWrites {
     var writes: [(sql: String, arguments: [SQLValue])] = []
 }
 
-/// A held write's values as PostgreSQL literals (`PostgresSQLSession.flush`), a script having no parameters.
-package enum SQLLiterals {
-    /// `sql` with each `?n` replaced by the n-th argument as a literal (`literal`), padded with spaces so that no
-    /// literal can join the text around it (`-` then `-5`, an `E` before a quote).
-    package static func inlined(_ sql: String, _ arguments: [SQLValue]) throws -> String {
+/// A held write made to take its values from the one array `run_writes` passes to EXECUTE (`PostgresSQLSession.flush`).
+package enum HeldStatements {
+    /// `sql` with each `?n` replaced by `$1[k]` (the k-th of `values`, to which the n-th argument is appended as text)
+    /// cast back to the argument's kind, as a bound parameter of that kind would be typed; NULL as the keyword. Padded
+    /// with spaces and parentheses, so that nothing joins the text around it.
+    package static func statement(_ sql: String, _ arguments: [SQLValue], values: inout [String]) throws -> String {
         var out = ""
         out.reserveCapacity(sql.utf8.count + 64)
+        var index: [Int: Int] = [:]  // the argument's place in `values`, once however often the statement names it
         var characters = sql[...]
         while let c = characters.popFirst() {
             guard c == "?", let first = characters.first, first.isNumber else {
@@ -136,29 +140,46 @@ package enum SQLLiterals {
             let digits = characters.prefix(while: \.isNumber)
             characters = characters.dropFirst(digits.count)
             guard let n = Int(digits), (1...arguments.count).contains(n) else { throw UnboundParameter(sql: sql) }
-            out += " \(try literal(arguments[n - 1])) "
+            let argument = arguments[n - 1]
+            if argument == .null {
+                out += " NULL "
+                continue
+            }
+            let k: Int
+            if let known = index[n] {
+                k = known
+            } else {
+                values.append(try text(argument))
+                k = values.count
+                index[n] = k
+            }
+            switch argument {
+            case .int: out += " ($1[\(k)]::bigint) "
+            case .bool: out += " ($1[\(k)]::boolean) "
+            case .blob: out += " ($1[\(k)]::bytea) "
+            case .text, .null: out += " ($1[\(k)]) "
+            }
         }
         return out
     }
 
-    /// A value as a PostgreSQL literal. Text is quoted with every `'` doubled, which is the whole of quoting when
-    /// `standard_conforming_strings` is on (the pool sets it on every connection: backslashes are then plain
-    /// characters); NUL, which PostgreSQL text cannot hold, is refused as a bound value would be.
-    package static func literal(_ value: SQLValue) throws -> String {
+    /// A value as the text its kind's input function reads back; NUL, which PostgreSQL text cannot hold, is refused as a
+    /// bound value would be.
+    static func text(_ value: SQLValue) throws -> String {
         switch value {
-        case .int(let v): return v < 0 ? "(\(v))" : "\(v)"
-        case .bool(let v): return v ? "TRUE" : "FALSE"
-        case .null: return "NULL"
-        case .blob(let v): return "'\\x" + v.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+        case .int(let v): return String(v)
+        case .bool(let v): return v ? "true" : "false"
+        case .blob(let v): return "\\x" + v.map { String(format: "%02x", $0) }.joined()
+        case .null: return ""
         case .text(let v):
             guard !v.utf8.contains(0) else { throw UnboundParameter(sql: "a text value holding NUL") }
-            return "'" + v.replacingOccurrences(of: "'", with: "''") + "'"
+            return v
         }
     }
 
-    /// A statement naming a parameter it was not given, or a value no literal can carry.
+    /// A statement naming a parameter it was not given, or a value PostgreSQL cannot hold.
     package struct UnboundParameter: Error, CustomStringConvertible {
         let sql: String
-        package var description: String { "cannot inline the parameters of \(sql.prefix(80))" }
+        package var description: String { "cannot send the parameters of \(sql.prefix(80))" }
     }
 }
