@@ -38,16 +38,7 @@ public final class ConsoleService: Sendable {
         self.configuration = configuration
         self.hasher = hasher
         self.logger = logger
-        var library = MustacheLibrary()
-        for (name, text) in [
-            ("layout", ConsoleTemplates.layout), ("signIn", ConsoleTemplates.signIn), ("overview", ConsoleTemplates.overview),
-            ("notFound", ConsoleTemplates.notFound), ("customer", ConsoleTemplates.customer), ("confirm", ConsoleTemplates.confirm),
-            ("done", ConsoleTemplates.done), ("audit", ConsoleTemplates.audit), ("problem", ConsoleTemplates.problem),
-            ("operators", ConsoleTemplates.operators), ("catalog", ConsoleTemplates.catalog),
-        ] {
-            try library.register(text, named: name)
-        }
-        self.library = library
+        self.library = try ConsoleTemplates.library()
     }
 
     public func close() async {

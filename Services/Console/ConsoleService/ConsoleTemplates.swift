@@ -1,8 +1,23 @@
+import Mustache
+
 // The console's pages as Mustache templates: every `{{value}}` is HTML-escaped by the renderer; the only unescaped
 // values are `{{{body}}}`, a page this renderer made, and the overview's charts, SVG that `ConsoleService.barChart` drew
 // from numbers and escaped text. No scripts: the confirmation step is a page of its own, so the Content-Security-Policy
 // allows none.
 enum ConsoleTemplates {
+    /// Every page, each rendered with `ConsoleHTML` escaping.
+    static func library() throws -> MustacheLibrary {
+        MustacheContentTypes.register(ConsoleHTML(), named: ConsoleHTML.name)
+        var library = MustacheLibrary()
+        for (name, text) in [
+            ("layout", layout), ("signIn", signIn), ("overview", overview), ("notFound", notFound), ("customer", customer),
+            ("confirm", confirm), ("done", done), ("audit", audit), ("problem", problem), ("operators", operators), ("catalog", catalog),
+        ] {
+            try library.register("{{% CONTENT_TYPE: \(ConsoleHTML.name)}}" + text, named: name)
+        }
+        return library
+    }
+
     static let layout = """
         <!doctype html>
         <html lang="en"><head><meta charset="utf-8"><title>{{title}} - IAP support console</title>
@@ -201,4 +216,28 @@ enum ConsoleTemplates {
         button { cursor: pointer; } section { margin-bottom: 1.5em; }
         .charts svg { display: block; width: 660px; max-width: 100%; height: auto; margin: .8em 0; background: #fff; }
         """
+}
+
+/// HTML escaping by Unicode scalar, for every `{{value}}` of the console's pages and the overview's chart text.
+/// swift-mustache's own escaping (and Foundation's `replacingOccurrences` on Linux) compares whole Characters, so a quote
+/// followed by a combining mark (one Character, e.g. `"` U+0301) passed unescaped and could end an attribute.
+struct ConsoleHTML: MustacheContentType {
+    static let name = "CONSOLE_HTML"
+
+    func escapeText(_ text: String) -> String { Self.escape(text) }
+
+    static func escape(_ text: String) -> String {
+        var out = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "&": out.append(contentsOf: "&amp;".unicodeScalars)
+            case "<": out.append(contentsOf: "&lt;".unicodeScalars)
+            case ">": out.append(contentsOf: "&gt;".unicodeScalars)
+            case "\"": out.append(contentsOf: "&quot;".unicodeScalars)
+            case "'": out.append(contentsOf: "&#39;".unicodeScalars)
+            default: out.append(scalar)
+            }
+        }
+        return String(out)
+    }
 }

@@ -95,8 +95,5 @@ extension ConsoleService {
         value == value.rounded() ? String(Int64(value)) : String(format: "%.2f", value)
     }
 
-    static func escape(_ text: String) -> String {
-        text.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(of: ">", with: "&gt;")
-            .replacingOccurrences(of: "\"", with: "&quot;").replacingOccurrences(of: "'", with: "&#39;")
-    }
+    static func escape(_ text: String) -> String { ConsoleHTML.escape(text) }
 }

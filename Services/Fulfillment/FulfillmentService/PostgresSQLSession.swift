@@ -131,36 +131,68 @@ package enum HeldStatements {
         var out = ""
         out.reserveCapacity(sql.utf8.count + 64)
         var index: [Int: Int] = [:]  // the argument's place in `values`, once however often the statement names it
-        var characters = sql[...]
-        while let c = characters.popFirst() {
-            guard c == "?", let first = characters.first, first.isNumber else {
-                out.append(c)
-                continue
-            }
-            let digits = characters.prefix(while: \.isNumber)
-            characters = characters.dropFirst(digits.count)
-            guard let n = Int(digits), (1...arguments.count).contains(n) else { throw UnboundParameter(sql: sql) }
-            let argument = arguments[n - 1]
-            if argument == .null {
-                out += " NULL "
-                continue
-            }
-            let k: Int
-            if let known = index[n] {
-                k = known
-            } else {
-                values.append(try text(argument))
-                k = values.count
-                index[n] = k
-            }
-            switch argument {
-            case .int: out += " ($1[\(k)]::bigint) "
-            case .bool: out += " ($1[\(k)]::boolean) "
-            case .blob: out += " ($1[\(k)]::bytea) "
-            case .text, .null: out += " ($1[\(k)]) "
+        for piece in pieces(sql) {
+            switch piece {
+            case .text(let text): out += text
+            case .parameter(let n):
+                guard (1...arguments.count).contains(n) else { throw UnboundParameter(sql: sql) }
+                let argument = arguments[n - 1]
+                if argument == .null {
+                    out += " NULL "
+                    continue
+                }
+                let k: Int
+                if let known = index[n] {
+                    k = known
+                } else {
+                    values.append(try text(argument))
+                    k = values.count
+                    index[n] = k
+                }
+                switch argument {
+                case .int: out += " ($1[\(k)]::bigint) "
+                case .bool: out += " ($1[\(k)]::boolean) "
+                case .blob: out += " ($1[\(k)]::bytea) "
+                case .text, .null: out += " ($1[\(k)]) "
+                }
             }
         }
         return out
+    }
+
+    /// A statement's text between its parameters (`?n`), and the parameters' numbers.
+    enum Piece: Sendable { case text(String), parameter(Int) }
+
+    /// `pieces`' answers, by statement (splitting by Character cost 7.8% of fulfillment's CPU under a spend load);
+    /// bounded as `PostgresSQLSession.rewritten` is.
+    private static let split = NIOLockedValueBox<[String: [Piece]]>([:])
+
+    static func pieces(_ sql: String) -> [Piece] {
+        if let known = split.withLockedValue({ $0[sql] }) { return known }
+        var pieces: [Piece] = []
+        let bytes = Array(sql.utf8)
+        var start = 0, i = 0
+        while i < bytes.count {
+            guard bytes[i] == UInt8(ascii: "?"), i + 1 < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[i + 1]) else {
+                i += 1
+                continue
+            }
+            pieces.append(.text(String(decoding: bytes[start..<i], as: UTF8.self)))
+            var j = i + 1, n = 0
+            while j < bytes.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[j]), n < 1_000_000 {
+                n = n * 10 + Int(bytes[j] - UInt8(ascii: "0"))
+                j += 1
+            }
+            pieces.append(.parameter(n))
+            start = j
+            i = j
+        }
+        pieces.append(.text(String(decoding: bytes[start...], as: UTF8.self)))
+        split.withLockedValue { cache in
+            if cache.count >= 2_048 { cache.removeAll() }
+            cache[sql] = pieces
+        }
+        return pieces
     }
 
     /// A value as the text its kind's input function reads back; NUL, which PostgreSQL text cannot hold, is refused as a
