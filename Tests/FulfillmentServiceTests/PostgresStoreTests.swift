@@ -126,25 +126,6 @@ struct PostgresStoreTests {
         #expect(pool.retries > 0, "24 writers of one account at once on 8 connections conflicted at least once")
     }
 
-    /// The outbox worker settles a round's items in one transaction (`OutboxDelivery.deliverOutbox`): ten finishes owed
-    /// to Apple are settled in three round trips (BEGIN, the held deletes as one statement, COMMIT), where each alone took
-    /// three.
-    @Test func aRoundOfOutboxItemsIsSettledInOneTransaction() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let pool = try PostgresPool(url: url, schema: "fulfillment", connections: 1, logger: Logger(label: "settle-test"))
-        let store = try await PostgresFulfillmentStore(pool: pool)
-        defer { try? store.close() }
-        _ = try await store.apply(
-            (0..<10).map { coins("\(2_100_000_500 + $0)") }, accountId: "dave", appAccountToken: nil, owed: .finishes, mode: .redeem,
-            policy: .refuse, answerScope: .production, nowMs: 1)
-        let due = try await store.dueOutbox(nowMs: 2, limit: 100)
-        #expect(due.count == 10)
-        let before = pool.roundTrips
-        try await store.settleOutbox(due.map { OutboxSettlement(item: $0, delivered: true, nextAttemptAtMs: 3, lastError: nil) })
-        #expect(pool.roundTrips - before == 3)
-        #expect(try await store.outbox(limit: 100).total == 0)
-    }
-
     @Test func theSchemaRefusesWhatTheCodeMustNeverDo() async throws {
         try await StoreEngine.postgres.open().with { db in
             _ = try await db.first.apply(

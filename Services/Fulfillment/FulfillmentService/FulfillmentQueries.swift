@@ -150,9 +150,9 @@ struct FulfillmentQueries {
     /// Only the payload that was tried: owed again meanwhile with another payload, the item stays as it is now.
     func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) throws {
         if delivered {
-            try s.later("DELETE FROM outbox WHERE id = ?1 AND payload = ?2", item.id, item.payload)
+            try s.run("DELETE FROM outbox WHERE id = ?1 AND payload = ?2", item.id, item.payload)
         } else {
-            try s.later(
+            try s.run(
                 "UPDATE outbox SET attempts = attempts + 1, next_attempt_at_ms = ?1, last_error = ?2 WHERE id = ?3 AND payload = ?4",
                 nextAttemptAtMs, lastError, item.id, item.payload)
         }

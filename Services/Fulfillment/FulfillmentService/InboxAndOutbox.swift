@@ -40,16 +40,8 @@ extension OutboxStorage where Self: FulfillmentDatabase {
     }
 
     public func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) async throws {
-        try await settleOutbox([OutboxSettlement(item: item, delivered: delivered, nextAttemptAtMs: nextAttemptAtMs, lastError: lastError)])
-    }
-
-    public func settleOutbox(_ settlements: [OutboxSettlement]) async throws {
-        guard !settlements.isEmpty else { return }
         try await write { s in
-            let queries = FulfillmentQueries(s)
-            for x in settlements {
-                try queries.settleOutbox(x.item, delivered: x.delivered, nextAttemptAtMs: x.nextAttemptAtMs, lastError: x.lastError)
-            }
+            try FulfillmentQueries(s).settleOutbox(item, delivered: delivered, nextAttemptAtMs: nextAttemptAtMs, lastError: lastError)
         }
     }
 

@@ -51,35 +51,9 @@ public protocol OutboxStorage: Sendable {
     /// Delivered: removed, unless it was owed again meanwhile (another payload). Not delivered: tried again at
     /// `nextAttemptAtMs`, with its attempts counted and `lastError` kept.
     func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) async throws
-    /// A round's items settled together, in one transaction (on PostgreSQL one round trip for all of them besides BEGIN
-    /// and COMMIT, where each alone took three).
-    func settleOutbox(_ settlements: [OutboxSettlement]) async throws
     /// The items, oldest first (at most `limit`); how many are owed to Apple, and when the oldest of those was written
     /// (webhook deliveries are listed, but counted by their endpoints' backlog).
     func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?)
-}
-
-/// What became of one delivery attempt of an outbox item (`OutboxStorage.settleOutbox`).
-public struct OutboxSettlement: Sendable {
-    public var item: OutboxItem
-    public var delivered: Bool
-    public var nextAttemptAtMs: Int64
-    public var lastError: String?
-    public init(item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) {
-        self.item = item
-        self.delivered = delivered
-        self.nextAttemptAtMs = nextAttemptAtMs
-        self.lastError = lastError
-    }
-}
-
-extension OutboxStorage {
-    /// One after another (stores without a transaction of their own).
-    public func settleOutbox(_ settlements: [OutboxSettlement]) async throws {
-        for x in settlements {
-            try await settleOutbox(x.item, delivered: x.delivered, nextAttemptAtMs: x.nextAttemptAtMs, lastError: x.lastError)
-        }
-    }
 }
 
 /// When a failed delivery is tried again: 5 s, doubling, then every hour for as long as it takes. Nothing is given up.

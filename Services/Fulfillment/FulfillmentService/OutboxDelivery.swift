@@ -19,9 +19,6 @@ public struct OutboxDelivery: FulfillmentPart {
         let now = clock.nowMs
         let due = try await storeCall { try await self.store.dueOutbox(nowMs: now, limit: limit) }
         var apiMissing = false
-        var settlements: [OutboxSettlement] = []
-        // Settled together after the round, in one transaction: an instance that dies before leaves the round's items
-        // to be delivered again after their lease (every item is idempotent at Apple), as it did for the one in hand.
         for item in due {
             var failure: String?
             var next = OutboxRetry.nextAttemptAtMs(failures: item.attempts + 1, nowMs: clock.nowMs)
@@ -68,10 +65,11 @@ public struct OutboxDelivery: FulfillmentPart {
                         metadata: ["kind": "\(item.kind)", "key": "\(item.key)", "attempts": "\(item.attempts + 1)", "error": "\(error.message)"])
                 }
             }
-            settlements.append(OutboxSettlement(item: item, delivered: failure == nil, nextAttemptAtMs: next, lastError: failure))
+            let (settleFailure, settleNext) = (failure, next)
+            try await storeCall {
+                try await self.store.settleOutbox(item, delivered: settleFailure == nil, nextAttemptAtMs: settleNext, lastError: settleFailure)
+            }
         }
-        let settled = settlements
-        try await storeCall { try await self.store.settleOutbox(settled) }
         await recordOutboxGauges()
         return due.count
     }
