@@ -4,7 +4,7 @@ import Testing
 /// How a held write takes its values from `run_writes`' array (`HeldStatements.statement`): pure, no server. That the
 /// server stores what was meant is `PostgresStoreTests.heldWritesStoreAnyTextExactly`.
 struct HeldWritesTests {
-    @Test func parametersBecomeTypedArrayElementsAndNoValueIsInTheText() throws {
+    @Test func parametersBecomeTypedElementsOfTheStatementsOwnValues() throws {
         var values: [String] = ["earlier"]
         let sql = try HeldStatements.statement(
             "INSERT INTO t VALUES (?1, ?2, ?10, ?3, ?4, ?5) WHERE x = -?2 AND y ? z",
@@ -12,7 +12,7 @@ struct HeldWritesTests {
             values: &values)
         #expect(
             sql
-                == "INSERT INTO t VALUES ( ($1[2]) ,  ($1[3]::bigint) ,  ($1[4]::bigint) ,  ($1[5]::boolean) ,  NULL ,  ($1[6]::bytea) ) WHERE x = - ($1[3]::bigint)  AND y ? z"
+                == "INSERT INTO t VALUES ( ($1[1]) ,  ($1[2]::bigint) ,  ($1[3]::bigint) ,  ($1[4]::boolean) ,  NULL ,  ($1[5]::bytea) ) WHERE x = - ($1[2]::bigint)  AND y ? z"
         )
         #expect(values == ["earlier", "it's'\u{301}", "-5", "10", "true", "\\x00ff"])
     }
@@ -29,6 +29,7 @@ struct HeldWritesTests {
         var values: [String] = []
         #expect(throws: HeldStatements.UnboundParameter.self) { try HeldStatements.statement("SELECT ?2", [.int(1)], values: &values) }
         #expect(throws: HeldStatements.UnboundParameter.self) { try HeldStatements.statement("SELECT ?0", [.int(1)], values: &values) }
+        #expect(throws: HeldStatements.UnboundParameter.self) { try HeldStatements.statement("SELECT ?1", [], values: &values) }
         #expect(throws: HeldStatements.UnboundParameter.self) {
             try HeldStatements.statement("SELECT ?1", [.text("a\u{0}b")], values: &values)
         }

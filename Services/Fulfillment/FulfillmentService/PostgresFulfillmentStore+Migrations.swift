@@ -292,23 +292,25 @@ extension PostgresFulfillmentStore {
             ALTER TABLE processed_transaction ADD COLUMN offer_identifier TEXT;
             """),
         // 2026-11-27: a transaction's held writes in one round trip (`PostgresSQLSession.flush`). Each statement is
-        // prepared once per connection (named by its text's digest) and executed with the one array of values, passed
-        // through a transaction-local setting: planning each statement anew was 30% of the server's CPU under a spend
-        // load, and a value is never part of a statement's text (nor of an error's context in the server's log).
-        // SECURITY INVOKER (the default): it runs what its caller could run itself, with the caller's rights and search_path.
+        // prepared once per connection (named by its text's digest) and executed with its own values (`counts[i]` of
+        // `arguments`, in order), passed through a transaction-local setting: planning each statement anew was 30% of
+        // the server's CPU under a spend load, and a value is never part of a statement's text (nor of an error's context
+        // in the server's log). SECURITY INVOKER (the default): it runs what its caller could run itself, with the
+        // caller's rights and search_path.
         PostgresMigration(
             "v9-held-writes",
             """
-            CREATE FUNCTION run_writes(statements TEXT[], arguments TEXT[]) RETURNS VOID LANGUAGE plpgsql AS $$
+            CREATE FUNCTION run_writes(statements TEXT[], arguments TEXT[], counts BIGINT[]) RETURNS VOID LANGUAGE plpgsql AS $$
             DECLARE
-                statement TEXT;
+                first BIGINT := 1;
                 prepared TEXT;
             BEGIN
-                PERFORM set_config('iap.held_arguments', arguments::TEXT, true);
-                FOREACH statement IN ARRAY statements LOOP
-                    prepared := 'held_' || md5(statement);
+                FOR i IN 1 .. coalesce(array_length(statements, 1), 0) LOOP
+                    PERFORM set_config('iap.held_arguments', coalesce(arguments[first : first + counts[i] - 1], '{}')::TEXT, true);
+                    first := first + counts[i];
+                    prepared := 'held_' || md5(statements[i]);
                     IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = prepared) THEN
-                        EXECUTE format('PREPARE %I(TEXT[]) AS %s', prepared, statement);
+                        EXECUTE format('PREPARE %I(TEXT[]) AS %s', prepared, statements[i]);
                     END IF;
                     EXECUTE format('EXECUTE %I(current_setting(%L)::TEXT[])', prepared, 'iap.held_arguments');
                 END LOOP;

@@ -54,11 +54,17 @@ struct PostgresSQLSession: SQLSession {
             return
         }
         var values: [String] = []
-        let statements = try writes.map { try HeldStatements.statement($0.sql, $0.arguments, values: &values) }
-        var binds = PostgresBindings(capacity: 2)
+        var counts: [Int64] = []
+        let statements = try writes.map { write in
+            let before = values.count
+            defer { counts.append(Int64(values.count - before)) }
+            return try HeldStatements.statement(write.sql, write.arguments, values: &values)
+        }
+        var binds = PostgresBindings(capacity: 3)
         try binds.append(statements)
         try binds.append(values)
-        try session.execute(PostgresQuery(unsafeSQL: "SELECT run_writes($1, $2)", binds: binds))
+        try binds.append(counts)
+        try session.execute(PostgresQuery(unsafeSQL: "SELECT run_writes($1, $2, $3)", binds: binds))
     }
 
     static func query(_ sql: String, _ arguments: [SQLValue]) throws -> PostgresQuery {
@@ -124,18 +130,21 @@ final class HeldWrites {
 
 /// A held write made to take its values from the one array `run_writes` passes to EXECUTE (`PostgresSQLSession.flush`).
 package enum HeldStatements {
-    /// `sql` with each `?n` replaced by `$1[k]` (the k-th of `values`, to which the n-th argument is appended as text)
-    /// cast back to the argument's kind, as a bound parameter of that kind would be typed; NULL as the keyword. Padded
-    /// with spaces and parentheses, so that nothing joins the text around it.
+    /// `sql` with each `?n` replaced by `$1[k]` (the k-th of the values this statement appends to `values`, the n-th
+    /// argument as text) cast back to the argument's kind, as a bound parameter of that kind would be typed; NULL as the
+    /// keyword. Numbered from 1 in each statement, so one statement's text (and the plan `run_writes` prepares for it)
+    /// does not depend on what was held before it. Padded with spaces and parentheses, so that nothing joins the text
+    /// around it.
     package static func statement(_ sql: String, _ arguments: [SQLValue], values: inout [String]) throws -> String {
         var out = ""
         out.reserveCapacity(sql.utf8.count + 64)
-        var index: [Int: Int] = [:]  // the argument's place in `values`, once however often the statement names it
+        let base = values.count
+        var index: [Int: Int] = [:]  // the argument's place among this statement's values, however often it is named
         for piece in pieces(sql) {
             switch piece {
             case .text(let text): out += text
             case .parameter(let n):
-                guard (1...arguments.count).contains(n) else { throw UnboundParameter(sql: sql) }
+                guard n >= 1, n <= arguments.count else { throw UnboundParameter(sql: sql) }
                 let argument = arguments[n - 1]
                 if argument == .null {
                     out += " NULL "
@@ -146,7 +155,7 @@ package enum HeldStatements {
                     k = known
                 } else {
                     values.append(try text(argument))
-                    k = values.count
+                    k = values.count - base
                     index[n] = k
                 }
                 switch argument {
