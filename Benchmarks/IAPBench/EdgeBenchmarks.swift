@@ -43,20 +43,7 @@ struct EdgeRPCBenchmark: AsyncParsableCommand {
         let report = try await driver.run(
             scenario: "edge-rpc (\(url.hasPrefix("https") ? "HTTPS" : "HTTP")\(http.http1 ? ", HTTP/1.1" : ""))", clients: pool
         ) { client, _ in
-            var request = HTTPClientRequest(url: endpoint)
-            request.method = .POST
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(body)
-            do {
-                let response = try await client.execute(request, timeout: .seconds(30))
-                let answer = try await response.body.collect(upTo: 16 << 20)
-                guard response.status == .ok, answer.readableBytesView.starts(with: Array(#"{"jsonrpc":"2.0","id":1,"result""#.utf8)) else {
-                    return .failed(code: Int(response.status.code))
-                }
-                return .ok
-            } catch {
-                return .failed(code: CallOutcome.otherError)
-            }
+            await postJSON(client, endpoint, body) { $0.readableBytesView.starts(with: Array(#"{"jsonrpc":"2.0","id":1,"result""#.utf8)) }
         }
         driver.print(report)
         for c in pool { try? await c.shutdown() }

@@ -23,11 +23,6 @@ struct FulfillmentRecords: FulfillmentTransaction {
     /// The purchase's original's owner, its own processed row and an early revocation, in one read, with the wallets of
     /// `accountId` in both scopes remembered for the rules' next steps (`SQLSession.wallets`).
     func stored(_ p: VerifiedPurchase, accountId: String) throws -> StoredPurchase {
-        guard let memo = s.wallets else {
-            return StoredPurchase(
-                owner: try owner(original: p.originalTransactionId), processed: try processed(p.transactionId),
-                earlyRevocation: try earlyRevocation(p.transactionId))
-        }
         let row = try s.row(
             """
             SELECT o.account_id AS owner_account_id, o.scope AS owner_scope, p.environment, p.account_id, p.scope,
@@ -43,7 +38,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
         guard let row else { throw StoredValueInvalid(column: "stored", value: "(no row)") }
         for scope in AccountScope.allCases {
             let prefix = scope == .production ? "production" : "sandbox"
-            memo.known[Holder(accountId: accountId, scope: scope)] = Wallet(
+            s.wallets?.known[Holder(accountId: accountId, scope: scope)] = Wallet(
                 balance: try row.get("\(prefix)_balance", as: Int64?.self) ?? 0, owed: try row.get("\(prefix)_owed", as: Int64?.self) ?? 0)
         }
         var owner: Holder?
@@ -188,12 +183,6 @@ struct FulfillmentRecords: FulfillmentTransaction {
 
     /// The spend made with this key, if any; the holder's wallet is read with it and remembered (`SQLSession.wallets`).
     func spend(_ holder: Holder, idempotencyKey: String) throws -> RecordedSpend? {
-        guard let memo = s.wallets else {
-            return try s.row(
-                "SELECT delta, balance, memo FROM ledger WHERE account_id = ?1 AND scope = ?2 AND idempotency_key = ?3",
-                holder.accountId, holder.scope.rawValue, idempotencyKey
-            ).map { RecordedSpend(delta: try $0.get("delta"), balance: try $0.get("balance"), memo: try $0.get("memo")) }
-        }
         guard
             let row = try s.row(
                 """
@@ -203,7 +192,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
                 LEFT JOIN wallet w ON w.account_id = ?1 AND w.scope = ?2
                 """, holder.accountId, holder.scope.rawValue, idempotencyKey)
         else { throw StoredValueInvalid(column: "spend", value: "(no row)") }
-        memo.known[holder] = Wallet(
+        s.wallets?.known[holder] = Wallet(
             balance: try row.get("wallet_balance", as: Int64?.self) ?? 0, owed: try row.get("wallet_owed", as: Int64?.self) ?? 0)
         guard let delta = try row.get("delta", as: Int64?.self) else { return nil }
         return RecordedSpend(delta: delta, balance: try row.get("balance"), memo: try row.get("memo"))
