@@ -24,6 +24,7 @@ let package = Package(
         .executable(name: "verification-service", targets: ["VerificationServiceMain"]),
         .executable(name: "fulfillment-service", targets: ["FulfillmentServiceMain"]),
         .executable(name: "appstore-sim", targets: ["AppStoreSimulatorMain"]),
+        .executable(name: "play-sim", targets: ["PlaySimulatorMain"]),
         .executable(name: "edge-service", targets: ["EdgeServiceMain"]),
         .executable(name: "console-service", targets: ["ConsoleServiceMain"]),
         .executable(name: "iap", targets: ["IAPCLI"]),
@@ -301,6 +302,36 @@ let package = Package(
             path: "Services/AppStoreSimulator/Main"
         ),
 
+        // play-sim: the local Google Play stand-in (development and tests).
+        .target(
+            name: "PlaySimulator",
+            dependencies: [
+                "JSONRPC", "IAPProtocol", "RPCTransport", "ServiceSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Services/PlaySimulator/PlaySimulator"
+        ),
+        .executableTarget(
+            name: "PlaySimulatorMain",
+            dependencies: [
+                "PlaySimulator", "IAPProtocol", "RPCTransport", "ServiceSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Services/PlaySimulator/Main"
+        ),
+
         // The `iap` client CLI.
         // console: the support console, web pages for the people who answer customers (operators, roles, TOTP).
         .target(
@@ -443,6 +474,16 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/AppStoreSimulatorTests"
+        ),
+        .testTarget(
+            name: "PlaySimulatorTests",
+            dependencies: [
+                "PlaySimulator", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Tests/PlaySimulatorTests"
         ),
         .testTarget(
             name: "AppStoreServerAPITests",

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # Runtime exclusivity checks off in the wire modules (Package.swift says what it measured to buy).
 export IAP_UNCHECKED_EXCLUSIVITY=${IAP_UNCHECKED_EXCLUSIVITY:-1}
-products=(accounts-service catalog-service verification-service fulfillment-service appstore-sim edge-service console-service iap)
+products=(accounts-service catalog-service verification-service fulfillment-service appstore-sim play-sim edge-service console-service iap)
 # IAP_BUILD_PROGRESS=1 (compose/up.sh): instead of the compiler's lines, one line per tenth of each product's build on
 # standard error, with the time so far; the compiler's output goes to $IAP_BUILD_LOG, whose end is shown if it fails.
 progress=${IAP_BUILD_PROGRESS:-0}

@@ -49,11 +49,16 @@ public enum ContractMethods {
         .init(SimServerFinishes.self), .init(SimAppTransaction.self), .init(SimSetRealtimeURL.self), .init(SimCancelIntent.self),
         .init(SimReviewMessaging.self),
     ]
+    public static let playSimulator: [OpenRPCMethodDescription] = [
+        .init(PlayServiceAccountKey.self), .init(PlayPurchaseProduct.self), .init(PlayGetPurchase.self), .init(PlaySubscriptionEvent.self),
+        .init(PlayVoidPurchase.self), .init(PlayAdvanceClock.self), .init(PlaySetPushEndpoint.self), .init(PlaySetPushFault.self),
+        .init(PlayDeliverNotifications.self),
+    ]
     public static let builtin: [OpenRPCMethodDescription] = [
         .init(RPCPing.self), .init(RPCDiscover.self), .init(HealthCheck.self),
     ]
 
-    public static var all: [OpenRPCMethodDescription] { accounts + catalog + verification + fulfillment + simulator }
+    public static var all: [OpenRPCMethodDescription] { accounts + catalog + verification + fulfillment + simulator + playSimulator }
 
     /// What the public edge forwards: each `public` method of accounts, catalog and fulfillment, by name,
     /// with the service that serves it. Admin and internal methods (and verification, and the simulator)

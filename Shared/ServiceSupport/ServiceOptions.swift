@@ -164,6 +164,8 @@ public enum Environment {
 /// configured address, else 127.0.0.1 and the default port.
 public enum SuiteService: String, CaseIterable, Sendable {
     case accounts, catalog, verification, fulfillment, sim
+    /// The Google Play simulator (`play-sim`).
+    case play
 
     public var defaultPort: Int {
         switch self {
@@ -172,6 +174,7 @@ public enum SuiteService: String, CaseIterable, Sendable {
         case .verification: return DefaultPorts.verification
         case .fulfillment: return DefaultPorts.fulfillment
         case .sim: return DefaultPorts.simulator
+        case .play: return DefaultPorts.playSimulator
         }
     }
 
@@ -229,6 +232,7 @@ public enum DefaultPorts {
     public static let verification = 7103
     public static let fulfillment = 7104
     public static let simulator = 7105
+    public static let playSimulator = 7106
 }
 
 /// The ids App Store Connect shows next to a key it hands out (key id, issuer id). The simulator writes them

@@ -45,7 +45,8 @@ struct HealthCommand: AsyncParsableCommand {
         }
         var reports: [(SuiteService, String, HealthReport?, String?)] = []
         var instanceCounts: [SuiteService: Int] = [:]
-        for service in SuiteService.allCases {
+        // The Play simulator is checked when it is configured (IAP_PLAY_ADDR): the development stack may run without it.
+        for service in SuiteService.allCases where service != .play || Environment.value(SuiteService.play.environmentVariable) != nil {
             // Each instance on its own: a client over the list would answer from whichever instance is up.
             let instances = try RPCClient.parseAddresses(service.address(flag: nil))
             instanceCounts[service] = instances.count

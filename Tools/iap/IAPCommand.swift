@@ -18,6 +18,7 @@ struct IAPCommand: AsyncParsableCommand {
             BalanceCommand.self, LedgerCommand.self, SpendCommand.self, EntitlementsCommand.self, ContentCommand.self,
             VerifyCommand.self, ApplyNotificationCommand.self, ReceiveNotificationCommand.self, RevokeCommand.self, AdminCommand.self,
             AppStoreCommand.self, SupportCommand.self, OffersCommand.self, EventsCommand.self, WebhooksCommand.self,
-            RetentionCommand.self, SimCommand.self, HealthCommand.self, MethodsCommand.self, CallCommand.self, DemoCommand.self, ConsoleCommand.self,
+            RetentionCommand.self, SimCommand.self, PlayCommand.self, HealthCommand.self, MethodsCommand.self, CallCommand.self, DemoCommand.self,
+            ConsoleCommand.self,
         ])
 }
