@@ -103,6 +103,21 @@ let package = Package(
             path: "Shared/AppStoreServerAPI"
         ),
 
+        // Google's Play Developer API: service-account tokens, purchases, acknowledgements.
+        .target(
+            name: "PlayDeveloperAPI",
+            dependencies: [
+                "JSONRPC",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            path: "Shared/PlayDeveloperAPI"
+        ),
+
         // A pool of PostgreSQL connections for the synchronous store code, retries, versioned migrations.
         .target(
             name: "PostgresSupport",
@@ -221,7 +236,7 @@ let package = Package(
         .target(
             name: "VerificationService",
             dependencies: [
-                "AppStoreServerAPI", "ServiceSupport",
+                "AppStoreServerAPI", "PlayDeveloperAPI", "ServiceSupport",
                 "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -234,7 +249,7 @@ let package = Package(
         .executableTarget(
             name: "VerificationServiceMain",
             dependencies: [
-                "VerificationService", "Receipts", "RPCTransport", "ServiceSupport", "AppStoreServerAPI",
+                "VerificationService", "Receipts", "RPCTransport", "ServiceSupport", "AppStoreServerAPI", "PlayDeveloperAPI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -520,8 +535,9 @@ let package = Package(
         .target(
             name: "SuiteTestSupport",
             dependencies: [
-                "FulfillmentService", "AccountsService", "CatalogService", "VerificationService", "AppStoreSimulator",
-                "EdgeService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport", "AppStoreServerAPI", "Receipts",
+                "FulfillmentService", "AccountsService", "CatalogService", "VerificationService", "AppStoreSimulator", "PlaySimulator",
+                "PlayDeveloperAPI", "EdgeService", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport", "AppStoreServerAPI",
+                "Receipts",
                 "PostgresSupport",
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 // A webhook receiver on a real port (WebhookReceiver).

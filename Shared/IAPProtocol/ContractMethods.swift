@@ -22,7 +22,7 @@ public enum ContractMethods {
         .init(VerificationTestNotificationStatus.self), .init(VerificationSendConsumption.self), .init(VerificationSetAppAccountToken.self),
         .init(VerificationExtendRenewalDate.self), .init(VerificationFinishTransaction.self), .init(VerificationVerifyAppTransaction.self),
         .init(VerificationAppTransactionInfo.self), .init(VerificationMassExtendRenewalDate.self), .init(VerificationMassExtensionStatus.self),
-        .init(VerificationVerifyRealtimeRequest.self),
+        .init(VerificationVerifyRealtimeRequest.self), .init(VerificationVerifyPlayPurchase.self), .init(VerificationAcknowledgePlayPurchase.self),
     ]
     public static let fulfillment: [OpenRPCMethodDescription] = [
         .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),

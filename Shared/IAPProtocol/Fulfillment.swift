@@ -37,10 +37,14 @@ public struct RedeemParams: Codable, Sendable, Equatable {
     /// `restore` only: any transaction id of the customer; the server reads their whole history from Apple,
     /// so a new device restores without a receipt.
     public var transactionId: String?
+    /// Google Play purchases (the product or subscription id and the purchase token the Play Billing Library gave the
+    /// app); the server asks Google about each.
+    public var googlePlay: [GooglePlayPurchase]?
     public init(
         session: String, receiptData: String? = nil, signedTransactions: [String]? = nil, deviceIdentifier: String? = nil,
-        environment: AccountScope? = nil, transactionIds: [String]? = nil, transactionId: String? = nil
+        environment: AccountScope? = nil, transactionIds: [String]? = nil, transactionId: String? = nil, googlePlay: [GooglePlayPurchase]? = nil
     ) {
+        self.googlePlay = googlePlay
         self.session = session
         self.receiptData = receiptData
         self.signedTransactions = signedTransactions
@@ -48,6 +52,20 @@ public struct RedeemParams: Codable, Sendable, Equatable {
         self.environment = environment
         self.transactionIds = transactionIds
         self.transactionId = transactionId
+    }
+}
+
+/// A Google Play purchase as the app has it (`Purchase.getProducts()` and `getPurchaseToken()`).
+public struct GooglePlayPurchase: Codable, Sendable, Equatable {
+    /// The one-time product's id or the subscription's, as in Play Console (the catalog product of the same id).
+    public var productId: String
+    public var purchaseToken: String
+    /// The app's package name; needed only when the server accepts several (`--play-package-name` on verification).
+    public var packageName: String?
+    public init(productId: String, purchaseToken: String, packageName: String? = nil) {
+        self.productId = productId
+        self.purchaseToken = purchaseToken
+        self.packageName = packageName
     }
 }
 

@@ -5,6 +5,8 @@ public enum RPCErrorReason: String, Sendable, CaseIterable {
     /// Verification has no App Store Server API key: Apple cannot be asked (not retryable by waiting).
     /// Fulfillment then applies a notification from its own signed snapshot.
     case appStoreAPINotConfigured
+    /// Verification has no Google Play service account (`--play-service-account`): Google cannot be asked.
+    case playAPINotConfigured
     /// A service behind the one answering could not answer; nothing was changed (retryable).
     case dependencyUnavailable
     /// The transport could not connect to the address.

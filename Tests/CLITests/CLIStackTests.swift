@@ -172,6 +172,7 @@ import Testing
         "catalog.importCatalog": ["catalog", "import"],
         "verification.verifyReceipt": ["receipt", "verify"], "verification.verifyTransaction": ["verify", "transaction"],
         "verification.verifyNotification": ["verify", "notification"],
+        "verification.verifyPlayPurchase": ["verify", "play-purchase"], "verification.acknowledgePlayPurchase": ["verify", "play-acknowledge"],
         "fulfillment.redeem": ["redeem"], "fulfillment.restore": ["restore"], "fulfillment.getEntitlements": ["entitlements"],
         "fulfillment.getBalance": ["balance"], "fulfillment.spendCoins": ["spend"], "fulfillment.listLedger": ["ledger"],
         "fulfillment.listContent": ["content", "list"], "fulfillment.readContent": ["content", "download"],

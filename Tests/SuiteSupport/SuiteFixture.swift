@@ -61,6 +61,8 @@ public final class SuiteFixture: Sendable {
     public let simHTTPPort: Int
     /// The simulator's App Store Server API (its request count).
     public let simAPI: AppStoreServerAPIEndpoint
+    /// With `play`: the Google Play simulator, which verification asks as Google.
+    public let play: PlayStand?
     /// The fulfillment service itself (its RPC router is what `fulfillment` calls), for driving its inbox worker.
     public let service: FulfillmentService
     /// With `proxied`: the proxy in front of each dependency ("accounts", "verification", "catalog").
@@ -95,7 +97,7 @@ public final class SuiteFixture: Sendable {
     public static func start(
         configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
         proxied: Bool = false, allowXcode: Bool = false, appStoreAPI: Bool = true, logs: (@Sendable (String) -> LogHandler)? = nil,
-        ocsp: RevocationChecker.Configuration? = nil, accountsConfigure: (inout AccountsConfiguration) -> Void = { _ in }
+        ocsp: RevocationChecker.Configuration? = nil, accountsConfigure: (inout AccountsConfiguration) -> Void = { _ in }, play: Bool = false
     ) async throws -> SuiteFixture {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("suite-\(UUID().uuidString)")
         for sub in ["sim", "accounts", "catalog", "fulfillment/content"] {
@@ -201,6 +203,11 @@ public final class SuiteFixture: Sendable {
         verificationConfig.internalToken = internalToken
         // The simulated App Store's app Apple ID: its Production retention requests name it.
         verificationConfig.appAppleId = 1_234_567_890
+        let playStand =
+            play
+            ? try await PlayStand.start(
+                directory: dir.appendingPathComponent("play"), logger: quiet, serve: { router in try await serve("play-sim", router) },
+                configure: &verificationConfig) : nil
         let verificationRouter = VerificationService(configuration: verificationConfig, logger: quiet).router()
         let verificationPort = try await serve("verification", verificationRouter)
         // Accounts checks the app transactions apps link with this verification service, over TCP as deployed.
@@ -257,7 +264,7 @@ public final class SuiteFixture: Sendable {
             fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort, configuration: patient),
             store: store, otherStores: [accountsStore.close, catalogStore.close], service: service, content: content, servers: servers,
             routers: routers, proxies: proxies,
-            simHTTP: simHTTPTask, simHTTPPort: apiPort, simAPI: simAPI)
+            simHTTP: simHTTPTask, simHTTPPort: apiPort, simAPI: simAPI, play: playStand)
     }
 
     /// Starts a suite, runs `body` with it, and stops it (servers, proxies, files) however `body` ends:
@@ -265,13 +272,13 @@ public final class SuiteFixture: Sendable {
     public static func with<T>(
         configure: (inout FulfillmentConfiguration) -> Void = { _ in }, dependencyDeadline: Int64 = 15_000,
         proxied: Bool = false, allowXcode: Bool = false, appStoreAPI: Bool = true, logs: (@Sendable (String) -> LogHandler)? = nil,
-        ocsp: RevocationChecker.Configuration? = nil, accountsConfigure: (inout AccountsConfiguration) -> Void = { _ in },
+        ocsp: RevocationChecker.Configuration? = nil, accountsConfigure: (inout AccountsConfiguration) -> Void = { _ in }, play: Bool = false,
         _ body: (SuiteFixture) async throws -> T
     ) async throws -> T {
         let suite = try await start(
             configure: configure, dependencyDeadline: dependencyDeadline, proxied: proxied, allowXcode: allowXcode,
             appStoreAPI: appStoreAPI, logs: logs, ocsp: ocsp,
-            accountsConfigure: accountsConfigure)
+            accountsConfigure: accountsConfigure, play: play)
         do {
             let result = try await body(suite)
             await suite.stop()
@@ -287,8 +294,9 @@ public final class SuiteFixture: Sendable {
         store: any FulfillmentStorage & FulfillmentInvariants, otherStores: [@Sendable () throws -> Void], service: FulfillmentService,
         content: [UInt8], servers: [String: RPCServer],
         routers: [String: RPCRouter], proxies: [String: FaultProxy], simHTTP: Task<Void, any Error>, simHTTPPort: Int,
-        simAPI: AppStoreServerAPIEndpoint
+        simAPI: AppStoreServerAPIEndpoint, play: PlayStand?
     ) {
+        self.play = play
         self.simAPI = simAPI
         self.simHTTP = simHTTP
         self.laterProcessing = Task { await service.processLaterQueue() }
@@ -318,6 +326,7 @@ public final class SuiteFixture: Sendable {
 
     public func stop() async {
         simHTTP.cancel()
+        await play?.stop()
         laterProcessing.cancel()
         for proxy in proxies.values { await proxy.stop() }
         for server in servers.withLockedValue({ Array($0.values) }) { await server.shutdown() }

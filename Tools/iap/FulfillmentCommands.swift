@@ -70,11 +70,24 @@ struct PurchaseInput: ParsableArguments {
             "A StoreKit 2 transaction id, fetched from Apple by the server (App Store Server API). redeem: repeatable; restore: one, and the customer's whole history is read."
     )
     var transactionIds: [String] = []
+    @Option(
+        name: .customLong("play-token"),
+        help: "A Google Play purchase as PRODUCT:PURCHASE_TOKEN (e.g. from `iap play buy`); the server asks Google about it. Repeatable.")
+    var playTokens: [String] = []
+
+    /// `--play-token PRODUCT:TOKEN` as the redeem's `googlePlay`.
+    var googlePlay: [GooglePlayPurchase] {
+        playTokens.compactMap { text in
+            text.firstIndex(of: ":").map { GooglePlayPurchase(productId: String(text[..<$0]), purchaseToken: String(text[text.index(after: $0)...])) }
+        }
+    }
 
     func validate() throws {
-        guard receipt != nil || !signedTransactions.isEmpty || !transactionIds.isEmpty else {
-            throw ValidationError("give --receipt FILE, --signed-transaction JWS or --transaction-id ID (e.g. from `iap sim buy --json`)")
+        guard receipt != nil || !signedTransactions.isEmpty || !transactionIds.isEmpty || !playTokens.isEmpty else {
+            throw ValidationError(
+                "give --receipt FILE, --signed-transaction JWS, --transaction-id ID (e.g. from `iap sim buy --json`) or --play-token PRODUCT:TOKEN")
         }
+        guard googlePlay.count == playTokens.count else { throw ValidationError("--play-token is PRODUCT:PURCHASE_TOKEN") }
         if let environment, AccountScope(rawValue: environment) == nil {
             throw ValidationError("--environment must be Production or Sandbox")
         }
@@ -87,7 +100,8 @@ struct PurchaseInput: ParsableArguments {
             session: session, receiptData: try receipt.map(receiptBase64),
             signedTransactions: signedTransactions.isEmpty ? nil : signedTransactions, deviceIdentifier: deviceIdentifier,
             environment: environment.flatMap(AccountScope.init(rawValue:)),
-            transactionIds: restore || transactionIds.isEmpty ? nil : transactionIds, transactionId: restore ? transactionIds.first : nil)
+            transactionIds: restore || transactionIds.isEmpty ? nil : transactionIds, transactionId: restore ? transactionIds.first : nil,
+            googlePlay: googlePlay.isEmpty ? nil : googlePlay)
     }
 }
 

@@ -47,6 +47,10 @@ public protocol FulfillmentDependencies: Sendable {
     func verifyRealtimeRequest(_ payload: String) async throws(RPCError) -> VerificationVerifyRealtimeRequest.Result
     func retention(productId: String, internalToken: String) async throws(RPCError) -> CatalogGetRetention.Result
     func massExtensionStatus(_ params: VerificationMassExtensionStatus.Params) async throws(RPCError) -> MassExtensionStatus
+    /// A Google Play purchase checked with Google through verification (internal).
+    func verifyPlayPurchase(_ params: PlayPurchaseReference) async throws(RPCError) -> VerifiedPlayPurchase
+    /// Acknowledges (or consumes) a Google Play purchase at Google through verification (internal).
+    func acknowledgePlayPurchase(_ params: VerificationAcknowledgePlayPurchase.Params) async throws(RPCError)
 }
 
 /// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
@@ -114,6 +118,16 @@ public struct Dependencies: FulfillmentDependencies {
 
     public func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result {
         try await call("catalog", catalog, CatalogGetProducts.self, .init(productIds: ids))
+    }
+
+    public func verifyPlayPurchase(_ params: PlayPurchaseReference) async throws(RPCError) -> VerifiedPlayPurchase {
+        try await call(
+            "verification", verification, VerificationVerifyPlayPurchase.self, params, passThrough: [.notFound, .invalidParams, .invalidReceipt])
+    }
+
+    public func acknowledgePlayPurchase(_ params: VerificationAcknowledgePlayPurchase.Params) async throws(RPCError) {
+        _ = try await call(
+            "verification", verification, VerificationAcknowledgePlayPurchase.self, params, passThrough: [.notFound, .conflict, .invalidReceipt])
     }
 
     public func transactionInfo(_ transactionId: String, internalToken: String) async throws(RPCError)
@@ -235,7 +249,7 @@ public struct Dependencies: FulfillmentDependencies {
         } catch {
             if let code = error.knownCode, passThrough.contains(code) { throw error }
             // Verification's word that Apple cannot be asked is an answer, not an outage: the caller decides.
-            if error.has(.appStoreAPINotConfigured) { throw error }
+            if error.has(.appStoreAPINotConfigured) || error.has(.playAPINotConfigured) { throw error }
             throw Self.unavailable(name, error)
         }
     }
@@ -247,5 +261,15 @@ public struct Dependencies: FulfillmentDependencies {
         failure.data.extra["dependency"] = .string(name)
         failure.data.extra["dependencyCode"] = .int(Int64(error.code))
         return failure
+    }
+}
+
+extension FulfillmentDependencies {
+    /// Fakes of fast tests know no Google: Play purchases cannot be verified there.
+    public func verifyPlayPurchase(_ params: PlayPurchaseReference) async throws(RPCError) -> VerifiedPlayPurchase {
+        throw RPCError(code: .unavailable, message: "no Google Play here", reason: .playAPINotConfigured)
+    }
+    public func acknowledgePlayPurchase(_ params: VerificationAcknowledgePlayPurchase.Params) async throws(RPCError) {
+        throw RPCError(code: .unavailable, message: "no Google Play here", reason: .playAPINotConfigured)
     }
 }

@@ -206,6 +206,7 @@ struct EventRecords {
 extension FulfillmentEvent {
     /// The purchase an event is about.
     mutating func about(_ p: VerifiedPurchase, delta: Int64? = nil) {
+        store = p.store
         productId = p.productId
         transactionId = p.transactionId
         originalTransactionId = p.originalTransactionId

@@ -38,12 +38,18 @@ struct FulfillmentQueries {
         ).map { (try $0.get("product_id"), try $0.get("revoked_at_ms", as: Int64?.self) != nil) }
     }
 
-    /// The account's oldest Production entitlement's original, else its first Production coin grant's transaction.
+    /// The account's oldest Production App Store entitlement's original, else its first Production App Store coin grant's
+    /// transaction. (Apple's ids are digits; Google Play's purchase tokens and `GPA.` order ids are not, and carry a '.'.)
     func customerTransactionId(_ accountId: String) throws -> String? {
         let production = "account_id = ?1 AND scope = 'Production' AND environment = 'Production'"
-        return try s.value(
-            "SELECT original_transaction_id FROM entitlement WHERE \(production) ORDER BY starts_at_ms, original_transaction_id LIMIT 1",
-            accountId) ?? s.value("SELECT transaction_id FROM ledger WHERE \(production) AND kind = 'grant' ORDER BY id LIMIT 1", accountId)
+        let found: String? =
+            try s.value(
+                "SELECT original_transaction_id FROM entitlement WHERE \(production) AND original_transaction_id NOT LIKE '%.%' ORDER BY starts_at_ms, original_transaction_id LIMIT 1",
+                accountId)
+            ?? s.value(
+                "SELECT transaction_id FROM ledger WHERE \(production) AND kind = 'grant' AND transaction_id NOT LIKE '%.%' ORDER BY id LIMIT 1",
+                accountId)
+        return found.flatMap { FulfillmentService.isTransactionId($0) ? $0 : nil }
     }
 
     /// Originals of subscriptions to ask Apple about: ended without news in the last 60 days, or in billing retry.

@@ -92,11 +92,13 @@ public final class FulfillmentService: Sendable {
         let receipt = p.receiptData.flatMap { $0.isEmpty ? nil : $0 }
         let signed = p.signedTransactions ?? []
         let transactionIds = p.transactionIds ?? []
-        guard receipt != nil || !signed.isEmpty || !transactionIds.isEmpty || p.transactionId != nil else {
+        let googlePlay = p.googlePlay ?? []
+        guard receipt != nil || !signed.isEmpty || !transactionIds.isEmpty || p.transactionId != nil || !googlePlay.isEmpty else {
             throw RPCError.invalidParams(
-                "receiptData, signedTransactions, transactionIds (redeem) or transactionId (restore) is required", field: "receiptData",
-                reason: "missingField")
+                "receiptData, signedTransactions, transactionIds (redeem), transactionId (restore) or googlePlay is required",
+                field: "receiptData", reason: "missingField")
         }
+        try Self.checkPlay(googlePlay, max: configuration.maxSignedTransactions)
         guard signed.count <= configuration.maxSignedTransactions, transactionIds.count <= configuration.maxSignedTransactions else {
             throw RPCError.invalidParams(
                 "at most \(configuration.maxSignedTransactions) signed transactions or transaction ids per call",
@@ -136,6 +138,11 @@ public final class FulfillmentService: Sendable {
             let (verified, refused) = try await fromApple(
                 transactionIds: transactionIds, history: p.transactionId, accountId: account.accountId,
                 appAccountToken: account.appAccountToken)
+            purchases += verified
+            rejected += refused
+        }
+        if !googlePlay.isEmpty {
+            let (verified, refused) = try await verifiedPlayPurchases(googlePlay)
             purchases += verified
             rejected += refused
         }
@@ -184,7 +191,7 @@ public final class FulfillmentService: Sendable {
     /// take it out of the outbox); Finish Transaction unless the operator turned it off (`finishAtApple`).
     var owesApple: AppleFollowUps {
         guard configuration.internalToken != nil else { return [] }
-        return configuration.finishAtApple ? [.ties, .finishes] : [.ties]
+        return configuration.finishAtApple ? [.ties, .finishes, .playAcknowledgements] : [.ties, .playAcknowledgements]
     }
 
     static func isTransactionId(_ id: String) -> Bool { (1...32).contains(id.utf8.count) && id.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } }

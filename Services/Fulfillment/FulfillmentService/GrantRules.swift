@@ -129,6 +129,9 @@ public struct AppleFollowUps: OptionSet, Sendable {
     /// Finish Transaction for each transaction recorded here, once its content is delivered: the device stops
     /// delivering it again even when the app died before its own `finish()`.
     public static let finishes = AppleFollowUps(rawValue: 2)
+    /// And Google's: acknowledge (consume, for coins) each Google Play purchase granted or already granted to the account
+    /// that Google does not yet have as acknowledged (`GrantRules.playAcknowledgements`).
+    public static let playAcknowledgements = AppleFollowUps(rawValue: 4)
 }
 
 /// Checks of what the schema and the rules keep true, for tests, benchmarks and the crash harness (both engines).
@@ -242,6 +245,12 @@ public enum GrantRules {
                 owesApple = true
             }
         }
+        if owed.contains(.playAcknowledgements) {
+            for (token, owed) in playAcknowledgements(planned, results: results) {
+                try tx.enqueueOutbox(kind: .playAcknowledge, key: token, payload: owed, nowMs: nowMs)
+                owesApple = true
+            }
+        }
         if owed.contains(.finishes) {
             for transactionId in recorded {
                 try tx.enqueueOutbox(kind: .finishTransaction, key: transactionId, payload: "", nowMs: nowMs)
@@ -261,7 +270,7 @@ public enum GrantRules {
     static func ties(_ purchases: [VerifiedPurchase], results: [TransactionResult], appAccountToken: String) -> [PendingAccountToken] {
         let granted = Set(results.filter { [.granted, .restored].contains($0.outcome) }.map(\.transactionId))
         var items: [PendingAccountToken] = []
-        for p in purchases where p.appAccountToken == nil && granted.contains(p.transactionId) {
+        for p in purchases where p.play == nil && p.appAccountToken == nil && granted.contains(p.transactionId) {
             if !items.contains(where: { $0.originalTransactionId == p.originalTransactionId }) {
                 items.append(PendingAccountToken(originalTransactionId: p.originalTransactionId, appAccountToken: appAccountToken.lowercased()))
             }

@@ -10,6 +10,9 @@ public enum OutboxKind: String, Sendable, CaseIterable {
     /// Send Consumption Information at Apple (a CONSUMPTION_REQUEST answered): key the transaction id, payload Apple's
     /// ConsumptionRequest (JSON).
     case consumptionInformation
+    /// Acknowledge (or consume) a Google Play purchase at Google, which refunds what is not acknowledged within three days:
+    /// key the purchase token, payload `PlayFacts.Owed` (JSON).
+    case playAcknowledge
     /// Events owed to a webhook endpoint (`WebhookRecords`): key `"<endpoint> <account>"`, payload the last sequence
     /// owed. Delivered by `WebhookDelivery`, not with Apple's kinds.
     case webhook

@@ -51,6 +51,13 @@ public struct OutboxDelivery: FulfillmentPart {
                     logger.error(
                         "Send Consumption Information: Apple refused the answer; not sent again",
                         metadata: ["transactionId": "\(item.key)", "error": "\(error.message)"])
+                } catch
+                    where item.kind == OutboxKind.playAcknowledge.rawValue && (error.knownCode == .conflict || error.knownCode == .notFound)
+                {
+                    // Google refunded or revoked it already, or does not know it: there is nothing left to acknowledge.
+                    logger.warning(
+                        "Play acknowledgement: Google has the purchase revoked or unknown; nothing to acknowledge",
+                        metadata: ["purchaseToken": "\(item.key)", "error": "\(error.message)"])
                 } catch  where error.has(.appStoreAPINotConfigured) {
                     // Nothing reaches Apple until the operator configures the App Store Server API: every item of this
                     // batch waits ten minutes (asked once), so a backlog never keeps the worker from the inbox.
@@ -93,6 +100,16 @@ public struct OutboxDelivery: FulfillmentPart {
                 return
             }
             try await dependencies.sendConsumption(.init(internalToken: internalToken, transactionId: item.key, consumption: owed.request))
+        case .playAcknowledge:
+            guard let owed = try? JSONDecoder().decode(PlayFacts.Owed.self, from: Data(item.payload.utf8)) else {
+                logger.error("the outbox's Play acknowledgement is not readable; not sent", metadata: ["purchaseToken": "\(item.key)"])
+                return
+            }
+            try await dependencies.acknowledgePlayPurchase(
+                .init(
+                    purchase: .init(
+                        internalToken: internalToken, packageName: owed.packageName, productId: owed.productId, purchaseToken: item.key,
+                        kind: owed.kind), consume: owed.consume))
         case .webhook, nil: break  // webhook items are the webhook worker's (never claimed here)
         }
     }

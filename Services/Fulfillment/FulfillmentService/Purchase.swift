@@ -22,6 +22,8 @@ public struct VerifiedPurchase: Sendable, Equatable {
     public var currency: String? = nil
     /// StoreKit 2 only: the offer redeemed with it (Apple's `offerIdentifier`): a retention answer never offers it again.
     public var offerIdentifier: String? = nil
+    /// Google Play purchases only: what acknowledging it at Google needs (nil: an App Store purchase).
+    public var play: PlayFacts? = nil
 
     public init(
         environment: String, transactionId: String, originalTransactionId: String, productId: String,
@@ -43,7 +45,10 @@ public struct VerifiedPurchase: Sendable, Equatable {
     /// Mac; a Sandbox one (TestFlight, sandbox accounts) is free to make, so a flood of them must not spend the Finish
     /// Transaction budget (one pace per instance, 50 a second) that real purchases need, and the tester's own
     /// `finish()` serves it.
-    var finishableAtApple: Bool { environment == "Production" }
+    var finishableAtApple: Bool { environment == "Production" && play == nil }
+
+    /// The store it was bought in, as events name it.
+    var store: String { play == nil ? "appStore" : "googlePlay" }
 
     /// The purchases of a verified receipt (status 0), oldest first.
     static func fromReceipt(_ response: VerifyReceiptResponse) throws(RPCError) -> [VerifiedPurchase] {
@@ -125,4 +130,42 @@ public enum GrantRule: Sendable, Equatable {
     }
 
     static let timeLimitedKind = "timeLimited"
+}
+
+/// What fulfillment keeps of a verified Google Play purchase beyond the common fields: where to acknowledge it, and
+/// whether Google already has.
+public struct PlayFacts: Sendable, Equatable, Codable {
+    public var packageName: String
+    /// The product or subscription id as Google knows it.
+    public var productId: String
+    public var purchaseToken: String
+    public var kind: PlayPurchaseKind
+    public var acknowledged: Bool
+    public var consumed: Bool
+
+    /// The payload of its `playAcknowledge` outbox item (`consume`: a consumable, consumed so it can be bought again).
+    struct Owed: Codable, Equatable {
+        var packageName: String
+        var productId: String
+        var kind: PlayPurchaseKind
+        var consume: Bool
+    }
+}
+
+extension VerifiedPurchase {
+    /// A Play purchase in the suite's terms: the purchase token is the original (a subscription keeps it across renewals;
+    /// an upgrade or re-signup gets a new one), the order the transaction (each renewal has its own; a purchase without an
+    /// order, a promo code, is its token), a license tester's purchase is Sandbox (free to make), the obfuscated account id
+    /// is the appAccountToken the app passed. A purchase Google cancelled is refunded as of now.
+    init(play v: VerifiedPlayPurchase, catalogProductId: String, nowMs: Int64) {
+        self.init(
+            environment: v.test ? "Sandbox" : "Production", transactionId: v.orderId ?? v.purchaseToken, originalTransactionId: v.purchaseToken,
+            productId: catalogProductId, quantity: Int64(v.quantity), purchaseDateMs: v.purchaseTimeMs ?? nowMs,
+            expiresDateMs: v.kind == .subscription ? (v.expiryTimeMs ?? nowMs) : nil,
+            cancellationDateMs: v.kind == .product && v.state == "CANCELLED" ? nowMs : nil,
+            appAccountToken: v.obfuscatedExternalAccountId?.lowercased())
+        play = PlayFacts(
+            packageName: v.packageName, productId: v.productId, purchaseToken: v.purchaseToken, kind: v.kind, acknowledged: v.acknowledged,
+            consumed: v.consumed ?? false)
+    }
 }

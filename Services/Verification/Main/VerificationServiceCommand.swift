@@ -2,6 +2,7 @@ import AppStoreServerAPI
 import ArgumentParser
 import Foundation
 import Logging
+import PlayDeveloperAPI
 import RPCTransport
 import Receipts
 import ServiceLifecycle
@@ -121,6 +122,21 @@ struct VerificationServiceCommand: AsyncParsableCommand {
     var appAppleId: String?
 
     @Option(
+        name: .customLong("play-service-account"),
+        help:
+            "Google Play: the service account's key file (JSON, as Google issues it; env IAP_PLAY_SERVICE_ACCOUNT). Read once, never logged. Without it Play purchases are refused."
+    )
+    var playServiceAccount: String?
+    @Option(
+        name: .customLong("play-api-url"),
+        help: "The Play Developer API's root (env IAP_PLAY_API_URL; default Google's https://androidpublisher.googleapis.com).")
+    var playAPIURL: String?
+    @Option(
+        name: .customLong("play-package-name"),
+        help: "Your Android app's package name: only its Play purchases are accepted. Repeatable (env IAP_PLAY_PACKAGE_NAMES, comma-separated).")
+    var playPackageNames: [String] = []
+
+    @Option(
         name: .customLong("internal-token"),
         help: "The suite's internal token (env IAP_INTERNAL_TOKEN): required by transactionInfo and transactionHistory.")
     var internalToken: String?
@@ -221,6 +237,21 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         }
         config.revocation = try revocationChecker(logger: logger)
         config.appStoreAPI = try appStoreAPIClient(config: config, logger: logger)
+        config.playPackageNames = Set(playPackageNames.isEmpty ? Environment.list("IAP_PLAY_PACKAGE_NAMES") : playPackageNames)
+        if let keyFile = Environment.resolve(playServiceAccount, env: "IAP_PLAY_SERVICE_ACCOUNT"), !keyFile.isEmpty {
+            let account: PlayServiceAccount
+            do {
+                account = try PlayServiceAccount(keyFileJSON: try Data(contentsOf: URL(fileURLWithPath: keyFile)))
+            } catch {
+                throw ValidationError("--play-service-account \(keyFile): \(error)")
+            }
+            var playConfig = PlayDeveloperAPIClient.Configuration()
+            if let url = Environment.resolve(playAPIURL, env: "IAP_PLAY_API_URL"), !url.isEmpty { playConfig.apiURL = url }
+            config.playAPI = PlayDeveloperAPIClient(account: account, configuration: playConfig)
+            logger.info(
+                "Google Play purchases of",
+                metadata: ["packageNames": "\(config.playPackageNames.sorted().joined(separator: ","))", "serviceAccount": "\(account.clientEmail)"])
+        }
         let service = VerificationService(configuration: config, logger: logger)
         let server = RPCServer(
             configuration: try options.serverConfiguration(serviceName: "verification", defaultPort: DefaultPorts.verification),

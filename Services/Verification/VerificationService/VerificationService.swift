@@ -3,6 +3,7 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import Logging
+import PlayDeveloperAPI
 import RPCTransport
 import Receipts
 import ServiceSupport
@@ -36,6 +37,10 @@ public struct VerificationConfiguration: Sendable {
     public var revocation: RevocationChecker?
     /// The app's Apple ID (App Store Connect, `--app-apple-id`): Production retention requests must name it; nil refuses them.
     public var appAppleId: Int64?
+    /// Google's Play Developer API (`--play-service-account`, `--play-api-url`); nil refuses the Play methods.
+    public var playAPI: PlayDeveloperAPIClient?
+    /// The Android package names whose Play purchases are accepted (`--play-package-name`); empty accepts none.
+    public var playPackageNames: Set<String> = []
 
     public init() {}
 }
@@ -533,6 +538,11 @@ public final class VerificationService: Sendable {
             try await self.verifyNotification(p)
         }
         r.register(VerificationTransactionInfo.self) { p, _ in try await self.transactionInfo(p) }
+        r.register(VerificationVerifyPlayPurchase.self) { p, _ in try await self.verifyPlayPurchase(p) }
+        r.register(VerificationAcknowledgePlayPurchase.self) { p, _ in
+            try await self.acknowledgePlayPurchase(p)
+            return EmptyResult()
+        }
         r.register(VerificationTransactionHistory.self) { p, _ in try await self.transactionHistory(p) }
         r.register(VerificationLookUpOrder.self) { p, _ in try await self.lookUpOrder(p) }
         r.register(VerificationSubscriptionStatuses.self) { p, _ in try await self.subscriptionStatuses(p) }

@@ -1,0 +1,112 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+
+/// Google Play purchases in a redeem: nothing the device says is trusted; each purchase token is only a name for Google
+/// to look up (through verification's Play Developer API client), and what Google answers is what is granted.
+extension FulfillmentService {
+    /// At most this many characters of a purchase token (Google's are a few hundred).
+    static let maxPurchaseTokenLength = 4_096
+
+    static func checkPlay(_ purchases: [GooglePlayPurchase], max: Int) throws(RPCError) {
+        guard purchases.count <= max else {
+            throw RPCError.invalidParams("at most \(max) Google Play purchases per call", field: "googlePlay", reason: "tooMany")
+        }
+        for p in purchases {
+            guard (1...150).contains(p.productId.utf8.count), (1...maxPurchaseTokenLength).contains(p.purchaseToken.utf8.count),
+                p.purchaseToken.utf8.allSatisfy({ $0 > 32 && $0 < 127 })
+            else {
+                throw RPCError.invalidParams(
+                    "each Google Play purchase needs its productId and purchaseToken (printable ASCII, at most \(maxPurchaseTokenLength))",
+                    field: "googlePlay", reason: "invalidValue")
+            }
+        }
+    }
+
+    /// Each purchase as Google reports it now, checked concurrently. The catalog says whether an id is a subscription (which
+    /// of Google's two APIs to ask); an id it does not know is `unknownProduct`, a token Google does not know or refuses, or
+    /// a purchase still pending payment, is `rejected` (neither finishable); a failure to reach Google fails the call with
+    /// nothing written.
+    func verifiedPlayPurchases(_ refs: [GooglePlayPurchase]) async throws(RPCError) -> ([VerifiedPurchase], [TransactionResult]) {
+        guard let internalToken = configuration.internalToken else {
+            throw RPCError(
+                code: .unavailable, message: "Google Play purchases need the suite's internal token on fulfillment (--internal-token)",
+                reason: .playAPINotConfigured)
+        }
+        let rules = try await grantRules(for: Array(Set(refs.map(\.productId))))
+        var verified: [VerifiedPurchase] = []
+        var rejected: [TransactionResult] = []
+        func refuse(_ ref: GooglePlayPurchase, _ outcome: RedeemOutcome) {
+            rejected.append(
+                TransactionResult(
+                    transactionId: ref.purchaseToken, originalTransactionId: ref.purchaseToken, productId: ref.productId, outcome: outcome,
+                    finishable: false))
+        }
+        var asks: [(GooglePlayPurchase, PlayPurchaseReference)] = []
+        for ref in refs {
+            guard let rule = rules[ref.productId] else {
+                refuse(ref, .unknownProduct)
+                continue
+            }
+            var kind = PlayPurchaseKind.product
+            if case .subscription = rule { kind = .subscription }
+            asks.append(
+                (
+                    ref,
+                    PlayPurchaseReference(
+                        internalToken: internalToken, packageName: ref.packageName, productId: ref.productId, purchaseToken: ref.purchaseToken,
+                        kind: kind)
+                ))
+        }
+        let answers = await withTaskGroup(of: (Int, Result<VerifiedPlayPurchase, RPCError>).self) { group in
+            for (i, ask) in asks.enumerated() {
+                group.addTask {
+                    do throws(RPCError) {
+                        return (i, .success(try await self.dependencies.verifyPlayPurchase(ask.1)))
+                    } catch {
+                        return (i, .failure(error))
+                    }
+                }
+            }
+            var out = [Result<VerifiedPlayPurchase, RPCError>](repeating: .failure(.internalError()), count: asks.count)
+            for await (i, answer) in group { out[i] = answer }
+            return out
+        }
+        let now = clock.nowMs
+        for (i, answer) in answers.enumerated() {
+            let ref = asks[i].0
+            switch answer {
+            case .success(let play) where play.kind == .product && play.state == "PENDING":
+                refuse(ref, .rejected)  // not paid yet: Google's notification says when it is
+            case .success(let play):
+                verified.append(VerifiedPurchase(play: play, catalogProductId: ref.productId, nowMs: now))
+            case .failure(let error) where error.knownCode.map { [.notFound, .invalidReceipt, .invalidParams].contains($0) } ?? false:
+                refuse(ref, .rejected)
+            case .failure(let error):
+                throw error
+            }
+        }
+        return (verified, rejected)
+    }
+}
+
+extension GrantRules {
+    /// The Google Play purchases to acknowledge after a redeem, by purchase token with their outbox payload: each granted,
+    /// restored or already granted here (so a redeem retried after a lost acknowledgement owes it again) that Google does not
+    /// yet have as acknowledged, or for coins as consumed (consuming acknowledges, and lets the customer buy it again).
+    static func playAcknowledgements(_ planned: [PlannedPurchase], results: [TransactionResult]) -> [(String, String)] {
+        let kept = Set(results.filter { [.granted, .restored, .alreadyGranted].contains($0.outcome) }.map(\.transactionId))
+        var owed: [(String, String)] = []
+        for item in planned {
+            guard let play = item.purchase.play, kept.contains(item.purchase.transactionId),
+                !owed.contains(where: { $0.0 == play.purchaseToken })
+            else { continue }
+            let consume = play.kind == .product && { if case .coins = item.rule { true } else { false } }()
+            guard consume ? !play.consumed : !play.acknowledged else { continue }
+            let payload = PlayFacts.Owed(packageName: play.packageName, productId: play.productId, kind: play.kind, consume: consume)
+            guard let json = try? JSONEncoder().encode(payload) else { continue }
+            owed.append((play.purchaseToken, String(decoding: json, as: UTF8.self)))
+        }
+        return owed
+    }
+}

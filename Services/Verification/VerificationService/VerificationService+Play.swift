@@ -1,0 +1,145 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import PlayDeveloperAPI
+import RPCTransport
+import ServiceSupport
+
+/// Google Play: purchase tokens checked with Google's Play Developer API (nothing on the device is trusted; the token is
+/// only a name for Google to look up), for allow-listed package names only.
+extension VerificationService {
+    public func verifyPlayPurchase(_ p: PlayPurchaseReference) async throws(RPCError) -> VerifiedPlayPurchase {
+        let (api, packageName) = try playAPI(p)
+        let answer: JSONValue
+        do {
+            answer =
+                p.kind == .product
+                ? try await api.productPurchase(packageName: packageName, token: p.purchaseToken)
+                : try await api.subscriptionPurchase(packageName: packageName, token: p.purchaseToken)
+        } catch {
+            throw Self.playError(error)
+        }
+        guard let purchase = PlayPurchaseReading.read(answer, packageName: packageName, reference: p) else {
+            throw RPCError.unavailable("Google's answer about the purchase could not be read", reason: "playAPIUnavailable")
+        }
+        guard purchase.productId == p.productId else {
+            throw RPCError.invalidReceipt(
+                status: 21_003, reason: "productMismatch", detail: "the purchase token is for \(purchase.productId), not \(p.productId)")
+        }
+        return purchase
+    }
+
+    public func acknowledgePlayPurchase(_ p: VerificationAcknowledgePlayPurchase.Params) async throws(RPCError) {
+        let (api, packageName) = try playAPI(p.purchase)
+        let r = p.purchase
+        do {
+            switch r.kind {
+            case .product:
+                try await api.acknowledgeProduct(
+                    packageName: packageName, productId: r.productId, token: r.purchaseToken, consume: p.consume ?? false)
+            case .subscription:
+                try await api.acknowledgeSubscription(packageName: packageName, subscriptionId: r.productId, token: r.purchaseToken)
+            }
+        } catch {
+            throw Self.playError(error)
+        }
+    }
+
+    /// The client and the package name to ask about: the one given, if accepted, else the only one accepted.
+    func playAPI(_ p: PlayPurchaseReference) throws(RPCError) -> (PlayDeveloperAPIClient, String) {
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
+        guard let api = configuration.playAPI else {
+            throw RPCError(
+                code: .unavailable, message: "the Play Developer API is not configured (--play-service-account)", reason: .playAPINotConfigured)
+        }
+        guard let packageName = p.packageName ?? (configuration.playPackageNames.count == 1 ? configuration.playPackageNames.first : nil) else {
+            throw RPCError.invalidParams(
+                "packageName is required: this server accepts \(configuration.playPackageNames.count) package names", field: "packageName",
+                reason: "missingField")
+        }
+        guard configuration.playPackageNames.contains(packageName) else {
+            throw RPCError.invalidReceipt(
+                status: 21_003, reason: "packageNotAllowed", detail: "\(packageName) is not one of this server's --play-package-name")
+        }
+        return (api, packageName)
+    }
+
+    /// Google's answers as the suite's errors: an unknown or malformed token is notFound / invalidReceipt, a purchase in a
+    /// state Google refuses the action for is a conflict, rate limits, outages and the network are unavailable (retryable),
+    /// a refused service account is the operator's to fix.
+    static func playError(_ error: any Error) -> RPCError {
+        guard let error = error as? PlayAPIError else { return .unavailable("the Play Developer API could not be reached") }
+        switch error {
+        case .api(404, let reason, let message), .api(410, let reason, let message):
+            return .notFound("Google has no such purchase (\(message ?? "not found"))", reason: reason ?? "purchaseTokenNotFound")
+        case .api(400, "invalidPurchaseState", let message):
+            return .conflict("Google refused: \(message ?? "invalid purchase state")", reason: "invalidPurchaseState")
+        case .api(400, let reason, let message):
+            return .invalidReceipt(status: 21_002, reason: reason ?? "invalidPurchaseToken", detail: message ?? "Google refused the purchase token")
+        case .api(let status, _, _) where status == 401 || status == 403:
+            return .internalError("the Play Developer API refused this server's service account (HTTP \(status))")
+        case .api(let status, _, _):
+            return .unavailable("the Play Developer API answered HTTP \(status); retry later", reason: "playAPIUnavailable")
+        case .unauthorized(let why):
+            return .internalError("Google's token endpoint refused this server's service account: \(why)")
+        case .badKeyFile(let why):
+            return .internalError(why)
+        case .malformedResponse:
+            return .unavailable("the Play Developer API answered something that is not JSON", reason: "playAPIUnavailable")
+        case .transport:
+            return .unavailable("the Play Developer API could not be reached", reason: "playAPIUnavailable")
+        }
+    }
+}
+
+/// Reads Google's ProductPurchaseV2 and SubscriptionPurchaseV2 into the suite's one shape.
+enum PlayPurchaseReading {
+    static func read(_ json: JSONValue, packageName: String, reference p: PlayPurchaseReference) -> VerifiedPlayPurchase? {
+        p.kind == .product ? product(json, packageName, p) : subscription(json, packageName, p)
+    }
+
+    static func product(_ json: JSONValue, _ packageName: String, _ p: PlayPurchaseReference) -> VerifiedPlayPurchase? {
+        guard let item = json["productLineItem"]?.arrayValue?.first, let productId = item["productId"]?.stringValue else { return nil }
+        let offer = item["productOfferDetails"]
+        let state = json["purchaseStateContext"]?["purchaseState"]?.stringValue ?? "PURCHASE_STATE_UNSPECIFIED"
+        return VerifiedPlayPurchase(
+            packageName: packageName, productId: productId, purchaseToken: p.purchaseToken, kind: .product,
+            orderId: json["orderId"]?.stringValue, state: state, entitles: state == "PURCHASED",
+            acknowledged: json["acknowledgementState"]?.stringValue == "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED",
+            consumed: offer?["consumptionState"]?.stringValue == "CONSUMPTION_STATE_CONSUMED",
+            quantity: Int(offer?["quantity"]?.intValue ?? 1), refundableQuantity: offer?["refundableQuantity"]?.intValue.map { Int($0) },
+            obfuscatedExternalAccountId: json["obfuscatedExternalAccountId"]?.stringValue, test: json["testPurchaseContext"] != nil,
+            purchaseTimeMs: json["purchaseCompletionTime"]?.stringValue.flatMap(milliseconds), expiryTimeMs: nil, autoRenewing: nil,
+            basePlanId: nil, linkedPurchaseToken: nil)
+    }
+
+    static func subscription(_ json: JSONValue, _ packageName: String, _ p: PlayPurchaseReference) -> VerifiedPlayPurchase? {
+        // A subscription with add-ons has several items: the one named is the one redeemed.
+        let items = json["lineItems"]?.arrayValue ?? []
+        guard let item = items.first(where: { $0["productId"]?.stringValue == p.productId }) ?? items.first,
+            let productId = item["productId"]?.stringValue, let state = json["subscriptionState"]?.stringValue
+        else { return nil }
+        let entitles = ["SUBSCRIPTION_STATE_ACTIVE", "SUBSCRIPTION_STATE_CANCELED", "SUBSCRIPTION_STATE_IN_GRACE_PERIOD"].contains(state)
+        return VerifiedPlayPurchase(
+            packageName: packageName, productId: productId, purchaseToken: p.purchaseToken, kind: .subscription,
+            orderId: item["latestSuccessfulOrderId"]?.stringValue, state: state, entitles: entitles,
+            acknowledged: json["acknowledgementState"]?.stringValue == "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED", consumed: nil, quantity: 1,
+            refundableQuantity: nil, obfuscatedExternalAccountId: json["externalAccountIdentifiers"]?["obfuscatedExternalAccountId"]?.stringValue,
+            test: json["testPurchase"] != nil, purchaseTimeMs: json["startTime"]?.stringValue.flatMap(milliseconds),
+            expiryTimeMs: item["expiryTime"]?.stringValue.flatMap(milliseconds),
+            autoRenewing: item["autoRenewingPlan"]?["autoRenewEnabled"]?.boolValue,
+            basePlanId: item["offerDetails"]?["basePlanId"]?.stringValue, linkedPurchaseToken: json["linkedPurchaseToken"]?.stringValue)
+    }
+
+    /// RFC 3339 (Google's `google-datetime`: Z-normalized, 0, 3, 6 or 9 fractional digits) -> milliseconds.
+    static func milliseconds(_ text: String) -> Int64? {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = text.contains(".") ? [.withInternetDateTime, .withFractionalSeconds] : [.withInternetDateTime]
+        var trimmed = text
+        // Foundation reads at most milliseconds: drop finer digits.
+        if let dot = text.firstIndex(of: "."), let z = text.lastIndex(of: "Z"), text.distance(from: dot, to: z) > 4 {
+            trimmed = String(text[..<text.index(dot, offsetBy: 4)]) + "Z"
+        }
+        return formatter.date(from: trimmed).map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) }
+    }
+}

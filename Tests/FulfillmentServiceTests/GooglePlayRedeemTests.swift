@@ -1,0 +1,120 @@
+import Foundation
+import FulfillmentService
+import IAPProtocol
+import JSONRPC
+import RPCTransport
+import SuiteTestSupport
+import Testing
+
+/// Google Play purchases redeemed end to end: the suite's verification asks the Play simulator (as Google, with the key
+/// file it issued) about each purchase token, fulfillment grants by the same rules as App Store purchases, and its outbox
+/// acknowledges (consumes, for coins) at Google after the grant commits.
+@Suite struct GooglePlayRedeemTests {
+    static func redeem(_ suite: SuiteFixture, _ session: String, _ purchases: [GooglePlayPurchase]) async throws -> RedeemResult {
+        try await suite.fulfillment.call(FulfillmentRedeem.self, .init(session: session, googlePlay: purchases))
+    }
+
+    @Test func coinsBoughtOnPlayAreGrantedOnceAndConsumedAtGoogle() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            let bought = try await play.buy("coins.100", accountToken: ann.appAccountToken.uppercased(), quantity: 2)
+            let ref = GooglePlayPurchase(productId: "coins.100", purchaseToken: bought.purchaseToken)
+            let first = try await Self.redeem(suite, ann.session, [ref])
+            #expect(first.results.map(\.outcome) == [.granted] && first.balance == 200)
+            #expect(first.results.first?.transactionId == bought.orderIds.first && first.results.first?.originalTransactionId == bought.purchaseToken)
+            // Retried (the app never heard the answer): nothing more.
+            let again = try await Self.redeem(suite, ann.session, [ref])
+            #expect(again.results.map(\.outcome) == [.alreadyGranted] && again.balance == 200)
+            #expect(try await play.purchase(bought.purchaseToken).consumed == false)
+            // The outbox consumes it at Google (which acknowledges it): Google's three-day refund cannot happen now.
+            #expect(try await suite.service.outbox.deliverOutbox() >= 1)
+            let at = try await play.purchase(bought.purchaseToken)
+            #expect(at.consumed && at.acknowledged && at.state == "purchased")
+            #expect(try await suite.service.outbox.deliverOutbox() == 0)
+            // The event names the store.
+            let events = try await suite.fulfillment.call(
+                FulfillmentListEvents.self, .init(adminToken: SuiteFixture.adminToken, accountId: ann.accountId))
+            #expect(events.events.contains { $0.type == .purchaseGranted && $0.store == "googlePlay" })
+        }
+    }
+
+    @Test func aPurchaseMadeForAnotherAccountOrUnknownToGoogleGrantsNothing() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            let bob = try await suite.register("bob")
+            let anns = try await play.buy("pack.castle", accountToken: ann.appAccountToken)
+            // Bob presents Ann's token: the app bound it to Ann's account when she bought it.
+            let stolen = try await Self.redeem(suite, bob.session, [.init(productId: "pack.castle", purchaseToken: anns.purchaseToken)])
+            #expect(stolen.results.map(\.outcome) == [.ownedByAnotherAccount] && stolen.entitlements.isEmpty)
+            // A made-up token, a product the catalog does not sell, a token of another product: nothing.
+            let forged = try await Self.redeem(
+                suite, bob.session,
+                [
+                    .init(productId: "coins.100", purchaseToken: "made.up.token"),
+                    .init(productId: "no.such.product", purchaseToken: anns.purchaseToken),
+                    .init(productId: "coins.100", purchaseToken: anns.purchaseToken),
+                ])
+            #expect(forged.results.map(\.outcome).sorted { $0.rawValue < $1.rawValue } == [.rejected, .rejected, .unknownProduct])
+            #expect(forged.balance == 0)
+            // Another app's package is refused by verification's allow-list.
+            let other = try await Self.redeem(
+                suite, bob.session, [.init(productId: "coins.100", purchaseToken: anns.purchaseToken, packageName: "com.other.app")])
+            #expect(other.results.map(\.outcome) == [.rejected])
+            // Ann's own redeem grants it; nothing of it was acknowledged for Bob.
+            let hers = try await Self.redeem(suite, ann.session, [.init(productId: "pack.castle", purchaseToken: anns.purchaseToken)])
+            #expect(hers.results.map(\.outcome) == [.granted] && hers.entitlements.map(\.entitlement) == ["castle"])
+            #expect(try await suite.service.outbox.deliverOutbox() == 1)
+            let acknowledged = try await play.purchase(anns.purchaseToken)
+            #expect(acknowledged.acknowledged && !acknowledged.consumed)
+        }
+    }
+
+    @Test func aSubscriptionGrantsItsEntitlementToItsExpiryAndATestersPurchaseStaysInSandbox() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            let sub = try await play.buy("sub.premium", accountToken: ann.appAccountToken, basePlanId: "monthly")
+            let redeemed = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: sub.purchaseToken)])
+            #expect(redeemed.results.map(\.outcome) == [.granted])
+            let premium = try #require(redeemed.entitlements.first { $0.entitlement == "premium" })
+            #expect(premium.expiresAtMs == sub.expiryTimeMs)
+            #expect(try await suite.service.outbox.deliverOutbox() == 1)
+            #expect(try await play.purchase(sub.purchaseToken).acknowledged)
+            // A license tester's purchase is free: it lands in the Sandbox scope, never in Production's balance.
+            let test = try await play.buy("coins.100", accountToken: ann.appAccountToken, test: true)
+            let sandbox = try await Self.redeem(suite, ann.session, [.init(productId: "coins.100", purchaseToken: test.purchaseToken)])
+            #expect(sandbox.results.map(\.outcome) == [.granted] && sandbox.environment == .sandbox && sandbox.balance == 100)
+            #expect(try await suite.balance(ann.session, .production) == 0)
+        }
+    }
+
+    @Test func aPurchaseGoogleRevokedIsNotGrantedAndConcurrentRedeemsGrantOnce() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            let refunded = try await play.buy("coins.100", accountToken: ann.appAccountToken)
+            _ = try await play.client.call(PlayVoidPurchase.self, .init(purchaseToken: refunded.purchaseToken))
+            let revoked = try await Self.redeem(suite, ann.session, [.init(productId: "coins.100", purchaseToken: refunded.purchaseToken)])
+            #expect(revoked.results.map(\.outcome) == [.revoked] && revoked.balance == 0)
+            // Twenty redeems of one purchase at once, from Ann's two devices: one grant.
+            let second = try await suite.login("ann")
+            let bought = try await play.buy("coins.100", accountToken: ann.appAccountToken)
+            let outcomes = try await withThrowingTaskGroup(of: [RedeemOutcome].self) { group in
+                for i in 0..<20 {
+                    group.addTask {
+                        try await Self.redeem(
+                            suite, i % 2 == 0 ? ann.session : second, [.init(productId: "coins.100", purchaseToken: bought.purchaseToken)]
+                        )
+                        .results.map(\.outcome)
+                    }
+                }
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+            #expect(outcomes.filter { $0 == .granted }.count == 1 && outcomes.filter { $0 == .alreadyGranted }.count == 19)
+            #expect(try await suite.balance(ann.session) == 100)
+            #expect(try await suite.store.ledgerMismatches().isEmpty)
+        }
+    }
+}

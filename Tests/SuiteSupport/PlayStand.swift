@@ -1,0 +1,67 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import Logging
+import PlayDeveloperAPI
+import PlaySimulator
+import RPCTestSupport
+import RPCTransport
+import VerificationService
+
+/// The Google Play simulator beside a test suite (`SuiteFixture.start(play: true)`): its JSON-RPC port for the tests
+/// (`play.purchase`, `play.getPurchase`, ...) and its HTTP port as Google's token endpoint and Play Developer API, which
+/// verification reaches with the service-account key the simulator issues, as a deployment reaches Google.
+public struct PlayStand: Sendable {
+    public static let packageName = "com.example.game"
+    /// The simulator's JSON-RPC client.
+    public let client: RPCClient
+    public let simulator: PlaySimulator
+    let http: Task<Void, any Error>
+
+    /// Starts it; `serve` puts its router on a port of the suite's.
+    static func start(
+        directory: URL, logger: Logger, serve: (RPCRouter) async throws -> Int, configure verification: inout VerificationConfiguration
+    ) async throws -> PlayStand {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        // The key file names the token endpoint: the HTTP port is chosen first.
+        let port = try LoopbackPort.free()
+        let simulator = try await SuiteFixture.offThePools { try PlaySimulator(directory: directory, publicURL: "http://127.0.0.1:\(port)") }
+        let client = RPCClient(host: "127.0.0.1", port: try await serve(simulator.router()), configuration: .patient)
+        let started = AsyncStream<Int>.makeStream()
+        let app = PlayDeveloperAPI(simulator: simulator).application(host: "127.0.0.1", port: port, logger: logger) { p in
+            started.continuation.yield(p)
+        }
+        let http = Task {
+            defer { started.continuation.finish() }
+            try await app.run()
+        }
+        var ports = started.stream.makeAsyncIterator()
+        guard await ports.next() != nil else { throw SuiteFixtureError("the Play simulator's HTTP server did not start (port \(port))") }
+        let key = try await client.call(PlayServiceAccountKey.self, EmptyParams())
+        var api = PlayDeveloperAPIClient.Configuration()
+        api.apiURL = "http://127.0.0.1:\(port)"
+        verification.playAPI = PlayDeveloperAPIClient(account: try PlayServiceAccount(keyFileJSON: Data(key.keyFile.utf8)), configuration: api)
+        verification.playPackageNames = [packageName]
+        return PlayStand(client: client, simulator: simulator, http: http)
+    }
+
+    func stop() async {
+        http.cancel()
+        await simulator.courier.shutdown()
+    }
+
+    /// Buys on Google Play as the account whose appAccountToken is given (the app passes it as obfuscatedAccountId).
+    public func buy(
+        _ productId: String, accountToken: String?, basePlanId: String? = nil, quantity: Int? = nil, test: Bool? = nil
+    ) async throws -> PlayPurchaseState {
+        try await client.call(
+            PlayPurchaseProduct.self,
+            .init(
+                packageName: Self.packageName, productId: productId, basePlanId: basePlanId, obfuscatedExternalAccountId: accountToken,
+                quantity: quantity, test: test))
+    }
+
+    public func purchase(_ token: String) async throws -> PlayPurchaseState {
+        try await client.call(PlayGetPurchase.self, .init(purchaseToken: token))
+    }
+}
