@@ -8,7 +8,10 @@ import NIOCore
 import NIOHTTP1
 
 /// A Google service account's key file, as Google issues it (the fields the OAuth grant needs).
-public struct PlayServiceAccount: Sendable {
+public struct PlayServiceAccount: Sendable, CustomStringConvertible {
+    /// Never the key: this is what a log or an error message shows.
+    public var description: String { "PlayServiceAccount(\(clientEmail), key \(privateKeyId.prefix(8))…)" }
+
     public let clientEmail: String
     public let privateKeyId: String
     public let tokenURI: String
@@ -59,8 +62,9 @@ public final class PlayDeveloperAPIClient: Sendable {
     public struct Configuration: Sendable {
         /// The API's root: Google's, or a simulator's (`--play-api-url`).
         public var apiURL = "https://androidpublisher.googleapis.com"
-        /// Attempts per call on 429 and 5xx (the first included).
-        public var maxAttempts = 4
+        /// Attempts per call on 429 and 5xx (the first included): two, one second apart, so a call fits in the deadline of
+        /// the redeem waiting for it (fulfillment's callers retry later themselves).
+        public var maxAttempts = 2
         public var requestTimeout: TimeAmount = .seconds(30)
         public init() {}
     }
@@ -198,14 +202,15 @@ public final class PlayDeveloperAPIClient: Sendable {
         }
     }
 
-    /// The grant's assertion: RS256, `kid` the key's id; `iss` the account, `aud` Google's token endpoint, the
-    /// androidpublisher scope, an hour's life.
+    /// The grant's assertion: RS256, `kid` the key's id; `iss` the account, `aud` the token endpoint it is posted to (Google's
+    /// `https://oauth2.googleapis.com/token` in the key files Google issues: an assertion is never good for another endpoint
+    /// than the one it goes to), the androidpublisher scope, an hour's life.
     func assertion(nowSeconds: Int64) throws -> String {
         func part(_ object: [String: Any]) throws -> String {
             Self.base64url(try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]))
         }
         let input =
-            "\(try part(["alg": "RS256", "typ": "JWT", "kid": account.privateKeyId])).\(try part(["iss": account.clientEmail, "scope": Self.scope, "aud": "https://oauth2.googleapis.com/token", "iat": nowSeconds, "exp": nowSeconds + 3600]))"
+            "\(try part(["alg": "RS256", "typ": "JWT", "kid": account.privateKeyId])).\(try part(["iss": account.clientEmail, "scope": Self.scope, "aud": account.tokenURI, "iat": nowSeconds, "exp": nowSeconds + 3600]))"
         let signature = try account.key.signature(for: Data(input.utf8), padding: .insecurePKCS1v1_5)
         return "\(input).\(Self.base64url(signature.rawRepresentation))"
     }

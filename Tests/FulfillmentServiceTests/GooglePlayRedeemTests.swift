@@ -53,7 +53,7 @@ import Testing
                 suite, bob.session,
                 [
                     .init(productId: "coins.100", purchaseToken: "made.up.token"),
-                    .init(productId: "no.such.product", purchaseToken: anns.purchaseToken),
+                    .init(productId: "no.such.product", purchaseToken: "another.made.up.token"),
                     .init(productId: "coins.100", purchaseToken: anns.purchaseToken),
                 ])
             #expect(forged.results.map(\.outcome).sorted { $0.rawValue < $1.rawValue } == [.rejected, .rejected, .unknownProduct])
@@ -91,7 +91,8 @@ import Testing
     }
 
     @Test func aPurchaseGoogleRevokedIsNotGrantedAndConcurrentRedeemsGrantOnce() async throws {
-        try await SuiteFixture.with(play: true) { suite in
+        // Twenty-one calls to Google from one account: more than the default budget of calls to the stores.
+        try await SuiteFixture.with(configure: { $0.appleCallBurst = 100 }, play: true) { suite in
             let play = try #require(suite.play)
             let ann = try await suite.register("ann")
             let refunded = try await play.buy("coins.100", accountToken: ann.appAccountToken)
@@ -115,6 +116,55 @@ import Testing
             #expect(outcomes.filter { $0 == .granted }.count == 1 && outcomes.filter { $0 == .alreadyGranted }.count == 19)
             #expect(try await suite.balance(ann.session) == 100)
             #expect(try await suite.store.ledgerMismatches().isEmpty)
+        }
+    }
+}
+
+extension GooglePlayRedeemTests {
+    @Test func googlesAcknowledgementsNeverWaitBehindApplesWhenAppleCannotBeAsked() async throws {
+        // No App Store Server API: a receipt redeem owes Apple a tie that waits ten minutes at a time; the Play purchase's
+        // acknowledgement owed after it must still go out (Google refunds what is not acknowledged within three days).
+        try await SuiteFixture.with(appStoreAPI: false, play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            let apple = try await suite.buy("ann@icloud", "pack.castle")
+            _ = try await suite.redeem(ann.session, receipt: apple.receiptData)
+            let bought = try await play.buy("sub.premium", accountToken: ann.appAccountToken, basePlanId: "monthly")
+            let redeemed = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: bought.purchaseToken)])
+            #expect(redeemed.results.map(\.outcome) == [.granted])
+            _ = try await suite.service.outbox.deliverOutbox()
+            #expect(try await play.purchase(bought.purchaseToken).acknowledged)
+        }
+    }
+
+    @Test func whatGoogleSaysGivesNoAccessIsNotGrantedAndAFloodOfTokensIsRationed() async throws {
+        // The budget barely refills while the test runs: what it spends is what it counts.
+        try await SuiteFixture.with(configure: { $0.appleCallsPerMinute = 0.01 }, play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            // A subscription on hold (its payment failed past the grace period): no access now, so nothing is granted.
+            let held = try await play.buy("sub.premium", accountToken: ann.appAccountToken, basePlanId: "monthly")
+            let first = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: held.purchaseToken)])
+            #expect(first.results.map(\.outcome) == [.granted])
+            _ = try await suite.service.outbox.deliverOutbox()
+            #expect(try await play.purchase(held.purchaseToken).acknowledged)
+            _ = try await play.client.call(PlaySubscriptionEvent.self, .init(purchaseToken: held.purchaseToken, action: .declinePayment))
+            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 38 * 86_400))
+            #expect(try await play.purchase(held.purchaseToken).state == "onHold")
+            let onHold = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: held.purchaseToken)])
+            #expect(onHold.results.map(\.outcome) == [.rejected])
+            // A path-changing token is refused before anyone is asked.
+            let dots = await #expect(throws: RPCError.self) {
+                try await Self.redeem(suite, ann.session, [.init(productId: "coins.100", purchaseToken: "..")])
+            }
+            #expect(dots?.reason == "invalidValue")
+            // Made-up tokens spend the account's budget of calls to the stores (20 at once, two spent above): then it is refused.
+            let made = (0..<18).map { GooglePlayPurchase(productId: "coins.100", purchaseToken: "made.up.\($0)") }
+            _ = try await Self.redeem(suite, ann.session, made)
+            let more = await #expect(throws: RPCError.self) {
+                try await Self.redeem(suite, ann.session, [.init(productId: "coins.100", purchaseToken: "made.up.again")])
+            }
+            #expect(more?.knownCode == .rateLimited)
         }
     }
 }

@@ -26,7 +26,6 @@ import base64
 import datetime
 import http.server
 import json
-import socket
 import sys
 import threading
 import time
@@ -48,28 +47,8 @@ from appstoreserverlibrary.promotional_offer import PromotionalOfferSignatureCre
 from appstoreserverlibrary.receipt_utility import ReceiptUtility
 from appstoreserverlibrary.signed_data_verifier import SignedDataVerifier, VerificationStatus
 
-from judge_common import APP_APPLE_ID, attempt, check, results, status_of
+from judge_common import APP_APPLE_ID, Simulator, attempt, check, results, status_of
 from apple_retention_judge import messaging_checks, realtime_checks
-class Simulator:
-    """The simulator's JSON-RPC control port: one JSON object a line."""
-
-    def __init__(self, address):
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=60)
-        self.file = self.sock.makefile("rwb")
-        self.next_id = 0
-
-    def __call__(self, method, **params):
-        self.next_id += 1
-        line = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-        self.file.write(line.encode() + b"\n")
-        self.file.flush()
-        answer = json.loads(self.file.readline())
-        if "error" in answer:
-            raise RuntimeError(f"{method}: {answer['error']}")
-        return answer["result"]
-
-
 class Inbox(http.server.ThreadingHTTPServer):
     """Where the simulator POSTs its notifications ({"signedPayload": ...}), per environment path."""
 

@@ -15,7 +15,6 @@ import argparse
 import base64
 import http.server
 import json
-import socket
 import sys
 import threading
 import time
@@ -28,44 +27,9 @@ from google.oauth2 import id_token, service_account
 from googleapiclient.discovery import build
 from googleapiclient.errors import HttpError
 
+from judge_common import Simulator, attempt, check, results
+
 SCOPE = "https://www.googleapis.com/auth/androidpublisher"
-results = []
-
-
-def check(name, ok, detail=""):
-    results.append((name, bool(ok)))
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok or not detail else f": {detail}"), flush=True)
-    return ok
-
-
-def attempt(name, body):
-    try:
-        return body()
-    except Exception as error:  # noqa: BLE001 - every failure is reported as a check
-        check(name, False, f"{type(error).__name__}: {error}")
-        return None
-
-
-class Simulator:
-    """play-sim's JSON-RPC control port: one JSON object a line."""
-
-    def __init__(self, address):
-        host, port = address.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=60)
-        self.file = self.sock.makefile("rwb")
-        self.next_id = 0
-
-    def __call__(self, method, **params):
-        self.next_id += 1
-        line = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
-        self.file.write(line.encode() + b"\n")
-        self.file.flush()
-        answer = json.loads(self.file.readline())
-        if "error" in answer:
-            raise RuntimeError(f"{method}: {answer['error']}")
-        return answer["result"]
-
-
 class Receiver(http.server.ThreadingHTTPServer):
     """The push endpoint: records each push's body and bearer token; answers 500 to the first `fail_first` pushes."""
 

@@ -1,4 +1,7 @@
-"""What every Apple-library judge script shares: the checks and their results."""
+"""What every judge script shares: the checks and their results, and a simulator's JSON-RPC control port."""
+
+import json
+import socket
 
 from appstoreserverlibrary.signed_data_verifier import VerificationException, VerificationStatus
 
@@ -27,3 +30,23 @@ def status_of(call):
         return VerificationStatus.OK
     except VerificationException as error:
         return error.status
+
+
+class Simulator:
+    """The simulator's JSON-RPC control port: one JSON object a line."""
+
+    def __init__(self, address):
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=60)
+        self.file = self.sock.makefile("rwb")
+        self.next_id = 0
+
+    def __call__(self, method, **params):
+        self.next_id += 1
+        line = json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        self.file.write(line.encode() + b"\n")
+        self.file.flush()
+        answer = json.loads(self.file.readline())
+        if "error" in answer:
+            raise RuntimeError(f"{method}: {answer['error']}")
+        return answer["result"]

@@ -8,6 +8,7 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import ServiceLifecycle
+import ServiceSupport
 
 /// One App Store Server Notification v2 the simulated App Store made, and how its delivery went.
 struct SimNotification: Sendable {
@@ -124,7 +125,7 @@ public final class NotificationCourier: Sendable {
     private let configuration: Configuration
     /// Trusts `--notification-ca` besides the system's roots; realtime retention requests go out through it too.
     let http: HTTPClient
-    private let tail = NIOLockedValueBox<Task<SimDeliverNotifications.Result, Never>?>(nil)
+    private let passes = SerialPasses<SimDeliverNotifications.Result>()
     private let fault = NIOLockedValueBox(SimSetNotificationFault.Params())
     /// Whether any environment has a URL: without one there is nothing to send, and events start no pass.
     private let hasURL = NIOLockedValueBox(false)
@@ -170,23 +171,8 @@ public final class NotificationCourier: Sendable {
     }
 
     /// Sends everything due now and answers when every answer is recorded (after any pass already running).
-    public func deliver() async -> SimDeliverNotifications.Result {
-        let task = tail.withLockedValue { tail -> Task<SimDeliverNotifications.Result, Never> in
-            let previous = tail
-            let next = Task {
-                _ = await previous?.value
-                return await self.pass()
-            }
-            tail = next
-            return next
-        }
-        // A caller that is cancelled (shutdown) cancels the pass: no attempt is started after that.
-        return await withTaskCancellationHandler {
-            await task.value
-        } onCancel: {
-            task.cancel()
-        }
-    }
+    /// A caller that is cancelled (shutdown) cancels the pass: no attempt is started after that.
+    public func deliver() async -> SimDeliverNotifications.Result { await passes.run { await self.pass() } }
 
     /// Starts a pass in the background (after each event, as Apple sends without being asked).
     func kick() {

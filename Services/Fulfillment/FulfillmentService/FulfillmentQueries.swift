@@ -38,27 +38,29 @@ struct FulfillmentQueries {
         ).map { (try $0.get("product_id"), try $0.get("revoked_at_ms", as: Int64?.self) != nil) }
     }
 
+    /// True in SQL when `column` is all digits, as Apple's ids are (Google Play's purchase tokens and `GPA.` order ids are
+    /// not): `ltrim` with a set of characters means the same on SQLite and PostgreSQL.
+    static func appleId(_ column: String) -> String { "(\(column) <> '' AND ltrim(\(column), '0123456789') = '')" }
+
     /// The account's oldest Production App Store entitlement's original, else its first Production App Store coin grant's
-    /// transaction. (Apple's ids are digits; Google Play's purchase tokens and `GPA.` order ids are not, and carry a '.'.)
+    /// transaction.
     func customerTransactionId(_ accountId: String) throws -> String? {
         let production = "account_id = ?1 AND scope = 'Production' AND environment = 'Production'"
-        let found: String? =
-            try s.value(
-                "SELECT original_transaction_id FROM entitlement WHERE \(production) AND original_transaction_id NOT LIKE '%.%' ORDER BY starts_at_ms, original_transaction_id LIMIT 1",
-                accountId)
+        return try s.value(
+            "SELECT original_transaction_id FROM entitlement WHERE \(production) AND \(Self.appleId("original_transaction_id")) ORDER BY starts_at_ms, original_transaction_id LIMIT 1",
+            accountId)
             ?? s.value(
-                "SELECT transaction_id FROM ledger WHERE \(production) AND kind = 'grant' AND transaction_id NOT LIKE '%.%' ORDER BY id LIMIT 1",
+                "SELECT transaction_id FROM ledger WHERE \(production) AND kind = 'grant' AND \(Self.appleId("transaction_id")) ORDER BY id LIMIT 1",
                 accountId)
-        return found.flatMap { FulfillmentService.isTransactionId($0) ? $0 : nil }
     }
 
-    /// Originals of subscriptions to ask Apple about: ended without news in the last 60 days, or in billing retry.
+    /// Originals of App Store subscriptions to ask Apple about: ended without news in the last 60 days, or in billing retry.
     func subscriptionsToCheck(nowMs: Int64, limit: Int) throws -> [String] {
         try s.rows(
             """
             SELECT e.original_transaction_id FROM entitlement e
             LEFT JOIN subscription_renewal r ON r.original_transaction_id = e.original_transaction_id
-            WHERE e.revoked_at_ms IS NULL AND e.expires_at_ms IS NOT NULL
+            WHERE e.revoked_at_ms IS NULL AND e.expires_at_ms IS NOT NULL AND \(Self.appleId("e.original_transaction_id"))
               AND EXISTS (SELECT 1 FROM processed_transaction p
                           WHERE p.original_transaction_id = e.original_transaction_id AND p.grant_kind = 'subscription')
               AND ((e.expires_at_ms <= ?1 AND e.expires_at_ms > ?2 AND COALESCE(r.expiration_intent, 0) = 0

@@ -98,7 +98,7 @@ public final class FulfillmentService: Sendable {
                 "receiptData, signedTransactions, transactionIds (redeem), transactionId (restore) or googlePlay is required",
                 field: "receiptData", reason: "missingField")
         }
-        try Self.checkPlay(googlePlay, max: configuration.maxSignedTransactions)
+        try Self.checkPlay(googlePlay, max: configuration.appleCallBurst)
         guard signed.count <= configuration.maxSignedTransactions, transactionIds.count <= configuration.maxSignedTransactions else {
             throw RPCError.invalidParams(
                 "at most \(configuration.maxSignedTransactions) signed transactions or transaction ids per call",
@@ -142,7 +142,7 @@ public final class FulfillmentService: Sendable {
             rejected += refused
         }
         if !googlePlay.isEmpty {
-            let (verified, refused) = try await verifiedPlayPurchases(googlePlay)
+            let (verified, refused) = try await verifiedPlayPurchases(googlePlay, accountId: account.accountId)
             purchases += verified
             rejected += refused
         }

@@ -185,7 +185,8 @@ public enum GrantRules {
             // An original's transactions all land in the scope it was first bound to.
             let holder = Holder(accountId: accountId, scope: owner?.scope ?? item.scope)
             if let owner, owner.accountId != accountId {
-                guard policy == .transfer, rule.entitlement != nil, p.cancellationDateMs == nil else {
+                // A Google Play purchase the app bound to no account is never moved: anyone who saw its token could take it.
+                guard policy == .transfer, rule.entitlement != nil, p.cancellationDateMs == nil, p.play == nil || p.appAccountToken != nil else {
                     result(.ownedByAnotherAccount)
                     continue
                 }

@@ -30,7 +30,8 @@ public struct OutboxDelivery: FulfillmentPart {
                 logger.error(
                     "Send Consumption Information: Apple's 12-hour window passed before the answer could be sent; not sent",
                     metadata: ["transactionId": "\(item.key)", "attempts": "\(item.attempts)"])
-            } else if apiMissing {
+            } else if apiMissing, item.kind != OutboxKind.playAcknowledge.rawValue {
+                // Apple's kinds only: Google's acknowledgements must not wait behind Apple's (Google refunds at three days).
                 failure = Self.apiMissing
                 next = clock.nowMs + OutboxRetry.whileNotConfiguredMs
             } else {
@@ -52,12 +53,17 @@ public struct OutboxDelivery: FulfillmentPart {
                         "Send Consumption Information: Apple refused the answer; not sent again",
                         metadata: ["transactionId": "\(item.key)", "error": "\(error.message)"])
                 } catch
-                    where item.kind == OutboxKind.playAcknowledge.rawValue && (error.knownCode == .conflict || error.knownCode == .notFound)
+                    where item.kind == OutboxKind.playAcknowledge.rawValue
+                    && [.conflict, .notFound, .invalidReceipt, .invalidParams].contains(error.knownCode ?? .internalError)
                 {
-                    // Google refunded or revoked it already, or does not know it: there is nothing left to acknowledge.
-                    logger.warning(
-                        "Play acknowledgement: Google has the purchase revoked or unknown; nothing to acknowledge",
-                        metadata: ["purchaseToken": "\(item.key)", "error": "\(error.message)"])
+                    // Google refunded or revoked it already, does not know it, or refuses it for good (another package, a
+                    // package no longer allowed): asking again cannot change that. Kept in the log for the operator.
+                    logger.error(
+                        "Play acknowledgement: Google has the purchase revoked, unknown or refused; not sent again",
+                        metadata: ["purchaseToken": "\(Self.redacted(item.key))", "error": "\(error.message)"])
+                } catch  where error.has(.playAPINotConfigured) {
+                    failure = "the Play Developer API is not configured on verification"
+                    next = clock.nowMs + OutboxRetry.whileNotConfiguredMs
                 } catch  where error.has(.appStoreAPINotConfigured) {
                     // Nothing reaches Apple until the operator configures the App Store Server API: every item of this
                     // batch waits ten minutes (asked once), so a backlog never keeps the worker from the inbox.
@@ -69,7 +75,10 @@ public struct OutboxDelivery: FulfillmentPart {
                     failure = error.message
                     logger.warning(
                         "could not deliver an outbox item; will retry",
-                        metadata: ["kind": "\(item.kind)", "key": "\(item.key)", "attempts": "\(item.attempts + 1)", "error": "\(error.message)"])
+                        metadata: [
+                            "kind": "\(item.kind)", "key": "\(item.kind == OutboxKind.playAcknowledge.rawValue ? Self.redacted(item.key) : item.key)",
+                            "attempts": "\(item.attempts + 1)", "error": "\(error.message)",
+                        ])
                 }
             }
             let (settleFailure, settleNext) = (failure, next)
@@ -82,6 +91,9 @@ public struct OutboxDelivery: FulfillmentPart {
     }
 
     static let apiMissing = "the App Store Server API is not configured on verification"
+
+    /// A purchase token in the log: enough to find it, not enough to redeem it.
+    static func redacted(_ token: String) -> String { token.count > 12 ? "\(token.prefix(12))…" : token }
 
     static func owed(_ item: OutboxItem) -> OwedConsumptionAnswer? {
         try? JSONDecoder().decode(OwedConsumptionAnswer.self, from: Data(item.payload.utf8))
@@ -102,7 +114,7 @@ public struct OutboxDelivery: FulfillmentPart {
             try await dependencies.sendConsumption(.init(internalToken: internalToken, transactionId: item.key, consumption: owed.request))
         case .playAcknowledge:
             guard let owed = try? JSONDecoder().decode(PlayFacts.Owed.self, from: Data(item.payload.utf8)) else {
-                logger.error("the outbox's Play acknowledgement is not readable; not sent", metadata: ["purchaseToken": "\(item.key)"])
+                logger.error("the outbox's Play acknowledgement is not readable; not sent", metadata: ["purchaseToken": "\(Self.redacted(item.key))"])
                 return
             }
             try await dependencies.acknowledgePlayPurchase(

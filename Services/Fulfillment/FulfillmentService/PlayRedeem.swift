@@ -8,16 +8,21 @@ extension FulfillmentService {
     /// At most this many characters of a purchase token (Google's are a few hundred).
     static let maxPurchaseTokenLength = 4_096
 
+    /// At most `max` purchases (each is a call to Google), each id and token of Google's characters (letters, digits, '.',
+    /// '_', '-', not only dots: nothing that could change the path of the URL asked), a package name of Android's.
     static func checkPlay(_ purchases: [GooglePlayPurchase], max: Int) throws(RPCError) {
         guard purchases.count <= max else {
-            throw RPCError.invalidParams("at most \(max) Google Play purchases per call", field: "googlePlay", reason: "tooMany")
+            throw RPCError.invalidParams(
+                "at most \(max) Google Play purchases per call (each is a call to Google)", field: "googlePlay", reason: "tooMany")
+        }
+        func plain(_ s: String, _ limit: Int) -> Bool {
+            (1...limit).contains(s.utf8.count) && s.utf8.contains { $0 != UInt8(ascii: ".") }
+                && s.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) || "._-".utf8.contains($0) }
         }
         for p in purchases {
-            guard (1...150).contains(p.productId.utf8.count), (1...maxPurchaseTokenLength).contains(p.purchaseToken.utf8.count),
-                p.purchaseToken.utf8.allSatisfy({ $0 > 32 && $0 < 127 })
-            else {
+            guard plain(p.productId, 150), plain(p.purchaseToken, maxPurchaseTokenLength), p.packageName.map({ plain($0, 255) }) ?? true else {
                 throw RPCError.invalidParams(
-                    "each Google Play purchase needs its productId and purchaseToken (printable ASCII, at most \(maxPurchaseTokenLength))",
+                    "each Google Play purchase needs its productId and purchaseToken (letters, digits, '.', '_', '-'; at most \(maxPurchaseTokenLength))",
                     field: "googlePlay", reason: "invalidValue")
             }
         }
@@ -27,7 +32,17 @@ extension FulfillmentService {
     /// of Google's two APIs to ask); an id it does not know is `unknownProduct`, a token Google does not know or refuses, or
     /// a purchase still pending payment, is `rejected` (neither finishable); a failure to reach Google fails the call with
     /// nothing written.
-    func verifiedPlayPurchases(_ refs: [GooglePlayPurchase]) async throws(RPCError) -> ([VerifiedPurchase], [TransactionResult]) {
+    func verifiedPlayPurchases(_ given: [GooglePlayPurchase], accountId: String) async throws(RPCError)
+        -> ([VerifiedPurchase], [TransactionResult])
+    {
+        var refs: [GooglePlayPurchase] = []
+        for ref in given where !refs.contains(where: { $0.purchaseToken == ref.purchaseToken }) { refs.append(ref) }
+        // Each token is a call to Google, out of the account's budget of calls to the stores (the App Store's too): a flood of
+        // made-up tokens must not spend the API quota that real redeems and acknowledgements need.
+        if let wait = appleCalls.take(accountId, cost: Double(refs.count)) {
+            throw RPCError.rateLimited(
+                retryAfterMs: Int64((wait * 1000).rounded(.up)), detail: "this account's budget of calls to the stores is spent")
+        }
         guard let internalToken = configuration.internalToken else {
             throw RPCError(
                 code: .unavailable, message: "Google Play purchases need the suite's internal token on fulfillment (--internal-token)",
@@ -76,10 +91,12 @@ extension FulfillmentService {
         for (i, answer) in answers.enumerated() {
             let ref = asks[i].0
             switch answer {
-            case .success(let play) where play.kind == .product && play.state == "PENDING":
-                refuse(ref, .rejected)  // not paid yet: Google's notification says when it is
-            case .success(let play):
+            case .success(let play) where play.entitles || (play.kind == .product && play.state == "CANCELLED"):
+                // What Google says gives access now is granted; a one-time purchase it cancelled is recorded as revoked.
                 verified.append(VerifiedPurchase(play: play, catalogProductId: ref.productId, nowMs: now))
+            case .success:
+                // Pending (not paid yet), or a subscription that gives no access now (expired, on hold, paused): nothing.
+                refuse(ref, .rejected)
             case .failure(let error) where error.knownCode.map { [.notFound, .invalidReceipt, .invalidParams].contains($0) } ?? false:
                 refuse(ref, .rejected)
             case .failure(let error):
@@ -93,15 +110,18 @@ extension FulfillmentService {
 extension GrantRules {
     /// The Google Play purchases to acknowledge after a redeem, by purchase token with their outbox payload: each granted,
     /// restored or already granted here (so a redeem retried after a lost acknowledgement owes it again) that Google does not
-    /// yet have as acknowledged, or for coins as consumed (consuming acknowledges, and lets the customer buy it again).
+    /// yet have as acknowledged, or for one-time products that are not permanent as consumed (consuming acknowledges, and
+    /// lets the customer buy it again).
     static func playAcknowledgements(_ planned: [PlannedPurchase], results: [TransactionResult]) -> [(String, String)] {
-        let kept = Set(results.filter { [.granted, .restored, .alreadyGranted].contains($0.outcome) }.map(\.transactionId))
+        let kept = Set(
+            results.filter { [.granted, .restored, .alreadyGranted].contains($0.outcome) }.map { "\($0.transactionId) \($0.originalTransactionId)" })
         var owed: [(String, String)] = []
         for item in planned {
-            guard let play = item.purchase.play, kept.contains(item.purchase.transactionId),
+            guard let play = item.purchase.play, kept.contains("\(item.purchase.transactionId) \(item.purchase.originalTransactionId)"),
                 !owed.contains(where: { $0.0 == play.purchaseToken })
             else { continue }
-            let consume = play.kind == .product && { if case .coins = item.rule { true } else { false } }()
+            // Consumed unless it grants something for good: coins and passes (time-limited) can be bought again.
+            let consume = play.kind == .product && { if case .permanent = item.rule { false } else { true } }()
             guard consume ? !play.consumed : !play.acknowledged else { continue }
             let payload = PlayFacts.Owed(packageName: play.packageName, productId: play.productId, kind: play.kind, consume: consume)
             guard let json = try? JSONEncoder().encode(payload) else { continue }

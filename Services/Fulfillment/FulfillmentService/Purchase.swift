@@ -160,7 +160,7 @@ extension VerifiedPurchase {
     init(play v: VerifiedPlayPurchase, catalogProductId: String, nowMs: Int64) {
         self.init(
             environment: v.test ? "Sandbox" : "Production", transactionId: v.orderId ?? v.purchaseToken, originalTransactionId: v.purchaseToken,
-            productId: catalogProductId, quantity: Int64(v.quantity), purchaseDateMs: v.purchaseTimeMs ?? nowMs,
+            productId: catalogProductId, quantity: Int64(v.refundableQuantity ?? v.quantity), purchaseDateMs: v.purchaseTimeMs ?? nowMs,
             expiresDateMs: v.kind == .subscription ? (v.expiryTimeMs ?? nowMs) : nil,
             cancellationDateMs: v.kind == .product && v.state == "CANCELLED" ? nowMs : nil,
             appAccountToken: v.obfuscatedExternalAccountId?.lowercased())

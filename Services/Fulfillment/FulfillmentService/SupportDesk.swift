@@ -253,8 +253,7 @@ public struct SupportDesk: FulfillmentPart {
             let originals = try await storeCall {
                 try await self.store.subscriptionsToCheck(nowMs: now, limit: self.configuration.reconcileSubscriptionsPerRun)
             }
-            // Apple is asked about App Store subscriptions only (Google Play's originals are purchase tokens, not digits).
-            for original in originals where FulfillmentService.isTransactionId(original) {
+            for original in originals {
                 result.subscriptionsChecked += 1
                 let statuses: [AppleSubscriptionStatus]
                 do {

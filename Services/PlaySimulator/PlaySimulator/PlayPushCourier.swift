@@ -18,7 +18,7 @@ public final class PlayPushCourier: Sendable {
     private let store: PlayStore
     private let accounts: PlayAccounts
     private let clock: ServiceClock
-    private let tail = NIOLockedValueBox<Task<PlayDeliverNotifications.Result, Never>?>(nil)
+    private let passes = SerialPasses<PlayDeliverNotifications.Result>()
     private let fault = NIOLockedValueBox(PlaySetPushFault.Params())
     private let http: HTTPClient
     static let subscription = "projects/\(PlayAccounts.projectId)/subscriptions/play-rtdn"
@@ -61,22 +61,7 @@ public final class PlayPushCourier: Sendable {
     func kick() { Task { _ = await self.deliver() } }
 
     /// Pushes everything due now; answers once every push has its answer (after any pass already running).
-    public func deliver() async -> PlayDeliverNotifications.Result {
-        let task = tail.withLockedValue { tail -> Task<PlayDeliverNotifications.Result, Never> in
-            let previous = tail
-            let next = Task {
-                _ = await previous?.value
-                return await self.pass()
-            }
-            tail = next
-            return next
-        }
-        return await withTaskCancellationHandler {
-            await task.value
-        } onCancel: {
-            task.cancel()
-        }
-    }
+    public func deliver() async -> PlayDeliverNotifications.Result { await passes.run { await self.pass() } }
 
     private struct Due {
         var seq: Int64

@@ -246,7 +246,13 @@ struct VerificationServiceCommand: AsyncParsableCommand {
                 throw ValidationError("--play-service-account \(keyFile): \(error)")
             }
             var playConfig = PlayDeveloperAPIClient.Configuration()
-            if let url = Environment.resolve(playAPIURL, env: "IAP_PLAY_API_URL"), !url.isEmpty { playConfig.apiURL = url }
+            if let url = Environment.resolve(playAPIURL, env: "IAP_PLAY_API_URL"), !url.isEmpty {
+                // The access token travels with every call: in clear only to this machine (the simulator).
+                guard let parsed = URL(string: url),
+                    parsed.scheme == "https" || (parsed.scheme == "http" && ["127.0.0.1", "localhost", "::1"].contains(parsed.host ?? ""))
+                else { throw ValidationError("--play-api-url must be https (http only to this machine: 127.0.0.1 or localhost)") }
+                playConfig.apiURL = url
+            }
             config.playAPI = PlayDeveloperAPIClient(account: account, configuration: playConfig)
             logger.info(
                 "Google Play purchases of",

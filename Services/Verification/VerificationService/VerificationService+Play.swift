@@ -1,6 +1,7 @@
 import Foundation
 import IAPProtocol
 import JSONRPC
+import Logging
 import PlayDeveloperAPI
 import RPCTransport
 import ServiceSupport
@@ -17,7 +18,7 @@ extension VerificationService {
                 ? try await api.productPurchase(packageName: packageName, token: p.purchaseToken)
                 : try await api.subscriptionPurchase(packageName: packageName, token: p.purchaseToken)
         } catch {
-            throw Self.playError(error)
+            throw playError(error)
         }
         guard let purchase = PlayPurchaseReading.read(answer, packageName: packageName, reference: p) else {
             throw RPCError.unavailable("Google's answer about the purchase could not be read", reason: "playAPIUnavailable")
@@ -41,7 +42,7 @@ extension VerificationService {
                 try await api.acknowledgeSubscription(packageName: packageName, subscriptionId: r.productId, token: r.purchaseToken)
             }
         } catch {
-            throw Self.playError(error)
+            throw playError(error)
         }
     }
 
@@ -67,7 +68,7 @@ extension VerificationService {
     /// Google's answers as the suite's errors: an unknown or malformed token is notFound / invalidReceipt, a purchase in a
     /// state Google refuses the action for is a conflict, rate limits, outages and the network are unavailable (retryable),
     /// a refused service account is the operator's to fix.
-    static func playError(_ error: any Error) -> RPCError {
+    func playError(_ error: any Error) -> RPCError {
         guard let error = error as? PlayAPIError else { return .unavailable("the Play Developer API could not be reached") }
         switch error {
         case .api(404, let reason, let message), .api(410, let reason, let message):
@@ -76,14 +77,17 @@ extension VerificationService {
             return .conflict("Google refused: \(message ?? "invalid purchase state")", reason: "invalidPurchaseState")
         case .api(400, let reason, let message):
             return .invalidReceipt(status: 21_002, reason: reason ?? "invalidPurchaseToken", detail: message ?? "Google refused the purchase token")
-        case .api(let status, _, _) where status == 401 || status == 403:
-            return .internalError("the Play Developer API refused this server's service account (HTTP \(status))")
+        case .api(let status, _, let message) where status == 401 || status == 403:
+            // Google's words stay in this log: the answer travels back to the app that redeemed.
+            logger.error("the Play Developer API refused the service account", metadata: ["status": "\(status)", "message": "\(message ?? "")"])
+            return .internalError("the Play Developer API refused this server's service account (see verification's log)")
         case .api(let status, _, _):
             return .unavailable("the Play Developer API answered HTTP \(status); retry later", reason: "playAPIUnavailable")
         case .unauthorized(let why):
-            return .internalError("Google's token endpoint refused this server's service account: \(why)")
-        case .badKeyFile(let why):
-            return .internalError(why)
+            logger.error("Google's token endpoint refused the service account", metadata: ["answer": "\(why)"])
+            return .internalError("Google's token endpoint refused this server's service account (see verification's log)")
+        case .badKeyFile:
+            return .internalError("the Play service account's key file is unusable (see verification's start-up)")
         case .malformedResponse:
             return .unavailable("the Play Developer API answered something that is not JSON", reason: "playAPIUnavailable")
         case .transport:

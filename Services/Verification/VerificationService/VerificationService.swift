@@ -52,10 +52,12 @@ public final class VerificationService: Sendable {
     private let receipts: ReceiptVerifier
     let payloads: SignedPayloadVerifier
     let configuration: VerificationConfiguration
+    let logger: Logger
     private let remote: RemoteReceiptVerifier?
 
     public init(configuration: VerificationConfiguration, logger: Logger = Logger(label: "verification")) {
         self.configuration = configuration
+        self.logger = logger
         self.remote = configuration.remote.map { RemoteReceiptVerifier(configuration: $0, logger: logger) }
         receipts = ReceiptVerifier(
             trust: ReceiptTrust(
