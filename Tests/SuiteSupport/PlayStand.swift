@@ -18,11 +18,22 @@ public struct PlayStand: Sendable {
     public let simulator: PlaySimulator
     let http: Task<Void, any Error>
 
+    /// The simulator's two RSA keys, made once per test process and copied into each suite's directory: making them is
+    /// seconds of CPU in a debug build, and every suite on two cores pays for what one pays.
+    private static let keys = Task { () throws -> URL in
+        let template = FileManager.default.temporaryDirectory.appendingPathComponent("play-keys-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: template, withIntermediateDirectories: true)
+        let simulator = try await SuiteFixture.offThePools { try PlaySimulator(directory: template, publicURL: "http://127.0.0.1:9") }
+        await simulator.courier.shutdown()
+        return template.appendingPathComponent("play-keys")
+    }
+
     /// Starts it; `serve` puts its router on a port of the suite's.
     static func start(
         directory: URL, logger: Logger, serve: (RPCRouter) async throws -> Int, configure verification: inout VerificationConfiguration
     ) async throws -> PlayStand {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(at: try await keys.value, to: directory.appendingPathComponent("play-keys"))
         // The key file names the token endpoint: the HTTP port is chosen first.
         let port = try LoopbackPort.free()
         let simulator = try await SuiteFixture.offThePools { try PlaySimulator(directory: directory, publicURL: "http://127.0.0.1:\(port)") }
