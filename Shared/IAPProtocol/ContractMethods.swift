@@ -52,7 +52,7 @@ public enum ContractMethods {
     public static let playSimulator: [OpenRPCMethodDescription] = [
         .init(PlayServiceAccountKey.self), .init(PlayPurchaseProduct.self), .init(PlayGetPurchase.self), .init(PlaySubscriptionEvent.self),
         .init(PlayVoidPurchase.self), .init(PlayAdvanceClock.self), .init(PlaySetPushEndpoint.self), .init(PlaySetPushFault.self),
-        .init(PlayDeliverNotifications.self),
+        .init(PlayDeliverNotifications.self), .init(PlaySetFault.self),
     ]
     public static let builtin: [OpenRPCMethodDescription] = [
         .init(RPCPing.self), .init(RPCDiscover.self), .init(HealthCheck.self),

@@ -269,3 +269,28 @@ public enum PlayDeliverNotifications: RPCMethod {
     public static let name = "play.deliverNotifications"
     public static let summary = "Push every notification due now and answer when each push has an answer."
 }
+
+/// How the simulator's Play Developer API misbehaves (`play.setFault`).
+public enum PlayFaultMode: String, Codable, Sendable, JSONSchemaEnum {
+    /// Normal answers.
+    case none
+    /// HTTP 503 `UNAVAILABLE` (Google's "backendError").
+    case http503
+    /// HTTP 429 `RESOURCE_EXHAUSTED` (a quota spent).
+    case http429
+}
+
+public enum PlaySetFault: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var mode: PlayFaultMode
+        /// How many Developer API requests it applies to (default: until changed).
+        public var count: Int?
+        public init(mode: PlayFaultMode, count: Int? = nil) {
+            self.mode = mode
+            self.count = count
+        }
+    }
+    public typealias Result = EmptyResult
+    public static let name = "play.setFault"
+    public static let summary = "Make the Play Developer API answer 503 or 429 (for a number of requests, or until changed)."
+}

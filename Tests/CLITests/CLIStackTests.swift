@@ -183,7 +183,7 @@ import Testing
         "play.serviceAccountKey": ["play", "key"], "play.purchase": ["play", "buy"], "play.getPurchase": ["play", "show"],
         "play.subscriptionEvent": ["play", "subscription"], "play.voidPurchase": ["play", "void"],
         "play.advanceClock": ["play", "advance-clock"], "play.setPushEndpoint": ["play", "push-endpoint"],
-        "play.setPushFault": ["play", "push-fault"], "play.deliverNotifications": ["play", "deliver"],
+        "play.setPushFault": ["play", "push-fault"], "play.setFault": ["play", "fault"], "play.deliverNotifications": ["play", "deliver"],
         "sim.trustAnchor": ["sim", "trust-anchor"], "sim.purchase": ["sim", "buy"], "sim.finishTransaction": ["sim", "finish"],
         "sim.restore": ["sim", "restore"], "sim.refund": ["sim", "refund"], "sim.advanceClock": ["sim", "advance-clock"],
         "sim.receipt": ["sim", "receipt"], "sim.setFault": ["sim", "fault"], "sim.apiKey": ["sim", "api-key"],

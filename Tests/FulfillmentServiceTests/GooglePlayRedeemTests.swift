@@ -168,3 +168,29 @@ extension GooglePlayRedeemTests {
         }
     }
 }
+
+extension GooglePlayRedeemTests {
+    @Test func googleUnavailableFailsTheRedeemWithNothingWrittenAndTheAcknowledgementWaits() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            let bought = try await play.buy("coins.100", accountToken: ann.appAccountToken)
+            let ref = GooglePlayPurchase(productId: "coins.100", purchaseToken: bought.purchaseToken)
+            // Google answers 503 (and the client's one retry too): the redeem fails, retryable, and nothing is written.
+            _ = try await play.client.call(PlaySetFault.self, .init(mode: .http503))
+            let down = await #expect(throws: RPCError.self) { try await Self.redeem(suite, ann.session, [ref]) }
+            #expect(down?.knownCode == .unavailable && down?.retryable == true)
+            #expect(try await suite.balance(ann.session) == 0)
+            _ = try await play.client.call(PlaySetFault.self, .init(mode: .none))
+            #expect(try await Self.redeem(suite, ann.session, [ref]).results.map(\.outcome) == [.granted])
+            // The consumption owed waits out a quota error in the outbox and goes out once Google answers again.
+            _ = try await play.client.call(PlaySetFault.self, .init(mode: .http429))
+            #expect(try await suite.service.outbox.deliverOutbox() == 1)
+            #expect(try await play.purchase(bought.purchaseToken).consumed == false)
+            _ = try await play.client.call(PlaySetFault.self, .init(mode: .none))
+            suite.clock.advance(ms: 60_000)
+            #expect(try await suite.service.outbox.deliverOutbox() == 1)
+            #expect(try await play.purchase(bought.purchaseToken).consumed)
+        }
+    }
+}

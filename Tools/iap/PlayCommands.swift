@@ -11,6 +11,7 @@ struct PlayCommand: AsyncParsableCommand {
         commandName: "play", abstract: "Drive the local Google Play simulator (play-sim).",
         subcommands: [
             Key.self, Buy.self, Show.self, Subscription.self, VoidPurchase.self, AdvanceClock.self, Push.self, PushFault.self, Deliver.self,
+            Fault.self,
         ])
 
     struct Common: ParsableArguments {
@@ -161,6 +162,19 @@ struct PlayCommand: AsyncParsableCommand {
     }
 }
 
+extension PlayCommand {
+    struct Fault: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Make the Play Developer API answer http503 or http429 (none: normal).")
+        @OptionGroup var common: Common
+        @Argument(help: "none, http503 or http429.") var mode: PlayFaultMode
+        @Option(help: "Requests affected (default: until changed).") var count: Int?
+        func run() async throws {
+            try await PlayCommand.run(PlaySetFault.self, .init(mode: mode, count: count), common) { _ in "Play Developer API: \(mode.rawValue)" }
+        }
+    }
+}
+
+extension PlayFaultMode: ExpressibleByArgument {}
 extension PlayBillingPeriod: ExpressibleByArgument {}
 extension PlaySubscriptionAction: ExpressibleByArgument {}
 extension PlayVoidSource: ExpressibleByArgument {}

@@ -172,6 +172,15 @@ public final class PlayDeveloperAPI: Sendable {
         guard simulator.accounts.authorizes(request.headers[.authorization], nowSeconds: wallClock.nowMs / 1000) else {
             return Self.json(401, APIError.unauthenticated.body, extra: [.wwwAuthenticate: "Bearer realm=\"https://accounts.google.com/\""])
         }
+        switch simulator.takeFault() {
+        case .http503:
+            let e = APIError(code: 503, status: "UNAVAILABLE", message: "The service is currently unavailable.", reason: "backendError")
+            return Self.json(503, e.body)
+        case .http429:
+            let e = APIError(code: 429, status: "RESOURCE_EXHAUSTED", message: "Quota exceeded.", reason: "rateLimitExceeded")
+            return Self.json(429, e.body)
+        case .none: break
+        }
         do {
             let result = try await NIOThreadPool.singleton.runIfActive {
                 try self.simulator.write { db, now in try body(db, now) }.map { try Self.data($0) }

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import IAPProtocol
 import JSONRPC
+import NIOConcurrencyHelpers
 import RPCTransport
 import ServiceSupport
 
@@ -15,6 +16,8 @@ public final class PlaySimulator: Sendable {
     let clock: ServiceClock
     public let accounts: PlayAccounts
     public let courier: PlayPushCourier
+    /// `play.setFault`: the Developer API's next answers, and for how many requests.
+    private let fault = NIOLockedValueBox<(mode: PlayFaultMode, remaining: Int?)>((.none, nil))
 
     public init(directory: URL, publicURL: String, clock: ServiceClock = .system) throws {
         let keys = directory.appendingPathComponent("play-keys")
@@ -157,6 +160,23 @@ public final class PlaySimulator: Sendable {
         return .init(nowMs: now, notifications: recorded)
     }
 
+    func setFault(_ p: PlaySetFault.Params) throws {
+        if let count = p.count, count < 0 { throw RPCError.invalidParams("count must not be negative", field: "count", reason: "invalidValue") }
+        fault.withLockedValue { $0 = (p.mode, p.count) }
+    }
+
+    /// The fault this Developer API request gets, counting it.
+    func takeFault() -> PlayFaultMode {
+        fault.withLockedValue { fault in
+            guard fault.mode != .none else { return .none }
+            if let remaining = fault.remaining {
+                guard remaining > 0 else { return .none }
+                fault.remaining = remaining - 1
+            }
+            return fault.mode
+        }
+    }
+
     static func existing(_ token: String, db: Database) throws -> PlayPurchase {
         guard let purchase = try PlayStore.purchase(token, db: db) else {
             throw RPCError.notFound("no purchase with this token", reason: "unknownPurchase")
@@ -181,6 +201,10 @@ public final class PlaySimulator: Sendable {
             return EmptyResult()
         }
         r.register(PlayDeliverNotifications.self) { _, _ in await self.courier.deliver() }
+        r.registerImmediate(PlaySetFault.self) { p, _ in
+            try self.setFault(p)
+            return EmptyResult()
+        }
         return r
     }
 }
