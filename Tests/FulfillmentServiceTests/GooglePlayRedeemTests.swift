@@ -8,8 +8,9 @@ import Testing
 
 /// Google Play purchases redeemed end to end: the suite's verification asks the Play simulator (as Google, with the key
 /// file it issued) about each purchase token, fulfillment grants by the same rules as App Store purchases, and its outbox
-/// acknowledges (consumes, for coins) at Google after the grant commits.
-@Suite struct GooglePlayRedeemTests {
+/// acknowledges (consumes, for coins) at Google after the grant commits. One test at a time: each starts a whole suite
+/// and a Play simulator, and the PostgreSQL pass runs beside everything else on two cores.
+@Suite(.serialized) struct GooglePlayRedeemTests {
     static func redeem(_ suite: SuiteFixture, _ session: String, _ purchases: [GooglePlayPurchase]) async throws -> RedeemResult {
         try await suite.fulfillment.call(FulfillmentRedeem.self, .init(session: session, googlePlay: purchases))
     }
