@@ -446,6 +446,7 @@ let package = Package(
             name: "VerificationServiceTests",
             dependencies: [
                 "VerificationService", "Receipts", "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "AppStoreServerAPI",
+                "PlayDeveloperAPI",
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Tests/VerificationServiceTests"
@@ -549,7 +550,7 @@ let package = Package(
             name: "EdgeServiceTests",
             dependencies: [
                 "EdgeService", "FulfillmentService", "AccountsService", "SuiteTestSupport", "IAPProtocol", "JSONRPC", "RPCTransport",
-                "RPCTestSupport", "AppStoreServerAPI", "Receipts",
+                "RPCTestSupport", "AppStoreServerAPI", "Receipts", "PlaySimulator",
                 "ServiceSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

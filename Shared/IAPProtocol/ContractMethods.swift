@@ -23,13 +23,15 @@ public enum ContractMethods {
         .init(VerificationExtendRenewalDate.self), .init(VerificationFinishTransaction.self), .init(VerificationVerifyAppTransaction.self),
         .init(VerificationAppTransactionInfo.self), .init(VerificationMassExtendRenewalDate.self), .init(VerificationMassExtensionStatus.self),
         .init(VerificationVerifyRealtimeRequest.self), .init(VerificationVerifyPlayPurchase.self), .init(VerificationAcknowledgePlayPurchase.self),
+        .init(VerificationVerifyPlayPush.self),
     ]
     public static let fulfillment: [OpenRPCMethodDescription] = [
         .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),
         .init(FulfillmentOfferEligibility.self), .init(FulfillmentSignOffer.self),
         .init(FulfillmentGetBalance.self), .init(FulfillmentSpendCoins.self), .init(FulfillmentListLedger.self),
         .init(FulfillmentListContent.self), .init(FulfillmentReadContent.self), .init(FulfillmentContentURL.self),
-        .init(FulfillmentApplyNotification.self), .init(FulfillmentReceiveNotification.self), .init(FulfillmentListNotifications.self),
+        .init(FulfillmentApplyNotification.self), .init(FulfillmentReceiveNotification.self), .init(FulfillmentReceivePlayNotification.self),
+        .init(FulfillmentListNotifications.self),
         .init(FulfillmentListOutbox.self),
         .init(FulfillmentRetryNotification.self), .init(FulfillmentRevokeTransaction.self), .init(FulfillmentLookUpOrder.self),
         .init(FulfillmentListAudit.self), .init(FulfillmentGrantOrder.self), .init(FulfillmentExtendSubscription.self),
@@ -51,7 +53,7 @@ public enum ContractMethods {
     ]
     public static let playSimulator: [OpenRPCMethodDescription] = [
         .init(PlayServiceAccountKey.self), .init(PlayPurchaseProduct.self), .init(PlayGetPurchase.self), .init(PlaySubscriptionEvent.self),
-        .init(PlayVoidPurchase.self), .init(PlayAdvanceClock.self), .init(PlaySetPushEndpoint.self), .init(PlaySetPushFault.self),
+        .init(PlayRefund.self), .init(PlayAdvanceClock.self), .init(PlaySetPushEndpoint.self), .init(PlaySetPushFault.self),
         .init(PlayDeliverNotifications.self), .init(PlaySetFault.self),
     ]
     public static let builtin: [OpenRPCMethodDescription] = [

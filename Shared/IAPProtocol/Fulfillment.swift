@@ -60,7 +60,7 @@ public struct GooglePlayPurchase: Codable, Sendable, Equatable {
     /// The one-time product's id or the subscription's, as in Play Console (the catalog product of the same id).
     public var productId: String
     public var purchaseToken: String
-    /// The app's package name; needed only when the server accepts several (`--play-package-name` on verification).
+    /// The app's package name; needed only when the server accepts several (`--package-name` on verification).
     public var packageName: String?
     public init(productId: String, purchaseToken: String, packageName: String? = nil) {
         self.productId = productId
@@ -452,6 +452,16 @@ public enum FulfillmentReceiveNotification: RPCMethod {
     /// The edge's webhook calls it; apps never do.
     public static let access = RPCAccess.internal
     public static let summary = "Verify an App Store Server Notification v2 and record it durably (by notificationUUID), then process it."
+}
+
+public enum FulfillmentReceivePlayNotification: RPCMethod {
+    public typealias Params = PlayPushDelivery
+    public typealias Result = FulfillmentReceiveNotification.Result
+    public static let name = "fulfillment.receivePlayNotification"
+    /// The edge's Google Play route calls it; apps never do.
+    public static let access = RPCAccess.internal
+    public static let summary =
+        "Verify a Google Play real-time developer notification's push and record it durably (by messageId), then bring the purchase to Google's state."
 }
 
 public enum FulfillmentListNotifications: RPCMethod {

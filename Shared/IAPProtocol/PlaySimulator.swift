@@ -176,7 +176,7 @@ public enum PlayVoidReason: String, Codable, Sendable, JSONSchemaEnum {
     case other, remorse, notReceived, defective, accidentalPurchase, fraud, friendlyFraud, chargeback
 }
 
-public enum PlayVoidPurchase: RPCMethod {
+public enum PlayRefund: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var purchaseToken: String
         /// Default `user`.
@@ -193,7 +193,7 @@ public enum PlayVoidPurchase: RPCMethod {
         }
     }
     public typealias Result = PlayPurchaseState
-    public static let name = "play.voidPurchase"
+    public static let name = "play.refund"
     public static let summary = "Refund and revoke a purchase outside the app (a refund, a chargeback): a voided purchase and its notification."
 }
 
@@ -221,9 +221,13 @@ public enum PlaySetPushEndpoint: RPCMethod {
         public var url: String?
         /// The OIDC token's `aud` (default: the URL, as Pub/Sub's).
         public var audience: String?
-        public init(url: String? = nil, audience: String? = nil) {
+        /// The service account the pushes authenticate as, the token's `email` (default: the simulator's push account,
+        /// `rtdn-push@<project>.iam.gserviceaccount.com`).
+        public var serviceAccountEmail: String?
+        public init(url: String? = nil, audience: String? = nil, serviceAccountEmail: String? = nil) {
             self.url = url
             self.audience = audience
+            self.serviceAccountEmail = serviceAccountEmail
         }
     }
     public typealias Result = EmptyResult

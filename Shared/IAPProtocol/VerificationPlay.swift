@@ -69,11 +69,11 @@ public struct PlayPurchaseReference: Codable, Sendable, Equatable {
     public var internalToken: String
     /// Absent: the one package name verification accepts (an error when it accepts several).
     public var packageName: String?
-    /// The one-time product's id, or the subscription's.
-    public var productId: String
+    /// The one-time product's id, or the subscription's; absent (a notification that names none): whatever Google answers.
+    public var productId: String?
     public var purchaseToken: String
     public var kind: PlayPurchaseKind
-    public init(internalToken: String, packageName: String?, productId: String, purchaseToken: String, kind: PlayPurchaseKind) {
+    public init(internalToken: String, packageName: String?, productId: String?, purchaseToken: String, kind: PlayPurchaseKind) {
         self.internalToken = internalToken
         self.packageName = packageName
         self.productId = productId
@@ -105,4 +105,76 @@ public enum VerificationAcknowledgePlayPurchase: RPCMethod {
     public static let name = "verification.acknowledgePlayPurchase"
     public static let access = RPCAccess.internal
     public static let summary = "Acknowledge (or consume) a Google Play purchase at Google, so it is not refunded after three days."
+}
+
+/// What a real-time developer notification is about (which object of Google's DeveloperNotification it carries).
+public enum PlayNotificationKind: String, Codable, Sendable, JSONSchemaEnum {
+    case subscription, oneTimeProduct, voidedPurchase, test
+    /// An object this version does not know (Google adds types; receivers must accept them).
+    case other
+}
+
+/// A Pub/Sub push of a real-time developer notification whose OIDC token verified: the message and the
+/// DeveloperNotification it carries, flattened.
+public struct VerifiedPlayPush: Codable, Sendable, Equatable {
+    /// Pub/Sub's id of the message (unique within the topic): the inbox's key.
+    public var messageId: String
+    public var subscription: String?
+    public var publishTimeMs: Int64?
+    public var packageName: String
+    public var eventTimeMs: Int64?
+    public var kind: PlayNotificationKind
+    /// `subscriptionNotification` / `oneTimeProductNotification`: Google's number.
+    public var notificationType: Int?
+    public var purchaseToken: String?
+    /// `sku` (one-time), or `subscriptionId` where Google still sends it.
+    public var productId: String?
+    /// `voidedPurchaseNotification`: the voided order, `productType` (1 subscription, 2 one-time), `refundType`
+    /// (1 full, 2 quantity-based partial).
+    public var orderId: String?
+    public var productType: Int?
+    public var refundType: Int?
+
+    public init(
+        messageId: String, subscription: String? = nil, publishTimeMs: Int64? = nil, packageName: String, eventTimeMs: Int64? = nil,
+        kind: PlayNotificationKind, notificationType: Int? = nil, purchaseToken: String? = nil, productId: String? = nil,
+        orderId: String? = nil, productType: Int? = nil, refundType: Int? = nil
+    ) {
+        self.messageId = messageId
+        self.subscription = subscription
+        self.publishTimeMs = publishTimeMs
+        self.packageName = packageName
+        self.eventTimeMs = eventTimeMs
+        self.kind = kind
+        self.notificationType = notificationType
+        self.purchaseToken = purchaseToken
+        self.productId = productId
+        self.orderId = orderId
+        self.productType = productType
+        self.refundType = refundType
+    }
+}
+
+/// A Pub/Sub push as the edge received it: the `Authorization` header and the body, both exactly as sent.
+public struct PlayPushDelivery: Codable, Sendable, Equatable {
+    public var internalToken: String?
+    public var authorization: String
+    public var body: String
+    /// `fulfillment.receivePlayNotification` only: answer once recorded (`pending`) and process right after.
+    public var processLater: Bool?
+    public init(internalToken: String?, authorization: String, body: String, processLater: Bool? = nil) {
+        self.internalToken = internalToken
+        self.authorization = authorization
+        self.body = body
+        self.processLater = processLater
+    }
+}
+
+public enum VerificationVerifyPlayPush: RPCMethod {
+    public typealias Params = PlayPushDelivery
+    public typealias Result = VerifiedPlayPush
+    public static let name = "verification.verifyPlayPush"
+    public static let access = RPCAccess.internal
+    public static let summary =
+        "Check a Google Play real-time developer notification's Pub/Sub push: its OIDC token (Google's keys, issuer, audience, email, age), then its message."
 }

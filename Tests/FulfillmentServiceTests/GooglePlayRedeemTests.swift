@@ -97,7 +97,7 @@ import Testing
             let play = try #require(suite.play)
             let ann = try await suite.register("ann")
             let refunded = try await play.buy("coins.100", accountToken: ann.appAccountToken)
-            _ = try await play.client.call(PlayVoidPurchase.self, .init(purchaseToken: refunded.purchaseToken))
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: refunded.purchaseToken))
             let revoked = try await Self.redeem(suite, ann.session, [.init(productId: "coins.100", purchaseToken: refunded.purchaseToken)])
             #expect(revoked.results.map(\.outcome) == [.revoked] && revoked.balance == 0)
             // Twenty redeems of one purchase at once, from Ann's two devices: one grant.

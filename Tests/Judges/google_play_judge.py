@@ -226,8 +226,8 @@ def main():
     check("three days unacknowledged: revoked", p["purchaseState"] == 1, json.dumps(p))
 
     chargeback = sim("play.purchase", packageName=pkg, productId="coins.100", quantity=3)
-    sim("play.voidPurchase", purchaseToken=chargeback["purchaseToken"], quantity=1)
-    sim("play.voidPurchase", purchaseToken=chargeback["purchaseToken"], reason="chargeback")
+    sim("play.refund", purchaseToken=chargeback["purchaseToken"], quantity=1)
+    sim("play.refund", purchaseToken=chargeback["purchaseToken"], reason="chargeback")
 
     # --- voided purchases ------------------------------------------------------------------------------------
     listed = attempt("voidedpurchases.list", lambda: purchases.voidedpurchases().list(packageName=pkg).execute())

@@ -1,5 +1,6 @@
 import EdgeService
 import Foundation
+import FulfillmentService
 import Logging
 import NIOSSL
 import ServiceSupport
@@ -47,6 +48,28 @@ public enum EdgeFixture {
             let edge = EdgeService(
                 accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config, logger: quiet)
             try await serving(edge) { port in try await body(suite, "http://127.0.0.1:\(port)") }
+        }
+    }
+
+    /// A suite with the Google Play simulator, an edge in front of it, and the simulator's pushes aimed at the edge's
+    /// Google Play route (with the audience verification expects): `body` gets the suite, the simulator and the edge's URL.
+    public static func withPlayEdge(
+        configure: (inout FulfillmentConfiguration) -> Void = { _ in }, _ body: (SuiteFixture, PlayStand, String) async throws -> Void
+    ) async throws {
+        try await SuiteFixture.with(configure: configure, play: true) { suite in
+            guard let play = suite.play else { throw SuiteFixtureError("the suite has no Play simulator") }
+            var config = EdgeConfiguration()
+            config.internalToken = SuiteFixture.internalToken
+            config.clock = suite.clock.clock
+            // Tests assert a notification's effect right after the push's answer.
+            config.webhookAnswersOnceRecorded = false
+            let edge = EdgeService(
+                accounts: suite.accounts, catalog: suite.catalog, fulfillment: suite.fulfillment, configuration: config, logger: quiet)
+            try await serving(edge) { port in
+                let base = "http://127.0.0.1:\(port)"
+                try await play.pushTo("\(base)/v1/notifications/googleplay")
+                try await body(suite, play, base)
+            }
         }
     }
 }

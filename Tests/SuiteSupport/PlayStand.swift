@@ -13,6 +13,8 @@ import VerificationService
 /// verification reaches with the service-account key the simulator issues, as a deployment reaches Google.
 public struct PlayStand: Sendable {
     public static let packageName = "com.example.game"
+    /// The audience of the push subscription's OIDC tokens verification expects (as a deployment's `--play-push-audience`).
+    public static let pushAudience = "https://iap.example.com/v1/notifications/googleplay"
     /// The simulator's JSON-RPC client.
     public let client: RPCClient
     public let simulator: PlaySimulator
@@ -53,6 +55,9 @@ public struct PlayStand: Sendable {
         api.apiURL = "http://127.0.0.1:\(port)"
         verification.playAPI = PlayDeveloperAPIClient(account: try PlayServiceAccount(keyFileJSON: Data(key.keyFile.utf8)), configuration: api)
         verification.playPackageNames = [packageName]
+        verification.playPush = PlayPushTokenVerifier(
+            certsURL: "http://127.0.0.1:\(port)/oauth2/v3/certs",
+            rules: PlayPushTokenRules(audience: pushAudience, email: simulator.accounts.pushEmail))
         return PlayStand(client: client, simulator: simulator, http: http)
     }
 
@@ -70,6 +75,16 @@ public struct PlayStand: Sendable {
             .init(
                 packageName: Self.packageName, productId: productId, basePlanId: basePlanId, obfuscatedExternalAccountId: accountToken,
                 quantity: quantity, test: test))
+    }
+
+    /// Pushes go to `url` (the edge's Google Play route), with the audience verification expects unless another is given.
+    public func pushTo(_ url: String, audience: String = pushAudience, email: String? = nil) async throws {
+        _ = try await client.call(PlaySetPushEndpoint.self, .init(url: url, audience: audience, serviceAccountEmail: email))
+    }
+
+    /// Pushes every notification due now; answers when each push has its answer.
+    public func deliver() async throws -> PlayDeliverNotifications.Result {
+        try await client.call(PlayDeliverNotifications.self, EmptyParams())
     }
 
     public func purchase(_ token: String) async throws -> PlayPurchaseState {

@@ -16,7 +16,8 @@ struct IAPCommand: AsyncParsableCommand {
         subcommands: [
             AccountsCommand.self, CatalogCommand.self, ReceiptCommand.self, RedeemCommand.self, RestoreCommand.self,
             BalanceCommand.self, LedgerCommand.self, SpendCommand.self, EntitlementsCommand.self, ContentCommand.self,
-            VerifyCommand.self, ApplyNotificationCommand.self, ReceiveNotificationCommand.self, RevokeCommand.self, AdminCommand.self,
+            VerifyCommand.self, ApplyNotificationCommand.self, ReceiveNotificationCommand.self, ReceivePlayNotificationCommand.self,
+            RevokeCommand.self, AdminCommand.self,
             AppStoreCommand.self, SupportCommand.self, OffersCommand.self, EventsCommand.self, WebhooksCommand.self,
             RetentionCommand.self, SimCommand.self, PlayCommand.self, HealthCommand.self, MethodsCommand.self, CallCommand.self, DemoCommand.self,
             ConsoleCommand.self,

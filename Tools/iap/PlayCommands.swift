@@ -104,7 +104,7 @@ struct PlayCommand: AsyncParsableCommand {
         @Option(help: "Refund only this many of a one-time purchase's quantity.") var quantity: Int?
         func run() async throws {
             try await PlayCommand.run(
-                PlayVoidPurchase.self, .init(purchaseToken: purchaseToken, source: source, reason: reason, quantity: quantity), common,
+                PlayRefund.self, .init(purchaseToken: purchaseToken, source: source, reason: reason, quantity: quantity), common,
                 human: PlayCommand.describe)
         }
     }
@@ -128,8 +128,9 @@ struct PlayCommand: AsyncParsableCommand {
         @OptionGroup var common: Common
         @Argument(help: "The push endpoint URL.") var url: String?
         @Option(help: "The OIDC token's audience (default: the URL).") var audience: String?
+        @Option(help: "The service account the pushes authenticate as (the token's email).") var email: String?
         func run() async throws {
-            try await PlayCommand.run(PlaySetPushEndpoint.self, .init(url: url, audience: audience), common) { _ in
+            try await PlayCommand.run(PlaySetPushEndpoint.self, .init(url: url, audience: audience, serviceAccountEmail: email), common) { _ in
                 url.map { "notifications are pushed to \($0)" } ?? "notifications are not pushed"
             }
         }

@@ -46,3 +46,42 @@ extension VerifyCommand {
         }
     }
 }
+
+/// A Pub/Sub push as the edge's Google Play route receives it: its body and Authorization header.
+struct PlayPushArguments: ParsableArguments {
+    @Argument(help: "The push's JSON body, a file holding it, or - for standard input.") var body: String
+    @Option(help: "The push's Authorization header (\"Bearer <OIDC token>\").") var authorization: String
+}
+
+extension VerifyCommand {
+    struct PlayPush: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "play-push", abstract: "verification.verifyPlayPush: check a Google Play notification's push (its OIDC token) and read it.")
+        @OptionGroup var push: PlayPushArguments
+        @OptionGroup var token: InternalTokenOption
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            let params = PlayPushDelivery(internalToken: try token.resolved(), authorization: push.authorization, body: try textArgument(push.body))
+            await ServiceCall(options: client).run(.verification, VerificationVerifyPlayPush.self, params) { p in
+                "message \(p.messageId): \(p.kind.rawValue)\(p.notificationType.map { " \($0)" } ?? "") of \(p.packageName)"
+                    + (p.purchaseToken.map { ", purchase token \($0)" } ?? "")
+            }
+        }
+    }
+}
+
+/// `iap receive-play-notification`: what the edge's Google Play route does with a push.
+struct ReceivePlayNotificationCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "receive-play-notification",
+        abstract: "fulfillment.receivePlayNotification: verify a Google Play push, record it in the inbox, process it.")
+    @OptionGroup var push: PlayPushArguments
+    @OptionGroup var client: ClientOptions
+    @OptionGroup var token: InternalTokenOption
+    func run() async throws {
+        let params = PlayPushDelivery(internalToken: try token.resolved(), authorization: push.authorization, body: try textArgument(push.body))
+        await ServiceCall(options: client).run(.fulfillment, FulfillmentReceivePlayNotification.self, params) {
+            "\($0.notificationUUID): \($0.state.rawValue)\($0.firstDelivery ? "" : " (delivered before; nothing done again)")"
+        }
+    }
+}

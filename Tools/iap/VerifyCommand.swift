@@ -10,7 +10,9 @@ struct VerifyCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "verify", abstract: "Ask the verification service about a signed transaction or notification.",
         discussion: "Exit code 1 when it is refused. Receipts: iap receipt verify FILE.",
-        subcommands: [Transaction.self, Notification.self, AppTransaction.self, RealtimeRequest.self, PlayPurchase.self, PlayAcknowledge.self])
+        subcommands: [
+            Transaction.self, Notification.self, AppTransaction.self, RealtimeRequest.self, PlayPurchase.self, PlayAcknowledge.self, PlayPush.self,
+        ])
 
     struct Transaction: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "verification.verifyTransaction: a StoreKit 2 JWS (text, file or -).")

@@ -452,6 +452,7 @@ public final class EdgeService: Sendable {
             await self.content(request, context: context, contentId: context.parameters.get("contentId") ?? "", head: true, zeroCopy: zeroCopy)
         }
         addRetentionRoute(to: router)
+        addPlayNotificationRoute(to: router)
         for (path, sandbox) in [("v1/notifications/appstore", false), ("v1/notifications/appstore/sandbox", true)] {
             // Through the router when `EventLoopRoutes` hands a request on (see there); the same steps as there.
             router.post(RouterPath(path)) { request, context -> Response in

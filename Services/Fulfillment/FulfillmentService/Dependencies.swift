@@ -51,6 +51,8 @@ public protocol FulfillmentDependencies: Sendable {
     func verifyPlayPurchase(_ params: PlayPurchaseReference) async throws(RPCError) -> VerifiedPlayPurchase
     /// Acknowledges (or consumes) a Google Play purchase at Google through verification (internal).
     func acknowledgePlayPurchase(_ params: VerificationAcknowledgePlayPurchase.Params) async throws(RPCError)
+    /// A Google Play notification's Pub/Sub push verified (its OIDC token) and read, through verification (internal).
+    func verifyPlayPush(_ params: PlayPushDelivery) async throws(RPCError) -> VerifiedPlayPush
 }
 
 /// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
@@ -128,6 +130,10 @@ public struct Dependencies: FulfillmentDependencies {
     public func acknowledgePlayPurchase(_ params: VerificationAcknowledgePlayPurchase.Params) async throws(RPCError) {
         _ = try await call(
             "verification", verification, VerificationAcknowledgePlayPurchase.self, params, passThrough: [.notFound, .conflict, .invalidReceipt])
+    }
+
+    public func verifyPlayPush(_ params: PlayPushDelivery) async throws(RPCError) -> VerifiedPlayPush {
+        try await call("verification", verification, VerificationVerifyPlayPush.self, params, passThrough: [.invalidReceipt])
     }
 
     public func transactionInfo(_ transactionId: String, internalToken: String) async throws(RPCError)
@@ -270,6 +276,9 @@ extension FulfillmentDependencies {
         throw RPCError(code: .unavailable, message: "no Google Play here", reason: .playAPINotConfigured)
     }
     public func acknowledgePlayPurchase(_ params: VerificationAcknowledgePlayPurchase.Params) async throws(RPCError) {
+        throw RPCError(code: .unavailable, message: "no Google Play here", reason: .playAPINotConfigured)
+    }
+    public func verifyPlayPush(_ params: PlayPushDelivery) async throws(RPCError) -> VerifiedPlayPush {
         throw RPCError(code: .unavailable, message: "no Google Play here", reason: .playAPINotConfigured)
     }
 }

@@ -24,6 +24,8 @@ extension FulfillmentPart {
 extension FulfillmentService {
     /// App Store Server Notifications: the inbox, processing, retries, what operators see of them.
     public var notifications: NotificationProcessor { NotificationProcessor(service: self) }
+    /// Google Play's real-time developer notifications: recorded in the same inbox, brought to Google's word.
+    public var playNotifications: PlayNotifications { PlayNotifications(service: self) }
     /// Operators' actions: orders, extensions, revocations' audit, reconciliation with Apple.
     public var support: SupportDesk { SupportDesk(service: self) }
     /// Subscription offers: eligibility per Apple customer, signatures.

@@ -17,6 +17,7 @@ extension FulfillmentService {
         r.register(FulfillmentContentURL.self) { p, _ in try await self.contentDesk.contentURL(p) }
         r.register(FulfillmentApplyNotification.self) { p, _ in try await self.notifications.applyNotification(p) }
         r.register(FulfillmentReceiveNotification.self) { p, _ in try await self.notifications.receiveNotification(p) }
+        r.register(FulfillmentReceivePlayNotification.self) { p, _ in try await self.playNotifications.receive(p) }
         r.register(FulfillmentListNotifications.self) { p, _ in try await self.notifications.listNotifications(p) }
         r.register(FulfillmentListOutbox.self) { p, _ in try await self.outbox.listOutbox(p) }
         r.register(FulfillmentRetryNotification.self) { p, _ in try await self.notifications.retryNotification(p) }

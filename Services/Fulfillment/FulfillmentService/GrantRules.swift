@@ -432,6 +432,20 @@ public enum GrantRules {
         return true
     }
 
+    /// Ends a subscription replaced by another of the same account's (Google Play's upgrades and downgrades): its access
+    /// stops at `atMs` (not before it began); false when it already ended by then, is revoked, or is another account's.
+    public static func endSubscription(original: String, accountId: String, atMs: Int64, nowMs: Int64, in tx: some FulfillmentTransaction)
+        throws -> Bool
+    {
+        guard var current = try tx.entitlement(original: original), current.revokedAtMs == nil, current.holder.accountId == accountId,
+            let expires = current.expiresAtMs, expires > atMs
+        else { return false }
+        current.expiresAtMs = max(atMs, current.startsAtMs)
+        try tx.updateEntitlement(current)
+        try tx.event(.subscriptionExpired, about: current, nowMs: nowMs)
+        return true
+    }
+
     /// Revokes one processed transaction, whatever environment it was recorded under: its coins are
     /// reversed (floored at zero, the rest owed) or its entitlement removed, with a reversal ledger row
     /// either way. False if it was already revoked.

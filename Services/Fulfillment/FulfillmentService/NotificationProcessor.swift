@@ -86,7 +86,10 @@ public struct NotificationProcessor: FulfillmentPart {
         let attempts = entry.attempts + 1
         do {
             var payload: JSONValue
-            if reverify {
+            if PlayNotifications.isPlay(entry) {
+                // Google's word is asked afresh on every attempt: nothing of the push but its purchase token is acted upon.
+                payload = .null
+            } else if reverify {
                 let answer = try await dependencies.verifyNotification(entry.signedPayload)
                 guard answer.status == 0, let notification = answer.notification else {
                     let reason = "it no longer passes verification (status \(answer.status), \(answer.reason ?? "refused"))"
@@ -102,13 +105,17 @@ public struct NotificationProcessor: FulfillmentPart {
             } else {
                 payload = try JSONValue(parsing: entry.notification)
             }
-            let facts = try await facts(AppleNotification(payload), entry: entry)
+            let facts =
+                PlayNotifications.isPlay(entry)
+                ? try await service.playNotifications.facts(entry) : try await facts(AppleNotification(payload), entry: entry)
             let now = clock.nowMs
             let owed = service.owesApple
             let decision = try await storeCall {
                 try await self.store.applyNotification(facts, uuid: entry.notificationUUID, attempts: attempts, owed: owed, nowMs: now)
             }
-            if owed.contains(.finishes) && decision.effects.contains(where: \.isGrant) || facts.consumption != nil && decision.applied {
+            if !owed.isDisjoint(with: [.finishes, .playAcknowledgements]) && decision.effects.contains(where: \.isGrant)
+                || facts.consumption != nil && decision.applied
+            {
                 service.outboxWakeup.signal()
             }
             logger.info(

@@ -28,9 +28,12 @@ extension FulfillmentRecords {
         case .grant(let purchase, let accountId, let scope, let rule, let appAccountToken):
             _ = try GrantRules.apply(
                 [PlannedPurchase(purchase: purchase, rule: rule, scope: scope)], accountId: accountId, appAccountToken: appAccountToken,
-                owed: owed.intersection(.finishes), mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs, in: self)
+                owed: owed.intersection([.finishes, .playAcknowledgements]), mode: .redeem, policy: .refuse, answerScope: scope, nowMs: nowMs,
+                in: self)
         case .moveSubscriptionEnd(let original, let expiresAtMs):
             _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expiresAtMs, nowMs: nowMs, in: self)
+        case .endSubscription(let original, let accountId, let atMs):
+            _ = try GrantRules.endSubscription(original: original, accountId: accountId, atMs: atMs, nowMs: nowMs, in: self)
         case .recordExtensionSummary(let summary):
             try FulfillmentQueries(s).recordAudit(
                 NotificationRules.summaryAction, accountId: nil, transactionId: summary.requestIdentifier,

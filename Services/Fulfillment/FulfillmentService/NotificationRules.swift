@@ -33,6 +33,9 @@ public enum NotificationRules {
         public var summary: AppleMassExtensionSummary?
         /// CONSUMPTION_REQUEST: the answer owed to Apple (the account consented, inside Apple's window); nil: none.
         public var consumption: OwedConsumptionAnswer?
+        /// Google Play: the subscription purchase this one replaced (`linkedPurchaseToken`: an upgrade, a downgrade), whose
+        /// access ends where this one begins, for the same account.
+        public var replacedOriginal: String?
 
         public init(
             disposition: NotificationDisposition, type: AppleNotificationType, snapshot: VerifiedPurchase?,
@@ -84,6 +87,8 @@ public enum NotificationRules {
         /// Recorded for its account as a redeem would (`GrantRules.apply`, `.refuse` transfers).
         case grant(VerifiedPurchase, accountId: String, scope: AccountScope, rule: GrantRule?, appAccountToken: String?)
         case moveSubscriptionEnd(originalTransactionId: String, expiresAtMs: Int64)
+        /// A subscription replaced by another of the same account's: its access ends at `atMs` (never extended).
+        case endSubscription(originalTransactionId: String, accountId: String, atMs: Int64)
         /// A mass extension's counts, kept (in the audit log, as Apple's word) for `fulfillment.massExtensionStatus`.
         case recordExtensionSummary(AppleMassExtensionSummary)
         /// Owed to Apple through the outbox: Send Consumption Information about the transaction.
@@ -188,6 +193,9 @@ public enum NotificationRules {
             return
         }
         decision.effects.append(grant)
+        if let replaced = facts.replacedOriginal, case .grant(_, let accountId, _, _, _) = grant {
+            decision.effects.append(.endSubscription(originalTransactionId: replaced, accountId: accountId, atMs: purchase.purchaseDateMs))
+        }
     }
 
     /// The purchase granted to its original's owner, else to the account of its appAccountToken; nil when neither is

@@ -106,10 +106,10 @@ public final class PlayAccounts: Sendable {
 
     /// The OIDC token a Pub/Sub push carries: signed RS256 by the push key, `iss` Google's, `aud` as configured, the
     /// push service account's `email` (verified), valid for an hour.
-    func pushToken(audience: String, nowSeconds: Int64) throws -> String {
+    public func pushToken(audience: String, email: String? = nil, nowSeconds: Int64) throws -> String {
         let sub = pushKey.numericId
         return try pushKey.sign([
-            "iss": "https://accounts.google.com", "aud": audience, "azp": sub, "sub": sub, "email": pushEmail, "email_verified": true,
+            "iss": "https://accounts.google.com", "aud": audience, "azp": sub, "sub": sub, "email": email ?? pushEmail, "email_verified": true,
             "iat": nowSeconds, "exp": nowSeconds + 3600,
         ])
     }

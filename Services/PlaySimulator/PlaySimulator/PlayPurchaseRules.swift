@@ -141,9 +141,9 @@ enum PlayPurchaseRules {
         }
     }
 
-    /// A refund or chargeback from outside the app (`play.voidPurchase`): the whole purchase revoked, or, for a
+    /// A refund or chargeback from outside the app (`play.refund`): the whole purchase revoked, or, for a
     /// one-time purchase of several, a quantity-based partial refund (revoked entirely when nothing is left).
-    static func void(_ s: inout PlayPurchase, _ p: PlayVoidPurchase.Params, nowMs: Int64) throws -> [(atMs: Int64, event: PlayEvent)] {
+    static func void(_ s: inout PlayPurchase, _ p: PlayRefund.Params, nowMs: Int64) throws -> [(atMs: Int64, event: PlayEvent)] {
         guard s.isLive || (s.kind == .subscription && s.state != .expired) else {
             throw RPCError.conflict("the purchase is already revoked or expired", reason: "alreadyVoided")
         }

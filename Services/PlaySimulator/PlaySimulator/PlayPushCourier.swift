@@ -41,7 +41,8 @@ public final class PlayPushCourier: Sendable {
             }
         }
         try store.writer.write { db in
-            try db.execute(sql: "UPDATE playState SET pushURL = ?, pushAudience = ?", arguments: [p.url, p.audience])
+            try db.execute(
+                sql: "UPDATE playState SET pushURL = ?, pushAudience = ?, pushEmail = ?", arguments: [p.url, p.audience, p.serviceAccountEmail])
         }
         kick()
     }
@@ -73,8 +74,8 @@ public final class PlayPushCourier: Sendable {
 
     private func pass() async -> PlayDeliverNotifications.Result {
         let read = try? await NIOThreadPool.singleton.runIfActive {
-            try self.store.writer.read { db -> (String?, String?, Int64, [Due]) in
-                let state = try Row.fetchOne(db, sql: "SELECT pushURL, pushAudience, clockOffsetMs FROM playState")!
+            try self.store.writer.read { db -> (String?, String?, String?, [Due]) in
+                let state = try Row.fetchOne(db, sql: "SELECT pushURL, pushAudience, pushEmail, clockOffsetMs FROM playState")!
                 let now = self.clock.nowMs + (state["clockOffsetMs"] as Int64)
                 let due = try Row.fetchAll(
                     db,
@@ -85,10 +86,10 @@ public final class PlayPushCourier: Sendable {
                 ).map {
                     Due(seq: $0["seq"], messageId: $0["messageId"], data: $0["data"], publishTimeMs: $0["publishTimeMs"], attempts: $0["attempts"])
                 }
-                return (state["pushURL"], state["pushAudience"], now, due)
+                return (state["pushURL"], state["pushAudience"], state["pushEmail"], due)
             }
         }
-        guard let (url, audience, _, due) = read, let url else { return .init(attempted: 0, delivered: 0, pending: await pending()) }
+        guard let (url, audience, email, due) = read, let url else { return .init(attempted: 0, delivered: 0, pending: await pending()) }
         let fault = self.fault.withLockedValue { $0 }
         var rng = SystemRandomNumberGenerator()
         func chance(_ percent: Int?) -> Bool { Int(rng.next() % 100) < (percent ?? 0) }
@@ -97,8 +98,8 @@ public final class PlayPushCourier: Sendable {
         for message in fault.reorder == true ? due.shuffled() : due {
             if Task.isCancelled { break }
             if let delay = fault.delayMs, delay > 0 { try? await Task.sleep(for: .milliseconds(delay)) }
-            let ok = chance(fault.dropPercent) ? false : await push(message, to: url, audience: audience ?? url)
-            if ok, chance(fault.duplicatePercent) { _ = await push(message, to: url, audience: audience ?? url) }
+            let ok = chance(fault.dropPercent) ? false : await push(message, to: url, audience: audience ?? url, email: email)
+            if ok, chance(fault.duplicatePercent) { _ = await push(message, to: url, audience: audience ?? url, email: email) }
             attempted += 1
             if ok { delivered += 1 }
             _ = try? await NIOThreadPool.singleton.runIfActive {
@@ -121,7 +122,7 @@ public final class PlayPushCourier: Sendable {
         }) ?? 0
     }
 
-    private func push(_ m: Due, to url: String, audience: String) async -> Bool {
+    private func push(_ m: Due, to url: String, audience: String, email: String?) async -> Bool {
         let publish = PlayTime.rfc3339(m.publishTimeMs)
         let body: [String: Any] = [
             "message": [
@@ -134,7 +135,8 @@ public final class PlayPushCourier: Sendable {
             var request = HTTPClientRequest(url: url)
             request.method = .POST
             request.headers.add(name: "Content-Type", value: "application/json")
-            request.headers.add(name: "Authorization", value: "Bearer \(try accounts.pushToken(audience: audience, nowSeconds: clock.nowMs / 1000))")
+            request.headers.add(
+                name: "Authorization", value: "Bearer \(try accounts.pushToken(audience: audience, email: email, nowSeconds: clock.nowMs / 1000))")
             request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: body, options: .withoutEscapingSlashes)))
             let response = try await http.execute(request, timeout: .seconds(10))
             _ = try? await response.body.collect(upTo: 1 << 20)

@@ -137,7 +137,7 @@ public final class PlaySimulator: Sendable {
         }
     }
 
-    public func voidPurchase(_ p: PlayVoidPurchase.Params) throws -> PlayPurchaseState {
+    public func voidPurchase(_ p: PlayRefund.Params) throws -> PlayPurchaseState {
         try write { db, now in
             var purchase = try Self.existing(p.purchaseToken, db: db)
             let events = try PlayPurchaseRules.void(&purchase, p, nowMs: now)
@@ -190,7 +190,7 @@ public final class PlaySimulator: Sendable {
         r.registerBlocking(PlayPurchaseProduct.self) { p, _ in try self.purchase(p) }
         r.registerBlocking(PlayGetPurchase.self) { p, _ in try self.getPurchase(p) }
         r.registerBlocking(PlaySubscriptionEvent.self) { p, _ in try self.subscriptionEvent(p) }
-        r.registerBlocking(PlayVoidPurchase.self) { p, _ in try self.voidPurchase(p) }
+        r.registerBlocking(PlayRefund.self) { p, _ in try self.voidPurchase(p) }
         r.registerBlocking(PlayAdvanceClock.self) { p, _ in try self.advanceClock(p) }
         r.registerBlocking(PlaySetPushEndpoint.self) { p, _ in
             try self.courier.setEndpoint(p)

@@ -46,6 +46,9 @@ final class PlayStore: Sendable {
                     INSERT INTO playState (id, clockOffsetMs) VALUES (1, 0);
                     """)
         }
+        m.registerMigration("v2-push-email") { db in
+            try db.execute(sql: "ALTER TABLE playState ADD COLUMN pushEmail TEXT")
+        }
         try m.migrate(writer)
     }
 

@@ -132,14 +132,44 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         help: "The Play Developer API's root (env IAP_PLAY_API_URL; default Google's https://androidpublisher.googleapis.com).")
     var playAPIURL: String?
     @Option(
-        name: .customLong("play-package-name"),
-        help: "Your Android app's package name: only its Play purchases are accepted. Repeatable (env IAP_PLAY_PACKAGE_NAMES, comma-separated).")
+        name: .customLong("package-name"),
+        help: "Your Android app's package name: only its Play purchases are accepted. Repeatable (env IAP_PLAY_PACKAGES, comma-separated).")
     var playPackageNames: [String] = []
+    @Option(
+        name: .customLong("play-push-audience"),
+        help:
+            "Google Play notifications: the audience of the Pub/Sub push subscription's OIDC tokens (env IAP_PLAY_PUSH_AUDIENCE; Pub/Sub's default is the push URL). Without it every push is refused."
+    )
+    var playPushAudience: String?
+    @Option(
+        name: .customLong("play-push-email"),
+        help: "The service account the push subscription authenticates as (env IAP_PLAY_PUSH_EMAIL); required with --play-push-audience.")
+    var playPushEmail: String?
+    @Option(
+        name: .customLong("play-certs-url"),
+        help: "Where the push tokens' signing keys are published, a JSON Web Key Set (env IAP_PLAY_CERTS_URL; default Google's).")
+    var playCertsURL: String?
 
     @Option(
         name: .customLong("internal-token"),
         help: "The suite's internal token (env IAP_INTERNAL_TOKEN): required by transactionInfo and transactionHistory.")
     var internalToken: String?
+
+    /// The verifier of Google Play's push tokens from the flags; nil without an audience.
+    func playPushVerifier() throws -> PlayPushTokenVerifier? {
+        guard let audience = Environment.resolve(playPushAudience, env: "IAP_PLAY_PUSH_AUDIENCE"), !audience.isEmpty else { return nil }
+        guard let email = Environment.resolve(playPushEmail, env: "IAP_PLAY_PUSH_EMAIL"), !email.isEmpty else {
+            throw ValidationError("--play-push-audience needs --play-push-email (the push subscription's service account)")
+        }
+        let certs =
+            Environment.resolve(playCertsURL, env: "IAP_PLAY_CERTS_URL").flatMap { $0.isEmpty ? nil : $0 }
+            ?? "https://www.googleapis.com/oauth2/v3/certs"
+        // Google's keys decide what is accepted: fetched only over TLS, or from this machine (the simulator).
+        guard let parsed = URL(string: certs),
+            parsed.scheme == "https" || (parsed.scheme == "http" && ["127.0.0.1", "localhost", "::1"].contains(parsed.host ?? ""))
+        else { throw ValidationError("--play-certs-url must be https (http only to this machine: 127.0.0.1 or localhost)") }
+        return PlayPushTokenVerifier(certsURL: certs, rules: PlayPushTokenRules(audience: audience, email: email))
+    }
 
     /// The App Store Server API client from the flags, for the first accepted bundle id; nil without a key.
     func appStoreAPIClient(config: VerificationConfiguration, logger: Logger) throws -> AppStoreServerAPIClient? {
@@ -237,7 +267,7 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         }
         config.revocation = try revocationChecker(logger: logger)
         config.appStoreAPI = try appStoreAPIClient(config: config, logger: logger)
-        config.playPackageNames = Set(playPackageNames.isEmpty ? Environment.list("IAP_PLAY_PACKAGE_NAMES") : playPackageNames)
+        config.playPackageNames = Set(playPackageNames.isEmpty ? Environment.list("IAP_PLAY_PACKAGES") : playPackageNames)
         if let keyFile = Environment.resolve(playServiceAccount, env: "IAP_PLAY_SERVICE_ACCOUNT"), !keyFile.isEmpty {
             let account: PlayServiceAccount
             do {
@@ -254,6 +284,7 @@ struct VerificationServiceCommand: AsyncParsableCommand {
                 playConfig.apiURL = url
             }
             config.playAPI = PlayDeveloperAPIClient(account: account, configuration: playConfig)
+            config.playPush = try playPushVerifier()
             logger.info(
                 "Google Play purchases of",
                 metadata: ["packageNames": "\(config.playPackageNames.sorted().joined(separator: ","))", "serviceAccount": "\(account.clientEmail)"])

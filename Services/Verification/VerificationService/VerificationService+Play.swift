@@ -23,9 +23,9 @@ extension VerificationService {
         guard let purchase = PlayPurchaseReading.read(answer, packageName: packageName, reference: p) else {
             throw RPCError.unavailable("Google's answer about the purchase could not be read", reason: "playAPIUnavailable")
         }
-        guard purchase.productId == p.productId else {
+        if let wanted = p.productId, purchase.productId != wanted {
             throw RPCError.invalidReceipt(
-                status: 21_003, reason: "productMismatch", detail: "the purchase token is for \(purchase.productId), not \(p.productId)")
+                status: 21_003, reason: "productMismatch", detail: "the purchase token is for \(purchase.productId), not \(wanted)")
         }
         return purchase
     }
@@ -33,13 +33,16 @@ extension VerificationService {
     public func acknowledgePlayPurchase(_ p: VerificationAcknowledgePlayPurchase.Params) async throws(RPCError) {
         let (api, packageName) = try playAPI(p.purchase)
         let r = p.purchase
+        guard let productId = r.productId else {
+            throw RPCError.invalidParams("productId is required to acknowledge", field: "productId", reason: "missingField")
+        }
         do {
             switch r.kind {
             case .product:
                 try await api.acknowledgeProduct(
-                    packageName: packageName, productId: r.productId, token: r.purchaseToken, consume: p.consume ?? false)
+                    packageName: packageName, productId: productId, token: r.purchaseToken, consume: p.consume ?? false)
             case .subscription:
-                try await api.acknowledgeSubscription(packageName: packageName, subscriptionId: r.productId, token: r.purchaseToken)
+                try await api.acknowledgeSubscription(packageName: packageName, subscriptionId: productId, token: r.purchaseToken)
             }
         } catch {
             throw playError(error)
@@ -60,7 +63,7 @@ extension VerificationService {
         }
         guard configuration.playPackageNames.contains(packageName) else {
             throw RPCError.invalidReceipt(
-                status: 21_003, reason: "packageNotAllowed", detail: "\(packageName) is not one of this server's --play-package-name")
+                status: 21_003, reason: "packageNotAllowed", detail: "\(packageName) is not one of this server's --package-name")
         }
         return (api, packageName)
     }

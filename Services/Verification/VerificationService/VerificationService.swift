@@ -39,8 +39,11 @@ public struct VerificationConfiguration: Sendable {
     public var appAppleId: Int64?
     /// Google's Play Developer API (`--play-service-account`, `--play-api-url`); nil refuses the Play methods.
     public var playAPI: PlayDeveloperAPIClient?
-    /// The Android package names whose Play purchases are accepted (`--play-package-name`); empty accepts none.
+    /// The Android package names whose Play purchases are accepted (`--package-name`); empty accepts none.
     public var playPackageNames: Set<String> = []
+    /// Checks the OIDC tokens of Google Play's Pub/Sub pushes (`--play-push-audience`, `--play-push-email`,
+    /// `--play-certs-url`); nil refuses every push (`playPushNotConfigured`).
+    public var playPush: PlayPushTokenVerifier?
 
     public init() {}
 }
@@ -541,6 +544,7 @@ public final class VerificationService: Sendable {
         }
         r.register(VerificationTransactionInfo.self) { p, _ in try await self.transactionInfo(p) }
         r.register(VerificationVerifyPlayPurchase.self) { p, _ in try await self.verifyPlayPurchase(p) }
+        r.register(VerificationVerifyPlayPush.self) { p, _ in try await self.verifyPlayPush(p) }
         r.register(VerificationAcknowledgePlayPurchase.self) { p, _ in
             try await self.acknowledgePlayPurchase(p)
             return EmptyResult()

@@ -1,0 +1,126 @@
+import Foundation
+import IAPProtocol
+import JSONRPC
+import ServiceSupport
+
+/// Google Play's real-time developer notifications (Pub/Sub pushes through the edge): verified by verification (the
+/// push's OIDC token), recorded in the same inbox as Apple's notifications by `messageId` BEFORE the push is answered,
+/// then processed state-based: a notification is only news that a purchase changed, so Google is asked for the purchase
+/// as it is now, and the purchase here is brought to that (granted to the account the app bound it to, renewed, revoked
+/// with the same debt rules as an App Store refund) by `NotificationRules`, exactly as an Apple notification with Apple's
+/// current word. Any number of deliveries, in any order, end the same.
+public struct PlayNotifications: FulfillmentPart {
+    let service: FulfillmentService
+
+    /// The inbox key of a push: its Pub/Sub message id, apart from Apple's UUIDs.
+    static let keyPrefix = "googlePlay:"
+
+    static func isPlay(_ entry: InboxEntry) -> Bool { entry.notificationUUID.hasPrefix(keyPrefix) }
+
+    public func receive(_ p: PlayPushDelivery) async throws(RPCError) -> FulfillmentReceiveNotification.Result {
+        // Only the edge's Google Play route hands pushes over.
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
+        let push = try await dependencies.verifyPlayPush(p)
+        let key = Self.keyPrefix + push.messageId
+        let now = clock.nowMs
+        let entry = InboxEntry(
+            notificationUUID: key, notificationType: Self.typeName(push), subtype: nil, signedDateMs: push.eventTimeMs,
+            signedPayload: p.body, notification: (try? JSONByteEncoder.encode(push)) ?? [], receivedAtMs: now,
+            // Leased to this call: the inbox worker leaves it alone while it is processed here, and takes it if this process dies.
+            nextAttemptAtMs: now + configuration.inboxLeaseMs, originalTransactionId: push.purchaseToken)
+        let recorded = try await storeCall { try await self.store.recordNotification(entry) }
+        guard recorded.isNew else {
+            return .init(notificationUUID: key, state: recorded.entry.state, firstDelivery: false)
+        }
+        if p.processLater == true {
+            if case .dropped = service.laterQueue.yield(entry) {
+                try? await store.settleNotification(key, state: .pending, attempts: 0, nextAttemptAtMs: now, lastError: nil, nowMs: now)
+            }
+            return .init(notificationUUID: key, state: .pending, firstDelivery: true)
+        }
+        return .init(notificationUUID: key, state: await service.notifications.process(entry), firstDelivery: true)
+    }
+
+    /// The inbox's `notificationType` of a push: `googlePlay.subscription.4`, `googlePlay.voidedPurchase`, ...
+    static func typeName(_ push: VerifiedPlayPush) -> String {
+        "googlePlay.\(push.kind.rawValue)" + (push.notificationType.map { ".\($0)" } ?? "")
+    }
+
+    /// What `NotificationRules` decides from: Google's current word about the purchase the push names, the catalog's rule,
+    /// and the account (the purchase's owner here, else the owner of the purchase it replaced, else the account whose
+    /// appAccountToken the app passed as obfuscatedAccountId).
+    func facts(_ entry: InboxEntry) async throws(RPCError) -> NotificationRules.Facts {
+        let push: VerifiedPlayPush
+        do {
+            push = try JSONDecoder().decode(VerifiedPlayPush.self, from: Data(entry.notification))
+        } catch {
+            return Self.ignored("the recorded push could not be read")
+        }
+        guard let token = push.purchaseToken, [.subscription, .oneTimeProduct, .voidedPurchase].contains(push.kind) else {
+            return Self.ignored(push.kind == .test ? "a test notification" : "not about a purchase this version knows")
+        }
+        if push.kind == .voidedPurchase, push.refundType == 2 {
+            // Google's partial refunds return some units of a multi-quantity purchase; the rest stays the customer's.
+            logger.warning("a partial refund of a Google Play purchase is not applied here", metadata: ["purchaseToken": "\(token)"])
+            return Self.ignored("a quantity-based partial refund: not applied automatically (see the support console)")
+        }
+        let subscription = push.kind == .subscription || (push.kind == .voidedPurchase && push.productType == 1)
+        // What the push does not name, the records here do (a voided purchase names no product; Google no longer sends a
+        // subscription's id): nothing recorded and nothing named is a purchase never granted here.
+        var productId = push.productId
+        if productId == nil {
+            productId =
+                subscription
+                ? try await storeCall { try await self.store.entitlement(originalTransactionId: token)?.productId }
+                : try await storeCall { try await self.store.processed(transactionId: push.orderId ?? token)?.productId }
+        }
+        guard productId != nil || subscription else { return Self.ignored("a purchase never granted here") }
+        guard let internalToken = configuration.internalToken else {
+            throw RPCError(code: .unavailable, message: "Google Play needs the internal token on fulfillment", reason: .playAPINotConfigured)
+        }
+        let play: VerifiedPlayPurchase
+        do {
+            play = try await dependencies.verifyPlayPurchase(
+                PlayPurchaseReference(
+                    internalToken: internalToken, packageName: push.packageName, productId: productId, purchaseToken: token,
+                    kind: subscription ? .subscription : .product))
+        } catch  where error.knownCode.map({ [.notFound, .invalidReceipt, .invalidParams].contains($0) }) ?? false {
+            return Self.ignored("Google does not know the purchase (\(error.data.reason))")
+        }
+        let now = clock.nowMs
+        var purchase = VerifiedPurchase(play: play, catalogProductId: play.productId, nowMs: now)
+        let revokedByGoogle = push.kind == .voidedPurchase || (push.notificationType == 12 && push.kind == .subscription)
+        if subscription, revokedByGoogle, !play.entitles {
+            // A subscription's refund (voidedPurchaseNotification, authenticated by its token) or revocation, which Google's
+            // answer confirms: its order is taken back as an App Store refund is.
+            if let order = push.orderId { purchase.transactionId = order }
+            purchase.cancellationDateMs = push.eventTimeMs ?? now
+        } else if !play.entitles && purchase.cancellationDateMs == nil {
+            // Expired, on hold, paused, pending: gives nothing now, and what was granted ends when it was granted to end.
+            return Self.ignored("Google's state is \(play.state): nothing to grant or take back")
+        }
+        var facts = NotificationRules.Facts(
+            disposition: .bringToAppleState, type: .unknown("googlePlay"), snapshot: nil, current: purchase, signedDateMs: entry.signedDateMs,
+            scope: configuration.sandboxPolicy.scope(forEnvironment: purchase.environment))
+        if purchase.cancellationDateMs == nil || purchase.transactionId != purchase.originalTransactionId {
+            facts.rule = try await service.grantRules(for: [purchase.productId])[purchase.productId]
+        }
+        guard purchase.cancellationDateMs == nil else { return facts }
+        // An upgrade, downgrade or re-signup: the same customer's purchase history; the plan it replaces ends (for the same
+        // account only: `NotificationRules`).
+        facts.replacedOriginal = play.linkedPurchaseToken
+        guard try await storeCall({ try await self.store.owner(originalTransactionId: token) }) == nil else { return facts }
+        if let linked = play.linkedPurchaseToken, purchase.appAccountToken == nil,
+            let owner = try await storeCall({ try await self.store.owner(originalTransactionId: linked) })
+        {
+            facts.tokenAccountId = owner.accountId
+        } else if let appAccountToken = purchase.appAccountToken {
+            facts.tokenAccountId = try await dependencies.account(appAccountToken: appAccountToken, internalToken: internalToken)
+        }
+        return facts
+    }
+
+    static func ignored(_ reason: String) -> NotificationRules.Facts {
+        NotificationRules.Facts(disposition: .ignore(reason), type: .unknown("googlePlay"), snapshot: nil)
+    }
+}

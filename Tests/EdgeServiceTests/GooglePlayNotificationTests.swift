@@ -1,0 +1,162 @@
+import Foundation
+import FulfillmentService
+import IAPProtocol
+import JSONRPC
+import PlaySimulator
+import RPCTransport
+import SuiteTestSupport
+import Testing
+
+/// Google Play's real-time developer notifications end to end: the Play simulator pushes them as Pub/Sub would (each
+/// with an OIDC token its Google-shaped key signs) to the edge's `POST /v1/notifications/googleplay`; verification checks
+/// the token against the simulator's certs URL; fulfillment records the message by its id and brings the purchase to
+/// what the simulator (as Google's Play Developer API) says now. One test at a time: each starts a whole suite.
+@Suite(.serialized) struct GooglePlayNotificationTests {
+    static func redeem(_ suite: SuiteFixture, _ session: String, _ purchases: [GooglePlayPurchase]) async throws -> RedeemResult {
+        try await suite.fulfillment.call(FulfillmentRedeem.self, .init(session: session, googlePlay: purchases))
+    }
+
+    static func playRows(_ suite: SuiteFixture) async throws -> [NotificationSummary] {
+        try await suite.fulfillment.call(FulfillmentListNotifications.self, .init(adminToken: SuiteFixture.adminToken, limit: 100))
+            .notifications.filter { $0.notificationUUID.hasPrefix("googlePlay:") }
+    }
+
+    /// A Pub/Sub push body carrying `notification` as its data.
+    static func pushBody(_ notification: [String: Any], messageId: String) throws -> String {
+        let data = try JSONSerialization.data(withJSONObject: notification).base64EncodedString()
+        return #"{"message":{"data":"\#(data)","messageId":"\#(messageId)","attributes":{}},"subscription":"projects/p/subscriptions/s"}"#
+    }
+
+    @Test func aPurchaseWhoseNotificationArrivesFirstIsGrantedOnceToTheAccountTheAppBoundItTo() async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, _ in
+            let ann = try await suite.register("ann")
+            let bought = try await play.buy("coins.100", accountToken: ann.appAccountToken)
+            // The push comes before the app redeems (the app was killed after paying): Ann has her coins anyway.
+            // (The simulator pushes on its own right after the purchase; `deliver` returns once every push due has its answer.)
+            #expect(try await play.deliver().pending == 0)
+            #expect(try await suite.balance(ann.session) == 100)
+            #expect(try await Self.playRows(suite).map(\.state) == [.applied])
+            // Then the app redeems it: nothing more.
+            let redeemed = try await Self.redeem(suite, ann.session, [.init(productId: "coins.100", purchaseToken: bought.purchaseToken)])
+            #expect(redeemed.results.map(\.outcome) == [.alreadyGranted] && redeemed.balance == 100)
+            // Consumed at Google through the outbox, as after a redeem.
+            _ = try await suite.service.outbox.deliverOutbox()
+            #expect(try await play.purchase(bought.purchaseToken).consumed)
+            // A purchase bound to no account is left for the redeem of whoever holds its token.
+            let unbound = try await play.buy("coins.100", accountToken: nil)
+            _ = try await play.deliver()
+            #expect(try await Self.playRows(suite).filter { $0.state == .ignored }.count == 1)
+            let bob = try await suite.register("bob")
+            let bobs = try await Self.redeem(suite, bob.session, [.init(productId: "coins.100", purchaseToken: unbound.purchaseToken)])
+            #expect(bobs.results.map(\.outcome) == [.granted] && bobs.balance == 100)
+            #expect(try await suite.balance(ann.session) == 100)
+        }
+    }
+
+    @Test func aPushWithAForgedExpiredWrongAudienceOrWrongEmailTokenIsRefusedAndChangesNothing() async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, base in
+            let url = base + "/v1/notifications/googleplay"
+            // The simulator pushes with another audience than verification expects.
+            try await play.pushTo(url, audience: "https://elsewhere.example.com/push")
+            let ann = try await suite.register("ann")
+            let bought = try await play.buy("coins.100", accountToken: ann.appAccountToken)
+            let body = try Self.pushBody(
+                [
+                    "version": "1.0", "packageName": PlayStand.packageName, "eventTimeMillis": "1",
+                    "oneTimeProductNotification": [
+                        "version": "1.0", "notificationType": 1, "purchaseToken": bought.purchaseToken, "sku": "coins.100",
+                    ],
+                ], messageId: "4242")
+            let now = Int64(Date().timeIntervalSince1970)
+            let accounts = play.simulator.accounts
+            let good = try accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: now)
+            // Without a token; a token whose claims were changed after signing (another audience); one issued two hours
+            // ago; one signed for another audience; one for another service account: all refused, nothing recorded.
+            #expect(try await EdgeTests.post(url, body).status == 401)
+            let parts = good.split(separator: ".")
+            let otherClaims = Data(
+                #"{"iss":"https://accounts.google.com","aud":"x","email":"e","email_verified":true,"iat":1,"exp":9999999999}"#.utf8
+            )
+            .base64EncodedString().replacingOccurrences(of: "=", with: "").replacingOccurrences(of: "+", with: "-")
+            .replacingOccurrences(of: "/", with: "_")
+            for bearer in [
+                "\(parts[0]).\(otherClaims).\(parts[2])",
+                try accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: now - 7_200),
+                try accounts.pushToken(audience: "https://elsewhere.example.com/push", nowSeconds: now),
+                try accounts.pushToken(audience: PlayStand.pushAudience, email: "intruder@evil.iam.gserviceaccount.com", nowSeconds: now),
+            ] {
+                #expect(try await EdgeTests.post(url, body, bearer: bearer).status == 403)
+            }
+            #expect(try await Self.playRows(suite).isEmpty)
+            #expect(try await suite.balance(ann.session) == 0)
+            // The simulator pushing with the wrong audience, then the wrong email: refused, so Pub/Sub keeps the message.
+            #expect(try await play.deliver().pending == 1)
+            try await play.pushTo(url, email: "intruder@evil.iam.gserviceaccount.com")
+            #expect(try await play.deliver().pending == 1)
+            #expect(try await Self.playRows(suite).isEmpty)
+            #expect(try await suite.balance(ann.session) == 0)
+            // Configured right again: the kept message arrives, once; the well-signed one posted by hand is accepted too,
+            // and grants nothing more (state-based, exactly once).
+            try await play.pushTo(url)
+            // (Pub/Sub backs off after refusals: two minutes later the message is due again.)
+            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 120))
+            #expect(try await play.deliver().pending == 0)
+            #expect(try await EdgeTests.post(url, body, bearer: good).status == 200)
+            #expect(try await EdgeTests.post(url, body, bearer: good).status == 200)
+            #expect(try await suite.balance(ann.session) == 100)
+            #expect(try await Self.playRows(suite).count == 2)
+        }
+    }
+
+    @Test func aVoidAfterSpendingLeavesDebtAndARevokedSubscriptionEnds() async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, _ in
+            let ann = try await suite.register("ann")
+            let coins = try await play.buy("coins.100", accountToken: ann.appAccountToken)
+            _ = try await play.deliver()
+            _ = try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: ann.session, amount: 60, idempotencyKey: "sword"))
+            // Refunded in Play Console after 60 were spent: 40 taken back, 60 owed.
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: coins.purchaseToken))
+            #expect(try await play.deliver().pending == 0)
+            let wallet = try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: ann.session))
+            #expect(wallet.balance == 0 && wallet.owed == 60)
+            // Delivered again (Pub/Sub's at-least-once): nothing more.
+            #expect(try await suite.store.ledgerMismatches().isEmpty)
+            // A subscription, then refunded and revoked: its access ends.
+            let sub = try await play.buy("sub.premium", accountToken: ann.appAccountToken, basePlanId: "monthly")
+            _ = try await play.deliver()
+            #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["premium"])
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: sub.purchaseToken))
+            #expect(try await play.deliver().pending == 0)
+            #expect(try await suite.entitlements(ann.session).isEmpty)
+        }
+    }
+
+    @Test func anUpgradeGrantsTheNewPlanAndEndsTheOldOneOnceAndATestPurchaseStaysInSandbox() async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, _ in
+            let ann = try await suite.register("ann")
+            let basic = try await play.buy("sub.basic", accountToken: ann.appAccountToken, basePlanId: "monthly")
+            _ = try await play.deliver()
+            #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["basic"])
+            // Upgraded on the phone: a new purchase token linked to the old one, which Google ends.
+            let premium = try await play.client.call(
+                PlayPurchaseProduct.self,
+                .init(
+                    packageName: PlayStand.packageName, productId: "sub.premium", basePlanId: "monthly",
+                    obfuscatedExternalAccountId: ann.appAccountToken, linkedPurchaseToken: basic.purchaseToken))
+            _ = try await play.deliver()
+            suite.clock.advance(ms: 1_000)
+            #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["premium"])
+            // Redeemed as well by the app, and pushed again: the old plan ended once.
+            _ = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: premium.purchaseToken)])
+            let events = try await suite.fulfillment.call(
+                FulfillmentListEvents.self, .init(adminToken: SuiteFixture.adminToken, accountId: ann.accountId))
+            #expect(events.events.filter { $0.type == .subscriptionExpired }.count == 1)
+            #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["premium"])
+            // A license tester's purchase, notified first: Sandbox only.
+            _ = try await play.buy("coins.100", accountToken: ann.appAccountToken, test: true)
+            _ = try await play.deliver()
+            #expect(try await suite.balance(ann.session, .production) == 0)
+            #expect(try await suite.balance(ann.session, .sandbox) == 100)
+        }
+    }
+}
