@@ -23,7 +23,7 @@ public enum ContractMethods {
         .init(VerificationExtendRenewalDate.self), .init(VerificationFinishTransaction.self), .init(VerificationVerifyAppTransaction.self),
         .init(VerificationAppTransactionInfo.self), .init(VerificationMassExtendRenewalDate.self), .init(VerificationMassExtensionStatus.self),
         .init(VerificationVerifyRealtimeRequest.self), .init(VerificationVerifyPlayPurchase.self), .init(VerificationAcknowledgePlayPurchase.self),
-        .init(VerificationVerifyPlayPush.self),
+        .init(VerificationVerifyPlayPush.self), .init(VerificationPlayVoidedPurchases.self),
     ]
     public static let fulfillment: [OpenRPCMethodDescription] = [
         .init(FulfillmentRedeem.self), .init(FulfillmentRestore.self), .init(FulfillmentGetEntitlements.self),

@@ -138,10 +138,13 @@ public enum FulfillmentReconcile: RPCMethod {
         public var notificationHistory: Bool?
         /// Sweep subscription statuses (default true).
         public var subscriptionStatuses: Bool?
-        public init(adminToken: String, notificationHistory: Bool? = nil, subscriptionStatuses: Bool? = nil) {
+        /// Read Google Play's voided purchases (default true; nothing when verification has no Play service account).
+        public var googlePlay: Bool?
+        public init(adminToken: String, notificationHistory: Bool? = nil, subscriptionStatuses: Bool? = nil, googlePlay: Bool? = nil) {
             self.adminToken = adminToken
             self.notificationHistory = notificationHistory
             self.subscriptionStatuses = subscriptionStatuses
+            self.googlePlay = googlePlay
         }
     }
     public struct Result: Codable, Sendable, Equatable {
@@ -152,16 +155,26 @@ public enum FulfillmentReconcile: RPCMethod {
         public var subscriptionsChecked: Int
         /// Subscriptions whose entitlement or renewal state changed from what Apple answered.
         public var subscriptionsUpdated: Int
-        public init(notificationsSeen: Int, notificationsTakenIn: Int, subscriptionsChecked: Int, subscriptionsUpdated: Int) {
+        /// Google Play purchases Google lists as voided in the window read.
+        public var playVoidsSeen: Int
+        /// Of those, the ones not yet taken back here (now recorded in the inbox and processed).
+        public var playVoidsTakenIn: Int
+        public init(
+            notificationsSeen: Int, notificationsTakenIn: Int, subscriptionsChecked: Int, subscriptionsUpdated: Int, playVoidsSeen: Int = 0,
+            playVoidsTakenIn: Int = 0
+        ) {
             self.notificationsSeen = notificationsSeen
             self.notificationsTakenIn = notificationsTakenIn
             self.subscriptionsChecked = subscriptionsChecked
             self.subscriptionsUpdated = subscriptionsUpdated
+            self.playVoidsSeen = playVoidsSeen
+            self.playVoidsTakenIn = playVoidsTakenIn
         }
     }
     public static let name = "fulfillment.reconcile"
     public static let access = RPCAccess.admin
-    public static let summary = "Take in notifications the inbox missed (Notification History) and check stale subscriptions at Apple."
+    public static let summary =
+        "Take in notifications the inbox missed (Apple's Notification History, Google Play's voided purchases) and check stale subscriptions at Apple."
 }
 
 /// One administrator action, as the audit log keeps it.

@@ -178,3 +178,48 @@ public enum VerificationVerifyPlayPush: RPCMethod {
     public static let summary =
         "Check a Google Play real-time developer notification's Pub/Sub push: its OIDC token (Google's keys, issuer, audience, email, age), then its message."
 }
+
+/// A purchase Google lists as voided (refunded, charged back, revoked; voidedpurchases.list).
+public struct PlayVoidedPurchase: Codable, Sendable, Equatable {
+    public var packageName: String
+    public var purchaseToken: String
+    /// The voided order (a subscription's renewal has its own).
+    public var orderId: String?
+    public var voidedTimeMs: Int64
+    /// A quantity-based partial refund: how many units.
+    public var voidedQuantity: Int?
+    public init(packageName: String, purchaseToken: String, orderId: String?, voidedTimeMs: Int64, voidedQuantity: Int? = nil) {
+        self.packageName = packageName
+        self.purchaseToken = purchaseToken
+        self.orderId = orderId
+        self.voidedTimeMs = voidedTimeMs
+        self.voidedQuantity = voidedQuantity
+    }
+}
+
+public enum VerificationPlayVoidedPurchases: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        public var internalToken: String
+        /// The oldest voided time wanted (Google keeps 30 days; older is read as 30 days ago).
+        public var startTimeMs: Int64
+        /// The previous answer's `nextPageToken` (opaque).
+        public var pageToken: String?
+        public init(internalToken: String, startTimeMs: Int64, pageToken: String? = nil) {
+            self.internalToken = internalToken
+            self.startTimeMs = startTimeMs
+            self.pageToken = pageToken
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        public var voidedPurchases: [PlayVoidedPurchase]
+        /// More to read (the next page, or the next package name's).
+        public var nextPageToken: String?
+        public init(voidedPurchases: [PlayVoidedPurchase], nextPageToken: String?) {
+            self.voidedPurchases = voidedPurchases
+            self.nextPageToken = nextPageToken
+        }
+    }
+    public static let name = "verification.playVoidedPurchases"
+    public static let access = RPCAccess.internal
+    public static let summary = "Google Play purchases voided since a time, for every accepted package name, a page at a time (voidedpurchases.list)."
+}

@@ -121,6 +121,17 @@ public final class PlayDeveloperAPIClient: Sendable {
             body: .object([:]))
     }
 
+    /// purchases.voidedpurchases.list: one-time purchases and subscriptions (`type=1`) voided since `startTimeMs` (Google keeps
+    /// 30 days), quantity-based partial refunds included, 1,000 a page; `pageToken` from the previous page's
+    /// `tokenPagination.nextPageToken`.
+    public func voidedPurchases(packageName: String, startTimeMs: Int64, pageToken: String?) async throws -> JSONValue {
+        var url =
+            "\(applications(packageName))/purchases/voidedpurchases?startTime=\(startTimeMs)&type=1&maxResults=1000"
+            + "&includeQuantityBasedPartialRefund=true"
+        if let pageToken { url += "&token=\(Self.escaped(pageToken))" }
+        return try await call(.GET, url) ?? .object([:])
+    }
+
     func applications(_ packageName: String) -> String {
         "\(configuration.apiURL.hasSuffix("/") ? String(configuration.apiURL.dropLast()) : configuration.apiURL)/androidpublisher/v3/applications/\(Self.escaped(packageName))"
     }

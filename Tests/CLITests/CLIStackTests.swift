@@ -174,6 +174,7 @@ import Testing
         "verification.verifyNotification": ["verify", "notification"],
         "verification.verifyPlayPurchase": ["verify", "play-purchase"], "verification.acknowledgePlayPurchase": ["verify", "play-acknowledge"],
         "verification.verifyPlayPush": ["verify", "play-push"], "fulfillment.receivePlayNotification": ["receive-play-notification"],
+        "verification.playVoidedPurchases": ["verify", "play-voided"],
         "fulfillment.redeem": ["redeem"], "fulfillment.restore": ["restore"], "fulfillment.getEntitlements": ["entitlements"],
         "fulfillment.getBalance": ["balance"], "fulfillment.spendCoins": ["spend"], "fulfillment.listLedger": ["ledger"],
         "fulfillment.listContent": ["content", "list"], "fulfillment.readContent": ["content", "download"],

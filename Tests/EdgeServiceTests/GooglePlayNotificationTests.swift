@@ -4,6 +4,7 @@ import IAPProtocol
 import JSONRPC
 import PlaySimulator
 import RPCTransport
+import ServiceSupport
 import SuiteTestSupport
 import Testing
 
@@ -144,7 +145,8 @@ import Testing
                     packageName: PlayStand.packageName, productId: "sub.premium", basePlanId: "monthly",
                     obfuscatedExternalAccountId: ann.appAccountToken, linkedPurchaseToken: basic.purchaseToken))
             _ = try await play.deliver()
-            suite.clock.advance(ms: 1_000)
+            // The suite's clock past the moment of the upgrade (it started with the suite; the test takes seconds under load).
+            suite.clock.advance(ms: max(1_000, ServiceClock.system.nowMs - suite.clock.clock.nowMs + 1_000))
             #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["premium"])
             // Redeemed as well by the app, and pushed again: the old plan ended once.
             _ = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: premium.purchaseToken)])
@@ -157,6 +159,41 @@ import Testing
             _ = try await play.deliver()
             #expect(try await suite.balance(ann.session, .production) == 0)
             #expect(try await suite.balance(ann.session, .sandbox) == 100)
+        }
+    }
+
+    @Test func droppedAndDuplicatedPushesStillEndWithEveryVoidAppliedOnceWithReconciliation() async throws {
+        try await EdgeFixture.withPlayEdge(configure: { $0.appleCallBurst = 100 }) { suite, play, _ in
+            let ann = try await suite.register("ann")
+            let bob = try await suite.register("bob")
+            var bought: [(session: String, token: String, order: String)] = []
+            for i in 0..<12 {
+                let who = i % 2 == 0 ? ann : bob
+                let purchase = try await play.buy("coins.100", accountToken: who.appAccountToken)
+                bought.append((who.session, purchase.purchaseToken, try #require(purchase.orderIds.first)))
+            }
+            _ = try await play.deliver()
+            #expect(try await [suite.balance(ann.session), suite.balance(bob.session)] == [600, 600])
+            // Pub/Sub loses 30% of the refunds' pushes and sends 10% twice.
+            _ = try await play.client.call(PlaySetPushFault.self, .init(dropPercent: 30, duplicatePercent: 10))
+            for purchase in bought { _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: purchase.token)) }
+            _ = try await play.deliver()
+            // Reconciliation reads Google's voided purchases: whatever the pushes missed is taken back now.
+            let reconciled = try await suite.fulfillment.call(
+                FulfillmentReconcile.self, .init(adminToken: SuiteFixture.adminToken, notificationHistory: false, subscriptionStatuses: false))
+            #expect(reconciled.playVoidsSeen == 12)
+            #expect(try await [suite.balance(ann.session), suite.balance(bob.session)] == [0, 0])
+            // The lost pushes arrive at last (Pub/Sub retries for days): nothing more is taken.
+            _ = try await play.client.call(PlaySetPushFault.self, .init())
+            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 3_600))
+            #expect(try await play.deliver().pending == 0)
+            _ = try await suite.fulfillment.call(FulfillmentReconcile.self, .init(adminToken: SuiteFixture.adminToken, notificationHistory: false))
+            for session in [ann.session, bob.session] {
+                let reversals = try await suite.ledger(session).filter { $0.kind == .reversal }
+                #expect(reversals.count == 6 && Set(reversals.compactMap(\.transactionId)).count == 6)
+            }
+            #expect(try await [suite.balance(ann.session), suite.balance(bob.session)] == [0, 0])
+            #expect(try await suite.store.ledgerMismatches().isEmpty)
         }
     }
 }

@@ -159,6 +159,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func settleWebhook(_ settlement: WebhookSettlement, nowMs: Int64) async throws { throw InMemoryUnsupported() }
     func releaseWebhookItem(_ item: OutboxItem, nowMs: Int64) async throws {}
 
+    func playAcknowledgementsOwed(createdBeforeMs: Int64) async throws -> (count: Int, oldestCreatedAtMs: Int64?) { (0, nil) }
     func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) {
         let items = try await dueOutbox(nowMs: 0, limit: limit)
         return (items, ledger.withLockedValue { $0.finishes.count + $0.consumptionAnswers.count }, items.isEmpty ? nil : 0)

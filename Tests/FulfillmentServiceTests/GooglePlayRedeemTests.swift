@@ -195,3 +195,31 @@ extension GooglePlayRedeemTests {
         }
     }
 }
+
+extension GooglePlayRedeemTests {
+    @Test func googlesThreeDayRefundNeverReachesAPurchaseGrantedHereAndAnAcknowledgementOwedForADayIsCounted() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            let granted = try await play.buy("coins.100", accountToken: ann.appAccountToken)
+            let forgotten = try await play.buy("coins.100", accountToken: ann.appAccountToken)  // the app never redeems it
+            _ = try await Self.redeem(suite, ann.session, [.init(productId: "coins.100", purchaseToken: granted.purchaseToken)])
+            // Google is unavailable for the first delivery (two attempts): the consumption stays owed.
+            _ = try await play.client.call(PlaySetFault.self, .init(mode: .http503, count: 2))
+            _ = try await suite.service.outbox.deliverOutbox()
+            #expect(try await !play.purchase(granted.purchaseToken).consumed)
+            // A day later it is still owed: the alarm's count (iap_play_acknowledgements_overdue) says so.
+            suite.clock.advance(ms: 86_400_000 + 60_000)
+            let day = suite.clock.clock.nowMs - 86_400_000
+            #expect(try await suite.store.playAcknowledgementsOwed(createdBeforeMs: day).count == 1)
+            // Google answers again: delivered, and nothing is owed any more.
+            _ = try await suite.service.outbox.deliverOutbox()
+            #expect(try await play.purchase(granted.purchaseToken).consumed)
+            #expect(try await suite.store.playAcknowledgementsOwed(createdBeforeMs: day).count == 0)
+            // Three days on, Google refunds what nobody acknowledged, never what the suite granted.
+            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 3 * 86_400 + 3_600))
+            #expect(try await play.purchase(forgotten.purchaseToken).state == "canceled")
+            #expect(try await play.purchase(granted.purchaseToken).state == "purchased")
+        }
+    }
+}

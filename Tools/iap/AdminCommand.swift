@@ -32,19 +32,23 @@ struct AdminCommand: AsyncParsableCommand {
 
     struct Reconcile: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "fulfillment.reconcile: take in notifications the inbox missed (Notification History) and check stale subscriptions at Apple.")
+            abstract:
+                "fulfillment.reconcile: take in notifications the inbox missed (Notification History, Google Play's voided purchases) and check stale subscriptions at Apple."
+        )
         @Flag(name: .customLong("no-history"), help: "Skip Notification History.") var noHistory = false
         @Flag(name: .customLong("no-statuses"), help: "Skip the subscription status sweep.") var noStatuses = false
+        @Flag(name: .customLong("no-play"), help: "Skip Google Play's voided purchases.") var noPlay = false
         @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
             let token = try admin.resolved()
             await ServiceCall(options: client).run(
                 .fulfillment, FulfillmentReconcile.self,
-                .init(adminToken: token, notificationHistory: !noHistory, subscriptionStatuses: !noStatuses)
+                .init(adminToken: token, notificationHistory: !noHistory, subscriptionStatuses: !noStatuses, googlePlay: !noPlay)
             ) {
                 "notifications: \($0.notificationsSeen) listed by Apple, \($0.notificationsTakenIn) taken in; "
-                    + "subscriptions: \($0.subscriptionsChecked) checked, \($0.subscriptionsUpdated) updated"
+                    + "subscriptions: \($0.subscriptionsChecked) checked, \($0.subscriptionsUpdated) updated; "
+                    + "Google Play voids: \($0.playVoidsSeen) listed, \($0.playVoidsTakenIn) taken in"
             }
         }
     }

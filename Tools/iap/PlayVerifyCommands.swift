@@ -70,6 +70,27 @@ extension VerifyCommand {
     }
 }
 
+extension VerifyCommand {
+    struct PlayVoided: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "play-voided", abstract: "verification.playVoidedPurchases: Google Play purchases voided since a time (one page).")
+        @Option(help: "Since this many hours ago (Google keeps 30 days).") var hours: Int64 = 24
+        @Option(help: "The previous page's next page token.") var page: String?
+        @OptionGroup var token: InternalTokenOption
+        @OptionGroup var client: ClientOptions
+        func run() async throws {
+            let since = Int64(Date().timeIntervalSince1970 * 1000) - hours * 3_600_000
+            await ServiceCall(options: client).run(
+                .verification, VerificationPlayVoidedPurchases.self, .init(internalToken: try token.resolved(), startTimeMs: since, pageToken: page)
+            ) { r in
+                (r.voidedPurchases.map { "\($0.packageName) order \($0.orderId ?? "-") token \($0.purchaseToken)" } + [
+                    r.nextPageToken.map { "more: --page \($0)" } ?? "\(r.voidedPurchases.count) voided"
+                ]).joined(separator: "\n")
+            }
+        }
+    }
+}
+
 /// `iap receive-play-notification`: what the edge's Google Play route does with a push.
 struct ReceivePlayNotificationCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -53,6 +53,8 @@ public protocol FulfillmentDependencies: Sendable {
     func acknowledgePlayPurchase(_ params: VerificationAcknowledgePlayPurchase.Params) async throws(RPCError)
     /// A Google Play notification's Pub/Sub push verified (its OIDC token) and read, through verification (internal).
     func verifyPlayPush(_ params: PlayPushDelivery) async throws(RPCError) -> VerifiedPlayPush
+    /// Google Play purchases voided since a time, a page at a time, through verification (internal).
+    func playVoidedPurchases(_ params: VerificationPlayVoidedPurchases.Params) async throws(RPCError) -> VerificationPlayVoidedPurchases.Result
 }
 
 /// The three services fulfillment calls, each with a bounded deadline per call. A dependency that is
@@ -134,6 +136,12 @@ public struct Dependencies: FulfillmentDependencies {
 
     public func verifyPlayPush(_ params: PlayPushDelivery) async throws(RPCError) -> VerifiedPlayPush {
         try await call("verification", verification, VerificationVerifyPlayPush.self, params, passThrough: [.invalidReceipt])
+    }
+
+    public func playVoidedPurchases(_ params: VerificationPlayVoidedPurchases.Params) async throws(RPCError)
+        -> VerificationPlayVoidedPurchases.Result
+    {
+        try await call("verification", verification, VerificationPlayVoidedPurchases.self, params)
     }
 
     public func transactionInfo(_ transactionId: String, internalToken: String) async throws(RPCError)
@@ -279,6 +287,11 @@ extension FulfillmentDependencies {
         throw RPCError(code: .unavailable, message: "no Google Play here", reason: .playAPINotConfigured)
     }
     public func verifyPlayPush(_ params: PlayPushDelivery) async throws(RPCError) -> VerifiedPlayPush {
+        throw RPCError(code: .unavailable, message: "no Google Play here", reason: .playAPINotConfigured)
+    }
+    public func playVoidedPurchases(_ params: VerificationPlayVoidedPurchases.Params) async throws(RPCError)
+        -> VerificationPlayVoidedPurchases.Result
+    {
         throw RPCError(code: .unavailable, message: "no Google Play here", reason: .playAPINotConfigured)
     }
 }

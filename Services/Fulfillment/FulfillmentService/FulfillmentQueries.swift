@@ -174,6 +174,13 @@ struct FulfillmentQueries {
         return (items, try summary?.get("total") ?? 0, try summary?.get("oldest"))
     }
 
+    func playAcknowledgementsOwed(createdBeforeMs: Int64) throws -> (count: Int, oldestCreatedAtMs: Int64?) {
+        let row = try s.row(
+            "SELECT COUNT(*) AS total, MIN(created_at_ms) AS oldest FROM outbox WHERE kind = 'playAcknowledge' AND created_at_ms < ?1",
+            createdBeforeMs)
+        return (try row?.get("total") ?? 0, try row?.get("oldest"))
+    }
+
     static func outboxItem(_ row: SQLRow) throws -> OutboxItem {
         OutboxItem(
             id: try row.get("id"), kind: try row.get("kind"), key: try row.get("item_key"), payload: try row.get("payload"),

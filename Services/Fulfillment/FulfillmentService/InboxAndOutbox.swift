@@ -48,4 +48,8 @@ extension OutboxStorage where Self: FulfillmentDatabase {
     public func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) {
         try await read { s in try FulfillmentQueries(s).outbox(limit: limit) }
     }
+
+    public func playAcknowledgementsOwed(createdBeforeMs: Int64) async throws -> (count: Int, oldestCreatedAtMs: Int64?) {
+        try await read { s in try FulfillmentQueries(s).playAcknowledgementsOwed(createdBeforeMs: createdBeforeMs) }
+    }
 }

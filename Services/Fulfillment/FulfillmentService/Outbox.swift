@@ -57,6 +57,8 @@ public protocol OutboxStorage: Sendable {
     /// The items, oldest first (at most `limit`); how many are owed to Apple, and when the oldest of those was written
     /// (webhook deliveries are listed, but counted by their endpoints' backlog).
     func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?)
+    /// Google Play acknowledgements still owed that were written before `createdBeforeMs`: how many, and the oldest's time.
+    func playAcknowledgementsOwed(createdBeforeMs: Int64) async throws -> (count: Int, oldestCreatedAtMs: Int64?)
 }
 
 /// When a failed delivery is tried again: 5 s, doubling, then every hour for as long as it takes. Nothing is given up.

@@ -142,12 +142,20 @@ public struct OutboxDelivery: FulfillmentPart {
         try await dependencies.setAppAccountToken(originalTransactionId: item.key, appAccountToken: item.payload, internalToken: internalToken)
     }
 
-    private func recordOutboxGauges() async {
+    func recordOutboxGauges() async {
         guard let listing = try? await store.outbox(limit: 0) else { return }
         Gauge(label: "iap_outbox_items").record(listing.total)
         let age = listing.oldestCreatedAtMs.map { max(0, clock.nowMs - $0) } ?? 0
         Gauge(label: "iap_outbox_oldest_age_seconds").record(Double(age) / 1000)
+        // The alarm: Google refunds and revokes a purchase not acknowledged within three days; one still owed after a day
+        // means Google has been refusing or unreachable for a day.
+        if let overdue = try? await store.playAcknowledgementsOwed(createdBeforeMs: clock.nowMs - Self.playAcknowledgementAlarmMs) {
+            Gauge(label: "iap_play_acknowledgements_overdue").record(overdue.count)
+        }
     }
+
+    /// How old an owed Google Play acknowledgement is before it counts in `iap_play_acknowledgements_overdue`.
+    static let playAcknowledgementAlarmMs: Int64 = 86_400_000
 
     /// `fulfillment.listOutbox` (admin): what is owed to outside parties, oldest first, each with its attempts and
     /// last error, and the age of the oldest.

@@ -21,24 +21,66 @@ public struct PlayNotifications: FulfillmentPart {
         // Only the edge's Google Play route hands pushes over.
         try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
         let push = try await dependencies.verifyPlayPush(p)
-        let key = Self.keyPrefix + push.messageId
+        return try await take(push, key: Self.keyPrefix + push.messageId, body: p.body, processLater: p.processLater == true)
+    }
+
+    /// Records `push` in the inbox under `key` (nothing if it is there already), then processes it now or right after.
+    func take(_ push: VerifiedPlayPush, key: String, body: String, processLater: Bool) async throws(RPCError)
+        -> FulfillmentReceiveNotification.Result
+    {
         let now = clock.nowMs
         let entry = InboxEntry(
             notificationUUID: key, notificationType: Self.typeName(push), subtype: nil, signedDateMs: push.eventTimeMs,
-            signedPayload: p.body, notification: (try? JSONByteEncoder.encode(push)) ?? [], receivedAtMs: now,
+            signedPayload: body, notification: (try? JSONByteEncoder.encode(push)) ?? [], receivedAtMs: now,
             // Leased to this call: the inbox worker leaves it alone while it is processed here, and takes it if this process dies.
             nextAttemptAtMs: now + configuration.inboxLeaseMs, originalTransactionId: push.purchaseToken)
         let recorded = try await storeCall { try await self.store.recordNotification(entry) }
         guard recorded.isNew else {
             return .init(notificationUUID: key, state: recorded.entry.state, firstDelivery: false)
         }
-        if p.processLater == true {
+        if processLater {
             if case .dropped = service.laterQueue.yield(entry) {
                 try? await store.settleNotification(key, state: .pending, attempts: 0, nextAttemptAtMs: now, lastError: nil, nowMs: now)
             }
             return .init(notificationUUID: key, state: .pending, firstDelivery: true)
         }
         return .init(notificationUUID: key, state: await service.notifications.process(entry), firstDelivery: true)
+    }
+
+    /// Google's list of voided purchases since the last complete read (an hour's overlap; at most 29 days back, Google keeps
+    /// 30): each one not yet taken back here is recorded in the inbox as if its notification had come (`googlePlay:voided:`
+    /// and its order) and processed the same way, so a push Pub/Sub never delivered still ends in the refund. Answers how
+    /// many were listed and how many were taken in; nothing when verification has no Play service account.
+    func reconcileVoided() async throws(RPCError) -> (seen: Int, takenIn: Int) {
+        guard let internalToken = configuration.internalToken else { return (0, 0) }
+        let now = clock.nowMs
+        let checkpoint = try await storeCall { try await self.store.reconcileCheckpoint(environment: "googlePlay") }
+        let start = max(now - 29 * 86_400_000, (checkpoint ?? now - configuration.reconcileFirstWindowMs) - configuration.reconcileOverlapMs)
+        var page: String?
+        var seen = 0
+        var takenIn = 0
+        repeat {
+            let answer: VerificationPlayVoidedPurchases.Result
+            do {
+                answer = try await dependencies.playVoidedPurchases(.init(internalToken: internalToken, startTimeMs: start, pageToken: page))
+            } catch  where error.has(.playAPINotConfigured) {
+                return (0, 0)
+            }
+            for voided in answer.voidedPurchases {
+                seen += 1
+                let order = voided.orderId ?? voided.purchaseToken
+                if let record = try await storeCall({ try await self.store.processed(transactionId: order) }), record.revokedAtMs != nil { continue }
+                let push = VerifiedPlayPush(
+                    messageId: "voided:\(order)", packageName: voided.packageName, eventTimeMs: voided.voidedTimeMs, kind: .voidedPurchase,
+                    purchaseToken: voided.purchaseToken, orderId: voided.orderId, refundType: voided.voidedQuantity == nil ? 1 : 2)
+                let body = String(decoding: (try? JSONByteEncoder.encode(voided)) ?? [], as: UTF8.self)
+                if try await take(push, key: Self.keyPrefix + push.messageId, body: body, processLater: false).firstDelivery { takenIn += 1 }
+            }
+            page = answer.nextPageToken
+        } while page != nil
+        try await storeCall { try await self.store.saveReconcileCheckpoint(environment: "googlePlay", signedDateMs: now) }
+        if seen > 0 { logger.info("reconciled with Google Play", metadata: ["voidsSeen": "\(seen)", "voidsTakenIn": "\(takenIn)"]) }
+        return (seen, takenIn)
     }
 
     /// The inbox's `notificationType` of a push: `googlePlay.subscription.4`, `googlePlay.voidedPurchase`, ...
@@ -64,7 +106,17 @@ public struct PlayNotifications: FulfillmentPart {
             logger.warning("a partial refund of a Google Play purchase is not applied here", metadata: ["purchaseToken": "\(token)"])
             return Self.ignored("a quantity-based partial refund: not applied automatically (see the support console)")
         }
-        let subscription = push.kind == .subscription || (push.kind == .voidedPurchase && push.productType == 1)
+        // A voided purchase from Google's list does not say which kind it is: the records here do.
+        var recordedAsSubscription = false
+        if push.kind == .voidedPurchase, push.productType == nil {
+            if let granted = try await storeCall({ try await self.store.processed(transactionId: push.orderId ?? token) }) {
+                recordedAsSubscription = granted.grantKind == "subscription"
+            } else if let product = try await storeCall({ try await self.store.entitlement(originalTransactionId: token) })?.productId {
+                // A renewal's order never seen here, of a subscription granted here.
+                if case .subscription? = try await service.grantRules(for: [product])[product] { recordedAsSubscription = true }
+            }
+        }
+        let subscription = push.kind == .subscription || (push.kind == .voidedPurchase && (push.productType == 1 || recordedAsSubscription))
         // What the push does not name, the records here do (a voided purchase names no product; Google no longer sends a
         // subscription's id): nothing recorded and nothing named is a purchase never granted here.
         var productId = push.productId

@@ -187,14 +187,16 @@ public struct SupportDesk: FulfillmentPart {
     /// Statuses) and recorded like a renewal notification. The checkpoint moves only after a complete read.
     public func reconcile(_ p: FulfillmentReconcile.Params) async throws(RPCError) -> FulfillmentReconcile.Result {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
-        return try await reconcile(notificationHistory: p.notificationHistory ?? true, subscriptionStatuses: p.subscriptionStatuses ?? true)
+        return try await reconcile(
+            notificationHistory: p.notificationHistory ?? true, subscriptionStatuses: p.subscriptionStatuses ?? true,
+            googlePlay: p.googlePlay ?? true)
     }
 
     /// Reconciles with Apple (Notification History, then the subscription status sweep) in a task of its own, one
     /// at a time: a call made while a run is under way joins it and gets its result. The run is never cancelled with
     /// its caller (an admin's CLI that gives up after 30 s, the server's request deadline), so a long history is read
     /// to its end and the notification being taken in is never cut off half-way.
-    public func reconcile(notificationHistory: Bool = true, subscriptionStatuses: Bool = true) async throws(RPCError)
+    public func reconcile(notificationHistory: Bool = true, subscriptionStatuses: Bool = true, googlePlay: Bool = true) async throws(RPCError)
         -> FulfillmentReconcile.Result
     {
         let run = service.reconciliation.withLockedValue { current -> Task<FulfillmentReconcile.Result, any Error> in
@@ -205,7 +207,11 @@ public struct SupportDesk: FulfillmentPart {
             }
             let run = Task.detached { [self] () async throws -> FulfillmentReconcile.Result in
                 defer { service.reconciliation.withLockedValue { if $0?.id == id { $0 = nil } } }
-                return try await reconcileNow(notificationHistory: notificationHistory, subscriptionStatuses: subscriptionStatuses)
+                // Google first: a deployment that sells only on Google Play has no App Store Server API to fail the rest.
+                let play = googlePlay ? try await service.playNotifications.reconcileVoided() : (0, 0)
+                var result = try await reconcileNow(notificationHistory: notificationHistory, subscriptionStatuses: subscriptionStatuses)
+                (result.playVoidsSeen, result.playVoidsTakenIn) = play
+                return result
             }
             current = (id, run)
             return run

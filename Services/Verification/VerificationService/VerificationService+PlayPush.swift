@@ -35,6 +35,54 @@ extension VerificationService {
     }
 }
 
+extension VerificationService {
+    /// voidedpurchases.list for each accepted package name in turn (sorted), a page at a time: the opaque page token says
+    /// which package and which of Google's pages comes next.
+    public func playVoidedPurchases(_ p: VerificationPlayVoidedPurchases.Params) async throws(RPCError)
+        -> VerificationPlayVoidedPurchases.Result
+    {
+        try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
+        guard let api = configuration.playAPI else {
+            throw RPCError(
+                code: .unavailable, message: "the Play Developer API is not configured (--play-service-account)", reason: .playAPINotConfigured)
+        }
+        let packages = configuration.playPackageNames.sorted()
+        var cursor = (package: 0, google: String?.none)
+        if let token = p.pageToken {
+            let parts = token.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+            guard let index = parts.first.flatMap({ Int($0) }), packages.indices.contains(index) else {
+                throw RPCError.invalidParams("pageToken is not one this server gave", field: "pageToken", reason: "invalidValue")
+            }
+            cursor = (index, parts.count == 2 && !parts[1].isEmpty ? String(parts[1]) : nil)
+        }
+        guard packages.indices.contains(cursor.package) else { return .init(voidedPurchases: [], nextPageToken: nil) }
+        let packageName = packages[cursor.package]
+        let answer: JSONValue
+        do {
+            answer = try await api.voidedPurchases(packageName: packageName, startTimeMs: p.startTimeMs, pageToken: cursor.google)
+        } catch {
+            throw playError(error)
+        }
+        let voided = (answer["voidedPurchases"]?.arrayValue ?? []).compactMap { item -> PlayVoidedPurchase? in
+            guard let token = item["purchaseToken"]?.stringValue, let at = item["voidedTimeMillis"]?.stringValue.flatMap({ Int64($0) }) else {
+                return nil
+            }
+            return PlayVoidedPurchase(
+                packageName: packageName, purchaseToken: token, orderId: item["orderId"]?.stringValue, voidedTimeMs: at,
+                voidedQuantity: item["voidedQuantity"]?.intValue.map { Int($0) })
+        }
+        let next: String? =
+            if let google = answer["tokenPagination"]?["nextPageToken"]?.stringValue, !google.isEmpty {
+                "\(cursor.package):\(google)"
+            } else if cursor.package + 1 < packages.count {
+                "\(cursor.package + 1):"
+            } else {
+                nil
+            }
+        return .init(voidedPurchases: voided, nextPageToken: next)
+    }
+}
+
 /// Reads a Pub/Sub push body (`{message: {data, messageId, publishTime, attributes}, subscription}`) and the
 /// DeveloperNotification in its `data`.
 enum PlayPushReading {

@@ -545,6 +545,7 @@ public final class VerificationService: Sendable {
         r.register(VerificationTransactionInfo.self) { p, _ in try await self.transactionInfo(p) }
         r.register(VerificationVerifyPlayPurchase.self) { p, _ in try await self.verifyPlayPurchase(p) }
         r.register(VerificationVerifyPlayPush.self) { p, _ in try await self.verifyPlayPush(p) }
+        r.register(VerificationPlayVoidedPurchases.self) { p, _ in try await self.playVoidedPurchases(p) }
         r.register(VerificationAcknowledgePlayPurchase.self) { p, _ in
             try await self.acknowledgePlayPurchase(p)
             return EmptyResult()
