@@ -315,8 +315,8 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"), .product(name: "X509", package: "swift-certificates"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"), .product(name: "Logging", package: "swift-log"),
-            ],
-            path: "Services/PlaySimulator/PlaySimulator"
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ], path: "Services/PlaySimulator/PlaySimulator"
         ),
         .executableTarget(
             name: "PlaySimulatorMain",

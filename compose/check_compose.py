@@ -35,11 +35,12 @@ compose = merged(production, dev)
 
 # compose.yaml alone is what gets deployed: Apple's roots only, every check on.
 prod_services = production.get("services", {})
-if "appstore-sim" in prod_services:
-    problems.append("compose.yaml: the simulator belongs in compose.dev.yaml only")
+for simulator in ("appstore-sim", "play-sim"):
+    if simulator in prod_services:
+        problems.append(f"compose.yaml: the simulator {simulator} belongs in compose.dev.yaml only")
 dev_only_flags = {"--trust-anchor", "--trust-anchor-dir", "--any-bundle-id", "--allow-xcode", "--verify-receipt-url",
                   "--sandbox-verify-receipt-url", "--app-store-api-url", "--app-store-api-sandbox-url",
-                  "--sandbox-content"}
+                  "--sandbox-content", "--play-api-url", "--play-certs-url"}
 for name, service in prod_services.items():
     used = dev_only_flags & set(service.get("command", []))
     if used:
@@ -128,7 +129,7 @@ for name, service in services.items():
 # Each service gets only the tokens it checks or presents (the simulator none).
 needed_tokens = {
     "accounts": {"IAP_INTERNAL_TOKEN"}, "catalog": {"IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN"}, "verification": {"IAP_INTERNAL_TOKEN"},
-    "fulfillment": {"IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN"}, "edge": {"IAP_INTERNAL_TOKEN"}, "appstore-sim": set(),
+    "fulfillment": {"IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN"}, "edge": {"IAP_INTERNAL_TOKEN"}, "appstore-sim": set(), "play-sim": set(),
     "console": {"IAP_ADMIN_TOKEN", "IAP_INTERNAL_TOKEN"},
 }
 for name, service in compose.get("services", {}).items():

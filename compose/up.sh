@@ -23,7 +23,7 @@ source compose/.env
 set +a
 export IAP_ACCOUNTS_ADDR=127.0.0.1:$IAP_ACCOUNTS_PORT IAP_CATALOG_ADDR=127.0.0.1:$IAP_CATALOG_PORT
 export IAP_VERIFICATION_ADDR=127.0.0.1:$IAP_VERIFICATION_PORT IAP_FULFILLMENT_ADDR=127.0.0.1:$IAP_FULFILLMENT_PORT
-export IAP_SIM_ADDR=127.0.0.1:$IAP_SIM_PORT
+export IAP_SIM_ADDR=127.0.0.1:$IAP_SIM_PORT IAP_PLAY_ADDR=127.0.0.1:$IAP_PLAY_SIM_PORT
 # The edge: the one public door (HTTPS with a certificate for localhost made below).
 export IAP_EDGE_URL=${IAP_EDGE_URL:-https://localhost:$IAP_EDGE_PORT}
 export IAP_DATA_DIR=${IAP_DATA_DIR:-$PWD/data}
@@ -104,9 +104,10 @@ fi
 # (Tests/ComposeTests checks that they agree).
 services=(
   "appstore-sim appstore-sim $IAP_SIM_PORT --http-port $IAP_SIM_HTTP_PORT --ocsp-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/ocsp --notification-url $IAP_EDGE_URL/v1/notifications/appstore --sandbox-notification-url $IAP_EDGE_URL/v1/notifications/appstore/sandbox --notification-ca $IAP_DATA_DIR/edge-tls/cert.pem"
+  "play-sim play-sim $IAP_PLAY_SIM_PORT --http-port $IAP_PLAY_SIM_HTTP_PORT --public-url http://127.0.0.1:$IAP_PLAY_SIM_HTTP_PORT --push-url $IAP_EDGE_URL/v1/notifications/googleplay --push-ca $IAP_DATA_DIR/edge-tls/cert.pem --key-file $IAP_DATA_DIR/play-service-account.json"
   "accounts accounts-service $IAP_ACCOUNTS_PORT"
   "catalog catalog-service $IAP_CATALOG_PORT --seed compose/demo-catalog.json"
-  "verification verification-service $IAP_VERIFICATION_PORT --trust-anchor-dir $IAP_DATA_DIR/sim-pki --ocsp --verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox/verifyReceipt --app-store-api-key $IAP_DATA_DIR/sim-pki/api-key.p8 --app-store-api-url http://127.0.0.1:$IAP_SIM_HTTP_PORT --app-store-api-sandbox-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox --app-apple-id 1234567890"
+  "verification verification-service $IAP_VERIFICATION_PORT --trust-anchor-dir $IAP_DATA_DIR/sim-pki --ocsp --verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/verifyReceipt --sandbox-verify-receipt-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox/verifyReceipt --app-store-api-key $IAP_DATA_DIR/sim-pki/api-key.p8 --app-store-api-url http://127.0.0.1:$IAP_SIM_HTTP_PORT --app-store-api-sandbox-url http://127.0.0.1:$IAP_SIM_HTTP_PORT/sandbox --app-apple-id 1234567890 --play-service-account $IAP_DATA_DIR/play-service-account.json --play-api-url http://127.0.0.1:$IAP_PLAY_SIM_HTTP_PORT --package-name com.example.game --play-push-audience $IAP_EDGE_URL/v1/notifications/googleplay --play-push-email rtdn-push@iap-play-sim.iam.gserviceaccount.com --play-certs-url http://127.0.0.1:$IAP_PLAY_SIM_HTTP_PORT/oauth2/v3/certs"
   "fulfillment fulfillment-service $IAP_FULFILLMENT_PORT --dependency-timeout-ms $IAP_DEPENDENCY_TIMEOUT_MS --content-dir $IAP_DATA_DIR/content --offer-key $IAP_DATA_DIR/sim-pki/offer-key.p8 --sandbox-content"
   "edge edge-service $IAP_EDGE_PORT --tls-cert $IAP_DATA_DIR/edge-tls/cert.pem --tls-key $IAP_DATA_DIR/edge-tls/key.pem --content-dir $IAP_DATA_DIR/content"
   "console console-service $IAP_CONSOLE_PORT --tls-cert $IAP_DATA_DIR/edge-tls/cert.pem --tls-key $IAP_DATA_DIR/edge-tls/key.pem"

@@ -24,6 +24,11 @@ public enum PlayBillingPeriod: String, Codable, Sendable, JSONSchemaEnum {
     case P1W, P1M, P3M, P6M, P1Y
 }
 
+/// Google's two kinds of product (BillingClient.ProductType).
+public enum PlayProductType: String, Codable, Sendable, JSONSchemaEnum {
+    case inapp, subs
+}
+
 public enum PlayPurchaseProduct: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var packageName: String
@@ -39,8 +44,11 @@ public enum PlayPurchaseProduct: RPCMethod {
         public var obfuscatedExternalProfileId: String?
         /// One-time products: 1-10 (default 1).
         public var quantity: Int?
+        /// `inapp` (a one-time product) or `subs` (a subscription, which needs `basePlanId`); absent: `subs` when a base
+        /// plan is named.
+        public var productType: PlayProductType?
         /// A license tester's purchase: test card, accelerated periods, the five-minute acknowledgement window.
-        public var test: Bool?
+        public var testPurchase: Bool?
         /// A subscription replacing (upgrading, downgrading, re-signing up to) this purchase token of the same package.
         public var linkedPurchaseToken: String?
         /// ISO 3166-1 alpha-2 (default US).
@@ -54,7 +62,8 @@ public enum PlayPurchaseProduct: RPCMethod {
         public var accountHoldDays: Int?
         public init(
             packageName: String, productId: String, basePlanId: String? = nil, offerId: String? = nil, billingPeriod: PlayBillingPeriod? = nil,
-            obfuscatedExternalAccountId: String? = nil, obfuscatedExternalProfileId: String? = nil, quantity: Int? = nil, test: Bool? = nil,
+            obfuscatedExternalAccountId: String? = nil, obfuscatedExternalProfileId: String? = nil, quantity: Int? = nil,
+            testPurchase: Bool? = nil, productType: PlayProductType? = nil,
             linkedPurchaseToken: String? = nil, regionCode: String? = nil, priceMicros: Int64? = nil, currency: String? = nil,
             gracePeriodDays: Int? = nil, accountHoldDays: Int? = nil
         ) {
@@ -66,7 +75,8 @@ public enum PlayPurchaseProduct: RPCMethod {
             self.obfuscatedExternalAccountId = obfuscatedExternalAccountId
             self.obfuscatedExternalProfileId = obfuscatedExternalProfileId
             self.quantity = quantity
-            self.test = test
+            self.testPurchase = testPurchase
+            self.productType = productType
             self.linkedPurchaseToken = linkedPurchaseToken
             self.regionCode = regionCode
             self.priceMicros = priceMicros
@@ -88,6 +98,8 @@ public struct PlayPurchaseState: Codable, Sendable, Equatable {
     public var basePlanId: String?
     /// Every order, oldest first (a subscription's renewals each have one).
     public var orderIds: [String]
+    /// The latest order (the purchase's only one, for one-time products).
+    public var orderId: String?
     /// `purchased` or `canceled` for one-time products; for subscriptions `active`, `canceled`, `inGracePeriod`, `onHold`,
     /// `paused` or `expired`.
     public var state: String
@@ -109,6 +121,7 @@ public struct PlayPurchaseState: Codable, Sendable, Equatable {
         self.productId = productId
         self.basePlanId = basePlanId
         self.orderIds = orderIds
+        self.orderId = orderIds.last
         self.state = state
         self.acknowledged = acknowledged
         self.consumed = consumed

@@ -57,6 +57,8 @@ public struct PlayCertsCachePolicy: Sendable, Equatable {
     public var unknownKeyRefetchSeconds: Int64 = 30
     public var defaultMaxAgeSeconds: Int64 = 3_600
     public var maxAgeBounds: ClosedRange<Int64> = 60...86_400
+    /// How long past its cache life a key still serves while the certs URL cannot be reached.
+    public var staleGraceSeconds: Int64 = 86_400
     public init() {}
 
     public func shouldFetch(knownKey: Bool, fetchedAtMs: Int64?, expiresAtMs: Int64?, nowMs: Int64) -> Bool {
@@ -140,8 +142,9 @@ public final class PlayPushTokenVerifier: Sendable {
             cache.withLockedValue { $0 = fresh }
             return fresh.keys[kid]
         } catch {
-            // Google unreachable: keys still in their cache life serve; without any, the push is refused retryably.
-            if let known, let cached, now < cached.expiresAtMs { return known }
+            // Google unreachable: a key it published serves for a day past its cache life (Google rotates keys over weeks);
+            // without one, the push is refused retryably (Pub/Sub sends it again).
+            if let known, let cached, now < cached.expiresAtMs + policy.staleGraceSeconds * 1000 { return known }
             throw error
         }
     }

@@ -18,7 +18,7 @@ import Testing
         let schema = Self.repository.appendingPathComponent("Tests/Schemas/compose-spec.json")
         let ports = [
             "accounts=\(DefaultPorts.accounts)", "catalog=\(DefaultPorts.catalog)", "verification=\(DefaultPorts.verification)",
-            "fulfillment=\(DefaultPorts.fulfillment)", "sim=\(DefaultPorts.simulator)",
+            "fulfillment=\(DefaultPorts.fulfillment)", "sim=\(DefaultPorts.simulator)", "play_sim=\(DefaultPorts.playSimulator)",
         ]
         let (status, output) = try await Self.run(Judges.pythonOrSystem, ["compose/check_compose.py", schema.path] + ports)
         #expect(status == 0, "\(output)")

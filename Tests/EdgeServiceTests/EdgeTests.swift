@@ -61,6 +61,16 @@ import X509
         return (Int(response.status.code), String(buffer: bytes), headers)
     }
 
+    @Test func paramsAServiceRefusesAreRefusedToTheAppNotCalledAnOutage() async throws {
+        try await Self.withEdge { suite, base in
+            let ann = try await suite.register("ann")
+            let answer = try await Self.post(
+                base + "/v1/rpc", #"{"jsonrpc":"2.0","id":1,"method":"fulfillment.getBalance","params":{"environment":"production"}}"#,
+                bearer: ann.session)
+            #expect(answer.body.contains(#""code":-32602"#) && !answer.body.contains("dependencyUnavailable"), "\(answer.body)")
+        }
+    }
+
     @Test func appsReachThePublicMethodsAndNothingElse() async throws {
         try await Self.withEdge { suite, base in
             let url = base + "/v1/rpc"

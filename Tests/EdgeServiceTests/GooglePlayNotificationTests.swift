@@ -22,7 +22,7 @@ import Testing
             .notifications.filter { $0.notificationUUID.hasPrefix("googlePlay:") }
     }
 
-    /// A Pub/Sub push body carrying `notification` as its data.
+    /// A Pub/Sub push body carrying `notification` as its data (`messageId`: digits, as Pub/Sub's).
     static func pushBody(_ notification: [String: Any], messageId: String) throws -> String {
         let data = try JSONSerialization.data(withJSONObject: notification).base64EncodedString()
         return #"{"message":{"data":"\#(data)","messageId":"\#(messageId)","attributes":{}},"subscription":"projects/p/subscriptions/s"}"#
@@ -138,6 +138,18 @@ import Testing
             let basic = try await play.buy("sub.basic", accountToken: ann.appAccountToken, basePlanId: "monthly")
             _ = try await play.deliver()
             #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["basic"])
+            // Bob moves to a plan this catalog does not sell: refused here, so the plan it replaces is not ended here either.
+            let bob = try await suite.register("bob")
+            let bobs = try await play.buy("sub.basic", accountToken: bob.appAccountToken, basePlanId: "monthly")
+            _ = try await play.deliver()
+            _ = try await play.client.call(
+                PlayPurchaseProduct.self,
+                .init(
+                    packageName: PlayStand.packageName, productId: "sub.unsold", basePlanId: "monthly",
+                    obfuscatedExternalAccountId: bob.appAccountToken, linkedPurchaseToken: bobs.purchaseToken))
+            _ = try await play.deliver()
+            suite.clock.advance(ms: max(1_000, ServiceClock.system.nowMs - suite.clock.clock.nowMs + 1_000))
+            #expect(try await suite.entitlements(bob.session).map(\.entitlement) == ["basic"])
             // Upgraded on the phone: a new purchase token linked to the old one, which Google ends.
             let premium = try await play.client.call(
                 PlayPurchaseProduct.self,

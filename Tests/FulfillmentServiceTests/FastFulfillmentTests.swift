@@ -70,8 +70,8 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                         policy: .refuse, answerScope: scope, nowMs: nowMs, in: ledger)
                 case .moveSubscriptionEnd(let original, let expires):
                     _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expires, nowMs: nowMs, in: ledger)
-                case .endSubscription(let original, let accountId, let atMs):
-                    _ = try GrantRules.endSubscription(original: original, accountId: accountId, atMs: atMs, nowMs: nowMs, in: ledger)
+                case .endSubscription(let original, let replacement, let atMs):
+                    _ = try GrantRules.endSubscription(original: original, replacement: replacement, atMs: atMs, nowMs: nowMs, in: ledger)
                 case .recordExtensionSummary: break
                 case .answerConsumption(let transactionId, let answer):  // an OwedConsumptionAnswer
                     ledger.enqueueOutbox(

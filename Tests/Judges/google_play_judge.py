@@ -215,7 +215,7 @@ def main():
 
     # Google's three-day rule: not acknowledged, refunded and revoked, reason 8 (unacknowledged purchase).
     late = sim("play.purchase", packageName=pkg, productId="coins.500")
-    tester = sim("play.purchase", packageName=pkg, productId="coins.500", test=True)
+    tester = sim("play.purchase", packageName=pkg, productId="coins.500", testPurchase=True)
     sim("play.advanceClock", seconds=5 * 60 + 1)
     p = purchases.products().get(packageName=pkg, productId="coins.500", token=tester["purchaseToken"]).execute()
     check("a tester's purchase not acknowledged in 5 minutes is revoked", p["purchaseState"] == 1 and p.get("purchaseType") == 0, json.dumps(p))

@@ -11,7 +11,7 @@ import Testing
     static func subscription(test: Bool = false, grace: Int? = nil, hold: Int? = nil) -> PlayPurchase {
         var s = PlayPurchaseRules.make(
             .init(
-                packageName: "com.example.game", productId: "premium", basePlanId: "monthly", test: test, gracePeriodDays: grace,
+                packageName: "com.example.game", productId: "premium", basePlanId: "monthly", testPurchase: test, gracePeriodDays: grace,
                 accountHoldDays: hold), nowMs: 0, linked: nil)
         s.acknowledged = true
         return s
@@ -76,7 +76,8 @@ import Testing
     @Test func aTestersSubscriptionIsFastAndRenewsSixTimes() {
         var s = Self.subscription(test: true)
         #expect(s.periodMs == 5 * 60_000 && s.gracePeriodMs == 5 * 60_000 && s.accountHoldMs == 10 * 60_000)
-        var unacknowledged = PlayPurchaseRules.make(.init(packageName: "com.example.game", productId: "coins.1", test: true), nowMs: 0, linked: nil)
+        var unacknowledged = PlayPurchaseRules.make(
+            .init(packageName: "com.example.game", productId: "coins.1", testPurchase: true), nowMs: 0, linked: nil)
         #expect(unacknowledged.advance(to: 5 * 60_000).count == 1 && unacknowledged.canceled)
         #expect(Self.types(s.advance(to: Self.day)) == [2, 2, 2, 2, 2, 2, 13])
     }

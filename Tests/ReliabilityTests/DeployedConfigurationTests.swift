@@ -24,6 +24,47 @@ import Testing
         ) { try await Self.story($0) }
     }
 
+    /// Google Play through compose.yaml's Play settings (the key file as a secret, the package names, the push subscription's
+    /// audience and email): a purchase redeemed through the edge and consumed at Google by the outbox; a refund made in Play
+    /// Console pushed to the edge's Google Play route, verified and applied with its debt; a license tester's purchase that
+    /// only the push brings, granted in Sandbox.
+    @Test func theGooglePlayStoryOnTheDeployedConfiguration() async throws {
+        try await Deployment.with(files: ["compose/compose.yaml"], appStoreAPI: false, play: true) { d in
+            let ann = try await d.edge("accounts.register", ["username": "ann", "password": "correct horse battery"])
+            let session = try #require(ann["session"]?["token"]?.stringValue, "\(ann)")
+            let token = try #require(ann["appAccountToken"]?.stringValue)
+            func buy(_ test: Bool = false) async throws -> JSONValue {
+                try await d.play(
+                    "play.purchase",
+                    [
+                        "packageName": .string(Deployment.bundleId), "productId": "coins.100", "obfuscatedExternalAccountId": .string(token),
+                        "testPurchase": .bool(test),
+                    ])
+            }
+            func wallet(_ environment: String = "Production") async throws -> (Int64, Int64) {
+                let answer = try await d.edge("fulfillment.getBalance", ["environment": .string(environment)], session: session)
+                return (answer["balance"]?.intValue ?? -1, answer["owed"]?.intValue ?? -1)
+            }
+            let coins = try await buy()
+            let purchaseToken = try #require(coins["purchaseToken"]?.stringValue, "\(coins)")
+            let redeemed = try await d.edge(
+                "fulfillment.redeem", ["googlePlay": [["productId": "coins.100", "purchaseToken": .string(purchaseToken)]]], session: session)
+            #expect(redeemed["balance"]?.intValue == 100, "\(redeemed)")
+            try await d.eventually("consumed at Google by the outbox") {
+                try await d.play("play.getPurchase", ["purchaseToken": .string(purchaseToken)])["consumed"] == true
+            }
+            _ = try await d.edge("fulfillment.spendCoins", ["amount": 70, "idempotencyKey": "sword"], session: session)
+            _ = try await d.play("play.refund", ["purchaseToken": .string(purchaseToken)])
+            _ = try await d.play("play.deliverNotifications", [:])
+            try await d.eventually("the refund's push applied: 30 taken back, 70 owed") { try await wallet() == (0, 70) }
+            _ = try await buy(true)
+            _ = try await d.play("play.deliverNotifications", [:])
+            try await d.eventually("the tester's purchase, pushed only, granted in Sandbox") { try await wallet("Sandbox") == (100, 0) }
+            #expect(try await wallet() == (0, 70))
+            #expect(try await d.inboxSettled())
+        }
+    }
+
     static func story(_ d: Deployment) async throws {
         let ann = try await d.edge("accounts.register", ["username": "ann", "password": "correct horse battery"])
         let session = try #require(ann["session"]?["token"]?.stringValue, "\(ann)")

@@ -18,6 +18,8 @@ struct Deployment {
     let edgePort: Int
     let ports: [String: Int]
     let simulator: RPCClient
+    /// Google Play's stand-in (`play: true`), outside the deployment like Apple's.
+    let play: RPCClient?
     let fulfillment: RPCClient
     var certificate: String { directory.appendingPathComponent("certs/cert.pem").path }
 
@@ -34,14 +36,17 @@ struct Deployment {
     ///   `/etc/iap/content` and `/run/secrets/app-store-api-key` become files in this test's directory;
     /// - the database server `postgres:5432` becomes this test's PostgreSQL database;
     /// - verification also trusts the simulator's roots (`--trust-anchor-dir`), and with the App Store Server API
-    ///   asks the simulator instead of Apple's hosts (`IAP_APP_STORE_API_URL`, `IAP_APP_STORE_API_SANDBOX_URL`).
+    ///   asks the simulator instead of Apple's hosts (`IAP_APP_STORE_API_URL`, `IAP_APP_STORE_API_SANDBOX_URL`);
+    /// - with Google Play, `/run/secrets/play-service-account` is the key file the Play simulator issued, and verification
+    ///   asks the Play simulator instead of Google's hosts (`IAP_PLAY_API_URL`, `IAP_PLAY_CERTS_URL`).
     static func rewrite(
-        _ name: String, _ service: ComposeService, ports: [String: Int], directory: URL, simHTTP: Int, databaseURL: String?
+        _ name: String, _ service: ComposeService, ports: [String: Int], directory: URL, simHTTP: Int, playHTTP: Int?, databaseURL: String?
     ) -> (arguments: [String], environment: [String: String]) {
         func path(_ value: String) -> String {
             var value = value
             for (from, to) in [
                 ("/certs/", "certs/"), ("/etc/iap/content", "content"), ("/run/secrets/app-store-api-key", "sim/sim-pki/api-key.p8"),
+                ("/run/secrets/play-service-account", "play/service-account.json"),
             ] where value.hasPrefix(from) {
                 value = directory.appendingPathComponent(to + value.dropFirst(from.count)).path
             }
@@ -65,17 +70,21 @@ struct Deployment {
                 environment["IAP_APP_STORE_API_URL"] = "http://127.0.0.1:\(simHTTP)"
                 environment["IAP_APP_STORE_API_SANDBOX_URL"] = "http://127.0.0.1:\(simHTTP)/sandbox"
             }
+            if let playHTTP, environment["IAP_PLAY_SERVICE_ACCOUNT"]?.isEmpty == false {
+                environment["IAP_PLAY_API_URL"] = "http://127.0.0.1:\(playHTTP)"
+                environment["IAP_PLAY_CERTS_URL"] = "http://127.0.0.1:\(playHTTP)/oauth2/v3/certs"
+            }
         }
         return (arguments, environment)
     }
 
     /// Starts the simulator and the deployment, runs `body`, stops everything.
     static func with(
-        files: [String], appStoreAPI: Bool, databaseURL: String? = nil, _ body: (Deployment) async throws -> Void
+        files: [String], appStoreAPI: Bool, play: Bool = false, databaseURL: String? = nil, _ body: (Deployment) async throws -> Void
     ) async throws {
         let python = try #require(Judges.python, "no judges' virtual environment: run scripts/test")
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("deployed-\(UUID().uuidString)")
-        for sub in ["certs", "content", "sim", "logs"] {
+        for sub in ["certs", "content", "sim", "play", "logs"] {
             try FileManager.default.createDirectory(at: directory.appendingPathComponent(sub), withIntermediateDirectories: true)
         }
         var processes: [(String, Subprocess)] = []
@@ -106,6 +115,27 @@ struct Deployment {
         let simulator = RPCClient(host: "127.0.0.1", port: simPort, configuration: .init(callTimeout: .seconds(60)))
         try await ready(simulator, "appstore-sim", processes)
         let key = try await simulator.call(SimAPIKey.self, EmptyParams())
+        // Google's stand-in: its pushes go to the edge's Google Play route over HTTPS, its key file where the secret is.
+        var playClient: RPCClient?
+        var playHTTP: Int?
+        if play {
+            let (port, http) = (try LoopbackPort.free(), try LoopbackPort.free())
+            processes.append(
+                (
+                    "play-sim",
+                    try start(
+                        "play-sim",
+                        [
+                            "--port", "\(port)", "--http-port", "\(http)", "--data-dir", directory.appendingPathComponent("play").path,
+                            "--push-url", "https://localhost:\(edgePort)/v1/notifications/googleplay",
+                            "--push-ca", directory.appendingPathComponent("certs/cert.pem").path,
+                            "--key-file", directory.appendingPathComponent("play/service-account.json").path,
+                        ], environment: [:], directory: directory, name: "play-sim")
+                ))
+            let client = RPCClient(host: "127.0.0.1", port: port, configuration: .init(callTimeout: .seconds(60)))
+            try await ready(client, "play-sim", processes)
+            (playClient, playHTTP) = (client, http)
+        }
 
         var composeEnvironment = BuiltExecutables.environment([
             "IAP_ADMIN_TOKEN": adminToken, "IAP_INTERNAL_TOKEN": internalToken, "IAP_CONTENT_URL_KEY": String(repeating: "c", count: 40),
@@ -113,6 +143,12 @@ struct Deployment {
             "IAP_EDGE_PUBLIC_URL": "https://localhost:\(edgePort)", "IAP_POSTGRES_PASSWORD": "unused-the-test-database-is-given",
             "IAP_LOG_LEVEL": "info",
         ])
+        if play {
+            composeEnvironment["IAP_PLAY_SERVICE_ACCOUNT_FILE"] = directory.appendingPathComponent("play/service-account.json").path
+            composeEnvironment["IAP_PLAY_PACKAGES"] = bundleId
+            composeEnvironment["IAP_PLAY_PUSH_AUDIENCE"] = "https://localhost:\(edgePort)/v1/notifications/googleplay"
+            composeEnvironment["IAP_PLAY_PUSH_EMAIL"] = "rtdn-push@iap-play-sim.iam.gserviceaccount.com"
+        }
         if appStoreAPI {
             composeEnvironment["IAP_APP_STORE_API_KEY_FILE"] = directory.appendingPathComponent("sim/sim-pki/api-key.p8").path
             composeEnvironment["IAP_APP_STORE_API_KEY_ID"] = key.keyId
@@ -131,7 +167,7 @@ struct Deployment {
         for base in order {
             for name in services.keys.sorted() where name == base || name.hasPrefix(base + "-") {
                 let (arguments, environment) = rewrite(
-                    name, services[name]!, ports: ports, directory: directory, simHTTP: simHTTP, databaseURL: databaseURL)
+                    name, services[name]!, ports: ports, directory: directory, simHTTP: simHTTP, playHTTP: playHTTP, databaseURL: databaseURL)
                 let process = try start(services[name]!.command[0], arguments, environment: environment, directory: directory, name: name)
                 processes.append((name, process))
                 if name != "edge" {
@@ -140,7 +176,7 @@ struct Deployment {
             }
         }
         let deployment = Deployment(
-            directory: directory, appStoreAPI: appStoreAPI, edgePort: edgePort, ports: ports, simulator: simulator,
+            directory: directory, appStoreAPI: appStoreAPI, edgePort: edgePort, ports: ports, simulator: simulator, play: playClient,
             fulfillment: RPCClient(host: "127.0.0.1", port: ports["fulfillment"]!, configuration: .init(callTimeout: .seconds(60))))
         try await deployment.eventually("the edge answers over HTTPS") { (try? await deployment.curl(["/healthz"])) != nil }
 
@@ -224,6 +260,13 @@ struct Deployment {
     /// A call to the simulator's control port (Apple's side of the story).
     func sim(_ method: String, _ params: JSONValue) async throws -> JSONValue {
         let raw = try await simulator.callRaw(method: method, params: try JSONByteEncoder.encode(params))
+        return try JSONValue.parse(String(decoding: raw, as: UTF8.self))
+    }
+
+    /// A call to the Play simulator's control port (Google's side of the story).
+    func play(_ method: String, _ params: JSONValue) async throws -> JSONValue {
+        guard let play else { throw DeploymentError("this deployment has no Play simulator") }
+        let raw = try await play.callRaw(method: method, params: try JSONByteEncoder.encode(params))
         return try JSONValue.parse(String(decoding: raw, as: UTF8.self))
     }
 

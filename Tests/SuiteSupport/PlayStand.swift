@@ -74,7 +74,7 @@ public struct PlayStand: Sendable {
             PlayPurchaseProduct.self,
             .init(
                 packageName: Self.packageName, productId: productId, basePlanId: basePlanId, obfuscatedExternalAccountId: accountToken,
-                quantity: quantity, test: test))
+                quantity: quantity, testPurchase: test))
     }
 
     /// Pushes go to `url` (the edge's Google Play route), with the audience verification expects unless another is given.

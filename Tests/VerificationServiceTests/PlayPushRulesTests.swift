@@ -86,6 +86,7 @@ struct PlayPushRulesTests {
             "{}", #"{"message":{"data":"e30="}}"#, Self.body(#"{"version":"1.0"}"#),
             Self.body(#"{"packageName":"p","subscriptionNotification":{"notificationType":4}}"#),
             Self.body(#"{"packageName":"p"}"#, message: #""messageId":"with space""#),
+            Self.body(#"{"packageName":"p","testNotification":{}}"#, message: #""messageId":"voided:GPA.1""#),
         ] {
             #expect(throws: (any Error).self) { try PlayPushReading.read(refused) }
         }

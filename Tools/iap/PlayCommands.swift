@@ -64,7 +64,7 @@ struct PlayCommand: AsyncParsableCommand {
                 PlayPurchaseProduct.self,
                 .init(
                     packageName: packageName, productId: productId, basePlanId: basePlanId, billingPeriod: period,
-                    obfuscatedExternalAccountId: accountId, quantity: quantity, test: test, linkedPurchaseToken: replacing), common,
+                    obfuscatedExternalAccountId: accountId, quantity: quantity, testPurchase: test, linkedPurchaseToken: replacing), common,
                 human: PlayCommand.describe)
         }
     }

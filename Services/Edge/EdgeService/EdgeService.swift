@@ -236,7 +236,9 @@ public final class EdgeService: Sendable {
     /// A service's own answer (an application error) passes through; a transport failure is `unavailable`.
     static func passThrough(_ error: RPCError, service: String) -> RPCError {
         if error.code >= 1000 && error.code < 1100 && !error.has(.connectionLost) { return error }
-        if error.code < 0 && error.code > -32100 { return error }  // the service's own JSON-RPC errors
+        // The service's own JSON-RPC answers: its server errors, and the app's params or method refused (an app told to
+        // retry a call that can never succeed would retry for ever).
+        if error.code < 0 && error.code > -32100 || [-32602, -32601].contains(error.code) { return error }
         var failure = RPCError.unavailable("\(service) could not answer; nothing was changed, retry later", reason: .dependencyUnavailable)
         failure.data.extra["dependency"] = .string(service)
         return failure

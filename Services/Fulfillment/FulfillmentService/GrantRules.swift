@@ -432,13 +432,15 @@ public enum GrantRules {
         return true
     }
 
-    /// Ends a subscription replaced by another of the same account's (Google Play's upgrades and downgrades): its access
-    /// stops at `atMs` (not before it began); false when it already ended by then, is revoked, or is another account's.
-    public static func endSubscription(original: String, accountId: String, atMs: Int64, nowMs: Int64, in tx: some FulfillmentTransaction)
-        throws -> Bool
-    {
-        guard var current = try tx.entitlement(original: original), current.revokedAtMs == nil, current.holder.accountId == accountId,
-            let expires = current.expiresAtMs, expires > atMs
+    /// Ends a subscription replaced by another (Google Play's upgrades and downgrades): its access stops at `atMs` (not
+    /// before it began); false when it already ended by then or is revoked, or when the replacement is not granted here to
+    /// the same holder (account and scope) and live: a plan is never ended for a replacement that was refused.
+    public static func endSubscription(
+        original: String, replacement: String, atMs: Int64, nowMs: Int64, in tx: some FulfillmentTransaction
+    ) throws -> Bool {
+        guard var current = try tx.entitlement(original: original), current.revokedAtMs == nil,
+            let expires = current.expiresAtMs, expires > atMs,
+            let successor = try tx.entitlement(original: replacement), successor.revokedAtMs == nil, successor.holder == current.holder
         else { return false }
         current.expiresAtMs = max(atMs, current.startsAtMs)
         try tx.updateEntitlement(current)

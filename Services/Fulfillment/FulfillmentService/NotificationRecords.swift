@@ -32,8 +32,8 @@ extension FulfillmentRecords {
                 in: self)
         case .moveSubscriptionEnd(let original, let expiresAtMs):
             _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expiresAtMs, nowMs: nowMs, in: self)
-        case .endSubscription(let original, let accountId, let atMs):
-            _ = try GrantRules.endSubscription(original: original, accountId: accountId, atMs: atMs, nowMs: nowMs, in: self)
+        case .endSubscription(let original, let replacement, let atMs):
+            _ = try GrantRules.endSubscription(original: original, replacement: replacement, atMs: atMs, nowMs: nowMs, in: self)
         case .recordExtensionSummary(let summary):
             try FulfillmentQueries(s).recordAudit(
                 NotificationRules.summaryAction, accountId: nil, transactionId: summary.requestIdentifier,

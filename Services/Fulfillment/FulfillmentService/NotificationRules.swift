@@ -87,8 +87,9 @@ public enum NotificationRules {
         /// Recorded for its account as a redeem would (`GrantRules.apply`, `.refuse` transfers).
         case grant(VerifiedPurchase, accountId: String, scope: AccountScope, rule: GrantRule?, appAccountToken: String?)
         case moveSubscriptionEnd(originalTransactionId: String, expiresAtMs: Int64)
-        /// A subscription replaced by another of the same account's: its access ends at `atMs` (never extended).
-        case endSubscription(originalTransactionId: String, accountId: String, atMs: Int64)
+        /// A subscription replaced by another (`replacement`, an original transaction): its access ends at `atMs` (never
+        /// extended), only if the replacement was granted to the same holder and is not revoked (applied after the grant).
+        case endSubscription(originalTransactionId: String, replacement: String, atMs: Int64)
         /// A mass extension's counts, kept (in the audit log, as Apple's word) for `fulfillment.massExtensionStatus`.
         case recordExtensionSummary(AppleMassExtensionSummary)
         /// Owed to Apple through the outbox: Send Consumption Information about the transaction.
@@ -166,6 +167,11 @@ public enum NotificationRules {
     private static func bringToAppleState(
         _ purchase: VerifiedPurchase, reason: String, reinstates: Bool, _ facts: Facts, _ stored: Stored, _ decision: inout Decision
     ) {
+        if let processed = stored.processed, processed.originalTransactionId != purchase.originalTransactionId {
+            // A payload naming another purchase's transaction under its own original neither revokes nor grants it.
+            decision.ignoredBecause = "the transaction recorded here belongs to another purchase"
+            return
+        }
         if purchase.cancellationDateMs != nil {
             if stored.processed != nil {
                 decision.effects.append(.revoke(transactionId: purchase.transactionId, reason: reason))
@@ -193,8 +199,9 @@ public enum NotificationRules {
             return
         }
         decision.effects.append(grant)
-        if let replaced = facts.replacedOriginal, case .grant(_, let accountId, _, _, _) = grant {
-            decision.effects.append(.endSubscription(originalTransactionId: replaced, accountId: accountId, atMs: purchase.purchaseDateMs))
+        if let replaced = facts.replacedOriginal, replaced != purchase.originalTransactionId {
+            decision.effects.append(
+                .endSubscription(originalTransactionId: replaced, replacement: purchase.originalTransactionId, atMs: purchase.purchaseDateMs))
         }
     }
 

@@ -12,16 +12,20 @@ import ServiceSupport
 public struct PlayNotifications: FulfillmentPart {
     let service: FulfillmentService
 
-    /// The inbox key of a push: its Pub/Sub message id, apart from Apple's UUIDs.
-    static let keyPrefix = "googlePlay:"
+    /// The inbox key of a push: its Pub/Sub message id (unique within its topic) and its subscription, apart from Apple's
+    /// UUIDs; of a voided purchase taken from Google's list, its order.
+    static func key(_ push: VerifiedPlayPush) -> String { "googlePlay:\(push.messageId)@\(push.subscription ?? "-")" }
+    static func voidedKey(_ order: String) -> String { "googlePlayVoided:\(order)" }
+    /// The `subscription` of a voided purchase read from Google's list rather than pushed.
+    static let voidedListSource = "voidedpurchases.list"
 
-    static func isPlay(_ entry: InboxEntry) -> Bool { entry.notificationUUID.hasPrefix(keyPrefix) }
+    static func isPlay(_ entry: InboxEntry) -> Bool { entry.notificationUUID.hasPrefix("googlePlay") }
 
     public func receive(_ p: PlayPushDelivery) async throws(RPCError) -> FulfillmentReceiveNotification.Result {
         // Only the edge's Google Play route hands pushes over.
         try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
         let push = try await dependencies.verifyPlayPush(p)
-        return try await take(push, key: Self.keyPrefix + push.messageId, body: p.body, processLater: p.processLater == true)
+        return try await take(push, key: Self.key(push), body: p.body, processLater: p.processLater == true)
     }
 
     /// Records `push` in the inbox under `key` (nothing if it is there already), then processes it now or right after.
@@ -48,9 +52,10 @@ public struct PlayNotifications: FulfillmentPart {
     }
 
     /// Google's list of voided purchases since the last complete read (an hour's overlap; at most 29 days back, Google keeps
-    /// 30): each one not yet taken back here is recorded in the inbox as if its notification had come (`googlePlay:voided:`
-    /// and its order) and processed the same way, so a push Pub/Sub never delivered still ends in the refund. Answers how
-    /// many were listed and how many were taken in; nothing when verification has no Play service account.
+    /// 30): each one not yet taken back here is recorded in the inbox (`googlePlayVoided:` and its order) and processed, so a
+    /// push Pub/Sub never delivered still ends in the refund: Google's list is its own authenticated answer, so an order it
+    /// lists that this purchase was granted by is taken back without asking again. Answers how many were listed and how many
+    /// were taken in; nothing when verification has no Play service account.
     func reconcileVoided() async throws(RPCError) -> (seen: Int, takenIn: Int) {
         guard let internalToken = configuration.internalToken else { return (0, 0) }
         let now = clock.nowMs
@@ -71,10 +76,11 @@ public struct PlayNotifications: FulfillmentPart {
                 let order = voided.orderId ?? voided.purchaseToken
                 if let record = try await storeCall({ try await self.store.processed(transactionId: order) }), record.revokedAtMs != nil { continue }
                 let push = VerifiedPlayPush(
-                    messageId: "voided:\(order)", packageName: voided.packageName, eventTimeMs: voided.voidedTimeMs, kind: .voidedPurchase,
-                    purchaseToken: voided.purchaseToken, orderId: voided.orderId, refundType: voided.voidedQuantity == nil ? 1 : 2)
+                    messageId: order, subscription: Self.voidedListSource, packageName: voided.packageName, eventTimeMs: voided.voidedTimeMs,
+                    kind: .voidedPurchase, purchaseToken: voided.purchaseToken, orderId: voided.orderId,
+                    refundType: (voided.voidedQuantity ?? 0) > 0 ? 2 : 1)
                 let body = String(decoding: (try? JSONByteEncoder.encode(voided)) ?? [], as: UTF8.self)
-                if try await take(push, key: Self.keyPrefix + push.messageId, body: body, processLater: false).firstDelivery { takenIn += 1 }
+                if try await take(push, key: Self.voidedKey(order), body: body, processLater: false).firstDelivery { takenIn += 1 }
             }
             page = answer.nextPageToken
         } while page != nil
@@ -103,8 +109,20 @@ public struct PlayNotifications: FulfillmentPart {
         }
         if push.kind == .voidedPurchase, push.refundType == 2 {
             // Google's partial refunds return some units of a multi-quantity purchase; the rest stays the customer's.
-            logger.warning("a partial refund of a Google Play purchase is not applied here", metadata: ["purchaseToken": "\(token)"])
+            logger.warning("a partial refund of a Google Play purchase is not applied here", metadata: ["orderId": "\(push.orderId ?? "-")"])
             return Self.ignored("a quantity-based partial refund: not applied automatically (see the support console)")
+        }
+        if push.kind == .voidedPurchase, push.subscription == Self.voidedListSource,
+            let record = try await storeCall({ try await self.store.processed(transactionId: push.orderId ?? token) })
+        {
+            // Google's own list says this order was refunded: taken back if it is this purchase's (the rules check the order's
+            // original against the token), whatever Google answers about the purchase now.
+            let purchase = VerifiedPurchase(
+                environment: record.environment, transactionId: push.orderId ?? token, originalTransactionId: token, productId: record.productId,
+                purchaseDateMs: push.eventTimeMs ?? clock.nowMs, cancellationDateMs: push.eventTimeMs ?? clock.nowMs)
+            return NotificationRules.Facts(
+                disposition: .bringToAppleState, type: .unknown("googlePlay"), snapshot: nil, current: purchase,
+                signedDateMs: entry.signedDateMs, scope: record.holder.scope)
         }
         // A voided purchase from Google's list does not say which kind it is: the records here do.
         var recordedAsSubscription = false

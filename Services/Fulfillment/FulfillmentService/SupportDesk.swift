@@ -207,8 +207,17 @@ public struct SupportDesk: FulfillmentPart {
             }
             let run = Task.detached { [self] () async throws -> FulfillmentReconcile.Result in
                 defer { service.reconciliation.withLockedValue { if $0?.id == id { $0 = nil } } }
-                // Google first: a deployment that sells only on Google Play has no App Store Server API to fail the rest.
-                let play = googlePlay ? try await service.playNotifications.reconcileVoided() : (0, 0)
+                // Google first: a deployment that sells only on Google Play has no App Store Server API to fail the rest; and
+                // Google failing (down, or a service account without the financial-data permission the list needs) never
+                // stops Apple's part.
+                var play = (0, 0)
+                if googlePlay {
+                    do {
+                        play = try await service.playNotifications.reconcileVoided()
+                    } catch {
+                        logger.error("Google Play's voided purchases could not be read; retried at the next run", metadata: ["error": "\(error)"])
+                    }
+                }
                 var result = try await reconcileNow(notificationHistory: notificationHistory, subscriptionStatuses: subscriptionStatuses)
                 (result.playVoidsSeen, result.playVoidsTakenIn) = play
                 return result

@@ -35,14 +35,38 @@ struct PlaySimulatorCommand: AsyncParsableCommand {
     @Option(name: .customLong("push-audience"), help: "The push tokens' OIDC audience (env IAP_PLAY_SIM_PUSH_AUDIENCE; default the push URL).")
     var pushAudience: String?
 
+    @Option(
+        name: .customLong("push-email"),
+        help: "The service account the pushes authenticate as (env IAP_PLAY_SIM_PUSH_EMAIL; default rtdn-push@iap-play-sim.iam.gserviceaccount.com).")
+    var pushEmail: String?
+
+    @Option(
+        name: .customLong("push-ca"),
+        help: "A PEM certificate to trust for HTTPS pushes besides the system's (env IAP_PLAY_SIM_PUSH_CA): a development edge's own.")
+    var pushCA: String?
+
+    @Option(
+        name: .customLong("key-file"),
+        help:
+            "Also write the service-account key file it issues here (0600; env IAP_PLAY_SIM_KEY_FILE), for verification's --play-service-account."
+    )
+    var keyFile: String?
+
     func run() async throws {
         let logger = options.logger(label: "play-sim")
         let simulator = try PlaySimulator(
             directory: options.resolvedDataDir(),
-            publicURL: Environment.resolve(publicURL, env: "IAP_PLAY_SIM_PUBLIC_URL") ?? "http://127.0.0.1:\(httpPort)")
+            publicURL: Environment.resolve(publicURL, env: "IAP_PLAY_SIM_PUBLIC_URL") ?? "http://127.0.0.1:\(httpPort)",
+            pushTrustRootsPEM: try Environment.resolve(pushCA, env: "IAP_PLAY_SIM_PUSH_CA").map { try String(contentsOfFile: $0, encoding: .utf8) })
         if let url = Environment.resolve(pushURL, env: "IAP_PLAY_SIM_PUSH_URL") {
-            try simulator.courier.setEndpoint(.init(url: url, audience: Environment.resolve(pushAudience, env: "IAP_PLAY_SIM_PUSH_AUDIENCE")))
+            try simulator.courier.setEndpoint(
+                .init(
+                    url: url, audience: Environment.resolve(pushAudience, env: "IAP_PLAY_SIM_PUSH_AUDIENCE"),
+                    serviceAccountEmail: Environment.resolve(pushEmail, env: "IAP_PLAY_SIM_PUSH_EMAIL")))
             logger.info("notifications are pushed to \(url)")
+        }
+        if let path = Environment.resolve(keyFile, env: "IAP_PLAY_SIM_KEY_FILE") {
+            try PrivateFiles.writeSecret(Array(simulator.accounts.keyFileResult().keyFile.utf8), to: URL(fileURLWithPath: path))
         }
         logger.warning("this is the Google Play SIMULATOR: its tokens and keys are its own (see play.serviceAccountKey)")
         let config = try options.serverConfiguration(serviceName: "play-sim", defaultPort: DefaultPorts.playSimulator)

@@ -33,7 +33,7 @@ public final class PlayAccounts: Sendable {
     public var jwksURL: String { "\(publicURL)/oauth2/v3/certs" }
     var clientId: String { serviceAccount.numericId }
 
-    func keyFileResult() -> PlayServiceAccountKey.Result {
+    public func keyFileResult() -> PlayServiceAccountKey.Result {
         let file: [String: String] = [
             "type": "service_account", "project_id": Self.projectId, "private_key_id": serviceAccount.id,
             "private_key": serviceAccount.key.pkcs8PEMRepresentation + "\n", "client_email": clientEmail, "client_id": clientId,

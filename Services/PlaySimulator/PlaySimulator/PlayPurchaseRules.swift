@@ -23,6 +23,11 @@ enum PlayPurchaseRules {
         guard (1...10).contains(quantity), p.basePlanId == nil || quantity == 1 else {
             throw RPCError.invalidParams("quantity must be 1-10, and 1 for subscriptions", field: "quantity", reason: "invalidQuantity")
         }
+        if let type = p.productType, (type == .subs) != (p.basePlanId != nil) {
+            throw RPCError.invalidParams(
+                "a subscription (productType subs) names its basePlanId; a one-time product (inapp) none", field: "basePlanId",
+                reason: "invalidValue")
+        }
         guard (p.basePlanId != nil) || (p.linkedPurchaseToken == nil && p.offerId == nil && p.billingPeriod == nil) else {
             throw RPCError.invalidParams(
                 "offerId, billingPeriod and linkedPurchaseToken are for subscriptions (with basePlanId)", field: "basePlanId", reason: "invalidValue")
@@ -62,7 +67,7 @@ enum PlayPurchaseRules {
     }
 
     static func make(_ p: PlayPurchaseProduct.Params, nowMs: Int64, linked: String?) -> PlayPurchase {
-        let test = p.test ?? false
+        let test = p.testPurchase ?? false
         var made = PlayPurchase(
             purchaseToken: newPurchaseToken(), packageName: p.packageName, productId: p.productId,
             kind: p.basePlanId == nil ? .product : .subscription, basePlanId: p.basePlanId, offerId: p.offerId, orderId: newOrderId(),

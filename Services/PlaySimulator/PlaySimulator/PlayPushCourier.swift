@@ -6,6 +6,7 @@ import JSONRPC
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import NIOSSL
 import ServiceLifecycle
 import ServiceSupport
 
@@ -23,11 +24,17 @@ public final class PlayPushCourier: Sendable {
     private let http: HTTPClient
     static let subscription = "projects/\(PlayAccounts.projectId)/subscriptions/play-rtdn"
 
-    init(store: PlayStore, accounts: PlayAccounts, clock: ServiceClock) {
+    /// `trustRootsPEM`: certificates trusted besides the system's for HTTPS pushes (a development edge's self-signed one).
+    init(store: PlayStore, accounts: PlayAccounts, clock: ServiceClock, trustRootsPEM: String? = nil) throws {
         self.store = store
         self.accounts = accounts
         self.clock = clock
         var config = HTTPClient.Configuration()
+        if let trustRootsPEM {
+            var tls = TLSConfiguration.makeClientConfiguration()
+            tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMBytes(Array(trustRootsPEM.utf8)))]
+            config.tlsConfiguration = tls
+        }
         config.redirectConfiguration = .disallow
         http = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: config)
     }

@@ -19,12 +19,12 @@ public final class PlaySimulator: Sendable {
     /// `play.setFault`: the Developer API's next answers, and for how many requests.
     private let fault = NIOLockedValueBox<(mode: PlayFaultMode, remaining: Int?)>((.none, nil))
 
-    public init(directory: URL, publicURL: String, clock: ServiceClock = .system) throws {
+    public init(directory: URL, publicURL: String, clock: ServiceClock = .system, pushTrustRootsPEM: String? = nil) throws {
         let keys = directory.appendingPathComponent("play-keys")
         store = try PlayStore(directory: directory)
         self.clock = clock
         accounts = try PlayAccounts(directory: keys, publicURL: publicURL)
-        courier = PlayPushCourier(store: store, accounts: accounts, clock: clock)
+        courier = try PlayPushCourier(store: store, accounts: accounts, clock: clock, trustRootsPEM: pushTrustRootsPEM)
     }
 
     /// Simulated now: the wall clock plus every `advanceClock` so far.

@@ -132,7 +132,7 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         help: "The Play Developer API's root (env IAP_PLAY_API_URL; default Google's https://androidpublisher.googleapis.com).")
     var playAPIURL: String?
     @Option(
-        name: .customLong("package-name"),
+        name: [.customLong("package-name"), .customLong("play-package-name")],
         help: "Your Android app's package name: only its Play purchases are accepted. Repeatable (env IAP_PLAY_PACKAGES, comma-separated).")
     var playPackageNames: [String] = []
     @Option(
@@ -155,6 +155,13 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         help: "The suite's internal token (env IAP_INTERNAL_TOKEN): required by transactionInfo and transactionHistory.")
     var internalToken: String?
 
+    /// An https URL, or http to this machine or to a one-label host name (a service of the same Compose network: names
+    /// with no dot are never resolved on the internet).
+    static func acceptable(_ url: String) -> Bool {
+        guard let parsed = URL(string: url), let host = parsed.host, !host.isEmpty else { return false }
+        return parsed.scheme == "https" || (parsed.scheme == "http" && (["127.0.0.1", "::1"].contains(host) || !host.contains(".")))
+    }
+
     /// The verifier of Google Play's push tokens from the flags; nil without an audience.
     func playPushVerifier() throws -> PlayPushTokenVerifier? {
         guard let audience = Environment.resolve(playPushAudience, env: "IAP_PLAY_PUSH_AUDIENCE"), !audience.isEmpty else { return nil }
@@ -164,10 +171,10 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         let certs =
             Environment.resolve(playCertsURL, env: "IAP_PLAY_CERTS_URL").flatMap { $0.isEmpty ? nil : $0 }
             ?? "https://www.googleapis.com/oauth2/v3/certs"
-        // Google's keys decide what is accepted: fetched only over TLS, or from this machine (the simulator).
-        guard let parsed = URL(string: certs),
-            parsed.scheme == "https" || (parsed.scheme == "http" && ["127.0.0.1", "localhost", "::1"].contains(parsed.host ?? ""))
-        else { throw ValidationError("--play-certs-url must be https (http only to this machine: 127.0.0.1 or localhost)") }
+        // Google's keys decide what is accepted: fetched only over TLS, or from this machine or its own network (the simulator).
+        guard Self.acceptable(certs) else {
+            throw ValidationError("--play-certs-url must be https (http only to 127.0.0.1, localhost or a one-label host name such as play-sim)")
+        }
         return PlayPushTokenVerifier(certsURL: certs, rules: PlayPushTokenRules(audience: audience, email: email))
     }
 
@@ -267,7 +274,10 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         }
         config.revocation = try revocationChecker(logger: logger)
         config.appStoreAPI = try appStoreAPIClient(config: config, logger: logger)
-        config.playPackageNames = Set(playPackageNames.isEmpty ? Environment.list("IAP_PLAY_PACKAGES") : playPackageNames)
+        // IAP_PLAY_PACKAGE_NAMES (and --play-package-name) are this setting's earlier names, still read.
+        let listed = Environment.list("IAP_PLAY_PACKAGES")
+        config.playPackageNames = Set(
+            !playPackageNames.isEmpty ? playPackageNames : !listed.isEmpty ? listed : Environment.list("IAP_PLAY_PACKAGE_NAMES"))
         if let keyFile = Environment.resolve(playServiceAccount, env: "IAP_PLAY_SERVICE_ACCOUNT"), !keyFile.isEmpty {
             let account: PlayServiceAccount
             do {
@@ -277,10 +287,12 @@ struct VerificationServiceCommand: AsyncParsableCommand {
             }
             var playConfig = PlayDeveloperAPIClient.Configuration()
             if let url = Environment.resolve(playAPIURL, env: "IAP_PLAY_API_URL"), !url.isEmpty {
-                // The access token travels with every call: in clear only to this machine (the simulator).
-                guard let parsed = URL(string: url),
-                    parsed.scheme == "https" || (parsed.scheme == "http" && ["127.0.0.1", "localhost", "::1"].contains(parsed.host ?? ""))
-                else { throw ValidationError("--play-api-url must be https (http only to this machine: 127.0.0.1 or localhost)") }
+                // The access token travels with every call: in clear only to this machine or a host of its own network (the
+                // simulator, under Compose).
+                guard Self.acceptable(url) else {
+                    throw ValidationError(
+                        "--play-api-url must be https (http only to 127.0.0.1, localhost or a one-label host name such as play-sim)")
+                }
                 playConfig.apiURL = url
             }
             config.playAPI = PlayDeveloperAPIClient(account: account, configuration: playConfig)

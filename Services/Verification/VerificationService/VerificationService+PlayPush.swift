@@ -93,9 +93,10 @@ enum PlayPushReading {
         guard body.utf8.count <= 64 << 10, let envelope = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any],
             let message = envelope["message"] as? [String: Any]
         else { throw refuse("no message") }
-        guard let messageId = (message["messageId"] ?? message["message_id"]) as? String, (1...128).contains(messageId.utf8.count),
-            messageId.utf8.allSatisfy({ $0 > 32 && $0 < 127 })
-        else { throw refuse("no messageId") }
+        // Pub/Sub's message ids are decimal numbers.
+        guard let messageId = (message["messageId"] ?? message["message_id"]) as? String, (1...64).contains(messageId.utf8.count),
+            messageId.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 })
+        else { throw refuse("no messageId (Pub/Sub's: digits)") }
         guard let data = message["data"] as? String, let decoded = Data(base64Encoded: data),
             let notification = try? JSONSerialization.jsonObject(with: decoded) as? [String: Any],
             let packageName = notification["packageName"] as? String
