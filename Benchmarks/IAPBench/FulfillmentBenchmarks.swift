@@ -101,15 +101,16 @@ struct RedeemBenchmark: AsyncParsableCommand {
     @Option(help: "Purchases to mint before timing (the run stops early if it uses them all).") var purchases = 15_000
     @Option(
         help:
-            "Redeem the app receipt (receipt), the StoreKit 2 signed transaction (jws), or the transaction id (id: the server fetches it from the App Store Server API)."
+            "Redeem the app receipt (receipt), the StoreKit 2 signed transaction (jws), the transaction id (id: the server fetches it from the App Store Server API), or a Google Play purchase token (play: the server asks the Play simulator)."
     )
     var via = "receipt"
+    @OptionGroup var play: PlayAddress
     @Option(help: "Consumable product to buy (must be in the catalog).") var product = "coins.100"
     @Flag(help: "With one active webhook endpoint: a receiver in this process gets every event while the load runs.") var webhook = false
     @OptionGroup var admin: AdminTokenOptions
 
     func validate() throws {
-        guard ["receipt", "jws", "id"].contains(via) else { throw ValidationError("--via must be receipt, jws or id") }
+        guard ["receipt", "jws", "id", "play"].contains(via) else { throw ValidationError("--via must be receipt, jws, id or play") }
     }
 
     func run() async throws {
@@ -120,9 +121,17 @@ struct RedeemBenchmark: AsyncParsableCommand {
         let sessions = accounts.map(\.session)
         // By id, only purchases made with the caller's appAccountToken are granted: purchase i is made with the token of
         // account i % users, and redeemed by that account.
-        let minted = try await suite.mint(
-            count: purchases, productId: product, type: .consumable, appAccountTokens: via == "id" ? accounts.map(\.appAccountToken) : [],
-            run: runId)
+        // On Google Play, purchase i is bound (obfuscatedAccountId) to account i % users, which redeems it.
+        let viaPlay = via == "play"
+        if viaPlay { try await play.pushTo(nil) }
+        let minted =
+            viaPlay
+            ? []
+            : try await suite.mint(
+                count: purchases, productId: product, type: .consumable, appAccountTokens: via == "id" ? accounts.map(\.appAccountToken) : [],
+                run: runId)
+        let playTokens = viaPlay ? try await play.mint(count: purchases, productId: product, accountTokens: accounts.map(\.appAccountToken)) : []
+        let available = viaPlay ? playTokens.count : minted.count
         let receiver = webhook ? try await BenchReceiver.start() : nil
         defer { receiver?.stop() }
         let setup = try RPCClient(address: suite.fulfillment, configuration: .init(connections: 1, callTimeout: .seconds(600)))
@@ -140,14 +149,18 @@ struct RedeemBenchmark: AsyncParsableCommand {
             scenario: "redeem (\(via))", clients: clients,
             notes: ["durability": durabilityNote]
         ) { client, i in
-            guard i < minted.count else { return nil }
-            let p = minted[i]
+            guard i < available else { return nil }
             do {
-                let result = try await client.call(
-                    FulfillmentRedeem.self,
-                    .init(
+                let params: FulfillmentRedeem.Params
+                if viaPlay {
+                    params = .init(session: sessions[i % sessions.count], googlePlay: [.init(productId: product, purchaseToken: playTokens[i])])
+                } else {
+                    let p = minted[i]
+                    params = .init(
                         session: sessions[i % sessions.count], receiptData: viaJWS || viaId ? nil : p.receiptData,
-                        signedTransactions: viaJWS ? [p.signedTransaction] : nil, transactionIds: viaId ? [p.transactionId] : nil))
+                        signedTransactions: viaJWS ? [p.signedTransaction] : nil, transactionIds: viaId ? [p.transactionId] : nil)
+                }
+                let result = try await client.call(FulfillmentRedeem.self, params)
                 guard result.results.first?.outcome == .granted else { return .failed(code: CallOutcome.unexpectedResult) }
                 granted.withLockedValue { $0 += 1 }
                 return .ok

@@ -55,6 +55,13 @@ extension Product: JSONStreamable {
             w.member("offers", first: false)
             w.writeArray(offers)
         }
+        if let googlePlay {
+            w.member("googlePlay", first: false)
+            w.beginObject()
+            w.member("productId", first: true); w.writeString(googlePlay.productId)
+            if let plan = googlePlay.basePlanId { w.member("basePlanId", first: false); w.writeString(plan) }
+            w.endObject()
+        }
         w.endObject()
     }
 }

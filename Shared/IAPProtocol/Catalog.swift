@@ -76,6 +76,17 @@ public struct Price: Codable, Sendable, Equatable {
     }
 }
 
+/// How Google Play sells a catalog product, when not under the product's own id: the Play Console product id (a one-time
+/// product's, or a subscription's) and, for a subscription, the base plan (absent: any base plan of it).
+public struct GooglePlayProductIds: Codable, Sendable, Hashable {
+    public var productId: String
+    public var basePlanId: String?
+    public init(productId: String, basePlanId: String? = nil) {
+        self.productId = productId
+        self.basePlanId = basePlanId
+    }
+}
+
 public struct Product: Codable, Sendable, Equatable {
     public var productId: String
     public var type: ProductType
@@ -87,10 +98,13 @@ public struct Product: Codable, Sendable, Equatable {
     public var price: Price?
     /// Auto-renewables: its subscription offers (who may redeem each is decided per account by fulfillment).
     public var offers: [SubscriptionOffer]?
+    /// Google Play's ids for it (absent: sold there, if at all, under `productId`).
+    public var googlePlay: GooglePlayProductIds?
     public init(
         productId: String, type: ProductType, referenceName: String, title: String, description: String,
-        status: ProductStatus, grant: Grant, price: Price? = nil, offers: [SubscriptionOffer]? = nil
+        status: ProductStatus, grant: Grant, price: Price? = nil, offers: [SubscriptionOffer]? = nil, googlePlay: GooglePlayProductIds? = nil
     ) {
+        self.googlePlay = googlePlay
         self.offers = offers
         self.productId = productId
         self.type = type
@@ -133,10 +147,14 @@ public enum CatalogGetProducts: RPCMethod {
         public var productIds: [String]
         public var storefront: String?
         public var locale: String?
-        public init(productIds: [String], storefront: String? = nil, locale: String? = nil) {
+        /// Also every product Google Play sells under one of these ids (its `googlePlay.productId`, or its own id when it
+        /// names none), each once.
+        public var googlePlayProductIds: [String]?
+        public init(productIds: [String], storefront: String? = nil, locale: String? = nil, googlePlayProductIds: [String]? = nil) {
             self.productIds = productIds
             self.storefront = storefront
             self.locale = locale
+            self.googlePlayProductIds = googlePlayProductIds
         }
     }
     public struct Result: Codable, Sendable, Equatable {
@@ -163,11 +181,14 @@ public struct ProductDefinition: Codable, Sendable, Equatable {
     public var offers: [SubscriptionOffer]?
     /// Auto-renewables: what a customer about to cancel is shown (`catalog.setRetention`); never in product listings.
     public var retention: RetentionRules?
+    /// Google Play's ids for the product, when it is sold there under others than `productId`.
+    public var googlePlay: GooglePlayProductIds?
     public init(
         productId: String, type: ProductType, referenceName: String, localizations: [String: Localization],
         defaultLocale: String, grant: Grant, prices: [PriceEntry]? = nil, status: ProductStatus? = nil, offers: [SubscriptionOffer]? = nil,
-        retention: RetentionRules? = nil
+        retention: RetentionRules? = nil, googlePlay: GooglePlayProductIds? = nil
     ) {
+        self.googlePlay = googlePlay
         self.offers = offers
         self.retention = retention
         self.productId = productId

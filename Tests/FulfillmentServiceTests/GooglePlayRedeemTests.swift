@@ -223,3 +223,53 @@ extension GooglePlayRedeemTests {
         }
     }
 }
+
+extension GooglePlayRedeemTests {
+    static func product(_ id: String, _ type: ProductType, _ grant: Grant, play: GooglePlayProductIds?) -> ProductDefinition {
+        ProductDefinition(
+            productId: id, type: type, referenceName: id, localizations: ["en-US": .init(title: id, description: "")], defaultLocale: "en-US",
+            grant: grant, googlePlay: play)
+    }
+
+    @Test func aProductSoldOnGooglePlayUnderOtherIdsGrantsItsOwnGrantAndEachBasePlanItsProduct() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let vip = Grant.subscription(entitlement: "vip", subscriptionGroup: "vip")
+            for product in [
+                Self.product("gems.small", .consumable, .coins(50), play: .init(productId: "com.game.gems")),
+                Self.product("vip.monthly", .autoRenewable, vip, play: .init(productId: "vip", basePlanId: "monthly")),
+                Self.product("vip.yearly", .autoRenewable, vip, play: .init(productId: "vip", basePlanId: "yearly")),
+            ] {
+                _ = try await suite.catalog.call(CatalogUpsertProduct.self, .init(adminToken: SuiteFixture.adminToken, product: product))
+            }
+            // Two products claiming the same Play ids, or a base plan on a one-time product: refused.
+            for (refused, reason) in [
+                (Self.product("gems.other", .consumable, .coins(5), play: .init(productId: "com.game.gems")), "googlePlayIdTaken"),
+                (Self.product("vip.again", .autoRenewable, vip, play: .init(productId: "vip", basePlanId: "yearly")), "googlePlayIdTaken"),
+                (Self.product("gems.plan", .consumable, .coins(5), play: .init(productId: "com.game.x", basePlanId: "p")), "basePlanNotAllowed"),
+            ] {
+                let error = await #expect(throws: RPCError.self) {
+                    try await suite.catalog.call(CatalogUpsertProduct.self, .init(adminToken: SuiteFixture.adminToken, product: refused))
+                }
+                #expect(error?.data.reason == reason)
+            }
+            let ann = try await suite.register("ann")
+            let gems = try await play.buy("com.game.gems", accountToken: ann.appAccountToken)
+            let yearly = try await play.buy("vip", accountToken: ann.appAccountToken, basePlanId: "yearly")
+            let redeemed = try await Self.redeem(
+                suite, ann.session,
+                [.init(productId: "com.game.gems", purchaseToken: gems.purchaseToken), .init(productId: "vip", purchaseToken: yearly.purchaseToken)])
+            #expect(redeemed.results.map(\.outcome) == [.granted, .granted] && redeemed.balance == 50)
+            #expect(Set(redeemed.results.map(\.productId)) == ["gems.small", "vip.yearly"])
+            #expect(redeemed.entitlements.map(\.productId) == ["vip.yearly"])
+            // A base plan the catalog does not sell is not granted.
+            let weekly = try await play.buy("vip", accountToken: ann.appAccountToken, basePlanId: "weekly")
+            let unsold = try await Self.redeem(suite, ann.session, [.init(productId: "vip", purchaseToken: weekly.purchaseToken)])
+            #expect(unsold.results.map(\.outcome) == [.unknownProduct])
+            // Acknowledged (consumed, for the gems) at Google under Google's ids.
+            _ = try await suite.service.outbox.deliverOutbox()
+            #expect(try await play.purchase(gems.purchaseToken).consumed)
+            #expect(try await play.purchase(yearly.purchaseToken).acknowledged)
+        }
+    }
+}

@@ -89,7 +89,10 @@ extension JSONScanner {
                     SubscriptionOffer(offerId: "a", eligibility: .init(kind: .lapsed)),
                     SubscriptionOffer(
                         offerId: "b\"", eligibility: .init(kind: .subscribedAtMost, times: 2), startsAtMs: 1, endsAtMs: 2),
-                ]),
+                ], googlePlay: .init(productId: "vip", basePlanId: "yearly")),
+            Product(
+                productId: "g", type: .consumable, referenceName: "r", title: "t", description: "d", status: .active, grant: grants[0],
+                googlePlay: .init(productId: "com.game.gems")),
         ] {
             #expect(try viaEncoder(product) == viaStreamable(product))
             let list = CatalogListProducts.Result(etag: "\"e\"", notModified: false, products: [product, product])

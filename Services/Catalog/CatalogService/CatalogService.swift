@@ -111,8 +111,8 @@ public final class CatalogService: Sendable {
 
     /// `catalog.getProducts`: retired products included; unknown ids listed in `missing`.
     public func getProducts(_ p: CatalogGetProducts.Params) async throws(RPCError) -> CatalogGetProducts.Result {
-        guard p.productIds.count <= 1000 else {
-            throw RPCError.invalidParams("at most 1000 productIds per call", field: "productIds", reason: "tooMany")
+        guard p.productIds.count <= 1000, (p.googlePlayProductIds?.count ?? 0) <= 1000 else {
+            throw RPCError.invalidParams("at most 1000 productIds (and googlePlayProductIds) per call", field: "productIds", reason: "tooMany")
         }
         let storefront = p.storefront ?? configuration.defaultStorefront
         try Storefronts.check(storefront, field: "storefront")
@@ -129,6 +129,12 @@ public final class CatalogService: Sendable {
                 found.append(Self.present(entry.definition, status: entry.status, locale: p.locale, table: table?.table))
             } else {
                 missing.append(id)
+            }
+        }
+        if let playIds = p.googlePlayProductIds.map(Set.init), !playIds.isEmpty {
+            for entry in snapshot.products where playIds.contains(entry.definition.googlePlayKey.productId) {
+                guard !found.contains(where: { $0.productId == entry.definition.productId }) else { continue }
+                found.append(Self.present(entry.definition, status: entry.status, locale: p.locale, table: table?.table))
             }
         }
         return .init(products: found, missing: missing)
@@ -159,7 +165,7 @@ public final class CatalogService: Sendable {
         }
         return Product(
             productId: d.productId, type: d.type, referenceName: d.referenceName, title: text.title,
-            description: text.description, status: status, grant: d.grant, price: price, offers: d.offers)
+            description: text.description, status: status, grant: d.grant, price: price, offers: d.offers, googlePlay: d.googlePlay)
     }
 
     static func localization(_ d: ProductDefinition, locale: String?) -> Localization {
@@ -217,9 +223,27 @@ public final class CatalogService: Sendable {
                     }
                 ))
         }
+        try await checkGooglePlayIds(products, field: field)
         let ready = validated
         try await write { try await self.store.upsert(ready) }
         logger.info("catalog updated", metadata: ["products": "\(products.count)"])
+    }
+
+    /// Google Play's ids name one product each: a product whose Play ids (its `googlePlay`, else its own id) another product
+    /// of the catalog after this import already claims is refused, so a Play purchase always grants one product's grant.
+    func checkGooglePlayIds(_ products: [ProductDefinition], field: String) async throws(RPCError) {
+        var claimed: [GooglePlayProductIds: String] = [:]
+        let replaced = Set(products.map(\.productId))
+        for entry in try await currentSnapshot().products where !replaced.contains(entry.definition.productId) {
+            claimed[entry.definition.googlePlayKey] = entry.definition.productId
+        }
+        for product in products {
+            if let other = claimed.updateValue(product.productId, forKey: product.googlePlayKey), other != product.productId {
+                throw RPCError.invalidParams(
+                    "\(product.productId) is sold on Google Play under the ids \(other) already has", field: "\(field).googlePlay",
+                    reason: "googlePlayIdTaken")
+            }
+        }
     }
 
     public func setPrices(_ p: CatalogSetPrices.Params) async throws(RPCError) {

@@ -30,6 +30,17 @@ public enum ProductValidation {
         if let prices = p.prices { try checkPrices(prices, field: "\(field).prices") }
         if let offers = p.offers { try checkOffers(offers, type: p.type, field: "\(field).offers") }
         if let retention = p.retention { try RetentionValidation.check(retention, product: p, field: "\(field).retention") }
+        if let play = p.googlePlay {
+            // Google's ids: lowercase letters, digits, '.', '_' (product ids), '-' (base plans); a base plan is a subscription's.
+            try checkProductId(play.productId, field: "\(field).googlePlay.productId")
+            if let plan = play.basePlanId {
+                try checkProductId(plan, field: "\(field).googlePlay.basePlanId")
+                guard p.type == .autoRenewable else {
+                    throw RPCError.invalidParams(
+                        "only subscriptions have base plans", field: "\(field).googlePlay.basePlanId", reason: "basePlanNotAllowed")
+                }
+            }
+        }
     }
 
     /// Offers belong to auto-renewables; ids are App Store Connect's (1-64 letters, digits, '.', '_', '-'),
@@ -161,4 +172,9 @@ public struct StoredPrice: Sendable, Equatable, Hashable {
         self.currency = currency
         self.amountMinor = amountMinor
     }
+}
+
+extension ProductDefinition {
+    /// The ids Google Play sells it under: its `googlePlay`, else its own id (any base plan).
+    var googlePlayKey: GooglePlayProductIds { googlePlay ?? GooglePlayProductIds(productId: productId) }
 }

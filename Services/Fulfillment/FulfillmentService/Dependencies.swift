@@ -13,6 +13,8 @@ public protocol FulfillmentDependencies: Sendable {
     func verifyTransaction(_ jws: String) async throws(RPCError) -> VerificationVerifyTransaction.Result
     func verifyNotification(_ payload: String) async throws(RPCError) -> VerificationVerifyNotification.Result
     func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result
+    /// The products Google Play sells under these Play product ids (`GooglePlayProductIds`).
+    func playProducts(_ playIds: [String]) async throws(RPCError) -> CatalogGetProducts.Result
     /// A transaction fetched from Apple (App Store Server API) through verification, verified.
     func transactionInfo(_ transactionId: String, internalToken: String) async throws(RPCError) -> VerificationVerifyTransaction.Result
     /// A customer's whole history from Apple through verification, each transaction verified.
@@ -122,6 +124,10 @@ public struct Dependencies: FulfillmentDependencies {
 
     public func products(_ ids: [String]) async throws(RPCError) -> CatalogGetProducts.Result {
         try await call("catalog", catalog, CatalogGetProducts.self, .init(productIds: ids))
+    }
+
+    public func playProducts(_ playIds: [String]) async throws(RPCError) -> CatalogGetProducts.Result {
+        try await call("catalog", catalog, CatalogGetProducts.self, .init(productIds: [], googlePlayProductIds: playIds))
     }
 
     public func verifyPlayPurchase(_ params: PlayPurchaseReference) async throws(RPCError) -> VerifiedPlayPurchase {
@@ -289,6 +295,7 @@ extension FulfillmentDependencies {
     public func verifyPlayPush(_ params: PlayPushDelivery) async throws(RPCError) -> VerifiedPlayPush {
         throw RPCError(code: .unavailable, message: "no Google Play here", reason: .playAPINotConfigured)
     }
+    public func playProducts(_ playIds: [String]) async throws(RPCError) -> CatalogGetProducts.Result { .init(products: [], missing: []) }
     public func playVoidedPurchases(_ params: VerificationPlayVoidedPurchases.Params) async throws(RPCError)
         -> VerificationPlayVoidedPurchases.Result
     {

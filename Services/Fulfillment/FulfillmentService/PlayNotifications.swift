@@ -135,16 +135,14 @@ public struct PlayNotifications: FulfillmentPart {
             }
         }
         let subscription = push.kind == .subscription || (push.kind == .voidedPurchase && (push.productType == 1 || recordedAsSubscription))
-        // What the push does not name, the records here do (a voided purchase names no product; Google no longer sends a
-        // subscription's id): nothing recorded and nothing named is a purchase never granted here.
-        var productId = push.productId
-        if productId == nil {
-            productId =
-                subscription
-                ? try await storeCall { try await self.store.entitlement(originalTransactionId: token)?.productId }
-                : try await storeCall { try await self.store.processed(transactionId: push.orderId ?? token)?.productId }
+        // Google is asked by token (its product id only checked when the push names one: a voided purchase names none, and
+        // Google no longer sends a subscription's); a one-time purchase neither named nor recorded was never granted here.
+        if push.productId == nil, !subscription,
+            try await storeCall({ try await self.store.processed(transactionId: push.orderId ?? token) }) == nil
+        {
+            return Self.ignored("a purchase never granted here")
         }
-        guard productId != nil || subscription else { return Self.ignored("a purchase never granted here") }
+        let productId = push.productId
         guard let internalToken = configuration.internalToken else {
             throw RPCError(code: .unavailable, message: "Google Play needs the internal token on fulfillment", reason: .playAPINotConfigured)
         }
@@ -158,7 +156,10 @@ public struct PlayNotifications: FulfillmentPart {
             return Self.ignored("Google does not know the purchase (\(error.data.reason))")
         }
         let now = clock.nowMs
-        var purchase = VerifiedPurchase(play: play, catalogProductId: play.productId, nowMs: now)
+        // The catalog's product of Google's product id (and base plan); a purchase of one it does not sell keeps Google's id
+        // and no rule (`unknownProduct` when granted).
+        let product = PlayCatalogEntry.choose(try await service.playCatalog([play.productId])[play.productId] ?? [], basePlanId: play.basePlanId)
+        var purchase = VerifiedPurchase(play: play, catalogProductId: product?.productId ?? play.productId, nowMs: now)
         let revokedByGoogle = push.kind == .voidedPurchase || (push.notificationType == 12 && push.kind == .subscription)
         if subscription, revokedByGoogle, !play.entitles {
             // A subscription's refund (voidedPurchaseNotification, authenticated by its token) or revocation, which Google's
@@ -172,9 +173,7 @@ public struct PlayNotifications: FulfillmentPart {
         var facts = NotificationRules.Facts(
             disposition: .bringToAppleState, type: .unknown("googlePlay"), snapshot: nil, current: purchase, signedDateMs: entry.signedDateMs,
             scope: configuration.sandboxPolicy.scope(forEnvironment: purchase.environment))
-        if purchase.cancellationDateMs == nil || purchase.transactionId != purchase.originalTransactionId {
-            facts.rule = try await service.grantRules(for: [purchase.productId])[purchase.productId]
-        }
+        if purchase.cancellationDateMs == nil || purchase.transactionId != purchase.originalTransactionId { facts.rule = product?.rule }
         guard purchase.cancellationDateMs == nil else { return facts }
         // An upgrade, downgrade or re-signup: the same customer's purchase history; the plan it replaces ends (for the same
         // account only: `NotificationRules`).

@@ -28,8 +28,9 @@ extension FulfillmentService {
         }
     }
 
-    /// Each purchase as Google reports it now, checked concurrently. The catalog says whether an id is a subscription (which
-    /// of Google's two APIs to ask); an id it does not know is `unknownProduct`, a token Google does not know or refuses, or
+    /// Each purchase as Google reports it now, checked concurrently. The catalog says which product a Play id is (its
+    /// `googlePlay` ids, `PlayCatalogEntry`) and whether it is a subscription (which of Google's two APIs to ask); an id
+    /// it does not sell (or a base plan it does not) is `unknownProduct`, a token Google does not know or refuses, or
     /// a purchase still pending payment, is `rejected` (neither finishable); a failure to reach Google fails the call with
     /// nothing written.
     func verifiedPlayPurchases(_ given: [GooglePlayPurchase], accountId: String) async throws(RPCError)
@@ -48,7 +49,7 @@ extension FulfillmentService {
                 code: .unavailable, message: "Google Play purchases need the suite's internal token on fulfillment (--internal-token)",
                 reason: .playAPINotConfigured)
         }
-        let rules = try await grantRules(for: Array(Set(refs.map(\.productId))))
+        let catalog = try await playCatalog(refs.map(\.productId))
         var verified: [VerifiedPurchase] = []
         var rejected: [TransactionResult] = []
         func refuse(_ ref: GooglePlayPurchase, _ outcome: RedeemOutcome) {
@@ -59,12 +60,11 @@ extension FulfillmentService {
         }
         var asks: [(GooglePlayPurchase, PlayPurchaseReference)] = []
         for ref in refs {
-            guard let rule = rules[ref.productId] else {
+            guard let first = catalog[ref.productId]?.first else {
                 refuse(ref, .unknownProduct)
                 continue
             }
-            var kind = PlayPurchaseKind.product
-            if case .subscription = rule { kind = .subscription }
+            let kind = first.isSubscription ? PlayPurchaseKind.subscription : .product
             asks.append(
                 (
                     ref,
@@ -93,7 +93,11 @@ extension FulfillmentService {
             switch answer {
             case .success(let play) where play.entitles || (play.kind == .product && play.state == "CANCELLED"):
                 // What Google says gives access now is granted; a one-time purchase it cancelled is recorded as revoked.
-                verified.append(VerifiedPurchase(play: play, catalogProductId: ref.productId, nowMs: now))
+                guard let product = PlayCatalogEntry.choose(catalog[ref.productId] ?? [], basePlanId: play.basePlanId) else {
+                    refuse(ref, .unknownProduct)
+                    continue
+                }
+                verified.append(VerifiedPurchase(play: play, catalogProductId: product.productId, nowMs: now))
             case .success:
                 // Pending (not paid yet), or a subscription that gives no access now (expired, on hold, paused): nothing.
                 refuse(ref, .rejected)

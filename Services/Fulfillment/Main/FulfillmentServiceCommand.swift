@@ -90,6 +90,13 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
     var finishesPerSecond: Double?
 
     @Option(
+        name: .customLong("store-calls-per-minute"),
+        help:
+            "Calls to the stores one account's redeems may cause (transaction ids, history, Google Play tokens): refilled per minute (env IAP_STORE_CALLS_PER_MINUTE; default 20), with a burst as large (env IAP_STORE_CALL_BURST)."
+    )
+    var storeCallsPerMinute: Double?
+
+    @Option(
         name: .customLong("content-url-key"),
         help:
             "Key (32+ bytes) that signs fulfillment.contentURL links, the same the edge checks them with (env IAP_CONTENT_URL_KEY). Without it contentURL is unavailable."
@@ -164,6 +171,11 @@ struct FulfillmentServiceCommand: AsyncParsableCommand {
         if let rate = finishesPerSecond ?? Environment.resolve(nil, env: "IAP_FINISHES_PER_SECOND").flatMap(Double.init) {
             guard rate > 0, rate <= 1_000 else { throw ValidationError("--finishes-per-second must be above 0 and at most 1000") }
             config.finishesPerSecond = rate
+        }
+        if let rate = storeCallsPerMinute ?? Environment.resolve(nil, env: "IAP_STORE_CALLS_PER_MINUTE").flatMap(Double.init) {
+            guard rate > 0 else { throw ValidationError("--store-calls-per-minute must be above 0") }
+            config.appleCallsPerMinute = rate
+            config.appleCallBurst = Environment.resolve(nil, env: "IAP_STORE_CALL_BURST").flatMap { Int($0) } ?? max(1, Int(rate))
         }
         if !config.finishAtApple {
             logger.notice("Finish Transaction at Apple is off: the app's own finish() is the only one")
