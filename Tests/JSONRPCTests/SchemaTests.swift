@@ -12,7 +12,8 @@ import Testing
                     .init("internalToken", .string, required: false),
                 ]))
         guard case let .object(props, _) = SchemaRecorder.schema(for: Product.self) else { Issue.record("not an object"); return }
-        #expect(props.map(\.name) == ["productId", "type", "referenceName", "title", "description", "status", "grant", "price", "offers", "googlePlay"])
+        #expect(
+            props.map(\.name) == ["productId", "type", "referenceName", "title", "description", "status", "grant", "price", "offers", "googlePlay"])
         #expect(props[9].required == false)
         #expect(props[8].required == false)
         #expect(props[1].schema == .string(enumValues: ["consumable", "nonConsumable", "autoRenewable", "nonRenewing"]))
