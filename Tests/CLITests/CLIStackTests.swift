@@ -36,7 +36,7 @@ import Testing
     }
 
     @Test func everyCommandAgainstALiveSuite() async throws {
-        try await SuiteFixture.with { suite in
+        try await SuiteFixture.with(play: true) { suite in
             let home = FileManager.default.temporaryDirectory.appendingPathComponent("cli-home-\(UUID().uuidString)")
             try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
             let configPath = home.appendingPathComponent("iap/config.json").path
@@ -135,7 +135,7 @@ import Testing
             let health = try await iap("health", "--json")
             #expect(health.status == 0, "\(health.stdout)\(health.stderr)")
             let reports = try JSONValue.parseJSON(health.stdout)
-            #expect(Set(reports.objectValue?.keys.map { $0 } ?? []) == ["accounts", "catalog", "verification", "fulfillment", "sim"])
+            #expect(Set(reports.objectValue?.keys.map { $0 } ?? []) == ["accounts", "catalog", "verification", "fulfillment", "sim", "play"])
             #expect(reports["fulfillment"]?["status"] == .string("ok"))
             let methods = try JSONValue.parseJSON(try await iap("methods", "fulfillment", "--json").stdout)
             let names = Set(methods["methods"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? [])
@@ -151,6 +151,7 @@ import Testing
             #expect(demo.stdout.contains("reversal"))
             #expect(demo.stdout.contains("recovery"), "the demo shows the refunded coins repaid by the next purchase")
             #expect(demo.stdout.contains("(Sandbox)"), "the demo shows the Sandbox purchase in its own scope")
+            #expect(demo.stdout.contains("one balance across both stores"), "the demo buys on Google Play into the same balance")
 
             // signing out forgets the session; unreachable services are exit 2
             #expect(try await iap("accounts", "logout", "--json").stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "{}")

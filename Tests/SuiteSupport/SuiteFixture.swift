@@ -28,7 +28,7 @@ public final class SuiteFixture: Sendable {
             "IAP_ACCOUNTS_ADDR": accounts.address, "IAP_CATALOG_ADDR": catalog.address, "IAP_VERIFICATION_ADDR": "127.0.0.1:\(verificationPort)",
             "IAP_FULFILLMENT_ADDR": fulfillment.address, "IAP_SIM_ADDR": simulator.address, "IAP_ADMIN_TOKEN": Self.adminToken,
             "IAP_INTERNAL_TOKEN": Self.internalToken,
-        ]
+        ].merging(play.map { ["IAP_PLAY_ADDR": $0.client.address] } ?? [:]) { $1 }
     }
 
     /// At least 32 bytes: the service executables refuse shorter tokens.

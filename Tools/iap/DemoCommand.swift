@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import IAPProtocol
 import JSONRPC
+import ServiceSupport
 
 /// `iap demo`: the whole story against the running suite, step by step.
 struct DemoCommand: AsyncParsableCommand {
@@ -145,8 +146,27 @@ struct DemoCommand: AsyncParsableCommand {
                     [String($0.id), $0.kind.rawValue, String($0.delta), String($0.balance), String($0.owed ?? 0), $0.memo ?? ""]
                 }))
 
+        // Google Play when its simulator runs (IAP_PLAY_ADDR, set by compose/up.sh): the same account on an Android phone.
+        var android = ""
+        if Environment.value(SuiteService.play.environmentVariable) != nil {
+            heading("an Android phone: the same account buys \(coins.title) on Google Play and redeems the purchase token")
+            let (droid, _) = await call.call(.accounts, AccountsLogin.self, .init(username: username, password: password, deviceName: "android"))
+            // The app passes the account's appAccountToken to BillingFlowParams.setObfuscatedAccountId.
+            let (bought, _) = await call.call(
+                .play, PlayPurchaseProduct.self,
+                .init(
+                    packageName: bundleId, productId: coins.productId, obfuscatedExternalAccountId: signedIn.appAccountToken, productType: .inapp))
+            print("Google Play order \(bought.orderId ?? "-"), purchase token \(bought.purchaseToken.prefix(16))...")
+            let (playRedeemed, _) = await call.call(
+                .fulfillment, FulfillmentRedeem.self,
+                .init(session: droid.session.token, googlePlay: [.init(productId: coins.productId, purchaseToken: bought.purchaseToken)]))
+            print(redeemSummary(playRedeemed))
+            print("one balance across both stores: \(playRedeemed.balance) coins (Google Play)")
+            android = ", bought on an Android phone into the same balance"
+        }
+
         print(
             "\ndemo complete: \(username) bought, redeemed once, kept a Sandbox purchase apart, downloaded, restored on a second device, "
-                + "spent, was refunded, and repaid the refunded coins from the next purchase.")
+                + "spent, was refunded, and repaid the refunded coins from the next purchase\(android).")
     }
 }
