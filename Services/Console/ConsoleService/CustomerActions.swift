@@ -76,8 +76,13 @@ struct CustomerAction: Sendable, Equatable {
             action.environment = scope
         case .revoke, .extend:
             let id = form["transactionId"] ?? ""
-            guard (1...32).contains(id.count), id.allSatisfy({ $0.isASCII && $0.isNumber }) else {
-                throw Invalid(detail: "transaction ids are 1-32 digits")
+            let apple = (1...32).contains(id.count) && id.allSatisfy({ $0.isASCII && $0.isNumber })
+            // Google Play's order ids can be revoked here too; extensions are Apple's (Extend a Subscription Renewal Date).
+            let play =
+                kind == .revoke && id.hasPrefix("GPA.") && id.count <= 64 && id.allSatisfy({ $0.isASCII && ($0.isNumber || "GPA.-".contains($0)) })
+            guard apple || play else {
+                throw Invalid(
+                    detail: kind == .revoke ? "transaction ids are 1-32 digits, or a Google Play order id (GPA.)" : "transaction ids are 1-32 digits")
             }
             action.transactionId = id
             if kind == .extend {

@@ -15,7 +15,8 @@ extension ConsoleService {
     }
 
     /// The account a query names: a transaction or original transaction id (digits), an account id or appAccountToken
-    /// (UUIDs), a username, or an order id from Apple's emailed receipt (asked at Apple).
+    /// (UUIDs), a Google Play order id (`GPA.`) or purchase token, a username, or an order id from Apple's emailed receipt
+    /// (asked at Apple).
     func resolve(_ query: String) async throws -> String? {
         guard !query.isEmpty, query.utf8.count <= 128 else { return nil }
         let admin = configuration.adminToken, internalToken = configuration.internalToken
@@ -34,6 +35,14 @@ extension ConsoleService {
                 try await self.accounts.call(AccountsFindByAppAccountToken.self, .init(appAccountToken: query, internalToken: internalToken))
                     .accountId
             }
+        }
+        if query.hasPrefix("GPA.") || query.utf8.count > 64,
+            let id = try await absentIfNotFound({
+                // Google Play's: its order id, or the purchase token (far longer than a username).
+                try await self.fulfillment.call(FulfillmentGetCustomer.self, .init(adminToken: admin, transactionId: query, ledgerLimit: 1)).accountId
+            })
+        {
+            return id
         }
         if let id = try await absentIfNotFound({
             try await self.accounts.call(AccountsFindByUsername.self, .init(username: query, internalToken: internalToken)).accountId

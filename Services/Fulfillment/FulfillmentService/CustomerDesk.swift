@@ -26,8 +26,10 @@ public struct CustomerDesk: FulfillmentPart {
             }
             accountId = id
         case (nil, let transactionId?):
-            guard FulfillmentService.isTransactionId(transactionId) else {
-                throw RPCError.invalidParams("transaction ids are 1-32 digits", field: "transactionId", reason: "invalidValue")
+            guard FulfillmentService.isTransactionId(transactionId) || FulfillmentService.isPlayId(transactionId) else {
+                throw RPCError.invalidParams(
+                    "transaction ids are 1-32 digits (App Store) or a Google Play order id or purchase token", field: "transactionId",
+                    reason: "invalidValue")
             }
             guard let owner = try await storeCall({ try await self.store.accountId(transactionId: transactionId) }) else {
                 throw RPCError.notFound("no purchase with transaction id \(transactionId) was processed here", reason: "unknownTransaction")

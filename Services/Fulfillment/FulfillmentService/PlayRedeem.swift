@@ -8,6 +8,13 @@ extension FulfillmentService {
     /// At most this many characters of a purchase token (Google's are a few hundred).
     static let maxPurchaseTokenLength = 4_096
 
+    /// A Google Play order id (`GPA.1234-5678-9012-34567`, a renewal's with `..N`) or purchase token: Google's characters
+    /// (letters, digits, '.', '_', '-'), not only dots, at most `maxPurchaseTokenLength`.
+    static func isPlayId(_ id: String) -> Bool {
+        (1...maxPurchaseTokenLength).contains(id.utf8.count) && id.utf8.contains { $0 != UInt8(ascii: ".") }
+            && id.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) || "._-".utf8.contains($0) }
+    }
+
     /// At most `max` purchases (each is a call to Google), each id and token of Google's characters (letters, digits, '.',
     /// '_', '-', not only dots: nothing that could change the path of the URL asked), a package name of Android's.
     static func checkPlay(_ purchases: [GooglePlayPurchase], max: Int) throws(RPCError) {
