@@ -222,6 +222,52 @@ import Testing
         }
     }
 
+    /// Google Play's acknowledgement on the real executable: owed with the grant, refused by Google (503) at once and again,
+    /// it survives a SIGKILL and is made by the restarted process once Google answers, so Google's three-day refund never
+    /// reaches the purchase.
+    @Test func aPlayAcknowledgementSurvivesSIGKILLAndIsMadeWithinGooglesWindow() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let instance = FulfillmentProcess(
+                port: try LoopbackPort.free(), dataDir: suite.directory.appendingPathComponent("play-instance"), suite: suite)
+            try await instance.start()
+            do {
+                let client = RPCClient(host: "127.0.0.1", port: instance.port, configuration: .init(connections: 1, callTimeout: .seconds(30)))
+                let kim = try await suite.register("kim")
+                let coins = try await play.buy("coins.100", accountToken: kim.appAccountToken)
+                let redeemed = try await client.call(
+                    FulfillmentRedeem.self, .init(session: kim.session, googlePlay: [.init(productId: "coins.100", purchaseToken: coins.purchaseToken)]))
+                #expect(redeemed.results.map(\.outcome) == [.granted])
+                // Google refuses every call from now on: the consumption owed is tried and fails.
+                _ = try await play.client.call(PlaySetFault.self, .init(mode: .http503))
+                var deadline = Date().addingTimeInterval(120)
+                while try await client.call(FulfillmentListOutbox.self, .init(adminToken: SuiteFixture.adminToken)).items.first?.attempts ?? 0 < 1 {
+                    try #require(Date() < deadline, "the first attempt never happened")
+                    try await Task.sleep(nanoseconds: 50_000_000)  // polling the worker, bounded by the deadline
+                }
+                #expect(try await !play.purchase(coins.purchaseToken).consumed)
+                await instance.kill()
+                await client.close()
+                _ = try await play.client.call(PlaySetFault.self, .init(mode: PlayFaultMode.none))
+                try await instance.start()
+                deadline = Date().addingTimeInterval(120)
+                while try await !play.purchase(coins.purchaseToken).consumed {
+                    try #require(Date() < deadline, "the consumption was never made after the restart")
+                    try await Task.sleep(nanoseconds: 100_000_000)  // polling Google's side, bounded by the deadline
+                }
+                _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 3 * 86_400 + 3_600))
+                #expect(try await play.purchase(coins.purchaseToken).state == "purchased")
+                let after = RPCClient(host: "127.0.0.1", port: instance.port, configuration: .init(connections: 1, callTimeout: .seconds(30)))
+                #expect(try await after.call(FulfillmentGetBalance.self, .init(session: kim.session)).balance == 100)
+                await after.close()
+                await instance.kill()
+            } catch {
+                await instance.kill()  // a failed expectation must not leave the process running
+                throw error
+            }
+        }
+    }
+
     @Test func killedAtRandomMomentsItLosesNothingAndGrantsNothingTwice() async throws {
         let environment = ProcessInfo.processInfo.environment
         let kills = Int(environment["IAP_CRASH_KILLS"] ?? "") ?? 20
