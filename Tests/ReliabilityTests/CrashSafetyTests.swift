@@ -236,7 +236,8 @@ import Testing
                 let kim = try await suite.register("kim")
                 let coins = try await play.buy("coins.100", accountToken: kim.appAccountToken)
                 let redeemed = try await client.call(
-                    FulfillmentRedeem.self, .init(session: kim.session, googlePlay: [.init(productId: "coins.100", purchaseToken: coins.purchaseToken)]))
+                    FulfillmentRedeem.self,
+                    .init(session: kim.session, googlePlay: [.init(productId: "coins.100", purchaseToken: coins.purchaseToken)]))
                 #expect(redeemed.results.map(\.outcome) == [.granted])
                 // Google refuses every call from now on: the consumption owed is tried and fails.
                 _ = try await play.client.call(PlaySetFault.self, .init(mode: .http503))
