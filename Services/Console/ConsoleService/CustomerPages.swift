@@ -18,7 +18,8 @@ extension ConsoleService {
     /// (UUIDs), a Google Play order id (`GPA.`) or purchase token, a username, or an order id from Apple's emailed receipt
     /// (asked at Apple).
     func resolve(_ query: String) async throws -> String? {
-        guard !query.isEmpty, query.utf8.count <= 128 else { return nil }
+        // Up to a Google Play purchase token's length (Google's are a few hundred characters).
+        guard !query.isEmpty, query.utf8.count <= 4_096 else { return nil }
         let admin = configuration.adminToken, internalToken = configuration.internalToken
         if query.allSatisfy(\.isASCII), query.allSatisfy(\.isNumber), query.count <= 32 {
             return try await absentIfNotFound {

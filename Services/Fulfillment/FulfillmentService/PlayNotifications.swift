@@ -112,9 +112,12 @@ public struct PlayNotifications: FulfillmentPart {
             logger.warning("a partial refund of a Google Play purchase is not applied here", metadata: ["orderId": "\(push.orderId ?? "-")"])
             return Self.ignored("a quantity-based partial refund: not applied automatically (see the support console)")
         }
-        if push.kind == .voidedPurchase, push.subscription == Self.voidedListSource,
-            let record = try await storeCall({ try await self.store.processed(transactionId: push.orderId ?? token) })
-        {
+        // What was processed here for the order (or for a token without orders), read once: for voided purchases and pushes
+        // that name no product.
+        let record =
+            push.kind == .voidedPurchase || push.productId == nil
+            ? try await storeCall { try await self.store.processed(transactionId: push.orderId ?? token) } : nil
+        if push.kind == .voidedPurchase, push.subscription == Self.voidedListSource, let record {
             // Google's own list says this order was refunded: taken back if it is this purchase's (the rules check the order's
             // original against the token), whatever Google answers about the purchase now.
             let purchase = VerifiedPurchase(
@@ -127,8 +130,8 @@ public struct PlayNotifications: FulfillmentPart {
         // A voided purchase from Google's list does not say which kind it is: the records here do.
         var recordedAsSubscription = false
         if push.kind == .voidedPurchase, push.productType == nil {
-            if let granted = try await storeCall({ try await self.store.processed(transactionId: push.orderId ?? token) }) {
-                recordedAsSubscription = granted.grantKind == "subscription"
+            if let record {
+                recordedAsSubscription = record.grantKind == "subscription"
             } else if let product = try await storeCall({ try await self.store.entitlement(originalTransactionId: token) })?.productId {
                 // A renewal's order never seen here, of a subscription granted here.
                 if case .subscription? = try await service.grantRules(for: [product])[product] { recordedAsSubscription = true }
@@ -137,9 +140,7 @@ public struct PlayNotifications: FulfillmentPart {
         let subscription = push.kind == .subscription || (push.kind == .voidedPurchase && (push.productType == 1 || recordedAsSubscription))
         // Google is asked by token (its product id only checked when the push names one: a voided purchase names none, and
         // Google no longer sends a subscription's); a one-time purchase neither named nor recorded was never granted here.
-        if push.productId == nil, !subscription,
-            try await storeCall({ try await self.store.processed(transactionId: push.orderId ?? token) }) == nil
-        {
+        if push.productId == nil, !subscription, record == nil {
             return Self.ignored("a purchase never granted here")
         }
         let productId = push.productId

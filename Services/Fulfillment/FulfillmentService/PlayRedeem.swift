@@ -10,8 +10,8 @@ extension FulfillmentService {
 
     /// A Google Play order id (`GPA.1234-5678-9012-34567`, a renewal's with `..N`) or purchase token: Google's characters
     /// (letters, digits, '.', '_', '-'), not only dots, at most `maxPurchaseTokenLength`.
-    static func isPlayId(_ id: String) -> Bool {
-        (1...maxPurchaseTokenLength).contains(id.utf8.count) && id.utf8.contains { $0 != UInt8(ascii: ".") }
+    static func isPlayId(_ id: String, maxLength: Int = maxPurchaseTokenLength) -> Bool {
+        (1...maxLength).contains(id.utf8.count) && id.utf8.contains { $0 != UInt8(ascii: ".") }
             && id.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) || "._-".utf8.contains($0) }
     }
 
@@ -22,12 +22,9 @@ extension FulfillmentService {
             throw RPCError.invalidParams(
                 "at most \(max) Google Play purchases per call (each is a call to Google)", field: "googlePlay", reason: "tooMany")
         }
-        func plain(_ s: String, _ limit: Int) -> Bool {
-            (1...limit).contains(s.utf8.count) && s.utf8.contains { $0 != UInt8(ascii: ".") }
-                && s.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) || "._-".utf8.contains($0) }
-        }
         for p in purchases {
-            guard plain(p.productId, 150), plain(p.purchaseToken, maxPurchaseTokenLength), p.packageName.map({ plain($0, 255) }) ?? true else {
+            guard isPlayId(p.productId, maxLength: 150), isPlayId(p.purchaseToken), p.packageName.map({ isPlayId($0, maxLength: 255) }) ?? true
+            else {
                 throw RPCError.invalidParams(
                     "each Google Play purchase needs its productId and purchaseToken (letters, digits, '.', '_', '-'; at most \(maxPurchaseTokenLength))",
                     field: "googlePlay", reason: "invalidValue")
