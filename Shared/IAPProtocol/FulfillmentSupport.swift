@@ -138,7 +138,8 @@ public enum FulfillmentReconcile: RPCMethod {
         public var notificationHistory: Bool?
         /// Sweep subscription statuses (default true).
         public var subscriptionStatuses: Bool?
-        /// Read Google Play's voided purchases (default true; nothing when verification has no Play service account).
+        /// Read Google Play's voided purchases and sweep its subscriptions (default true; nothing when verification has no Play
+        /// service account).
         public var googlePlay: Bool?
         public init(adminToken: String, notificationHistory: Bool? = nil, subscriptionStatuses: Bool? = nil, googlePlay: Bool? = nil) {
             self.adminToken = adminToken
@@ -159,9 +160,13 @@ public enum FulfillmentReconcile: RPCMethod {
         public var playVoidsSeen: Int
         /// Of those, the ones not yet taken back here (now recorded in the inbox and processed).
         public var playVoidsTakenIn: Int
+        /// Google Play subscriptions whose access ended here without news, asked of Google (once per end).
+        public var playSubscriptionsChecked: Int
+        /// Of those, the ones Google's answer changed here (a renewal granted).
+        public var playSubscriptionsUpdated: Int
         public init(
             notificationsSeen: Int, notificationsTakenIn: Int, subscriptionsChecked: Int, subscriptionsUpdated: Int, playVoidsSeen: Int = 0,
-            playVoidsTakenIn: Int = 0
+            playVoidsTakenIn: Int = 0, playSubscriptionsChecked: Int = 0, playSubscriptionsUpdated: Int = 0
         ) {
             self.notificationsSeen = notificationsSeen
             self.notificationsTakenIn = notificationsTakenIn
@@ -169,12 +174,14 @@ public enum FulfillmentReconcile: RPCMethod {
             self.subscriptionsUpdated = subscriptionsUpdated
             self.playVoidsSeen = playVoidsSeen
             self.playVoidsTakenIn = playVoidsTakenIn
+            self.playSubscriptionsChecked = playSubscriptionsChecked
+            self.playSubscriptionsUpdated = playSubscriptionsUpdated
         }
     }
     public static let name = "fulfillment.reconcile"
     public static let access = RPCAccess.admin
     public static let summary =
-        "Take in notifications the inbox missed (Apple's Notification History, Google Play's voided purchases) and check stale subscriptions at Apple."
+        "Take in notifications the inbox missed (Apple's Notification History, Google Play's voided purchases) and check stale subscriptions at Apple and Google."
 }
 
 /// One administrator action, as the audit log keeps it.

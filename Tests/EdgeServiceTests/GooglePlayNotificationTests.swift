@@ -209,3 +209,47 @@ import Testing
         }
     }
 }
+
+extension GooglePlayNotificationTests {
+    @Test func partialRefundsTakeBackTheirUnitsOnceByPushOrFromTheListAndAFullRefundTakesTheRest() async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, _ in
+            let ann = try await suite.register("ann")
+            let five = try await play.buy("coins.100", accountToken: ann.appAccountToken, quantity: 5)
+            _ = try await play.deliverAll()
+            #expect(try await suite.balance(ann.session) == 500)
+            _ = try await suite.fulfillment.call(FulfillmentSpendCoins.self, .init(session: ann.session, amount: 350, idempotencyKey: "armor"))
+            func wallet() async throws -> [Int64] {
+                let w = try await suite.fulfillment.call(FulfillmentGetBalance.self, .init(session: ann.session))
+                return [w.balance, w.owed]
+            }
+            // Two of the five refunded: 200 taken back, 150 of it from the balance and 50 owed.
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: five.purchaseToken, quantity: 2))
+            #expect(try await play.deliverAll().pending == 0)
+            #expect(try await wallet() == [0, 50])
+            // One more, its push lost: reconciliation reads it from Google's list.
+            _ = try await play.client.call(PlaySetPushFault.self, .init(dropPercent: 100))
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: five.purchaseToken, quantity: 1))
+            _ = try await play.deliver()
+            #expect(try await wallet() == [0, 50])
+            let reconciled = try await suite.fulfillment.call(
+                FulfillmentReconcile.self, .init(adminToken: SuiteFixture.adminToken, notificationHistory: false, subscriptionStatuses: false))
+            #expect(reconciled.playVoidsSeen == 2)
+            #expect(try await wallet() == [0, 150])
+            // The lost push arrives at last, and the list is read again: nothing more.
+            _ = try await play.client.call(PlaySetPushFault.self, .init())
+            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 3_600))
+            #expect(try await play.deliverAll().pending == 0)
+            _ = try await suite.fulfillment.call(
+                FulfillmentReconcile.self, .init(adminToken: SuiteFixture.adminToken, notificationHistory: false, subscriptionStatuses: false))
+            #expect(try await wallet() == [0, 150])
+            // The last two refunded (Google cancels the purchase): the 200 left is taken, so all 350 spent is owed.
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: five.purchaseToken))
+            #expect(try await play.deliverAll().pending == 0)
+            #expect(try await wallet() == [0, 350])
+            let reversals = try await suite.ledger(ann.session).filter { $0.kind == .reversal }.sorted { $0.id < $1.id }
+            #expect(reversals.map { $0.delta - ($0.shortfall ?? 0) } == [-200, -100, -200])
+            #expect(try await suite.store.ledgerMismatches().isEmpty)
+            #expect(try await suite.store.duplicateLedgerEffects().isEmpty)
+        }
+    }
+}

@@ -72,6 +72,8 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                     _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expires, nowMs: nowMs, in: ledger)
                 case .endSubscription(let original, let replacement, let atMs):
                     _ = try GrantRules.endSubscription(original: original, replacement: replacement, atMs: atMs, nowMs: nowMs, in: ledger)
+                case .takeBackRefundedUnits(let id, let keepCoins):
+                    _ = try GrantRules.takeBackRefundedUnits(id, keepCoins: keepCoins, nowMs: nowMs, in: ledger)
                 case .recordExtensionSummary: break
                 case .answerConsumption(let transactionId, let answer):  // an OwedConsumptionAnswer
                     ledger.enqueueOutbox(
@@ -90,6 +92,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func reconcileCheckpoint(environment: String) async throws -> Int64? { nil }
     func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws {}
     func subscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [String] { [] }
+    func playSubscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [PlaySubscriptionToCheck] { [] }
     func subscriptionHistory(accountId: String, scope: AccountScope, nowMs: Int64) async throws -> [SubscriptionHistoryRecord] {
         ledger.withLockedValue { ledger in
             ledger.entitlementRows.values.filter { $0.holder == Holder(accountId: accountId, scope: scope) && $0.expiresAtMs != nil }.map { e in

@@ -273,3 +273,46 @@ extension GooglePlayRedeemTests {
         }
     }
 }
+
+extension GooglePlayRedeemTests {
+    static func sweep(_ suite: SuiteFixture) async throws -> FulfillmentReconcile.Result {
+        try await suite.fulfillment.call(
+            FulfillmentReconcile.self, .init(adminToken: SuiteFixture.adminToken, notificationHistory: false, subscriptionStatuses: false))
+    }
+
+    @Test func aSubscriptionWhosePushesWereAllLostIsRenewedByTheSweepAndAnEndGoogleConfirmsIsAskedOnce() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            // Nothing pushes to this suite: every notification about the subscription is lost.
+            let bought = try await play.buy("sub.premium", accountToken: ann.appAccountToken, basePlanId: "monthly")
+            let first = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: bought.purchaseToken)])
+            let firstEnd = try #require(first.entitlements.first?.expiresAtMs)
+            _ = try await suite.service.outbox.deliverOutbox()
+            #expect(try await play.purchase(bought.purchaseToken).acknowledged)
+            // 32 days later on both clocks: Google renewed it; nobody here heard, so access ended with the first period.
+            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 32 * 86_400))
+            suite.clock.advance(ms: 32 * 86_400_000)
+            #expect(try await suite.entitlements(ann.session).isEmpty)
+            // Due for the sweep, with the package the grant kept (Google's API is addressed by package).
+            let due = try await suite.store.playSubscriptionsToCheck(nowMs: suite.clock.clock.nowMs, limit: 10)
+            #expect(
+                due.map { [$0.purchaseToken, "\($0.expiresAtMs)", $0.packageName] } == [[bought.purchaseToken, "\(firstEnd)", PlayStand.packageName]])
+            let swept = try await Self.sweep(suite)
+            #expect(swept.playSubscriptionsChecked == 1 && swept.playSubscriptionsUpdated == 1)
+            let renewed = try #require(try await suite.entitlements(ann.session).first)
+            #expect(renewed.entitlement == "premium" && (renewed.expiresAtMs ?? 0) > firstEnd + 27 * 86_400_000)
+            // Nothing to ask about until that end passes.
+            #expect(try await Self.sweep(suite).playSubscriptionsChecked == 0)
+            // Cancelled on the phone, and that period ends too: Google confirms the end, which is asked about once.
+            _ = try await play.client.call(PlaySubscriptionEvent.self, .init(purchaseToken: bought.purchaseToken, action: .cancel))
+            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 32 * 86_400))
+            suite.clock.advance(ms: 32 * 86_400_000)
+            let ended = try await Self.sweep(suite)
+            #expect(ended.playSubscriptionsChecked == 1 && ended.playSubscriptionsUpdated == 0)
+            #expect(try await suite.entitlements(ann.session).isEmpty)
+            #expect(try await Self.sweep(suite).playSubscriptionsChecked == 0)
+            #expect(try await suite.store.ledgerMismatches().isEmpty)
+        }
+    }
+}

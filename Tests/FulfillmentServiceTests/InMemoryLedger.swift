@@ -39,6 +39,8 @@ final class InMemoryLedger: FulfillmentTransaction {
 
     func markReinstated(_ transactionId: String) { processedRows[transactionId]?.revokedAtMs = nil }
 
+    func setCoinsGranted(_ transactionId: String, coins: Int64) { processedRows[transactionId]?.coinsGranted = coins }
+
     var earlyRevocations: [String: String] = [:]
     func earlyRevocation(_ transactionId: String) -> String? { earlyRevocations[transactionId] }
     func forgetEarlyRevocation(_ transactionId: String) { earlyRevocations[transactionId] = nil }
@@ -104,6 +106,12 @@ final class InMemoryLedger: FulfillmentTransaction {
         guard kind == .appAccountToken else { return }
         accountTokenTies.removeAll { $0.originalTransactionId == key }
         accountTokenTies.append(PendingAccountToken(originalTransactionId: key, appAccountToken: payload))
+    }
+
+    /// Google Play packages remembered, by purchase token.
+    var playPackages: [String: String] = [:]
+    func rememberPlayPackage(purchaseToken: String, packageName: String) {
+        if playPackages[purchaseToken] == nil { playPackages[purchaseToken] = packageName }
     }
 
     func spend(_ holder: Holder, idempotencyKey: String) -> RecordedSpend? {

@@ -136,4 +136,47 @@ import Testing
         let answered = NotificationRules.decide(facts, stored: .init())
         #expect(answered.applied && answered.effects == [.answerConsumption(transactionId: "t1", answer)])
     }
+
+    @Test func googlesPartialRefundKeepsTheUnrefundedUnitsCoinsOnceAndAFullRefundTakesTheRest() {
+        // Five units bought (500 coins granted); Google now counts three as refundable: two were refunded.
+        var three = Self.purchase("GPA.1", original: "token")
+        three.quantity = 3
+        three.play = PlayFacts(
+            packageName: "com.example.game", productId: "coins.100", purchaseToken: "token", kind: .product, acknowledged: true, consumed: true,
+            purchasedQuantity: 5)
+        var granted = Self.processed("GPA.1")
+        granted.originalTransactionId = "token"
+        granted.coinsGranted = 500
+        func google(_ current: VerifiedPurchase) -> NotificationRules.Facts {
+            NotificationRules.Facts(
+                disposition: .bringToAppleState, type: .unknown("googlePlay"), snapshot: nil, current: current, scope: .production,
+                rule: .coins(perUnit: 100))
+        }
+        let facts = google(three)
+        let first = NotificationRules.decide(facts, stored: .init(processed: granted, owner: Self.alice, grantedCoins: 500))
+        #expect(first.effects == [.takeBackRefundedUnits(transactionId: "GPA.1", keepCoins: 300)])
+        // The same word again (a duplicate push, the list, a sweep): nothing more.
+        granted.coinsGranted = 300
+        let again = NotificationRules.decide(facts, stored: .init(processed: granted, owner: Self.alice, grantedCoins: 500))
+        #expect(again.effects.isEmpty && !again.applied)
+        // A second refund (one unit): 100 more.
+        three.quantity = 2
+        let second = NotificationRules.decide(
+            google(three),
+            stored: .init(processed: granted, owner: Self.alice, grantedCoins: 500))
+        #expect(second.effects == [.takeBackRefundedUnits(transactionId: "GPA.1", keepCoins: 200)])
+        // The rest refunded (Google cancels the purchase): revoked, which takes what is left.
+        three.cancellationDateMs = 60
+        let whole = NotificationRules.decide(
+            google(three),
+            stored: .init(processed: granted, owner: Self.alice, grantedCoins: 500))
+        #expect(whole.effects == [.revoke(transactionId: "GPA.1", reason: "refunded")])
+        // An App Store purchase never takes this path, whatever its quantity.
+        var apple = Self.purchase("t9")
+        apple.quantity = 1
+        let appleDecision = NotificationRules.decide(
+            Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: apple, current: apple),
+            stored: .init(processed: Self.processed("t9"), owner: Self.alice, grantedCoins: 500))
+        #expect(appleDecision.effects == [Self.grant(apple)])
+    }
 }

@@ -37,7 +37,7 @@ struct AdminCommand: AsyncParsableCommand {
         )
         @Flag(name: .customLong("no-history"), help: "Skip Notification History.") var noHistory = false
         @Flag(name: .customLong("no-statuses"), help: "Skip the subscription status sweep.") var noStatuses = false
-        @Flag(name: .customLong("no-play"), help: "Skip Google Play's voided purchases.") var noPlay = false
+        @Flag(name: .customLong("no-play"), help: "Skip Google Play (its voided purchases and the subscription sweep).") var noPlay = false
         @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
@@ -48,7 +48,8 @@ struct AdminCommand: AsyncParsableCommand {
             ) {
                 "notifications: \($0.notificationsSeen) listed by Apple, \($0.notificationsTakenIn) taken in; "
                     + "subscriptions: \($0.subscriptionsChecked) checked, \($0.subscriptionsUpdated) updated; "
-                    + "Google Play voids: \($0.playVoidsSeen) listed, \($0.playVoidsTakenIn) taken in"
+                    + "Google Play voids: \($0.playVoidsSeen) listed, \($0.playVoidsTakenIn) taken in; "
+                    + "Google Play subscriptions: \($0.playSubscriptionsChecked) checked, \($0.playSubscriptionsUpdated) updated"
             }
         }
     }

@@ -71,6 +71,29 @@ struct FulfillmentQueries {
         ).map { try $0.get("original_transaction_id") }
     }
 
+    /// Google Play subscriptions to ask Google about: their access ended in the last 60 days without news, and no sweep has
+    /// asked about this end yet (its inbox key, `PlayNotifications.sweepKey`, is not there): a renewal Google made moves the
+    /// end and makes the next one due; an end Google confirms is asked about once.
+    func playSubscriptionsToCheck(nowMs: Int64, limit: Int) throws -> [PlaySubscriptionToCheck] {
+        try s.rows(
+            """
+            SELECT e.original_transaction_id, e.expires_at_ms, k.package_name FROM entitlement e
+            LEFT JOIN play_package k ON k.purchase_token = e.original_transaction_id
+            WHERE e.revoked_at_ms IS NULL AND e.expires_at_ms IS NOT NULL AND NOT \(Self.appleId("e.original_transaction_id"))
+              AND e.expires_at_ms <= ?1 AND e.expires_at_ms > ?2
+              AND EXISTS (SELECT 1 FROM processed_transaction p
+                          WHERE p.original_transaction_id = e.original_transaction_id AND p.grant_kind = 'subscription')
+              AND NOT EXISTS (SELECT 1 FROM notification_inbox i
+                              WHERE i.notification_uuid = ?4 || e.original_transaction_id || '@' || CAST(e.expires_at_ms AS TEXT))
+            ORDER BY e.expires_at_ms LIMIT ?3
+            """, nowMs, nowMs - 60 * 86_400_000, limit, PlaySubscriptionToCheck.keyPrefix
+        ).map {
+            PlaySubscriptionToCheck(
+                purchaseToken: try $0.get("original_transaction_id"), expiresAtMs: try $0.get("expires_at_ms"),
+                packageName: try $0.get("package_name"))
+        }
+    }
+
     /// The first time the account was given a download of the content (a signed URL, or its first bytes).
     func recordContentDelivery(_ holder: Holder, contentId: String, nowMs: Int64) throws {
         try s.run(
@@ -192,7 +215,11 @@ struct FulfillmentQueries {
     func duplicateLedgerEffects() throws -> [String] {
         var last: [String: String] = [:]
         var bad: [String] = []
-        for row in try s.rows("SELECT transaction_id, kind FROM ledger WHERE kind IN ('reversal', 'reinstatement') ORDER BY id") {
+        // A partial refund's reversal (Google Play) takes part of a grant that stays granted: not a refund to alternate with.
+        for row in try s.rows(
+            "SELECT transaction_id, kind FROM ledger WHERE kind IN ('reversal', 'reinstatement') AND (memo IS NULL OR memo NOT LIKE ?1) ORDER BY id",
+            GrantRules.partialRefundReason + ":%")
+        {
             let id: String = try row.get("transaction_id"), kind: String = try row.get("kind")
             let expected = last[id] == "reversal" ? "reinstatement" : "reversal"
             if kind != expected { bad.append("\(id): \(kind) after \(last[id] ?? "nothing")") }

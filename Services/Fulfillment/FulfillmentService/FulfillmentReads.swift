@@ -97,6 +97,10 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
     public func subscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [String] {
         try await read { s in try FulfillmentQueries(s).subscriptionsToCheck(nowMs: nowMs, limit: limit) }
     }
+
+    public func playSubscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [PlaySubscriptionToCheck] {
+        try await read { s in try FulfillmentQueries(s).playSubscriptionsToCheck(nowMs: nowMs, limit: limit) }
+    }
 }
 
 // MARK: invariants (tests, benchmarks, the crash harness)

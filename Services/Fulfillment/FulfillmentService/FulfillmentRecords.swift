@@ -20,6 +20,11 @@ struct FulfillmentRecords: FulfillmentTransaction {
 
     func appendEvent(_ event: FulfillmentEvent) throws { try EventRecords(s).append(event) }
 
+    func rememberPlayPackage(purchaseToken: String, packageName: String) throws {
+        try s.later(
+            "INSERT INTO play_package (purchase_token, package_name) VALUES (?1, ?2) ON CONFLICT DO NOTHING", purchaseToken, packageName)
+    }
+
     /// The purchase's original's owner, its own processed row and an early revocation, in one read, with the wallets of
     /// `accountId` in both scopes remembered for the rules' next steps (`SQLSession.wallets`).
     func stored(_ p: VerifiedPurchase, accountId: String) throws -> StoredPurchase {
@@ -124,6 +129,10 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.later(
             "UPDATE processed_transaction SET revoked_at_ms = ?1, revoke_reason = ?2 WHERE transaction_id = ?3", nowMs, reason,
             transactionId)
+    }
+
+    func setCoinsGranted(_ transactionId: String, coins: Int64) throws {
+        try s.later("UPDATE processed_transaction SET coins_granted = ?1 WHERE transaction_id = ?2", coins, transactionId)
     }
 
     static let entitlementColumns =

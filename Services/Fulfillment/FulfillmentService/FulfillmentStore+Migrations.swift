@@ -337,6 +337,12 @@ extension FulfillmentStore {
                     ALTER TABLE processed_transaction ADD COLUMN offer_identifier TEXT;
                     """)
         }
+        // 2026-11-27: the package of each Google Play subscription granted here, for the subscription sweep at Google
+        // (Google's API is addressed by package; a push or the app names it, a sweep has only what was kept).
+        m.registerMigration("v6-play-packages") { db in
+            try db.execute(
+                sql: "CREATE TABLE play_package (purchase_token TEXT PRIMARY KEY NOT NULL, package_name TEXT NOT NULL) WITHOUT ROWID")
+        }
         return m
     }
 }

@@ -18,6 +18,8 @@ public protocol FulfillmentTransaction {
     func processed(_ transactionId: String) throws -> ProcessedTransaction?
     func recordProcessed(_ purchase: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) throws
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws
+    /// What the transaction's revocation would take back now (after part of it was refunded).
+    func setCoinsGranted(_ transactionId: String, coins: Int64) throws
     /// Clears a revocation (a refund Apple reversed).
     func markReinstated(_ transactionId: String) throws
     /// The reason of a refund or revocation Apple announced before this transaction was ever redeemed here.
@@ -43,6 +45,8 @@ public protocol FulfillmentTransaction {
     func enqueueOutbox(kind: OutboxKind, key: String, payload: String, nowMs: Int64) throws
     /// Appends `event` to the feed (`EventRecords.append`): its sequence, balance and owed are read at the insert.
     func appendEvent(_ event: FulfillmentEvent) throws
+    /// Keeps the package of a Google Play subscription's purchase token (the first one kept stays).
+    func rememberPlayPackage(purchaseToken: String, packageName: String) throws
 }
 
 /// What the fulfillment service needs from storage: each write runs `GrantRules` inside one transaction
@@ -72,6 +76,8 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage, Eve
     func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws
     /// Originals of subscriptions to ask Apple about: ended without news in the last 60 days, or in billing retry.
     func subscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [String]
+    /// Google Play subscriptions to ask Google about (`FulfillmentQueries.playSubscriptionsToCheck`).
+    func playSubscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [PlaySubscriptionToCheck]
     /// Moves a subscription's end later (`GrantRules.extendRenewal`); false when there is nothing to move.
     func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64, nowMs: Int64) async throws -> Bool
     func spend(
@@ -251,6 +257,9 @@ public enum GrantRules {
                 try tx.enqueueOutbox(kind: .playAcknowledge, key: token, payload: owed, nowMs: nowMs)
                 owesApple = true
             }
+        }
+        for (token, package) in playSubscriptionPackages(planned, results: results) {
+            try tx.rememberPlayPackage(purchaseToken: token, packageName: package)
         }
         if owed.contains(.finishes) {
             for transactionId in recorded {

@@ -10,6 +10,10 @@ extension FulfillmentRecords {
         if let purchase = facts.purchase, facts.disposition == .bringToAppleState {
             stored.processed = try processed(purchase.transactionId)
             stored.owner = try owner(original: purchase.originalTransactionId)
+            if let bought = purchase.play?.purchasedQuantity, purchase.quantity < bought {
+                stored.grantedCoins = try s.value(
+                    "SELECT delta FROM ledger WHERE kind = 'grant' AND transaction_id = ?1", purchase.transactionId)
+            }
             if facts.current == nil {
                 stored.latestStandingAppliedMs = try InboxRecords(s).latestAppliedSignedDate(
                     purchase.originalTransactionId, types: NotificationDisposition.standingTypes)
@@ -32,6 +36,8 @@ extension FulfillmentRecords {
                 in: self)
         case .moveSubscriptionEnd(let original, let expiresAtMs):
             _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expiresAtMs, nowMs: nowMs, in: self)
+        case .takeBackRefundedUnits(let transactionId, let keepCoins):
+            _ = try GrantRules.takeBackRefundedUnits(transactionId, keepCoins: keepCoins, nowMs: nowMs, in: self)
         case .endSubscription(let original, let replacement, let atMs):
             _ = try GrantRules.endSubscription(original: original, replacement: replacement, atMs: atMs, nowMs: nowMs, in: self)
         case .recordExtensionSummary(let summary):

@@ -65,15 +65,18 @@ public enum NotificationRules {
         public var latestStandingAppliedMs: Int64?
         /// The signed date of the renewal state kept for the original.
         public var keptRenewalSignedMs: Int64?
+        /// The coins the transaction's grant gave (its ledger row), read for a Google Play partial refund.
+        public var grantedCoins: Int64?
 
         public init(
             processed: ProcessedTransaction? = nil, owner: Holder? = nil, latestStandingAppliedMs: Int64? = nil,
-            keptRenewalSignedMs: Int64? = nil
+            keptRenewalSignedMs: Int64? = nil, grantedCoins: Int64? = nil
         ) {
             self.processed = processed
             self.owner = owner
             self.latestStandingAppliedMs = latestStandingAppliedMs
             self.keptRenewalSignedMs = keptRenewalSignedMs
+            self.grantedCoins = grantedCoins
         }
     }
 
@@ -94,6 +97,9 @@ public enum NotificationRules {
         case recordExtensionSummary(AppleMassExtensionSummary)
         /// Owed to Apple through the outbox: Send Consumption Information about the transaction.
         case answerConsumption(transactionId: String, OwedConsumptionAnswer)
+        /// Google Play's quantity-based partial refund: the transaction keeps `keepCoins` of its grant, the rest is taken back
+        /// with the debt rules of a refund (`GrantRules.takeBackRefundedUnits`).
+        case takeBackRefundedUnits(transactionId: String, keepCoins: Int64)
 
         public var isGrant: Bool { if case .grant = self { true } else { false } }
     }
@@ -185,6 +191,12 @@ public enum NotificationRules {
             decision.effects.append(.rememberEarlyRevocation(transactionId: purchase.transactionId, reason: reason))
             return
         }
+        if let processed = stored.processed, let bought = purchase.play?.purchasedQuantity, purchase.quantity < bought,
+            processed.revokedAtMs == nil
+        {
+            partialRefund(purchase, processed, bought: bought, stored, &decision)
+            return
+        }
         if let processed = stored.processed, processed.revokedAtMs != nil {
             if reinstates {
                 decision.effects.append(.reinstate(transactionId: purchase.transactionId))
@@ -203,6 +215,24 @@ public enum NotificationRules {
             decision.effects.append(
                 .endSubscription(originalTransactionId: replaced, replacement: purchase.originalTransactionId, atMs: purchase.purchaseDateMs))
         }
+    }
+
+    /// Google refunded some units of a multi-quantity purchase (what it still counts as refundable is `purchase.quantity`):
+    /// the transaction keeps its grant's coins for those units only. State-based: any number of refunds, pushes and
+    /// deliveries end the same, and a later full refund takes back only what is left.
+    private static func partialRefund(
+        _ purchase: VerifiedPurchase, _ processed: ProcessedTransaction, bought: Int64, _ stored: Stored, _ decision: inout Decision
+    ) {
+        guard let granted = stored.grantedCoins, granted > 0, granted % bought == 0, purchase.quantity >= 0 else {
+            decision.ignoredBecause = "a partial refund of a purchase that granted no coins here"
+            return
+        }
+        let keep = granted / bought * purchase.quantity
+        guard processed.coinsGranted > keep else {
+            decision.ignoredBecause = "its refunded units were already taken back"
+            return
+        }
+        decision.effects.append(.takeBackRefundedUnits(transactionId: purchase.transactionId, keepCoins: keep))
     }
 
     /// The purchase granted to its original's owner, else to the account of its appAccountToken; nil when neither is

@@ -16,8 +16,12 @@ public struct PlayNotifications: FulfillmentPart {
     /// UUIDs; of a voided purchase taken from Google's list, its order.
     static func key(_ push: VerifiedPlayPush) -> String { "googlePlay:\(push.messageId)@\(push.subscription ?? "-")" }
     static func voidedKey(_ order: String) -> String { "googlePlayVoided:\(order)" }
+    /// Of a quantity-based partial refund from the list: one order can have several.
+    static func partialVoidedKey(_ order: String, voidedTimeMs: Int64) -> String { "googlePlayVoided:\(order)@\(voidedTimeMs)" }
     /// The `subscription` of a voided purchase read from Google's list rather than pushed.
     static let voidedListSource = "voidedpurchases.list"
+    /// The `subscription` of a sweep's question about a subscription.
+    static let sweepSource = "subscriptionsv2.get"
 
     static func isPlay(_ entry: InboxEntry) -> Bool { entry.notificationUUID.hasPrefix("googlePlay") }
 
@@ -80,13 +84,38 @@ public struct PlayNotifications: FulfillmentPart {
                     kind: .voidedPurchase, purchaseToken: voided.purchaseToken, orderId: voided.orderId,
                     refundType: (voided.voidedQuantity ?? 0) > 0 ? 2 : 1)
                 let body = String(decoding: (try? JSONByteEncoder.encode(voided)) ?? [], as: UTF8.self)
-                if try await take(push, key: Self.voidedKey(order), body: body, processLater: false).firstDelivery { takenIn += 1 }
+                let key = push.refundType == 2 ? Self.partialVoidedKey(order, voidedTimeMs: voided.voidedTimeMs) : Self.voidedKey(order)
+                if try await take(push, key: key, body: body, processLater: false).firstDelivery { takenIn += 1 }
             }
             page = answer.nextPageToken
         } while page != nil
         try await storeCall { try await self.store.saveReconcileCheckpoint(environment: "googlePlay", signedDateMs: now) }
         if seen > 0 { logger.info("reconciled with Google Play", metadata: ["voidsSeen": "\(seen)", "voidsTakenIn": "\(takenIn)"]) }
         return (seen, takenIn)
+    }
+
+    /// Google Play's side of the subscription sweep: each subscription whose access ended without news (every push about it
+    /// lost) is asked of Google once per end, through the inbox under `PlaySubscriptionToCheck.key` (so a crash half-way is
+    /// retried by the inbox worker and the question is not asked again): a renewal Google made is granted and moves the end,
+    /// an end Google confirms changes nothing. Answers how many were asked and how many changed here.
+    func sweepSubscriptions() async throws(RPCError) -> (checked: Int, updated: Int) {
+        guard configuration.internalToken != nil else { return (0, 0) }
+        let now = clock.nowMs
+        let due = try await storeCall {
+            try await self.store.playSubscriptionsToCheck(nowMs: now, limit: self.configuration.reconcileSubscriptionsPerRun)
+        }
+        var updated = 0
+        for subscription in due {
+            // Without a kept package (granted before packages were kept), verification's only package is asked.
+            let question = VerifiedPlayPush(
+                messageId: subscription.key, subscription: Self.sweepSource, packageName: subscription.packageName ?? "", eventTimeMs: now,
+                kind: .subscription, purchaseToken: subscription.purchaseToken)
+            if try await take(question, key: subscription.key, body: "", processLater: false).state == .applied { updated += 1 }
+        }
+        if !due.isEmpty {
+            logger.info("swept Google Play subscriptions", metadata: ["checked": "\(due.count)", "updated": "\(updated)"])
+        }
+        return (due.count, updated)
     }
 
     /// The inbox's `notificationType` of a push: `googlePlay.subscription.4`, `googlePlay.voidedPurchase`, ...
@@ -107,19 +136,15 @@ public struct PlayNotifications: FulfillmentPart {
         guard let token = push.purchaseToken, [.subscription, .oneTimeProduct, .voidedPurchase].contains(push.kind) else {
             return Self.ignored(push.kind == .test ? "a test notification" : "not about a purchase this version knows")
         }
-        if push.kind == .voidedPurchase, push.refundType == 2 {
-            // Google's partial refunds return some units of a multi-quantity purchase; the rest stays the customer's.
-            logger.warning("a partial refund of a Google Play purchase is not applied here", metadata: ["orderId": "\(push.orderId ?? "-")"])
-            return Self.ignored("a quantity-based partial refund: not applied automatically (see the support console)")
-        }
         // What was processed here for the order (or for a token without orders), read once: for voided purchases and pushes
         // that name no product.
         let record =
             push.kind == .voidedPurchase || push.productId == nil
             ? try await storeCall { try await self.store.processed(transactionId: push.orderId ?? token) } : nil
-        if push.kind == .voidedPurchase, push.subscription == Self.voidedListSource, let record {
+        if push.kind == .voidedPurchase, push.subscription == Self.voidedListSource, push.refundType != 2, let record {
             // Google's own list says this order was refunded: taken back if it is this purchase's (the rules check the order's
-            // original against the token), whatever Google answers about the purchase now.
+            // original against the token), whatever Google answers about the purchase now. (A quantity-based partial refund
+            // is brought to Google's current word below: how many units it still counts as refundable.)
             let purchase = VerifiedPurchase(
                 environment: record.environment, transactionId: push.orderId ?? token, originalTransactionId: token, productId: record.productId,
                 purchaseDateMs: push.eventTimeMs ?? clock.nowMs, cancellationDateMs: push.eventTimeMs ?? clock.nowMs)
@@ -151,7 +176,8 @@ public struct PlayNotifications: FulfillmentPart {
         do {
             play = try await dependencies.verifyPlayPurchase(
                 PlayPurchaseReference(
-                    internalToken: internalToken, packageName: push.packageName, productId: productId, purchaseToken: token,
+                    internalToken: internalToken, packageName: push.packageName.isEmpty ? nil : push.packageName, productId: productId,
+                    purchaseToken: token,
                     kind: subscription ? .subscription : .product))
         } catch  where error.knownCode.map({ [.notFound, .invalidReceipt, .invalidParams].contains($0) }) ?? false {
             return Self.ignored("Google does not know the purchase (\(error.data.reason))")
@@ -193,4 +219,16 @@ public struct PlayNotifications: FulfillmentPart {
     static func ignored(_ reason: String) -> NotificationRules.Facts {
         NotificationRules.Facts(disposition: .ignore(reason), type: .unknown("googlePlay"), snapshot: nil)
     }
+}
+
+/// A Google Play subscription the sweep asks Google about: its purchase token, the end of its access here, and its package
+/// when one was kept.
+public struct PlaySubscriptionToCheck: Sendable, Equatable {
+    public var purchaseToken: String
+    public var expiresAtMs: Int64
+    public var packageName: String?
+
+    static let keyPrefix = "googlePlaySweep:"
+    /// The sweep's inbox key for this end of this subscription (`FulfillmentQueries.playSubscriptionsToCheck` builds the same).
+    var key: String { "\(Self.keyPrefix)\(purchaseToken)@\(expiresAtMs)" }
 }

@@ -317,5 +317,7 @@ extension PostgresFulfillmentStore {
             END
             $$;
             """),
+        // 2026-11-27: the package of each Google Play subscription granted here, for the subscription sweep at Google.
+        PostgresMigration("v10-play-packages", "CREATE TABLE play_package (purchase_token TEXT PRIMARY KEY, package_name TEXT NOT NULL);"),
     ]
 }

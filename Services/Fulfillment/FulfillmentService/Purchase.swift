@@ -142,6 +142,22 @@ public struct PlayFacts: Sendable, Equatable, Codable {
     public var kind: PlayPurchaseKind
     public var acknowledged: Bool
     public var consumed: Bool
+    /// A one-time purchase's quantity as bought (the purchase's own `quantity` is what Google still counts as refundable:
+    /// what a quantity-based partial refund left).
+    public var purchasedQuantity: Int64?
+
+    public init(
+        packageName: String, productId: String, purchaseToken: String, kind: PlayPurchaseKind, acknowledged: Bool, consumed: Bool,
+        purchasedQuantity: Int64? = nil
+    ) {
+        self.packageName = packageName
+        self.productId = productId
+        self.purchaseToken = purchaseToken
+        self.kind = kind
+        self.acknowledged = acknowledged
+        self.consumed = consumed
+        self.purchasedQuantity = purchasedQuantity
+    }
 
     /// The payload of its `playAcknowledge` outbox item (`consume`: a consumable, consumed so it can be bought again).
     struct Owed: Codable, Equatable {
@@ -166,6 +182,6 @@ extension VerifiedPurchase {
             appAccountToken: v.obfuscatedExternalAccountId?.lowercased())
         play = PlayFacts(
             packageName: v.packageName, productId: v.productId, purchaseToken: v.purchaseToken, kind: v.kind, acknowledged: v.acknowledged,
-            consumed: v.consumed ?? false)
+            consumed: v.consumed ?? false, purchasedQuantity: v.kind == .product ? Int64(v.quantity) : nil)
     }
 }

@@ -210,16 +210,23 @@ public struct SupportDesk: FulfillmentPart {
                 // Google first: a deployment that sells only on Google Play has no App Store Server API to fail the rest; and
                 // Google failing (down, or a service account without the financial-data permission the list needs) never
                 // stops Apple's part.
-                var play = (0, 0)
+                var voids = (0, 0)
+                var sweep = (0, 0)
                 if googlePlay {
                     do {
-                        play = try await service.playNotifications.reconcileVoided()
+                        voids = try await service.playNotifications.reconcileVoided()
                     } catch {
                         logger.error("Google Play's voided purchases could not be read; retried at the next run", metadata: ["error": "\(error)"])
                     }
+                    do {
+                        sweep = try await service.playNotifications.sweepSubscriptions()
+                    } catch {
+                        logger.error("Google Play's subscriptions could not be swept; retried at the next run", metadata: ["error": "\(error)"])
+                    }
                 }
                 var result = try await reconcileNow(notificationHistory: notificationHistory, subscriptionStatuses: subscriptionStatuses)
-                (result.playVoidsSeen, result.playVoidsTakenIn) = play
+                (result.playVoidsSeen, result.playVoidsTakenIn) = voids
+                (result.playSubscriptionsChecked, result.playSubscriptionsUpdated) = sweep
                 return result
             }
             current = (id, run)
