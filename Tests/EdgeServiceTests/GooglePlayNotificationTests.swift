@@ -248,6 +248,21 @@ extension GooglePlayNotificationTests {
             #expect(try await wallet() == [0, 350])
             let reversals = try await suite.ledger(ann.session).filter { $0.kind == .reversal }.sorted { $0.id < $1.id }
             #expect(reversals.map { $0.delta - ($0.shortfall ?? 0) } == [-200, -100, -200])
+            // Bob's purchase of four is partly refunded before his app redeems it: granted for the three left, and the
+            // refund's push, arriving after, takes nothing more; a later refund of one more unit takes 100.
+            let bob = try await suite.register("bob")
+            _ = try await play.client.call(PlaySetPushFault.self, .init(dropPercent: 100))
+            let four = try await play.buy("coins.100", accountToken: bob.appAccountToken, quantity: 4)
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: four.purchaseToken, quantity: 1))
+            let redeemed = try await Self.redeem(suite, bob.session, [.init(productId: "coins.100", purchaseToken: four.purchaseToken)])
+            #expect(redeemed.results.map(\.outcome) == [.granted] && redeemed.balance == 300)
+            _ = try await play.client.call(PlaySetPushFault.self, .init())
+            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 3_600))
+            #expect(try await play.deliverAll().pending == 0)
+            #expect(try await suite.balance(bob.session) == 300)
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: four.purchaseToken, quantity: 1))
+            #expect(try await play.deliverAll().pending == 0)
+            #expect(try await suite.balance(bob.session) == 200)
             #expect(try await suite.store.ledgerMismatches().isEmpty)
             #expect(try await suite.store.duplicateLedgerEffects().isEmpty)
         }

@@ -171,6 +171,20 @@ import Testing
             google(three),
             stored: .init(processed: granted, owner: Self.alice, grantedCoins: 500))
         #expect(whole.effects == [.revoke(transactionId: "GPA.1", reason: "refunded")])
+        // Granted after a partial refund (for the three units then left, 300 coins): a later refund of one more unit takes 100.
+        var granted3 = granted
+        granted3.coinsGranted = 300
+        three.cancellationDateMs = nil
+        three.quantity = 2
+        let late = NotificationRules.decide(
+            google(three), stored: .init(processed: granted3, owner: Self.alice, grantedCoins: 300, grantedUnits: 3))
+        #expect(late.effects == [.takeBackRefundedUnits(transactionId: "GPA.1", keepCoins: 200)])
+        // Google's word about a purchase revoked here never gives it back (Google does not reverse refunds).
+        three.quantity = 5
+        var revoked = granted
+        revoked.revokedAtMs = 70
+        let after = NotificationRules.decide(google(three), stored: .init(processed: revoked, owner: Self.alice, grantedCoins: 500))
+        #expect(after.effects.isEmpty && !after.applied)
         // An App Store purchase never takes this path, whatever its quantity.
         var apple = Self.purchase("t9")
         apple.quantity = 1

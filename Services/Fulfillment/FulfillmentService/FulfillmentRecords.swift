@@ -103,10 +103,11 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.later(
             """
             INSERT INTO processed_transaction (environment, transaction_id, original_transaction_id, account_id, scope, product_id,
-                grant_kind, coins_granted, purchase_date_ms, expires_date_ms, processed_at_ms, price, currency, offer_identifier)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+                grant_kind, coins_granted, purchase_date_ms, expires_date_ms, processed_at_ms, price, currency, offer_identifier, units)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
             """, p.environment, p.transactionId, p.originalTransactionId, holder.accountId, holder.scope.rawValue, p.productId,
-            grantKind, coins, p.purchaseDateMs, p.expiresDateMs, nowMs, p.price, p.currency, p.offerIdentifier)
+            grantKind, coins, p.purchaseDateMs, p.expiresDateMs, nowMs, p.price, p.currency, p.offerIdentifier,
+            p.play?.purchasedQuantity != nil ? p.quantity : nil)
     }
 
     func earlyRevocation(_ transactionId: String) throws -> String? {

@@ -338,10 +338,14 @@ extension FulfillmentStore {
                     """)
         }
         // 2026-11-27: the package of each Google Play subscription granted here, for the subscription sweep at Google
-        // (Google's API is addressed by package; a push or the app names it, a sweep has only what was kept).
-        m.registerMigration("v6-play-packages") { db in
+        // (Google's API is addressed by package; a push or the app names it, a sweep has only what was kept); the units a
+        // Google Play one-time purchase was granted for, for its quantity-based partial refunds.
+        m.registerMigration("v6-play") { db in
             try db.execute(
-                sql: "CREATE TABLE play_package (purchase_token TEXT PRIMARY KEY NOT NULL, package_name TEXT NOT NULL) WITHOUT ROWID")
+                sql: """
+                    CREATE TABLE play_package (purchase_token TEXT PRIMARY KEY NOT NULL, package_name TEXT NOT NULL) WITHOUT ROWID;
+                    ALTER TABLE processed_transaction ADD COLUMN units INTEGER CHECK (units > 0);
+                    """)
         }
         return m
     }

@@ -13,6 +13,7 @@ extension FulfillmentRecords {
             if let bought = purchase.play?.purchasedQuantity, purchase.quantity < bought {
                 stored.grantedCoins = try s.value(
                     "SELECT delta FROM ledger WHERE kind = 'grant' AND transaction_id = ?1", purchase.transactionId)
+                stored.grantedUnits = try s.value("SELECT units FROM processed_transaction WHERE transaction_id = ?1", purchase.transactionId)
             }
             if facts.current == nil {
                 stored.latestStandingAppliedMs = try InboxRecords(s).latestAppliedSignedDate(

@@ -65,18 +65,21 @@ public enum NotificationRules {
         public var latestStandingAppliedMs: Int64?
         /// The signed date of the renewal state kept for the original.
         public var keptRenewalSignedMs: Int64?
-        /// The coins the transaction's grant gave (its ledger row), read for a Google Play partial refund.
+        /// The coins the transaction's grant gave (its ledger row) and the units it gave them for (what Google counted as
+        /// refundable then), read for a Google Play partial refund.
         public var grantedCoins: Int64?
+        public var grantedUnits: Int64?
 
         public init(
             processed: ProcessedTransaction? = nil, owner: Holder? = nil, latestStandingAppliedMs: Int64? = nil,
-            keptRenewalSignedMs: Int64? = nil, grantedCoins: Int64? = nil
+            keptRenewalSignedMs: Int64? = nil, grantedCoins: Int64? = nil, grantedUnits: Int64? = nil
         ) {
             self.processed = processed
             self.owner = owner
             self.latestStandingAppliedMs = latestStandingAppliedMs
             self.keptRenewalSignedMs = keptRenewalSignedMs
             self.grantedCoins = grantedCoins
+            self.grantedUnits = grantedUnits
         }
     }
 
@@ -145,7 +148,8 @@ public enum NotificationRules {
             }
             // From the signed snapshot alone, only a reversal gives back what a refund took: an older purchase or renewal
             // notice arriving late says nothing about a refund that came after it.
-            let reinstates = facts.current != nil || facts.type == .refundReversed
+            // Google never reverses a refund: its word about a purchase revoked here gives nothing back.
+            let reinstates = (facts.current != nil && facts.current?.play == nil) || facts.type == .refundReversed
             bringToAppleState(purchase, reason: facts.type == .revoke ? "revoked" : "refunded", reinstates: reinstates, facts, stored, &decision)
         case .moveSubscriptionEnd:
             guard let expires = purchase.expiresDateMs else {
@@ -223,11 +227,14 @@ public enum NotificationRules {
     private static func partialRefund(
         _ purchase: VerifiedPurchase, _ processed: ProcessedTransaction, bought: Int64, _ stored: Stored, _ decision: inout Decision
     ) {
-        guard let granted = stored.grantedCoins, granted > 0, granted % bought == 0, purchase.quantity >= 0 else {
+        // The grant paid for the units Google counted as refundable when it was made (all of them, unless it came after a
+        // partial refund); granted before that was recorded: all bought.
+        let units = stored.grantedUnits ?? bought
+        guard let granted = stored.grantedCoins, granted > 0, units > 0, granted % units == 0 else {
             decision.ignoredBecause = "a partial refund of a purchase that granted no coins here"
             return
         }
-        let keep = granted / bought * purchase.quantity
+        let keep = granted / units * min(max(purchase.quantity, 0), units)
         guard processed.coinsGranted > keep else {
             decision.ignoredBecause = "its refunded units were already taken back"
             return

@@ -317,7 +317,13 @@ extension PostgresFulfillmentStore {
             END
             $$;
             """),
-        // 2026-11-27: the package of each Google Play subscription granted here, for the subscription sweep at Google.
-        PostgresMigration("v10-play-packages", "CREATE TABLE play_package (purchase_token TEXT PRIMARY KEY, package_name TEXT NOT NULL);"),
+        // 2026-11-27: the package of each Google Play subscription granted here, for the subscription sweep at Google; the
+        // units a Google Play one-time purchase was granted for, for its quantity-based partial refunds.
+        PostgresMigration(
+            "v10-play",
+            """
+            CREATE TABLE play_package (purchase_token TEXT PRIMARY KEY, package_name TEXT NOT NULL);
+            ALTER TABLE processed_transaction ADD COLUMN units BIGINT CHECK (units > 0);
+            """),
     ]
 }
