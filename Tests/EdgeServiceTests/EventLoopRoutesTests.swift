@@ -78,9 +78,12 @@ import Testing
         deinit { channel.outbound.finish() }  // NIO's writer must be finished before it goes
     }
 
-    static func post(_ body: String, contentType: String = "application/json", path: String = "/v1/rpc") -> [HTTPClientRequestPart] {
+    static func post(_ body: String, contentType: String = "application/json", path: String = "/v1/rpc", authorization: String? = nil)
+        -> [HTTPClientRequestPart]
+    {
         var head = HTTPRequestHead(version: .http1_1, method: .POST, uri: path)
         head.headers.add(name: "Host", value: "localhost")
+        if let authorization { head.headers.add(name: "Authorization", value: authorization) }
         head.headers.add(name: "Content-Type", value: contentType)
         head.headers.add(name: "Content-Length", value: String(body.utf8.count))
         return [.head(head), .body(.byteBuffer(ByteBuffer(string: body))), .end(nil)]
@@ -200,6 +203,25 @@ import Testing
             #expect(try await connection.next()?.status == 413)
             #expect(Self.id(try await connection.next()) == 12)
             #expect(edge.answeredOnTheEventLoop.load(ordering: .relaxed) == 5)
+            await connection.close()
+        }
+    }
+
+    /// Google Play's pushes too: no bearer token 401, a body past the webhook's cap 413, and a push verification cannot
+    /// check (no Play push settings in this suite) 503 for Pub/Sub to retry, each answered on the event loop.
+    @Test func googlePlaysPushesAreAnsweredOnTheEventLoopToo() async throws {
+        try await Self.withEdge(configure: { $0.maxWebhookBodyBytes = 4096 }) { edge, port in
+            let connection = try await RawHTTP(port: port)
+            let push = "/v1/notifications/googleplay"
+            let body = #"{"message":{"data":"e30=","messageId":"1"},"subscription":"projects/p/subscriptions/s"}"#
+            try await connection.send(
+                Self.post(body, path: push) + Self.post(String(repeating: "a", count: 5000), path: push, authorization: "Bearer a.b.c")
+                    + Self.post(body, path: push, authorization: "Bearer a.b.c") + Self.post(Self.list(7)))
+            #expect(try await connection.next()?.status == 401)
+            #expect(try await connection.next()?.status == 413)
+            #expect(try await connection.next()?.status == 503)
+            #expect(Self.id(try await connection.next()) == 7)
+            #expect(edge.answeredOnTheEventLoop.load(ordering: .relaxed) == 4)
             await connection.close()
         }
     }

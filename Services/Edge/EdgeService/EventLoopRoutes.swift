@@ -3,7 +3,8 @@ import HTTPTypes
 import NIOCore
 import NIOHTTPTypes
 
-/// `POST /v1/rpc` and Apple's webhook (`POST /v1/notifications/appstore[/sandbox]`) answered on the connection's
+/// `POST /v1/rpc`, Apple's webhook (`POST /v1/notifications/appstore[/sandbox]`) and Google Play's pushes
+/// (`POST /v1/notifications/googleplay`) answered on the connection's
 /// event loop, without Hummingbird's per-request Swift task: the request's parts are collected here, forwarded with
 /// `RPCClient.callRaw(on:)` (a connection on the same event loop when there is one) and the answer written back from
 /// the reply's callback. Through Hummingbird each call cost four thread hops (event loop to task, task to the client's
@@ -34,10 +35,11 @@ final class EventLoopRoutes: ChannelDuplexHandler, RemovableChannelHandler {
         case discarding
     }
 
-    /// The routes answered here: JSON-RPC, and Apple's webhook (production or sandbox URL).
+    /// The routes answered here: JSON-RPC, Apple's webhook (production or sandbox URL), Google Play's pushes.
     enum Route: Equatable {
         case rpc
         case webhook(sandbox: Bool)
+        case googlePlay
 
         init?(_ head: HTTPRequest) {
             guard head.method == .post else { return nil }
@@ -45,6 +47,7 @@ final class EventLoopRoutes: ChannelDuplexHandler, RemovableChannelHandler {
             case "/v1/rpc": self = .rpc
             case "/v1/notifications/appstore": self = .webhook(sandbox: false)
             case "/v1/notifications/appstore/sandbox": self = .webhook(sandbox: true)
+            case "/v1/notifications/googleplay": self = .googlePlay
             default: return nil
             }
         }
@@ -53,6 +56,7 @@ final class EventLoopRoutes: ChannelDuplexHandler, RemovableChannelHandler {
             switch self {
             case .rpc: "/v1/rpc"
             case .webhook(let sandbox): sandbox ? "/v1/notifications/appstore/sandbox" : "/v1/notifications/appstore"
+            case .googlePlay: "/v1/notifications/googleplay"
             }
         }
     }
@@ -142,6 +146,9 @@ final class EventLoopRoutes: ChannelDuplexHandler, RemovableChannelHandler {
             case .rpc: answering = edge.rpcAnswer(headers: head.headerFields, address: address, body: bytes, on: eventLoop)
             case .webhook(let sandbox):
                 answering = edge.webhookAnswer(body: bytes, sandbox: sandbox, on: eventLoop).map { EdgeService.HTTPAnswer(status: $0) }
+            case .googlePlay:
+                answering = edge.playNotificationAnswer(authorization: head.headerFields[.authorization], body: bytes, on: eventLoop)
+                    .map { EdgeService.HTTPAnswer(status: $0) }
             }
             answering.whenSuccess { answer in
                 let (handler, context) = loopBound.value
