@@ -30,6 +30,7 @@ public final class FulfillmentService: Sendable {
     let laterEntries: AsyncStream<InboxEntry>
     /// What products grant, as the catalog said a moment ago.
     let grantRuleCache: GrantRuleCache
+    let playCatalogCache: CatalogAnswerCache<[PlayCatalogEntry]>
     /// Each account's budget of App Store Server API calls (`FulfillmentConfiguration.appleCallBurst`).
     let appleCalls: TokenBuckets
     /// Wakes the background worker when a commit owes something to an outside party (`OutboxItem`).
@@ -59,6 +60,7 @@ public final class FulfillmentService: Sendable {
         self.clock = clock
         self.logger = logger
         self.grantRuleCache = GrantRuleCache(settings: .init(lifetime: .milliseconds(max(0, configuration.catalogCacheMs))))
+        self.playCatalogCache = CatalogAnswerCache(settings: .init(lifetime: .milliseconds(max(0, configuration.catalogCacheMs))))
         self.appleCalls = TokenBuckets(
             burst: Double(configuration.appleCallBurst), perSecond: configuration.appleCallsPerMinute / 60,
             now: { Double(clock.nowMs) / 1000 })

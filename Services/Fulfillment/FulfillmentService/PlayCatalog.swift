@@ -20,18 +20,18 @@ struct PlayCatalogEntry: Sendable, Equatable {
 }
 
 extension FulfillmentService {
-    /// For each Play product id, the catalog products Google Play sells under it, with what each grants (asked of the
-    /// catalog each time: a Play purchase is also a call to Google, which this one call is small beside).
+    /// For each Play product id, the catalog products Google Play sells under it, with what each grants: remembered as
+    /// long as the grant rules are (`--catalog-cache-ms`), so a burst of Google's pushes asks the catalog once.
     func playCatalog(_ playIds: [String]) async throws(RPCError) -> [String: [PlayCatalogEntry]] {
-        let wanted = Set(playIds)
-        guard !wanted.isEmpty else { return [:] }
-        var out: [String: [PlayCatalogEntry]] = [:]
-        for product in try await dependencies.playProducts(Array(wanted).sorted()).products {
-            let playId = product.googlePlay?.productId ?? product.productId
-            guard wanted.contains(playId) else { continue }
-            out[playId, default: []].append(
-                PlayCatalogEntry(productId: product.productId, basePlanId: product.googlePlay?.basePlanId, rule: GrantRule(product)))
+        try await playCatalogCache.values(for: playIds) { wanted throws(RPCError) in
+            var out: [String: [PlayCatalogEntry]] = [:]
+            for product in try await dependencies.playProducts(wanted).products {
+                let playId = product.googlePlay?.productId ?? product.productId
+                guard wanted.contains(playId) else { continue }
+                out[playId, default: []].append(
+                    PlayCatalogEntry(productId: product.productId, basePlanId: product.googlePlay?.basePlanId, rule: GrantRule(product)))
+            }
+            return out
         }
-        return out
     }
 }
