@@ -178,9 +178,14 @@ public final class PlayPushTokenVerifier: Sendable {
         return Keys(keys: keys, fetchedAtMs: now, expiresAtMs: now + policy.maxAgeSeconds(cacheControl: cacheControl) * 1000)
     }
 
+    /// base64url (unpadded) to bytes; mapped byte by byte (Foundation's string replacing goes through NSString).
     static func data(base64url: Substring) -> Data? {
-        var s = base64url.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        s += String(repeating: "=", count: (4 - s.count % 4) % 4)
-        return Data(base64Encoded: s)
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(base64url.utf8.count + 3)
+        for byte in base64url.utf8 {
+            bytes.append(byte == UInt8(ascii: "-") ? UInt8(ascii: "+") : byte == UInt8(ascii: "_") ? UInt8(ascii: "/") : byte)
+        }
+        bytes += repeatElement(UInt8(ascii: "="), count: (4 - bytes.count % 4) % 4)
+        return Data(base64Encoded: Data(bytes))
     }
 }

@@ -1,3 +1,4 @@
+import Foundation
 import IAPProtocol
 import JSONRPC
 import Testing
@@ -116,6 +117,21 @@ import Testing
             .init(packageName: "com.example.game", productId: "coins", regionCode: "usa"),
         ] {
             #expect(throws: RPCError.self) { try PlayPurchaseRules.validate(params) }
+        }
+    }
+}
+
+/// The simulator's `google-datetime` values, written by hand, are Foundation's.
+@Suite struct PlayTimeTests {
+    @Test func writesWhatFoundationWrites() {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        var rng = SystemRandomNumberGenerator()
+        for ms in [0, -1, 86_399_999, 951_782_400_000]
+            + (0..<2_000).map({ _ in Int64.random(in: -2_208_988_800_000...7_258_118_400_000, using: &rng) })
+        {
+            #expect(PlayTime.rfc3339(ms) == formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)), "\(ms)")
         }
     }
 }

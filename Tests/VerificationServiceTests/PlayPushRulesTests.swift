@@ -92,3 +92,30 @@ struct PlayPushRulesTests {
         }
     }
 }
+
+/// Google's `google-datetime` read by hand, against Foundation's reading of the same text.
+@Suite struct GoogleDateTimeTests {
+    @Test func readsWhatFoundationReadsAndRefusesWhatIsNotRFC3339() {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            // 1900 .. 2200, any millisecond.
+            let ms = Int64.random(in: -2_208_988_800_000...7_258_118_400_000, using: &rng)
+            let text = formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+            #expect(GoogleDateTime.milliseconds(text) == ms, "\(text)")
+        }
+        #expect(GoogleDateTime.milliseconds("2026-11-27T13:58:01Z") == 1_795_787_881_000)
+        #expect(GoogleDateTime.milliseconds("2026-11-27T13:58:01.123456789Z") == 1_795_787_881_123)
+        #expect(GoogleDateTime.milliseconds("2026-11-27T13:58:01.5Z") == 1_795_787_881_500)
+        #expect(GoogleDateTime.milliseconds("2026-11-27T14:58:01+01:00") == 1_795_787_881_000)
+        #expect(GoogleDateTime.milliseconds("2024-02-29T00:00:00Z") == 1_709_164_800_000)
+        for bad in [
+            "", "2026-11-27", "2026-11-27T13:58:01", "2026-13-01T00:00:00Z", "2025-02-29T00:00:00Z", "2026-11-27T24:00:00Z",
+            "2026-11-27T13:58:01.Z", "2026-11-27T13:58:01.1234567890Z", "2026-11-27T13:58:01Zjunk", "2026-11-27 13:58:01Z", "１０２６-11-27T13:58:01Z",
+            "2026-11-27T13:58:01+0100",
+        ] {
+            #expect(GoogleDateTime.milliseconds(bad) == nil, "\(bad)")
+        }
+    }
+}

@@ -92,11 +92,26 @@ extension PlayPurchase {
 }
 
 enum PlayTime {
-    /// RFC 3339 in UTC with milliseconds, as Google writes `google-datetime` values.
+    /// RFC 3339 in UTC with milliseconds, as Google writes `google-datetime` values (by hand: Foundation's formatter sets
+    /// up ICU on every use, and the simulator answers on the same cores as the suite it stands beside).
     static func rfc3339(_ ms: Int64) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        return formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+        let days = ms >= 0 ? ms / 86_400_000 : (ms - 86_399_999) / 86_400_000
+        let inDay = ms - days * 86_400_000
+        // Howard Hinnant's `civil_from_days`.
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        func pad(_ n: Int64, _ width: Int) -> String {
+            let s = String(n)
+            return String(repeating: "0", count: max(0, width - s.count)) + s
+        }
+        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(inDay / 3_600_000, 2)):\(pad(inDay / 60_000 % 60, 2)):"
+            + "\(pad(inDay / 1000 % 60, 2)).\(pad(inDay % 1000, 3))Z"
     }
 }

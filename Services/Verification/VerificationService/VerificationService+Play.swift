@@ -139,14 +139,5 @@ enum PlayPurchaseReading {
     }
 
     /// RFC 3339 (Google's `google-datetime`: Z-normalized, 0, 3, 6 or 9 fractional digits) -> milliseconds.
-    static func milliseconds(_ text: String) -> Int64? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = text.contains(".") ? [.withInternetDateTime, .withFractionalSeconds] : [.withInternetDateTime]
-        var trimmed = text
-        // Foundation reads at most milliseconds: drop finer digits.
-        if let dot = text.firstIndex(of: "."), let z = text.lastIndex(of: "Z"), text.distance(from: dot, to: z) > 4 {
-            trimmed = String(text[..<text.index(dot, offsetBy: 4)]) + "Z"
-        }
-        return formatter.date(from: trimmed).map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) }
-    }
+    static func milliseconds(_ text: String) -> Int64? { GoogleDateTime.milliseconds(text) }
 }
