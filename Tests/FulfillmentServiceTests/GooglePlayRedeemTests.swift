@@ -316,3 +316,33 @@ extension GooglePlayRedeemTests {
         }
     }
 }
+
+extension GooglePlayRedeemTests {
+    @Test func aGracePeriodGoogleGrantsKeepsTheAccessUntilItsEndThenTheHoldEndsIt() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            let bought = try await play.buy("sub.premium", accountToken: ann.appAccountToken, basePlanId: "monthly")
+            let first = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: bought.purchaseToken)])
+            let firstEnd = try #require(first.entitlements.first?.expiresAtMs)
+            _ = try await suite.service.outbox.deliverOutbox()
+            // The renewal's payment fails: Google keeps her entitled for the base plan's grace period (7 days), same order.
+            _ = try await play.client.call(PlaySubscriptionEvent.self, .init(purchaseToken: bought.purchaseToken, action: .declinePayment))
+            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 32 * 86_400))
+            suite.clock.advance(ms: 32 * 86_400_000)
+            #expect(try await play.purchase(bought.purchaseToken).state == "inGracePeriod")
+            #expect(try await suite.entitlements(ann.session).isEmpty)
+            // Every push lost: the sweep asks Google, and her access follows Google's end of the grace period.
+            let swept = try await Self.sweep(suite)
+            #expect(swept.playSubscriptionsChecked == 1)
+            let graced = try #require(try await suite.entitlements(ann.session).first)
+            #expect((graced.expiresAtMs ?? 0) > firstEnd + 5 * 86_400_000)
+            // The grace period ends unpaid (account hold): her access ends with it, and nothing gives it back.
+            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 7 * 86_400))
+            suite.clock.advance(ms: 7 * 86_400_000)
+            #expect(try await play.purchase(bought.purchaseToken).state == "onHold")
+            #expect(try await Self.sweep(suite).playSubscriptionsChecked == 1)
+            #expect(try await suite.entitlements(ann.session).isEmpty)
+        }
+    }
+}

@@ -215,6 +215,11 @@ public enum NotificationRules {
             return
         }
         decision.effects.append(grant)
+        if stored.processed != nil, purchase.play?.kind == .subscription, let expires = purchase.expiresDateMs {
+            // Google moves a period's end without a new order (a grace period while a payment is retried): the access
+            // follows it (later only).
+            decision.effects.append(.moveSubscriptionEnd(originalTransactionId: purchase.originalTransactionId, expiresAtMs: expires))
+        }
         if let replaced = facts.replacedOriginal, replaced != purchase.originalTransactionId {
             decision.effects.append(
                 .endSubscription(originalTransactionId: replaced, replacement: purchase.originalTransactionId, atMs: purchase.purchaseDateMs))
