@@ -280,24 +280,38 @@ extension GooglePlayRedeemTests {
             FulfillmentReconcile.self, .init(adminToken: SuiteFixture.adminToken, notificationHistory: false, subscriptionStatuses: false))
     }
 
+    /// A monthly subscription bought on Google Play, redeemed by the app and acknowledged at Google: its token and the end of
+    /// its first period.
+    static func subscribe(_ suite: SuiteFixture, _ play: PlayStand, _ who: (session: String, accountId: String, appAccountToken: String)) async throws
+        -> (token: String, end: Int64)
+    {
+        let bought = try await play.buy("sub.premium", accountToken: who.appAccountToken, basePlanId: "monthly")
+        let first = try await redeem(suite, who.session, [.init(productId: "sub.premium", purchaseToken: bought.purchaseToken)])
+        let end = try #require(first.entitlements.first?.expiresAtMs)
+        _ = try await suite.service.outbox.deliverOutbox()
+        #expect(try await play.purchase(bought.purchaseToken).acknowledged)
+        return (bought.purchaseToken, end)
+    }
+
+    /// Both clocks, Google's and the suite's, `days` later.
+    static func advance(_ suite: SuiteFixture, _ play: PlayStand, days: Int64) async throws {
+        _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: days * 86_400))
+        suite.clock.advance(ms: days * 86_400_000)
+    }
+
     @Test func aSubscriptionWhosePushesWereAllLostIsRenewedByTheSweepAndAnEndGoogleConfirmsIsAskedOnce() async throws {
         try await SuiteFixture.with(play: true) { suite in
             let play = try #require(suite.play)
             let ann = try await suite.register("ann")
             // Nothing pushes to this suite: every notification about the subscription is lost.
-            let bought = try await play.buy("sub.premium", accountToken: ann.appAccountToken, basePlanId: "monthly")
-            let first = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: bought.purchaseToken)])
-            let firstEnd = try #require(first.entitlements.first?.expiresAtMs)
-            _ = try await suite.service.outbox.deliverOutbox()
-            #expect(try await play.purchase(bought.purchaseToken).acknowledged)
+            let (token, firstEnd) = try await Self.subscribe(suite, play, ann)
             // 32 days later on both clocks: Google renewed it; nobody here heard, so access ended with the first period.
-            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 32 * 86_400))
-            suite.clock.advance(ms: 32 * 86_400_000)
+            try await Self.advance(suite, play, days: 32)
             #expect(try await suite.entitlements(ann.session).isEmpty)
             // Due for the sweep, with the package the grant kept (Google's API is addressed by package).
             let due = try await suite.store.playSubscriptionsToCheck(nowMs: suite.clock.clock.nowMs, limit: 10)
             #expect(
-                due.map { [$0.purchaseToken, "\($0.expiresAtMs)", $0.packageName] } == [[bought.purchaseToken, "\(firstEnd)", PlayStand.packageName]])
+                due.map { [$0.purchaseToken, "\($0.expiresAtMs)", $0.packageName] } == [[token, "\(firstEnd)", PlayStand.packageName]])
             let swept = try await Self.sweep(suite)
             #expect(swept.playSubscriptionsChecked == 1 && swept.playSubscriptionsUpdated == 1)
             let renewed = try #require(try await suite.entitlements(ann.session).first)
@@ -305,9 +319,8 @@ extension GooglePlayRedeemTests {
             // Nothing to ask about until that end passes.
             #expect(try await Self.sweep(suite).playSubscriptionsChecked == 0)
             // Cancelled on the phone, and that period ends too: Google confirms the end, which is asked about once.
-            _ = try await play.client.call(PlaySubscriptionEvent.self, .init(purchaseToken: bought.purchaseToken, action: .cancel))
-            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 32 * 86_400))
-            suite.clock.advance(ms: 32 * 86_400_000)
+            _ = try await play.client.call(PlaySubscriptionEvent.self, .init(purchaseToken: token, action: .cancel))
+            try await Self.advance(suite, play, days: 32)
             let ended = try await Self.sweep(suite)
             #expect(ended.playSubscriptionsChecked == 1 && ended.playSubscriptionsUpdated == 0)
             #expect(try await suite.entitlements(ann.session).isEmpty)
@@ -322,15 +335,11 @@ extension GooglePlayRedeemTests {
         try await SuiteFixture.with(play: true) { suite in
             let play = try #require(suite.play)
             let ann = try await suite.register("ann")
-            let bought = try await play.buy("sub.premium", accountToken: ann.appAccountToken, basePlanId: "monthly")
-            let first = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: bought.purchaseToken)])
-            let firstEnd = try #require(first.entitlements.first?.expiresAtMs)
-            _ = try await suite.service.outbox.deliverOutbox()
+            let (token, firstEnd) = try await Self.subscribe(suite, play, ann)
             // The renewal's payment fails: Google keeps her entitled for the base plan's grace period (7 days), same order.
-            _ = try await play.client.call(PlaySubscriptionEvent.self, .init(purchaseToken: bought.purchaseToken, action: .declinePayment))
-            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 32 * 86_400))
-            suite.clock.advance(ms: 32 * 86_400_000)
-            #expect(try await play.purchase(bought.purchaseToken).state == "inGracePeriod")
+            _ = try await play.client.call(PlaySubscriptionEvent.self, .init(purchaseToken: token, action: .declinePayment))
+            try await Self.advance(suite, play, days: 32)
+            #expect(try await play.purchase(token).state == "inGracePeriod")
             #expect(try await suite.entitlements(ann.session).isEmpty)
             // Every push lost: the sweep asks Google, and her access follows Google's end of the grace period.
             let swept = try await Self.sweep(suite)
@@ -338,9 +347,8 @@ extension GooglePlayRedeemTests {
             let graced = try #require(try await suite.entitlements(ann.session).first)
             #expect((graced.expiresAtMs ?? 0) > firstEnd + 5 * 86_400_000)
             // The grace period ends unpaid (account hold): her access ends with it, and nothing gives it back.
-            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 7 * 86_400))
-            suite.clock.advance(ms: 7 * 86_400_000)
-            #expect(try await play.purchase(bought.purchaseToken).state == "onHold")
+            try await Self.advance(suite, play, days: 7)
+            #expect(try await play.purchase(token).state == "onHold")
             #expect(try await Self.sweep(suite).playSubscriptionsChecked == 1)
             #expect(try await suite.entitlements(ann.session).isEmpty)
         }

@@ -5,7 +5,6 @@ import IAPProtocol
 import JSONRPC
 import NIOCore
 import NIOPosix
-import RPCTransport
 
 /// `POST /v1/notifications/googleplay`: Google Play's real-time developer notifications, as a Pub/Sub push subscription
 /// delivers them. Answered 200 once fulfillment has verified the push (its OIDC token) and recorded the message durably
@@ -35,32 +34,13 @@ extension EdgeService {
     /// body go to fulfillment as JSON strings, exactly as sent (a body that is not UTF-8 is refused there as not a push).
     func playNotificationAnswer(authorization: String?, body: [UInt8], on eventLoop: any EventLoop) -> EventLoopFuture<HTTPResponse.Status> {
         guard let authorization, authorization.hasPrefix("Bearer ") else { return eventLoop.makeSucceededFuture(.unauthorized) }
-        guard let client = clients["fulfillment"] else { return eventLoop.makeSucceededFuture(.serviceUnavailable) }
-        var params: [UInt8] = Array(#"{"authorization":"#.utf8) + JSONWriter.quoted(authorization)
-        params += Array(#","body":"#.utf8) + JSONWriter.quoted(String(decoding: body, as: UTF8.self))
-        if configuration.webhookAnswersOnceRecorded { params += Array(#","processLater":true"#.utf8) }
-        if let token = configuration.internalToken { params += Array(#","internalToken":"#.utf8) + JSONWriter.quoted(token) }
-        params.append(UInt8(ascii: "}"))
-        let logger = self.logger
-        return client.callRaw(method: FulfillmentReceivePlayNotification.name, params: params, timeout: configuration.callTimeout, on: eventLoop)
-            .map { bytes -> HTTPResponse.Status in
-                let result = try? RPCCodec.decodeResult(FulfillmentReceiveNotification.Result.self, from: bytes)
-                logger.info(
-                    "Google Play notification recorded",
-                    metadata: [
-                        "messageId": "\(result?.notificationUUID ?? "?")", "state": "\(result?.state.rawValue ?? "?")",
-                        "firstDelivery": "\(result?.firstDelivery ?? false)",
-                    ])
-                return .ok
-            }
-            .recover { error in
-                let error = error as? RPCError ?? .unavailable("\(error)", reason: .connectionLost)
-                if error.knownCode == .invalidReceipt {
-                    logger.warning("Google Play notification refused", metadata: ["reason": "\(error.data.reason)"])
-                    return error.data.reason == "invalidPush" ? .badRequest : .forbidden
-                }
-                logger.error("Google Play notification could not be recorded; Pub/Sub will retry", metadata: ["error": "\(error.message)"])
-                return .serviceUnavailable
-            }
+        let params =
+            Array(#"{"authorization":"#.utf8) + JSONWriter.quoted(authorization) + Array(#","body":"#.utf8)
+            + JSONWriter.quoted(String(decoding: body, as: UTF8.self))
+        return recordNotification(
+            method: FulfillmentReceivePlayNotification.name, params: params, store: "Google Play", sender: "Pub/Sub", on: eventLoop
+        ) {
+            $0.data.reason == "invalidPush" ? .badRequest : .forbidden
+        }
     }
 }

@@ -287,31 +287,45 @@ public final class EdgeService: Sendable {
         guard let scanned = try? JSONScanner.scan(body), scanned.root.kind == .object,
             let payload = scanned.root.members.first(where: { $0.key == "signedPayload" }), body[payload.value.lowerBound] == UInt8(ascii: "\"")
         else { return eventLoop.makeSucceededFuture(.badRequest) }
+        let params = Array(#"{"signedPayload":"#.utf8) + body[payload.value]
+        return recordNotification(
+            method: FulfillmentReceiveNotification.name, params: params, store: "App Store", sender: "Apple", on: eventLoop,
+            metadata: ["sandboxURL": "\(sandbox)"]
+        ) { _ in .badRequest }
+    }
+
+    /// Hands a store's notification to fulfillment (`params`: the method's own fields, an object not yet closed; the
+    /// answer-once-recorded flag and the internal token are added here) on `eventLoop`, never failing: 200 once recorded,
+    /// `refused`'s status when verification refuses it (logged), 503 when it cannot be recorded now (`sender` retries).
+    func recordNotification(
+        method: String, params: [UInt8], store: String, sender: String, on eventLoop: any EventLoop, metadata: Logger.Metadata = [:],
+        refused: @escaping @Sendable (RPCError) -> HTTPResponse.Status
+    ) -> EventLoopFuture<HTTPResponse.Status> {
         guard let client = clients["fulfillment"] else { return eventLoop.makeSucceededFuture(.serviceUnavailable) }
-        var params: [UInt8] = Array(#"{"signedPayload":"#.utf8)
-        params += body[payload.value]
+        var params = params
         if configuration.webhookAnswersOnceRecorded { params += Array(#","processLater":true"#.utf8) }
         if let token = configuration.internalToken { params += Array(#","internalToken":"#.utf8) + JSONWriter.quoted(token) }
         params.append(UInt8(ascii: "}"))
         let logger = self.logger
-        return client.callRaw(method: FulfillmentReceiveNotification.name, params: params, timeout: configuration.callTimeout, on: eventLoop)
+        return client.callRaw(method: method, params: params, timeout: configuration.callTimeout, on: eventLoop)
             .map { bytes -> HTTPResponse.Status in
                 let result = try? RPCCodec.decodeResult(FulfillmentReceiveNotification.Result.self, from: bytes)
                 logger.info(
-                    "App Store notification recorded",
-                    metadata: [
-                        "notificationUUID": "\(result?.notificationUUID ?? "?")", "state": "\(result?.state.rawValue ?? "?")",
-                        "firstDelivery": "\(result?.firstDelivery ?? false)", "sandboxURL": "\(sandbox)",
-                    ])
+                    "\(store) notification recorded",
+                    metadata: metadata.merging(
+                        [
+                            "notificationUUID": "\(result?.notificationUUID ?? "?")", "state": "\(result?.state.rawValue ?? "?")",
+                            "firstDelivery": "\(result?.firstDelivery ?? false)",
+                        ], uniquingKeysWith: { _, new in new }))
                 return .ok
             }
             .recover { error in
                 let error = error as? RPCError ?? .unavailable("\(error)", reason: .connectionLost)
                 if error.knownCode == .invalidReceipt {
-                    logger.warning("App Store notification refused: it failed verification", metadata: ["reason": "\(error.data.reason)"])
-                    return .badRequest
+                    logger.warning("\(store) notification refused: it failed verification", metadata: ["reason": "\(error.data.reason)"])
+                    return refused(error)
                 }
-                logger.error("App Store notification could not be recorded; Apple will retry", metadata: ["error": "\(error.message)"])
+                logger.error("\(store) notification could not be recorded; \(sender) will retry", metadata: ["error": "\(error.message)"])
                 return .serviceUnavailable
             }
     }

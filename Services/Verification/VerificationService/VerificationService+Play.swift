@@ -116,7 +116,7 @@ enum PlayPurchaseReading {
             consumed: offer?["consumptionState"]?.stringValue == "CONSUMPTION_STATE_CONSUMED",
             quantity: Int(offer?["quantity"]?.intValue ?? 1), refundableQuantity: offer?["refundableQuantity"]?.intValue.map { Int($0) },
             obfuscatedExternalAccountId: json["obfuscatedExternalAccountId"]?.stringValue, test: json["testPurchaseContext"] != nil,
-            purchaseTimeMs: json["purchaseCompletionTime"]?.stringValue.flatMap(milliseconds), expiryTimeMs: nil, autoRenewing: nil,
+            purchaseTimeMs: json["purchaseCompletionTime"]?.stringValue.flatMap(GoogleDateTime.milliseconds), expiryTimeMs: nil, autoRenewing: nil,
             basePlanId: nil, linkedPurchaseToken: nil)
     }
 
@@ -132,12 +132,10 @@ enum PlayPurchaseReading {
             orderId: item["latestSuccessfulOrderId"]?.stringValue, state: state, entitles: entitles,
             acknowledged: json["acknowledgementState"]?.stringValue == "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED", consumed: nil, quantity: 1,
             refundableQuantity: nil, obfuscatedExternalAccountId: json["externalAccountIdentifiers"]?["obfuscatedExternalAccountId"]?.stringValue,
-            test: json["testPurchase"] != nil, purchaseTimeMs: json["startTime"]?.stringValue.flatMap(milliseconds),
-            expiryTimeMs: item["expiryTime"]?.stringValue.flatMap(milliseconds),
+            test: json["testPurchase"] != nil, purchaseTimeMs: json["startTime"]?.stringValue.flatMap(GoogleDateTime.milliseconds),
+            expiryTimeMs: item["expiryTime"]?.stringValue.flatMap(GoogleDateTime.milliseconds),
             autoRenewing: item["autoRenewingPlan"]?["autoRenewEnabled"]?.boolValue,
             basePlanId: item["offerDetails"]?["basePlanId"]?.stringValue, linkedPurchaseToken: json["linkedPurchaseToken"]?.stringValue)
     }
 
-    /// RFC 3339 (Google's `google-datetime`: Z-normalized, 0, 3, 6 or 9 fractional digits) -> milliseconds.
-    static func milliseconds(_ text: String) -> Int64? { GoogleDateTime.milliseconds(text) }
 }

@@ -103,7 +103,7 @@ enum PlayPushReading {
         else { throw refuse("data is not a base64 DeveloperNotification with its packageName") }
         var push = VerifiedPlayPush(
             messageId: messageId, subscription: envelope["subscription"] as? String,
-            publishTimeMs: ((message["publishTime"] ?? message["publish_time"]) as? String).flatMap(PlayPurchaseReading.milliseconds),
+            publishTimeMs: ((message["publishTime"] ?? message["publish_time"]) as? String).flatMap(GoogleDateTime.milliseconds),
             packageName: packageName, eventTimeMs: millis(notification["eventTimeMillis"]), kind: .other)
         if let sub = notification["subscriptionNotification"] as? [String: Any] {
             push.kind = .subscription
