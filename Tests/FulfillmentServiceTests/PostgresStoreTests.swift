@@ -65,6 +65,28 @@ struct PostgresStoreTests {
     static let statementsPerRedeem = 5.0
     static let statementsPerSpend = 4.0
 
+    /// `run_writes` remembers the statements its connection prepared in a session setting, which a rolled-back transaction
+    /// forgets while the statement stays prepared: the next transaction on the connection runs it without preparing it
+    /// twice (which PostgreSQL refuses).
+    @Test func heldWritesPreparedInARolledBackTransactionRunAgain() async throws {
+        let url = try PostgresURL(try await TestPostgres.newDatabase())
+        let pool = try PostgresPool(url: url, schema: "fulfillment", connections: 1, logger: Logger(label: "held-rollback-test"))
+        let store = try await PostgresFulfillmentStore(pool: pool)
+        defer { try? store.close() }
+        @Sendable func held(_ db: PostgresSession) throws {
+            try db.execute(
+                "SELECT run_writes(ARRAY['UPDATE wallet SET owed = owed WHERE account_id = ($1[1])'], ARRAY['nobody'], ARRAY[1]::BIGINT[])")
+        }
+        await #expect(throws: (any Error).self) {
+            try await pool.write { db in
+                try held(db)
+                try db.execute("SELECT 1 / 0")  // the transaction fails after the statement was prepared
+            }
+        }
+        try await pool.write { db in try held(db) }
+        try await pool.write { db in try held(db) }
+    }
+
     /// A spend's ledger row, wallet and event are held and sent as one statement (`PostgresSQLSession.flush`) whose
     /// values travel as one array parameter: text an attacker chooses (quotes, a quote followed by a combining mark,
     /// backslashes, parameter and comment markers, dollar quotes) is stored exactly, and read back by a bound statement
@@ -190,7 +212,7 @@ struct PostgresStoreTests {
         let admin = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
         #expect(
             try await TestPostgres.psql(admin, "SELECT string_agg(name, ',' ORDER BY name) FROM fulfillment.schema_migration")
-                == "v1,v10-play,v2-inbox-pending-order,v3-outbox,v4-inbox-payload-apart,v5-content-deliveries,v6-events,v7-adjustments,v8-retention,v9-held-writes"
+                == "v1,v10-play,v11-held-writes-known,v2-inbox-pending-order,v3-outbox,v4-inbox-payload-apart,v5-content-deliveries,v6-events,v7-adjustments,v8-retention,v9-held-writes"
         )
         // A database a newer build migrated: this build refuses it rather than run on a schema it does not know.
         _ = try await TestPostgres.psql(admin, "INSERT INTO fulfillment.schema_migration (name) VALUES ('v99-from-the-future')")

@@ -325,5 +325,36 @@ extension PostgresFulfillmentStore {
             CREATE TABLE play_package (purchase_token TEXT PRIMARY KEY, package_name TEXT NOT NULL);
             ALTER TABLE processed_transaction ADD COLUMN units BIGINT CHECK (units > 0);
             """),
+        // 2026-11-28: `run_writes` learns which statements its connection has prepared from a session setting (the names, as
+        // it prepared them) instead of asking `pg_prepared_statements` before every statement: that view lists every
+        // statement of the session, each time. The view still answers for a name the setting lacks (a transaction that
+        // prepared and then rolled back forgets the setting's change, while the statement stays prepared). Measured on
+        // a copy of the schema, seven held writes among 42 prepared statements: 535-590 -> 382-405 µs of the server's CPU
+        // per call.
+        PostgresMigration(
+            "v11-held-writes-known",
+            """
+            CREATE OR REPLACE FUNCTION run_writes(statements TEXT[], arguments TEXT[], counts BIGINT[]) RETURNS VOID LANGUAGE plpgsql AS $$
+            DECLARE
+                first BIGINT := 1;
+                prepared TEXT;
+                known TEXT := coalesce(current_setting('iap.held_prepared', true), '');
+            BEGIN
+                FOR i IN 1 .. coalesce(array_length(statements, 1), 0) LOOP
+                    PERFORM set_config('iap.held_arguments', coalesce(arguments[first : first + counts[i] - 1], '{}')::TEXT, true);
+                    first := first + counts[i];
+                    prepared := 'held_' || md5(statements[i]);
+                    IF strpos(known, prepared) = 0 THEN
+                        IF NOT EXISTS (SELECT 1 FROM pg_prepared_statements p WHERE p.name = prepared) THEN
+                            EXECUTE format('PREPARE %I(TEXT[]) AS %s', prepared, statements[i]);
+                        END IF;
+                        known := known || prepared || ' ';
+                        PERFORM set_config('iap.held_prepared', known, false);
+                    END IF;
+                    EXECUTE format('EXECUTE %I(current_setting(%L)::TEXT[])', prepared, 'iap.held_arguments');
+                END LOOP;
+            END
+            $$;
+            """),
     ]
 }
