@@ -534,7 +534,7 @@ let package = Package(
             dependencies: [
                 "FulfillmentService", "SuiteTestSupport",
                 "IAPProtocol", "JSONRPC", "RPCTransport", "RPCTestSupport", "ServiceSupport",
-                "PostgresSupport",
+                "PostgresSupport", .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),

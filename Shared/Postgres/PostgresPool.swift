@@ -26,8 +26,9 @@ public final class PostgresPool: Sendable {
     public let size: Int
     let configuration: PostgresConnection.Configuration
     private let threads: NIOThreadPool
-    /// Connections not in use; nil once closed (a connection given back after `close` is closed at once).
-    private let idle = NIOLockedValueBox<[PostgresConnection]?>([])
+    /// Connections not in use, each with the reads it prepared; nil once closed (a connection given back after `close` is
+    /// closed at once).
+    private let idle = NIOLockedValueBox<[PooledConnection]?>([])
     let ids = NIOLockedValueBox(0)
     let logger: Logger
     /// How often one transaction is attempted before its failure is answered.
@@ -58,6 +59,8 @@ public final class PostgresPool: Sendable {
     public var roundTrips: Int { roundTripCount.total.withLockedValue { $0 } }
     /// Transactions run again so far (conflicts, lost connections): `iap_postgres_retries_total{schema}`.
     public var retries: Int { roundTripCount.retries.withLockedValue { $0 } }
+    /// Reads prepared so far, one round trip each, not among `roundTrips`: `iap_postgres_statements_prepared_total{schema}`.
+    public var statementsPrepared: Int { roundTripCount.preparedCount.withLockedValue { $0 } }
 
     /// Closes every connection and stops the threads; calls after it fail.
     public func close() {
@@ -65,7 +68,7 @@ public final class PostgresPool: Sendable {
             defer { list = nil }
             return list ?? []
         }
-        for connection in connections { discard(connection) }
+        for pooled in connections { discard(pooled.connection) }
         threads.shutdownGracefully { _ in }
     }
 
@@ -139,15 +142,16 @@ public final class PostgresPool: Sendable {
         while true {
             attempt += 1
             let keys = optimistically && attempt == 1 ? [] : allKeys
-            let connection = try checkout()
-            let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount)
+            let pooled = try checkout()
+            let connection = pooled.connection
+            let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount, prepared: pooled.prepared)
             // Advisory locks end with the session, not the transaction: released before the connection is reused
             // (a connection that cannot release them is closed, which releases them).
-            func checkin(_ connection: PostgresConnection) {
+            func checkin() {
                 if !keys.isEmpty, (try? session.execute("SELECT pg_advisory_unlock_all()")) == nil {
                     discard(connection)
                 } else {
-                    self.checkin(connection)
+                    self.checkin(pooled)
                 }
             }
             var committing = false
@@ -160,30 +164,30 @@ public final class PostgresPool: Sendable {
                     committing = true
                     try session.execute("COMMIT")
                 }
-                checkin(connection)
+                checkin()
                 return value
-            } catch let error where error is PSQLError || error is StatementTimedOut {
-                let connectionLost = error is StatementTimedOut || Self.isConnectionFailure(error as! PSQLError)
-                if connectionLost {
+            } catch let error where Self.failure(error) != nil {
+                let failure = Self.failure(error)!
+                if failure.connectionLost {
                     discard(connection)
                 } else if begin != nil && !committing {
                     if (try? session.execute("ROLLBACK")) == nil {
                         discard(connection)
                     } else {
-                        checkin(connection)
+                        self.checkin(pooled)
                     }
                 } else {
-                    checkin(connection)  // a failed COMMIT has ended the transaction
+                    self.checkin(pooled)  // a failed COMMIT has ended the transaction
                 }
-                if connectionLost && committing {
+                if failure.connectionLost && committing {
                     logger.error("database connection lost during COMMIT", metadata: ["database": "\(url.redacted)"])
                     throw RPCError.unavailable(
                         "the database connection was lost while committing; the change may or may not be recorded: retry it",
                         reason: "storageOutcomeUnknown")
                 }
-                let retryable = connectionLost || Self.isTransient(error as! PSQLError)
+                let retryable = failure.connectionLost || failure.transient
                 guard retryable, attempt < attempts else {
-                    if retryable || connectionLost {
+                    if retryable {
                         throw RPCError.unavailable(
                             "the database is busy or unreachable; nothing was changed, retry later", reason: "storageUnavailable")
                     }
@@ -199,19 +203,19 @@ public final class PostgresPool: Sendable {
                 if begin != nil, (try? session.execute("ROLLBACK")) == nil {
                     discard(connection)
                 } else {
-                    checkin(connection)
+                    self.checkin(pooled)
                 }
                 throw error
             }
         }
     }
 
-    private func checkout() throws -> PostgresConnection {
+    private func checkout() throws -> PooledConnection {
         while true {
-            let (closed, connection) = idle.withLockedValue { list in (list == nil, list?.popLast()) }
+            let (closed, pooled) = idle.withLockedValue { list in (list == nil, list?.popLast()) }
             if closed { throw RPCError.unavailable("the database pool is closed", reason: "storageUnavailable") }
-            guard let connection else { break }
-            if !connection.isClosed { return connection }
+            guard let pooled else { break }
+            if !pooled.connection.isClosed { return pooled }
         }
         let id = ids.withLockedValue { id in
             id += 1
@@ -226,7 +230,7 @@ public final class PostgresPool: Sendable {
             do {
                 // A statement that hangs (a lock held by a stuck client) ends rather than holding a thread forever; the
                 // schema's tables by their plain names. One statement, one round trip.
-                let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount)
+                let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount, prepared: nil)
                 try session.execute(
                     PostgresQuery(
                         unsafeSQL: "SELECT set_config('statement_timeout', '15s', false), set_config('search_path', '\(schema)', false)"))
@@ -234,7 +238,7 @@ public final class PostgresPool: Sendable {
                 discard(connection)
                 throw error
             }
-            return connection
+            return PooledConnection(connection: connection, prepared: PreparedReads())
         } catch {
             logger.warning("cannot connect to the database", metadata: ["database": "\(url.redacted)", "error": "\(Self.describe(error))"])
             throw RPCError.unavailable("the database could not be reached; nothing was changed, retry later", reason: "storageUnavailable")
@@ -261,29 +265,41 @@ public final class PostgresPool: Sendable {
 
     /// A pool released without `close` (a caller's mistake) still closes its connections and stops its threads.
     deinit {
-        for connection in idle.withLockedValue({ $0 ?? [] }) { Self.discard(connection) }
+        for pooled in idle.withLockedValue({ $0 ?? [] }) { Self.discard(pooled.connection) }
         threads.shutdownGracefully { _ in }
     }
 
-    private func checkin(_ connection: PostgresConnection) {
-        guard !connection.isClosed else { return }
+    private func checkin(_ pooled: PooledConnection) {
+        guard !pooled.connection.isClosed else { return }
         let kept = idle.withLockedValue { list in
             guard list != nil else { return false }
-            list!.append(connection)
+            list!.append(pooled)
             return true
         }
-        if !kept { discard(connection) }
+        if !kept { discard(pooled.connection) }
     }
 
     /// A statement that got no answer within `PostgresSession.deadline`: its connection is given up.
     struct StatementTimedOut: Error {}
 
+    /// What the pool makes of a statement's failure: nil for an error that is not the database's (the body's own).
+    static func failure(_ error: any Error) -> (connectionLost: Bool, transient: Bool)? {
+        switch error {
+        case is StatementTimedOut: return (true, false)
+        case let error as PSQLError: return (isConnectionFailure(error), isTransient(error))
+        case let error as PreparedReadFailed: return (error.connectionLost, transientStates.contains(error.sqlState ?? ""))
+        default: return nil
+        }
+    }
+
+    /// serialization_failure, deadlock_detected, unique_violation (a concurrent insert), admin/crash shutdown,
+    /// cannot_connect_now (starting up), query_canceled (statement_timeout).
+    static let transientStates: Set<String> = ["40001", "40P01", "23505", "57P01", "57P02", "57P03", "57014"]
+
     /// SQLSTATEs after which running the transaction again may succeed.
     static func isTransient(_ error: PSQLError) -> Bool {
         guard error.code == .server, let state = error.serverInfo?[.sqlState] else { return false }
-        // serialization_failure, deadlock_detected, unique_violation (a concurrent insert), admin/crash shutdown,
-        // cannot_connect_now (starting up), query_canceled (statement_timeout).
-        return ["40001", "40P01", "23505", "57P01", "57P02", "57P03", "57014"].contains(state)
+        return transientStates.contains(state)
     }
 
     static func isConnectionFailure(_ error: PSQLError) -> Bool {
@@ -294,6 +310,7 @@ public final class PostgresPool: Sendable {
 
     /// An error for a log line: the SQLSTATE and server message, never the statement's bound values.
     public static func describe(_ error: any Error) -> String {
+        if let error = error as? PreparedReadFailed { return error.description }
         guard let error = error as? PSQLError else { return "\(error)" }
         if let info = error.serverInfo {
             return "\(info[.sqlState] ?? "?"): \(info[.message] ?? "")\(info[.detail].map { " (\($0))" } ?? "")"
@@ -308,10 +325,19 @@ final class RoundTrips: Sendable {
     let counter: Counter
     let retries = NIOLockedValueBox(0)
     let retriesCounter: Counter
+    let preparedCount = NIOLockedValueBox(0)
+    let preparedCounter: Counter
 
     init(schema: String) {
         counter = Counter(label: "iap_postgres_round_trips_total", dimensions: [("schema", schema)])
         retriesCounter = Counter(label: "iap_postgres_retries_total", dimensions: [("schema", schema)])
+        preparedCounter = Counter(label: "iap_postgres_statements_prepared_total", dimensions: [("schema", schema)])
+    }
+
+    /// A connection prepared a read (`PostgresSession.queryPrepared`): one round trip, counted apart from the statements.
+    func prepared() {
+        preparedCount.withLockedValue { $0 += 1 }
+        preparedCounter.increment()
     }
 
     func one() {
@@ -332,6 +358,8 @@ public struct PostgresSession {
     let connection: PostgresConnection
     let logger: Logger
     let roundTrips: RoundTrips
+    /// The reads this connection prepared (`queryPrepared`); nil: every read unnamed.
+    let prepared: PreparedReads?
 
     /// How long one statement may take before the connection is given up (the server's own statement_timeout is
     /// 15 s; this bound also covers a server that stopped answering altogether).
@@ -344,7 +372,7 @@ public struct PostgresSession {
     }
 
     /// Waits for `future`, at most `deadline`; past it the connection is closed and the wait fails.
-    private func bounded<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
+    func bounded<T: Sendable>(_ future: EventLoopFuture<T>) throws -> T {
         let connection = self.connection
         return try Self.bounded(future, deadline: Self.deadline) {
             let closing: EventLoopFuture<Void> = connection.close()

@@ -19,9 +19,17 @@ struct PostgresSQLSession: SQLSession {
     let wallets: WalletMemo? = WalletMemo()
     var dialect: SQLDialect { .postgres }
 
+    /// Reads run as statements the connection prepared (`PostgresSession.queryPrepared`); a text that leaves one of its
+    /// arguments unnamed (whose type the server could not tell) runs unnamed.
     func fetch(_ sql: String, arguments: [SQLValue]) throws -> [SQLRow] {
         try flush()
-        return try session.query(Self.query(sql, arguments)).map { row in
+        let rows: [[PostgresCell]]
+        if let text = try Self.typedParameters(sql, arguments) {
+            rows = try session.queryPrepared(text, arguments.map(Self.data))
+        } else {
+            rows = try session.query(Self.query(sql, arguments)).map { Array($0) }
+        }
+        return try rows.map { row in
             var columns: [String] = []
             var values: [SQLValue] = []
             columns.reserveCapacity(row.count)
@@ -65,6 +73,40 @@ struct PostgresSQLSession: SQLSession {
         try binds.append(values)
         try binds.append(counts)
         try session.execute(PostgresQuery(unsafeSQL: "SELECT run_writes($1, $2, $3)", binds: binds))
+    }
+
+    /// `sql` with each `?n` as `($n::type)` of the n-th argument's kind (a NULL's as `$n`, typed by the server from where
+    /// it stands, as an unnamed statement's NULL is); nil when some argument is not named in the text.
+    static func typedParameters(_ sql: String, _ arguments: [SQLValue]) throws -> String? {
+        var out = ""
+        out.reserveCapacity(sql.utf8.count + 16 * arguments.count)
+        var named = Set<Int>()
+        for piece in HeldStatements.pieces(sql) {
+            switch piece {
+            case .text(let text): out += text
+            case .parameter(let n):
+                guard n >= 1, n <= arguments.count else { throw HeldStatements.UnboundParameter(sql: sql) }
+                named.insert(n)
+                switch arguments[n - 1] {
+                case .int: out += "($\(n)::int8)"
+                case .text: out += "($\(n)::text)"
+                case .bool: out += "($\(n)::bool)"
+                case .blob: out += "($\(n)::bytea)"
+                case .null: out += "$\(n)"
+                }
+            }
+        }
+        return named.count == arguments.count ? out : nil
+    }
+
+    static func data(_ argument: SQLValue) -> PostgresData {
+        switch argument {
+        case .int(let v): PostgresData(int64: v)
+        case .text(let v): PostgresData(string: v)
+        case .bool(let v): PostgresData(bool: v)
+        case .blob(let v): PostgresData(bytes: v)
+        case .null: PostgresData.null
+        }
     }
 
     static func query(_ sql: String, _ arguments: [SQLValue]) throws -> PostgresQuery {

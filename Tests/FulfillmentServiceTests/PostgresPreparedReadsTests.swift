@@ -1,0 +1,62 @@
+import FulfillmentService
+import IAPProtocol
+import Logging
+import PostgresNIO
+import PostgresSupport
+import RPCTestSupport
+import Testing
+
+/// Fulfillment's reads on PostgreSQL run as statements each connection prepared by name (`PostgresSession.queryPrepared`):
+/// parsed and planned once per connection, their rows decoded as what they are, and a statement a newer schema no longer
+/// fits is prepared again rather than failing the transaction.
+@Suite(.enabled(if: TestPostgres.isAvailable, "PostgreSQL is not installed"), .serialized)
+struct PostgresPreparedReadsTests {
+    /// Redeems on one connection prepare their reads once: later redeems prepare nothing more, and the server runs the
+    /// reads on a generic plan (planned once, not at each execution).
+    @Test func redeemsPrepareTheirReadsOnceAndTheServerPlansThemOnce() async throws {
+        let url = try PostgresURL(try await TestPostgres.newDatabase())
+        let pool = try PostgresPool(url: url, schema: "fulfillment", connections: 1, logger: Logger(label: "prepared-reads-test"))
+        let store = try await PostgresFulfillmentStore(pool: pool)
+        defer { try? store.close() }
+        func redeem(_ i: Int) async throws {
+            _ = try await store.apply(
+                [coins("\(2_200_000_000 + i)")], accountId: "acct\(i % 3)", appAccountToken: nil, mode: .redeem, policy: .refuse,
+                answerScope: .production, nowMs: 1)
+        }
+        for i in 0..<3 { try await redeem(i) }
+        let preparedFirst = pool.statementsPrepared
+        #expect(preparedFirst > 0, "the reads are prepared")
+        for i in 3..<23 { try await redeem(i) }
+        #expect(pool.statementsPrepared == preparedFirst, "twenty more redeems prepared \(pool.statementsPrepared - preparedFirst) more")
+        let generic = try await pool.withSession { db in
+            try db.one(
+                "SELECT count(*) AS n FROM pg_prepared_statements WHERE NOT from_sql AND generic_plans > 0 AND statement LIKE 'SELECT%'"
+            )?.get("n", as: Int64.self) ?? 0
+        }
+        #expect(generic > 0, "no prepared read runs on a generic plan")
+    }
+
+    /// A prepared `SELECT *` whose table gained a column (a newer instance's migration) fails at the server ("cached plan
+    /// must not change result type"): the pool gives that connection up and runs the read again on a new one, which
+    /// prepares it afresh. The values come back decoded as their types (binary), not as text.
+    @Test func aPreparedReadIsPreparedAgainAfterItsTableChanged() async throws {
+        let url = try PostgresURL(try await TestPostgres.newDatabase())
+        let pool = try PostgresPool(url: url, schema: "public", connections: 1, logger: Logger(label: "prepared-reads-test"))
+        defer { pool.close() }
+        try await pool.withSession { db in
+            try db.execute("CREATE TABLE gadget (id bigint PRIMARY KEY)")
+            try db.execute("INSERT INTO gadget VALUES (7)")
+        }
+        let sql = "SELECT * FROM gadget WHERE id = ($1::int8)"
+        let first = try await pool.read { db in try db.queryPrepared(sql, [PostgresData(int64: 7)]) }
+        #expect(first.count == 1 && first.first?.count == 1)
+        #expect(try first.first?.first?.decode(Int64.self, context: .default) == 7)
+        let psqlURL = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
+        _ = try await TestPostgres.psql(psqlURL, "ALTER TABLE gadget ADD COLUMN label text NOT NULL DEFAULT 'blue'")
+        let retriesBefore = pool.retries
+        let second = try await pool.read { db in try db.queryPrepared(sql, [PostgresData(int64: 7)]) }
+        #expect(second.first?.count == 2)
+        #expect(try second.first?.last?.decode(String.self, context: .default) == "blue")
+        #expect(pool.retries == retriesBefore + 1, "the read ran again once, on another connection")
+    }
+}
