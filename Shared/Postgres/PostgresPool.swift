@@ -146,7 +146,8 @@ public final class PostgresPool: Sendable {
             let connection = pooled.connection
             let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount, prepared: pooled.prepared)
             // Advisory locks end with the session, not the transaction: released before the connection is reused
-            // (a connection that cannot release them is closed, which releases them).
+            // (a connection that cannot release them is closed, which releases them). Every way out of an attempt
+            // that keeps the connection goes through here.
             func checkin() {
                 if !keys.isEmpty, (try? session.execute("SELECT pg_advisory_unlock_all()")) == nil {
                     discard(connection)
@@ -174,10 +175,10 @@ public final class PostgresPool: Sendable {
                     if (try? session.execute("ROLLBACK")) == nil {
                         discard(connection)
                     } else {
-                        self.checkin(pooled)
+                        checkin()
                     }
                 } else {
-                    self.checkin(pooled)  // a failed COMMIT has ended the transaction
+                    checkin()  // a failed COMMIT has ended the transaction
                 }
                 if failure.connectionLost && committing {
                     logger.error("database connection lost during COMMIT", metadata: ["database": "\(url.redacted)"])
@@ -203,7 +204,7 @@ public final class PostgresPool: Sendable {
                 if begin != nil, (try? session.execute("ROLLBACK")) == nil {
                     discard(connection)
                 } else {
-                    self.checkin(pooled)
+                    checkin()
                 }
                 throw error
             }
@@ -287,7 +288,8 @@ public final class PostgresPool: Sendable {
         switch error {
         case is StatementTimedOut: return (true, false)
         case let error as PSQLError: return (isConnectionFailure(error), isTransient(error))
-        case let error as PreparedReadFailed: return (error.connectionLost, transientStates.contains(error.sqlState ?? ""))
+        case let error as PreparedReadFailed:
+            return (error.connectionLost, error.staleStatement || transientStates.contains(error.sqlState ?? ""))
         default: return nil
         }
     }
@@ -310,7 +312,7 @@ public final class PostgresPool: Sendable {
 
     /// An error for a log line: the SQLSTATE and server message, never the statement's bound values.
     public static func describe(_ error: any Error) -> String {
-        if let error = error as? PreparedReadFailed { return error.description }
+        if let error = error as? PreparedReadFailed { return "\(error.sqlState ?? "?"): \(error.message)" }
         guard let error = error as? PSQLError else { return "\(error)" }
         if let info = error.serverInfo {
             return "\(info[.sqlState] ?? "?"): \(info[.message] ?? "")\(info[.detail].map { " (\($0))" } ?? "")"

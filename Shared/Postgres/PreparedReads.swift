@@ -23,31 +23,41 @@ final class PreparedReads: Sendable {
     var isFull: Bool { known.withLockedValue { $0.count >= Self.limit } }
 
     func keep(_ statement: PreparedQuery, for sql: String) { known.withLockedValue { $0[sql] = statement } }
+
+    /// A statement the server no longer runs as prepared: the next use prepares it again (the old one stays on the server
+    /// until the connection closes).
+    func forget(_ sql: String) { _ = known.withLockedValue { $0.removeValue(forKey: sql) } }
 }
 
 /// A prepared read that failed, as the pool's retry rules read it (postgres-nio's prepared statements answer its older
-/// `PostgresError`, not `PSQLError`): never with the statement's values.
+/// `PostgresError`, not `PSQLError`). Its description, like `PSQLError`'s, holds no server message (which may quote a
+/// value); `PostgresPool.describe` gives the message for the log.
 public struct PreparedReadFailed: Error, CustomStringConvertible {
     /// The server's SQLSTATE; nil when the failure was not the server's answer.
     public let sqlState: String?
     let message: String
-    /// The connection is given up (and the transaction run again on another): it was lost, or its prepared statement no
-    /// longer fits the schema (a newer instance's migration changed a table it reads: "cached plan must not change result
-    /// type", 0A000) or is gone (26000).
+    /// The connection is given up (and the transaction run again on another): it was lost or shut down.
     let connectionLost: Bool
+    /// The connection's prepared statement no longer fits the schema (a newer instance's migration changed a table it
+    /// reads: "cached plan must not change result type", 0A000) or is gone (26000): forgotten, and the transaction runs
+    /// again, preparing it afresh.
+    let staleStatement: Bool
 
-    public var description: String { "\(sqlState ?? "no SQLSTATE"): \(message)" }
+    public var description: String { "PostgreSQL refused a prepared read (SQLSTATE \(sqlState ?? "none"))" }
 
-    init(_ error: any Error) {
+    /// `executing`: the failure came from running a statement already prepared (not from preparing it).
+    init(_ error: any Error, executing: Bool) {
         if let error = error as? PostgresError, case .server(let answer) = error {
             let state = answer.fields[.sqlState]
             sqlState = state
             message = answer.fields[.message] ?? ""
-            connectionLost = ["0A000", "26000", "57P01", "57P02"].contains(state ?? "")
+            connectionLost = ["57P01", "57P02"].contains(state ?? "")
+            staleStatement = executing && ["0A000", "26000"].contains(state ?? "")
         } else {
             sqlState = nil
             message = "\(error)"
             connectionLost = true
+            staleStatement = false
         }
     }
 }
@@ -73,11 +83,17 @@ extension PostgresSession {
             statement = known
         } else {
             roundTrips.prepared()
-            statement = try Self.answering { try bounded(connection.prepare(query: sql)) }
+            statement = try Self.answering(executing: false) { try bounded(connection.prepare(query: sql)) }
             prepared.keep(statement, for: sql)
         }
         roundTrips.one()
-        let rows = try Self.answering { try bounded(statement.execute(values)) }
+        let rows: [PostgresRow]
+        do {
+            rows = try Self.answering(executing: true) { try bounded(statement.execute(values)) }
+        } catch let error as PreparedReadFailed where error.staleStatement {
+            prepared.forget(sql)
+            throw error
+        }
         // postgres-nio 1.33 asks for binary results (Bind) but labels them with the Describe's text formats.
         return rows.map { row in
             row.map { cell in
@@ -89,7 +105,7 @@ extension PostgresSession {
     }
 
     /// `body`, its postgres-nio failures as `PreparedReadFailed` (a statement that got no answer stays `StatementTimedOut`).
-    private static func answering<T>(_ body: () throws -> T) throws -> T {
+    private static func answering<T>(executing: Bool, _ body: () throws -> T) throws -> T {
         do {
             return try body()
         } catch let error as PostgresPool.StatementTimedOut {
@@ -97,7 +113,7 @@ extension PostgresSession {
         } catch let error as PSQLError {
             throw error  // a failure postgres-nio did not translate (the pool's own rules read it)
         } catch {
-            throw PreparedReadFailed(error)
+            throw PreparedReadFailed(error, executing: executing)
         }
     }
 }

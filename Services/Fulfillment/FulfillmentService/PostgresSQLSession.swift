@@ -12,7 +12,8 @@ import PostgresSupport
 ///   the next statement that reads or counts, or at the end of the transaction (`flush`): `run_writes(statements,
 ///   values)`, a PL/pgSQL function of the schema (migration v9) that EXECUTEs each statement with the one array of
 ///   values as its parameter (`HeldStatements`): no value is ever part of a statement's text;
-/// - wallets read or written by this transaction are remembered (`wallets`).
+/// - wallets read or written by this transaction are remembered (`wallets`);
+/// - reads run as statements the connection prepared by name (`fetch`), so PostgreSQL plans each once per connection.
 struct PostgresSQLSession: SQLSession {
     let session: PostgresSession
     let held = HeldWrites()

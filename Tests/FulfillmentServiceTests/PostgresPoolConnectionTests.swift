@@ -6,11 +6,12 @@ import PostgresSupport
 import RPCTestSupport
 import Testing
 
-/// Fulfillment's reads on PostgreSQL run as statements each connection prepared by name (`PostgresSession.queryPrepared`):
-/// parsed and planned once per connection, their rows decoded as what they are, and a statement a newer schema no longer
-/// fits is prepared again rather than failing the transaction.
+/// The pool's connections between transactions: fulfillment's reads run as statements each connection prepared by name
+/// (`PostgresSession.queryPrepared`), parsed and planned once per connection, their rows decoded as what they are, and a
+/// statement a newer schema no longer fits is prepared again rather than failing the transaction; a connection goes back
+/// to the pool without the advisory locks its transaction took, however the transaction ended.
 @Suite(.enabled(if: TestPostgres.isAvailable, "PostgreSQL is not installed"), .serialized)
-struct PostgresPreparedReadsTests {
+struct PostgresPoolConnectionTests {
     /// Redeems on one connection prepare their reads once: later redeems prepare nothing more, and the server runs the
     /// reads on a generic plan (planned once, not at each execution).
     @Test func redeemsPrepareTheirReadsOnceAndTheServerPlansThemOnce() async throws {
@@ -37,7 +38,7 @@ struct PostgresPreparedReadsTests {
     }
 
     /// A prepared `SELECT *` whose table gained a column (a newer instance's migration) fails at the server ("cached plan
-    /// must not change result type"): the pool gives that connection up and runs the read again on a new one, which
+    /// must not change result type"): the connection forgets the statement and the pool runs the read again, which
     /// prepares it afresh. The values come back decoded as their types (binary), not as text.
     @Test func aPreparedReadIsPreparedAgainAfterItsTableChanged() async throws {
         let url = try PostgresURL(try await TestPostgres.newDatabase())
@@ -57,6 +58,22 @@ struct PostgresPreparedReadsTests {
         let second = try await pool.read { db in try db.queryPrepared(sql, [PostgresData(int64: 7)]) }
         #expect(second.first?.count == 2)
         #expect(try second.first?.last?.decode(String.self, context: .default) == "blue")
-        #expect(pool.retries == retriesBefore + 1, "the read ran again once, on another connection")
+        #expect(pool.retries == retriesBefore + 1, "the read ran again once")
+        #expect(try await pool.read { db in try db.queryPrepared(sql, [PostgresData(int64: 7)]) }.first?.count == 2)
+        #expect(pool.retries == retriesBefore + 1)
+    }
+
+    /// A write holding an account's advisory lock that its own rules refuse, or that the server refuses, releases the lock
+    /// before its connection is reused: another writer of the account does not wait for it.
+    @Test func aLockedWriteThatFailsLeavesNoLockBehind() async throws {
+        let url = try PostgresURL(try await TestPostgres.newDatabase())
+        let pool = try PostgresPool(url: url, schema: "public", connections: 1, logger: Logger(label: "lock-release-test"))
+        defer { pool.close() }
+        let psqlURL = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
+        struct Refused: Error {}
+        await #expect(throws: Refused.self) { try await pool.write(locking: ["acct-1"]) { _ in throw Refused() } }
+        #expect(try await TestPostgres.psql(psqlURL, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == "0")
+        await #expect(throws: (any Error).self) { try await pool.write(locking: ["acct-1"]) { db in try db.execute("SELECT 1 / 0") } }
+        #expect(try await TestPostgres.psql(psqlURL, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == "0")
     }
 }
