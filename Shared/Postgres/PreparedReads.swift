@@ -73,13 +73,14 @@ extension PostgresSession {
     /// NULL's: a statement is prepared without parameter types, so the text must carry them as an unnamed statement's
     /// bindings do. Cells come back as the values' binary form.
     public func queryPrepared(_ sql: String, _ values: [PostgresData]) throws -> [[PostgresCell]] {
-        guard let prepared, prepared[sql] != nil || !prepared.isFull else {
+        let known = prepared?[sql]
+        guard let prepared, known != nil || !prepared.isFull else {
             var binds = PostgresBindings(capacity: values.count)
             for value in values { binds.append(value) }
             return try query(PostgresQuery(unsafeSQL: sql, binds: binds)).map { Array($0) }
         }
         let statement: PreparedQuery
-        if let known = prepared[sql] {
+        if let known {
             statement = known
         } else {
             roundTrips.prepared()

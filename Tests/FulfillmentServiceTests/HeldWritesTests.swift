@@ -34,4 +34,20 @@ struct HeldWritesTests {
             try HeldStatements.statement("SELECT ?1", [.text("a\u{0}b")], values: &values)
         }
     }
+
+    /// A read prepared without parameter types carries them in its text (`TypedReads`, for `PostgresSession.queryPrepared`):
+    /// each parameter cast to its value's kind, a NULL left to the server, a value's own text never scanned; a read that
+    /// leaves an argument unnamed has no such text (it runs unnamed), and one naming a missing argument is refused.
+    @Test func aPreparedReadCarriesItsParametersTypesInItsText() throws {
+        #expect(
+            try TypedReads.text(
+                "SELECT * FROM t WHERE a = ?1 AND b = ?2 AND c = ?3 AND d = ?4 AND e IS ?5 AND f > ?1",
+                [
+                    .int(1), .text("?2 $1"), .bool(true), .blob([1]), .null,
+                ])
+                == "SELECT * FROM t WHERE a = ($1::int8) AND b = ($2::text) AND c = ($3::bool) AND d = ($4::bytea) AND e IS $5 AND f > ($1::int8)"
+        )
+        #expect(try TypedReads.text("SELECT ?2", [.int(1), .int(2)]) == nil)
+        #expect(throws: HeldStatements.UnboundParameter.self) { try TypedReads.text("SELECT ?2", [.int(1)]) }
+    }
 }

@@ -63,6 +63,20 @@ struct PostgresPoolConnectionTests {
         #expect(pool.retries == retriesBefore + 1)
     }
 
+    /// A connection prepares at most `PreparedReads.limit` (256) texts; past it, reads still answer, unprepared.
+    @Test func aConnectionPreparesABoundedNumberOfReads() async throws {
+        let url = try PostgresURL(try await TestPostgres.newDatabase())
+        let pool = try PostgresPool(url: url, schema: "public", connections: 1, logger: Logger(label: "prepared-reads-test"))
+        defer { pool.close() }
+        let answers = try await pool.read { db in
+            try (0..<260).map { i in
+                try db.queryPrepared("SELECT ($1::int8) + \(i) AS n", [PostgresData(int64: 1)]).first?.first?.decode(Int64.self, context: .default)
+            }
+        }
+        #expect(answers == (0..<260).map { Int64($0 + 1) })
+        #expect(pool.statementsPrepared == 256)
+    }
+
     /// A write holding an account's advisory lock that its own rules refuse, or that the server refuses, releases the lock
     /// before its connection is reused: another writer of the account does not wait for it.
     @Test func aLockedWriteThatFailsLeavesNoLockBehind() async throws {

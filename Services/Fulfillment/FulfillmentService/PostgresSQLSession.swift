@@ -25,7 +25,7 @@ struct PostgresSQLSession: SQLSession {
     func fetch(_ sql: String, arguments: [SQLValue]) throws -> [SQLRow] {
         try flush()
         let rows: [[PostgresCell]]
-        if let text = try Self.typedParameters(sql, arguments) {
+        if let text = try TypedReads.text(sql, arguments) {
             rows = try session.queryPrepared(text, arguments.map(Self.data))
         } else {
             rows = try session.query(Self.query(sql, arguments)).map { Array($0) }
@@ -76,30 +76,6 @@ struct PostgresSQLSession: SQLSession {
         try session.execute(PostgresQuery(unsafeSQL: "SELECT run_writes($1, $2, $3)", binds: binds))
     }
 
-    /// `sql` with each `?n` as `($n::type)` of the n-th argument's kind (a NULL's as `$n`, typed by the server from where
-    /// it stands, as an unnamed statement's NULL is); nil when some argument is not named in the text.
-    static func typedParameters(_ sql: String, _ arguments: [SQLValue]) throws -> String? {
-        var out = ""
-        out.reserveCapacity(sql.utf8.count + 16 * arguments.count)
-        var named = Set<Int>()
-        for piece in HeldStatements.pieces(sql) {
-            switch piece {
-            case .text(let text): out += text
-            case .parameter(let n):
-                guard n >= 1, n <= arguments.count else { throw HeldStatements.UnboundParameter(sql: sql) }
-                named.insert(n)
-                switch arguments[n - 1] {
-                case .int: out += "($\(n)::int8)"
-                case .text: out += "($\(n)::text)"
-                case .bool: out += "($\(n)::bool)"
-                case .blob: out += "($\(n)::bytea)"
-                case .null: out += "$\(n)"
-                }
-            }
-        }
-        return named.count == arguments.count ? out : nil
-    }
-
     static func data(_ argument: SQLValue) -> PostgresData {
         switch argument {
         case .int(let v): PostgresData(int64: v)
@@ -112,15 +88,7 @@ struct PostgresSQLSession: SQLSession {
 
     static func query(_ sql: String, _ arguments: [SQLValue]) throws -> PostgresQuery {
         var binds = PostgresBindings(capacity: arguments.count)
-        for argument in arguments {
-            switch argument {
-            case .int(let v): try binds.append(v)
-            case .text(let v): try binds.append(v)
-            case .bool(let v): try binds.append(v)
-            case .blob(let v): try binds.append(ByteBuffer(bytes: v))
-            case .null: binds.appendNull()
-            }
-        }
+        for argument in arguments { binds.append(data(argument)) }
         return PostgresQuery(unsafeSQL: dollarParameters(sql), binds: binds)
     }
 
@@ -175,6 +143,33 @@ final class PerStatement<Value: Sendable>: Sendable {
                 cache[sql] = newValue
             }
         }
+    }
+}
+
+/// A read's text for `PostgresSession.queryPrepared`, which prepares it without parameter types.
+package enum TypedReads {
+    /// `sql` with each `?n` as `($n::type)` of the n-th argument's kind (a NULL's as `$n`, typed by the server from where
+    /// it stands, as an unnamed statement's NULL is); nil when some argument is not named in the text.
+    package static func text(_ sql: String, _ arguments: [SQLValue]) throws -> String? {
+        var out = ""
+        out.reserveCapacity(sql.utf8.count + 16 * arguments.count)
+        var named = Set<Int>()
+        for piece in HeldStatements.pieces(sql) {
+            switch piece {
+            case .text(let text): out += text
+            case .parameter(let n):
+                guard n >= 1, n <= arguments.count else { throw HeldStatements.UnboundParameter(sql: sql) }
+                named.insert(n)
+                switch arguments[n - 1] {
+                case .int: out += "($\(n)::int8)"
+                case .text: out += "($\(n)::text)"
+                case .bool: out += "($\(n)::bool)"
+                case .blob: out += "($\(n)::bytea)"
+                case .null: out += "$\(n)"
+                }
+            }
+        }
+        return named.count == arguments.count ? out : nil
     }
 }
 
