@@ -28,7 +28,9 @@ public final class PostgresPool: Sendable {
     private let threads: NIOThreadPool
     /// Connections not in use, each with the reads it prepared; nil once closed (a connection given back after `close` is
     /// closed at once).
-    private let idle = NIOLockedValueBox<[PooledConnection]?>([])
+    let idle = NIOLockedValueBox<[PooledConnection]?>([])
+    /// Reads under way without a thread (`readWithoutWaiting`), at most `size` at once.
+    let readsUnderway = NIOLockedValueBox(0)
     let ids = NIOLockedValueBox(0)
     let logger: Logger
     /// How often one transaction is attempted before its failure is answered.
@@ -61,6 +63,9 @@ public final class PostgresPool: Sendable {
     public var retries: Int { roundTripCount.retries.withLockedValue { $0 } }
     /// Reads prepared so far, one round trip each, not among `roundTrips`: `iap_postgres_statements_prepared_total{schema}`.
     public var statementsPrepared: Int { roundTripCount.preparedCount.withLockedValue { $0 } }
+    /// Reads answered on a future, no thread waiting (`readWithoutWaiting`), among `roundTrips`:
+    /// `iap_postgres_reads_without_waiting_total{schema}`.
+    public var readsWithoutWaiting: Int { roundTripCount.withoutWaitingCount.withLockedValue { $0 } }
 
     /// Closes every connection and stops the threads; calls after it fail.
     public func close() {
@@ -157,8 +162,7 @@ public final class PostgresPool: Sendable {
             }
             var committing = false
             do {
-                // Sorted, so two transactions wanting the same keys cannot wait for each other.
-                for key in Set(keys).sorted() { try session.execute("SELECT pg_advisory_lock(hashtextextended(\(key), 0))") }
+                if !keys.isEmpty { try session.execute(Self.locking(keys)) }
                 if let begin { try session.execute(PostgresQuery(unsafeSQL: begin)) }
                 let value = try body(session)
                 if begin != nil {
@@ -270,7 +274,7 @@ public final class PostgresPool: Sendable {
         threads.shutdownGracefully { _ in }
     }
 
-    private func checkin(_ pooled: PooledConnection) {
+    func checkin(_ pooled: PooledConnection) {
         guard !pooled.connection.isClosed else { return }
         let kept = idle.withLockedValue { list in
             guard list != nil else { return false }
@@ -278,6 +282,18 @@ public final class PostgresPool: Sendable {
             return true
         }
         if !kept { discard(pooled.connection) }
+    }
+
+    /// One statement taking the advisory lock of every key, in sorted order, so two transactions wanting the same keys
+    /// cannot wait for each other (PostgreSQL evaluates a select list left to right; were it ever not to, it would detect
+    /// the deadlock, 40P01, and the transaction would run again). One round trip, however many keys; the server's
+    /// `statement_timeout` (15 s) bounds the wait for all of them together.
+    package static func locking(_ keys: [String]) -> PostgresQuery {
+        let sorted = Set(keys).sorted()
+        var binds = PostgresBindings(capacity: sorted.count)
+        for key in sorted { binds.append(key) }
+        let locks = sorted.indices.map { "pg_advisory_lock(hashtextextended($\($0 + 1), 0))" }
+        return PostgresQuery(unsafeSQL: "SELECT " + locks.joined(separator: ", "), binds: binds)
     }
 
     /// A statement that got no answer within `PostgresSession.deadline`: its connection is given up.
@@ -329,11 +345,14 @@ final class RoundTrips: Sendable {
     let retriesCounter: Counter
     let preparedCount = NIOLockedValueBox(0)
     let preparedCounter: Counter
+    let withoutWaitingCount = NIOLockedValueBox(0)
+    let withoutWaitingCounter: Counter
 
     init(schema: String) {
         counter = Counter(label: "iap_postgres_round_trips_total", dimensions: [("schema", schema)])
         retriesCounter = Counter(label: "iap_postgres_retries_total", dimensions: [("schema", schema)])
         preparedCounter = Counter(label: "iap_postgres_statements_prepared_total", dimensions: [("schema", schema)])
+        withoutWaitingCounter = Counter(label: "iap_postgres_reads_without_waiting_total", dimensions: [("schema", schema)])
     }
 
     /// A connection prepared a read (`PostgresSession.queryPrepared`): one round trip, counted apart from the statements.

@@ -2,6 +2,7 @@ import AccountsService
 import Foundation
 import IAPProtocol
 import JSONRPC
+import PostgresSupport
 import RPCTestSupport
 import Testing
 
@@ -50,6 +51,25 @@ struct PostgresAccountsTests {
             #expect(refused?.knownCode == .rateLimited, "the right password is refused while locked, on either instance")
         }
     }
+
+    /// A failed sign-in's throttle bookkeeping is a few statements however many keys it counts against (name, name and
+    /// address, address): the refusal check is one read, and under the keys' locks (one statement takes them all) one
+    /// read and one write. Every round trip made holding those locks is one that every other attempt on the same name or
+    /// address queues behind (64 at once timed out on a loaded machine when it was 20 statements).
+    @Test func aFailedSignInIsAFewStatements() async throws {
+        let f = try await AccountsFixture.start(databaseURL: try await TestPostgres.newDatabase())
+        defer { Task { await f.stop() } }
+        _ = try await f.register("counted")
+        let pool = try #require((f.store as? PostgresAccountsStore)?.pool)
+        _ = await rpcError { try await f.login("counted", "guess 0") }
+        let before = pool.roundTrips
+        #expect(await rpcError { try await f.login("counted", "guess 1") }?.reason == "invalidCredentials")
+        let statements = pool.roundTrips - before
+        // The refusal check 1; lock 1, BEGIN, read 1, write 1, COMMIT, unlock; the account's read.
+        #expect(statements <= Self.statementsPerFailedSignIn, "a failed sign-in took \(statements) statements")
+    }
+
+    static let statementsPerFailedSignIn = 8
 
     @Test func oneUsernameRegisteredOnTwoInstancesAtOnceIsTakenOnce() async throws {
         let url = try await TestPostgres.newDatabase()

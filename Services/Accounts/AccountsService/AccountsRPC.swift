@@ -13,11 +13,11 @@ extension AccountsService {
             try self.logout(p.session)
             return EmptyResult()
         }
-        r.registerImmediateOrBlocking(
+        r.registerInlineOrBlocking(
             AccountsAuthenticate.self,
-            immediate: { p, _ in
+            inline: { p, _ in
                 try TokenGate.internal.check(p.internalToken, configured: self.configuration.internalToken)
-                return try self.authenticateWithoutWaiting(p.session)
+                return try self.authenticateInline(p.session)
             },
             handler: { p, _ in
                 try TokenGate.internal.check(p.internalToken, configured: self.configuration.internalToken)
