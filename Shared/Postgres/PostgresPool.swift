@@ -28,9 +28,7 @@ public final class PostgresPool: Sendable {
     private let threads: NIOThreadPool
     /// Connections not in use, each with the reads it prepared; nil once closed (a connection given back after `close` is
     /// closed at once).
-    let idle = NIOLockedValueBox<[PooledConnection]?>([])
-    /// Reads under way without a thread (`readWithoutWaiting`), at most `size` at once.
-    let readsUnderway = NIOLockedValueBox(0)
+    private let idle = NIOLockedValueBox<[PooledConnection]?>([])
     let ids = NIOLockedValueBox(0)
     let logger: Logger
     /// How often one transaction is attempted before its failure is answered.
@@ -63,9 +61,6 @@ public final class PostgresPool: Sendable {
     public var retries: Int { roundTripCount.retries.withLockedValue { $0 } }
     /// Reads prepared so far, one round trip each, not among `roundTrips`: `iap_postgres_statements_prepared_total{schema}`.
     public var statementsPrepared: Int { roundTripCount.preparedCount.withLockedValue { $0 } }
-    /// Reads answered on a future, no thread waiting (`readWithoutWaiting`), among `roundTrips`:
-    /// `iap_postgres_reads_without_waiting_total{schema}`.
-    public var readsWithoutWaiting: Int { roundTripCount.withoutWaitingCount.withLockedValue { $0 } }
 
     /// Closes every connection and stops the threads; calls after it fail.
     public func close() {
@@ -274,7 +269,7 @@ public final class PostgresPool: Sendable {
         threads.shutdownGracefully { _ in }
     }
 
-    func checkin(_ pooled: PooledConnection) {
+    private func checkin(_ pooled: PooledConnection) {
         guard !pooled.connection.isClosed else { return }
         let kept = idle.withLockedValue { list in
             guard list != nil else { return false }
@@ -345,14 +340,11 @@ final class RoundTrips: Sendable {
     let retriesCounter: Counter
     let preparedCount = NIOLockedValueBox(0)
     let preparedCounter: Counter
-    let withoutWaitingCount = NIOLockedValueBox(0)
-    let withoutWaitingCounter: Counter
 
     init(schema: String) {
         counter = Counter(label: "iap_postgres_round_trips_total", dimensions: [("schema", schema)])
         retriesCounter = Counter(label: "iap_postgres_retries_total", dimensions: [("schema", schema)])
         preparedCounter = Counter(label: "iap_postgres_statements_prepared_total", dimensions: [("schema", schema)])
-        withoutWaitingCounter = Counter(label: "iap_postgres_reads_without_waiting_total", dimensions: [("schema", schema)])
     }
 
     /// A connection prepared a read (`PostgresSession.queryPrepared`): one round trip, counted apart from the statements.

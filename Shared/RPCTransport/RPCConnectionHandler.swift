@@ -145,12 +145,11 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
             return
         }
         let ctx = makeContext(request.method)
-        var later: EventLoopFuture<[UInt8]?>?
-        if let outcome = runInline(implementation, request, ctx, later: &later) {
+        if let outcome = runInline(implementation, request, ctx) {
             if let id = request.id { appendOutcome(id, outcome) }
         } else {
             flow.requestStarted()
-            runDeferred(implementation, request: request, ctx: ctx, later: later) { [self] outcome in
+            runDeferred(implementation, request: request, ctx: ctx) { [self] outcome in
                 if let id = request.id { appendOutcome(id, outcome) }
                 requestFinished()
             }
@@ -172,12 +171,11 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
                     continue
                 }
                 let ctx = makeContext(request.method)
-                var later: EventLoopFuture<[UInt8]?>?
-                if let outcome = runInline(implementation, request, ctx, later: &later) {
+                if let outcome = runInline(implementation, request, ctx) {
                     batch.fill(index, request.id.map { encode($0, outcome) })
                 } else {
                     asyncCount += 1
-                    runDeferred(implementation, request: request, ctx: ctx, later: later) { [self] outcome in
+                    runDeferred(implementation, request: request, ctx: ctx) { [self] outcome in
                         batch.fill(index, request.id.map { encode($0, outcome) })
                         if batch.isComplete {
                             writeBatch(batch)
@@ -195,32 +193,19 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
     }
 
     /// Runs an immediate handler (or the inline half of an immediate-or-async one) on the event loop, timed; nil
-    /// when the request must run deferred (with `later`, the future an inline half started, when it did).
+    /// when the request must run deferred.
     private func runInline(
-        _ implementation: RPCRouter.Implementation, _ request: RPCRequest, _ ctx: RequestContext,
-        later: inout EventLoopFuture<[UInt8]?>?
+        _ implementation: RPCRouter.Implementation, _ request: RPCRequest, _ ctx: RequestContext
     ) -> Result<[UInt8], RPCError>? {
         let start = NIODeadline.now()
         let outcome: Result<[UInt8], RPCError>
         switch implementation {
         case .immediate(let body):
             do { outcome = .success(try body(request.params, ctx)) } catch { outcome = .failure(error) }
-        case .immediateOrAsync(let fast, _):
+        case .immediateOrAsync(let fast, _), .immediateOrBlocking(let fast, _):
             do {
                 guard let answer = try fast(request.params, ctx) else { return nil }
                 outcome = .success(answer)
-            } catch {
-                outcome = .failure(error)
-            }
-        case .inlineOrBlocking(let inline, _):
-            do {
-                switch try inline(request.params, ctx) {
-                case .now(let answer): outcome = .success(answer)
-                case .later(let future):
-                    later = future
-                    return nil
-                case .elsewhere: return nil
-                }
             } catch {
                 outcome = .failure(error)
             }
@@ -238,7 +223,6 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
         _ implementation: RPCRouter.Implementation,
         request: RPCRequest,
         ctx: RequestContext,
-        later: EventLoopFuture<[UInt8]?>? = nil,
         completion: @escaping (Result<[UInt8], RPCError>) -> Void
     ) {
         let loop = context.eventLoop
@@ -258,32 +242,16 @@ package final class RPCConnectionHandler: ChannelDuplexHandler {
             task = Task {
                 do throws(RPCError) { finish(.success(try await body(params, ctx))) } catch { finish(.failure(error)) }
             }
-        case .blocking(let body), .inlineOrBlocking(_, let body):
-            let pool = shared.blockingPool
-            @Sendable func blocking() {
-                pool.runIfActive(eventLoop: loop) { () -> Result<[UInt8], RPCError> in
-                    do throws(RPCError) { return .success(try body(params, ctx)) } catch { return .failure(error) }
-                }.whenComplete { result in
-                    finish(
-                        (try? result.get())
-                            ?? .failure(
-                                RPCError(
-                                    code: .serverBusy, message: "server is shutting down",
-                                    reason: "shuttingDown", retryable: true)))
-                }
-            }
-            guard let later else {
-                blocking()
-                break
-            }
-            // The inline half's read: its answer, its RPCError, or (nil, any other failure) the blocking half.
-            later.hop(to: loop).whenComplete { result in
-                guard !bound.value.isFinished else { return }  // answered meanwhile (timed out): nothing more to start
-                switch result {
-                case .success(let answer?): finish(.success(answer))
-                case .failure(let error as RPCError): finish(.failure(error))
-                case .success(nil), .failure: blocking()
-                }
+        case .blocking(let body), .immediateOrBlocking(_, let body):
+            shared.blockingPool.runIfActive(eventLoop: loop) { () -> Result<[UInt8], RPCError> in
+                do throws(RPCError) { return .success(try body(params, ctx)) } catch { return .failure(error) }
+            }.whenComplete { result in
+                finish(
+                    (try? result.get())
+                        ?? .failure(
+                            RPCError(
+                                code: .serverBusy, message: "server is shutting down",
+                                reason: "shuttingDown", retryable: true)))
             }
         case .immediate:
             preconditionFailure("immediate handlers run inline")
@@ -398,8 +366,6 @@ private final class InFlightCall {
     init(completion: @escaping (Result<[UInt8], RPCError>) -> Void) {
         self.completion = completion
     }
-
-    var isFinished: Bool { completion == nil }
 
     func finish(_ outcome: Result<[UInt8], RPCError>) {
         guard let completion else { return }

@@ -10,17 +10,6 @@ public struct RPCRouter: Sendable {
     typealias AsyncBody = @Sendable ([UInt8]?, RequestContext) async throws(RPCError) -> [UInt8]
     /// An answer computed inline, or nil when only the async body can give it.
     typealias FastBody = @Sendable ([UInt8]?, RequestContext) throws(RPCError) -> [UInt8]?
-    /// What the inline half of an inline-or-blocking method answers (`Inline`).
-    typealias InlineBody = @Sendable ([UInt8]?, RequestContext) throws(RPCError) -> Inline
-
-    /// The inline half's answer: a reply now; a reply the event loop gets later without any thread waiting for it (a
-    /// database read sent from the loop), where nil or an error other than `RPCError` sends the request to the blocking
-    /// half after all; or `elsewhere` (the blocking half answers).
-    enum Inline: Sendable {
-        case now([UInt8])
-        case later(EventLoopFuture<[UInt8]?>)
-        case elsewhere
-    }
 
     enum Implementation: Sendable {
         /// Runs on the connection's event loop, inline: for cheap, non-blocking work only.
@@ -32,9 +21,8 @@ public struct RPCRouter: Sendable {
         case blocking(SyncBody)
         /// Tries the first body inline on the event loop; when it answers nil, runs the second as a task.
         case immediateOrAsync(FastBody, AsyncBody)
-        /// Tries the first body inline on the event loop (`Inline`); when it answers neither now nor later, runs the
-        /// second on the blocking pool.
-        case inlineOrBlocking(InlineBody, SyncBody)
+        /// Tries the first body inline on the event loop; when it answers nil, runs the second on the blocking pool.
+        case immediateOrBlocking(FastBody, SyncBody)
     }
 
     struct Entry: Sendable {
@@ -116,34 +104,9 @@ public struct RPCRouter: Sendable {
         immediate: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result?,
         handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
     ) {
-        let fast = Self.fastBody(M.self, immediate)
         add(
             M.self,
-            .inlineOrBlocking(
-                { params, ctx throws(RPCError) in try fast(params, ctx).map { .now($0) } ?? .elsewhere }, Self.syncBody(M.self, handler)))
-    }
-
-    /// Like `registerImmediateOrBlocking`, where the inline half may also start a read that answers later on a future,
-    /// with no thread waiting for it (`InlineAnswer.later`): for reads a network away (PostgreSQL), which would otherwise
-    /// hold a blocking thread for each round trip. The blocking half answers what the inline half hands over.
-    public mutating func registerInlineOrBlocking<M: RPCMethod>(
-        _ method: M.Type,
-        inline: @escaping @Sendable (M.Params, RequestContext) throws -> InlineAnswer<M.Result>,
-        handler: @escaping @Sendable (M.Params, RequestContext) throws -> M.Result
-    ) {
-        let body: InlineBody = { params, ctx throws(RPCError) in
-            let decoded = try RPCCodec.decodeParams(M.Params.self, from: params)
-            let answer: InlineAnswer<M.Result>
-            do { answer = try inline(decoded, ctx) } catch { throw Self.wireError(error, ctx) }
-            switch answer {
-            case .now(let result): return .now(try JSONWriter.encodeBodyOrThrow(result))
-            case .elsewhere: return .elsewhere
-            case .later(let future):
-                return .later(
-                    future.flatMapThrowing { result in try result.map { try JSONWriter.encodeBodyOrThrow($0) } })
-            }
-        }
-        add(M.self, .inlineOrBlocking(body, Self.syncBody(M.self, handler)))
+            .immediateOrBlocking(Self.fastBody(M.self, immediate), Self.syncBody(M.self, handler)))
     }
 
     /// Registers a handler that may block briefly (a synchronous SQLite read or write). It runs on the
@@ -210,16 +173,4 @@ public struct RPCRouter: Sendable {
         ctx.logger.error("handler failed", metadata: ["error": "\(String(reflecting: error))"])
         return .internalError()
     }
-}
-
-/// What the inline half of `registerInlineOrBlocking` answers.
-public enum InlineAnswer<Result: Sendable>: Sendable {
-    /// The reply, computed on the event loop.
-    case now(Result)
-    /// A reply the event loop gets later, with no thread waiting for it. It fails with an `RPCError` to answer that
-    /// error; it answers nil, or fails otherwise, to hand the request to the blocking half (which has the database's
-    /// retry rules).
-    case later(EventLoopFuture<Result?>)
-    /// The blocking half answers.
-    case elsewhere
 }

@@ -3,9 +3,7 @@ import Foundation
 import GRDB
 import IAPProtocol
 import JSONRPC
-import PostgresSupport
 import RPCTestSupport
-import RPCTransport
 import Testing
 
 @Suite struct AccountsBehaviourTests {
@@ -74,40 +72,27 @@ import Testing
         #expect(await rpcError { try await f.client.call(AccountsListSessions.self, .init(session: token)) }?.knownCode == .unauthenticated)
     }
 
-    /// `authenticate` with no thread waiting (SQLite: its own connection, answered now; PostgreSQL: a read sent from the
-    /// event loop, answered on a future): the same account as the blocking pool's answer, nothing when the session is
-    /// due its touch (the pool writes that), and every commit (a logout) seen at once.
-    @Test func theInlineAnswerSeesEveryCommitAndLeavesTouchesToThePool() async throws {
+    /// `authenticate` on the event loop (its own SQLite connection, no write): the same account as the blocking
+    /// pool's answer, nothing inline when the session is due its touch (the pool writes that), and every commit
+    /// (a logout) seen at once. On PostgreSQL (a network away) never inline.
+    @Test func theEventLoopReaderSeesEveryCommitAndLeavesTouchesToThePool() async throws {
         let f = try await AccountsFixture.start()
         defer { Task { await f.stop() } }
         let token = try await f.register("inline").session.token
         let viaPool = try await f.authenticate(token)
-        let pool = (f.store as? PostgresAccountsStore)?.pool
-        let readsBefore = pool?.readsWithoutWaiting ?? 0
-        #expect(try await Self.inline(f, token) == viaPool)
-        // On PostgreSQL the read went out on a future: no thread waited for it.
-        #expect((pool?.readsWithoutWaiting ?? 1) == readsBefore + 1)
+        if TestPostgres.suiteUsesPostgres {
+            #expect(try f.service.authenticateWithoutWaiting(token) == nil)
+            return
+        }
+        #expect(try f.service.authenticateWithoutWaiting(token) == viaPool)
         f.clock.advance(ms: f.configuration.sessionTouchIntervalMs)
-        #expect(try await Self.inline(f, token) == nil)
+        #expect(try f.service.authenticateWithoutWaiting(token) == nil)
         let touched = try await f.authenticate(token)
         #expect(touched.expiresAtMs == f.clock.nowMs + f.configuration.sessionLifetimeMs)
-        #expect(try await Self.inline(f, token) == touched)
-        let other = try await f.login("inline").session.token
+        #expect(try f.service.authenticateWithoutWaiting(token) == touched)
         _ = try await f.client.call(AccountsLogout.self, .init(session: token))
-        #expect(await rpcError { try await Self.inline(f, token) }?.knownCode == .unauthenticated)
-        #expect(await rpcError { try await Self.inline(f, "not-a-token") }?.knownCode == .unauthenticated)
-        #expect(try await Self.inline(f, other)?.accountId == viaPool.accountId)
-        f.clock.advance(ms: f.configuration.sessionLifetimeMs)
-        #expect(await rpcError { try await Self.inline(f, other) }?.reason == "sessionExpired")
-    }
-
-    /// `authenticateInline`'s answer, waited for; nil when it leaves the request to the blocking pool.
-    private static func inline(_ f: AccountsFixture, _ token: String) async throws -> AuthenticatedAccount? {
-        switch try f.service.authenticateInline(token) {
-        case .now(let account): return account
-        case .later(let future): return try await future.get()
-        case .elsewhere: return nil
-        }
+        #expect(throws: RPCError.self) { try f.service.authenticateWithoutWaiting(token) }
+        #expect(throws: RPCError.self) { try f.service.authenticateWithoutWaiting("not-a-token") }
     }
 
     @Test func revokedSessionsFail() async throws {

@@ -122,44 +122,4 @@ struct PostgresPoolConnectionTests {
             PostgresPool.locking(["b", "a", "c", "a"]).sql == "SELECT "
                 + (1...3).map { "pg_advisory_lock(hashtextextended($\($0), 0))" }.joined(separator: ", "))
     }
-
-    /// A read with no thread waiting (`readWithoutWaiting`) runs on an idle connection only, gives it back when answered,
-    /// prepares its text once per connection like the waiting reads, and at most `size` run at once; a connection keeps
-    /// serving after the server refused a read, and is given up once lost.
-    @Test func aReadWithoutWaitingBorrowsAnIdleConnectionAndGivesItBack() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let pool = try PostgresPool(url: url, schema: "public", connections: 1, logger: Logger(label: "reads-without-waiting-test"))
-        defer { pool.close() }
-        let sql = "SELECT ($1::int8) * 2 AS doubled"
-        #expect(pool.readWithoutWaiting(sql, [PostgresData(int64: 1)]) == nil, "no connection is idle before the first is opened")
-        // Two idle connections: one held by the pool's thread while that thread opens another for itself.
-        try await pool.withSession { _ in try pool.withSessionHere { db in try db.execute("SELECT 1") } }
-        for i in Int64(1)...3 {
-            let future = try #require(pool.readWithoutWaiting(sql, [PostgresData(int64: i)]), "an idle connection is lent")
-            #expect(pool.readWithoutWaiting(sql, [PostgresData(int64: i)]) == nil, "a pool of size 1 lends one at a time")
-            let rows = try await future.get()
-            #expect(try rows.first?.get("doubled", as: Int64.self) == 2 * i)
-        }
-        #expect(pool.readsWithoutWaiting == 3)
-        #expect(pool.statementsPrepared <= 2, "prepared once per connection")
-        func backend() async throws -> Int32? {
-            try await #require(pool.readWithoutWaiting("SELECT pg_backend_pid() AS pid", [])).get().first?.get("pid")
-        }
-        let before = try await backend()  // the last connection given back is the next one lent
-        let refused = try #require(pool.readWithoutWaiting("SELECT 1 / ($1::int8) AS n", [PostgresData(int64: 0)]))
-        await #expect(throws: (any Error).self) { try await refused.get() }
-        #expect(pool.readsWithoutWaiting == 4, "only answered reads count")
-        #expect(try await backend() == before, "the connection whose read the server refused was kept")
-        let psqlURL = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
-        _ = try await TestPostgres.psql(
-            psqlURL, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
-        // A connection the client has not yet seen closed fails its read and is given up; one it has is passed over.
-        for _ in 0..<2 {
-            guard let lost = pool.readWithoutWaiting(sql, [PostgresData(int64: 1)]) else { break }
-            await #expect(throws: (any Error).self) { try await lost.get() }
-        }
-        #expect(pool.readWithoutWaiting(sql, [PostgresData(int64: 1)]) == nil, "the lost connections were given up")
-        let again = try await pool.read { db in try db.queryPrepared(sql, [PostgresData(int64: 4)]) }
-        #expect(try again.first?.get("doubled", as: Int64.self) == 8, "a waiting read opens a connection afresh")
-    }
 }

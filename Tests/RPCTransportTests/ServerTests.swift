@@ -47,30 +47,6 @@ import Testing
         #expect(answers.count == 2 && answers[0]["result"]?["path"] == otherPath && answers[1]["result"]?["path"] == "inline")
     }
 
-    /// An inline-or-blocking method whose inline half starts a future: its answer is the reply; nil, or a failure other
-    /// than an RPCError, hands the request to the blocking pool; an RPCError is answered; alone and in a batch.
-    @Test func aFutureStartedInlineAnswersOrHandsOverToTheBlockingPool() async throws {
-        let server = try await TestServer.start()
-        defer { Task { await server.shutdown() } }
-        let client = try await LineClient.connect(port: server.localPort!)
-        func reply(_ later: String, id: Int) async throws -> JSONValue? {
-            try await client.send(line: #"{"jsonrpc":"2.0","method":"echo.laterOrBlocking","params":{"later":"\#(later)"},"id":\#(id)}"#)
-            guard case .line(let line) = try await client.next() else { return nil }
-            return try JSONValue.parse(line)
-        }
-        #expect(try await reply("answer", id: 1)?["result"] == ["path": "later", "onEventLoop": true])
-        #expect(try await reply("nil", id: 2)?["result"] == ["path": "pool", "onEventLoop": false])
-        #expect(try await reply("otherError", id: 3)?["result"] == ["path": "pool", "onEventLoop": false])
-        #expect(try await reply("rpcError", id: 4)?["error"]?["data"]?["reason"] == "failed")
-        #expect(try await reply("none", id: 5)?["result"] == ["path": "pool", "onEventLoop": false])
-        try await client.send(
-            line: #"[{"jsonrpc":"2.0","method":"echo.laterOrBlocking","params":{"later":"answer"},"id":6},"#
-                + #"{"jsonrpc":"2.0","method":"echo.laterOrBlocking","params":{"later":"nil"},"id":7}]"#)
-        guard case .line(let batch) = try await client.next() else { Issue.record("closed"); return }
-        let answers = try JSONValue.parse(batch).arrayValue ?? []
-        #expect(answers.count == 2 && answers[0]["result"]?["path"] == "later" && answers[1]["result"]?["path"] == "pool")
-    }
-
     @Test func tenThousandLevelsOfNestingAreRefusedAndTheServerStaysUp() async throws {
         let server = try await TestServer.start()
         defer { Task { await server.shutdown() } }

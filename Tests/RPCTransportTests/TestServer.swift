@@ -92,14 +92,6 @@ enum EchoFastOrBlocking: RPCMethod {
     static let summary = "Answers inline when params.fast is true, from the blocking pool otherwise; fails inline when params.fail is."
 }
 
-enum EchoLaterOrBlocking: RPCMethod {
-    typealias Params = JSONValue
-    typealias Result = JSONValue
-    static let name = "echo.laterOrBlocking"
-    static let summary =
-        "Starts a future on another event loop: params.later is what it does (answer, nil, rpcError, otherError); without it, the blocking pool answers."
-}
-
 enum TypedAdd: RPCMethod {
     struct Params: Codable, Sendable {
         var a: Int64
@@ -227,20 +219,6 @@ enum TestServer {
             if p["fail"] == .bool(true) { throw RPCError.invalidParams("asked to fail", field: "fail", reason: "failed") }
             guard p["fast"] == .bool(true) else { return nil }
             return ["path": "inline", "onEventLoop": .bool(MultiThreadedEventLoopGroup.currentEventLoop != nil)]
-        } handler: { _, _ in
-            ["path": "pool", "onEventLoop": .bool(MultiThreadedEventLoopGroup.currentEventLoop != nil)]
-        }
-        r.registerInlineOrBlocking(EchoLaterOrBlocking.self) { p, _ in
-            // Another loop than the connection's, as a database connection's would be.
-            let loop = MultiThreadedEventLoopGroup.singleton.next()
-            let answered: JSONValue = ["path": "later", "onEventLoop": .bool(MultiThreadedEventLoopGroup.currentEventLoop != nil)]
-            switch p["later"] {
-            case "answer": return .later(loop.scheduleTask(in: .milliseconds(5)) { answered }.futureResult)
-            case "nil": return .later(loop.makeSucceededFuture(nil))
-            case "rpcError": return .later(loop.makeFailedFuture(RPCError.invalidParams("asked to fail", field: "later", reason: "failed")))
-            case "otherError": return .later(loop.makeFailedFuture(CancellationError()))
-            default: return .elsewhere
-            }
         } handler: { _, _ in
             ["path": "pool", "onEventLoop": .bool(MultiThreadedEventLoopGroup.currentEventLoop != nil)]
         }

@@ -13,11 +13,11 @@ extension AccountsService {
             try self.logout(p.session)
             return EmptyResult()
         }
-        r.registerInlineOrBlocking(
+        r.registerImmediateOrBlocking(
             AccountsAuthenticate.self,
-            inline: { p, _ in
+            immediate: { p, _ in
                 try TokenGate.internal.check(p.internalToken, configured: self.configuration.internalToken)
-                return try self.authenticateInline(p.session)
+                return try self.authenticateWithoutWaiting(p.session)
             },
             handler: { p, _ in
                 try TokenGate.internal.check(p.internalToken, configured: self.configuration.internalToken)

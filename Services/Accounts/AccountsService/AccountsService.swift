@@ -3,7 +3,6 @@ import Foundation
 import IAPProtocol
 import JSONRPC
 import Logging
-import RPCTransport
 import ServiceSupport
 import Synchronization
 
@@ -152,20 +151,12 @@ public final class AccountsService: Sendable {
         Self.authenticated(try currentSession(token))
     }
 
-    /// `authenticate` answered on the event loop with no thread waiting: now, when the store can read without waiting
-    /// (`sessionWithoutWaiting`: SQLite, its inline reader free); later, on the future of a read sent from the loop
-    /// (`sessionLater`: PostgreSQL, a connection idle). Either way a session due its touch (a write) is left to
-    /// `authenticate` on the blocking pool (`elsewhere`, or nil from the future), as is a read neither way can start.
-    /// The same checks in the same order, so every path gives the same answer for the same token.
-    public func authenticateInline(_ token: String) throws(RPCError) -> InlineAnswer<AuthenticatedAccount> {
-        guard let hash = SessionTokens.hash(token) else { throw RPCError.unauthenticated() }
-        switch store.sessionWithoutWaiting(tokenHash: hash) {
-        case .found(let row): return try liveUntouched(row).map { .now(Self.authenticated($0)) } ?? .elsewhere
-        case .absent: throw RPCError.unauthenticated()
-        case .notNow:
-            guard let reading = store.sessionLater(tokenHash: hash) else { return .elsewhere }
-            return .later(reading.flatMapThrowing { row in try self.liveUntouched(row).map(Self.authenticated) })
-        }
+    /// `authenticate` answered on the event loop when that needs no waiting: the store can read without waiting
+    /// now (`sessionWithoutWaiting`: SQLite, its inline reader free) and the session is not due its touch (a
+    /// write). Nil otherwise: `authenticate` answers on the blocking pool. The same checks in the same order, so
+    /// both give the same answer for the same token.
+    public func authenticateWithoutWaiting(_ token: String) throws(RPCError) -> AuthenticatedAccount? {
+        try currentSession(token, inline: true).map(Self.authenticated)
     }
 
     private static func authenticated(_ session: SessionRow) -> AuthenticatedAccount {
@@ -259,40 +250,43 @@ public final class AccountsService: Sendable {
         return .init(accountId: account.id, appAccountToken: account.appAccountToken)
     }
 
-    /// The live session for a token, touched (`lastSeenAtMs`, sliding expiry) once per touch interval; 1001 when
-    /// unknown, expired or revoked. Blocks briefly (an indexed read; a write at most once per touch interval).
+    /// The live session for a token, sliding its expiry; 1001 when unknown, expired or revoked.
+    /// Blocks on SQLite briefly (an indexed read; a write at most once per touch interval).
     private func currentSession(_ token: String) throws(RPCError) -> SessionRow {
+        // Not inline: nil is never answered.
+        try currentSession(token, inline: false)!
+    }
+
+    /// The live session of a token, touched (`lastSeenAtMs`, sliding expiry) once per touch interval. `inline`
+    /// (an event loop): read only without waiting, and never written; nil when that cannot answer (the caller
+    /// goes where it may wait and write).
+    private func currentSession(_ token: String, inline: Bool) throws(RPCError) -> SessionRow? {
         guard let hash = SessionTokens.hash(token) else { throw RPCError.unauthenticated() }
         let now = clock.nowMs
-        let session = try live(try runBlocking { try self.store.session(tokenHash: hash) }, nowMs: now)
-        guard touchDue(session, nowMs: now) else { return session }
-        let expires = sessionExpiry(createdAtMs: session.createdAtMs, nowMs: now)
-        try runBlocking { try self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }
-        return SessionRow(
-            tokenHash: session.tokenHash, accountId: session.accountId, username: session.username,
-            appAccountToken: session.appAccountToken, deviceName: session.deviceName,
-            createdAtMs: session.createdAtMs, lastSeenAtMs: now, expiresAtMs: expires)
-    }
-
-    /// A session found without waiting, when it is live and not due its touch; nil when it is due (the blocking path
-    /// writes the touch).
-    private func liveUntouched(_ found: SessionRow?) throws(RPCError) -> SessionRow? {
-        let now = clock.nowMs
-        let session = try live(found, nowMs: now)
-        return touchDue(session, nowMs: now) ? nil : session
-    }
-
-    /// The session, unless there is none or it has expired (idle too long, or past its absolute lifetime).
-    private func live(_ found: SessionRow?, nowMs now: Int64) throws(RPCError) -> SessionRow {
+        let found: SessionRow?
+        if inline {
+            switch store.sessionWithoutWaiting(tokenHash: hash) {
+            case .found(let row): found = row
+            case .absent: found = nil
+            case .notNow: return nil
+            }
+        } else {
+            found = try runBlocking { try self.store.session(tokenHash: hash) }
+        }
         guard let session = found else { throw RPCError.unauthenticated() }
         guard session.expiresAtMs > now, now - session.createdAtMs < configuration.sessionAbsoluteLifetimeMs else {
             throw RPCError(code: .unauthenticated, message: "session expired; sign in again", reason: "sessionExpired")
         }
+        if now - session.lastSeenAtMs >= configuration.sessionTouchIntervalMs {
+            if inline { return nil }
+            let expires = sessionExpiry(createdAtMs: session.createdAtMs, nowMs: now)
+            try runBlocking { try self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }
+            return SessionRow(
+                tokenHash: session.tokenHash, accountId: session.accountId, username: session.username,
+                appAccountToken: session.appAccountToken, deviceName: session.deviceName,
+                createdAtMs: session.createdAtMs, lastSeenAtMs: now, expiresAtMs: expires)
+        }
         return session
-    }
-
-    private func touchDue(_ session: SessionRow, nowMs now: Int64) -> Bool {
-        now - session.lastSeenAtMs >= configuration.sessionTouchIntervalMs
     }
 
     private func newSession(deviceName: String?, nowMs: Int64) -> (token: String, session: NewSession) {

@@ -1,6 +1,5 @@
 import Foundation
 import IAPProtocol
-import NIOCore
 
 // What accounts keeps, apart from how: the records and the storage protocol the SQLite `AccountsStore`
 // implements (and a PostgreSQL store will). The rules that use them are `AccountsService`,
@@ -26,10 +25,6 @@ public protocol AccountsStorage: Sendable {
     /// way right now; `.notNow` otherwise (always, for a server a network away, and on any failure: the caller then
     /// reads with `session(tokenHash:)`, which reports it).
     func sessionWithoutWaiting(tokenHash: Data) -> SessionReadWithoutWaiting
-    /// `session(tokenHash:)` sent from the calling thread (an event loop) and answered on a future, no thread waiting
-    /// for it: a server a network away, with a connection idle. Nil when it cannot start so; a failed future means the
-    /// same (the caller reads with `session(tokenHash:)`, under the retry rules, which reports what is wrong).
-    func sessionLater(tokenHash: Data) -> EventLoopFuture<SessionRow?>?
     func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws
     func deleteSession(tokenHash: Data) throws
     /// Ends every session of the account; answers how many.

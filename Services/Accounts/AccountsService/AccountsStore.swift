@@ -1,7 +1,6 @@
 import Foundation
 import GRDB
 import IAPProtocol
-import NIOCore
 import ServiceSupport
 import Synchronization
 
@@ -243,9 +242,6 @@ public final class AccountsStore: AccountsStorage, Sendable {
         // transaction was ~10% of the call (perf).
         try writer.unsafeRead { db in try Self.session(tokenHash: tokenHash, db) }
     }
-
-    /// SQLite answers from the file (`sessionWithoutWaiting`) or on a blocking thread; nothing to start and wait for.
-    public func sessionLater(tokenHash: Data) -> EventLoopFuture<SessionRow?>? { nil }
 
     /// The same lookup on the inline reader, when no other thread is using it.
     public func sessionWithoutWaiting(tokenHash: Data) -> SessionReadWithoutWaiting {

@@ -1,6 +1,5 @@
 import Foundation
 import IAPProtocol
-import NIOCore
 import PostgresNIO
 import PostgresSupport
 
@@ -208,26 +207,19 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     /// once per connection: every request makes it, and planning it cost 113 of its 142 µs unprepared (2026-11-27).
     public func session(tokenHash: Data) throws -> SessionRow? {
         try pool.withSessionHere { db in
-            try db.queryPrepared(Self.sessionByToken, [PostgresData(bytes: tokenHash)]).first.map(Self.sessionRow)
+            try db.queryPrepared(
+                """
+                SELECT s.token_hash, s.account_id, a.username, a.app_account_token, s.device_name, s.created_at_ms,
+                       s.last_seen_at_ms, s.expires_at_ms
+                FROM session s JOIN account a ON a.id = s.account_id
+                WHERE s.token_hash = ($1::bytea)
+                """, [PostgresData(bytes: tokenHash)]
+            ).first.map(Self.sessionRow)
         }
     }
 
-    private static let sessionByToken = """
-        SELECT s.token_hash, s.account_id, a.username, a.app_account_token, s.device_name, s.created_at_ms,
-               s.last_seen_at_ms, s.expires_at_ms
-        FROM session s JOIN account a ON a.id = s.account_id
-        WHERE s.token_hash = ($1::bytea)
-        """
-
-    /// A round trip to the server: never waited for on an event loop (`sessionLater` instead).
+    /// A round trip to the server: never on an event loop.
     public func sessionWithoutWaiting(tokenHash: Data) -> SessionReadWithoutWaiting { .notNow }
-
-    /// The same read, sent from the event loop on an idle connection (`PostgresPool.readWithoutWaiting`).
-    public func sessionLater(tokenHash: Data) -> EventLoopFuture<SessionRow?>? {
-        pool.readWithoutWaiting(Self.sessionByToken, [PostgresData(bytes: tokenHash)])?.flatMapThrowing { rows in
-            try rows.first.map(Self.sessionRow)
-        }
-    }
 
     public func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws {
         // One statement: atomic by itself, no transaction needed (and no serialization retries on a hot row).
