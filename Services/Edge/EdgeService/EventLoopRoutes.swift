@@ -172,6 +172,10 @@ final class EventLoopRoutes: ChannelDuplexHandler, RemovableChannelHandler {
         _ answer: EdgeService.HTTPAnswer, route: Route, to head: HTTPRequest, started: ContinuousClock.Instant, requestEnded: Bool,
         context: ChannelHandlerContext
     ) {
+        // Counted before the answer is written: a client that has read it finds it in the metrics and counts.
+        edge.requestMetrics.record(method: head.method, route: route.path, status: Int(answer.status.code), since: started)
+        edge.requestMetrics.active.decrement()
+        edge.answeredOnTheEventLoop.add(1, ordering: .relaxed)
         var fields = answer.headers
         fields[.contentLength] = String(answer.body.count)
         fields[.date] = HTTPDate.now()
@@ -179,9 +183,6 @@ final class EventLoopRoutes: ChannelDuplexHandler, RemovableChannelHandler {
         context.write(wrapOutboundOut(.head(HTTPResponse(status: answer.status, headerFields: fields))), promise: nil)
         if !answer.body.isEmpty { context.write(wrapOutboundOut(.body(context.channel.allocator.buffer(bytes: answer.body))), promise: nil) }
         context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
-        edge.requestMetrics.record(method: head.method, route: route.path, status: Int(answer.status.code), since: started)
-        edge.requestMetrics.active.decrement()
-        edge.answeredOnTheEventLoop.add(1, ordering: .relaxed)
         state = requestEnded ? .idle : .discarding
         held.insert(contentsOf: eventsWhileCollecting.map(Held.event), at: 0)
         eventsWhileCollecting = []
