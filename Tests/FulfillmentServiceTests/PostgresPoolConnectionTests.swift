@@ -15,8 +15,8 @@ struct PostgresPoolConnectionTests {
     /// Redeems on one connection prepare their reads once: later redeems prepare nothing more, and the server runs the
     /// reads on a generic plan (planned once, not at each execution).
     @Test func redeemsPrepareTheirReadsOnceAndTheServerPlansThemOnce() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let pool = try PostgresPool(url: url, schema: "fulfillment", connections: 1, logger: Logger(label: "prepared-reads-test"))
+        let database = try await TestDatabase.make(schema: "fulfillment", label: "prepared-reads-test")
+        let pool = database.pool
         let store = try await PostgresFulfillmentStore(pool: pool)
         defer { try? store.close() }
         func redeem(_ i: Int) async throws {
@@ -41,8 +41,8 @@ struct PostgresPoolConnectionTests {
     /// must not change result type"): the connection forgets the statement and the pool runs the read again, which
     /// prepares it afresh. The values come back decoded as their types (binary), not as text.
     @Test func aPreparedReadIsPreparedAgainAfterItsTableChanged() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let pool = try PostgresPool(url: url, schema: "public", connections: 1, logger: Logger(label: "prepared-reads-test"))
+        let database = try await TestDatabase.make(label: "prepared-reads-test")
+        let pool = database.pool
         defer { pool.close() }
         try await pool.withSession { db in
             try db.execute("CREATE TABLE gadget (id bigint PRIMARY KEY)")
@@ -52,7 +52,7 @@ struct PostgresPoolConnectionTests {
         let first = try await pool.read { db in try db.queryPrepared(sql, [PostgresData(int64: 7)]) }
         #expect(first.count == 1 && first.first?.count == 1)
         #expect(try first.first?.first?.decode(Int64.self, context: .default) == 7)
-        let psqlURL = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
+        let psqlURL = database.psqlURL
         _ = try await TestPostgres.psql(psqlURL, "ALTER TABLE gadget ADD COLUMN label text NOT NULL DEFAULT 'blue'")
         let retriesBefore = pool.retries
         let second = try await pool.read { db in try db.queryPrepared(sql, [PostgresData(int64: 7)]) }
@@ -65,8 +65,8 @@ struct PostgresPoolConnectionTests {
 
     /// A connection prepares at most `PreparedReads.limit` (256) texts; past it, reads still answer, unprepared.
     @Test func aConnectionPreparesABoundedNumberOfReads() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let pool = try PostgresPool(url: url, schema: "public", connections: 1, logger: Logger(label: "prepared-reads-test"))
+        let database = try await TestDatabase.make(label: "prepared-reads-test")
+        let pool = database.pool
         defer { pool.close() }
         let answers = try await pool.read { db in
             try (0..<260).map { i in
@@ -80,10 +80,10 @@ struct PostgresPoolConnectionTests {
     /// A write holding an account's advisory lock that its own rules refuse, or that the server refuses, releases the lock
     /// before its connection is reused: another writer of the account does not wait for it.
     @Test func aLockedWriteThatFailsLeavesNoLockBehind() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let pool = try PostgresPool(url: url, schema: "public", connections: 1, logger: Logger(label: "lock-release-test"))
+        let database = try await TestDatabase.make(label: "lock-release-test")
+        let pool = database.pool
         defer { pool.close() }
-        let psqlURL = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
+        let psqlURL = database.psqlURL
         struct Refused: Error {}
         // pg_locks covers the whole cluster, where other tests' databases take advisory locks of their own.
         let advisoryLocksHere =
@@ -97,8 +97,8 @@ struct PostgresPoolConnectionTests {
     /// Several keys are locked in one statement, in sorted order: writers naming overlapping keys in any order all
     /// commit (none waits for another forever), and a write that fails after taking them leaves none behind.
     @Test func severalKeysAreLockedTogetherAndReleasedTogether() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let pool = try PostgresPool(url: url, schema: "public", connections: 4, logger: Logger(label: "lock-keys-test"))
+        let database = try await TestDatabase.make(connections: 4, label: "lock-keys-test")
+        let pool = database.pool
         defer { pool.close() }
         try await pool.withSession { db in try db.execute("CREATE TABLE tally (n bigint NOT NULL)") }
         let orders = [["k1", "k2", "k3"], ["k3", "k2", "k1"], ["k2", "k3"], ["k3", "k1"]]
@@ -113,7 +113,12 @@ struct PostgresPoolConnectionTests {
         }
         let total = try await pool.read { db in try db.one("SELECT count(*) AS n FROM tally")?.get("n", as: Int64.self) }
         #expect(total == 40)
-        let psqlURL = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
+        let held = try await pool.write(locking: ["k3", "k1", "k2", "k1"]) { db in
+            try db.one("SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()")?
+                .get("n", as: Int64.self)
+        }
+        #expect(held == 3, "every distinct key is locked by the one statement")
+        let psqlURL = database.psqlURL
         let advisoryLocksHere =
             "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE l.locktype = 'advisory' AND d.datname = current_database()"
         await #expect(throws: (any Error).self) { try await pool.write(locking: ["k2", "k1", "k3"]) { db in try db.execute("SELECT 1 / 0") } }

@@ -15,11 +15,11 @@ struct PostgresStoreTests {
     /// by the pool (its round trips: each statement is one, postgres-nio does not pipeline), in steady state (connections
     /// made first). The bounds are today's: the test fails if a change makes either grow; lower them when one cuts them.
     @Test func statementsPerRedeemAndPerSpendDoNotGrow() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let pool = try PostgresPool(url: url, schema: "fulfillment", connections: 1, logger: Logger(label: "statements-test"))
+        let database = try await TestDatabase.make(schema: "fulfillment", label: "statements-test")
+        let pool = database.pool
         let store = try await PostgresFulfillmentStore(pool: pool)
         defer { try? store.close() }
-        let psqlURL = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
+        let psqlURL = database.psqlURL
         let thisDatabase = "(SELECT oid FROM pg_database WHERE datname = current_database())"
         // On the tests' own cluster the server counts too; a server someone runs (IAP_TEST_POSTGRES_URL) may not preload it.
         let serverCounts =
@@ -69,8 +69,8 @@ struct PostgresStoreTests {
     /// forgets while the statement stays prepared: the next transaction on the connection runs it without preparing it
     /// twice (which PostgreSQL refuses).
     @Test func heldWritesPreparedInARolledBackTransactionRunAgain() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let pool = try PostgresPool(url: url, schema: "fulfillment", connections: 1, logger: Logger(label: "held-rollback-test"))
+        let database = try await TestDatabase.make(schema: "fulfillment", label: "held-rollback-test")
+        let pool = database.pool
         let store = try await PostgresFulfillmentStore(pool: pool)
         defer { try? store.close() }
         @Sendable func held(_ db: PostgresSession) throws {
@@ -126,8 +126,8 @@ struct PostgresStoreTests {
     /// with 24 keys at once, on 8 connections, conflict (the wallet row, the account's next event sequence), run again
     /// (counted: `iap_postgres_retries_total`), then behind the lock, and each spends once.
     @Test func concurrentSpendsOfOneAccountConflictAndEachSpendsOnce() async throws {
-        let url = try PostgresURL(try await TestPostgres.newDatabase())
-        let pool = try PostgresPool(url: url, schema: "fulfillment", connections: 8, logger: Logger(label: "optimistic-test"))
+        let database = try await TestDatabase.make(schema: "fulfillment", connections: 8, label: "optimistic-test")
+        let pool = database.pool
         let store = try await PostgresFulfillmentStore(pool: pool)
         defer { try? store.close() }
         _ = try await store.apply(

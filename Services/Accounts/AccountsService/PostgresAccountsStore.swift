@@ -6,8 +6,8 @@ import PostgresSupport
 /// The accounts database on PostgreSQL (`--database-url`), for several accounts instances on one database: the
 /// same records as `AccountsStore` (SQLite) in the `accounts` schema. Sessions and the login-throttle counters
 /// live here, so every instance sees a sign-out at once and a guesser cannot spread attempts over instances:
-/// `admitAttempt` reads and counts in one SERIALIZABLE transaction, so two instances cannot both admit the
-/// attempt that reaches a limit.
+/// `admitAttempt` reads and counts in one transaction holding the advisory locks of its keys, so two instances cannot
+/// both admit the attempt that reaches a limit.
 public final class PostgresAccountsStore: AccountsStorage, Sendable {
     package let pool: PostgresPool
 
