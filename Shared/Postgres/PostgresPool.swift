@@ -92,11 +92,20 @@ public final class PostgresPool: Sendable {
     /// `optimistically`: the first attempt takes no lock (two round trips fewer: the lock and its release), the later
     /// ones do. Only for callers whose transactions about one key cannot both commit at REPEATABLE READ anyway (they
     /// write a common row or a common unique key), so the lock only queues contenders after a first conflict.
+    ///
+    /// `firstAlone` (with `optimistically`): the first attempt sends no BEGIN and no COMMIT (two round trips fewer): its
+    /// statements each commit by themselves (`PostgresSession.alone`), for a caller whose body reads in ONE statement and
+    /// then writes in ONE statement, which are then exactly as safe as that attempt at REPEATABLE READ (one snapshot for
+    /// everything it read; its writes all or nothing; a change committed between the two fails the write on the same
+    /// unique keys). A body that needs more throws `PostgresSession.NeedsTransaction` before writing anything, and runs
+    /// again in a transaction.
     @discardableResult
     public func write<T: Sendable>(
-        locking keys: [String], optimistically: Bool = false, _ body: @escaping @Sendable (PostgresSession) throws -> T
+        locking keys: [String], optimistically: Bool = false, firstAlone: Bool = false,
+        _ body: @escaping @Sendable (PostgresSession) throws -> T
     ) async throws -> T {
-        try await run(begin: "BEGIN ISOLATION LEVEL REPEATABLE READ", locking: keys, optimistically: optimistically, body)
+        try await run(
+            begin: "BEGIN ISOLATION LEVEL REPEATABLE READ", locking: keys, optimistically: optimistically, firstAlone: firstAlone, body)
     }
 
     /// Runs `body` in one read-only transaction over one snapshot (REPEATABLE READ).
@@ -123,11 +132,13 @@ public final class PostgresPool: Sendable {
     }
 
     private func run<T: Sendable>(
-        begin: String?, locking keys: [String] = [], optimistically: Bool = false,
+        begin: String?, locking keys: [String] = [], optimistically: Bool = false, firstAlone: Bool = false,
         _ body: @escaping @Sendable (PostgresSession) throws -> T
     ) async throws -> T {
         do {
-            return try await threads.runIfActive { try self.blocking(begin: begin, locking: keys, optimistically: optimistically, body) }
+            return try await threads.runIfActive {
+                try self.blocking(begin: begin, locking: keys, optimistically: optimistically, firstAlone: firstAlone, body)
+            }
         } catch let error as NIOThreadPoolError.ThreadPoolInactive {
             _ = error
             throw RPCError.unavailable("the database pool is closed", reason: "storageUnavailable")
@@ -136,15 +147,20 @@ public final class PostgresPool: Sendable {
 
     /// On a pool thread: one connection, attempts until one commits or a failure is final.
     private func blocking<T>(
-        begin: String?, locking allKeys: [String] = [], optimistically: Bool = false, _ body: (PostgresSession) throws -> T
+        begin transaction: String?, locking allKeys: [String] = [], optimistically: Bool = false, firstAlone: Bool = false,
+        _ body: (PostgresSession) throws -> T
     ) throws -> T {
         var attempt = 0
+        var alone = firstAlone && optimistically && transaction != nil
         while true {
             attempt += 1
             let keys = optimistically && attempt == 1 ? [] : allKeys
+            let begin = alone ? nil : transaction
             let pooled = try checkout()
             let connection = pooled.connection
-            let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount, prepared: pooled.prepared)
+            let session = PostgresSession(
+                connection: connection, logger: logger, roundTrips: roundTripCount, prepared: pooled.prepared,
+                alone: alone ? PostgresSession.Alone() : nil)
             // Advisory locks end with the session, not the transaction: released before the connection is reused
             // (a connection that cannot release them is closed, which releases them). Every way out of an attempt
             // that keeps the connection goes through here.
@@ -166,8 +182,16 @@ public final class PostgresPool: Sendable {
                 }
                 checkin()
                 return value
+            } catch is PostgresSession.NeedsTransaction where alone {
+                // Nothing was written: the same attempt again, in a transaction.
+                checkin()
+                alone = false
+                attempt -= 1
+                continue
             } catch let error where Self.failure(error) != nil {
                 let failure = Self.failure(error)!
+                // Alone, the statement that writes commits by itself: the transaction's COMMIT.
+                if session.alone?.writing == true { committing = true }
                 if failure.connectionLost {
                     discard(connection)
                 } else if begin != nil && !committing {
@@ -373,6 +397,31 @@ public struct PostgresSession {
     let roundTrips: RoundTrips
     /// The reads this connection prepared (`queryPrepared`); nil: every read unnamed.
     let prepared: PreparedReads?
+    /// Set when the attempt runs without a transaction (`PostgresPool.write(locking:optimistically:firstAlone:)`): each
+    /// statement commits by itself.
+    public let alone: Alone?
+
+    init(connection: PostgresConnection, logger: Logger, roundTrips: RoundTrips, prepared: PreparedReads?, alone: Alone? = nil) {
+        self.connection = connection
+        self.logger = logger
+        self.roundTrips = roundTrips
+        self.prepared = prepared
+        self.alone = alone
+    }
+
+    /// An attempt without a transaction: its caller says when it sends the statement that writes (from then on, a lost
+    /// connection leaves the outcome unknown, as during a COMMIT).
+    public final class Alone {
+        public private(set) var writing = false
+        init() {}
+        public func willWrite() { writing = true }
+    }
+
+    /// Thrown by a body running alone that needs a transaction after all (a second read, a read after a write): it must
+    /// not have written anything; the pool runs the attempt again in a transaction.
+    public struct NeedsTransaction: Error {
+        public init() {}
+    }
 
     /// How long one statement may take before the connection is given up (the server's own statement_timeout is
     /// 15 s; this bound also covers a server that stopped answering altogether).

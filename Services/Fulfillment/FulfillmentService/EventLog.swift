@@ -105,11 +105,25 @@ struct EventRecords {
 
     /// The next sequence of the account and the scope's wallet after the change, read by the insert itself (one
     /// statement). Two transactions of one account racing on PostgreSQL both read the same last sequence: the unique
-    /// key refuses the second, which runs again (`PostgresPool`).
+    /// key refuses the second, which runs again (`PostgresPool`). When this transaction already read the account's last
+    /// sequence (`WalletMemo.sequences`), the event takes the number after it: the same number in a transaction (one
+    /// snapshot), and, for a write sent apart from its read without one (`writeAfterOneRead`), the one that makes a change
+    /// committed in between refuse it.
     func append(_ e: FulfillmentEvent) throws {
         // The service's own streaming encoder: this runs inside the write (on SQLite, the one writer), where Foundation's
         // JSONEncoder cost a redeem about as much as its statements.
         let body = String(decoding: try JSONByteEncoder.encode(e), as: UTF8.self)
+        if let last = s.wallets?.sequences[e.accountId] {
+            s.wallets?.sequences[e.accountId] = last + 1
+            try s.later(
+                """
+                INSERT INTO event (account_id, sequence, type, occurred_at_ms, environment, balance, owed, body)
+                SELECT ?1, ?7, ?3, ?4, ?5,
+                    COALESCE((SELECT balance FROM wallet WHERE account_id = ?1 AND scope = ?2), 0),
+                    COALESCE((SELECT owed FROM wallet WHERE account_id = ?1 AND scope = ?2), 0), ?6
+                """, e.accountId, e.scope.rawValue, e.type.rawValue, e.occurredAtMs, e.environment, body, last + 1)
+            return
+        }
         try s.later(
             """
             INSERT INTO event (account_id, sequence, type, occurred_at_ms, environment, balance, owed, body)

@@ -9,6 +9,11 @@ public protocol FulfillmentDatabase: Sendable {
     /// Runs `body` in one write transaction: all of it commits, or none. `locking` names what two writers must not
     /// change at once (PostgreSQL takes an advisory lock per key; SQLite has one writer anyway).
     func write<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T
+    /// `write(locking:)` for a body that reads once, then only writes, and reads the last event sequence of the account
+    /// it appends events for in that read (the spend): PostgreSQL runs it as those two statements when it can
+    /// (`PostgresFulfillmentStore.writeAfterOneRead`); SQLite as any write.
+    func writeAfterOneRead<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T)
+        async throws -> T
 }
 
 /// A notification no longer pending or parked when its processing committed: nothing of it is kept.
@@ -20,6 +25,12 @@ extension FulfillmentDatabase {
     }
 
     static func accountLock(_ accountId: String) -> [String] { ["fulfillment:account:" + accountId] }
+
+    public func writeAfterOneRead<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T)
+        async throws -> T
+    {
+        try await write(locking: keys, body)
+    }
 }
 
 // MARK: writes: the grant rules, each in one transaction
@@ -93,7 +104,7 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
     public func spend(
         accountId: String, scope: AccountScope = .production, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64
     ) async throws -> SpendOutcome {
-        try await write(locking: Self.accountLock(accountId)) { s in
+        try await writeAfterOneRead(locking: Self.accountLock(accountId)) { s in
             try GrantRules.spend(
                 Holder(accountId: accountId, scope: scope), amount: amount, idempotencyKey: idempotencyKey, memo: memo, nowMs: nowMs,
                 in: FulfillmentRecords(s))

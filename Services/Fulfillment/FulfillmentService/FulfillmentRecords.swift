@@ -196,7 +196,8 @@ struct FulfillmentRecords: FulfillmentTransaction {
         guard
             let row = try s.row(
                 """
-                SELECT l.delta, l.balance, l.memo, w.balance AS wallet_balance, w.owed AS wallet_owed
+                SELECT l.delta, l.balance, l.memo, w.balance AS wallet_balance, w.owed AS wallet_owed,
+                    (SELECT MAX(e.sequence) FROM event e WHERE e.account_id = ?1) AS last_sequence
                 FROM (SELECT 1 AS one) AS one
                 LEFT JOIN ledger l ON l.account_id = ?1 AND l.scope = ?2 AND l.idempotency_key = ?3
                 LEFT JOIN wallet w ON w.account_id = ?1 AND w.scope = ?2
@@ -204,6 +205,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
         else { throw StoredValueInvalid(column: "spend", value: "(no row)") }
         s.wallets?.known[holder] = Wallet(
             balance: try row.get("wallet_balance", as: Int64?.self) ?? 0, owed: try row.get("wallet_owed", as: Int64?.self) ?? 0)
+        s.wallets?.sequences[holder.accountId] = try row.get("last_sequence", as: Int64?.self) ?? 0
         guard let delta = try row.get("delta", as: Int64?.self) else { return nil }
         return RecordedSpend(delta: delta, balance: try row.get("balance"), memo: try row.get("memo"))
     }

@@ -43,11 +43,24 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
         return try await pool.write(locking: keys, optimistically: true) { s in try Self.run(body, in: s) }
     }
 
+    /// `write(locking:)` whose first attempt runs without a transaction (`PostgresPool.write(locking:optimistically:firstAlone:)`):
+    /// its one read and its held writes are two statements, without BEGIN and COMMIT. The body must read the account's
+    /// last event sequence in that read (`WalletMemo.sequences`), so that its event takes the next one by number: a change
+    /// of the account committed between the read and the writes then fails them (23505), as at REPEATABLE READ.
+    public func writeAfterOneRead<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T)
+        async throws -> T
+    {
+        try await pool.write(locking: keys, optimistically: true, firstAlone: true) { s in try Self.run(body, in: s) }
+    }
+
     private static func run<T>(_ body: (any SQLSession) throws -> T, in session: PostgresSession) throws -> T {
         let s = PostgresSQLSession(session: session)
         let value: T
         do {
             value = try body(s)
+        } catch let error where session.alone != nil {
+            // Alone, nothing was sent yet: a refusal stands as it is; NeedsTransaction runs the body again in a transaction.
+            throw error
         } catch {
             // A rule's refusal may rest on a first attempt's stale snapshot whose held writes would fail: their failure
             // (a conflict, run again) comes first; else the refusal stands and the transaction rolls back.

@@ -23,6 +23,11 @@ struct PostgresSQLSession: SQLSession {
     /// Reads run as statements the connection prepared (`PostgresSession.queryPrepared`); a text that leaves one of its
     /// arguments unnamed (whose type the server could not tell) runs unnamed.
     func fetch(_ sql: String, arguments: [SQLValue]) throws -> [SQLRow] {
+        if session.alone != nil {
+            // Alone (no transaction), only the first read before any write shares the writes' guarantees.
+            guard held.writes.isEmpty, !held.read else { throw PostgresSession.NeedsTransaction() }
+            held.read = true
+        }
         try flush()
         let rows: [[PostgresCell]]
         if let text = try TypedReads.text(sql, arguments) {
@@ -44,6 +49,7 @@ struct PostgresSQLSession: SQLSession {
     }
 
     func execute(_ sql: String, arguments: [SQLValue]) throws -> Int {
+        if session.alone != nil { throw PostgresSession.NeedsTransaction() }  // its count may steer what follows
         try flush()
         return try session.execute(Self.query(sql, arguments))
     }
@@ -58,6 +64,7 @@ struct PostgresSQLSession: SQLSession {
         guard !held.writes.isEmpty else { return }
         let writes = held.writes
         held.writes = []
+        session.alone?.willWrite()
         if writes.count == 1 {
             try session.execute(Self.query(writes[0].sql, writes[0].arguments))
             return
@@ -176,6 +183,8 @@ package enum TypedReads {
 /// The writes a `PostgresSQLSession` holds until its next statement (one transaction attempt, one pool thread).
 final class HeldWrites {
     var writes: [(sql: String, arguments: [SQLValue])] = []
+    /// Whether the attempt has read (counted only when it runs alone, `PostgresSession.alone`).
+    var read = false
 }
 
 /// A held write made to take its values from the one array `run_writes` passes to EXECUTE (`PostgresSQLSession.flush`).

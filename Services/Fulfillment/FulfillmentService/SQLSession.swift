@@ -24,6 +24,9 @@ public protocol SQLSession {
 /// transaction and dropped with it.
 public final class WalletMemo {
     var known: [Holder: Wallet] = [:]
+    /// Accounts' last event sequence as this transaction read it, then as its own events moved it (`EventRecords.append`
+    /// gives the next event that number rather than reading it again when it writes).
+    var sequences: [String: Int64] = [:]
     init() {}
 }
 
