@@ -154,6 +154,7 @@ public final class PostgresPool: Sendable {
         var alone = firstAlone && optimistically && transaction != nil
         while true {
             attempt += 1
+            if attempt > 1 { alone = false }  // only a first attempt runs alone; the ones after a conflict in a transaction
             let keys = optimistically && attempt == 1 ? [] : allKeys
             let begin = alone ? nil : transaction
             let pooled = try checkout()
