@@ -95,10 +95,12 @@ public final class PostgresPool: Sendable {
     ///
     /// `firstAlone` (with `optimistically`): the first attempt sends no BEGIN and no COMMIT (two round trips fewer): its
     /// statements each commit by themselves (`PostgresSession.alone`), for a caller whose body reads in ONE statement and
-    /// then writes in ONE statement, which are then exactly as safe as that attempt at REPEATABLE READ (one snapshot for
-    /// everything it read; its writes all or nothing; a change committed between the two fails the write on the same
-    /// unique keys). A body that needs more throws `PostgresSession.NeedsTransaction` before writing anything, and runs
-    /// again in a transaction.
+    /// then writes in ONE statement (one snapshot for everything it read; its writes all or nothing), and only where every
+    /// change of what it read also writes a unique key its own writes name (fulfillment: every change of an account's
+    /// money appends the account's next event, and the spend's event takes the number after the one it read): a change
+    /// committed between the two then fails the writes (23505). Unlike REPEATABLE READ, a row changed in between WITHOUT
+    /// such a key would be overwritten, not refused. A body that needs more throws `PostgresSession.NeedsTransaction`
+    /// before writing anything, and runs again in a transaction.
     @discardableResult
     public func write<T: Sendable>(
         locking keys: [String], optimistically: Bool = false, firstAlone: Bool = false,

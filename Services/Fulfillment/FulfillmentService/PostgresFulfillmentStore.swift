@@ -33,8 +33,9 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
 
     /// One SERIALIZABLE transaction (`PostgresPool.write`); with `locking` keys, REPEATABLE READ whose first attempt takes
     /// no lock, and whose later attempts an advisory lock per key (`PostgresPool.write(locking:optimistically:)`). Why the
-    /// first needs none: every change of an account's money or access writes its wallet row or appends its event with
-    /// the account's next sequence (UNIQUE (account_id, sequence)), and everything granted once rests on a unique index,
+    /// first needs none: every change of an account's money or access appends its event with the account's next sequence
+    /// (UNIQUE (account_id, sequence); `writeAfterOneRead` depends on it: a writer of a wallet that appended no event
+    /// would be overwritten by a spend sent alone), and everything granted once rests on a unique index,
     /// so two transactions about one account cannot both commit at REPEATABLE READ: the second fails (40001 or 23505) and
     /// runs again, then behind the lock, which is there to queue contenders rather than let them fail over and over.
     /// The held writes (`PostgresSQLSession.flush`) are sent before COMMIT.
