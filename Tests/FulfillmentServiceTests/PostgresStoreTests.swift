@@ -3,6 +3,7 @@ import FulfillmentService
 import IAPProtocol
 import JSONRPC
 import Logging
+import NIOConcurrencyHelpers
 import PostgresSupport
 import RPCTestSupport
 import Testing
@@ -62,8 +63,9 @@ struct PostgresStoreTests {
     /// BEGIN, one read of what is stored (`FulfillmentRecords.stored` or `spend`, the wallets with it), the held writes
     /// in one statement (`PostgresSQLSession.flush`), for a redeem the answer's entitlements, COMMIT; the lock only
     /// after a first conflict (`PostgresFulfillmentStore.write`). A spend 2 since 2026-11-28: its read and its held writes
-    /// without BEGIN and COMMIT on a first attempt (`PostgresFulfillmentStore.writeAfterOneRead`).
-    static let statementsPerRedeem = 5.0
+    /// without BEGIN and COMMIT on a first attempt (`PostgresFulfillmentStore.writeAfterOneRead`); a redeem of one coin
+    /// purchase 2 since 2026-11-29, the same way (its one read also takes the answer's entitlements).
+    static let statementsPerRedeem = 2.0
     static let statementsPerSpend = 2.0
 
     /// `run_writes` remembers the statements its connection prepared in a session setting, which a rolled-back transaction
@@ -196,6 +198,91 @@ struct PostgresStoreTests {
         let events = try await store.count("SELECT COUNT(*) FROM fulfillment.event WHERE account_id = 'dave'")
         let last = try await store.count("SELECT MAX(sequence) FROM fulfillment.event WHERE account_id = 'dave'")
         #expect(events == last && events >= 1 + 24 + 3 + 3, "\(events) events, the last numbered \(last)")
+    }
+
+    /// A redeem of one coin purchase is two statements without a transaction, like a spend (its read also takes the
+    /// account's last event and the answer's entitlements). Beside spends, refunds and adjustments of the same account, and
+    /// another account redeeming the same purchases at once, nothing is lost or granted twice; its answer lists the
+    /// entitlements the account holds; a refunded one (which reads again to revoke) runs in a transaction.
+    @Test func coinRedeemsWithoutATransactionLoseNothingBesideOtherWritersOfTheAccount() async throws {
+        let database = try await TestDatabase.make(schema: "fulfillment", connections: 8, label: "alone-redeem-test")
+        let store = try await PostgresFulfillmentStore(pool: database.pool)
+        defer { try? store.close() }
+        let unlock = PlannedPurchase(
+            purchase: VerifiedPurchase(
+                environment: "Production", transactionId: "2000000999", originalTransactionId: "2000000999", productId: "pro",
+                purchaseDateMs: 1),
+            rule: .permanent(entitlement: "pro"))
+        _ = try await store.apply(
+            [unlock] + (0..<10).map { coins("\(2_000_000_100 + $0)") }, accountId: "hana", appAccountToken: nil, mode: .redeem,
+            policy: .refuse, answerScope: .production, nowMs: 1)
+        var before = database.pool.roundTrips
+        let one = try await store.apply(
+            [coins("2000000200")], accountId: "hana", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 2)
+        #expect(database.pool.roundTrips - before == 2, "the read and the writes, alone")
+        #expect(one.results.map(\.outcome) == [.granted] && one.balance == 1_100 && one.entitlements.map(\.entitlement) == ["pro"])
+        before = database.pool.roundTrips
+        let refunded = PlannedPurchase(
+            purchase: VerifiedPurchase(
+                environment: "Production", transactionId: "2000000201", originalTransactionId: "2000000201", productId: "coins.100",
+                purchaseDateMs: 1, cancellationDateMs: 2),
+            rule: .coins(perUnit: 100))
+        let revoked = try await store.apply(
+            [refunded], accountId: "hana", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 2)
+        #expect(revoked.results.map(\.outcome) == [.revoked] && revoked.balance == 1_100)
+        #expect(database.pool.roundTrips - before > 2, "a refunded purchase reads again: it ran in a transaction")
+        let audit = AuditFacts(action: "adjustCoins", reason: "test", credential: "admin", operatorName: nil)
+        @Sendable func retried<T>(_ body: @Sendable () async throws -> T) async throws -> T {
+            for _ in 0..<20 {
+                do { return try await body() } catch let error as RPCError where error.reason == "storageUnavailable" { continue }
+            }
+            return try await body()
+        }
+        let granted = NIOLockedValueBox(0)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<16 {
+                for account in ["hana", "ivan"] {  // ivan redeems hana's purchases at the same moment: one of them gets each
+                    group.addTask {
+                        let answer = try await retried {
+                            try await store.apply(
+                                [coins("\(2_000_000_300 + i)")], accountId: account, appAccountToken: nil, mode: .redeem, policy: .refuse,
+                                answerScope: .production, nowMs: 3)
+                        }
+                        let outcome = answer.results.first?.outcome
+                        guard outcome == .granted || outcome == .ownedByAnotherAccount else { throw CancellationError() }
+                        if account == "hana" && outcome == .granted { granted.withLockedValue { $0 += 1 } }
+                        if account == "hana" { #expect(answer.entitlements.map(\.entitlement) == ["pro"]) }
+                    }
+                }
+                group.addTask {
+                    let outcome = try await retried {
+                        try await store.spend(accountId: "hana", scope: .production, amount: 1, idempotencyKey: "h\(i)", memo: nil, nowMs: 4)
+                    }
+                    guard case .spent = outcome else { throw CancellationError() }
+                }
+            }
+            for i in 0..<3 {
+                group.addTask { _ = try await retried { try await store.revoke(transactionId: "\(2_000_000_100 + i)", reason: "refund", nowMs: 5) } }
+                group.addTask {
+                    _ = try await retried {
+                        try await store.adjust(
+                            Holder(accountId: "hana", scope: .production), delta: 5, idempotencyKey: "a\(i)", audit: audit, nowMs: 6)
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let hanaGrants = Int64(granted.withLockedValue { $0 })
+        let ivan = try await store.balance(accountId: "ivan", scope: .production).balance
+        #expect(hanaGrants * 100 + ivan == 1_600, "each of the 16 purchases granted once: hana \(hanaGrants), ivan \(ivan / 100)")
+        #expect(
+            try await store.balance(accountId: "hana", scope: .production).balance == 1_100 + hanaGrants * 100 - 16 - 300 + 15)
+        #expect(try await store.ledgerMismatches().isEmpty)
+        for account in ["hana", "ivan"] {
+            let events = try await store.count("SELECT COUNT(*) FROM fulfillment.event WHERE account_id = '\(account)'")
+            let last = try await store.count("SELECT COALESCE(MAX(sequence), 0) FROM fulfillment.event WHERE account_id = '\(account)'")
+            #expect(events == last, "\(account): \(events) events, the last numbered \(last)")
+        }
     }
 
     /// A body given to `writeAfterOneRead` that needs more than one read, or reads after writing, runs in a transaction

@@ -14,6 +14,9 @@ public protocol FulfillmentDatabase: Sendable {
     /// (`PostgresFulfillmentStore.writeAfterOneRead`); SQLite as any write.
     func writeAfterOneRead<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T)
         async throws -> T
+    /// Whether `writeAfterOneRead` saves round trips (PostgreSQL): only then is a body worth shaping into one wider read
+    /// (SQLite reads in-process, where the wider read would only cost).
+    var writesAloneAfterOneRead: Bool { get }
 }
 
 /// A notification no longer pending or parked when its processing committed: nothing of it is kept.
@@ -31,6 +34,8 @@ extension FulfillmentDatabase {
     {
         try await write(locking: keys, body)
     }
+
+    public var writesAloneAfterOneRead: Bool { false }
 }
 
 // MARK: writes: the grant rules, each in one transaction
@@ -42,7 +47,18 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         _ planned: [PlannedPurchase], accountId: String, appAccountToken: String?, owed: AppleFollowUps, mode: FulfillmentMode,
         policy: OwnershipPolicy, answerScope: AccountScope = .production, nowMs: Int64
     ) async throws -> AppliedPurchases {
-        try await write(locking: Self.accountLock(accountId)) { s in
+        // One coin purchase (most redeems) reads once (what is stored of it, the wallets, the account's last event and the
+        // answer's entitlements: `FulfillmentRecords(answering:)`), then only writes: on PostgreSQL two statements. A
+        // refunded one, which reads again to revoke, runs in a transaction after all (`writeAfterOneRead`).
+        if writesAloneAfterOneRead, planned.count == 1, case .coins? = planned[0].rule {
+            let answer = Holder(accountId: accountId, scope: answerScope)
+            return try await writeAfterOneRead(locking: Self.accountLock(accountId)) { s in
+                try GrantRules.apply(
+                    planned, accountId: accountId, appAccountToken: appAccountToken, owed: owed, mode: mode, policy: policy,
+                    answerScope: answerScope, nowMs: nowMs, in: FulfillmentRecords(s, answering: answer, atMs: nowMs))
+            }
+        }
+        return try await write(locking: Self.accountLock(accountId)) { s in
             try GrantRules.apply(
                 planned, accountId: accountId, appAccountToken: appAccountToken, owed: owed, mode: mode, policy: policy,
                 answerScope: answerScope, nowMs: nowMs, in: FulfillmentRecords(s))

@@ -5,8 +5,16 @@ import IAPProtocol
 /// `PostgresFulfillmentStore` on PostgreSQL) and has already begun the transaction.
 struct FulfillmentRecords: FulfillmentTransaction {
     let s: any SQLSession
+    /// Whose active entitlements (at `answerAtMs`) the transaction will answer with: read by `stored` in its one statement
+    /// with the account's last event sequence, for a body that must read only once (`FulfillmentDatabase.writeAfterOneRead`).
+    let answer: Holder?
+    let answerAtMs: Int64
 
-    init(_ session: any SQLSession) { self.s = session }
+    init(_ session: any SQLSession, answering answer: Holder? = nil, atMs: Int64 = 0) {
+        self.s = session
+        self.answer = answer
+        self.answerAtMs = atMs
+    }
 
     func enqueueOutbox(kind: OutboxKind, key: String, payload: String, nowMs: Int64) throws {
         try s.later(
@@ -28,18 +36,33 @@ struct FulfillmentRecords: FulfillmentTransaction {
     /// The purchase's original's owner, its own processed row and an early revocation, in one read, with the wallets of
     /// `accountId` in both scopes remembered for the rules' next steps (`SQLSession.wallets`).
     func stored(_ p: VerifiedPurchase, accountId: String) throws -> StoredPurchase {
-        let row = try s.row(
-            """
-            SELECT o.account_id AS owner_account_id, o.scope AS owner_scope, p.environment, p.account_id, p.scope,
-                p.original_transaction_id, p.product_id, p.grant_kind, p.coins_granted, p.revoked_at_ms, e.reason AS early_reason,
-                wp.balance AS production_balance, wp.owed AS production_owed, ws.balance AS sandbox_balance, ws.owed AS sandbox_owed
-            FROM (SELECT 1 AS one) AS one
-            LEFT JOIN ownership o ON o.original_transaction_id = ?1
-            LEFT JOIN processed_transaction p ON p.transaction_id = ?2
-            LEFT JOIN early_revocation e ON e.transaction_id = ?2
-            LEFT JOIN wallet wp ON wp.account_id = ?3 AND wp.scope = ?4
-            LEFT JOIN wallet ws ON ws.account_id = ?3 AND ws.scope = ?5
-            """, p.originalTransactionId, p.transactionId, accountId, AccountScope.production.rawValue, AccountScope.sandbox.rawValue)
+        let arguments: [SQLValue] = [
+            .text(p.originalTransactionId), .text(p.transactionId), .text(accountId), .text(AccountScope.production.rawValue),
+            .text(AccountScope.sandbox.rawValue),
+        ]
+        let row: SQLRow?
+        if let answer, answer.accountId == accountId, let memo = s.wallets {
+            // The same row first, then the answer's entitlements, one row each (columns named as `entitlementRecord` reads).
+            let rows = try s.fetch(
+                """
+                SELECT 0 AS row_kind, \(Self.storedColumns), (SELECT MAX(v.sequence) FROM event v WHERE v.account_id = ?3) AS last_sequence,
+                    NULL AS entitlement, NULL AS starts_at_ms, NULL AS expires_at_ms
+                \(Self.storedJoins)
+                UNION ALL
+                SELECT 1, NULL, NULL, x.environment, x.account_id, x.scope, x.original_transaction_id, x.product_id, NULL, NULL,
+                    x.revoked_at_ms, NULL, NULL, NULL, NULL, NULL, NULL, x.entitlement, x.starts_at_ms, x.expires_at_ms
+                FROM entitlement x
+                WHERE x.account_id = ?3 AND x.scope = ?6 AND x.revoked_at_ms IS NULL AND (x.expires_at_ms IS NULL OR x.expires_at_ms > ?7)
+                ORDER BY row_kind
+                """, arguments: arguments + [.text(answer.scope.rawValue), .int(answerAtMs)])
+            row = rows.first
+            if let row {
+                memo.sequences[accountId] = try row.get("last_sequence", as: Int64?.self) ?? 0
+                memo.entitlements[answer] = (answerAtMs, try rows.dropFirst().map(Self.entitlementRecord))
+            }
+        } else {
+            row = try s.fetch("SELECT \(Self.storedColumns) \(Self.storedJoins)", arguments: arguments).first
+        }
         guard let row else { throw StoredValueInvalid(column: "stored", value: "(no row)") }
         for scope in AccountScope.allCases {
             let prefix = scope == .production ? "production" : "sandbox"
@@ -57,6 +80,20 @@ struct FulfillmentRecords: FulfillmentTransaction {
         return StoredPurchase(owner: owner, processed: processed, earlyRevocation: try row.get("early_reason"))
     }
 
+    private static let storedColumns = """
+        o.account_id AS owner_account_id, o.scope AS owner_scope, p.environment, p.account_id, p.scope,
+            p.original_transaction_id, p.product_id, p.grant_kind, p.coins_granted, p.revoked_at_ms, e.reason AS early_reason,
+            wp.balance AS production_balance, wp.owed AS production_owed, ws.balance AS sandbox_balance, ws.owed AS sandbox_owed
+        """
+    private static let storedJoins = """
+        FROM (SELECT 1 AS one) AS one
+        LEFT JOIN ownership o ON o.original_transaction_id = ?1
+        LEFT JOIN processed_transaction p ON p.transaction_id = ?2
+        LEFT JOIN early_revocation e ON e.transaction_id = ?2
+        LEFT JOIN wallet wp ON wp.account_id = ?3 AND wp.scope = ?4
+        LEFT JOIN wallet ws ON ws.account_id = ?3 AND ws.scope = ?5
+        """
+
     func owner(original: String) throws -> Holder? {
         try s.row("SELECT account_id, scope FROM ownership WHERE original_transaction_id = ?1", original).map(Self.holder)
     }
@@ -73,6 +110,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.later(
             "UPDATE ownership SET account_id = ?1, scope = ?2, bound_at_ms = ?3 WHERE original_transaction_id = ?4",
             holder.accountId, holder.scope.rawValue, nowMs, p.originalTransactionId)
+        s.wallets?.entitlements = [:]
         try s.later(
             "UPDATE entitlement SET account_id = ?1, scope = ?2 WHERE original_transaction_id = ?3",
             holder.accountId, holder.scope.rawValue, p.originalTransactionId)
@@ -145,6 +183,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
     }
 
     func insertEntitlement(_ e: EntitlementRecord) throws {
+        s.wallets?.entitlements = [:]
         try s.later(
             "INSERT INTO entitlement (\(Self.entitlementColumns)) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             e.environment, e.originalTransactionId, e.holder.accountId, e.holder.scope.rawValue, e.entitlement, e.productId,
@@ -152,6 +191,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
     }
 
     func updateEntitlement(_ e: EntitlementRecord) throws {
+        s.wallets?.entitlements = [:]
         try s.later(
             """
             UPDATE entitlement SET entitlement = ?1, product_id = ?2, starts_at_ms = ?3, expires_at_ms = ?4, revoked_at_ms = ?5
@@ -160,6 +200,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
     }
 
     func entitlements(_ holder: Holder, activeAtMs: Int64?) throws -> [EntitlementRecord] {
+        if let activeAtMs, let known = s.wallets?.entitlements[holder], known.atMs == activeAtMs { return known.records }
         let all = "SELECT \(Self.entitlementColumns) FROM entitlement WHERE account_id = ?1 AND scope = ?2 AND revoked_at_ms IS NULL"
         guard let activeAtMs else { return try s.rows(all, holder.accountId, holder.scope.rawValue).map(Self.entitlementRecord) }
         return try s.rows(all + " AND (expires_at_ms IS NULL OR expires_at_ms > ?3)", holder.accountId, holder.scope.rawValue, activeAtMs)

@@ -54,6 +54,8 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
         try await pool.write(locking: keys, optimistically: true, firstAlone: true) { s in try Self.run(body, in: s) }
     }
 
+    public var writesAloneAfterOneRead: Bool { true }
+
     private static func run<T>(_ body: (any SQLSession) throws -> T, in session: PostgresSession) throws -> T {
         let s = PostgresSQLSession(session: session)
         let value: T

@@ -27,6 +27,9 @@ public final class WalletMemo {
     /// Accounts' last event sequence as this transaction read it, then as its own events moved it (`EventRecords.append`
     /// gives the next event that number rather than reading it again when it writes).
     var sequences: [String: Int64] = [:]
+    /// A holder's active entitlements at a time, read with the transaction's first read for its answer
+    /// (`FulfillmentRecords.stored`), until the transaction writes an entitlement (then read again).
+    var entitlements: [Holder: (atMs: Int64, records: [EntitlementRecord])] = [:]
     init() {}
 }
 
