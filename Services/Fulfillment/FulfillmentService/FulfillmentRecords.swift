@@ -6,7 +6,8 @@ import IAPProtocol
 struct FulfillmentRecords: FulfillmentTransaction {
     let s: any SQLSession
     /// Whose active entitlements (at `answerAtMs`) the transaction will answer with: read by `stored` in its one statement
-    /// with the account's last event sequence, for a body that must read only once (`FulfillmentDatabase.writeAfterOneRead`).
+    /// with the account's last event sequence, for a body that must read only once (`FulfillmentDatabase.writeAfterOneRead`;
+    /// its attempts in a transaction, after a conflict, read the same way).
     let answer: Holder?
     let answerAtMs: Int64
 
