@@ -285,6 +285,56 @@ struct PostgresStoreTests {
         }
     }
 
+    /// A refund notification about a purchase that is being redeemed at that moment, for many purchases at once: whichever
+    /// commits first, every purchase ends refunded and no coins are left (`holdAgainstEarlyRevocation`, and
+    /// `applyNotification` reading the grant after its commit). Before, the two shared no key: a refund committed between the
+    /// redeem's read and its writes was remembered for a redeem that had already decided to grant, and lost.
+    @Test func aRefundRecordedWhileItsPurchaseIsRedeemedIsNeverLost() async throws {
+        let database = try await TestDatabase.make(schema: "fulfillment", connections: 8, label: "early-refund-test")
+        let store = try await PostgresFulfillmentStore(pool: database.pool)
+        defer { try? store.close() }
+        let n = 80
+        @Sendable func id(_ i: Int) -> String { "\(2_000_001_000 + i)" }
+        @Sendable func uuid(_ i: Int) -> String { "6a1f0c1e-0000-4000-8000-\(String(format: "%012d", i))" }
+        for i in 0..<n {
+            _ = try await store.recordNotification(
+                InboxEntry(
+                    notificationUUID: uuid(i), notificationType: "REFUND", subtype: nil, signedDateMs: 2, signedPayload: "h.p.s",
+                    notification: Array("{}".utf8), receivedAtMs: 2, nextAttemptAtMs: 2, originalTransactionId: id(i)))
+        }
+        @Sendable func retried<T>(_ body: @Sendable () async throws -> T) async throws -> T {
+            for _ in 0..<20 {
+                do { return try await body() } catch let error as RPCError where error.reason == "storageUnavailable" { continue }
+            }
+            return try await body()
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<n {
+                group.addTask {
+                    _ = try await retried {
+                        try await store.apply(
+                            [coins(id(i))], accountId: "kim", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production,
+                            nowMs: 3)
+                    }
+                }
+                group.addTask {
+                    let refunded = VerifiedPurchase(
+                        environment: "Production", transactionId: id(i), originalTransactionId: id(i), productId: "coins.100",
+                        purchaseDateMs: 1, cancellationDateMs: 2)
+                    _ = try await retried {
+                        try await store.applyNotification(
+                            NotificationRulesTests.facts(.refund, "REFUND", snapshot: refunded), uuid: uuid(i), attempts: 1, owed: [], nowMs: 3)
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try await store.balance(accountId: "kim", scope: .production) == Wallet(balance: 0, owed: 0), "every refund applied")
+        let revoked = try await store.count("SELECT COUNT(*) FROM fulfillment.processed_transaction WHERE revoked_at_ms IS NOT NULL")
+        #expect(revoked == n)
+        #expect(try await store.ledgerMismatches().isEmpty)
+    }
+
     /// A body given to `writeAfterOneRead` that needs more than one read, or reads after writing, runs in a transaction
     /// after all: its first attempt stops before it writes anything (the round trips say where it ran).
     @Test func aBodyThatNeedsMoreThanOneReadRunsInATransaction() async throws {
