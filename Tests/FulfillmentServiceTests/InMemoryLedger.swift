@@ -43,9 +43,6 @@ final class InMemoryLedger: FulfillmentTransaction {
 
     var earlyRevocations: [String: String] = [:]
     func earlyRevocation(_ transactionId: String) -> String? { earlyRevocations[transactionId] }
-    /// Nothing runs beside a test's ledger: no refund can be recorded between its reads and its writes.
-    func holdAgainstEarlyRevocation(_ transactionId: String, nowMs: Int64) throws {}
-
     func forgetEarlyRevocation(_ transactionId: String) { earlyRevocations[transactionId] = nil }
 
     func lastReversalDebt(_ transactionId: String) -> Int64? {

@@ -151,6 +151,33 @@ struct PostgresStoreTests {
         #expect(pool.retries > 0, "24 writers of one account at once on 8 connections conflicted at least once")
     }
 
+    /// `unavailable` ("nothing was changed, retry later") after the pool's attempts, as a writer without the account's
+    /// lock (a refund's) may answer when 30 writers contend for one account: its callers (the inbox, a client with its
+    /// key) do as it says.
+    @Sendable static func retried<T>(_ body: @Sendable () async throws -> T) async throws -> T {
+        for _ in 0..<20 {
+            do { return try await body() } catch let error as RPCError where error.reason == "storageUnavailable" { continue }
+        }
+        return try await body()
+    }
+
+    /// The other writers of an account beside its alone writes: three refunds (of transactions 2000000100-102, SERIALIZABLE
+    /// without the lock) and three support adjustments of +5 (REPEATABLE READ).
+    static func refundsAndAdjustments(
+        of accountId: String, in store: PostgresFulfillmentStore, into group: inout ThrowingTaskGroup<Void, any Error>, nowMs: Int64
+    ) {
+        let audit = AuditFacts(action: "adjustCoins", reason: "test", credential: "admin", operatorName: nil)
+        for i in 0..<3 {
+            group.addTask { _ = try await retried { try await store.revoke(transactionId: "\(2_000_000_100 + i)", reason: "refund", nowMs: nowMs) } }
+            group.addTask {
+                _ = try await retried {
+                    try await store.adjust(
+                        Holder(accountId: accountId, scope: .production), delta: 5, idempotencyKey: "a\(i)", audit: audit, nowMs: nowMs + 1)
+                }
+            }
+        }
+    }
+
     /// A spend's first attempt is two statements without a transaction (`writeAfterOneRead`); other writers of the same
     /// account (refunds, SERIALIZABLE without the lock; support adjustments, REPEATABLE READ) commit between its read and
     /// its writes. Nothing is lost: every change lands once, the wallet agrees with the ledger, and the account's events
@@ -163,34 +190,16 @@ struct PostgresStoreTests {
         let purchases = (0..<10).map { coins("\(2_000_000_100 + $0)") }
         _ = try await store.apply(
             purchases, accountId: "dave", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 1)
-        let audit = AuditFacts(action: "adjustCoins", reason: "test", credential: "admin", operatorName: nil)
-        // `unavailable` ("nothing was changed, retry later") after the pool's attempts, as a refund's writer without the
-        // account's lock may answer when 30 writers contend for one account: its callers (the inbox, a client with its
-        // key) do as it says.
-        @Sendable func retried<T>(_ body: @Sendable () async throws -> T) async throws -> T {
-            for _ in 0..<20 {
-                do { return try await body() } catch let error as RPCError where error.reason == "storageUnavailable" { continue }
-            }
-            return try await body()
-        }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for i in 0..<24 {
                 group.addTask {
-                    let outcome = try await retried {
+                    let outcome = try await Self.retried {
                         try await store.spend(accountId: "dave", scope: .production, amount: 1, idempotencyKey: "d\(i)", memo: nil, nowMs: 2)
                     }
                     guard case .spent = outcome else { throw CancellationError() }
                 }
             }
-            for i in 0..<3 {
-                group.addTask { _ = try await retried { try await store.revoke(transactionId: "\(2_000_000_100 + i)", reason: "refund", nowMs: 3) } }
-                group.addTask {
-                    _ = try await retried {
-                        try await store.adjust(
-                            Holder(accountId: "dave", scope: .production), delta: 5, idempotencyKey: "a\(i)", audit: audit, nowMs: 4)
-                    }
-                }
-            }
+            Self.refundsAndAdjustments(of: "dave", in: store, into: &group, nowMs: 3)
             try await group.waitForAll()
         }
         #expect(try await store.balance(accountId: "dave", scope: .production).balance == 1_000 - 24 - 300 + 15)
@@ -231,19 +240,12 @@ struct PostgresStoreTests {
             [refunded], accountId: "hana", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 2)
         #expect(revoked.results.map(\.outcome) == [.revoked] && revoked.balance == 1_100)
         #expect(database.pool.roundTrips - before > 2, "a refunded purchase reads again: it ran in a transaction")
-        let audit = AuditFacts(action: "adjustCoins", reason: "test", credential: "admin", operatorName: nil)
-        @Sendable func retried<T>(_ body: @Sendable () async throws -> T) async throws -> T {
-            for _ in 0..<20 {
-                do { return try await body() } catch let error as RPCError where error.reason == "storageUnavailable" { continue }
-            }
-            return try await body()
-        }
         let granted = NIOLockedValueBox(0)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for i in 0..<16 {
                 for account in ["hana", "ivan"] {  // ivan redeems hana's purchases at the same moment: one of them gets each
                     group.addTask {
-                        let answer = try await retried {
+                        let answer = try await Self.retried {
                             try await store.apply(
                                 [coins("\(2_000_000_300 + i)")], accountId: account, appAccountToken: nil, mode: .redeem, policy: .refuse,
                                 answerScope: .production, nowMs: 3)
@@ -255,21 +257,13 @@ struct PostgresStoreTests {
                     }
                 }
                 group.addTask {
-                    let outcome = try await retried {
+                    let outcome = try await Self.retried {
                         try await store.spend(accountId: "hana", scope: .production, amount: 1, idempotencyKey: "h\(i)", memo: nil, nowMs: 4)
                     }
                     guard case .spent = outcome else { throw CancellationError() }
                 }
             }
-            for i in 0..<3 {
-                group.addTask { _ = try await retried { try await store.revoke(transactionId: "\(2_000_000_100 + i)", reason: "refund", nowMs: 5) } }
-                group.addTask {
-                    _ = try await retried {
-                        try await store.adjust(
-                            Holder(accountId: "hana", scope: .production), delta: 5, idempotencyKey: "a\(i)", audit: audit, nowMs: 6)
-                    }
-                }
-            }
+            Self.refundsAndAdjustments(of: "hana", in: store, into: &group, nowMs: 5)
             try await group.waitForAll()
         }
         let hanaGrants = Int64(granted.withLockedValue { $0 })
@@ -283,56 +277,6 @@ struct PostgresStoreTests {
             let last = try await store.count("SELECT COALESCE(MAX(sequence), 0) FROM fulfillment.event WHERE account_id = '\(account)'")
             #expect(events == last, "\(account): \(events) events, the last numbered \(last)")
         }
-    }
-
-    /// A refund notification about a purchase that is being redeemed at that moment, for many purchases at once: whichever
-    /// commits first, every purchase ends refunded and no coins are left (`holdAgainstEarlyRevocation`, and
-    /// `applyNotification` reading the grant after its commit). Before, the two shared no key: a refund committed between the
-    /// redeem's read and its writes was remembered for a redeem that had already decided to grant, and lost.
-    @Test func aRefundRecordedWhileItsPurchaseIsRedeemedIsNeverLost() async throws {
-        let database = try await TestDatabase.make(schema: "fulfillment", connections: 8, label: "early-refund-test")
-        let store = try await PostgresFulfillmentStore(pool: database.pool)
-        defer { try? store.close() }
-        let n = 80
-        @Sendable func id(_ i: Int) -> String { "\(2_000_001_000 + i)" }
-        @Sendable func uuid(_ i: Int) -> String { "6a1f0c1e-0000-4000-8000-\(String(format: "%012d", i))" }
-        for i in 0..<n {
-            _ = try await store.recordNotification(
-                InboxEntry(
-                    notificationUUID: uuid(i), notificationType: "REFUND", subtype: nil, signedDateMs: 2, signedPayload: "h.p.s",
-                    notification: Array("{}".utf8), receivedAtMs: 2, nextAttemptAtMs: 2, originalTransactionId: id(i)))
-        }
-        @Sendable func retried<T>(_ body: @Sendable () async throws -> T) async throws -> T {
-            for _ in 0..<20 {
-                do { return try await body() } catch let error as RPCError where error.reason == "storageUnavailable" { continue }
-            }
-            return try await body()
-        }
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for i in 0..<n {
-                group.addTask {
-                    _ = try await retried {
-                        try await store.apply(
-                            [coins(id(i))], accountId: "kim", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production,
-                            nowMs: 3)
-                    }
-                }
-                group.addTask {
-                    let refunded = VerifiedPurchase(
-                        environment: "Production", transactionId: id(i), originalTransactionId: id(i), productId: "coins.100",
-                        purchaseDateMs: 1, cancellationDateMs: 2)
-                    _ = try await retried {
-                        try await store.applyNotification(
-                            NotificationRulesTests.facts(.refund, "REFUND", snapshot: refunded), uuid: uuid(i), attempts: 1, owed: [], nowMs: 3)
-                    }
-                }
-            }
-            try await group.waitForAll()
-        }
-        #expect(try await store.balance(accountId: "kim", scope: .production) == Wallet(balance: 0, owed: 0), "every refund applied")
-        let revoked = try await store.count("SELECT COUNT(*) FROM fulfillment.processed_transaction WHERE revoked_at_ms IS NOT NULL")
-        #expect(revoked == n)
-        #expect(try await store.ledgerMismatches().isEmpty)
     }
 
     /// A body given to `writeAfterOneRead` that needs more than one read, or reads after writing, runs in a transaction

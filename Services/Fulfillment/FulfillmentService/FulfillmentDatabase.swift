@@ -92,9 +92,8 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         async throws
         -> NotificationRules.Decision
     {
-        let decision: NotificationRules.Decision
         do {
-            decision = try await write { s in
+            return try await write { s in
                 let tx = FulfillmentRecords(s)
                 let decision = NotificationRules.decide(facts, stored: try tx.stored(for: facts))
                 for effect in decision.effects { try tx.apply(effect, owed: owed, nowMs: nowMs) }
@@ -109,12 +108,6 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         } catch is SettledMeanwhile {
             return NotificationRules.Decision(effects: [], ignoredBecause: "settled meanwhile")
         }
-        // A refund remembered for a purchase not recorded yet, whose redeem committed meanwhile (its writes waited for
-        // this one: `FulfillmentRecords.holdAgainstEarlyRevocation`): read after this commit, so the grant is found.
-        for case .rememberEarlyRevocation(let transactionId, let reason) in decision.effects {
-            _ = try await revoke(transactionId: transactionId, reason: reason, nowMs: nowMs)
-        }
-        return decision
     }
 
     public func extendEntitlement(originalTransactionId: String, expiresAtMs: Int64, nowMs: Int64) async throws -> Bool {

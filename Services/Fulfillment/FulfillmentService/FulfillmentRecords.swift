@@ -153,19 +153,6 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.value("SELECT reason FROM early_revocation WHERE transaction_id = ?1", transactionId)
     }
 
-    /// A refund notification about a purchase not recorded yet shares no key with its redeem, and PostgreSQL's
-    /// SERIALIZABLE checks do not see a REPEATABLE READ (or alone) writer: a row of the notification's key, inserted and
-    /// removed again by the grant's writes. A plain INSERT meets the notification's row whatever this transaction's
-    /// snapshot, committed (23505: the redeem runs again and reads the refund) or in flight (waits for it); a notification
-    /// inserting after waits for this transaction and then finds the grant (`applyNotification`). SQLite writes one
-    /// transaction at a time.
-    func holdAgainstEarlyRevocation(_ transactionId: String, nowMs: Int64) throws {
-        guard s.dialect == .postgres else { return }
-        try s.later(
-            "INSERT INTO early_revocation (transaction_id, reason, recorded_at_ms) VALUES (?1, 'granting', ?2)", transactionId, nowMs)
-        try s.later("DELETE FROM early_revocation WHERE transaction_id = ?1", transactionId)
-    }
-
     func forgetEarlyRevocation(_ transactionId: String) throws {
         try s.later("DELETE FROM early_revocation WHERE transaction_id = ?1", transactionId)
     }

@@ -26,10 +26,6 @@ public protocol FulfillmentTransaction {
     func earlyRevocation(_ transactionId: String) throws -> String?
     /// A refund reversed before the purchase was redeemed: its early revocation no longer holds.
     func forgetEarlyRevocation(_ transactionId: String) throws
-    /// Makes this grant fail (and run again) if an early revocation of the transaction was recorded since it read, where
-    /// writers run concurrently (`FulfillmentRecords`: PostgreSQL); a notification that records one after it reads the
-    /// grant once committed (`applyNotification`). Either way the refund is applied.
-    func holdAgainstEarlyRevocation(_ transactionId: String, nowMs: Int64) throws
     /// The debt the latest reversal of this transaction added, if it has one.
     func lastReversalDebt(_ transactionId: String) throws -> Int64?
 
@@ -246,7 +242,6 @@ public enum GrantRules {
                 result(.revoked)
                 continue
             }
-            try tx.holdAgainstEarlyRevocation(p.transactionId, nowMs: nowMs)
             result(try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx))
             if p.finishableAtApple { recorded.append(p.transactionId) }
         }
