@@ -133,6 +133,22 @@ import Testing
         #expect(try apply([], now: 50).entitlements.isEmpty)
     }
 
+    /// A purchase Apple refunded before its redeem (the payload says so, or an early revocation was kept) is recorded as
+    /// granted and taken back at once: when Apple reverses the refund, it is given back whole, coins and access. (Before,
+    /// it was recorded as granting nothing, and the reversal gave nothing back.)
+    @Test func aPurchaseRefundedBeforeItsRedeemIsGivenBackWholeWhenTheRefundIsReversed() throws {
+        ledger.earlyRevocations["c1"] = "refunded"
+        let refunded = try apply([
+            (purchase("c1"), .coins(perUnit: 100)), (purchase("p1", product: "pack", cancelled: 5), .permanent(entitlement: "castle")),
+        ])
+        #expect(refunded.results.map(\.outcome) == [.revoked, .revoked] && refunded.balance == 0 && refunded.entitlements.isEmpty)
+        #expect(ledger.earlyRevocations.isEmpty, "the early revocation is spent")
+        #expect(try GrantRules.reinstate("c1", nowMs: 20, in: ledger) && GrantRules.reinstate("p1", nowMs: 20, in: ledger))
+        let after = try apply([], now: 30)
+        #expect(after.balance == 100 && after.entitlements.map(\.entitlement) == ["castle"])
+        #expect(ledger.invariantsHold)
+    }
+
     @Test func renewalsExtendAndARenewalAfterARevocationReinstates() throws {
         try apply([(purchase("s1", product: "sub", expires: 100), .subscription(entitlement: "pro"))])
         #expect(

@@ -41,9 +41,19 @@ final class InMemoryLedger: FulfillmentTransaction {
 
     func setCoinsGranted(_ transactionId: String, coins: Int64) { processedRows[transactionId]?.coinsGranted = coins }
 
+    /// Transaction ids the rules claimed (an early revocation holds its own): claimed twice is a rule's mistake, which
+    /// PostgreSQL would answer with a conflict on every attempt.
+    var claims: Set<String> = []
+    func claim(_ transactionId: String) {
+        precondition(earlyRevocations[transactionId] == nil && claims.insert(transactionId).inserted, "one claim per transaction")
+    }
+
     var earlyRevocations: [String: String] = [:]
     func earlyRevocation(_ transactionId: String) -> String? { earlyRevocations[transactionId] }
-    func forgetEarlyRevocation(_ transactionId: String) { earlyRevocations[transactionId] = nil }
+    func forgetEarlyRevocation(_ transactionId: String) {
+        earlyRevocations[transactionId] = nil
+        if processedRows[transactionId] == nil { claims.remove(transactionId) }
+    }
 
     func lastReversalDebt(_ transactionId: String) -> Int64? {
         rows.last { $0.kind == .reversal && $0.transactionId == transactionId }?.debt

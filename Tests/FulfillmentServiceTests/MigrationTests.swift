@@ -20,7 +20,7 @@ import Testing
     }
 
     /// Every migration after the merged one, as a file the steps made gets them.
-    static let since = ["v2-content-deliveries", "v3-events", "v4-adjustments", "v5-retention", "v6-play"]
+    static let since = ["v2-content-deliveries", "v3-events", "v4-adjustments", "v5-retention", "v6-play", "v7-transaction-claim"]
     /// The schema every migration makes on a new file: what a file the steps made must end with too.
     static func current() async throws -> Set<String> {
         let (all, allPath) = try database()
@@ -79,6 +79,9 @@ import Testing
             mode: .redeem, policy: .refuse, nowMs: 5)
         #expect(applied.balance == 30 && applied.owed == 0)
         #expect(try await store.ledgerMismatches().isEmpty)
+        // The purchase processed before claims existed has its claim (the migration's), the new one its own.
+        let claims = try await queue.read { db in try String.fetchAll(db, sql: "SELECT transaction_id FROM transaction_claim ORDER BY 1") }
+        #expect(claims == ["t1", "t2"])
         // Still append-only.
         await #expect(throws: (any Error).self) { try await queue.write { db in try db.execute(sql: "DELETE FROM ledger") } }
         await #expect(throws: (any Error).self) { try await queue.write { db in try db.execute(sql: "UPDATE ledger SET delta = 0") } }

@@ -149,12 +149,23 @@ struct FulfillmentRecords: FulfillmentTransaction {
             p.play?.purchasedQuantity != nil ? p.quantity : nil)
     }
 
+    /// A plain INSERT: on PostgreSQL it meets another writer's committed or in-flight claim whatever this transaction's
+    /// snapshot (unlike a read), and fails (23505), so the attempt runs again.
+    func claim(_ transactionId: String) throws {
+        try s.later("INSERT INTO transaction_claim (transaction_id) VALUES (?1)", transactionId)
+    }
+
     func earlyRevocation(_ transactionId: String) throws -> String? {
         try s.value("SELECT reason FROM early_revocation WHERE transaction_id = ?1", transactionId)
     }
 
     func forgetEarlyRevocation(_ transactionId: String) throws {
         try s.later("DELETE FROM early_revocation WHERE transaction_id = ?1", transactionId)
+        try s.later(
+            """
+            DELETE FROM transaction_claim WHERE transaction_id = ?1
+                AND NOT EXISTS (SELECT 1 FROM processed_transaction p WHERE p.transaction_id = ?1)
+            """, transactionId)
     }
 
     func markReinstated(_ transactionId: String) throws {

@@ -347,6 +347,16 @@ extension FulfillmentStore {
                     ALTER TABLE processed_transaction ADD COLUMN units INTEGER CHECK (units > 0);
                     """)
         }
+        // 2026-11-29: one claim per transaction id whose fate was first decided here (`FulfillmentTransaction.claim`). One
+        // writer at a time never races here; the same records as PostgreSQL's, where a redeem and an early refund do.
+        m.registerMigration("v7-transaction-claim") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE transaction_claim (transaction_id TEXT PRIMARY KEY NOT NULL) WITHOUT ROWID;
+                    INSERT INTO transaction_claim (transaction_id)
+                        SELECT transaction_id FROM processed_transaction UNION SELECT transaction_id FROM early_revocation;
+                    """)
+        }
         return m
     }
 }

@@ -17,6 +17,11 @@ public protocol FulfillmentTransaction {
     /// The processed transaction with this id (one per id, whatever environment).
     func processed(_ transactionId: String) throws -> ProcessedTransaction?
     func recordProcessed(_ purchase: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) throws
+    /// Claims a transaction id for the first decision about it here (its grant, or a refund that came before it): every
+    /// first decision writes the same key, so of two made at once from the same unseen state (a redeem and a refund
+    /// notification, in transactions that read different rows) the second fails and runs again on the first's records.
+    /// Not called once an early revocation was seen: it holds the claim.
+    func claim(_ transactionId: String) throws
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws
     /// What the transaction's revocation would take back now (after part of it was refunded).
     func setCoinsGranted(_ transactionId: String, coins: Int64) throws
@@ -24,7 +29,8 @@ public protocol FulfillmentTransaction {
     func markReinstated(_ transactionId: String) throws
     /// The reason of a refund or revocation Apple announced before this transaction was ever redeemed here.
     func earlyRevocation(_ transactionId: String) throws -> String?
-    /// A refund reversed before the purchase was redeemed: its early revocation no longer holds.
+    /// An early revocation no longer needed: its redeem recorded the purchase revoked, or Apple reversed the refund before
+    /// any redeem (then the transaction id's claim goes with it: nothing is decided about it here any more).
     func forgetEarlyRevocation(_ transactionId: String) throws
     /// The debt the latest reversal of this transaction added, if it has one.
     func lastReversalDebt(_ transactionId: String) throws -> Int64?
@@ -206,6 +212,7 @@ public enum GrantRules {
                     }
                 }
                 if stored.processed == nil {
+                    if stored.earlyRevocation == nil { try tx.claim(p.transactionId) }
                     try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
                     if p.finishableAtApple { recorded.append(p.transactionId) }
                 }
@@ -233,12 +240,16 @@ public enum GrantRules {
             if owner == nil { try tx.bind(p, to: holder, nowMs: nowMs) }
             // Refunded before we ever saw it (the payload says so, or Apple's notification came first).
             let early = stored.earlyRevocation
+            if early == nil { try tx.claim(p.transactionId) }
             if p.cancellationDateMs != nil || early != nil {
-                // Record it, grant nothing, and take back what its original granted (a refunded renewal
-                // or re-purchase revokes the entitlement).
-                try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
+                // Granted and taken back at once, as a redeem followed by its refund: what it is worth is on record, so a
+                // reversal of the refund gives it back whole (`reinstate`), and a refunded renewal or re-purchase also
+                // revokes the entitlement its original granted. The early revocation is spent: removing it also meets a
+                // reversal committed meanwhile (which removes it too), so one of the two runs again.
+                _ = try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx)
                 if p.finishableAtApple { recorded.append(p.transactionId) }
                 _ = try revoke(p.transactionId, reason: early ?? "refunded", nowMs: nowMs, in: tx)
+                if early != nil { try tx.forgetEarlyRevocation(p.transactionId) }
                 result(.revoked)
                 continue
             }

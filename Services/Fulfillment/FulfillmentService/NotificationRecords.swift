@@ -80,8 +80,12 @@ extension FulfillmentRecords {
         return true
     }
 
-    /// A refund or revocation of a purchase not redeemed here yet: its redeem will grant nothing.
+    /// A refund or revocation of a purchase not redeemed here yet: its redeem will grant nothing. The first decision about
+    /// the transaction id here, so it claims it (`claim`), unless something already did (an earlier refund, or a refunded
+    /// renewal this notification recorded): a redeem that commits meanwhile makes this one run again and revoke.
     func rememberEarlyRevocation(_ transactionId: String, reason: String, nowMs: Int64) throws {
+        let claimed: Int64? = try s.value("SELECT 1 FROM transaction_claim WHERE transaction_id = ?1", transactionId)
+        if claimed == nil { try claim(transactionId) }
         try s.run(
             """
             INSERT INTO early_revocation (transaction_id, reason, recorded_at_ms) VALUES (?1, ?2, ?3)

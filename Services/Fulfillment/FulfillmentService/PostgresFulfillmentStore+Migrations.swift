@@ -356,5 +356,15 @@ extension PostgresFulfillmentStore {
             END
             $$;
             """),
+        // 2026-11-29: one claim per transaction id whose fate was first decided here (`FulfillmentTransaction.claim`): a
+        // redeem's grant and a refund that came before it write the same key, so the second of two made at once runs
+        // again. Both existing kinds of first decision claim theirs.
+        PostgresMigration(
+            "v12-transaction-claim",
+            """
+            CREATE TABLE transaction_claim (transaction_id TEXT PRIMARY KEY);
+            INSERT INTO transaction_claim (transaction_id)
+                SELECT transaction_id FROM processed_transaction UNION SELECT transaction_id FROM early_revocation;
+            """),
     ]
 }
