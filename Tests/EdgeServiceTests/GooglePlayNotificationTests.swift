@@ -162,6 +162,8 @@ import Testing
             #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["premium"])
             // Redeemed as well by the app, and pushed again: the old plan ended once.
             _ = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: premium.purchaseToken)])
+            // (On PostgreSQL the feed holds back what committed after the oldest transaction running in the cluster.)
+            try await suite.eventFeedSettled()
             let events = try await suite.fulfillment.call(
                 FulfillmentListEvents.self, .init(adminToken: SuiteFixture.adminToken, accountId: ann.accountId))
             #expect(events.events.filter { $0.type == .subscriptionExpired }.count == 1)

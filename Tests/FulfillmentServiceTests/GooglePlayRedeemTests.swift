@@ -33,7 +33,8 @@ import Testing
             let at = try await play.purchase(bought.purchaseToken)
             #expect(at.consumed && at.acknowledged && at.state == "purchased")
             #expect(try await suite.service.outbox.deliverOutbox() == 0)
-            // The event names the store.
+            // The event names the store (once the feed shows what committed: `eventFeedSettled`).
+            try await suite.eventFeedSettled()
             let events = try await suite.fulfillment.call(
                 FulfillmentListEvents.self, .init(adminToken: SuiteFixture.adminToken, accountId: ann.accountId))
             #expect(events.events.contains { $0.type == .purchaseGranted && $0.store == "googlePlay" })

@@ -24,11 +24,7 @@ import Testing
     /// Rounds of the worker until nothing more is due now, once the feed shows every committed event (on PostgreSQL a
     /// reader waits for the oldest transaction running in the cluster, and other suites' tests run beside these).
     static func deliver(_ suite: SuiteFixture) async throws {
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try await suite.count("SELECT COUNT(*) FROM event") != feed(suite).count {
-            try #require(ContinuousClock.now < deadline, "the feed never caught up with what committed")
-            try await Task.sleep(for: .milliseconds(10))  // polling the horizon, bounded by the deadline
-        }
+        try await suite.eventFeedSettled()
         while try await suite.service.webhookWorker.deliverWebhooks().more {}
     }
 

@@ -413,6 +413,16 @@ public final class SuiteFixture: Sendable {
         return try await queue.read { db in try Int.fetchOne(db, sql: snake) ?? 0 }
     }
 
+    /// Waits (bounded) until `listEvents` shows every event committed: on PostgreSQL a reader is given only events of
+    /// transactions older than every transaction running anywhere in the cluster, and other suites' tests run beside.
+    public func eventFeedSettled() async throws {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try await count("SELECT COUNT(*) FROM event") != store.events(after: .start, limit: 100_000, accountId: nil, types: nil).count {
+            guard ContinuousClock.now < deadline else { throw SuiteFixtureError("the event feed never caught up with what committed") }
+            try await Task.sleep(for: .milliseconds(10))  // polling the horizon, bounded by the deadline
+        }
+    }
+
     /// Every account's wallet equals the sum of its ledger; no wallet is negative.
     public func ledgerIsConsistent() async throws -> Bool {
         try await store.ledgerMismatches().isEmpty
