@@ -94,4 +94,16 @@ struct EarlyRefundRaceTests {
         #expect(try await store.count("SELECT COUNT(*) FROM fulfillment.processed_transaction WHERE revoked_at_ms IS NULL") == Self.n)
         #expect(try await store.ledgerMismatches().isEmpty)
     }
+
+    /// A claim without the records it stands for (left by an instance of an older version, which removed an early refund
+    /// on its reversal but not the claim it did not know) never stops the purchase's redeem.
+    @Test func aClaimLeftWithoutItsRecordsDoesNotStopTheRedeem() async throws {
+        let database = try await TestDatabase.make(schema: "fulfillment", connections: 2, label: "orphan-claim-test")
+        let store = try await PostgresFulfillmentStore(pool: database.pool)
+        defer { try? store.close() }
+        _ = try await TestPostgres.psql(database.psqlURL, "INSERT INTO fulfillment.transaction_claim (transaction_id) VALUES ('\(Self.id(0))')")
+        let redeemed = try await store.apply(
+            [coins(Self.id(0))], accountId: "kim", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 3)
+        #expect(redeemed.results.map(\.outcome) == [.granted] && redeemed.balance == 100)
+    }
 }

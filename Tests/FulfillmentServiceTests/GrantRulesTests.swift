@@ -149,6 +149,20 @@ import Testing
         #expect(ledger.invariantsHold)
     }
 
+    /// A refunded renewal redeemed beside a paid later one, after an earlier renewal's refund ended the access: the refunded
+    /// one is only recorded (granted first, it would give the access back to take it away at once, after the paid period
+    /// began), and the paid one gives the access back.
+    @Test func aRefundedRenewalRedeemedBesideAPaidOneLeavesThePaidPeriod() throws {
+        try apply([(purchase("s1", product: "sub", expires: 100), .subscription(entitlement: "pro"))])
+        try apply([(purchase("s2", original: "s1", product: "sub", purchasedAt: 100, expires: 200), .subscription(entitlement: "pro"))], now: 150)
+        _ = try GrantRules.revoke("s2", reason: "refunded", nowMs: 160, in: ledger)
+        let refunded = purchase("s3", original: "s1", product: "sub", purchasedAt: 200, expires: 300, cancelled: 210)
+        let paid = purchase("s4", original: "s1", product: "sub", purchasedAt: 300, expires: 400)
+        let redeemed = try apply([(refunded, .subscription(entitlement: "pro")), (paid, .subscription(entitlement: "pro"))], now: 350)
+        #expect(redeemed.results.map(\.outcome) == [.revoked, .granted])
+        #expect(redeemed.entitlements.map(\.expiresAtMs) == [400])
+    }
+
     @Test func renewalsExtendAndARenewalAfterARevocationReinstates() throws {
         try apply([(purchase("s1", product: "sub", expires: 100), .subscription(entitlement: "pro"))])
         #expect(

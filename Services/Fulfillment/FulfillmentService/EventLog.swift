@@ -115,24 +115,20 @@ struct EventRecords {
         let body = String(decoding: try JSONByteEncoder.encode(e), as: UTF8.self)
         if let last = s.wallets?.sequences[e.accountId] {
             s.wallets?.sequences[e.accountId] = last + 1
-            try s.later(
-                """
-                INSERT INTO event (account_id, sequence, type, occurred_at_ms, environment, balance, owed, body)
-                SELECT ?1, ?7, ?3, ?4, ?5,
-                    COALESCE((SELECT balance FROM wallet WHERE account_id = ?1 AND scope = ?2), 0),
-                    COALESCE((SELECT owed FROM wallet WHERE account_id = ?1 AND scope = ?2), 0), ?6
-                """, e.accountId, e.scope.rawValue, e.type.rawValue, e.occurredAtMs, e.environment, body, last + 1)
+            try s.later(Self.appendNumbered, e.accountId, e.scope.rawValue, e.type.rawValue, e.occurredAtMs, e.environment, body, last + 1)
             return
         }
-        try s.later(
-            """
-            INSERT INTO event (account_id, sequence, type, occurred_at_ms, environment, balance, owed, body)
-            SELECT ?1, COALESCE(MAX(sequence), 0) + 1, ?3, ?4, ?5,
-                COALESCE((SELECT balance FROM wallet WHERE account_id = ?1 AND scope = ?2), 0),
-                COALESCE((SELECT owed FROM wallet WHERE account_id = ?1 AND scope = ?2), 0), ?6
-            FROM event WHERE account_id = ?1
-            """, e.accountId, e.scope.rawValue, e.type.rawValue, e.occurredAtMs, e.environment, body)
+        try s.later(Self.appendNext, e.accountId, e.scope.rawValue, e.type.rawValue, e.occurredAtMs, e.environment, body)
     }
+
+    /// `append`'s two statements: numbered by the caller (`?7`), or after the account's last event, read by the insert.
+    private static let appendNumbered = appendInsert + " SELECT ?1, ?7, " + appendRest
+    private static let appendNext = appendInsert + " SELECT ?1, COALESCE(MAX(sequence), 0) + 1, " + appendRest + " FROM event WHERE account_id = ?1"
+    private static let appendInsert = "INSERT INTO event (account_id, sequence, type, occurred_at_ms, environment, balance, owed, body)"
+    private static let appendRest = """
+        ?3, ?4, ?5, COALESCE((SELECT balance FROM wallet WHERE account_id = ?1 AND scope = ?2), 0),
+            COALESCE((SELECT owed FROM wallet WHERE account_id = ?1 AND scope = ?2), 0), ?6
+        """
 
     /// Events after `after` in commit order, at most `limit`; on PostgreSQL only those of transactions older than every
     /// running one (`EventPosition`).

@@ -51,7 +51,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
                 \(Self.storedJoins)
                 UNION ALL
                 SELECT 1, NULL, NULL, x.environment, x.account_id, x.scope, x.original_transaction_id, x.product_id, NULL, NULL,
-                    x.revoked_at_ms, NULL, NULL, NULL, NULL, NULL, NULL, x.entitlement, x.starts_at_ms, x.expires_at_ms
+                    x.revoked_at_ms, NULL, NULL, NULL, NULL, NULL, NULL, NULL, x.entitlement, x.starts_at_ms, x.expires_at_ms
                 FROM entitlement x
                 WHERE x.account_id = ?3 AND x.scope = ?6 AND x.revoked_at_ms IS NULL AND (x.expires_at_ms IS NULL OR x.expires_at_ms > ?7)
                 ORDER BY row_kind
@@ -78,19 +78,23 @@ struct FulfillmentRecords: FulfillmentTransaction {
         }
         let processed: ProcessedTransaction? =
             try row.get("environment", as: String?.self) == nil ? nil : try Self.processedTransaction(row)
-        return StoredPurchase(owner: owner, processed: processed, earlyRevocation: try row.get("early_reason"))
+        return StoredPurchase(
+            owner: owner, processed: processed, earlyRevocation: try row.get("early_reason"),
+            claimed: try row.get("claim_id", as: String?.self) != nil)
     }
 
     private static let storedColumns = """
         o.account_id AS owner_account_id, o.scope AS owner_scope, p.environment, p.account_id, p.scope,
             p.original_transaction_id, p.product_id, p.grant_kind, p.coins_granted, p.revoked_at_ms, e.reason AS early_reason,
-            wp.balance AS production_balance, wp.owed AS production_owed, ws.balance AS sandbox_balance, ws.owed AS sandbox_owed
+            wp.balance AS production_balance, wp.owed AS production_owed, ws.balance AS sandbox_balance, ws.owed AS sandbox_owed,
+            c.transaction_id AS claim_id
         """
     private static let storedJoins = """
         FROM (SELECT 1 AS one) AS one
         LEFT JOIN ownership o ON o.original_transaction_id = ?1
         LEFT JOIN processed_transaction p ON p.transaction_id = ?2
         LEFT JOIN early_revocation e ON e.transaction_id = ?2
+        LEFT JOIN transaction_claim c ON c.transaction_id = ?2
         LEFT JOIN wallet wp ON wp.account_id = ?3 AND wp.scope = ?4
         LEFT JOIN wallet ws ON ws.account_id = ?3 AND ws.scope = ?5
         """
@@ -159,8 +163,11 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.value("SELECT reason FROM early_revocation WHERE transaction_id = ?1", transactionId)
     }
 
+    /// Never sent alone (`run`: an attempt without a transaction runs again in one): at REPEATABLE READ or SERIALIZABLE,
+    /// removing a row another transaction removed meanwhile fails (40001), which is what keeps a redeem and a refund
+    /// reversal about one early refund from both deciding on it.
     func forgetEarlyRevocation(_ transactionId: String) throws {
-        try s.later("DELETE FROM early_revocation WHERE transaction_id = ?1", transactionId)
+        try s.run("DELETE FROM early_revocation WHERE transaction_id = ?1", transactionId)
         try s.later(
             """
             DELETE FROM transaction_claim WHERE transaction_id = ?1

@@ -67,7 +67,7 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage, Eve
     func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome
     /// Reverses a refund (`GrantRules.reinstate`); false when the transaction is unknown or not revoked.
     func reinstate(transactionId: String, nowMs: Int64) async throws -> Bool
-    /// Remembers a refund or revocation of a purchase not redeemed here yet: its redeem will grant nothing.
+    /// Remembers a refund or revocation of a purchase not redeemed here yet: its redeem records it refunded.
     func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws
     /// Keeps a subscription's renewal state, forward only by `signedDateMs`; false when an newer one is kept.
     func recordRenewal(_ state: RenewalState, nowMs: Int64) async throws -> Bool
@@ -198,7 +198,10 @@ public enum GrantRules {
             let holder = Holder(accountId: accountId, scope: owner?.scope ?? item.scope)
             if let owner, owner.accountId != accountId {
                 // A Google Play purchase the app bound to no account is never moved: anyone who saw its token could take it.
-                guard policy == .transfer, rule.entitlement != nil, p.cancellationDateMs == nil, p.play == nil || p.appAccountToken != nil else {
+                // Nor is a refunded one (a refund in the purchase, or remembered before it was redeemed).
+                guard policy == .transfer, rule.entitlement != nil, p.cancellationDateMs == nil, stored.earlyRevocation == nil,
+                    p.play == nil || p.appAccountToken != nil
+                else {
                     result(.ownedByAnotherAccount)
                     continue
                 }
@@ -212,7 +215,7 @@ public enum GrantRules {
                     }
                 }
                 if stored.processed == nil {
-                    if stored.earlyRevocation == nil { try tx.claim(p.transactionId) }
+                    if !stored.claimed { try tx.claim(p.transactionId) }
                     try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
                     if p.finishableAtApple { recorded.append(p.transactionId) }
                 }
@@ -240,13 +243,18 @@ public enum GrantRules {
             if owner == nil { try tx.bind(p, to: holder, nowMs: nowMs) }
             // Refunded before we ever saw it (the payload says so, or Apple's notification came first).
             let early = stored.earlyRevocation
-            if early == nil { try tx.claim(p.transactionId) }
+            if !stored.claimed { try tx.claim(p.transactionId) }
             if p.cancellationDateMs != nil || early != nil {
                 // Granted and taken back at once, as a redeem followed by its refund: what it is worth is on record, so a
-                // reversal of the refund gives it back whole (`reinstate`), and a refunded renewal or re-purchase also
-                // revokes the entitlement its original granted. The early revocation is spent: removing it also meets a
-                // reversal committed meanwhile (which removes it too), so one of the two runs again.
-                _ = try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx)
+                // reversal of the refund gives it back whole (`reinstate`). A renewal of a subscription held here is only
+                // recorded: its period would move (or give back) access that a refund ended. A refunded renewal or
+                // re-purchase revokes the entitlement its original granted. The early revocation is spent: removing it
+                // also meets a reversal committed meanwhile (which removes it too), so one of the two runs again.
+                if case .subscription = rule, owner != nil {
+                    try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
+                } else {
+                    _ = try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx)
+                }
                 if p.finishableAtApple { recorded.append(p.transactionId) }
                 _ = try revoke(p.transactionId, reason: early ?? "refunded", nowMs: nowMs, in: tx)
                 if early != nil { try tx.forgetEarlyRevocation(p.transactionId) }

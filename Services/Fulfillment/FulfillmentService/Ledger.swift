@@ -173,10 +173,14 @@ public struct StoredPurchase: Sendable {
     public var owner: Holder?
     public var processed: ProcessedTransaction?
     public var earlyRevocation: String?
-    public init(owner: Holder?, processed: ProcessedTransaction?, earlyRevocation: String?) {
+    /// Whether its transaction id is claimed (`FulfillmentTransaction.claim`): by default, when it is processed or early
+    /// revoked, as the rules keep it.
+    public var claimed: Bool
+    public init(owner: Holder?, processed: ProcessedTransaction?, earlyRevocation: String?, claimed: Bool? = nil) {
         self.owner = owner
         self.processed = processed
         self.earlyRevocation = earlyRevocation
+        self.claimed = claimed ?? (processed != nil || earlyRevocation != nil)
     }
 }
 

@@ -80,7 +80,7 @@ extension FulfillmentRecords {
         return true
     }
 
-    /// A refund or revocation of a purchase not redeemed here yet: its redeem will grant nothing. The first decision about
+    /// A refund or revocation of a purchase not redeemed here yet: its redeem records it refunded. The first decision about
     /// the transaction id here, so it claims it (`claim`), unless something already did (an earlier refund, or a refunded
     /// renewal this notification recorded): a redeem that commits meanwhile makes this one run again and revoke.
     func rememberEarlyRevocation(_ transactionId: String, reason: String, nowMs: Int64) throws {

@@ -86,7 +86,7 @@ public enum NotificationRules {
     public enum Effect: Sendable, Equatable {
         case keepRenewal(RenewalState)
         case revoke(transactionId: String, reason: String)
-        /// Remembered so that the redeem bringing the purchase grants nothing.
+        /// Remembered so that the redeem bringing the purchase records it refunded.
         case rememberEarlyRevocation(transactionId: String, reason: String)
         /// A refund reversed: given back (or, never redeemed, its early revocation forgotten).
         case reinstate(transactionId: String)
