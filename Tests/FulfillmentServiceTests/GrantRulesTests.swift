@@ -108,6 +108,13 @@ import Testing
         try apply([(pack, .permanent(entitlement: "castle"))])
         let again = purchase("t2", original: "t1", product: "pack")
         #expect(try apply([(again, .permanent(entitlement: "castle"))], for: Self.bob).results.map(\.outcome) == [.ownedByAnotherAccount])
+        // Refunded before it was seen here (the refund remembered, not in the payload): not moved either.
+        ledger.earlyRevocations["t2"] = "refunded"
+        #expect(
+            try apply([(again, .permanent(entitlement: "castle"))], for: Self.bob, policy: .transfer).results.map(\.outcome) == [
+                .ownedByAnotherAccount
+            ])
+        ledger.earlyRevocations = [:]
         let moved = try apply([(again, .permanent(entitlement: "castle"))], for: Self.bob, policy: .transfer)
         #expect(moved.results.map(\.outcome) == [.restored])
         #expect(moved.entitlements.map(\.entitlement) == ["castle"])
