@@ -175,6 +175,29 @@ func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -
         }
     }
 
+    /// A refund that came before the redeem, on both engines' SQL: the redeem records the purchase refunded, and the refund's
+    /// reversal gives it back whole; reversed before any redeem, the redeem grants it; either way a second refund takes it back.
+    @Test(arguments: StoreEngine.available)
+    func aRefundBeforeTheRedeemAndItsReversalEndAsIfNeitherHappened(engine: StoreEngine) async throws {
+        try await engine.open(instances: 2).with { db in
+            @Sendable func redeem(_ id: String) async throws -> AppliedPurchases {
+                try await db[0].apply(
+                    [coins(id)], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 3)
+            }
+            try await db[1].recordEarlyRevocation(transactionId: "2000000030", reason: "refunded", nowMs: 1)
+            #expect(try await redeem("2000000030").results.map(\.outcome) == [.revoked])
+            #expect(try await db[1].reinstate(transactionId: "2000000030", nowMs: 4))
+            #expect(try await db[0].balance(accountId: "alice", scope: .production) == Wallet(balance: 100, owed: 0))
+            try await db[1].recordEarlyRevocation(transactionId: "2000000031", reason: "refunded", nowMs: 5)
+            #expect(try await db[0].reinstate(transactionId: "2000000031", nowMs: 6))
+            #expect(try await redeem("2000000031").results.map(\.outcome) == [.granted])
+            #expect(try await db[0].balance(accountId: "alice", scope: .production) == Wallet(balance: 200, owed: 0))
+            for id in ["2000000030", "2000000031"] { #expect(try await db[1].revoke(transactionId: id, reason: "refunded", nowMs: 7) == .revoked) }
+            #expect(try await db[0].balance(accountId: "alice", scope: .production) == Wallet(balance: 0, owed: 0))
+            #expect(try await db.first.ledgerMismatches().isEmpty)
+        }
+    }
+
     @Test(arguments: StoreEngine.available)
     func theInboxKeepsOneRowPerNotificationUUID(engine: StoreEngine) async throws {
         try await engine.open(instances: 3).with { db in
