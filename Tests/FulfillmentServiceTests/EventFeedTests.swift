@@ -4,6 +4,7 @@ import IAPProtocol
 import JSONRPC
 import PostgresSupport
 import RPCTestSupport
+import SuiteTestSupport
 import Testing
 
 /// The event feed on both engines: every kind of change appends exactly one event, in the change's own transaction,
@@ -21,7 +22,7 @@ import Testing
     }
 
     static func all(_ store: any FulfillmentStorage, account: String? = nil) async throws -> [FulfillmentEvent] {
-        try await settled(store)
+        try await SuiteFixture.eventFeedSettled(store)
         var out: [FulfillmentEvent] = []
         var after = EventPosition.start
         while true {
@@ -29,18 +30,6 @@ import Testing
             out += page
             guard let last = page.last else { return out }
             after = EventPosition(cursor: last.cursor)!
-        }
-    }
-
-    /// Waits (bounded) until the feed shows every committed event: on PostgreSQL a reader is held behind the oldest
-    /// transaction running anywhere in the cluster, and other suites' tests run beside these ones.
-    static func settled(_ store: any FulfillmentStorage) async throws {
-        guard let postgres = store as? PostgresFulfillmentStore else { return }
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try await postgres.count("SELECT COUNT(*) FROM event") != store.events(after: .start, limit: 100_000, accountId: nil, types: nil).count
-        {
-            try #require(ContinuousClock.now < deadline, "the feed never caught up with what committed")
-            try await Task.sleep(for: .milliseconds(10))  // polling the horizon, bounded by the deadline
         }
     }
 
@@ -203,7 +192,7 @@ import Testing
                 _ = try await store.apply(
                     [coins(String(8_000_000 + i))], accountId: account, appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1_000)
             }
-            try await Self.settled(store)
+            try await SuiteFixture.eventFeedSettled(store)
             let endpoint = try #require(try await store.webhook("wh-test"))
             #expect(try await store.dispatchEvents(to: endpoint, limit: 100, nowMs: 1_000) == 5)
             // Bob's events went out; alice's still wait.
@@ -309,7 +298,7 @@ import Testing
             _ = try await store.apply([coins("6100002")], accountId: "after", appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 3)
             release.signal()
             try await holder.value
-            try await Self.settled(store)
+            try await SuiteFixture.eventFeedSettled(store)
             let endpoint = try #require(try await store.webhook("wh-late"))
             #expect(try await store.dispatchEvents(to: endpoint, limit: 100, nowMs: 4) == 1, "only the event committed after the add")
             let owed = try await store.dueWebhookItems(endpointId: "wh-late", nowMs: 4, limit: 10, leaseMs: 60_000).map(\.key)

@@ -415,9 +415,14 @@ public final class SuiteFixture: Sendable {
 
     /// Waits (bounded) until `listEvents` shows every event committed: on PostgreSQL a reader is given only events of
     /// transactions older than every transaction running anywhere in the cluster, and other suites' tests run beside.
-    public func eventFeedSettled() async throws {
+    public func eventFeedSettled() async throws { try await Self.eventFeedSettled(store) }
+
+    /// `eventFeedSettled` for any fulfillment store (SQLite's feed shows what committed at once).
+    public static func eventFeedSettled(_ store: any FulfillmentStorage) async throws {
+        guard let postgres = store as? PostgresFulfillmentStore else { return }
         let deadline = ContinuousClock.now + .seconds(30)
-        while try await count("SELECT COUNT(*) FROM event") != store.events(after: .start, limit: 100_000, accountId: nil, types: nil).count {
+        while try await postgres.count("SELECT COUNT(*) FROM event") != store.events(after: .start, limit: 100_000, accountId: nil, types: nil).count
+        {
             guard ContinuousClock.now < deadline else { throw SuiteFixtureError("the event feed never caught up with what committed") }
             try await Task.sleep(for: .milliseconds(10))  // polling the horizon, bounded by the deadline
         }

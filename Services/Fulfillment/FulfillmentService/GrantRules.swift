@@ -20,7 +20,7 @@ public protocol FulfillmentTransaction {
     /// Claims a transaction id for the first decision about it here (its grant, or a refund that came before it): every
     /// first decision writes the same key, so of two made at once from the same unseen state (a redeem and a refund
     /// notification, in transactions that read different rows) the second fails and runs again on the first's records.
-    /// Not called once an early revocation was seen: it holds the claim.
+    /// Not called when the rules' read saw a claim (`StoredPurchase.claimed`; an early revocation holds one).
     func claim(_ transactionId: String) throws
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws
     /// What the transaction's revocation would take back now (after part of it was refunded).
