@@ -59,6 +59,7 @@ struct EarlyRefundRaceTests {
         let revoked = try await store.count("SELECT COUNT(*) FROM fulfillment.processed_transaction WHERE revoked_at_ms IS NOT NULL")
         #expect(revoked == Self.n)
         #expect(try await store.ledgerMismatches().isEmpty)
+        #expect(try await store.claimMismatches().isEmpty)
     }
 
     /// Each of 80 purchases refunded before its redeem, then redeemed while Apple's reversal of that refund arrives: every
@@ -93,6 +94,7 @@ struct EarlyRefundRaceTests {
         #expect(try await store.count("SELECT SUM(balance) FROM fulfillment.wallet") == 100 * Self.n)
         #expect(try await store.count("SELECT COUNT(*) FROM fulfillment.processed_transaction WHERE revoked_at_ms IS NULL") == Self.n)
         #expect(try await store.ledgerMismatches().isEmpty)
+        #expect(try await store.claimMismatches().isEmpty)
     }
 
     /// A claim without the records it stands for (left by an instance of an older version, which removed an early refund
@@ -102,8 +104,10 @@ struct EarlyRefundRaceTests {
         let store = try await PostgresFulfillmentStore(pool: database.pool)
         defer { try? store.close() }
         _ = try await TestPostgres.psql(database.psqlURL, "INSERT INTO fulfillment.transaction_claim (transaction_id) VALUES ('\(Self.id(0))')")
+        #expect(try await store.claimMismatches() == [Self.id(0)])
         let redeemed = try await store.apply(
             [coins(Self.id(0))], accountId: "kim", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 3)
         #expect(redeemed.results.map(\.outcome) == [.granted] && redeemed.balance == 100)
+        #expect(try await store.claimMismatches().isEmpty)
     }
 }

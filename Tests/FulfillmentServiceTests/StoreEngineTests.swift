@@ -195,6 +195,7 @@ func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -
             for id in ["2000000030", "2000000031"] { #expect(try await db[1].revoke(transactionId: id, reason: "refunded", nowMs: 7) == .revoked) }
             #expect(try await db[0].balance(accountId: "alice", scope: .production) == Wallet(balance: 0, owed: 0))
             #expect(try await db.first.ledgerMismatches().isEmpty)
+            #expect(try await db.first.claimMismatches().isEmpty)
         }
     }
 

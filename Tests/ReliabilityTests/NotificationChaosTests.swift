@@ -204,6 +204,8 @@ import Testing
                         "seed \(seed) \(customer.username): the feed says \(String(describing: last)) vs \(record)")
                 }
                 #expect(try await store.ledgerMismatches().isEmpty, "seed \(seed)")
+                let unclaimed = try await store.claimMismatches()
+                #expect(unclaimed.isEmpty, "seed \(seed): \(unclaimed)")
                 let doubled = try await store.duplicateLedgerEffects()
                 #expect(doubled.isEmpty, "seed \(seed): \(doubled)")
                 #expect(reconciled.notificationsSeen > 0)

@@ -228,6 +228,21 @@ struct FulfillmentQueries {
         return bad
     }
 
+    /// Transaction ids claimed without a record behind the claim, or recorded without a claim.
+    func claimMismatches() throws -> [String] {
+        try s.rows(
+            """
+            SELECT c.transaction_id FROM transaction_claim c
+            WHERE NOT EXISTS (SELECT 1 FROM processed_transaction p WHERE p.transaction_id = c.transaction_id)
+              AND NOT EXISTS (SELECT 1 FROM early_revocation e WHERE e.transaction_id = c.transaction_id)
+            UNION
+            SELECT d.transaction_id FROM (SELECT transaction_id FROM processed_transaction
+                                          UNION SELECT transaction_id FROM early_revocation) d
+            WHERE NOT EXISTS (SELECT 1 FROM transaction_claim c WHERE c.transaction_id = d.transaction_id)
+            """
+        ).map { try $0.get("transaction_id") }
+    }
+
     /// Accounts whose wallet differs from their ledger, in any scope.
     func ledgerMismatches() throws -> [String] {
         try s.rows(

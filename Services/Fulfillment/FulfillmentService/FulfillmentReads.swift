@@ -113,4 +113,8 @@ extension FulfillmentInvariants where Self: FulfillmentDatabase {
     public func ledgerMismatches() async throws -> [String] {
         try await read { s in try FulfillmentQueries(s).ledgerMismatches() }
     }
+
+    public func claimMismatches() async throws -> [String] {
+        try await read { s in try FulfillmentQueries(s).claimMismatches() }
+    }
 }

@@ -153,6 +153,10 @@ public protocol FulfillmentInvariants: Sendable {
     func ledgerMismatches() async throws -> [String]
     /// Transactions whose refunds and reversals did not alternate: what a notification applied twice would leave.
     func duplicateLedgerEffects() async throws -> [String]
+    /// Transaction ids whose claim (`FulfillmentTransaction.claim`) disagrees with their records: a purchase recorded, or a
+    /// refund remembered before its redeem, without a claim (a decision a concurrent one would not meet), or a claim with
+    /// neither behind it (left only by an instance older than the claim, reversing an early refund).
+    func claimMismatches() async throws -> [String]
 }
 
 /// The purchase-lifecycle rules of docs/receipts.md and docs/security.md, as plain Swift over a
