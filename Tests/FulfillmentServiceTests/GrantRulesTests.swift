@@ -156,6 +156,27 @@ import Testing
         #expect(ledger.invariantsHold)
     }
 
+    /// A Google Play purchase of three units, seen by its first redeem with every unit refunded, is on record as three units
+    /// granted and taken back (what a reversal would give back), not one; partly refunded, it grants the units left.
+    @Test func aPlayPurchaseRefundedWholeBeforeItsRedeemIsRecordedForEveryUnit() throws {
+        func play(_ token: String, refundable: Int) -> VerifiedPurchase {
+            VerifiedPurchase(
+                play: VerifiedPlayPurchase(
+                    packageName: "com.example.game", productId: "coins_100", purchaseToken: token, kind: .product, orderId: "GPA.\(token)",
+                    state: "PURCHASED", entitles: true, acknowledged: true, consumed: false, quantity: 3, refundableQuantity: refundable,
+                    obfuscatedExternalAccountId: nil, test: false, purchaseTimeMs: 1, expiryTimeMs: nil, autoRenewing: nil, basePlanId: nil,
+                    linkedPurchaseToken: nil), catalogProductId: "coins.100", nowMs: 5)
+        }
+        let whole = play("t-whole", refundable: 0), part = play("t-part", refundable: 2)
+        #expect(whole.quantity == 3 && whole.cancellationDateMs == 5)
+        #expect(part.quantity == 2 && part.cancellationDateMs == nil)
+        let redeemed = try apply([(whole, .coins(perUnit: 100)), (part, .coins(perUnit: 100))])
+        #expect(redeemed.results.map(\.outcome) == [.revoked, .granted] && redeemed.balance == 200)
+        #expect(try GrantRules.reinstate("GPA.t-whole", nowMs: 20, in: ledger))
+        #expect(try apply([], now: 30).balance == 500)
+        #expect(ledger.invariantsHold)
+    }
+
     /// A refunded renewal redeemed beside a paid later one, after an earlier renewal's refund ended the access: the refunded
     /// one is only recorded (granted first, it would give the access back to take it away at once, after the paid period
     /// began), and the paid one gives the access back.

@@ -173,13 +173,14 @@ extension VerifiedPurchase {
     /// an upgrade or re-signup gets a new one), the order the transaction (each renewal has its own; a purchase without an
     /// order, a promo code, is its token), a license tester's purchase is Sandbox (free to make), the obfuscated account id
     /// is the appAccountToken the app passed. A purchase Google cancelled is refunded as of now.
-    init(play v: VerifiedPlayPurchase, catalogProductId: String, nowMs: Int64) {
-        // The units still the customer's: Google's refundable quantity, never more than bought; none left is a refund.
+    public init(play v: VerifiedPlayPurchase, catalogProductId: String, nowMs: Int64) {
+        // The units still the customer's: Google's refundable quantity, never more than bought; none left is a refund of
+        // every unit (what a first redeem records as granted and taken back).
         let bought = Int64(max(v.quantity, 1))
         let units = min(max(Int64(v.refundableQuantity ?? v.quantity), 0), bought)
         self.init(
             environment: v.test ? "Sandbox" : "Production", transactionId: v.orderId ?? v.purchaseToken, originalTransactionId: v.purchaseToken,
-            productId: catalogProductId, quantity: max(units, 1), purchaseDateMs: v.purchaseTimeMs ?? nowMs,
+            productId: catalogProductId, quantity: units == 0 ? bought : units, purchaseDateMs: v.purchaseTimeMs ?? nowMs,
             expiresDateMs: v.kind == .subscription ? (v.expiryTimeMs ?? nowMs) : nil,
             cancellationDateMs: v.kind == .product && (v.state == "CANCELLED" || units == 0) ? nowMs : nil,
             appAccountToken: v.obfuscatedExternalAccountId?.lowercased())
