@@ -1,5 +1,4 @@
 import ArgumentParser
-import Crypto
 import Foundation
 import IAPProtocol
 import JSONRPC
@@ -275,21 +274,12 @@ struct OffersBenchmark: AsyncParsableCommand {
         await admin.close()
         FileHandle.standardError.write(Data("signing in \(suite.users) accounts...\n".utf8))
         let sessions = try await suite.signIn(run: runId)
-        // The peer: P-256 signatures per second on one core, same process, same library.
-        let key = P256.Signing.PrivateKey()
-        let digest = SHA256.hash(data: Array("bench".utf8))
-        let start = DispatchTime.now().uptimeNanoseconds
-        var signatures = 0
-        while DispatchTime.now().uptimeNanoseconds - start < 1_000_000_000 {
-            _ = try key.signature(for: digest)
-            signatures += 1
-        }
         let clients = try suite.fulfillmentClients(load.connections)
         let driver = LoadDriver(options: load)
         let report = try await driver.run(
             scenario: "signOffer", clients: clients,
             notes: [
-                "peer": "ECDSA P-256 signatures on one core (swift-crypto): \(signatures)/s; each offer makes two",
+                "machine": MachinePeer.note() + "; each offer makes two",
                 "offer": "\(product) / \(offerId) (eligibility: anyone)",
             ]
         ) { client, i in

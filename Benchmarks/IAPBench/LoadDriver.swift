@@ -1,4 +1,5 @@
 import ArgumentParser
+import Crypto
 import Foundation
 import JSONRPC
 import NIOConcurrencyHelpers
@@ -16,6 +17,36 @@ struct LoadOptions: ParsableArguments {
     @Flag(help: "Print one JSON object instead of the table.") var json = false
     @Option(name: .customLong("rss"), help: "Comma-separated executable names whose peak RSS to sample from /proc during the run.")
     var rssProcesses = "accounts-service,catalog-service,verification-service,fulfillment-service,appstore-sim"
+    @Flag(name: .customLong("no-machine-peer"), help: "Skip the one-second measure of this machine's speed before the load.")
+    var noMachinePeer = false
+
+    /// `notes` with the `machine` line (`MachinePeer`), unless skipped or already there.
+    func withMachinePeer(_ notes: [String: String]) -> [String: String] {
+        guard !noMachinePeer, notes["machine"] == nil else { return notes }
+        return notes.merging(["machine": MachinePeer.note()]) { $1 }
+    }
+}
+
+/// How fast this machine is at the moment of a run: ECDSA P-256 signatures a second on one core (swift-crypto), in the
+/// benchmark's process, before the load. This VM's speed drifts by up to 2x between days with the same code (openssl's
+/// ecdsap256 verify rate: 9,880/s on 2026-11-22, 23,532 on 2026-11-23, 12,339 on 2026-11-29), so figures of runs made
+/// at different times compare only through it; within one series, compare the runs themselves.
+enum MachinePeer {
+    static func signaturesPerSecond(seconds: Double = 1) -> Int {
+        let key = P256.Signing.PrivateKey()
+        let digest = SHA256.hash(data: Array("bench".utf8))
+        let start = DispatchTime.now().uptimeNanoseconds, span = UInt64(seconds * 1e9)
+        var signatures = 0
+        while DispatchTime.now().uptimeNanoseconds - start < span {
+            _ = try? key.signature(for: digest)
+            signatures += 1
+        }
+        return Int(Double(signatures) / seconds)
+    }
+
+    static func note(_ rate: Int = signaturesPerSecond()) -> String {
+        "ECDSA P-256 signatures on one core (swift-crypto), before the load: \(rate)/s"
+    }
 }
 
 /// The outcome of one call, for the error table.
@@ -56,6 +87,7 @@ struct LoadDriver {
         scenario: String, clients: [Client], notes: [String: String] = [:],
         call: @escaping @Sendable (Client, Int) async -> CallOutcome?
     ) async throws -> Report {
+        let notes = options.withMachinePeer(notes)
         let sampler = RSSSampler(names: options.rssProcesses.split(separator: ",").map(String.init))
         sampler.start()
         let counter = NIOLockedValueBox(0)
@@ -88,13 +120,13 @@ struct LoadDriver {
     ) async throws -> Report {
         guard options.rate == 0 else { throw ValidationError("--pipelined is a closed loop: leave out --rate") }
         let (host, port) = try RPCClient.parseAddress(address)
+        var notes = options.withMachinePeer(notes)
         let sampler = RSSSampler(names: options.rssProcesses.split(separator: ",").map(String.init))
         sampler.start()
         let measured = try await PipelinedLoad.run(
             host: host, port: port, connections: options.connections, inFlight: options.inFlight, warmup: options.warmup,
             seconds: options.duration, method: method, params: params, expect: expect)
         sampler.stop()
-        var notes = notes
         notes["driver"] = "pipelined on NIO's event loops (no task per call)"
         return report(
             scenario: scenario, connections: options.connections, latenciesUs: measured.latenciesUs, errors: measured.errors,
