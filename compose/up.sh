@@ -243,7 +243,7 @@ echo "the support console: https://localhost:$IAP_CONSOLE_PORT/  (certificate: $
 echo "  operator admin; password and TOTP secret (base32, 6 digits, 30 s) in $IAP_DATA_DIR/console-operator.json:"
 echo "  $(cat "$IAP_DATA_DIR/console-operator.json")"
 echo "try, in another terminal (through the edge):"
-echo "  IAP_EDGE_URL=$IAP_EDGE_URL IAP_EDGE_CA=$IAP_EDGE_CA .build/release/iap demo"
+echo "  IAP_EDGE_URL=$IAP_EDGE_URL IAP_EDGE_CA=$IAP_EDGE_CA IAP_PLAY_ADDR=$IAP_PLAY_ADDR .build/release/iap demo"
 
 # Stream every service's log, each line prefixed with its service (IAP_STREAM_LOGS=0 to keep quiet).
 if [[ ${IAP_STREAM_LOGS:-1} != 0 ]]; then

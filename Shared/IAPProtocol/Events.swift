@@ -55,7 +55,7 @@ public struct FulfillmentEvent: Codable, Sendable, Equatable {
     public var sequence: Int64
     public var type: FulfillmentEventType
     public var occurredAtMs: Int64
-    /// `appStore` (and `googlePlay` once that store exists).
+    /// The purchase's store, `appStore` or `googlePlay`; `appStore` for events about no purchase (spends, adjustments).
     public var store: String
     /// The purchase's environment (`Production`, `Sandbox`, `Xcode`); for spends, the scope's.
     public var environment: String

@@ -11,9 +11,9 @@ import PostgresSupport
 /// and one recovery ledger row per transaction, one spend per (account, scope, idempotency key), balances and
 /// debt CHECKed >= 0, the ledger and the audit log append-only (triggers), the inbox keyed by UUID.
 ///
-/// Every write runs `GrantRules` in one SERIALIZABLE transaction (`PostgresPool.write`): two instances
-/// redeeming one receipt, or spending with one key, at the same moment cannot both commit; the loser runs
-/// again on the winner's result. Tables live in the `fulfillment` schema.
+/// Every write runs `GrantRules` (redeems and spends at REPEATABLE READ per account, `write(locking:)`; notifications
+/// SERIALIZABLE, `PostgresPool.write`): two instances redeeming one receipt, or spending with one key, at the same moment
+/// cannot both commit; the loser runs again on the winner's result. Tables live in the `fulfillment` schema.
 public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentStorage, FulfillmentInvariants {
     let pool: PostgresPool
 
