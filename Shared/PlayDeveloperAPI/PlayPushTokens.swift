@@ -81,9 +81,10 @@ public struct PlayCertsCachePolicy: Sendable, Equatable {
 }
 
 /// Verifies the OIDC tokens Pub/Sub signs its pushes with, as Google documents: RS256 by one of the keys at the certs URL
-/// (Google's JWKS, `https://www.googleapis.com/oauth2/v3/certs`, cached per `PlayCertsCachePolicy`), then the claims per
-/// `PlayPushTokenRules`.
+/// (Google's JWKS, `googleCertsURL`, cached per `PlayCertsCachePolicy`), then the claims per `PlayPushTokenRules`.
 public final class PlayPushTokenVerifier: Sendable {
+    /// Where Google publishes the keys that sign its push tokens.
+    public static let googleCertsURL = "https://www.googleapis.com/oauth2/v3/certs"
     public let certsURL: String
     public let rules: PlayPushTokenRules
     let policy: PlayCertsCachePolicy

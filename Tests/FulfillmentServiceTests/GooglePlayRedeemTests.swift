@@ -97,10 +97,16 @@ import Testing
         try await SuiteFixture.with(configure: { $0.appleCallBurst = 100 }, play: true) { suite in
             let play = try #require(suite.play)
             let ann = try await suite.register("ann")
-            let refunded = try await play.buy("coins.100", accountToken: ann.appAccountToken)
+            // Three units, all refunded before the redeem: on record (and in the feed) as the three granted and taken back.
+            let refunded = try await play.buy("coins.100", accountToken: ann.appAccountToken, quantity: 3)
             _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: refunded.purchaseToken))
             let revoked = try await Self.redeem(suite, ann.session, [.init(productId: "coins.100", purchaseToken: refunded.purchaseToken)])
             #expect(revoked.results.map(\.outcome) == [.revoked] && revoked.balance == 0)
+            try await suite.eventFeedSettled()
+            let feed = try await suite.fulfillment.call(
+                FulfillmentListEvents.self, .init(adminToken: SuiteFixture.adminToken, accountId: ann.accountId)
+            ).events.filter { $0.originalTransactionId == refunded.purchaseToken }
+            #expect(feed.map(\.type) == [.purchaseGranted, .purchaseRefunded] && feed.map(\.delta) == [300, -300])
             // Twenty redeems of one purchase at once, from Ann's two devices: one grant.
             let second = try await suite.login("ann")
             let bought = try await play.buy("coins.100", accountToken: ann.appAccountToken)

@@ -162,9 +162,6 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         return parsed.scheme == "https" || (parsed.scheme == "http" && (["127.0.0.1", "::1"].contains(host) || !host.contains(".")))
     }
 
-    /// Where Google publishes the keys that sign its push tokens.
-    static let googleCerts = "https://www.googleapis.com/oauth2/v3/certs"
-
     /// The verifier of Google Play's push tokens from the flags; nil without an audience.
     func playPushVerifier() throws -> PlayPushTokenVerifier? {
         guard let audience = Environment.resolve(playPushAudience, env: "IAP_PLAY_PUSH_AUDIENCE"), !audience.isEmpty else { return nil }
@@ -173,7 +170,7 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         }
         let certs =
             Environment.resolve(playCertsURL, env: "IAP_PLAY_CERTS_URL").flatMap { $0.isEmpty ? nil : $0 }
-            ?? Self.googleCerts
+            ?? PlayPushTokenVerifier.googleCertsURL
         // Google's keys decide what is accepted: fetched only over TLS, or from this machine or its own network (the simulator).
         guard Self.acceptable(certs) else {
             throw ValidationError("--play-certs-url must be https (http only to 127.0.0.1, localhost or a one-label host name such as play-sim)")
@@ -296,14 +293,16 @@ struct VerificationServiceCommand: AsyncParsableCommand {
                     throw ValidationError(
                         "--play-api-url must be https (http only to 127.0.0.1, localhost or a one-label host name such as play-sim)")
                 }
+                if url != playConfig.apiURL {  // Google's, until set here
+                    logger.warning(
+                        "--play-api-url: Google Play purchases are looked up there, not at Google: whoever answers there decides what is granted (never a simulator in production)",
+                        metadata: ["url": "\(url)"])
+                }
                 playConfig.apiURL = url
-                logger.warning(
-                    "--play-api-url: Google Play purchases are looked up there, not at Google: whoever answers there decides what is granted (never a simulator in production)",
-                    metadata: ["url": "\(url)"])
             }
             config.playAPI = PlayDeveloperAPIClient(account: account, configuration: playConfig)
             config.playPush = try playPushVerifier()
-            if let certs = config.playPush?.certsURL, certs != Self.googleCerts {
+            if let certs = config.playPush?.certsURL, certs != PlayPushTokenVerifier.googleCertsURL {
                 logger.warning(
                     "--play-certs-url: Google Play pushes are checked against these keys, not Google's: whoever holds them can sign pushes (never a simulator in production)",
                     metadata: ["url": "\(certs)"])
