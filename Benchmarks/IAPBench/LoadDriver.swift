@@ -28,9 +28,9 @@ struct LoadOptions: ParsableArguments {
 }
 
 /// How fast this machine is at the moment of a run: ECDSA P-256 signatures a second on one core (swift-crypto), in the
-/// benchmark's process, before the load. This VM's speed drifts by up to 2x between days with the same code (openssl's
-/// ecdsap256 verify rate: 9,880/s on 2026-11-22, 23,532 on 2026-11-23, 12,339 on 2026-11-29), so figures of runs made
-/// at different times compare only through it; within one series, compare the runs themselves.
+/// benchmark's process, before the load. This VM's speed moves by up to 3x between days, and by a third within minutes,
+/// with the same code (this measure: 73,635/s on 2026-11-23, 21,841-38,090 on 2026-11-29), so figures of runs made at
+/// different times compare only through it; within one series, compare the runs themselves.
 enum MachinePeer {
     static func signaturesPerSecond(seconds: Double = 1) -> Int {
         let key = P256.Signing.PrivateKey()
