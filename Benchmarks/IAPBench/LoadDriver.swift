@@ -28,7 +28,7 @@ struct LoadOptions: ParsableArguments {
 }
 
 /// How fast this machine is at the moment of a run: ECDSA P-256 signatures a second on one core (swift-crypto), in the
-/// benchmark's process, before the load. This VM's speed moves by up to 3x between days, and by a third within minutes,
+/// benchmark's process, before the load. This VM's speed moves by up to 3x between days, and by 1.7x within minutes,
 /// with the same code (this measure: 73,635/s on 2026-11-23, 21,841-38,090 on 2026-11-29), so figures of runs made at
 /// different times compare only through it; within one series, compare the runs themselves.
 enum MachinePeer {
