@@ -240,6 +240,28 @@ import Testing
         }
     }
 
+    /// Accounts whose requests hang hold only their own slots: while the receiver holds every request, the worker has as
+    /// many accounts in flight at once as its concurrency allows, not the HTTP client's default of 8 connections a host
+    /// (which queued the rest behind the held ones until those timed out).
+    @Test func heldRequestsHoldOnlyTheirOwnAccounts() async throws {
+        let receiver = try await WebhookReceiver.start()
+        defer { receiver.stop() }
+        let accounts = 12
+        try await SuiteFixture.with(configure: { $0.webhooks.requestTimeoutMs = 50_000 }) { suite in
+            _ = try await Self.add(suite, receiver.url)
+            for i in 0..<accounts { try await Self.coins(suite, try await suite.register("held\(i)"), 1) }
+            receiver.hold(true)
+            let worker = Task { try await WebhookWorkerService(service: suite.service, logger: .init(label: "webhooks")).run() }
+            defer { worker.cancel() }
+            let deadline = ContinuousClock.now + .seconds(20)  // far below the requests' timeout
+            while receiver.waiting < accounts && ContinuousClock.now < deadline { await Task.yield() }
+            #expect(receiver.waiting == accounts, "every account's first event in flight at once")
+            receiver.hold(false)
+            while receiver.received.count < accounts && ContinuousClock.now < deadline + .seconds(20) { await Task.yield() }
+            #expect(Set(receiver.events.map(\.accountId)).count == accounts)
+        }
+    }
+
     /// The worker runs beside the server (as in the executable); a receiver holding every request does not hold redeems.
     @Test func aReceiverThatDoesNotAnswerDoesNotSlowRedeems() async throws {
         let receiver = try await WebhookReceiver.start()

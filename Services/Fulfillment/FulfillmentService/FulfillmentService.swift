@@ -66,7 +66,8 @@ public final class FulfillmentService: Sendable {
             now: { Double(clock.nowMs) / 1000 })
         self.receiptTokenLookups = ReceiptTokenLookups(answers: receiptTokenCache)
         self.finishPace = Pace(perSecond: configuration.finishesPerSecond)
-        self.webhookSender = WebhookSender(timeout: .milliseconds(configuration.webhooks.requestTimeoutMs))
+        self.webhookSender = WebhookSender(
+            timeout: .milliseconds(configuration.webhooks.requestTimeoutMs), connectionsPerEndpoint: configuration.webhooks.concurrency)
         let (stream, continuation) = AsyncStream<InboxEntry>.makeStream(bufferingPolicy: .bufferingOldest(1_000))
         self.laterQueue = continuation
         self.laterEntries = stream
