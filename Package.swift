@@ -379,10 +379,12 @@ let package = Package(
                 "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                // The webhook receiver of the event benchmarks.
+                // The Play benchmarks' receivers; the event benchmarks' webhook receiver is plain NIO (NIOHTTP1).
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),

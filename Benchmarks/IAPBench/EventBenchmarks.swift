@@ -1,11 +1,11 @@
 import ArgumentParser
 import Foundation
-import Hummingbird
 import IAPProtocol
 import JSONRPC
-import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import NIOHTTP1
+import NIOPosix
 import RPCTransport
 
 /// A webhook receiver in the benchmark's process on 127.0.0.1: answers 204, counts what arrives and checks each
@@ -20,7 +20,7 @@ final class BenchReceiver: Sendable {
         var lastAt: ContinuousClock.Instant?
     }
     private let state = NIOLockedValueBox(State())
-    private let server = NIOLockedValueBox<(port: Int, app: Task<Void, any Error>?)>((0, nil))
+    private let server = NIOLockedValueBox<(port: Int, channel: (any Channel)?)>((0, nil))
     var port: Int { server.withLockedValue { $0.port } }
 
     var url: String { "http://127.0.0.1:\(port)/hooks" }
@@ -33,41 +33,67 @@ final class BenchReceiver: Sendable {
         var sequence: Int64
     }
 
+    /// Counts one arrived event: false when the body is not one.
+    func record(_ body: ByteBuffer) -> Bool {
+        guard let e = try? JSONDecoder().decode(Event.self, from: Data(body.readableBytesView)) else { return false }
+        state.withLockedValue { s in
+            let now = ContinuousClock.now
+            if s.firstAt == nil { s.firstAt = now }
+            s.lastAt = now
+            let last = s.last[e.accountId] ?? 0
+            if e.sequence <= last {
+                s.repeats += 1
+            } else {
+                if last > 0 && e.sequence != last + 1 { s.outOfOrder += 1 }
+                s.last[e.accountId] = e.sequence
+                s.received += 1
+            }
+        }
+        return true
+    }
+
+    /// A plain SwiftNIO HTTP/1.1 server, answered on the event loop: the receiver stands in for the team's own backend,
+    /// which runs on another machine, so it should take as little of the suite's cores as it can (measured in
+    /// Benchmarks/README.md against the Hummingbird receiver it replaced).
     static func start() async throws -> BenchReceiver {
         let receiver = BenchReceiver()
-        let router = Router()
-        router.post("hooks") { request, _ -> Response in
-            let body = try await request.body.collect(upTo: 1 << 20)
-            guard let e = try? JSONDecoder().decode(Event.self, from: Data(buffer: body)) else { return Response(status: .badRequest) }
-            receiver.state.withLockedValue { s in
-                let now = ContinuousClock.now
-                if s.firstAt == nil { s.firstAt = now }
-                s.lastAt = now
-                let last = s.last[e.accountId] ?? 0
-                if e.sequence <= last {
-                    s.repeats += 1
-                } else {
-                    if last > 0 && e.sequence != last + 1 { s.outOfOrder += 1 }
-                    s.last[e.accountId] = e.sequence
-                    s.received += 1
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try channel.pipeline.syncOperations.addHandler(ReceiverHandler(receiver: receiver))
                 }
             }
-            return Response(status: .noContent)
-        }
-        var quiet = Logger(label: "bench-receiver")
-        quiet.logLevel = .critical
-        let (ports, continuation) = AsyncStream<Int>.makeStream()
-        let application = Application(
-            router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0), serverName: "bench-receiver"),
-            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) }, logger: quiet)
-        let app = Task { try await application.run() }
-        var iterator = ports.makeAsyncIterator()
-        let port = await iterator.next() ?? 0
-        receiver.server.withLockedValue { $0 = (port, app) }
+            .bind(host: "127.0.0.1", port: 0).get()
+        receiver.server.withLockedValue { $0 = (channel.localAddress?.port ?? 0, channel) }
         return receiver
     }
 
-    func stop() { server.withLockedValue { $0.app?.cancel() } }
+    func stop() { server.withLockedValue { $0.channel?.close(promise: nil) } }
+
+    /// One connection's requests: the body gathered, counted at its end, answered 204 (400 when it is not an event).
+    private final class ReceiverHandler: ChannelInboundHandler {
+        typealias InboundIn = HTTPServerRequestPart
+        typealias OutboundOut = HTTPServerResponsePart
+        let receiver: BenchReceiver
+        var body = ByteBuffer()
+
+        init(receiver: BenchReceiver) { self.receiver = receiver }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            switch unwrapInboundIn(data) {
+            case .head: body.clear()
+            case .body(var part): body.writeBuffer(&part)
+            case .end:
+                let status: HTTPResponseStatus = receiver.record(body) ? .noContent : .badRequest
+                let head = HTTPResponseHead(version: .http1_1, status: status, headers: ["content-length": "0"])
+                context.write(wrapOutboundOut(.head(head)), promise: nil)
+                context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+            }
+        }
+    }
 
     /// Waits until `count` distinct events arrived, or `timeout` passed; true when they did.
     func waitFor(_ count: Int, timeout: Duration) async -> Bool {
