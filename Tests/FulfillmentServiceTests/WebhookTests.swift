@@ -247,17 +247,20 @@ import Testing
         let receiver = try await WebhookReceiver.start()
         defer { receiver.stop() }
         let accounts = 12
-        try await SuiteFixture.with(configure: { $0.webhooks.requestTimeoutMs = 50_000 }) { suite in
+        try await SuiteFixture.with(configure: {
+            $0.webhooks.concurrency = accounts
+            $0.webhooks.requestTimeoutMs = 50_000
+        }) { suite in
             _ = try await Self.add(suite, receiver.url)
             for i in 0..<accounts { try await Self.coins(suite, try await suite.register("held\(i)"), 1) }
             receiver.hold(true)
             let worker = Task { try await WebhookWorkerService(service: suite.service, logger: .init(label: "webhooks")).run() }
             defer { worker.cancel() }
             let deadline = ContinuousClock.now + .seconds(20)  // far below the requests' timeout
-            while receiver.waiting < accounts && ContinuousClock.now < deadline { await Task.yield() }
+            while receiver.waiting < accounts && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
             #expect(receiver.waiting == accounts, "every account's first event in flight at once")
             receiver.hold(false)
-            while receiver.received.count < accounts && ContinuousClock.now < deadline + .seconds(20) { await Task.yield() }
+            while receiver.received.count < accounts && ContinuousClock.now < deadline + .seconds(20) { try await Task.sleep(for: .milliseconds(10)) }
             #expect(Set(receiver.events.map(\.accountId)).count == accounts)
         }
     }

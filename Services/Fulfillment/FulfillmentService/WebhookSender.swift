@@ -96,7 +96,7 @@ public final class WebhookSender: Sendable {
     let resolveEvery: Duration
     /// Connections open at once to one endpoint: the worker's requests in flight per endpoint (`WebhookPolicy.concurrency`).
     /// Fewer, and the client queues the rest behind the ones in flight, so accounts whose requests hang hold up every
-    /// other account's events until they time out (AsyncHTTPClient's default is 8).
+    /// other account's events (AsyncHTTPClient's default is 8).
     let connectionsPerEndpoint: Int
 
     public init(timeout: Duration = .seconds(15), resolveEvery: Duration = .seconds(60), connectionsPerEndpoint: Int = 32) {
@@ -187,6 +187,9 @@ public final class WebhookSender: Sendable {
             connectionPool: .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: connectionsPerEndpoint))
         config.dnsOverride = [url.host: address]
         config.tracing.tracer = nil  // no spans are kept; building them was 3.6% of a delivery's CPU
+        // HTTP/1.1 only: over HTTP/2 every request would share one connection, and a server allowing fewer concurrent
+        // streams than the worker's requests in flight would queue other accounts' events behind hanging ones.
+        config.httpVersion = .http1Only
         return clients.withLockedValue { all -> HTTPClient in
             if let known = all[w.id], known.address == address {
                 all[w.id]?.resolvedAt = now
