@@ -99,7 +99,7 @@ public final class WebhookSender: Sendable {
     /// other account's events (AsyncHTTPClient's default is 8).
     let connectionsPerEndpoint: Int
 
-    public init(timeout: Duration = .seconds(15), resolveEvery: Duration = .seconds(60), connectionsPerEndpoint: Int = 32) {
+    public init(timeout: Duration = .seconds(15), resolveEvery: Duration = .seconds(60), connectionsPerEndpoint: Int = WebhookPolicy().concurrency) {
         self.timeout = .nanoseconds(timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
         self.resolveEvery = resolveEvery
         self.connectionsPerEndpoint = max(1, connectionsPerEndpoint)
