@@ -118,7 +118,7 @@ let package = Package(
         .target(
             name: "PostgresSupport",
             dependencies: [
-                "JSONRPC",
+                "JSONRPC", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -325,6 +325,7 @@ public final class PostgresPool: Sendable {
     static func failure(_ error: any Error) -> (connectionLost: Bool, transient: Bool)? {
         switch error {
         case is StatementTimedOut: return (true, false)
+        case is WriteFunctionMissing: return (false, true)
         case let error as PSQLError: return (isConnectionFailure(error), isTransient(error))
         case let error as PreparedReadFailed:
             return (error.connectionLost, error.staleStatement || transientStates.contains(error.sqlState ?? ""))

@@ -27,6 +27,10 @@ final class PreparedReads: Sendable {
     /// A statement the server no longer runs as prepared: the next use prepares it again (the old one stays on the server
     /// until the connection closes).
     func forget(_ sql: String) { _ = known.withLockedValue { $0.removeValue(forKey: sql) } }
+
+    /// The write functions this connection created (`PostgresSession.writeFunction`), by name; nil once the server
+    /// refused to create one or lost one (no TEMP privilege, a pooler): its held writes all go through `run_writes`.
+    let functions = NIOLockedValueBox<Set<String>?>([])
 }
 
 /// A prepared read that failed, as the pool's retry rules read it (postgres-nio's prepared statements answer its older

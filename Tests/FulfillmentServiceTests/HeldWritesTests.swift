@@ -1,4 +1,5 @@
 import FulfillmentService
+import PostgresSupport
 import Testing
 
 /// How a held write takes its values from `run_writes`' array (`HeldStatements.statement`): pure, no server. That the
@@ -49,5 +50,25 @@ struct HeldWritesTests {
         )
         #expect(try TypedReads.text("SELECT ?2", [.int(1), .int(2)]) == nil)
         #expect(throws: HeldStatements.UnboundParameter.self) { try TypedReads.text("SELECT ?2", [.int(1)]) }
+    }
+
+    /// A list of held writes becomes the body of a connection's own function (`WriteFunctions`) only when each statement
+    /// is a plain INSERT, UPDATE or DELETE that can stand in a PL/pgSQL body as it is; anything else goes to `run_writes`.
+    @Test func writeFunctionsTakeOnlyPlainWrites() throws {
+        var values: [String] = []
+        let first = try HeldStatements.statement(
+            "INSERT INTO t (a, b) VALUES (?1, ?2)", [.text("x"), .int(2)], values: &values, numberedFromOne: false)
+        let second = try HeldStatements.statement(
+            "\n  update t SET b = ?1 WHERE a = ?2", [.int(3), .text("y")], values: &values, numberedFromOne: false)
+        #expect(second == "\n  update t SET b =  ($1[3]::bigint)  WHERE a =  ($1[4]) ", "numbered on from the first statement's values")
+        #expect(values == ["x", "2", "3", "y"])
+        #expect(WriteFunctions.body([first, second]) == "BEGIN\n\(first);\n\(second);\nEND")
+        #expect(WriteFunctions.body([first, "DELETE FROM t WHERE a = ($1[1])"]) != nil)
+        for refused in [
+            "SELECT pg_notify('c', 'p')", "WITH x AS (DELETE FROM t) SELECT 1", "INSERT INTO t VALUES (1) returning a",
+            "DELETE FROM t; DROP TABLE t", "UPDATE t SET a = $iap_WRITES$ x", "",
+        ] {
+            #expect(WriteFunctions.body([first, refused]) == nil, "\(refused)")
+        }
     }
 }

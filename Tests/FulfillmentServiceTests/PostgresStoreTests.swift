@@ -31,7 +31,9 @@ struct PostgresStoreTests {
                 [coins("\(2_100_000_000 + i)")], accountId: "acct\(i % 5)", appAccountToken: nil, mode: .redeem, policy: .refuse,
                 answerScope: .production, nowMs: 1)
         }
-        try await redeem(-1)  // the connection made, its session set up
+        // The connection made, its session set up, its write functions for both lists created (`WriteFunctions`).
+        try await redeem(-1)
+        _ = try await store.spend(accountId: "acct-1", scope: .production, amount: 1, idempotencyKey: "warm", memo: nil, nowMs: 2)
         let n = 20
         func measured(_ body: () async throws -> Void) async throws -> (server: Double?, client: Double) {
             if serverCounts { _ = try await TestPostgres.psql(psqlURL, "SELECT pg_stat_statements_reset(0, \(thisDatabase), 0)") }
@@ -42,6 +44,11 @@ struct PostgresStoreTests {
             let server = try await TestPostgres.psql(
                 psqlURL,
                 "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE dbid = \(thisDatabase) AND query NOT LIKE '%pg_stat_statements%'")
+            // Every operation's held writes ran as a call of the connection's own function, not through `run_writes`.
+            let functionCalls = try await TestPostgres.psql(
+                psqlURL,
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE dbid = \(thisDatabase) AND query LIKE 'SELECT pg_temp.iap_writes_%'")
+            #expect(Int(functionCalls) == n, "held writes run as write functions: \(functionCalls) of \(n)")
             return (Double(Int(server) ?? -1) / Double(n), client)
         }
         let redeems = try await measured { for i in 0..<n { try await redeem(i) } }
@@ -88,6 +95,31 @@ struct PostgresStoreTests {
         }
         try await pool.write { db in try held(db) }
         try await pool.write { db in try held(db) }
+    }
+
+    /// A connection whose write functions are gone (a pooler in transaction mode handing the call another server session;
+    /// here the session drops its temporary objects) runs the spend again, through `run_writes` from then on: it spends
+    /// once, and nothing is lost.
+    @Test func aMissingWriteFunctionRunsTheWritesAgainTheGenericWay() async throws {
+        let database = try await TestDatabase.make(schema: "fulfillment", label: "write-function-test")
+        let pool = database.pool
+        let store = try await PostgresFulfillmentStore(pool: pool)
+        defer { try? store.close() }
+        _ = try await store.apply(
+            [coins("2000000099")], accountId: "dave", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production,
+            nowMs: 1)
+        func spend(_ key: String) async throws -> SpendOutcome {
+            try await store.spend(accountId: "dave", scope: .production, amount: 1, idempotencyKey: key, memo: nil, nowMs: 2)
+        }
+        #expect(try await spend("a") == .spent(balance: 99))
+        try await pool.withSession { db in try db.execute("DISCARD TEMP") }  // the pool's one connection
+        let retries = pool.retries
+        #expect(try await spend("b") == .spent(balance: 98))
+        #expect(pool.retries == retries + 1, "the spend ran again")
+        #expect(try await spend("b") == .replayed(balance: 98))
+        #expect(try await spend("c") == .spent(balance: 97))
+        #expect(try await store.balance(accountId: "dave", scope: .production).balance == 97)
+        #expect(try await store.ledgerMismatches().isEmpty)
     }
 
     /// A spend's ledger row, wallet and event are held and sent as one statement (`PostgresSQLSession.flush`) whose

@@ -9,9 +9,10 @@ import PostgresSupport
 /// sides, than the statement itself (measured 2026-11-27: fulfillment spent ~80% of its time in postgres-nio's and
 /// NIO's per-message work), so this session saves them where the answer allows:
 /// - writes whose answer nobody reads (`executeLater`) are held and sent together, in order, as ONE statement before
-///   the next statement that reads or counts, or at the end of the transaction (`flush`): `run_writes(statements,
-///   values)`, a PL/pgSQL function of the schema (migration v9) that EXECUTEs each statement with the one array of
-///   values as its parameter (`HeldStatements`): no value is ever part of a statement's text;
+///   the next statement that reads or counts, or at the end of the transaction (`flush`): a call of the connection's
+///   own PL/pgSQL function for exactly that list of statements (`WriteFunctions`), or else `run_writes(statements,
+///   values)`, a PL/pgSQL function of the schema (migration v9) that EXECUTEs each statement; either way with the one
+///   array of values as its parameter (`HeldStatements`): no value is ever part of a statement's text;
 /// - wallets read or written by this transaction are remembered (`wallets`);
 /// - reads run as statements the connection prepared by name (`fetch`), so PostgreSQL plans each once per connection.
 struct PostgresSQLSession: SQLSession {
@@ -58,17 +59,25 @@ struct PostgresSQLSession: SQLSession {
         held.writes.append((sql, arguments))
     }
 
-    /// Sends the held writes: one alone as itself, several as one script. Called before every other statement and by
-    /// the store before the transaction commits.
+    /// Sends the held writes: one alone as itself, several as one call. Called before every other statement and by the
+    /// store before the transaction commits.
     func flush() throws {
         guard !held.writes.isEmpty else { return }
         let writes = held.writes
         held.writes = []
-        session.alone?.willWrite()
         if writes.count == 1 {
+            session.alone?.willWrite()
             try session.execute(Self.query(writes[0].sql, writes[0].arguments))
             return
         }
+        var whole: [String] = []
+        let numbered = try writes.map { write in try HeldStatements.statement(write.sql, write.arguments, values: &whole, numberedFromOne: false) }
+        if let body = WriteFunctions.body(numbered), let function = try session.writeFunction(body) {
+            session.alone?.willWrite()
+            try session.callWrites(function, values: whole)
+            return
+        }
+        session.alone?.willWrite()
         var values: [String] = []
         var counts: [Int64] = []
         let statements = try writes.map { write in
@@ -194,10 +203,14 @@ package enum HeldStatements {
     /// keyword. Numbered from 1 in each statement, so one statement's text (and the plan `run_writes` prepares for it)
     /// does not depend on what was held before it. Padded with spaces and parentheses, so that nothing joins the text
     /// around it.
-    package static func statement(_ sql: String, _ arguments: [SQLValue], values: inout [String]) throws -> String {
+    /// `numberedFromOne` false: numbered on from the values before it instead, for one text of several statements that
+    /// share the one array (`WriteFunctions`).
+    package static func statement(
+        _ sql: String, _ arguments: [SQLValue], values: inout [String], numberedFromOne: Bool = true
+    ) throws -> String {
         var out = ""
         out.reserveCapacity(sql.utf8.count + 64)
-        let base = values.count
+        let base = numberedFromOne ? values.count : 0
         var index: [Int: Int] = [:]  // the argument's place among this statement's values, however often it is named
         for piece in pieces(sql) {
             switch piece {

@@ -1,0 +1,125 @@
+import Crypto
+import Foundation
+import NIOConcurrencyHelpers
+import PostgresNIO
+
+/// A list of writes run as ONE call of a PL/pgSQL function made for exactly that list, on the connection that runs it
+/// (`pg_temp`: it lives and dies with the server session, like a prepared statement). PL/pgSQL plans each of the
+/// function's statements once per session and keeps the plans, so a call costs the statements themselves. The generic
+/// alternative, the schema's `run_writes`, EXECUTEs each statement of its list dynamically (a set_config, a parse and
+/// a plan of the EXECUTE per statement): measured 2026-11-29 under StoreKit 2 redeems (`pg_stat_statements` with
+/// `track=all`), about half of its time went to that dynamic work around its eight statements.
+package enum WriteFunctions {
+    /// Each list's function name, for the process (worked out once per list). The name is a digest of the body, so one
+    /// name always means one body: on every connection, in every process and version (behind a pooler that hands one
+    /// server session to several clients, a function found under the name is the same function). Bounded: past it,
+    /// lists go to `run_writes`.
+    private static let names = NIOLockedValueBox<[String: String]>([:])
+    static let limit = 512
+
+    /// The function's body for `statements` (each one INSERT, UPDATE or DELETE whose parameters are elements of the
+    /// one TEXT[] argument, `$1[k]`); nil when a statement is of another kind or could not stand in a PL/pgSQL body as
+    /// it is (a result to return, a semicolon, the body's own quote).
+    package static func body(_ statements: [String]) -> String? {
+        var body = "BEGIN\n"
+        for statement in statements {
+            guard fits(statement) else { return nil }
+            body += statement
+            body += ";\n"
+        }
+        return body + "END"
+    }
+
+    /// Whether `statement` can stand in the body as it is: it starts with INSERT, UPDATE or DELETE and holds no
+    /// semicolon, no RETURNING and no `$`-quote. On its bytes (this runs at every flush; Foundation's case-insensitive
+    /// search would cost more than the call it serves).
+    static func fits(_ statement: String) -> Bool {
+        var bytes = statement.utf8[...]
+        while let first = bytes.first, first == 0x20 || first == 0x0A || first == 0x09 || first == 0x0D { bytes = bytes.dropFirst() }
+        guard ["INSERT", "UPDATE", "DELETE"].contains(where: { startsWord(bytes, $0) }) else { return false }
+        var index = bytes.startIndex
+        while index != bytes.endIndex {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: ";") || byte == UInt8(ascii: "$") && startsWord(bytes[index...], "$IAP_WRITES$") { return false }
+            if byte | 0x20 == UInt8(ascii: "r") && startsWord(bytes[index...], "RETURNING") { return false }
+            index = bytes.index(after: index)
+        }
+        return true
+    }
+
+    /// Whether `bytes` start with `word` (ASCII, any case).
+    private static func startsWord(_ bytes: Substring.UTF8View, _ word: StaticString) -> Bool {
+        var index = bytes.startIndex
+        for i in 0..<word.utf8CodeUnitCount {
+            guard index != bytes.endIndex else { return false }
+            let expected = word.utf8Start[i]
+            let byte = bytes[index]
+            guard byte == expected || (expected >= 0x41 && expected <= 0x5A && byte == expected | 0x20) else { return false }
+            index = bytes.index(after: index)
+        }
+        return true
+    }
+
+    static let quote = "$iap_writes$"
+
+    /// `body`'s function, schema-qualified (`pg_temp`, searched for functions only when named); nil once the process
+    /// knows `limit` lists.
+    static func name(_ body: String) -> String? {
+        names.withLockedValue { names in
+            if let known = names[body] { return known }
+            guard names.count < limit else { return nil }
+            let digest = SHA256.hash(data: Array(body.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
+            let name = "pg_temp.iap_writes_" + digest
+            names[body] = name
+            return name
+        }
+    }
+}
+
+/// A write function this connection was thought to have is missing (a pooler gave the call another server session, or
+/// the session dropped its temporary objects): nothing was written; the connection runs its writes through
+/// `run_writes` from now on, and the transaction runs again.
+struct WriteFunctionMissing: Error, CustomStringConvertible {
+    var description: String { "the connection's write function is missing" }
+}
+
+extension PostgresSession {
+    /// The name of the function (`WriteFunctions`) that runs `body` on this connection, creating it first when the
+    /// connection has not and the attempt runs without a transaction (`alone`: the CREATE commits by itself, so the
+    /// connection surely has the function afterwards; inside a transaction a rollback would take it away again). Nil:
+    /// run the writes another way. Creating is one round trip, the first time a connection meets the list (counted
+    /// with the prepared statements, `iap_postgres_statements_prepared_total`).
+    package func writeFunction(_ body: String) throws -> String? {
+        guard let prepared, let name = WriteFunctions.name(body) else { return nil }
+        guard let known = prepared.functions.withLockedValue({ $0 }) else { return nil }
+        if known.contains(name) { return name }
+        guard let alone, !alone.writing else { return nil }
+        roundTrips.prepared()
+        do {
+            let quote = WriteFunctions.quote
+            let create = "CREATE OR REPLACE FUNCTION \(name)(TEXT[]) RETURNS VOID LANGUAGE plpgsql AS \(quote)\n\(body)\n\(quote)"
+            _ = try bounded(connection.query(PostgresQuery(unsafeSQL: create), logger: logger))
+        } catch let error as PSQLError where !PostgresPool.isConnectionFailure(error) {
+            // The server refused (a role without the TEMP privilege): this connection runs its writes the generic way.
+            logger.warning("cannot create a write function; using run_writes", metadata: ["error": "\(PostgresPool.describe(error))"])
+            prepared.functions.withLockedValue { $0 = nil }
+            return nil
+        }
+        prepared.functions.withLockedValue { _ = $0?.insert(name) }
+        return name
+    }
+
+    /// Calls `function` (from `writeFunction`) with the list's values.
+    package func callWrites(_ function: String, values: [String]) throws {
+        var binds = PostgresBindings(capacity: 1)
+        try binds.append(values)
+        do {
+            try execute(PostgresQuery(unsafeSQL: "SELECT \(function)($1)", binds: binds))
+        } catch let error as PSQLError where error.code == .server && error.serverInfo?[.sqlState] == "42883" {
+            // undefined_function: the statement failed whole, so nothing of it was written.
+            logger.warning("a write function is missing; using run_writes", metadata: ["error": "\(PostgresPool.describe(error))"])
+            prepared?.functions.withLockedValue { $0 = nil }
+            throw WriteFunctionMissing()
+        }
+    }
+}
