@@ -19,19 +19,20 @@ package enum WriteFunctions {
 
     /// The function's body for `statements` (each one INSERT, UPDATE or DELETE whose parameters are elements of the
     /// one TEXT[] argument, `$1[k]`); nil when a statement is of another kind or could not stand in a PL/pgSQL body as
-    /// it is (a result to return, a semicolon, the body's own quote).
+    /// it is (a result to return, a semicolon, the body's own quote). A name in a statement is always a column, never
+    /// one of PL/pgSQL's own variables (`FOUND`); each statement ends on a line of its own, after any comment.
     package static func body(_ statements: [String]) -> String? {
-        var body = "BEGIN\n"
+        var body = "#variable_conflict use_column\nBEGIN\n"
         for statement in statements {
             guard fits(statement) else { return nil }
             body += statement
-            body += ";\n"
+            body += "\n;\n"
         }
         return body + "END"
     }
 
     /// Whether `statement` can stand in the body as it is: it starts with INSERT, UPDATE or DELETE and holds no
-    /// semicolon, no RETURNING and no `$`-quote. On its bytes (this runs at every flush; Foundation's case-insensitive
+    /// semicolon, no RETURNING and not the body's quote (`$iap_writes$`, any case). On its bytes (this runs at every flush; Foundation's case-insensitive
     /// search would cost more than the call it serves).
     static func fits(_ statement: String) -> Bool {
         var bytes = statement.utf8[...]
@@ -62,25 +63,38 @@ package enum WriteFunctions {
 
     static let quote = "$iap_writes$"
 
+    /// What every write function is besides its body: the digest covers it too, so a name means one whole function.
+    static let signature = "(TEXT[]) RETURNS VOID LANGUAGE plpgsql"
+
     /// `body`'s function, schema-qualified (`pg_temp`, searched for functions only when named); nil once the process
     /// knows `limit` lists.
     static func name(_ body: String) -> String? {
         names.withLockedValue { names in
             if let known = names[body] { return known }
             guard names.count < limit else { return nil }
-            let digest = SHA256.hash(data: Array(body.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
-            let name = "pg_temp.iap_writes_" + digest
+            let digest = SHA256.hash(data: Array((signature + "\n" + body).utf8)).prefix(16).map { String(format: "%02x", $0) }
+            let name = "pg_temp.iap_writes_" + digest.joined()
             names[body] = name
             return name
         }
     }
+
+    /// Whether `error`, the answer to a call of a write function, says the function is not there: undefined_function
+    /// (42883), or invalid_schema_name (3F000: a server session that never made a temporary object has no `pg_temp`),
+    /// raised by the call itself, not by a statement inside the function (whose errors carry PL/pgSQL's context).
+    static func isMissing(_ error: PSQLError) -> Bool {
+        guard error.code == .server, let info = error.serverInfo, ["42883", "3F000"].contains(info[.sqlState] ?? "") else {
+            return false
+        }
+        return info[.locationContext] == nil
+    }
 }
 
-/// A write function this connection was thought to have is missing (a pooler gave the call another server session, or
-/// the session dropped its temporary objects): nothing was written; the connection runs its writes through
-/// `run_writes` from now on, and the transaction runs again.
-struct WriteFunctionMissing: Error, CustomStringConvertible {
-    var description: String { "the connection's write function is missing" }
+/// A write function this connection was thought to have is missing (a pooler in transaction mode gave the call another
+/// server session, which may have no temporary schema at all, or the session dropped its temporary objects): nothing
+/// was written; the connection runs its writes through `run_writes` from now on, and the transaction runs again.
+package struct WriteFunctionMissing: Error, CustomStringConvertible {
+    package var description: String { "the connection's write function is missing" }
 }
 
 extension PostgresSession {
@@ -88,7 +102,8 @@ extension PostgresSession {
     /// connection has not and the attempt runs without a transaction (`alone`: the CREATE commits by itself, so the
     /// connection surely has the function afterwards; inside a transaction a rollback would take it away again). Nil:
     /// run the writes another way. Creating is one round trip, the first time a connection meets the list (counted
-    /// with the prepared statements, `iap_postgres_statements_prepared_total`).
+    /// with the prepared statements, `iap_postgres_statements_prepared_total`). Only attempts sent without a transaction
+    /// (a spend, a redeem of one purchase) create functions; any attempt on the connection then calls them.
     package func writeFunction(_ body: String) throws -> String? {
         guard let prepared, let name = WriteFunctions.name(body) else { return nil }
         guard let known = prepared.functions.withLockedValue({ $0 }) else { return nil }
@@ -97,12 +112,13 @@ extension PostgresSession {
         roundTrips.prepared()
         do {
             let quote = WriteFunctions.quote
-            let create = "CREATE OR REPLACE FUNCTION \(name)(TEXT[]) RETURNS VOID LANGUAGE plpgsql AS \(quote)\n\(body)\n\(quote)"
+            let create = "CREATE OR REPLACE FUNCTION \(name)\(WriteFunctions.signature) AS \(quote)\n\(body)\n\(quote)"
             _ = try bounded(connection.query(PostgresQuery(unsafeSQL: create), logger: logger))
         } catch let error as PSQLError where !PostgresPool.isConnectionFailure(error) {
-            // The server refused (a role without the TEMP privilege): this connection runs its writes the generic way.
+            // The server refused: these writes go the generic way. A role without the TEMP privilege (42501) is refused
+            // every time, so the connection stops asking; anything else (a statement timeout) only this once.
             logger.warning("cannot create a write function; using run_writes", metadata: ["error": "\(PostgresPool.describe(error))"])
-            prepared.functions.withLockedValue { $0 = nil }
+            if error.serverInfo?[.sqlState] == "42501" { prepared.functions.withLockedValue { $0 = nil } }
             return nil
         }
         prepared.functions.withLockedValue { _ = $0?.insert(name) }
@@ -115,8 +131,8 @@ extension PostgresSession {
         try binds.append(values)
         do {
             try execute(PostgresQuery(unsafeSQL: "SELECT \(function)($1)", binds: binds))
-        } catch let error as PSQLError where error.code == .server && error.serverInfo?[.sqlState] == "42883" {
-            // undefined_function: the statement failed whole, so nothing of it was written.
+        } catch let error as PSQLError where WriteFunctions.isMissing(error) {
+            // The statement failed whole, so nothing of it was written.
             logger.warning("a write function is missing; using run_writes", metadata: ["error": "\(PostgresPool.describe(error))"])
             prepared?.functions.withLockedValue { $0 = nil }
             throw WriteFunctionMissing()

@@ -59,10 +59,13 @@ struct HeldWritesTests {
         let first = try HeldStatements.statement(
             "INSERT INTO t (a, b) VALUES (?1, ?2)", [.text("x"), .int(2)], values: &values, numberedFromOne: false)
         let second = try HeldStatements.statement(
-            "\n  update t SET b = ?1 WHERE a = ?2", [.int(3), .text("y")], values: &values, numberedFromOne: false)
-        #expect(second == "\n  update t SET b =  ($1[3]::bigint)  WHERE a =  ($1[4]) ", "numbered on from the first statement's values")
+            "\n  update t SET b = ?1, c = ?3 WHERE a = ?2 -- a comment", [.int(3), .text("y"), .null], values: &values,
+            numberedFromOne: false)
+        #expect(
+            second == "\n  update t SET b =  ($1[3]::bigint) , c =  NULL  WHERE a =  ($1[4])  -- a comment",
+            "numbered on from the first statement's values")
         #expect(values == ["x", "2", "3", "y"])
-        #expect(WriteFunctions.body([first, second]) == "BEGIN\n\(first);\n\(second);\nEND")
+        #expect(WriteFunctions.body([first, second]) == "#variable_conflict use_column\nBEGIN\n\(first)\n;\n\(second)\n;\nEND")
         #expect(WriteFunctions.body([first, "DELETE FROM t WHERE a = ($1[1])"]) != nil)
         for refused in [
             "SELECT pg_notify('c', 'p')", "WITH x AS (DELETE FROM t) SELECT 1", "INSERT INTO t VALUES (1) returning a",

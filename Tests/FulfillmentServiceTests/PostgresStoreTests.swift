@@ -122,6 +122,34 @@ struct PostgresStoreTests {
         #expect(try await store.ledgerMismatches().isEmpty)
     }
 
+    /// What counts as a missing write function: on a server session that never made a temporary object, calling one
+    /// fails with 3F000 (no `pg_temp` schema), and once there is one, with 42883; either is `WriteFunctionMissing`. An
+    /// error raised by a statement inside a function that is there is that error, even when it is also 42883.
+    @Test func aWriteFunctionIsMissingOnlyWhenTheCallItselfFails() async throws {
+        let database = try await TestDatabase.make(label: "write-function-missing-test")
+        let pool = database.pool
+        @Sendable func call(_ name: String) async throws -> String {
+            try await pool.withSession { db in  // the pool's one connection, each time
+                do {
+                    try db.callWrites(name, values: [])
+                    return "called"
+                } catch is WriteFunctionMissing {
+                    return "missing"
+                } catch {
+                    return PostgresPool.describe(error)
+                }
+            }
+        }
+        #expect(try await call("pg_temp.iap_writes_absent") == "missing", "no temporary schema yet")
+        try await pool.withSession { db in
+            try db.execute(
+                "CREATE FUNCTION pg_temp.iap_writes_inner(TEXT[]) RETURNS VOID LANGUAGE plpgsql AS $$ BEGIN PERFORM no_such_function(); END $$")
+        }
+        #expect(try await call("pg_temp.iap_writes_absent") == "missing", "a temporary schema without it")
+        let inner = try await call("pg_temp.iap_writes_inner")
+        #expect(inner.hasPrefix("42883"), "an error from inside the function is that error: \(inner)")
+    }
+
     /// A spend's ledger row, wallet and event are held and sent as one statement (`PostgresSQLSession.flush`) whose
     /// values travel as one array parameter: text an attacker chooses (quotes, a quote followed by a combining mark,
     /// backslashes, parameter and comment markers, dollar quotes) is stored exactly, and read back by a bound statement
