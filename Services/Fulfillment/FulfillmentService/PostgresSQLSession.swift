@@ -65,19 +65,23 @@ struct PostgresSQLSession: SQLSession {
         guard !held.writes.isEmpty else { return }
         let writes = held.writes
         held.writes = []
-        if writes.count == 1 {
-            session.alone?.willWrite()
-            try session.execute(Self.query(writes[0].sql, writes[0].arguments))
-            return
-        }
+        // Several: the connection's function for the list, which may have to be created first (before the statement
+        // that writes, which is when an attempt running alone starts to commit).
         var whole: [String] = []
-        let numbered = try writes.map { write in try HeldStatements.statement(write.sql, write.arguments, values: &whole, numberedFromOne: false) }
-        if let body = WriteFunctions.body(numbered), let function = try session.writeFunction(body) {
-            session.alone?.willWrite()
+        var function: String?
+        if writes.count > 1 {
+            let numbered = try writes.map { try HeldStatements.statement($0.sql, $0.arguments, values: &whole, numberedFromOne: false) }
+            function = try WriteFunctions.body(numbered).flatMap { try session.writeFunction($0) }
+        }
+        session.alone?.willWrite()
+        if let function {
             try session.callWrites(function, values: whole)
             return
         }
-        session.alone?.willWrite()
+        if writes.count == 1 {
+            try session.execute(Self.query(writes[0].sql, writes[0].arguments))
+            return
+        }
         var values: [String] = []
         var counts: [Int64] = []
         let statements = try writes.map { write in
