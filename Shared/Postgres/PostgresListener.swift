@@ -5,17 +5,29 @@ import NIOPosix
 import PostgresNIO
 import ServiceLifecycle
 
+/// What a `PostgresListener` reports, in order: `.listening`, any `.notified`, `.lost`, and again from `.listening`
+/// after a reconnection.
+public enum PostgresListenerEvent: Sendable, Equatable {
+    /// Listening (the first time, or again after a gap): a notification sent while nobody listened is gone, so
+    /// anything may have changed.
+    case listening
+    /// A `NOTIFY` on the channel, with its payload.
+    case notified(String)
+    /// Not listening any more (the connection was lost, or the listener stopped) until the next `.listening`.
+    case lost
+}
+
 /// Hears `NOTIFY <channel>` from the other instances of a service, on a connection of its own (a pooled
 /// connection cannot listen: it goes back to the pool between transactions).
 ///
-/// `onChange` runs for every notification and once each time the listener (re)connects: a notification sent
-/// while no connection was listening is gone, so after a gap the caller must re-read what it caches. A lost
-/// connection is opened again after a short, growing pause (0.1 s up to 5 s). It listens while `run` runs (a
-/// service group runs it, and stops it at graceful shutdown) and until `stop`.
+/// `onEvent` hears `.listening` each time the listener (re)connects, `.notified` for every notification and
+/// `.lost` when a connection ends. A lost connection is opened again after a short, growing pause (0.1 s up to
+/// 5 s). It listens while `run` runs (a service group runs it, and stops it at graceful shutdown) and until
+/// `stop`.
 public final class PostgresListener: Service, Sendable {
     private let pool: PostgresPool
     public let channel: String
-    private let onChange: @Sendable () async -> Void
+    private let onEvent: @Sendable (PostgresListenerEvent) async -> Void
     private let state = NIOLockedValueBox(State())
 
     private struct State {
@@ -24,13 +36,21 @@ public final class PostgresListener: Service, Sendable {
     }
 
     /// `channel` is lowercase letters and underscores. Nothing is heard before `run`.
-    public init(pool: PostgresPool, channel: String, onChange: @escaping @Sendable () async -> Void) throws {
+    public init(pool: PostgresPool, channel: String, onEvent: @escaping @Sendable (PostgresListenerEvent) async -> Void) throws {
         guard !channel.isEmpty, channel.allSatisfy({ ("a"..."z").contains($0) || $0 == "_" }) else {
             throw PostgresURL.Invalid(description: "a channel name is lowercase letters and underscores")
         }
         self.pool = pool
         self.channel = channel
-        self.onChange = onChange
+        self.onEvent = onEvent
+    }
+
+    /// `onChange` runs for every notification and each time the listener (re)connects: after a gap, the caller
+    /// re-reads what it caches.
+    public convenience init(pool: PostgresPool, channel: String, onChange: @escaping @Sendable () async -> Void) throws {
+        try self.init(pool: pool, channel: channel) { event in
+            if event != .lost { await onChange() }
+        }
     }
 
     /// Listens until graceful shutdown, cancellation or `stop`.
@@ -59,6 +79,7 @@ public final class PostgresListener: Service, Sendable {
 
     private func listen() async {
         var pause = Duration.milliseconds(100)
+        var listening = false
         while !stopped {
             do {
                 let id = pool.ids.withLockedValue { id in
@@ -79,10 +100,11 @@ public final class PostgresListener: Service, Sendable {
                 }
                 try await connection.listen(on: channel) { notifications in
                     pause = .milliseconds(100)
-                    await onChange()  // whatever changed while nobody listened
-                    for try await _ in notifications {
+                    listening = true
+                    await onEvent(.listening)  // whatever changed while nobody listened
+                    for try await notification in notifications {
                         guard !stopped else { return }
-                        await onChange()
+                        await onEvent(.notified(notification.payload))
                     }
                 }
             } catch {
@@ -97,6 +119,10 @@ public final class PostgresListener: Service, Sendable {
                 return s.connection
             }
             if let lost { pool.discard(lost) }
+            if listening {
+                listening = false
+                await onEvent(.lost)
+            }
             guard !stopped else { return }
             try? await Task.sleep(for: pause)
             pause = min(pause * 2, .seconds(5))

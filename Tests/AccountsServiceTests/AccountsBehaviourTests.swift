@@ -72,18 +72,16 @@ import Testing
         #expect(await rpcError { try await f.client.call(AccountsListSessions.self, .init(session: token)) }?.knownCode == .unauthenticated)
     }
 
-    /// `authenticate` on the event loop (its own SQLite connection, no write): the same account as the blocking
-    /// pool's answer, nothing inline when the session is due its touch (the pool writes that), and every commit
-    /// (a logout) seen at once. On PostgreSQL (a network away) never inline.
+    /// `authenticate` on the event loop (SQLite: its own connection; PostgreSQL: the session cache, while its
+    /// listener listens; no write): the same account as the blocking pool's answer, nothing inline when the session is
+    /// due its touch (the pool writes that), and every commit (a logout) seen at once.
     @Test func theEventLoopReaderSeesEveryCommitAndLeavesTouchesToThePool() async throws {
         let f = try await AccountsFixture.start()
         defer { Task { await f.stop() } }
+        var heard = f.heard.makeAsyncIterator()
+        if TestPostgres.suiteUsesPostgres { #expect(await heard.next() == .listening) }
         let token = try await f.register("inline").session.token
         let viaPool = try await f.authenticate(token)
-        if TestPostgres.suiteUsesPostgres {
-            #expect(try f.service.authenticateWithoutWaiting(token) == nil)
-            return
-        }
         #expect(try f.service.authenticateWithoutWaiting(token) == viaPool)
         f.clock.advance(ms: f.configuration.sessionTouchIntervalMs)
         #expect(try f.service.authenticateWithoutWaiting(token) == nil)
@@ -91,7 +89,13 @@ import Testing
         #expect(touched.expiresAtMs == f.clock.nowMs + f.configuration.sessionLifetimeMs)
         #expect(try f.service.authenticateWithoutWaiting(token) == touched)
         _ = try await f.client.call(AccountsLogout.self, .init(session: token))
-        #expect(throws: RPCError.self) { try f.service.authenticateWithoutWaiting(token) }
+        if TestPostgres.suiteUsesPostgres {
+            // Forgotten on sign-out: not answered inline; the pool's read refuses it.
+            #expect(try f.service.authenticateWithoutWaiting(token) == nil)
+            #expect(await rpcError { try await f.authenticate(token) }?.knownCode == .unauthenticated)
+        } else {
+            #expect(throws: RPCError.self) { try f.service.authenticateWithoutWaiting(token) }
+        }
         #expect(throws: RPCError.self) { try f.service.authenticateWithoutWaiting("not-a-token") }
     }
 

@@ -18,6 +18,9 @@ final class AccountsFixture: Sendable {
     let directory: URL
     let clock: ManualClock
     let store: any AccountsStorage
+    let listener: PostgresListener?
+    /// What the listener reported, in order (PostgreSQL).
+    let heard: AsyncStream<PostgresListenerEvent>
     let service: AccountsService
     let server: RPCServer
     let client: RPCClient
@@ -44,7 +47,11 @@ final class AccountsFixture: Sendable {
     }
 
     /// `databaseURL`: this PostgreSQL database whatever the engine (instances sharing one database).
-    static func start(directory: URL? = nil, databaseURL: String? = nil, configure: (inout AccountsConfiguration) -> Void = { _ in }) async throws
+    /// `sessionTrustMs`: how long the PostgreSQL store's session cache trusts a row it read.
+    static func start(
+        directory: URL? = nil, databaseURL: String? = nil, sessionTrustMs: Int64 = SessionCache.defaultTrustMs,
+        configure: (inout AccountsConfiguration) -> Void = { _ in }
+    ) async throws
         -> AccountsFixture
     {
         let dir = directory ?? FileManager.default.temporaryDirectory.appendingPathComponent("accounts-\(UUID().uuidString)")
@@ -58,26 +65,39 @@ final class AccountsFixture: Sendable {
         let clock = ManualClock()
         var logger = Logger(label: "accounts-test")
         logger.logLevel = .critical
-        let store = try await openStore(directory: dir, databaseURL: databaseURL, logger: logger)
+        let store = try await openStore(directory: dir, databaseURL: databaseURL, sessionTrustMs: sessionTrustMs, logger: logger)
+        // As deployed (AccountsServiceCommand): on PostgreSQL the session cache is fed by its listener.
+        let heard = AsyncStream<PostgresListenerEvent>.makeStream()
+        let listener = try (store as? PostgresAccountsStore).map { postgres in
+            try PostgresListener(pool: postgres.pool, channel: PostgresAccountsStore.revocationsChannel) { event in
+                postgres.sessions.heard(event)
+                heard.continuation.yield(event)
+            }
+        }
+        if let listener { Task { try? await listener.run() } }
         let service = AccountsService(
             store: store, configuration: config, clock: clock.clock, logger: logger,
             appTransactionVerifier: { jws in try await Self.verification.verifyAppTransaction(.init(signedAppTransaction: jws)) })
         let server = RPCServer(configuration: .init(serviceName: "accounts"), router: service.router(), logger: logger)
         try await server.start()
         return AccountsFixture(
-            directory: dir, clock: clock, store: store, service: service, server: server, configuration: config,
+            directory: dir, clock: clock, store: store, listener: listener, heard: heard.stream, service: service, server: server,
+            configuration: config,
             client: RPCClient(
                 host: "127.0.0.1", port: server.localPort!,
                 configuration: .patient))
     }
 
     private init(
-        directory: URL, clock: ManualClock, store: any AccountsStorage, service: AccountsService, server: RPCServer,
-        configuration: AccountsConfiguration, client: RPCClient
+        directory: URL, clock: ManualClock, store: any AccountsStorage, listener: PostgresListener?,
+        heard: AsyncStream<PostgresListenerEvent>, service: AccountsService,
+        server: RPCServer, configuration: AccountsConfiguration, client: RPCClient
     ) {
         self.directory = directory
         self.clock = clock
         self.store = store
+        self.listener = listener
+        self.heard = heard
         self.service = service
         self.server = server
         self.configuration = configuration
@@ -86,7 +106,9 @@ final class AccountsFixture: Sendable {
 
     /// The engine `IAP_TEST_ENGINE` names: SQLite in `directory`, or the PostgreSQL database named in
     /// `directory/postgres-url` (created on first use).
-    static func openStore(directory: URL, databaseURL: String? = nil, logger: Logger) async throws -> any AccountsStorage {
+    static func openStore(
+        directory: URL, databaseURL: String? = nil, sessionTrustMs: Int64 = SessionCache.defaultTrustMs, logger: Logger
+    ) async throws -> any AccountsStorage {
         guard TestPostgres.suiteUsesPostgres || databaseURL != nil else { return try AccountsStore.open(directory: directory) }
         let file = directory.appendingPathComponent("postgres-url")
         let url: String
@@ -98,7 +120,9 @@ final class AccountsFixture: Sendable {
             url = try await TestPostgres.newDatabase()
             try url.write(to: file, atomically: true, encoding: .utf8)
         }
-        return try await PostgresAccountsStore(pool: try PostgresPool(url: try PostgresURL(url), schema: "accounts", connections: 4, logger: logger))
+        return try await PostgresAccountsStore(
+            pool: try PostgresPool(url: try PostgresURL(url), schema: "accounts", connections: 4, logger: logger),
+            sessions: SessionCache(trustMs: sessionTrustMs))
     }
 
     var port: Int { server.localPort! }
@@ -108,6 +132,7 @@ final class AccountsFixture: Sendable {
         await client.close()
         await server.shutdown()
         await service.shutdown()
+        listener?.stop()
         try? store.close()
     }
 

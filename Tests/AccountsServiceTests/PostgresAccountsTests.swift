@@ -30,6 +30,73 @@ struct PostgresAccountsTests {
         #expect(try await a.authenticate(other.session.token).accountId == signedIn.accountId)
     }
 
+    /// An instance answers a session it read lately from memory (no round trip), and forgets it when any instance
+    /// revokes it: at once on the instance that revoked, and on the others when they hear the revocation's NOTIFY.
+    /// The cache here trusts a row for ten minutes, so only the NOTIFY can end it during the test.
+    @Test(.timeLimit(.minutes(1))) func aKeptSessionEndsOnEveryInstanceWhenAnyRevokesIt() async throws {
+        let url = try await TestPostgres.newDatabase()
+        let a = try await AccountsFixture.start(databaseURL: url, sessionTrustMs: 600_000)
+        let b = try await AccountsFixture.start(databaseURL: url, sessionTrustMs: 600_000)
+        defer {
+            Task {
+                await a.stop(); await b.stop()
+            }
+        }
+        var heardOnB = b.heard.makeAsyncIterator()
+        #expect(await heardOnB.next() == .listening)
+        let storeB = try #require(b.store as? PostgresAccountsStore)
+        let phone = try await a.register("kept", device: "iPhone")
+        let tablet = try await a.login("kept", device: "iPad")
+        let laptop = try await a.login("kept", device: "Mac")
+        for signedIn in [phone, tablet, laptop] { _ = try await b.authenticate(signedIn.session.token) }  // read and kept
+        let before = storeB.pool.roundTrips
+        #expect(try await b.authenticate(phone.session.token).accountId == phone.accountId)
+        #expect(storeB.pool.roundTrips == before, "a kept session took a round trip")
+
+        // Signed out on a: b hears it and refuses.
+        _ = try await a.client.call(AccountsLogout.self, .init(session: phone.session.token))
+        #expect(await heardOnB.next() == .notified(phone.accountId))
+        #expect(await rpcError { try await b.authenticate(phone.session.token) }?.knownCode == .unauthenticated)
+        #expect(try await b.authenticate(tablet.session.token).accountId == phone.accountId)
+
+        // Signed out on b itself: refused there at once, nothing to wait for.
+        _ = try await b.client.call(AccountsLogout.self, .init(session: tablet.session.token))
+        #expect(await rpcError { try await b.authenticate(tablet.session.token) }?.knownCode == .unauthenticated)
+        #expect(await heardOnB.next() == .notified(phone.accountId))
+
+        // Support signs the customer out everywhere through a: b refuses the last one.
+        #expect(try await b.authenticate(laptop.session.token).accountId == phone.accountId)
+        let ended = try await a.client.call(
+            AccountsRevokeSessions.self, .init(accountId: phone.accountId, internalToken: AccountsFixture.internalToken))
+        #expect(ended.ended == 1)
+        #expect(await heardOnB.next() == .notified(phone.accountId))
+        #expect(await rpcError { try await b.authenticate(laptop.session.token) }?.knownCode == .unauthenticated)
+    }
+
+    /// The cache is used only while its listener listens: with the listener's connection cut, a revocation could go
+    /// unheard, so nothing kept is answered until it listens again (from an empty cache).
+    @Test(.timeLimit(.minutes(1))) func withoutItsListenerAnInstanceKeepsNoSession() async throws {
+        let url = try await TestPostgres.newDatabase()
+        let f = try await AccountsFixture.start(databaseURL: url, sessionTrustMs: 600_000)
+        defer { Task { await f.stop() } }
+        var heard = f.heard.makeAsyncIterator()
+        #expect(await heard.next() == .listening)
+        let store = try #require(f.store as? PostgresAccountsStore)
+        let signedIn = try await f.register("unheard")
+        _ = try await f.authenticate(signedIn.session.token)
+        #expect(store.sessions.count == 1)
+        let killed = try await TestPostgres.psql(
+            url, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND datname = current_database()")
+        #expect(killed == "1")
+        #expect(await heard.next() == .lost)
+        #expect(store.sessions.count == 0)
+        #expect(store.sessions.generation() == nil, "a session would be kept while nobody listens")
+        #expect(await heard.next() == .listening)
+        let before = store.pool.roundTrips
+        _ = try await f.authenticate(signedIn.session.token)
+        #expect(store.pool.roundTrips == before + 1, "read again after the gap")
+    }
+
     @Test func failedSignInsCountOnEveryInstance() async throws {
         let url = try await TestPostgres.newDatabase()
         let a = try await AccountsFixture.start(databaseURL: url)

@@ -151,10 +151,20 @@ public final class SuiteFixture: Sendable {
         func pool(_ schema: String) throws -> PostgresPool {
             try PostgresPool(url: try PostgresURL(databaseURL!), schema: schema, connections: 4, logger: quiet)
         }
-        let accountsStore: any AccountsStorage =
-            databaseURL == nil
-            ? try AccountsStore.open(directory: dir.appendingPathComponent("accounts"))
-            : try await PostgresAccountsStore(pool: try pool("accounts"))
+        let accountsStore: any AccountsStorage
+        let accountsListener: PostgresListener?
+        if databaseURL == nil {
+            accountsStore = try AccountsStore.open(directory: dir.appendingPathComponent("accounts"))
+            accountsListener = nil
+        } else {
+            // As deployed: the session cache fed by its listener.
+            let accountsPool = try pool("accounts")
+            let postgres = try await PostgresAccountsStore(pool: accountsPool)
+            let listener = try PostgresListener(pool: accountsPool, channel: PostgresAccountsStore.revocationsChannel) { postgres.sessions.heard($0) }
+            Task { try? await listener.run() }
+            accountsListener = listener
+            accountsStore = postgres
+        }
 
         var catalogConfig = CatalogConfiguration()
         catalogConfig.adminToken = adminToken
@@ -262,7 +272,8 @@ public final class SuiteFixture: Sendable {
             accounts: RPCClient(host: "127.0.0.1", port: accountsPort, configuration: patient),
             catalog: RPCClient(host: "127.0.0.1", port: catalogPort, configuration: patient),
             fulfillment: RPCClient(host: "127.0.0.1", port: fulfillmentPort, configuration: patient),
-            store: store, otherStores: [accountsStore.close, catalogStore.close], service: service, content: content, servers: servers,
+            store: store, otherStores: [{ accountsListener?.stop() }, accountsStore.close, catalogStore.close], service: service,
+            content: content, servers: servers,
             routers: routers, proxies: proxies,
             simHTTP: simHTTPTask, simHTTPPort: apiPort, simAPI: simAPI, play: playStand)
     }

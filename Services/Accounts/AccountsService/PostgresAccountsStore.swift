@@ -5,15 +5,23 @@ import PostgresSupport
 
 /// The accounts database on PostgreSQL (`--database-url`), for several accounts instances on one database: the
 /// same records as `AccountsStore` (SQLite) in the `accounts` schema. Sessions and the login-throttle counters
-/// live here, so every instance sees a sign-out at once and a guesser cannot spread attempts over instances:
+/// live here, so every instance sees a sign-out (through the session cache's NOTIFY, below) and a guesser cannot spread attempts over instances:
 /// `admitAttempt` reads and counts in one transaction holding the advisory locks of its keys, so two instances cannot
 /// both admit the attempt that reaches a limit.
+///
+/// Sessions read lately are kept in `sessions` while a `PostgresListener` on `revocationsChannel` feeds it: every
+/// revocation (sign-out, password change, support's revoke, the per-account cap) sends `NOTIFY` with its account id
+/// in the transaction that revokes, and forgets the account's kept sessions here once it has committed.
 public final class PostgresAccountsStore: AccountsStorage, Sendable {
     package let pool: PostgresPool
+    public let sessions: SessionCache
+    /// Where revocations are announced: the payload is the account id.
+    public static let revocationsChannel = "iap_sessions_revoked"
 
     /// Brings the schema up to date; on failure the pool is closed and the error thrown.
-    public init(pool: PostgresPool) async throws {
+    public init(pool: PostgresPool, sessions: SessionCache = SessionCache()) async throws {
         self.pool = pool
+        self.sessions = sessions
         try await pool.migrateOrClose(Self.migrations)
     }
 
@@ -87,7 +95,12 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     }
 
     public func deleteSessions(accountId: String) async throws -> Int {
-        try await pool.write { db in try db.execute("DELETE FROM session WHERE account_id = \(accountId)") }
+        defer { sessions.forget(accountId: accountId) }
+        return try await pool.write { db in
+            let ended = try db.execute("DELETE FROM session WHERE account_id = \(accountId)")
+            if ended > 0 { try Self.announceRevocation(accountId: accountId, db) }
+            return ended
+        }
     }
 
     public func account(id: String) async throws -> AccountRow? {
@@ -109,10 +122,13 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     }
 
     public func changePassword(accountId: String, expected: String, new: String, keepSession keep: Data) async throws -> Bool {
-        try await pool.write { db in
+        defer { sessions.forget(accountId: accountId) }
+        return try await pool.write { db in
             guard try db.execute("UPDATE account SET password_hash = \(new) WHERE id = \(accountId) AND password_hash = \(expected)") == 1
             else { return false }
-            try db.execute("DELETE FROM session WHERE account_id = \(accountId) AND token_hash != \(keep)")
+            if try db.execute("DELETE FROM session WHERE account_id = \(accountId) AND token_hash != \(keep)") > 0 {
+                try Self.announceRevocation(accountId: accountId, db)
+            }
             return true
         }
     }
@@ -182,17 +198,25 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     // MARK: sessions
 
     public func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int = .max) async throws {
+        defer { sessions.forget(accountId: accountId) }
         try await pool.write { db in
+            // Expired sessions are refused already: dropping them revokes nothing.
             try db.execute("DELETE FROM session WHERE account_id = \(accountId) AND expires_at_ms <= \(nowMs)")
             try Self.insert(session, accountId: accountId, db)
             // The new session always stays; of the others, the newest cap - 1 do.
-            try db.execute(
+            let evicted = try db.execute(
                 """
                 DELETE FROM session WHERE token_hash IN (
                     SELECT token_hash FROM session WHERE account_id = \(accountId) AND token_hash != \(session.tokenHash)
                     ORDER BY created_at_ms DESC, last_seen_at_ms DESC OFFSET \(Int64(max(0, min(cap, Int(Int32.max)) - 1))))
                 """)
+            if evicted > 0 { try Self.announceRevocation(accountId: accountId, db) }
         }
+    }
+
+    /// Tells every instance's session cache, when this transaction commits, that the account lost sessions.
+    private static func announceRevocation(accountId: String, _ db: PostgresSession) throws {
+        try db.execute("SELECT pg_notify(\(revocationsChannel), \(accountId))")
     }
 
     private static func insert(_ s: NewSession, accountId: String, _ db: PostgresSession) throws {
@@ -203,10 +227,13 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
             """)
     }
 
-    /// One indexed lookup on the calling thread (the server's blocking pool; see `AccountsService.authenticate`), prepared
-    /// once per connection: every request makes it, and planning it cost 113 of its 142 µs unprepared (2026-11-27).
+    /// The kept row (`sessions`), else one indexed lookup on the calling thread (the server's blocking pool; see
+    /// `AccountsService.authenticate`), prepared once per connection: every request makes it, and planning it cost 113
+    /// of its 142 µs unprepared (2026-11-27).
     public func session(tokenHash: Data) throws -> SessionRow? {
-        try pool.withSessionHere { db in
+        if let kept = sessions.session(tokenHash) { return kept }
+        let generation = sessions.generation()
+        let row = try pool.withSessionHere { db in
             try db.queryPrepared(
                 """
                 SELECT s.token_hash, s.account_id, a.username, a.app_account_token, s.device_name, s.created_at_ms,
@@ -216,24 +243,41 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
                 """, [PostgresData(bytes: tokenHash)]
             ).first.map(Self.sessionRow)
         }
+        if let row { sessions.keep(row, readUnder: generation) }
+        return row
     }
 
-    /// A round trip to the server: never on an event loop.
-    public func sessionWithoutWaiting(tokenHash: Data) -> SessionReadWithoutWaiting { .notNow }
+    /// The kept row; otherwise a round trip to the server, never on an event loop.
+    public func sessionWithoutWaiting(tokenHash: Data) -> SessionReadWithoutWaiting {
+        sessions.session(tokenHash).map { .found($0) } ?? .notNow
+    }
 
     public func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws {
         // One statement: atomic by itself, no transaction needed (and no serialization retries on a hot row).
-        try pool.withSessionHere { db in
+        let touched = try pool.withSessionHere { db in
             try db.execute(
                 """
                 UPDATE session SET last_seen_at_ms = \(nowMs), expires_at_ms = \(expiresAtMs)
                 WHERE token_hash = \(tokenHash) AND expires_at_ms > \(nowMs)
                 """)
         }
+        if touched > 0 {
+            sessions.touched(tokenHash, lastSeenAtMs: nowMs, expiresAtMs: expiresAtMs)
+        } else {
+            sessions.forget(tokenHash: tokenHash)
+        }
     }
 
     public func deleteSession(tokenHash: Data) throws {
-        try pool.withSessionHere { db in try db.execute("DELETE FROM session WHERE token_hash = \(tokenHash)") }
+        defer { sessions.forget(tokenHash: tokenHash) }
+        // One statement: the revocation and its announcement commit together.
+        try pool.withSessionHere { db in
+            try db.execute(
+                """
+                WITH ended AS (DELETE FROM session WHERE token_hash = \(tokenHash) RETURNING account_id)
+                SELECT pg_notify(\(Self.revocationsChannel), account_id) FROM ended
+                """)
+        }
     }
 
     public func sessions(accountId: String, nowMs: Int64) throws -> [SessionRow] {

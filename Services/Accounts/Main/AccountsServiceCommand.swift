@@ -75,9 +75,14 @@ struct AccountsServiceCommand: AsyncParsableCommand {
             logger.warning("no internal token configured (--internal-token or IAP_INTERNAL_TOKEN): internal methods will refuse every call")
         }
         let store: any AccountsStorage
+        // PostgreSQL: revocations on other instances, heard at once; their sessions are kept only while it listens (the
+        // group runs it). SQLite: one instance per file, nothing to hear.
+        var listener: PostgresListener?
         if let url = database.resolvedURL() {
             let pool = try PostgresPool(url: try PostgresURL(url), schema: "accounts", connections: try database.resolvedPoolSize(), logger: logger)
-            store = try await PostgresAccountsStore(pool: pool)
+            let postgres = try await PostgresAccountsStore(pool: pool)
+            listener = try PostgresListener(pool: pool, channel: PostgresAccountsStore.revocationsChannel) { postgres.sessions.heard($0) }
+            store = postgres
             logger.info("accounts store: PostgreSQL \(pool.url.redacted)")
         } else {
             store = try AccountsStore.open(directory: options.resolvedDataDir())
@@ -100,7 +105,6 @@ struct AccountsServiceCommand: AsyncParsableCommand {
                 ClosingService("accounts database", logger: logger) { try store.close() },
                 ClosingService("password hasher", logger: logger) { await service.shutdown() },
                 ClosingService("verification client", logger: logger) { await verification.close() },
-                server,
-            ], logger: logger)
+            ] + (listener.map { [$0] } ?? []) + [server], logger: logger)
     }
 }

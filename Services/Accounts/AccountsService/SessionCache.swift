@@ -1,0 +1,137 @@
+import Foundation
+import NIOConcurrencyHelpers
+import PostgresSupport
+
+/// Sessions this instance read from PostgreSQL lately, so `authenticate` (once per redeem, spend and every other
+/// account-scoped call) answers from memory on the event loop instead of a round trip: on PostgreSQL the lookup cost
+/// accounts 0.35-0.55 ms of CPU per call and the server a statement (Benchmarks/README.md).
+///
+/// A revocation must still reach every instance. Each one (sign-out, password change, support's revoke, a session
+/// evicted by the per-account cap) sends `NOTIFY` with the account id in its own transaction, and each instance's
+/// `PostgresListener` forgets that account's sessions when it hears it. So the cache is used only while the listener
+/// is listening: it starts empty and unused, is emptied when the listener (re)connects and dropped when it loses its
+/// connection. A session is trusted for at most `trustMs` after it was read: the bound on a revocation missed by a
+/// listener whose connection died without a word. A read that started before a revocation was heard is not kept
+/// (`generation`), so a revoked session cannot come back from a read that raced it.
+///
+/// Only sessions found are kept (an unknown token costs a read every time, as before), at most `capacity`.
+public final class SessionCache: Sendable {
+    public static let defaultTrustMs: Int64 = 5_000
+    public static let defaultCapacity = 50_000
+
+    public let trustMs: Int64
+    public let capacity: Int
+    private let now: @Sendable () -> Int64
+    private let state = NIOLockedValueBox(State())
+
+    private struct Entry {
+        var row: SessionRow
+        let readAtMs: Int64
+    }
+
+    private struct State {
+        var listening = false
+        /// Moves on every forgetting: a read begun under an older generation is not kept.
+        var generation: UInt64 = 0
+        var entries: [Data: Entry] = [:]
+        var byAccount: [String: Set<Data>] = [:]
+
+        mutating func forget(accountId: String) {
+            generation &+= 1
+            for hash in byAccount.removeValue(forKey: accountId) ?? [] { entries[hash] = nil }
+        }
+
+        mutating func forgetAll() {
+            generation &+= 1
+            entries.removeAll()
+            byAccount.removeAll()
+        }
+    }
+
+    /// `now`: a monotonic clock in milliseconds (tests move it).
+    public init(
+        trustMs: Int64 = defaultTrustMs, capacity: Int = defaultCapacity,
+        now: @escaping @Sendable () -> Int64 = { Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000) }
+    ) {
+        self.trustMs = trustMs
+        self.capacity = capacity
+        self.now = now
+    }
+
+    /// The kept row, if it is still trusted.
+    public func session(_ tokenHash: Data) -> SessionRow? {
+        let now = now()
+        return state.withLockedValue { s in
+            guard s.listening, let entry = s.entries[tokenHash] else { return nil }
+            guard now - entry.readAtMs < trustMs else {
+                s.entries[tokenHash] = nil
+                s.byAccount[entry.row.accountId]?.remove(tokenHash)
+                return nil
+            }
+            return entry.row
+        }
+    }
+
+    /// Taken before reading a session from the database, handed back to `keep`: nil while nothing may be kept.
+    public func generation() -> UInt64? {
+        state.withLockedValue { s in s.listening ? s.generation : nil }
+    }
+
+    /// Keeps a row read from the database, unless something was forgotten since `generation` was taken.
+    public func keep(_ row: SessionRow, readUnder generation: UInt64?) {
+        guard let generation else { return }
+        let now = now()
+        state.withLockedValue { s in
+            guard s.listening, s.generation == generation else { return }
+            if s.entries[row.tokenHash] == nil, s.entries.count >= capacity {
+                s.entries = s.entries.filter { now - $0.value.readAtMs < trustMs }
+                if s.entries.count >= capacity { s.entries.removeAll() }
+                s.byAccount = Dictionary(grouping: s.entries.keys) { s.entries[$0]!.row.accountId }.mapValues(Set.init)
+            }
+            s.entries[row.tokenHash] = Entry(row: row, readAtMs: now)
+            s.byAccount[row.accountId, default: []].insert(row.tokenHash)
+        }
+    }
+
+    /// A touch this instance wrote: the kept row (if any, so a revocation already heard stays heard) slides with it.
+    public func touched(_ tokenHash: Data, lastSeenAtMs: Int64, expiresAtMs: Int64) {
+        state.withLockedValue { s in
+            guard let entry = s.entries[tokenHash] else { return }
+            let r = entry.row
+            s.entries[tokenHash]!.row = SessionRow(
+                tokenHash: r.tokenHash, accountId: r.accountId, username: r.username, appAccountToken: r.appAccountToken,
+                deviceName: r.deviceName, createdAtMs: r.createdAtMs, lastSeenAtMs: lastSeenAtMs, expiresAtMs: expiresAtMs)
+        }
+    }
+
+    /// The account's sessions changed (here, or elsewhere as heard).
+    public func forget(accountId: String) { state.withLockedValue { $0.forget(accountId: accountId) } }
+
+    /// A session was revoked by its token alone: its account is not known here.
+    public func forget(tokenHash: Data) {
+        state.withLockedValue { s in
+            s.generation &+= 1
+            if let entry = s.entries.removeValue(forKey: tokenHash) { s.byAccount[entry.row.accountId]?.remove(tokenHash) }
+        }
+    }
+
+    /// What the listener reports: listening (anything may have changed while nobody listened), an account's sessions
+    /// revoked elsewhere, or listening no more.
+    public func heard(_ event: PostgresListenerEvent) {
+        state.withLockedValue { s in
+            switch event {
+            case .listening:
+                s.forgetAll()
+                s.listening = true
+            case .notified(let accountId):
+                s.forget(accountId: accountId)
+            case .lost:
+                s.forgetAll()
+                s.listening = false
+            }
+        }
+    }
+
+    /// How many rows are kept (tests, metrics).
+    public var count: Int { state.withLockedValue { $0.entries.count } }
+}
