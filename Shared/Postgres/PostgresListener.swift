@@ -64,8 +64,8 @@ public final class PostgresListener: Service, Sendable {
         }
     }
 
-    /// Stops listening and closes the connection; `onChange` is not called after this returns, except by a call
-    /// already running.
+    /// Stops listening and closes the connection. `onEvent` may still hear a notification already received, then
+    /// hears `.lost` (if it was listening), after this returns; nothing after that.
     public func stop() {
         let connection = state.withLockedValue { s in
             s.stopped = true
@@ -102,9 +102,10 @@ public final class PostgresListener: Service, Sendable {
                     pause = .milliseconds(100)
                     listening = true
                     await onEvent(.listening)  // whatever changed while nobody listened
+                    // Every notification heard is delivered, also while stopping: `.lost` comes after it.
                     for try await notification in notifications {
-                        guard !stopped else { return }
                         await onEvent(.notified(notification.payload))
+                        guard !stopped else { return }
                     }
                 }
             } catch {

@@ -47,9 +47,10 @@ final class AccountsFixture: Sendable {
     }
 
     /// `databaseURL`: this PostgreSQL database whatever the engine (instances sharing one database).
-    /// `sessionTrustMs`: how long the PostgreSQL store's session cache trusts a row it read.
+    /// `sessionTrustMs`: how long the PostgreSQL store's session cache trusts a row it read. `listening: false`: no
+    /// listener feeds that cache (a test tells it what it hears).
     static func start(
-        directory: URL? = nil, databaseURL: String? = nil, sessionTrustMs: Int64 = SessionCache.defaultTrustMs,
+        directory: URL? = nil, databaseURL: String? = nil, sessionTrustMs: Int64 = SessionCache.defaultTrustMs, listening: Bool = true,
         configure: (inout AccountsConfiguration) -> Void = { _ in }
     ) async throws
         -> AccountsFixture
@@ -68,7 +69,7 @@ final class AccountsFixture: Sendable {
         let store = try await openStore(directory: dir, databaseURL: databaseURL, sessionTrustMs: sessionTrustMs, logger: logger)
         // As deployed (AccountsServiceCommand): on PostgreSQL the session cache is fed by its listener.
         let heard = AsyncStream<PostgresListenerEvent>.makeStream()
-        let listener = try (store as? PostgresAccountsStore).map { postgres in
+        let listener = try (listening ? store as? PostgresAccountsStore : nil).map { postgres in
             try PostgresListener(pool: postgres.pool, channel: PostgresAccountsStore.revocationsChannel) { event in
                 postgres.sessions.heard(event)
                 heard.continuation.yield(event)

@@ -6,8 +6,8 @@ import PostgresSupport
 import RPCTestSupport
 import Testing
 
-/// Accounts instances sharing one PostgreSQL database: what one instance does, every other one sees at once
-/// (sessions, sign-outs, the login throttle), and nothing secret is stored in the clear there either.
+/// Accounts instances sharing one PostgreSQL database: what one instance does, every other one sees (sessions; sign-outs
+/// at once or when its NOTIFY is heard; the login throttle), and nothing secret is stored in the clear there either.
 @Suite(.enabled(if: TestPostgres.isAvailable, "PostgreSQL is not installed"))
 struct PostgresAccountsTests {
     @Test func aSessionAndItsSignOutAreSeenByEveryInstance() async throws {
@@ -73,6 +73,90 @@ struct PostgresAccountsTests {
         #expect(await rpcError { try await b.authenticate(laptop.session.token) }?.knownCode == .unauthenticated)
     }
 
+    /// A password change and a sign-in past the per-account cap end sessions too: every instance hears it.
+    @Test(.timeLimit(.minutes(1))) func aPasswordChangeAndTheSessionCapReachEveryInstance() async throws {
+        let url = try await TestPostgres.newDatabase()
+        let a = try await AccountsFixture.start(databaseURL: url, sessionTrustMs: 600_000) { $0.maxSessionsPerAccount = 2 }
+        let b = try await AccountsFixture.start(databaseURL: url, sessionTrustMs: 600_000) { $0.maxSessionsPerAccount = 2 }
+        defer {
+            Task {
+                await a.stop(); await b.stop()
+            }
+        }
+        var heardOnB = b.heard.makeAsyncIterator()
+        #expect(await heardOnB.next() == .listening)
+        let first = try await a.register("capped", device: "1")
+        a.clock.advance(ms: 1_000)  // the cap ends the oldest: no two made in the same millisecond
+        let second = try await a.login("capped", device: "2")
+        for signedIn in [first, second] { _ = try await b.authenticate(signedIn.session.token) }
+        a.clock.advance(ms: 1_000)
+        let third = try await a.login("capped", device: "3")  // ends the oldest, kept on b
+        #expect(await heardOnB.next() == .notified(first.accountId))
+        #expect(await rpcError { try await b.authenticate(first.session.token) }?.knownCode == .unauthenticated)
+
+        _ = try await b.authenticate(second.session.token)  // kept again
+        try await a.client.call(
+            AccountsChangePassword.self,
+            .init(session: third.session.token, currentPassword: "correct horse battery", newPassword: "a much better passphrase 2026"))
+        #expect(await heardOnB.next() == .notified(first.accountId))
+        #expect(await rpcError { try await b.authenticate(second.session.token) }?.knownCode == .unauthenticated)
+        #expect(try await b.authenticate(third.session.token).accountId == first.accountId)
+    }
+
+    /// The instance that revokes forgets before it answers, without waiting for any NOTIFY: here nothing is heard at
+    /// all (no listener; the cache is told by hand that it listens).
+    @Test func theInstanceThatRevokesForgetsBeforeItAnswers() async throws {
+        let f = try await AccountsFixture.start(
+            databaseURL: try await TestPostgres.newDatabase(), sessionTrustMs: 600_000, listening: false
+        ) { $0.maxSessionsPerAccount = 3 }
+        defer { Task { await f.stop() } }
+        let store = try #require(f.store as? PostgresAccountsStore)
+        store.sessions.heard(.listening)
+        let phone = try await f.register("alone", device: "phone")
+        let tablet = try await f.login("alone", device: "tablet")
+        let laptop = try await f.login("alone", device: "laptop")
+        for signedIn in [phone, tablet, laptop] { _ = try await f.authenticate(signedIn.session.token) }
+        #expect(store.sessions.count == 3)
+
+        _ = try await f.client.call(AccountsLogout.self, .init(session: phone.session.token))
+        #expect(await rpcError { try await f.authenticate(phone.session.token) }?.knownCode == .unauthenticated)
+
+        try await f.client.call(
+            AccountsChangePassword.self,
+            .init(session: tablet.session.token, currentPassword: "correct horse battery", newPassword: "a much better passphrase 2026"))
+        #expect(await rpcError { try await f.authenticate(laptop.session.token) }?.knownCode == .unauthenticated)
+
+        _ = try await f.authenticate(tablet.session.token)
+        let ended = try await f.client.call(
+            AccountsRevokeSessions.self, .init(accountId: phone.accountId, internalToken: AccountsFixture.internalToken))
+        #expect(ended.ended == 1)
+        #expect(await rpcError { try await f.authenticate(tablet.session.token) }?.knownCode == .unauthenticated)
+
+        let kept = try await f.login("alone", "a much better passphrase 2026", device: "1")
+        _ = try await f.authenticate(kept.session.token)
+        for device in ["2", "3", "4"] {  // past the cap of 3: ends the oldest, "1"
+            f.clock.advance(ms: 1_000)
+            _ = try await f.login("alone", "a much better passphrase 2026", device: device)
+        }
+        #expect(await rpcError { try await f.authenticate(kept.session.token) }?.knownCode == .unauthenticated)
+    }
+
+    /// A kept session whose revocation went unheard (here: no listener, a DELETE by hand) answers within its trust,
+    /// and is refused at its touch, which finds no row.
+    @Test func aKeptSessionThatMissedItsRevocationIsRefusedAtItsTouch() async throws {
+        let url = try await TestPostgres.newDatabase()
+        let f = try await AccountsFixture.start(databaseURL: url, sessionTrustMs: 600_000, listening: false)
+        defer { Task { await f.stop() } }
+        let store = try #require(f.store as? PostgresAccountsStore)
+        store.sessions.heard(.listening)
+        let signedIn = try await f.register("missed")
+        _ = try await f.authenticate(signedIn.session.token)
+        #expect(try await TestPostgres.psql(url, "WITH d AS (DELETE FROM accounts.session RETURNING 1) SELECT count(*) FROM d") == "1")
+        #expect(try await f.authenticate(signedIn.session.token).accountId == signedIn.accountId)
+        f.clock.advance(ms: f.configuration.sessionTouchIntervalMs)
+        #expect(await rpcError { try await f.authenticate(signedIn.session.token) }?.knownCode == .unauthenticated)
+    }
+
     /// The cache is used only while its listener listens: with the listener's connection cut, a revocation could go
     /// unheard, so nothing kept is answered until it listens again (from an empty cache).
     @Test(.timeLimit(.minutes(1))) func withoutItsListenerAnInstanceKeepsNoSession() async throws {
@@ -90,7 +174,7 @@ struct PostgresAccountsTests {
         #expect(killed == "1")
         #expect(await heard.next() == .lost)
         #expect(store.sessions.count == 0)
-        #expect(store.sessions.generation() == nil, "a session would be kept while nobody listens")
+        #expect(store.sessions.ticket() == nil, "a session would be kept while nobody listens")
         #expect(await heard.next() == .listening)
         let before = store.pool.roundTrips
         _ = try await f.authenticate(signedIn.session.token)

@@ -135,6 +135,7 @@ struct SchemaParityTests {
             UNION ALL
             SELECT DISTINCT c.relname || ' triggers' FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = '\(name)' AND NOT t.tgisinternal
+                AND (t.tgtype & 2) <> 0  -- BEFORE: a guard (an AFTER trigger announces, as accounts' session revocations)
             """)
         for line in guards.split(separator: "\n") where !engineOnly.contains(String(line.prefix { $0 != " " })) {
             schema.insert(String(line))

@@ -152,9 +152,9 @@ public final class AccountsService: Sendable {
     }
 
     /// `authenticate` answered on the event loop when that needs no waiting: the store can read without waiting
-    /// now (`sessionWithoutWaiting`: SQLite, its inline reader free) and the session is not due its touch (a
-    /// write). Nil otherwise: `authenticate` answers on the blocking pool. The same checks in the same order, so
-    /// both give the same answer for the same token.
+    /// now (`sessionWithoutWaiting`: SQLite, its inline reader free; PostgreSQL, the session kept by its cache) and the
+    /// session is not due its touch (a write). Nil otherwise: `authenticate` answers on the blocking pool. The same
+    /// checks in the same order, so both give the same answer for the same token.
     public func authenticateWithoutWaiting(_ token: String) throws(RPCError) -> AuthenticatedAccount? {
         try currentSession(token, inline: true).map(Self.authenticated)
     }
@@ -280,7 +280,10 @@ public final class AccountsService: Sendable {
         if now - session.lastSeenAtMs >= configuration.sessionTouchIntervalMs {
             if inline { return nil }
             let expires = sessionExpiry(createdAtMs: session.createdAtMs, nowMs: now)
-            try runBlocking { try self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }
+            // Gone since it was read (revoked meanwhile, or a kept row that missed its revocation): refused.
+            guard try runBlocking({ try self.store.touchSession(tokenHash: hash, nowMs: now, expiresAtMs: expires) }) else {
+                throw RPCError.unauthenticated()
+            }
             return SessionRow(
                 tokenHash: session.tokenHash, accountId: session.accountId, username: session.username,
                 appAccountToken: session.appAccountToken, deviceName: session.deviceName,

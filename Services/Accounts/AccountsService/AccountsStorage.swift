@@ -21,11 +21,12 @@ public protocol AccountsStorage: Sendable {
     func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int) async throws
     func session(tokenHash: Data) throws -> SessionRow?
     /// `session(tokenHash:)` for a caller on an event loop: answered only when that waits on nothing but memory and
-    /// the local file (SQLite in WAL mode: a read takes no lock the writer holds) and nobody else is reading this
-    /// way right now; `.notNow` otherwise (always, for a server a network away, and on any failure: the caller then
+    /// the local file (SQLite in WAL mode: a read takes no lock the writer holds; PostgreSQL: a session its cache
+    /// kept) and nobody else is reading this way right now; `.notNow` otherwise (and on any failure: the caller then
     /// reads with `session(tokenHash:)`, which reports it).
     func sessionWithoutWaiting(tokenHash: Data) -> SessionReadWithoutWaiting
-    func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws
+    /// Slides the session's expiry; false when it is gone or expired (revoked since it was read).
+    func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws -> Bool
     func deleteSession(tokenHash: Data) throws
     /// Ends every session of the account; answers how many.
     func deleteSessions(accountId: String) async throws -> Int

@@ -269,12 +269,13 @@ public final class AccountsStore: AccountsStorage, Sendable {
         ).map(Self.sessionRow)
     }
 
-    /// Records use of a session and slides its expiry, unless it was revoked or expired meanwhile.
-    public func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws {
+    /// Records use of a session and slides its expiry, unless it was revoked or expired meanwhile (false then).
+    public func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws -> Bool {
         try writer.write { db in
             try db.execute(
                 sql: "UPDATE session SET lastSeenAtMs = ?, expiresAtMs = ? WHERE tokenHash = ? AND expiresAtMs > ?",
                 arguments: [nowMs, expiresAtMs, tokenHash, nowMs])
+            return db.changesCount > 0
         }
     }
 

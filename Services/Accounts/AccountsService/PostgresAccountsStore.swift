@@ -9,9 +9,9 @@ import PostgresSupport
 /// `admitAttempt` reads and counts in one transaction holding the advisory locks of its keys, so two instances cannot
 /// both admit the attempt that reaches a limit.
 ///
-/// Sessions read lately are kept in `sessions` while a `PostgresListener` on `revocationsChannel` feeds it: every
-/// revocation (sign-out, password change, support's revoke, the per-account cap) sends `NOTIFY` with its account id
-/// in the transaction that revokes, and forgets the account's kept sessions here once it has committed.
+/// Sessions read lately are kept in `sessions` while a `PostgresListener` on `revocationsChannel` feeds it: a trigger
+/// on `session` sends `NOTIFY` with the account id of every session deleted, when the deleting transaction commits
+/// (migration v4), and each revocation made here forgets the sessions it ended before it returns.
 public final class PostgresAccountsStore: AccountsStorage, Sendable {
     package let pool: PostgresPool
     public let sessions: SessionCache
@@ -67,6 +67,20 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
                 PRIMARY KEY (account_id, app_transaction_id));
             CREATE INDEX app_transaction_link_by_customer ON app_transaction_link (app_transaction_id);
             """),
+        // Every statement that deletes sessions (a sign-out, a password change, support's revoke, the per-account cap,
+        // an account's deletion, a hand-made DELETE) announces each account it touched when it commits: the session
+        // caches of every instance forget those accounts (`SessionCache`).
+        PostgresMigration(
+            "v4-session-revocations",
+            """
+            CREATE FUNCTION announce_session_revocations() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_notify('\(revocationsChannel)', account_id) FROM (SELECT DISTINCT account_id FROM ended) AS accounts;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER session_revocations AFTER DELETE ON session REFERENCING OLD TABLE AS ended
+                FOR EACH STATEMENT EXECUTE FUNCTION announce_session_revocations();
+            """),
     ]
 
     // MARK: accounts
@@ -96,11 +110,7 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
 
     public func deleteSessions(accountId: String) async throws -> Int {
         defer { sessions.forget(accountId: accountId) }
-        return try await pool.write { db in
-            let ended = try db.execute("DELETE FROM session WHERE account_id = \(accountId)")
-            if ended > 0 { try Self.announceRevocation(accountId: accountId, db) }
-            return ended
-        }
+        return try await pool.write { db in try db.execute("DELETE FROM session WHERE account_id = \(accountId)") }
     }
 
     public func account(id: String) async throws -> AccountRow? {
@@ -126,9 +136,7 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
         return try await pool.write { db in
             guard try db.execute("UPDATE account SET password_hash = \(new) WHERE id = \(accountId) AND password_hash = \(expected)") == 1
             else { return false }
-            if try db.execute("DELETE FROM session WHERE account_id = \(accountId) AND token_hash != \(keep)") > 0 {
-                try Self.announceRevocation(accountId: accountId, db)
-            }
+            try db.execute("DELETE FROM session WHERE account_id = \(accountId) AND token_hash != \(keep)")
             return true
         }
     }
@@ -200,23 +208,16 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     public func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int = .max) async throws {
         defer { sessions.forget(accountId: accountId) }
         try await pool.write { db in
-            // Expired sessions are refused already: dropping them revokes nothing.
             try db.execute("DELETE FROM session WHERE account_id = \(accountId) AND expires_at_ms <= \(nowMs)")
             try Self.insert(session, accountId: accountId, db)
             // The new session always stays; of the others, the newest cap - 1 do.
-            let evicted = try db.execute(
+            try db.execute(
                 """
                 DELETE FROM session WHERE token_hash IN (
                     SELECT token_hash FROM session WHERE account_id = \(accountId) AND token_hash != \(session.tokenHash)
                     ORDER BY created_at_ms DESC, last_seen_at_ms DESC OFFSET \(Int64(max(0, min(cap, Int(Int32.max)) - 1))))
                 """)
-            if evicted > 0 { try Self.announceRevocation(accountId: accountId, db) }
         }
-    }
-
-    /// Tells every instance's session cache, when this transaction commits, that the account lost sessions.
-    private static func announceRevocation(accountId: String, _ db: PostgresSession) throws {
-        try db.execute("SELECT pg_notify(\(revocationsChannel), \(accountId))")
     }
 
     private static func insert(_ s: NewSession, accountId: String, _ db: PostgresSession) throws {
@@ -232,7 +233,7 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     /// of its 142 µs unprepared (2026-11-27).
     public func session(tokenHash: Data) throws -> SessionRow? {
         if let kept = sessions.session(tokenHash) { return kept }
-        let generation = sessions.generation()
+        let ticket = sessions.ticket()
         let row = try pool.withSessionHere { db in
             try db.queryPrepared(
                 """
@@ -243,7 +244,7 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
                 """, [PostgresData(bytes: tokenHash)]
             ).first.map(Self.sessionRow)
         }
-        if let row { sessions.keep(row, readUnder: generation) }
+        if let row { sessions.keep(row, readUnder: ticket) }
         return row
     }
 
@@ -252,7 +253,7 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
         sessions.session(tokenHash).map { .found($0) } ?? .notNow
     }
 
-    public func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws {
+    public func touchSession(tokenHash: Data, nowMs: Int64, expiresAtMs: Int64) throws -> Bool {
         // One statement: atomic by itself, no transaction needed (and no serialization retries on a hot row).
         let touched = try pool.withSessionHere { db in
             try db.execute(
@@ -266,18 +267,12 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
         } else {
             sessions.forget(tokenHash: tokenHash)
         }
+        return touched > 0
     }
 
     public func deleteSession(tokenHash: Data) throws {
         defer { sessions.forget(tokenHash: tokenHash) }
-        // One statement: the revocation and its announcement commit together.
-        try pool.withSessionHere { db in
-            try db.execute(
-                """
-                WITH ended AS (DELETE FROM session WHERE token_hash = \(tokenHash) RETURNING account_id)
-                SELECT pg_notify(\(Self.revocationsChannel), account_id) FROM ended
-                """)
-        }
+        try pool.withSessionHere { db in try db.execute("DELETE FROM session WHERE token_hash = \(tokenHash)") }
     }
 
     public func sessions(accountId: String, nowMs: Int64) throws -> [SessionRow] {

@@ -10,9 +10,10 @@ import PostgresSupport
 /// evicted by the per-account cap) sends `NOTIFY` with the account id in its own transaction, and each instance's
 /// `PostgresListener` forgets that account's sessions when it hears it. So the cache is used only while the listener
 /// is listening: it starts empty and unused, is emptied when the listener (re)connects and dropped when it loses its
-/// connection. A session is trusted for at most `trustMs` after it was read: the bound on a revocation missed by a
-/// listener whose connection died without a word. A read that started before a revocation was heard is not kept
-/// (`generation`), so a revoked session cannot come back from a read that raced it.
+/// connection. A session is trusted for at most `trustMs` from the moment its read began: the bound on a revocation
+/// missed by a listener whose connection died without a word, or that cannot hear (behind a pooler in transaction
+/// mode). A read that began before a revocation was heard or made here is not kept (`ReadTicket`), so a revoked
+/// session cannot come back from a read that raced it.
 ///
 /// Only sessions found are kept (an unknown token costs a read every time, as before), at most `capacity`.
 public final class SessionCache: Sendable {
@@ -35,6 +36,12 @@ public final class SessionCache: Sendable {
         var generation: UInt64 = 0
         var entries: [Data: Entry] = [:]
         var byAccount: [String: Set<Data>] = [:]
+
+        mutating func remove(_ tokenHash: Data) {
+            guard let entry = entries.removeValue(forKey: tokenHash) else { return }
+            byAccount[entry.row.accountId]?.remove(tokenHash)
+            if byAccount[entry.row.accountId]?.isEmpty == true { byAccount[entry.row.accountId] = nil }
+        }
 
         mutating func forget(accountId: String) {
             generation &+= 1
@@ -64,31 +71,39 @@ public final class SessionCache: Sendable {
         return state.withLockedValue { s in
             guard s.listening, let entry = s.entries[tokenHash] else { return nil }
             guard now - entry.readAtMs < trustMs else {
-                s.entries[tokenHash] = nil
-                s.byAccount[entry.row.accountId]?.remove(tokenHash)
+                s.remove(tokenHash)
                 return nil
             }
             return entry.row
         }
     }
 
-    /// Taken before reading a session from the database, handed back to `keep`: nil while nothing may be kept.
-    public func generation() -> UInt64? {
-        state.withLockedValue { s in s.listening ? s.generation : nil }
+    /// When a read began, and under which generation.
+    public struct ReadTicket: Sendable {
+        let generation: UInt64
+        let startedAtMs: Int64
     }
 
-    /// Keeps a row read from the database, unless something was forgotten since `generation` was taken.
-    public func keep(_ row: SessionRow, readUnder generation: UInt64?) {
-        guard let generation else { return }
+    /// Taken before reading a session from the database, handed back to `keep`: nil while nothing may be kept.
+    public func ticket() -> ReadTicket? {
+        let now = now()
+        return state.withLockedValue { s in s.listening ? ReadTicket(generation: s.generation, startedAtMs: now) : nil }
+    }
+
+    /// Keeps a row read from the database, unless something was forgotten since its ticket was taken. A full cache
+    /// first drops what is no longer trusted, and everything if that leaves it more than half full: a sweep every
+    /// `capacity / 2` rows at most.
+    public func keep(_ row: SessionRow, readUnder ticket: ReadTicket?) {
+        guard let ticket else { return }
         let now = now()
         state.withLockedValue { s in
-            guard s.listening, s.generation == generation else { return }
+            guard s.listening, s.generation == ticket.generation, now - ticket.startedAtMs < trustMs else { return }
             if s.entries[row.tokenHash] == nil, s.entries.count >= capacity {
                 s.entries = s.entries.filter { now - $0.value.readAtMs < trustMs }
-                if s.entries.count >= capacity { s.entries.removeAll() }
+                if s.entries.count > capacity / 2 { s.entries.removeAll() }
                 s.byAccount = Dictionary(grouping: s.entries.keys) { s.entries[$0]!.row.accountId }.mapValues(Set.init)
             }
-            s.entries[row.tokenHash] = Entry(row: row, readAtMs: now)
+            s.entries[row.tokenHash] = Entry(row: row, readAtMs: ticket.startedAtMs)
             s.byAccount[row.accountId, default: []].insert(row.tokenHash)
         }
     }
@@ -104,14 +119,14 @@ public final class SessionCache: Sendable {
         }
     }
 
-    /// The account's sessions changed (here, or elsewhere as heard).
+    /// The account's sessions were revoked (here, or elsewhere as heard).
     public func forget(accountId: String) { state.withLockedValue { $0.forget(accountId: accountId) } }
 
     /// A session was revoked by its token alone: its account is not known here.
     public func forget(tokenHash: Data) {
         state.withLockedValue { s in
             s.generation &+= 1
-            if let entry = s.entries.removeValue(forKey: tokenHash) { s.byAccount[entry.row.accountId]?.remove(tokenHash) }
+            s.remove(tokenHash)
         }
     }
 
