@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -24,11 +25,23 @@ public enum PostgresListenerEvent: Sendable, Equatable {
 /// `.lost` when a connection ends. A lost connection is opened again after a short, growing pause (0.1 s up to
 /// 5 s). It listens while `run` runs (a service group runs it, and stops it at graceful shutdown) and until
 /// `stop`.
+///
+/// With `probeEvery`, hearing is checked, not assumed: every period the listener sends a NOTIFY of its own through the
+/// pool, as the other instances send theirs. It reports `.listening` only once the first came back, and drops the
+/// connection (`.lost`, then a new one) when one has not come back by the next. So a connection that died without a
+/// word, or a LISTEN that hears nothing (through a pooler in transaction mode), is not taken for listening. Probes
+/// (this listener's and other instances') are never reported.
 public final class PostgresListener: Service, Sendable {
     private let pool: PostgresPool
     public let channel: String
+    private let probeEvery: Duration?
     private let onEvent: @Sendable (PostgresListenerEvent) async -> Void
     private let state = NIOLockedValueBox(State())
+    /// Tests: where the probes go instead of `channel` (a listener that cannot hear them).
+    package let probeChannel = NIOLockedValueBox<String?>(nil)
+    /// How many connections have listened so far.
+    package let connectionsListened = NIOLockedValueBox(0)
+    static let probePrefix = "iap-listener-probe:"
 
     private struct State {
         var stopped = false
@@ -36,12 +49,15 @@ public final class PostgresListener: Service, Sendable {
     }
 
     /// `channel` is lowercase letters and underscores. Nothing is heard before `run`.
-    public init(pool: PostgresPool, channel: String, onEvent: @escaping @Sendable (PostgresListenerEvent) async -> Void) throws {
+    public init(
+        pool: PostgresPool, channel: String, probeEvery: Duration? = nil, onEvent: @escaping @Sendable (PostgresListenerEvent) async -> Void
+    ) throws {
         guard !channel.isEmpty, channel.allSatisfy({ ("a"..."z").contains($0) || $0 == "_" }) else {
             throw PostgresURL.Invalid(description: "a channel name is lowercase letters and underscores")
         }
         self.pool = pool
         self.channel = channel
+        self.probeEvery = probeEvery
         self.onEvent = onEvent
     }
 
@@ -79,7 +95,7 @@ public final class PostgresListener: Service, Sendable {
 
     private func listen() async {
         var pause = Duration.milliseconds(100)
-        var listening = false
+        let listening = NIOLockedValueBox(false)
         while !stopped {
             do {
                 let id = pool.ids.withLockedValue { id in
@@ -99,8 +115,13 @@ public final class PostgresListener: Service, Sendable {
                     return
                 }
                 try await connection.listen(on: channel) { notifications in
+                    connectionsListened.withLockedValue { $0 += 1 }
+                    if let probeEvery {
+                        try await hear(notifications, on: connection, probing: probeEvery, listening: listening)
+                        return
+                    }
                     pause = .milliseconds(100)
-                    listening = true
+                    listening.withLockedValue { $0 = true }
                     await onEvent(.listening)  // whatever changed while nobody listened
                     // Every notification heard is delivered, also while stopping: `.lost` comes after it.
                     for try await notification in notifications {
@@ -120,13 +141,72 @@ public final class PostgresListener: Service, Sendable {
                 return s.connection
             }
             if let lost { pool.discard(lost) }
-            if listening {
-                listening = false
+            let wasListening = listening.withLockedValue { l in
+                defer { l = false }
+                return l
+            }
+            if wasListening {
+                if probeEvery != nil { pause = .milliseconds(100) }  // it did hear: try again soon
                 await onEvent(.lost)
             }
             guard !stopped else { return }
             try? await Task.sleep(for: pause)
             pause = min(pause * 2, .seconds(5))
+        }
+    }
+
+    struct ProbeUnheard: Error, CustomStringConvertible {
+        var description: String {
+            "the listener did not hear its own NOTIFY in time (a connection that died, or a pooler in transaction mode)"
+        }
+    }
+
+    /// The notifications of one connection with probes: `.listening` once the first probe is heard; the connection
+    /// dropped (the sequence then ends with an error) when a probe is not heard within a period.
+    private func hear(
+        _ notifications: PostgresNotificationSequence, on connection: PostgresConnection, probing every: Duration,
+        listening: NIOLockedValueBox<Bool>
+    ) async throws {
+        let mine = Self.probePrefix + UUID().uuidString + ":"
+        let heard = NIOLockedValueBox(0)  // the last probe of this connection heard
+        let (pool, channel, onEvent) = (self.pool, self.channel, self.onEvent)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for try await notification in notifications {
+                    let payload = notification.payload
+                    if payload.hasPrefix(Self.probePrefix) {
+                        guard payload.hasPrefix(mine), let n = Int(payload.dropFirst(mine.count)) else { continue }
+                        let first = heard.withLockedValue { last in
+                            defer { last = max(last, n) }
+                            return last == 0
+                        }
+                        if first {
+                            listening.withLockedValue { $0 = true }
+                            await onEvent(.listening)
+                        }
+                        continue
+                    }
+                    await onEvent(.notified(payload))
+                    guard !self.stopped else { return }
+                }
+            }
+            group.addTask {
+                var n = 0
+                while true {
+                    n += 1
+                    let payload = mine + String(n)
+                    let target = self.probeChannel.withLockedValue { $0 } ?? channel
+                    let sending = Task { try await pool.withSession { db in try db.execute("SELECT pg_notify(\(target), \(payload))") } }
+                    try await Task.sleep(for: every)
+                    guard heard.withLockedValue({ $0 }) >= n else {
+                        sending.cancel()
+                        pool.discard(connection)  // ends the notifications' sequence
+                        throw ProbeUnheard()
+                    }
+                }
+            }
+            try await group.next()
+            group.cancelAll()
         }
     }
 }

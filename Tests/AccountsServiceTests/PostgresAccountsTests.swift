@@ -2,6 +2,7 @@ import AccountsService
 import Foundation
 import IAPProtocol
 import JSONRPC
+import NIOConcurrencyHelpers
 import PostgresSupport
 import RPCTestSupport
 import Testing
@@ -179,6 +180,46 @@ struct PostgresAccountsTests {
         let before = store.pool.roundTrips
         _ = try await f.authenticate(signedIn.session.token)
         #expect(store.pool.roundTrips == before + 1, "read again after the gap")
+    }
+
+    /// The listener checks that it hears: its own NOTIFY, every period. One whose probes do not come back (here sent to
+    /// another channel; in production a connection that died without a word, or a pooler in transaction mode) is
+    /// dropped and opened again, and is never taken for listening, so the session cache keeps nothing meanwhile.
+    @Test(.timeLimit(.minutes(1))) func aListenerThatCannotHearItselfIsNotListening() async throws {
+        let url = try await TestPostgres.newDatabase()
+        let f = try await AccountsFixture.start(databaseURL: url, listening: false)
+        defer { Task { await f.stop() } }
+        let store = try #require(f.store as? PostgresAccountsStore)
+        let events = NIOLockedValueBox<[PostgresListenerEvent]>([])
+        let listener = try PostgresListener(
+            pool: store.pool, channel: PostgresAccountsStore.revocationsChannel, probeEvery: .milliseconds(300)
+        ) { event in
+            store.sessions.heard(event)
+            events.withLockedValue { $0.append(event) }
+        }
+        let running = Task { try await listener.run() }
+        defer {
+            listener.stop()
+            running.cancel()
+        }
+        func eventually(_ what: String, _ check: () async throws -> Bool) async throws {
+            for _ in 0..<1_000 where try await !check() { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(try await check(), "\(what)")
+        }
+        try await eventually("heard its first probe") { events.withLockedValue { $0 } == [.listening] }
+        #expect(store.sessions.ticket() != nil)
+        #expect(listener.connectionsListened.withLockedValue { $0 } == 1)
+
+        listener.probeChannel.withLockedValue { $0 = "nobody_listens_here" }
+        try await eventually("dropped") { events.withLockedValue { $0 } == [.listening, .lost] }
+        #expect(store.sessions.ticket() == nil)
+        // Two connections after it, each deaf: the first of them was dropped for a probe unheard, never listening.
+        try await eventually("opened again twice") { listener.connectionsListened.withLockedValue { $0 } >= 3 }
+        #expect(events.withLockedValue { $0 } == [.listening, .lost])
+        #expect(store.sessions.ticket() == nil)
+
+        listener.probeChannel.withLockedValue { $0 = nil }
+        try await eventually("listening again") { events.withLockedValue { $0 }.last == .listening }
     }
 
     @Test func failedSignInsCountOnEveryInstance() async throws {

@@ -160,7 +160,9 @@ public final class SuiteFixture: Sendable {
             // As deployed: the session cache fed by its listener.
             let accountsPool = try pool("accounts")
             let postgres = try await PostgresAccountsStore(pool: accountsPool)
-            let listener = try PostgresListener(pool: accountsPool, channel: PostgresAccountsStore.revocationsChannel) { postgres.sessions.heard($0) }
+            let listener = try PostgresListener(
+                pool: accountsPool, channel: PostgresAccountsStore.revocationsChannel, probeEvery: PostgresAccountsStore.listenerProbe
+            ) { postgres.sessions.heard($0) }
             Task { try? await listener.run() }
             accountsListener = listener
             accountsStore = postgres

@@ -17,6 +17,9 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     public let sessions: SessionCache
     /// Where revocations are announced: the payload is the account id.
     public static let revocationsChannel = "iap_sessions_revoked"
+    /// How often the revocations' listener checks that it hears (`PostgresListener`'s probe): the cache is used only
+    /// while its own NOTIFY comes back within this.
+    public static let listenerProbe = Duration.seconds(2)
 
     /// Brings the schema up to date; on failure the pool is closed and the error thrown.
     public init(pool: PostgresPool, sessions: SessionCache = SessionCache()) async throws {
