@@ -21,16 +21,17 @@ public enum PostgresListenerEvent: Sendable, Equatable {
 /// Hears `NOTIFY <channel>` from the other instances of a service, on a connection of its own (a pooled
 /// connection cannot listen: it goes back to the pool between transactions).
 ///
-/// `onEvent` hears `.listening` each time the listener (re)connects, `.notified` for every notification and
+/// `onEvent` hears `.listening` each time the listener (re)connects (with `probeEvery`, once its first probe came
+/// back), `.notified` for every notification and
 /// `.lost` when a connection ends. A lost connection is opened again after a short, growing pause (0.1 s up to
 /// 5 s). It listens while `run` runs (a service group runs it, and stops it at graceful shutdown) and until
 /// `stop`.
 ///
-/// With `probeEvery`, hearing is checked, not assumed: every period the listener sends a NOTIFY of its own through the
-/// pool, as the other instances send theirs. It reports `.listening` only once the first came back, and drops the
-/// connection (`.lost`, then a new one) when one has not come back by the next. So a connection that died without a
-/// word, or a LISTEN that hears nothing (through a pooler in transaction mode), is not taken for listening. Probes
-/// (this listener's and other instances') are never reported.
+/// With `probeEvery`, hearing is checked, not assumed: every period the listener sends a NOTIFY of its own on its
+/// own connection, the way the other instances send theirs. It reports `.listening` only once the first came back,
+/// and drops the connection (`.lost`, then a new one) when one has not come back within a period: a connection that
+/// died without a word is found within two periods, and a LISTEN that hears nothing (through a pooler in transaction
+/// mode) is never taken for listening. Probes (this listener's and other instances') are never reported.
 public final class PostgresListener: Service, Sendable {
     private let pool: PostgresPool
     public let channel: String
@@ -157,19 +158,30 @@ public final class PostgresListener: Service, Sendable {
 
     struct ProbeUnheard: Error, CustomStringConvertible {
         var description: String {
-            "the listener did not hear its own NOTIFY in time (a connection that died, or a pooler in transaction mode)"
+            "it did not hear its own NOTIFY within a probe period (a connection that died without a word, a pooler in transaction mode, or a probe that could not be sent)"
         }
     }
 
-    /// The notifications of one connection with probes: `.listening` once the first probe is heard; the connection
-    /// dropped (the sequence then ends with an error) when a probe is not heard within a period.
+    /// The notifications of one connection with probes: `.listening` once the first probe is heard (nothing is
+    /// reported before: `.listening` says anything may have changed); the connection dropped (the sequence then ends
+    /// with an error) when a probe is not heard within a period.
     private func hear(
         _ notifications: PostgresNotificationSequence, on connection: PostgresConnection, probing every: Duration,
         listening: NIOLockedValueBox<Bool>
     ) async throws {
+        precondition(every > .zero, "a probe period is positive")
         let mine = Self.probePrefix + UUID().uuidString + ":"
         let heard = NIOLockedValueBox(0)  // the last probe of this connection heard
         let (pool, channel, onEvent) = (self.pool, self.channel, self.onEvent)
+        // The probes go out on a connection of their own, to the same server the same way (through a pooler too), so
+        // they wait behind nothing in the pool and count in none of its metrics.
+        let id = pool.ids.withLockedValue { id in
+            id += 1
+            return id
+        }
+        let sender = try await PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: pool.configuration, id: id, logger: pool.logger)
+        defer { pool.discard(sender) }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {
                 for try await notification in notifications {
@@ -186,6 +198,7 @@ public final class PostgresListener: Service, Sendable {
                         }
                         continue
                     }
+                    guard heard.withLockedValue({ $0 }) > 0 else { continue }
                     await onEvent(.notified(payload))
                     guard !self.stopped else { return }
                 }
@@ -196,7 +209,16 @@ public final class PostgresListener: Service, Sendable {
                     n += 1
                     let payload = mine + String(n)
                     let target = self.probeChannel.withLockedValue { $0 } ?? channel
-                    let sending = Task { try await pool.withSession { db in try db.execute("SELECT pg_notify(\(target), \(payload))") } }
+                    let sending = Task {
+                        do {
+                            try await sender.query("SELECT pg_notify(\(target), \(payload))", logger: pool.logger)
+                        } catch {
+                            guard !Task.isCancelled else { return }
+                            pool.logger.warning(
+                                "the database listener's probe could not be sent",
+                                metadata: ["channel": "\(channel)", "error": "\(PostgresPool.describe(error))"])
+                        }
+                    }
                     try await Task.sleep(for: every)
                     guard heard.withLockedValue({ $0 }) >= n else {
                         sending.cancel()

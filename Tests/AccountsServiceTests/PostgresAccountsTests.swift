@@ -192,7 +192,7 @@ struct PostgresAccountsTests {
         let store = try #require(f.store as? PostgresAccountsStore)
         let events = NIOLockedValueBox<[PostgresListenerEvent]>([])
         let listener = try PostgresListener(
-            pool: store.pool, channel: PostgresAccountsStore.revocationsChannel, probeEvery: .milliseconds(300)
+            pool: store.pool, channel: PostgresAccountsStore.revocationsChannel, probeEvery: .seconds(1)
         ) { event in
             store.sessions.heard(event)
             events.withLockedValue { $0.append(event) }

@@ -7,13 +7,13 @@ import PostgresSupport
 /// accounts 0.35-0.55 ms of CPU per call and the server a statement (Benchmarks/README.md).
 ///
 /// A revocation must still reach every instance. Each one (sign-out, password change, support's revoke, a session
-/// evicted by the per-account cap) sends `NOTIFY` with the account id in its own transaction, and each instance's
+/// evicted by the per-account cap) sends `NOTIFY` with the account id when it commits (a trigger), and each instance's
 /// `PostgresListener` forgets that account's sessions when it hears it. So the cache is used only while the listener
-/// is listening: it starts empty and unused, is emptied when the listener (re)connects and dropped when it loses its
-/// connection. A session is trusted for at most `trustMs` from the moment its read began: the bound on a revocation
-/// missed by a listener whose connection died without a word, or that cannot hear (behind a pooler in transaction
-/// mode). A read that began before a revocation was heard or made here is not kept (`ReadTicket`), so a revoked
-/// session cannot come back from a read that raced it.
+/// is listening (it hears its own probe: `PostgresListener`'s `probeEvery`): it starts empty and unused, is emptied
+/// when the listener (re)connects and dropped when it loses its connection or stops hearing. A session is trusted for
+/// at most `trustMs` from the moment its read began: the bound on a revocation missed before the listener found it
+/// could not hear. A read that began before a revocation was heard or made here is not kept (`ReadTicket`), so a
+/// revoked session cannot come back from a read that raced it.
 ///
 /// Only sessions found are kept (an unknown token costs a read every time, as before), at most `capacity`.
 public final class SessionCache: Sendable {
