@@ -21,21 +21,20 @@ public enum PostgresListenerEvent: Sendable, Equatable {
 /// Hears `NOTIFY <channel>` from the other instances of a service, on a connection of its own (a pooled
 /// connection cannot listen: it goes back to the pool between transactions).
 ///
-/// `onEvent` hears `.listening` each time the listener (re)connects (with `probeEvery`, once its first probe came
-/// back), `.notified` for every notification and
-/// `.lost` when a connection ends. A lost connection is opened again after a short, growing pause (0.1 s up to
-/// 5 s). It listens while `run` runs (a service group runs it, and stops it at graceful shutdown) and until
-/// `stop`.
+/// `onEvent` hears `.listening` each time the listener (re)connects and its first probe came back, `.notified` for
+/// every notification and `.lost` when a connection ends. A lost connection is opened again after a short, growing
+/// pause (0.1 s up to 5 s). It listens while `run` runs (a service group runs it, and stops it at graceful shutdown)
+/// and until `stop`.
 ///
-/// With `probeEvery`, hearing is checked, not assumed: every period the listener sends a NOTIFY of its own on its
-/// own connection, the way the other instances send theirs. It reports `.listening` only once the first came back,
+/// Hearing is checked, not assumed: every `probeEvery` the listener sends a NOTIFY of its own on a connection of its
+/// own, the way the other instances send theirs. It reports `.listening` only once the first came back,
 /// and drops the connection (`.lost`, then a new one) when one has not come back within a period: a connection that
 /// died without a word is found within two periods, and a LISTEN that hears nothing (through a pooler in transaction
 /// mode) is never taken for listening. Probes (this listener's and other instances') are never reported.
 public final class PostgresListener: Service, Sendable {
     private let pool: PostgresPool
     public let channel: String
-    private let probeEvery: Duration?
+    private let probeEvery: Duration
     private let onEvent: @Sendable (PostgresListenerEvent) async -> Void
     private let state = NIOLockedValueBox(State())
     /// Tests: where the probes go instead of `channel` (a listener that cannot hear them).
@@ -51,8 +50,10 @@ public final class PostgresListener: Service, Sendable {
 
     /// `channel` is lowercase letters and underscores. Nothing is heard before `run`.
     public init(
-        pool: PostgresPool, channel: String, probeEvery: Duration? = nil, onEvent: @escaping @Sendable (PostgresListenerEvent) async -> Void
+        pool: PostgresPool, channel: String, probeEvery: Duration = .seconds(2),
+        onEvent: @escaping @Sendable (PostgresListenerEvent) async -> Void
     ) throws {
+        precondition(probeEvery > .zero, "a probe period is positive")
         guard !channel.isEmpty, channel.allSatisfy({ ("a"..."z").contains($0) || $0 == "_" }) else {
             throw PostgresURL.Invalid(description: "a channel name is lowercase letters and underscores")
         }
@@ -99,13 +100,7 @@ public final class PostgresListener: Service, Sendable {
         let listening = NIOLockedValueBox(false)
         while !stopped {
             do {
-                let id = pool.ids.withLockedValue { id in
-                    id += 1
-                    return id
-                }
-                let connection = try await PostgresConnection.connect(
-                    on: MultiThreadedEventLoopGroup.singleton.any(), configuration: pool.configuration, id: id,
-                    logger: pool.logger)
+                let connection = try await connect()
                 let kept = state.withLockedValue { s in
                     guard !s.stopped else { return false }
                     s.connection = connection
@@ -117,18 +112,7 @@ public final class PostgresListener: Service, Sendable {
                 }
                 try await connection.listen(on: channel) { notifications in
                     connectionsListened.withLockedValue { $0 += 1 }
-                    if let probeEvery {
-                        try await hear(notifications, on: connection, probing: probeEvery, listening: listening)
-                        return
-                    }
-                    pause = .milliseconds(100)
-                    listening.withLockedValue { $0 = true }
-                    await onEvent(.listening)  // whatever changed while nobody listened
-                    // Every notification heard is delivered, also while stopping: `.lost` comes after it.
-                    for try await notification in notifications {
-                        await onEvent(.notified(notification.payload))
-                        guard !stopped else { return }
-                    }
+                    try await hear(notifications, on: connection, listening: listening)
                 }
             } catch {
                 if !stopped {
@@ -147,7 +131,7 @@ public final class PostgresListener: Service, Sendable {
                 return l
             }
             if wasListening {
-                if probeEvery != nil { pause = .milliseconds(100) }  // it did hear: try again soon
+                pause = .milliseconds(100)  // it did hear: try again soon
                 await onEvent(.lost)
             }
             guard !stopped else { return }
@@ -162,25 +146,29 @@ public final class PostgresListener: Service, Sendable {
         }
     }
 
-    /// The notifications of one connection with probes: `.listening` once the first probe is heard (nothing is
+    /// A connection outside the pool, to the pool's server.
+    private func connect() async throws -> PostgresConnection {
+        let id = pool.ids.withLockedValue { id in
+            id += 1
+            return id
+        }
+        return try await PostgresConnection.connect(
+            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: pool.configuration, id: id, logger: pool.logger)
+    }
+
+    /// The notifications of one connection: `.listening` once the first probe is heard (nothing is
     /// reported before: `.listening` says anything may have changed); the connection dropped (the sequence then ends
     /// with an error) when a probe is not heard within a period.
     private func hear(
-        _ notifications: PostgresNotificationSequence, on connection: PostgresConnection, probing every: Duration,
-        listening: NIOLockedValueBox<Bool>
+        _ notifications: PostgresNotificationSequence, on connection: PostgresConnection, listening: NIOLockedValueBox<Bool>
     ) async throws {
-        precondition(every > .zero, "a probe period is positive")
+        let every = probeEvery
         let mine = Self.probePrefix + UUID().uuidString + ":"
         let heard = NIOLockedValueBox(0)  // the last probe of this connection heard
         let (pool, channel, onEvent) = (self.pool, self.channel, self.onEvent)
         // The probes go out on a connection of their own, to the same server the same way (through a pooler too), so
         // they wait behind nothing in the pool and count in none of its metrics.
-        let id = pool.ids.withLockedValue { id in
-            id += 1
-            return id
-        }
-        let sender = try await PostgresConnection.connect(
-            on: MultiThreadedEventLoopGroup.singleton.any(), configuration: pool.configuration, id: id, logger: pool.logger)
+        let sender = try await connect()
         defer { pool.discard(sender) }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask {

@@ -70,12 +70,7 @@ final class AccountsFixture: Sendable {
         // As deployed (AccountsServiceCommand): on PostgreSQL the session cache is fed by its listener.
         let heard = AsyncStream<PostgresListenerEvent>.makeStream()
         let listener = try (listening ? store as? PostgresAccountsStore : nil).map { postgres in
-            try PostgresListener(
-                pool: postgres.pool, channel: PostgresAccountsStore.revocationsChannel, probeEvery: PostgresAccountsStore.listenerProbe
-            ) { event in
-                postgres.sessions.heard(event)
-                heard.continuation.yield(event)
-            }
+            try postgres.revocationsListener { heard.continuation.yield($0) }
         }
         if let listener { Task { try? await listener.run() } }
         let service = AccountsService(

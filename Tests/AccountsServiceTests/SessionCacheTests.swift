@@ -1,8 +1,9 @@
-import AccountsService
 import Foundation
 import NIOConcurrencyHelpers
 import PostgresSupport
 import Testing
+
+@testable import AccountsService
 
 /// The rules of the session cache on a clock the test moves: kept only while its listener listens, never kept from a
 /// read a revocation raced, forgotten per account, trusted for a bounded time, bounded in size.

@@ -158,11 +158,8 @@ public final class SuiteFixture: Sendable {
             accountsListener = nil
         } else {
             // As deployed: the session cache fed by its listener.
-            let accountsPool = try pool("accounts")
-            let postgres = try await PostgresAccountsStore(pool: accountsPool)
-            let listener = try PostgresListener(
-                pool: accountsPool, channel: PostgresAccountsStore.revocationsChannel, probeEvery: PostgresAccountsStore.listenerProbe
-            ) { postgres.sessions.heard($0) }
+            let postgres = try await PostgresAccountsStore(pool: try pool("accounts"))
+            let listener = try postgres.revocationsListener()
             Task { try? await listener.run() }
             accountsListener = listener
             accountsStore = postgres

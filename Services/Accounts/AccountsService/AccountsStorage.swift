@@ -86,20 +86,6 @@ public struct SessionRow: Sendable, Equatable {
     public let createdAtMs: Int64
     public let lastSeenAtMs: Int64
     public let expiresAtMs: Int64
-
-    public init(
-        tokenHash: Data, accountId: String, username: String, appAccountToken: String, deviceName: String?, createdAtMs: Int64,
-        lastSeenAtMs: Int64, expiresAtMs: Int64
-    ) {
-        self.tokenHash = tokenHash
-        self.accountId = accountId
-        self.username = username
-        self.appAccountToken = appAccountToken
-        self.deviceName = deviceName
-        self.createdAtMs = createdAtMs
-        self.lastSeenAtMs = lastSeenAtMs
-        self.expiresAtMs = expiresAtMs
-    }
 }
 
 public struct ThrottleState: Sendable, Equatable {

@@ -17,9 +17,6 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     public let sessions: SessionCache
     /// Where revocations are announced: the payload is the account id.
     public static let revocationsChannel = "iap_sessions_revoked"
-    /// How often the revocations' listener checks that it hears (`PostgresListener`'s probe): the cache is used only
-    /// while its own NOTIFY comes back within this.
-    public static let listenerProbe = Duration.seconds(2)
 
     /// Brings the schema up to date; on failure the pool is closed and the error thrown.
     public init(pool: PostgresPool, sessions: SessionCache = SessionCache()) async throws {
@@ -29,6 +26,15 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     }
 
     public func close() throws { pool.close() }
+
+    /// The listener that feeds `sessions` (the cache is used only while it hears its own probe, every 2 s); run it
+    /// beside the server. `also` hears its events too (tests).
+    public func revocationsListener(also: @escaping @Sendable (PostgresListenerEvent) -> Void = { _ in }) throws -> PostgresListener {
+        try PostgresListener(pool: pool, channel: Self.revocationsChannel) { [sessions] event in
+            sessions.heard(event)
+            also(event)
+        }
+    }
 
     static let migrations: [PostgresMigration] = [
         PostgresMigration(

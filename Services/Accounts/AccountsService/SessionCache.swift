@@ -147,6 +147,6 @@ public final class SessionCache: Sendable {
         }
     }
 
-    /// How many rows are kept (tests, metrics).
+    /// How many rows are kept.
     public var count: Int { state.withLockedValue { $0.entries.count } }
 }

@@ -81,9 +81,7 @@ struct AccountsServiceCommand: AsyncParsableCommand {
         if let url = database.resolvedURL() {
             let pool = try PostgresPool(url: try PostgresURL(url), schema: "accounts", connections: try database.resolvedPoolSize(), logger: logger)
             let postgres = try await PostgresAccountsStore(pool: pool)
-            listener = try PostgresListener(
-                pool: pool, channel: PostgresAccountsStore.revocationsChannel, probeEvery: PostgresAccountsStore.listenerProbe
-            ) { postgres.sessions.heard($0) }
+            listener = try postgres.revocationsListener()
             store = postgres
             logger.info("accounts store: PostgreSQL \(pool.url.redacted)")
         } else {
