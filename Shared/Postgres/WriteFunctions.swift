@@ -27,9 +27,17 @@ package enum WriteFunctions {
             guard fits(statement) else { return nil }
             body += statement
             body += "\n;\n"
+            if statement.hasSuffix(mustWriteARow) { body += mustWriteARowCheck }
         }
         return body + "END"
     }
+
+    /// Ends a statement that must write at least one row, or fail the whole call with serialization_failure (40001),
+    /// nothing written: a guarded write (its WHERE checks that what it was decided on still holds). Only a write
+    /// function can check that: a list holding one is never sent another way (`PostgresSQLSession.flush`).
+    package static let mustWriteARow = "-- must write a row"
+    static let mustWriteARowCheck =
+        "IF NOT FOUND THEN RAISE EXCEPTION 'a guarded write found what it was decided on changed' USING ERRCODE = '40001'; END IF;\n"
 
     /// Whether `statement` can stand in the body as it is: it starts with INSERT, UPDATE or DELETE and holds no
     /// semicolon, no RETURNING and not the body's quote (`$iap_writes$`, any case). On its bytes: this runs at every

@@ -1,6 +1,7 @@
 import Foundation
 import IAPProtocol
 import JSONRPC
+import PostgresSupport
 
 // The event feed (docs/events.md): one event per change of a customer's money or access, appended by the rules in the
 // change's own transaction (`FulfillmentTransaction.appendEvent`), so an event exists if and only if its change
@@ -115,7 +116,10 @@ struct EventRecords {
         let body = String(decoding: try JSONByteEncoder.encode(e), as: UTF8.self)
         if let last = s.wallets?.sequences[e.accountId] {
             s.wallets?.sequences[e.accountId] = last + 1
-            try s.later(Self.appendNumbered, e.accountId, e.scope.rawValue, e.type.rawValue, e.occurredAtMs, e.environment, body, last + 1)
+            // A guess (`WalletMemo.guessed`) may be any age: the number alone would not refuse it once events after the
+            // guessed one were trimmed, so the insert checks the account's last event itself, and must write its row.
+            let sql = s.wallets?.guessed == nil ? Self.appendNumbered : Self.appendGuarded
+            try s.later(sql, e.accountId, e.scope.rawValue, e.type.rawValue, e.occurredAtMs, e.environment, body, last + 1)
             return
         }
         try s.later(Self.appendNext, e.accountId, e.scope.rawValue, e.type.rawValue, e.occurredAtMs, e.environment, body)
@@ -123,6 +127,9 @@ struct EventRecords {
 
     /// `append`'s two statements: numbered by the caller (`?7`), or after the account's last event, read by the insert.
     private static let appendNumbered = appendInsert + " SELECT ?1, ?7, " + appendRest
+    private static let appendGuarded =
+        appendNumbered + " WHERE (SELECT COALESCE(MAX(sequence), 0) FROM event WHERE account_id = ?1) = ?7 - 1\n"
+        + WriteFunctions.mustWriteARow
     private static let appendNext = appendInsert + " SELECT ?1, COALESCE(MAX(sequence), 0) + 1, " + appendRest + " FROM event WHERE account_id = ?1"
     private static let appendInsert = "INSERT INTO event (account_id, sequence, type, occurred_at_ms, environment, balance, owed, body)"
     private static let appendRest = """

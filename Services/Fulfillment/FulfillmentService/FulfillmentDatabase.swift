@@ -17,6 +17,13 @@ public protocol FulfillmentDatabase: Sendable {
     /// Whether `writeAfterOneRead` saves round trips (PostgreSQL): only then is a body worth shaping into one wider read
     /// (SQLite reads in-process, where the wider read would only cost).
     var writesAloneAfterOneRead: Bool { get }
+    /// `writeAfterOneRead` for a change of `holder`'s coins that may be decided on what this instance last knew of its
+    /// wallet instead of a read (PostgreSQL: `PostgresFulfillmentStore.writeOnKnownWallet`). `wrote`: whether an answer
+    /// is one the body wrote for (only such an answer may rest on what was known; any other is read again).
+    func writeOnKnownWallet<T: Sendable>(
+        _ holder: Holder, locking keys: [String], wrote: @escaping @Sendable (T) -> Bool,
+        _ body: @escaping @Sendable (any SQLSession) throws -> T
+    ) async throws -> T
 }
 
 /// A notification no longer pending or parked when its processing committed: nothing of it is kept.
@@ -36,6 +43,13 @@ extension FulfillmentDatabase {
     }
 
     public var writesAloneAfterOneRead: Bool { false }
+
+    public func writeOnKnownWallet<T: Sendable>(
+        _ holder: Holder, locking keys: [String], wrote: @escaping @Sendable (T) -> Bool,
+        _ body: @escaping @Sendable (any SQLSession) throws -> T
+    ) async throws -> T {
+        try await writeAfterOneRead(locking: keys, body)
+    }
 }
 
 // MARK: writes: the grant rules, each in one transaction
@@ -120,10 +134,10 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
     public func spend(
         accountId: String, scope: AccountScope = .production, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64
     ) async throws -> SpendOutcome {
-        try await writeAfterOneRead(locking: Self.accountLock(accountId)) { s in
-            try GrantRules.spend(
-                Holder(accountId: accountId, scope: scope), amount: amount, idempotencyKey: idempotencyKey, memo: memo, nowMs: nowMs,
-                in: FulfillmentRecords(s))
+        let holder = Holder(accountId: accountId, scope: scope)
+        return try await writeOnKnownWallet(holder, locking: Self.accountLock(accountId), wrote: { if case .spent = $0 { true } else { false } }) {
+            s in
+            try GrantRules.spend(holder, amount: amount, idempotencyKey: idempotencyKey, memo: memo, nowMs: nowMs, in: FulfillmentRecords(s))
         }
     }
 

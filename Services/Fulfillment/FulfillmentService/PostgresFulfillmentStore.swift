@@ -16,10 +16,13 @@ import PostgresSupport
 /// cannot both commit; the loser runs again on the winner's result. Tables live in the `fulfillment` schema.
 public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentStorage, FulfillmentInvariants {
     let pool: PostgresPool
+    /// What this instance last knew of wallets, for spends that skip their read (`writeOnKnownWallet`).
+    let known: KnownWallets
 
     /// Brings the schema up to date (`migrations`); on failure the pool is closed and the error thrown.
     public init(pool: PostgresPool) async throws {
         self.pool = pool
+        self.known = KnownWallets()
         try await pool.migrateOrClose(Self.migrations)
     }
 
@@ -28,7 +31,7 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     // MARK: the engine (FulfillmentDatabase): transactions on the server
 
     public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
-        try await pool.read { s in try Self.run(body, in: s) }
+        try await pool.read { s in try Self.run(body, in: PostgresSQLSession(session: s)) }
     }
 
     /// One SERIALIZABLE transaction (`PostgresPool.write`); with `locking` keys, REPEATABLE READ whose first attempt takes
@@ -40,8 +43,9 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     /// runs again, then behind the lock, which is there to queue contenders rather than let them fail over and over.
     /// The held writes (`PostgresSQLSession.flush`) are sent before COMMIT.
     public func write<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
-        if keys.isEmpty { return try await pool.write { s in try Self.run(body, in: s) } }
-        return try await pool.write(locking: keys, optimistically: true) { s in try Self.run(body, in: s) }
+        if keys.isEmpty { return try await pool.write { s in try Self.run(body, in: PostgresSQLSession(session: s)) } }
+        defer { forgetKnownWallets(keys) }
+        return try await pool.write(locking: keys, optimistically: true) { s in try Self.run(body, in: PostgresSQLSession(session: s)) }
     }
 
     /// `write(locking:)` whose first attempt runs without a transaction (`PostgresPool.write(locking:optimistically:firstAlone:)`):
@@ -51,13 +55,85 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     public func writeAfterOneRead<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T)
         async throws -> T
     {
-        try await pool.write(locking: keys, optimistically: true, firstAlone: true) { s in try Self.run(body, in: s) }
+        defer { forgetKnownWallets(keys) }
+        return try await pool.write(locking: keys, optimistically: true, firstAlone: true) { s in
+            try Self.run(body, in: PostgresSQLSession(session: s))
+        }
     }
 
     public var writesAloneAfterOneRead: Bool { true }
 
-    private static func run<T>(_ body: (any SQLSession) throws -> T, in session: PostgresSession) throws -> T {
-        let s = PostgresSQLSession(session: session)
+    /// `writeAfterOneRead` that first tries without its read, on what this instance last knew of the holder's wallet and
+    /// its account's last event (`KnownWallets`): ONE statement, the held writes' call, whose event insert checks that the
+    /// account's last event is still the known one and fails the whole call otherwise (`WriteFunctions.mustWriteARow`).
+    /// Measured 2026-11-29 (Benchmarks/README.md): the read is a round trip and a statement of a spend's two. The guess
+    /// is only a guess: an answer other than a write (a refusal, a replay) is read again; a wrong guess (the account
+    /// moved, the key was used: the call fails, nothing written) is read again, and the holder is not guessed for a while
+    /// (another instance is writing it); nothing guessed ever runs in a transaction or after a failure of its own.
+    public func writeOnKnownWallet<T: Sendable>(
+        _ holder: Holder, locking keys: [String], wrote: @escaping @Sendable (T) -> Bool,
+        _ body: @escaping @Sendable (any SQLSession) throws -> T
+    ) async throws -> T {
+        if let guess = known.lend(holder) {
+            do {
+                let (value, after) = try await pool.write(locking: [], optimistically: true, firstAlone: true) { session in
+                    guard session.alone != nil else { throw GuessNotTaken() }  // an attempt after a failure reads
+                    let s = PostgresSQLSession(session: session)
+                    s.wallets?.known[holder] = guess.wallet
+                    s.wallets?.sequences[holder.accountId] = guess.sequence
+                    s.wallets?.guessed = holder
+                    let value: T
+                    do { value = try body(s) } catch { throw GuessNotTaken() }
+                    guard wrote(value) else { throw GuessNotTaken() }  // nothing was sent
+                    do {
+                        try s.flush()
+                    } catch let error as PSQLError where error.code == .server && ["23505", "40001"].contains(error.serverInfo?[.sqlState] ?? "") {
+                        throw WrongGuess()  // one statement failed whole: nothing was written
+                    } catch is WriteFunctionMissing {
+                        throw GuessNotTaken()
+                    } catch is GuardedWriteNeedsFunction {
+                        throw GuessNotTaken()
+                    }
+                    return (value, Self.known(holder, in: s))
+                }
+                known.record(holder, after ?? guess, returning: true)
+                return value
+            } catch is GuessNotTaken {
+                known.giveBack(holder)
+            } catch is WrongGuess {
+                known.contended(holder)
+            } catch {
+                known.contended(holder)  // the outcome may be unknown (a connection lost while writing): guess no more
+                throw error
+            }
+        }
+        let (value, after) = try await pool.write(locking: keys, optimistically: true, firstAlone: true) { session in
+            let s = PostgresSQLSession(session: session)
+            return (try Self.run(body, in: s), Self.known(holder, in: s))
+        }
+        if let after { known.record(holder, after, returning: false) }
+        return value
+    }
+
+    /// The holder's wallet and its account's last event as this attempt read and then wrote them.
+    private static func known(_ holder: Holder, in s: PostgresSQLSession) -> KnownWallets.Guess? {
+        guard let wallet = s.wallets?.known[holder], let sequence = s.wallets?.sequences[holder.accountId] else { return nil }
+        return KnownWallets.Guess(wallet: wallet, sequence: sequence)
+    }
+
+    /// Writes that change an account's money here otherwise than by `writeOnKnownWallet` (a redeem, an adjustment).
+    private func forgetKnownWallets(_ keys: [String]) {
+        let prefix = Self.accountLock("")[0]
+        for key in keys where key.hasPrefix(prefix) { known.forget(accountId: String(key.dropFirst(prefix.count))) }
+    }
+
+    /// A guess not used: its answer was not a write, or it could not be checked; read instead.
+    private struct GuessNotTaken: Error {}
+    /// A guess whose guarded write failed: the account moved since.
+    private struct WrongGuess: Error {}
+
+    private static func run<T>(_ body: (any SQLSession) throws -> T, in s: PostgresSQLSession) throws -> T {
+        let session = s.session
         let value: T
         do {
             value = try body(s)

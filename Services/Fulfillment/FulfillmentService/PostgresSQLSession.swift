@@ -73,6 +73,9 @@ struct PostgresSQLSession: SQLSession {
             let numbered = try writes.map { try HeldStatements.statement($0.sql, $0.arguments, values: &whole, numberedFromOne: false) }
             function = try WriteFunctions.body(numbered).flatMap { try session.writeFunction($0) }
         }
+        if function == nil, writes.contains(where: { $0.sql.hasSuffix(WriteFunctions.mustWriteARow) }) {
+            throw GuardedWriteNeedsFunction()  // nothing was sent
+        }
         session.alone?.willWrite()
         if let function {
             try session.callWrites(function, values: whole)
@@ -192,6 +195,10 @@ package enum TypedReads {
         return named.count == arguments.count ? out : nil
     }
 }
+
+/// A guarded write (`WriteFunctions.mustWriteARow`) could not go as a write function, the only way its check runs: nothing
+/// was sent.
+struct GuardedWriteNeedsFunction: Error {}
 
 /// The writes a `PostgresSQLSession` holds until its next statement (one transaction attempt, one pool thread).
 final class HeldWrites {

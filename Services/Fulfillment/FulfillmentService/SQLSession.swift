@@ -30,6 +30,10 @@ public final class WalletMemo {
     /// A holder's active entitlements at a time, read with the transaction's first read for its answer
     /// (`FulfillmentRecords.stored`), until the transaction writes an entitlement (then read again).
     var entitlements: [Holder: (atMs: Int64, records: [EntitlementRecord])] = [:]
+    /// Set when `known` and `sequences` hold a guess for this holder instead of a read (`KnownWallets`): its spend reads
+    /// nothing, and its event is written only while the account's last event is still the guessed one
+    /// (`EventRecords.append`).
+    var guessed: Holder?
     init() {}
 }
 

@@ -1,0 +1,192 @@
+import Foundation
+import IAPProtocol
+import NIOConcurrencyHelpers
+import PostgresSupport
+import RPCTestSupport
+import Testing
+
+@testable import FulfillmentService
+
+/// `KnownWallets` on its own, on a moved clock: one lender at a time, newer states only, a wrong guess benches the holder.
+@Suite struct KnownWalletsTests {
+    let clock = NIOLockedValueBox<Int64>(1_000)
+    let ann = Holder(accountId: "ann", scope: .production)
+
+    func cache(capacity: Int = 100) -> KnownWallets {
+        let clock = self.clock
+        return KnownWallets(ageMs: 60_000, contendedMs: 10_000, capacity: capacity, now: { clock.withLockedValue { $0 } })
+    }
+
+    func guess(_ balance: Int64, _ sequence: Int64) -> KnownWallets.Guess {
+        .init(wallet: Wallet(balance: balance, owed: 0), sequence: sequence)
+    }
+
+    @Test func aGuessIsLentToOneSpendAtATime() {
+        let known = cache()
+        #expect(known.lend(ann) == nil)
+        known.record(ann, guess(10, 3), returning: false)
+        #expect(known.lend(ann) == guess(10, 3))
+        #expect(known.lend(ann) == nil, "lent already")
+        known.record(ann, guess(9, 4), returning: true)
+        #expect(known.lend(ann) == guess(9, 4))
+        known.giveBack(ann)
+        #expect(known.lend(ann) == guess(9, 4))
+        #expect(known.outcomes == .init(written: 1, wrong: 0, notTaken: 1))
+    }
+
+    @Test func onlyANewerStateReplacesTheKnownOne() {
+        let known = cache()
+        known.record(ann, guess(9, 4), returning: false)
+        known.record(ann, guess(10, 3), returning: false)  // a slower write of an older state
+        #expect(known.lend(ann) == guess(9, 4))
+    }
+
+    @Test func aWrongGuessBenchesTheHolderThenAReadMayTeachItAgain() {
+        let known = cache()
+        known.record(ann, guess(10, 3), returning: false)
+        _ = known.lend(ann)
+        known.contended(ann)
+        known.record(ann, guess(7, 6), returning: false)
+        #expect(known.lend(ann) == nil, "benched")
+        clock.withLockedValue { $0 += 10_001 }
+        #expect(known.lend(ann) == guess(7, 6))
+        #expect(known.outcomes.wrong == 1)
+    }
+
+    @Test func oldOrForgottenGuessesAreNotLent() {
+        let known = cache()
+        known.record(ann, guess(10, 3), returning: false)
+        clock.withLockedValue { $0 += 60_001 }
+        #expect(known.lend(ann) == nil, "too old")
+        known.record(ann, guess(10, 4), returning: false)
+        known.forget(accountId: "ann")
+        #expect(known.lend(ann) == nil, "forgotten")
+        known.record(ann, guess(10, 5), returning: false)
+        #expect(known.lend(Holder(accountId: "ann", scope: .sandbox)) == nil, "one guess per scope")
+    }
+
+    @Test func aFullCacheKeepsWhatIsLent() {
+        let known = cache(capacity: 4)
+        for i in 0..<4 { known.record(Holder(accountId: "a\(i)", scope: .production), guess(1, 1), returning: false) }
+        #expect(known.lend(Holder(accountId: "a0", scope: .production)) != nil)
+        known.record(Holder(accountId: "new", scope: .production), guess(1, 1), returning: false)
+        #expect(known.count <= 2, "swept: \(known.count)")
+        known.record(Holder(accountId: "a0", scope: .production), guess(0, 2), returning: true)
+        #expect(known.lend(Holder(accountId: "a0", scope: .production)) == guess(0, 2))
+    }
+}
+
+/// Spends on PostgreSQL that skip their read (`PostgresFulfillmentStore.writeOnKnownWallet`): a guess never costs money,
+/// whatever happened to the account since it was made.
+@Suite(.enabled(if: TestPostgres.isAvailable, "PostgreSQL is not installed"), .serialized)
+struct KnownWalletSpendTests {
+    static func known(_ store: any FulfillmentStorage & FulfillmentInvariants) -> KnownWallets {
+        (store as! PostgresFulfillmentStore).known
+    }
+
+    static func spend(
+        _ store: any FulfillmentStorage & FulfillmentInvariants, _ key: String, _ amount: Int64 = 1, account: String = "ann"
+    ) async throws -> SpendOutcome {
+        try await store.spend(accountId: account, scope: .production, amount: amount, idempotencyKey: key, memo: nil, nowMs: 5)
+    }
+
+    static func redeem(_ store: any FulfillmentStorage & FulfillmentInvariants, _ id: String, account: String = "ann") async throws {
+        _ = try await store.apply(
+            [coins(id)], accountId: account, appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 1)
+    }
+
+    /// The account's events are numbered 1...n with no gap and no repeat.
+    static func sequences(_ db: StoreInstances, account: String = "ann") async throws -> [Int64] {
+        let url = db.url!.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
+        let out = try await TestPostgres.psql(
+            url, "SELECT string_agg(sequence::text, ',' ORDER BY sequence) FROM fulfillment.event WHERE account_id = '\(account)'")
+        return out.split(separator: ",").compactMap { Int64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    }
+
+    @Test func aSpendAfterAnotherInstancesSpendIsReadAgainAndNothingIsLost() async throws {
+        try await StoreEngine.postgres.open(instances: 2).with { db in
+            let a = db[0], b = db[1]
+            try await Self.redeem(a, "4000000001")
+            #expect(try await Self.spend(a, "k1") == .spent(balance: 99))  // read, then known
+            #expect(try await Self.spend(a, "k2") == .spent(balance: 98))  // on the guess
+            #expect(Self.known(a).outcomes.written == 1)
+            #expect(try await Self.spend(b, "k3") == .spent(balance: 97))  // the other instance moves the account
+            #expect(try await Self.spend(a, "k4") == .spent(balance: 96))  // a's guess (98, after k2) is wrong
+            #expect(Self.known(a).outcomes.wrong == 1)
+            #expect(try await Self.spend(a, "k5") == .spent(balance: 95))  // benched: read
+            #expect(Self.known(a).outcomes.written == 1)
+            #expect(try await a.balance(accountId: "ann", scope: .production).balance == 95)
+            #expect(try await a.ledgerMismatches().isEmpty)
+            #expect(try await Self.sequences(db) == Array(1...6))
+        }
+    }
+
+    /// A guess may outlive events that were trimmed since (a backdated event is old as soon as it is written; trimming keeps
+    /// only an account's latest): its event's number is then free again, so only the insert's own check of the account's
+    /// last event refuses it.
+    @Test func aGuessIsRefusedEvenWhenTheNumberAfterItWasTrimmed() async throws {
+        try await StoreEngine.postgres.open(instances: 2).with { db in
+            let a = db[0], b = db[1]
+            try await Self.redeem(a, "4000000002")  // event 1
+            #expect(try await Self.spend(a, "k1") == .spent(balance: 99))  // 2
+            #expect(try await Self.spend(a, "k2") == .spent(balance: 98))  // 3, a knows (98, 3)
+            #expect(try await Self.spend(b, "k3") == .spent(balance: 97))  // 4
+            #expect(try await Self.spend(b, "k4") == .spent(balance: 96))  // 5
+            let url = db.url!.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
+            _ = try await TestPostgres.psql(url, "DELETE FROM fulfillment.event WHERE account_id = 'ann' AND sequence = 4")
+            #expect(try await Self.spend(a, "k5") == .spent(balance: 95))
+            #expect(Self.known(a).outcomes.wrong == 1)
+            #expect(try await a.balance(accountId: "ann", scope: .production).balance == 95)
+            #expect(try await a.ledgerMismatches().isEmpty)
+            #expect(try await Self.sequences(db) == [1, 2, 3, 5, 6])
+        }
+    }
+
+    /// A guess that would refuse (no coins left, as this instance last knew) is read again: coins granted by another
+    /// instance meanwhile are spent.
+    @Test func aRefusalIsNeverAnsweredFromAGuess() async throws {
+        try await StoreEngine.postgres.open(instances: 2).with { db in
+            let a = db[0], b = db[1]
+            try await Self.redeem(a, "4000000003")
+            #expect(try await Self.spend(a, "k1", 99) == .spent(balance: 1))
+            #expect(try await Self.spend(a, "k2", 1) == .spent(balance: 0))  // a knows 0
+            try await Self.redeem(b, "4000000004")
+            #expect(try await Self.spend(a, "k3", 5) == .spent(balance: 95))
+            #expect(Self.known(a).outcomes.notTaken == 1)
+            #expect(try await Self.spend(a, "k4", 500) == .insufficient(balance: 95))
+        }
+    }
+
+    /// A key used before, sent again on a guess (which takes every key for new): the ledger's unique key refuses the
+    /// writes, and the read answers the first spend's result, or a conflict for other terms.
+    @Test func aReplayedKeyOnAGuessAnswersTheFirstSpend() async throws {
+        try await StoreEngine.postgres.open(instances: 1).with { db in
+            let a = db[0]
+            try await Self.redeem(a, "4000000005")
+            #expect(try await Self.spend(a, "k1") == .spent(balance: 99))
+            #expect(try await Self.spend(a, "k2") == .spent(balance: 98))
+            #expect(try await Self.spend(a, "k2") == .replayed(balance: 98))
+            #expect(try await Self.spend(a, "k1", 3) == .keyConflict)
+            #expect(try await a.balance(accountId: "ann", scope: .production).balance == 98)
+            let ledger = try await a.ledger(accountId: "ann", scope: .production, after: 0, limit: 100).entries
+            #expect(ledger.filter { $0.kind == .spend }.count == 2)
+            #expect(try await Self.sequences(db) == [1, 2, 3])
+        }
+    }
+
+    /// Concurrent spends of one account with their own keys on two instances: each spends once, the balance is what was
+    /// granted less what was spent, and the account's events stay numbered without a gap.
+    @Test func concurrentSpendsOnTwoInstancesSpendEachKeyOnce() async throws {
+        try await StoreEngine.postgres.open(instances: 2).with { db in
+            for i in 0..<3 { try await Self.redeem(db[0], "400000001\(i)") }
+            let outcomes = try await withThrowingTaskGroup(of: SpendOutcome.self) { group in
+                for i in 0..<200 { group.addTask { try await Self.spend(db[i / 25], "k\(i)") } }  // runs of 25 per instance
+                return try await group.reduce(into: [SpendOutcome]()) { $0.append($1) }
+            }
+            #expect(outcomes.allSatisfy { if case .spent = $0 { true } else { false } })
+            #expect(try await db[0].balance(accountId: "ann", scope: .production).balance == 100)
+            #expect(try await db[0].ledgerMismatches().isEmpty)
+            #expect(try await Self.sequences(db) == Array(1...203))
+        }
+    }
+}
