@@ -100,7 +100,8 @@ public final class PostgresPool: Sendable {
     /// money appends the account's next event, and the spend's event takes the number after the one it read): a change
     /// committed between the two then fails the writes (23505). Unlike REPEATABLE READ, a row changed in between WITHOUT
     /// such a key would be overwritten, not refused. A body that needs more throws `PostgresSession.NeedsTransaction`
-    /// before writing anything, and runs again in a transaction.
+    /// before writing anything, and runs again in a transaction. A body may also read nothing and send one write that
+    /// checks what it was decided on itself (fulfillment's spend on a known wallet, `WriteFunctions.mustWriteARow`).
     @discardableResult
     public func write<T: Sendable>(
         locking keys: [String], optimistically: Bool = false, firstAlone: Bool = false,

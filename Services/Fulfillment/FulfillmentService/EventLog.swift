@@ -116,8 +116,9 @@ struct EventRecords {
         let body = String(decoding: try JSONByteEncoder.encode(e), as: UTF8.self)
         if let last = s.wallets?.sequences[e.accountId] {
             s.wallets?.sequences[e.accountId] = last + 1
-            // A guess (`WalletMemo.guessed`) may be any age: the number alone would not refuse it once events after the
-            // guessed one were trimmed, so the insert checks the account's last event itself, and must write its row.
+            // A guess (`WalletMemo.guessed`) may be up to a minute old (`KnownWallets`): the number alone would not refuse
+            // it once events after the guessed one were trimmed (a backdated event is old when written), so the insert
+            // checks the account's last event itself, and must write its row.
             let sql = s.wallets?.guessed == nil ? Self.appendNumbered : Self.appendGuarded
             try s.later(sql, e.accountId, e.scope.rawValue, e.type.rawValue, e.occurredAtMs, e.environment, body, last + 1)
             return

@@ -1,4 +1,5 @@
 import IAPProtocol
+import PostgresSupport
 
 /// `FulfillmentTransaction` in SQL, written once for both engines: every statement the grant rules need inside one
 /// transaction, and nothing else. The engine supplies the session (`FulfillmentStore` on SQLite,
@@ -236,11 +237,12 @@ struct FulfillmentRecords: FulfillmentTransaction {
     }
 
     func append(_ row: LedgerRow) throws {
-        try s.later(
-            """
-            INSERT INTO wallet (account_id, scope, balance, owed) VALUES (?1, ?2, ?3, ?4)
-            ON CONFLICT (account_id, scope) DO UPDATE SET balance = excluded.balance, owed = excluded.owed
-            """, row.holder.accountId, row.holder.scope.rawValue, row.balance, row.owed)
+        if let guessed = s.wallets?.guessed, guessed == row.holder, let before = s.wallets?.known[row.holder] {
+            // On a guess (`WalletMemo.guessed`) the wallet is written only from the state it was decided on.
+            try s.later(Self.walletGuarded, row.holder.accountId, row.holder.scope.rawValue, row.balance, row.owed, before.balance, before.owed)
+        } else {
+            try s.later(Self.walletUpsert, row.holder.accountId, row.holder.scope.rawValue, row.balance, row.owed)
+        }
         try s.later(
             """
             INSERT INTO ledger (account_id, scope, delta, balance, kind, environment, transaction_id, idempotency_key, memo,
@@ -250,6 +252,13 @@ struct FulfillmentRecords: FulfillmentTransaction {
             row.transactionId, row.idempotencyKey, row.memo, row.debt, row.recovered, row.owed, row.createdAtMs)
         s.wallets?.known[row.holder] = Wallet(balance: row.balance, owed: row.owed)
     }
+
+    private static let walletUpsert = """
+        INSERT INTO wallet (account_id, scope, balance, owed) VALUES (?1, ?2, ?3, ?4)
+        ON CONFLICT (account_id, scope) DO UPDATE SET balance = excluded.balance, owed = excluded.owed
+        """
+    private static let walletGuarded =
+        walletUpsert + " WHERE wallet.balance = ?5 AND wallet.owed = ?6\n" + WriteFunctions.mustWriteARow
 
     /// The spend made with this key, if any; the holder's wallet is read with it and remembered (`SQLSession.wallets`).
     func spend(_ holder: Holder, idempotencyKey: String) throws -> RecordedSpend? {

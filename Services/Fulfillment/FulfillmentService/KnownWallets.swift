@@ -1,3 +1,4 @@
+import CoreMetrics
 import Dispatch
 import IAPProtocol
 import NIOConcurrencyHelpers
@@ -8,9 +9,11 @@ import NIOConcurrencyHelpers
 /// is written only while the account's last event is still the one remembered, else the whole call fails and nothing
 /// is written), and a guess that would refuse the spend is read again. So a wrong guess costs a wasted call, never money.
 ///
-/// Kept small and honest about contention: one guess per holder is lent at a time (a second concurrent spend of the
-/// holder reads, as before); a guess that failed (another instance or writer moved the account) stops guesses for that
-/// holder for `contendedMs`; a guess is used at most `ageMs` after it was made; at most `capacity` holders.
+/// Kept out of contention: a spend goes on a guess only when no other spend of the holder runs on this instance (the
+/// others read, as before, and queue on the account's lock after a conflict: guesses, being faster, would keep beating
+/// them); a guess that failed while no other spend of the holder ran here (so another instance or writer moved the
+/// account) stops guesses for that holder for `contendedMs`; a guess is used at most `ageMs` after it was made; at most
+/// `capacity` holders.
 final class KnownWallets: Sendable {
     static let defaultAgeMs: Int64 = 60_000
     static let defaultContendedMs: Int64 = 10_000
@@ -25,11 +28,16 @@ final class KnownWallets: Sendable {
     private struct Entry {
         var guess: Guess?
         var atMs: Int64
+        /// Spends of the holder running here (`begin` to `end`).
+        var running = 0
+        /// The running spend that was given the guess has not said how it went.
         var lent = false
+        /// Another spend of the holder began while the guess was lent.
+        var overlapped = false
         var contendedUntilMs: Int64 = 0
     }
 
-    /// How guesses went: written on (`record` of a lent guess), wrong (`contended`), not taken (`giveBack`).
+    /// How guesses went: written on (a lent guess at `end`), wrong (`wrongGuess`), not taken (`giveBack`).
     struct Outcomes: Sendable, Equatable {
         var written = 0, wrong = 0, notTaken = 0
     }
@@ -41,6 +49,11 @@ final class KnownWallets: Sendable {
     private let entries = NIOLockedValueBox([Holder: Entry]())
     private let tally = NIOLockedValueBox(Outcomes())
     var outcomes: Outcomes { tally.withLockedValue { $0 } }
+    /// `iap_fulfillment_known_wallet_spends_total{outcome}`: written, wrong (a share that rises with instances writing
+    /// the same accounts), not_taken.
+    private let written = Counter(label: "iap_fulfillment_known_wallet_spends_total", dimensions: [("outcome", "written")])
+    private let wrong = Counter(label: "iap_fulfillment_known_wallet_spends_total", dimensions: [("outcome", "wrong")])
+    private let notTaken = Counter(label: "iap_fulfillment_known_wallet_spends_total", dimensions: [("outcome", "not_taken")])
 
     /// `now`: a monotonic clock in milliseconds (tests move it).
     init(
@@ -54,50 +67,81 @@ final class KnownWallets: Sendable {
         self.now = now
     }
 
-    /// The holder's guess, lent to the caller until it `record`s or `drop`s it; nil when there is none young enough, it
-    /// is lent already, or the holder is contended.
-    func lend(_ holder: Holder) -> Guess? {
+    /// How a spend starts: on the holder's guess (lent to it), or reading; `crowded` when another spend of the holder is
+    /// running here.
+    struct Start: Sendable, Equatable {
+        var guess: Guess?
+        var crowded: Bool
+    }
+
+    /// A spend of the holder begins here; every call is followed by one `end`. Its guess when no other spend of the
+    /// holder is running here, the guess is young enough and the holder is not benched.
+    func begin(_ holder: Holder) -> Start {
         let nowMs = now()
         return entries.withLockedValue { entries in
-            guard var entry = entries[holder], let guess = entry.guess, !entry.lent, entry.contendedUntilMs <= nowMs,
-                nowMs - entry.atMs <= ageMs
-            else { return nil }
-            entry.lent = true
-            entries[holder] = entry
-            return guess
-        }
-    }
-
-    /// A committed state of the holder, seen by a write that succeeded (or a read that refused): kept when it is newer than
-    /// the one known (a larger sequence). `returning`: the caller held the lent guess, which it gives back.
-    func record(_ holder: Holder, _ guess: Guess, returning: Bool) {
-        let nowMs = now()
-        if returning { tally.withLockedValue { $0.written += 1 } }
-        entries.withLockedValue { entries in
-            var entry = entries[holder] ?? Entry(guess: nil, atMs: nowMs)
-            if returning { entry.lent = false }
-            if entry.guess.map({ $0.sequence < guess.sequence }) ?? true {
-                entry.guess = guess
-                entry.atMs = nowMs
-            }
             if entries[holder] == nil, entries.count >= capacity { sweep(&entries, nowMs: nowMs) }
-            entries[holder] = entry
+            var entry = entries[holder] ?? Entry(guess: nil, atMs: nowMs)
+            entry.running += 1
+            defer { entries[holder] = entry }
+            if entry.running > 1 {
+                if entry.lent { entry.overlapped = true }
+                return Start(guess: nil, crowded: true)
+            }
+            guard let guess = entry.guess, entry.contendedUntilMs <= nowMs, nowMs - entry.atMs <= ageMs else {
+                return Start(guess: nil, crowded: false)
+            }
+            entry.lent = true
+            entry.overlapped = false
+            return Start(guess: guess, crowded: false)
         }
     }
 
-    /// The lent guess was wrong (its guarded write failed): forgotten, and no guess for the holder for `contendedMs`.
-    func contended(_ holder: Holder) {
-        let nowMs = now()
-        tally.withLockedValue { $0.wrong += 1 }
-        entries.withLockedValue { entries in
-            entries[holder] = Entry(guess: nil, atMs: nowMs, contendedUntilMs: nowMs + contendedMs)
-        }
-    }
-
-    /// The lent guess was not used (its spend would have refused, or failed otherwise): given back unchanged.
+    /// The lent guess was not used (its spend would have refused, or could not be checked): the spend reads instead.
     func giveBack(_ holder: Holder) {
         tally.withLockedValue { $0.notTaken += 1 }
+        notTaken.increment()
         entries.withLockedValue { entries in entries[holder]?.lent = false }
+    }
+
+    /// The lent guess was wrong (its guarded write failed): forgotten; and no guess for the holder for `contendedMs`
+    /// unless another spend of the holder began here meanwhile (whose own write may be what the guess missed: it tells
+    /// the newer state at its `end`). The spend reads instead.
+    func wrongGuess(_ holder: Holder) {
+        let nowMs = now()
+        tally.withLockedValue { $0.wrong += 1 }
+        wrong.increment()
+        entries.withLockedValue { entries in
+            guard var entry = entries[holder] else { return }
+            entry.guess = nil
+            entry.lent = false
+            if !entry.overlapped { entry.contendedUntilMs = nowMs + contendedMs }
+            entries[holder] = entry
+        }
+    }
+
+    /// The spend that `begin` began is done. `state`: the holder's wallet and account's last event as it committed them
+    /// (or read them, for an answer without a write), kept when newer than the one known (a larger sequence); nil when it
+    /// failed. A guess still lent at this point was written on.
+    func end(_ holder: Holder, state: Guess?) {
+        let nowMs = now()
+        entries.withLockedValue { entries in
+            guard var entry = entries[holder] else { return }
+            entry.running -= 1
+            if entry.lent {
+                entry.lent = false
+                tally.withLockedValue { $0.written += 1 }
+                written.increment()
+            }
+            if let state, entry.guess.map({ $0.sequence < state.sequence }) ?? true {
+                entry.guess = state
+                entry.atMs = nowMs
+            }
+            if entry.running == 0, entry.guess == nil, entry.contendedUntilMs <= nowMs {
+                entries[holder] = nil
+            } else {
+                entries[holder] = entry
+            }
+        }
     }
 
     /// Another kind of write changed the account here (a redeem, an adjustment): its guesses are gone.
@@ -109,10 +153,10 @@ final class KnownWallets: Sendable {
 
     var count: Int { entries.withLockedValue { $0.count } }
 
-    /// Full: drops what is too old to be used, unless lent or contended; everything not lent when more than half would
-    /// stay (so a sweep runs at most once per `capacity / 2` new holders).
+    /// Full: drops what is too old to be used, unless running or benched; everything not running when more than half
+    /// would stay (so a sweep runs at most once per `capacity / 2` new holders).
     private func sweep(_ entries: inout [Holder: Entry], nowMs: Int64) {
-        entries = entries.filter { $0.value.lent || nowMs - $0.value.atMs <= ageMs || $0.value.contendedUntilMs > nowMs }
-        if entries.count > capacity / 2 { entries = entries.filter { $0.value.lent } }
+        entries = entries.filter { $0.value.running > 0 || nowMs - $0.value.atMs <= ageMs || $0.value.contendedUntilMs > nowMs }
+        if entries.count > capacity / 2 { entries = entries.filter { $0.value.running > 0 } }
     }
 }
