@@ -22,85 +22,75 @@ import Testing
     }
 
     /// A spend that wrote on its guess, then the next.
-    func spent(_ known: KnownWallets, _ after: KnownWallets.Guess) -> KnownWallets.Guess? {
-        let lent = known.begin(ann).guess
+    func spent(_ known: KnownWallets, _ after: KnownWallets.Guess) async -> KnownWallets.Guess? {
+        let lent = await known.begin(ann).guess
         known.end(ann, state: after)
         return lent
     }
 
-    @Test func aGuessGoesOnlyToASpendRunningAloneHere() {
+    @Test func spendsOfAHolderTakeTurnsEachOnTheStateTheOneBeforeLeft() async {
         let known = cache()
-        #expect(known.begin(ann).guess == nil, "nothing known yet")
+        #expect(await known.begin(ann).guess == nil, "nothing known yet")
         known.end(ann, state: guess(10, 3))
-        #expect(known.begin(ann).guess == guess(10, 3))
-        #expect(known.begin(ann) == .init(guess: nil, crowded: true), "another spend of ann is running")
-        known.end(ann, state: guess(9, 4))  // the second, which read
-        known.end(ann, state: guess(8, 5))  // the first, written on its guess
-        #expect(spent(known, guess(7, 6)) == guess(8, 5))
-        #expect(known.begin(ann).guess == guess(7, 6))
+        #expect(await known.begin(ann).guess == guess(10, 3))
+        let second = Task { await known.begin(ann).guess }
+        while known.spends(ann) < 2 { await Task.yield() }  // the second waits its turn
+        known.end(ann, state: guess(9, 4))  // the first, written on its guess
+        #expect(await second.value == guess(9, 4))
         known.giveBack(ann)
-        known.end(ann, state: guess(7, 6))  // read again: a refusal
-        #expect(known.outcomes == .init(written: 2, wrong: 0, notTaken: 1))
+        known.end(ann, state: guess(9, 4))  // read again: a refusal
+        #expect(known.outcomes == .init(written: 1, wrong: 0, notTaken: 1))
+        #expect(known.spends(ann) == 0)
     }
 
-    @Test func onlyANewerStateReplacesTheKnownOne() {
+    @Test func onlyANewerStateReplacesTheKnownOne() async {
         let known = cache()
-        _ = known.begin(ann)
-        _ = known.begin(ann)
-        known.end(ann, state: guess(9, 4))
-        known.end(ann, state: guess(10, 3))  // a slower write of an older state
-        #expect(known.begin(ann).guess == guess(9, 4))
+        _ = await spent(known, guess(9, 4))
+        known.forget(accountId: "ann")
+        _ = await known.begin(ann)
+        known.end(ann, state: guess(10, 3))  // told after a newer one was forgotten: kept (nothing newer is known)
+        #expect(await spent(known, guess(8, 5)) == guess(10, 3))
+        _ = await known.begin(ann)
+        known.end(ann, state: guess(10, 3))  // an older state
+        #expect(await known.begin(ann).guess == guess(8, 5))
     }
 
-    @Test func aWrongGuessBenchesTheHolderThenAReadMayTeachItAgain() {
+    @Test func aWrongGuessBenchesTheHolderThenAReadMayTeachItAgain() async {
         let known = cache()
-        _ = spent(known, guess(10, 3))
-        _ = known.begin(ann)
+        _ = await spent(known, guess(10, 3))
+        _ = await known.begin(ann)
         known.wrongGuess(ann)
         known.end(ann, state: guess(7, 6))  // its read, then its write
-        #expect(known.begin(ann).guess == nil, "benched")
+        #expect(await known.begin(ann) == .init(guess: nil, contended: true), "benched")
         known.end(ann, state: nil)
         clock.withLockedValue { $0 += 10_001 }
-        #expect(known.begin(ann).guess == guess(7, 6))
+        #expect(await known.begin(ann).guess == guess(7, 6))
         #expect(known.outcomes.wrong == 1)
     }
 
-    /// A guess that lost to another spend of the holder on this instance (one that began while it was lent, and read) is
-    /// forgotten, not benched: that spend tells the newer state at its end.
-    @Test func aGuessBeatenByASpendOfThisInstanceIsNotBenched() {
+    @Test func oldOrForgottenGuessesAreNotLent() async {
         let known = cache()
-        _ = spent(known, guess(10, 3))
-        _ = known.begin(ann)
-        #expect(known.begin(ann).guess == nil, "the second spend reads")
-        known.end(ann, state: guess(9, 4))  // the second, done
-        known.wrongGuess(ann)
-        known.end(ann, state: guess(8, 5))  // the first, after its read
-        #expect(known.begin(ann).guess == guess(8, 5))
-    }
-
-    @Test func oldOrForgottenGuessesAreNotLent() {
-        let known = cache()
-        _ = spent(known, guess(10, 3))
+        _ = await spent(known, guess(10, 3))
         clock.withLockedValue { $0 += 60_001 }
-        #expect(spent(known, guess(10, 4)) == nil, "too old")
+        #expect(await spent(known, guess(10, 4)) == nil, "too old")
         known.forget(accountId: "ann")
-        #expect(spent(known, guess(10, 5)) == nil, "forgotten")
-        #expect(known.begin(Holder(accountId: "ann", scope: .sandbox)).guess == nil, "one guess per scope")
+        #expect(await spent(known, guess(10, 5)) == nil, "forgotten")
+        #expect(await known.begin(Holder(accountId: "ann", scope: .sandbox)).guess == nil, "one guess per scope")
     }
 
-    @Test func aFullCacheKeepsWhatIsRunning() {
+    @Test func aFullCacheKeepsWhatIsSpending() async {
         let known = cache(capacity: 4)
         for i in 0..<4 {
             let holder = Holder(accountId: "a\(i)", scope: .production)
-            _ = known.begin(holder)
+            _ = await known.begin(holder)
             known.end(holder, state: guess(1, 1))
         }
         let a0 = Holder(accountId: "a0", scope: .production)
-        #expect(known.begin(a0).guess != nil)
-        _ = known.begin(Holder(accountId: "new", scope: .production))
+        #expect(await known.begin(a0).guess != nil)
+        _ = await known.begin(Holder(accountId: "new", scope: .production))
         #expect(known.count <= 2, "swept: \(known.count)")
         known.end(a0, state: guess(0, 2))
-        #expect(known.begin(a0).guess == guess(0, 2))
+        #expect(await known.begin(a0).guess == guess(0, 2))
     }
 }
 
@@ -204,6 +194,21 @@ struct KnownWalletSpendTests {
         }
     }
 
+    /// A refund applied on the same instance (a notification's write, which names no account lock, so nothing here forgets
+    /// the guess) leaves debt: the next spend's guess is wrong, and the read answers that coins are owed.
+    @Test func aRefundIsNeverMissedByAGuess() async throws {
+        try await StoreEngine.postgres.open(instances: 1).with { db in
+            let a = db[0]
+            try await Self.redeem(a, "4000000007")
+            #expect(try await Self.spend(a, "k1", 90) == .spent(balance: 10))
+            #expect(try await Self.spend(a, "k2", 5) == .spent(balance: 5))  // a knows (5, owed 0)
+            #expect(try await a.revoke(transactionId: "4000000007", reason: "refund", nowMs: 6) == .revoked)
+            #expect(try await Self.spend(a, "k3", 1) == .owes(owed: 95, balance: 0))
+            #expect(Self.known(a).outcomes == .init(written: 1, wrong: 1, notTaken: 0))
+            #expect(try await a.ledgerMismatches().isEmpty)
+        }
+    }
+
     /// A wallet changed without an event (by hand, or by a writer that forgot its event) is never overwritten by a guess:
     /// the guessed write of the wallet also checks the balance and debt it was decided on.
     @Test func aWalletChangedWithoutAnEventIsNotOverwrittenByAGuess() async throws {
@@ -221,12 +226,16 @@ struct KnownWalletSpendTests {
 
     /// Concurrent spends of one account with their own keys on two instances: each spends once, the balance is what was
     /// granted less what was spent, and the account's events stay numbered without a gap. (Which of them went on a guess
-    /// depends on timing; the tests above fix each case.)
+    /// depends on timing; the tests above fix each case.) Before the two instances have both met the other's writes, a
+    /// spend may still lose every attempt to the other's: it answers `storageUnavailable`, nothing changed, and its client
+    /// retries with its key, as here (2 runs of 12 under load; before spends took turns, most runs).
     @Test func concurrentSpendsOnTwoInstancesSpendEachKeyOnce() async throws {
         try await StoreEngine.postgres.open(instances: 2).with { db in
             for i in 0..<3 { try await Self.redeem(db[0], "400000001\(i)") }
             let outcomes = try await withThrowingTaskGroup(of: SpendOutcome.self) { group in
-                for i in 0..<200 { group.addTask { try await Self.spend(db[i / 25], "k\(i)") } }  // runs of 25 per instance
+                for i in 0..<200 {  // runs of 25 per instance
+                    group.addTask { try await PostgresStoreTests.retried { try await Self.spend(db[i / 25], "k\(i)") } }
+                }
                 return try await group.reduce(into: [SpendOutcome]()) { $0.append($1) }
             }
             #expect(outcomes.allSatisfy { if case .spent = $0 { true } else { false } })

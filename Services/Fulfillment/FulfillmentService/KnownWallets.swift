@@ -9,11 +9,12 @@ import NIOConcurrencyHelpers
 /// is written only while the account's last event is still the one remembered, else the whole call fails and nothing
 /// is written), and a guess that would refuse the spend is read again. So a wrong guess costs a wasted call, never money.
 ///
-/// Kept out of contention: a spend goes on a guess only when no other spend of the holder runs on this instance (the
-/// others read, as before, and queue on the account's lock after a conflict: guesses, being faster, would keep beating
-/// them); a guess that failed while no other spend of the holder ran here (so another instance or writer moved the
-/// account) stops guesses for that holder for `contendedMs`; a guess is used at most `ageMs` after it was made; at most
-/// `capacity` holders.
+/// Spends of one holder run one at a time on an instance (`begin` waits for the ones before it, as SQLite's one writer
+/// makes them): they never conflict with each other here, and each can go on the state the one before it left. A guess
+/// that failed, or a spend that had to run again (another instance or writer moved the account), benches the holder for
+/// `contendedMs`: no guesses, and its spends queue on the account's lock from their first attempt (sent without it they
+/// would keep beating the lock's holders); a guess
+/// is used at most `ageMs` after it was made; at most `capacity` holders are remembered beyond those with spends running.
 final class KnownWallets: Sendable {
     static let defaultAgeMs: Int64 = 60_000
     static let defaultContendedMs: Int64 = 10_000
@@ -28,12 +29,11 @@ final class KnownWallets: Sendable {
     private struct Entry {
         var guess: Guess?
         var atMs: Int64
-        /// Spends of the holder running here (`begin` to `end`).
-        var running = 0
-        /// The running spend that was given the guess has not said how it went.
+        /// Spends of the holder here, from `begin` to `end`: the one running and those waiting their turn (`waiting`).
+        var spends = 0
+        var waiting: [CheckedContinuation<Void, Never>] = []
+        /// The running spend was given the guess and has not said how it went.
         var lent = false
-        /// Another spend of the holder began while the guess was lent.
-        var overlapped = false
         var contendedUntilMs: Int64 = 0
     }
 
@@ -67,34 +67,48 @@ final class KnownWallets: Sendable {
         self.now = now
     }
 
-    /// How a spend starts: on the holder's guess (lent to it), or reading; `crowded` when another spend of the holder is
-    /// running here.
-    struct Start: Sendable, Equatable {
+    /// A spend's turn: its guess (lent to it), or none; `contended` while the holder is benched: another writer moved
+    /// the account lately, so the spend had better queue on the account's lock from its first attempt.
+    struct Turn: Sendable, Equatable {
         var guess: Guess?
-        var crowded: Bool
+        var contended: Bool
     }
 
-    /// A spend of the holder begins here; every call is followed by one `end`. Its guess when no other spend of the
-    /// holder is running here, the guess is young enough and the holder is not benched.
-    func begin(_ holder: Holder) -> Start {
+    /// A spend of the holder begins here, once the holder's spends that began before it here have ended; every call is
+    /// followed by one `end`. Answers the holder's guess, lent to this spend, when it is young enough and the holder is
+    /// not benched.
+    func begin(_ holder: Holder) async -> Turn {
+        await withCheckedContinuation { (turn: CheckedContinuation<Void, Never>) in
+            let nowMs = now()
+            let first = entries.withLockedValue { entries in
+                if entries[holder] == nil, entries.count >= capacity { sweep(&entries, nowMs: nowMs) }
+                var entry = entries[holder] ?? Entry(guess: nil, atMs: nowMs)
+                entry.spends += 1
+                if entry.spends > 1 { entry.waiting.append(turn) }
+                entries[holder] = entry
+                return entry.spends == 1
+            }
+            if first { turn.resume() }
+        }
         let nowMs = now()
         return entries.withLockedValue { entries in
-            if entries[holder] == nil, entries.count >= capacity { sweep(&entries, nowMs: nowMs) }
-            var entry = entries[holder] ?? Entry(guess: nil, atMs: nowMs)
-            entry.running += 1
-            defer { entries[holder] = entry }
-            if entry.running > 1 {
-                if entry.lent { entry.overlapped = true }
-                return Start(guess: nil, crowded: true)
-            }
-            guard let guess = entry.guess, entry.contendedUntilMs <= nowMs, nowMs - entry.atMs <= ageMs else {
-                return Start(guess: nil, crowded: false)
-            }
+            guard var entry = entries[holder] else { return Turn(guess: nil, contended: false) }
+            if entry.contendedUntilMs > nowMs { return Turn(guess: nil, contended: true) }
+            guard let guess = entry.guess, nowMs - entry.atMs <= ageMs else { return Turn(guess: nil, contended: false) }
             entry.lent = true
-            entry.overlapped = false
-            return Start(guess: guess, crowded: false)
+            entries[holder] = entry
+            return Turn(guess: guess, contended: false)
         }
     }
+
+    /// The running spend met another writer of the account (it ran again): the holder is benched for `contendedMs`.
+    func contended(_ holder: Holder) {
+        let nowMs = now()
+        entries.withLockedValue { entries in entries[holder]?.contendedUntilMs = nowMs + contendedMs }
+    }
+
+    /// Spends of the holder here, running or waiting (tests).
+    func spends(_ holder: Holder) -> Int { entries.withLockedValue { $0[holder]?.spends ?? 0 } }
 
     /// The lent guess was not used (its spend would have refused, or could not be checked): the spend reads instead.
     func giveBack(_ holder: Holder) {
@@ -103,9 +117,8 @@ final class KnownWallets: Sendable {
         entries.withLockedValue { entries in entries[holder]?.lent = false }
     }
 
-    /// The lent guess was wrong (its guarded write failed): forgotten; and no guess for the holder for `contendedMs`
-    /// unless another spend of the holder began here meanwhile (whose own write may be what the guess missed: it tells
-    /// the newer state at its `end`). The spend reads instead.
+    /// The lent guess was wrong (its guarded write failed: another instance or writer moved the account): forgotten, and
+    /// no guess for the holder for `contendedMs`. The spend reads instead.
     func wrongGuess(_ holder: Holder) {
         let nowMs = now()
         tally.withLockedValue { $0.wrong += 1 }
@@ -114,19 +127,19 @@ final class KnownWallets: Sendable {
             guard var entry = entries[holder] else { return }
             entry.guess = nil
             entry.lent = false
-            if !entry.overlapped { entry.contendedUntilMs = nowMs + contendedMs }
+            entry.contendedUntilMs = nowMs + contendedMs
             entries[holder] = entry
         }
     }
 
-    /// The spend that `begin` began is done. `state`: the holder's wallet and account's last event as it committed them
-    /// (or read them, for an answer without a write), kept when newer than the one known (a larger sequence); nil when it
-    /// failed. A guess still lent at this point was written on.
+    /// The spend that `begin` began is done; the next of the holder's here begins. `state`: the holder's wallet and
+    /// account's last event as it committed them (or read them, for an answer without a write), kept when newer than the
+    /// one known (a larger sequence); nil when it failed. A guess still lent at this point was written on.
     func end(_ holder: Holder, state: Guess?) {
         let nowMs = now()
-        entries.withLockedValue { entries in
-            guard var entry = entries[holder] else { return }
-            entry.running -= 1
+        let next: CheckedContinuation<Void, Never>? = entries.withLockedValue { entries in
+            guard var entry = entries[holder] else { return nil }
+            entry.spends -= 1
             if entry.lent {
                 entry.lent = false
                 tally.withLockedValue { $0.written += 1 }
@@ -136,12 +149,15 @@ final class KnownWallets: Sendable {
                 entry.guess = state
                 entry.atMs = nowMs
             }
-            if entry.running == 0, entry.guess == nil, entry.contendedUntilMs <= nowMs {
+            let next = entry.waiting.isEmpty ? nil : entry.waiting.removeFirst()
+            if entry.spends == 0, entry.guess == nil, entry.contendedUntilMs <= nowMs {
                 entries[holder] = nil
             } else {
                 entries[holder] = entry
             }
+            return next
         }
+        next?.resume()
     }
 
     /// Another kind of write changed the account here (a redeem, an adjustment): its guesses are gone.
@@ -153,10 +169,10 @@ final class KnownWallets: Sendable {
 
     var count: Int { entries.withLockedValue { $0.count } }
 
-    /// Full: drops what is too old to be used, unless running or benched; everything not running when more than half
+    /// Full: drops what is too old to be used, unless spending or benched; everything not spending when more than half
     /// would stay (so a sweep runs at most once per `capacity / 2` new holders).
     private func sweep(_ entries: inout [Holder: Entry], nowMs: Int64) {
-        entries = entries.filter { $0.value.running > 0 || nowMs - $0.value.atMs <= ageMs || $0.value.contendedUntilMs > nowMs }
-        if entries.count > capacity / 2 { entries = entries.filter { $0.value.running > 0 } }
+        entries = entries.filter { $0.value.spends > 0 || nowMs - $0.value.atMs <= ageMs || $0.value.contendedUntilMs > nowMs }
+        if entries.count > capacity / 2 { entries = entries.filter { $0.value.spends > 0 } }
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import IAPProtocol
 import JSONRPC
+import NIOConcurrencyHelpers
 import NIOCore
 import PostgresNIO
 import PostgresSupport
@@ -71,12 +72,16 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     /// is only a guess: an answer other than a write (a refusal, a replay) is read again; a wrong guess (the account
     /// moved, the key was used: the call fails, nothing written) is read again, and the holder is not guessed for a while
     /// (another instance is writing it); nothing guessed ever runs in a transaction or after a failure of its own.
+    /// Spends of one holder take turns on an instance (`KnownWallets.begin`), and those of a holder another writer moved
+    /// lately queue on the account's lock from their first attempt: sent without it, they kept beating the lock's holders,
+    /// and some ran out of attempts (2026-11-29: 200 spends of one account at once through two instances answered
+    /// `storageUnavailable` in most runs, with or without guesses).
     public func writeOnKnownWallet<T: Sendable>(
         _ holder: Holder, locking keys: [String], wrote: @escaping @Sendable (T) -> Bool,
         _ body: @escaping @Sendable (any SQLSession) throws -> T
     ) async throws -> T {
-        let start = known.begin(holder)
-        if let guess = start.guess {
+        let turn = await known.begin(holder)
+        if let guess = turn.guess {
             do {
                 let (value, after) = try await pool.write(locking: [], optimistically: true, firstAlone: true) { session in
                     guard session.alone != nil else { throw GuessNotTaken() }  // an attempt after a failure reads
@@ -117,14 +122,14 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
             }
         }
         do {
-            // Crowded (another spend of the holder runs here): straight to the account's lock, whose queue is fair. Sent
-            // without it, first attempts kept beating the lock's holders, and some spends ran out of attempts (measured
-            // 2026-11-29: 200 spends of one account at once through two instances, `storageUnavailable` in most runs).
-            let optimistic = !start.crowded
+            let attempts = NIOLockedValueBox(0)
+            let optimistic = !turn.contended
             let (value, after) = try await pool.write(locking: keys, optimistically: optimistic, firstAlone: optimistic) { session in
+                attempts.withLockedValue { $0 += 1 }
                 let s = PostgresSQLSession(session: session)
                 return (try Self.run(body, in: s), Self.known(holder, in: s))
             }
+            if attempts.withLockedValue({ $0 }) > 1 { known.contended(holder) }
             known.end(holder, state: after)
             return value
         } catch {
