@@ -11,9 +11,7 @@ import NIOConcurrencyHelpers
 ///
 /// Spends of one holder run one at a time on an instance (`begin` waits for the ones before it, as SQLite's one writer
 /// makes them): they never conflict with each other here, and each can go on the state the one before it left. A guess
-/// that failed, or a spend that had to run again (another instance or writer moved the account), benches the holder for
-/// `contendedMs`: no guesses, and its spends queue on the account's lock from their first attempt (sent without it they
-/// would keep beating the lock's holders); a guess
+/// that failed (another instance or writer moved the account) stops guesses for that holder for `contendedMs`; a guess
 /// is used at most `ageMs` after it was made; at most `capacity` holders are remembered beyond those with spends running.
 final class KnownWallets: Sendable {
     static let defaultAgeMs: Int64 = 60_000
@@ -67,17 +65,10 @@ final class KnownWallets: Sendable {
         self.now = now
     }
 
-    /// A spend's turn: its guess (lent to it), or none; `contended` while the holder is benched: another writer moved
-    /// the account lately, so the spend had better queue on the account's lock from its first attempt.
-    struct Turn: Sendable, Equatable {
-        var guess: Guess?
-        var contended: Bool
-    }
-
     /// A spend of the holder begins here, once the holder's spends that began before it here have ended; every call is
     /// followed by one `end`. Answers the holder's guess, lent to this spend, when it is young enough and the holder is
     /// not benched.
-    func begin(_ holder: Holder) async -> Turn {
+    func begin(_ holder: Holder) async -> Guess? {
         await withCheckedContinuation { (turn: CheckedContinuation<Void, Never>) in
             let nowMs = now()
             let first = entries.withLockedValue { entries in
@@ -92,19 +83,12 @@ final class KnownWallets: Sendable {
         }
         let nowMs = now()
         return entries.withLockedValue { entries in
-            guard var entry = entries[holder] else { return Turn(guess: nil, contended: false) }
-            if entry.contendedUntilMs > nowMs { return Turn(guess: nil, contended: true) }
-            guard let guess = entry.guess, nowMs - entry.atMs <= ageMs else { return Turn(guess: nil, contended: false) }
+            guard var entry = entries[holder], let guess = entry.guess, entry.contendedUntilMs <= nowMs, nowMs - entry.atMs <= ageMs
+            else { return nil }
             entry.lent = true
             entries[holder] = entry
-            return Turn(guess: guess, contended: false)
+            return guess
         }
-    }
-
-    /// The running spend met another writer of the account (it ran again): the holder is benched for `contendedMs`.
-    func contended(_ holder: Holder) {
-        let nowMs = now()
-        entries.withLockedValue { entries in entries[holder]?.contendedUntilMs = nowMs + contendedMs }
     }
 
     /// Spends of the holder here, running or waiting (tests).
