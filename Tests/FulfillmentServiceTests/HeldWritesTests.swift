@@ -74,4 +74,15 @@ struct HeldWritesTests {
             #expect(WriteFunctions.body([first, refused]) == nil, "\(refused)")
         }
     }
+
+    /// A guarded write (one ending in `mustWriteARow`) is followed in its function by the check that it wrote a row, and
+    /// only it: the call fails whole with 40001 when the guard held it back.
+    @Test func aGuardedWriteIsFollowedByItsRowCheck() throws {
+        let plain = "UPDATE t SET a = ($1[1])"
+        let guarded = "UPDATE t SET a = ($1[1]) WHERE a = ($1[2])\n" + WriteFunctions.mustWriteARow
+        let body = try #require(WriteFunctions.body([plain, guarded]))
+        let check = "IF NOT FOUND THEN RAISE EXCEPTION 'a guarded write found what it was decided on changed' USING ERRCODE = '40001'; END IF;\n"
+        #expect(body == "#variable_conflict use_column\nBEGIN\n\(plain)\n;\n\(guarded)\n;\n\(check)END")
+        #expect(WriteFunctions.body([plain, plain])?.contains("IF NOT FOUND") == false)
+    }
 }

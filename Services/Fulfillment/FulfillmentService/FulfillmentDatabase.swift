@@ -135,8 +135,8 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         accountId: String, scope: AccountScope = .production, amount: Int64, idempotencyKey: String, memo: String?, nowMs: Int64
     ) async throws -> SpendOutcome {
         let holder = Holder(accountId: accountId, scope: scope)
-        return try await writeOnKnownWallet(holder, locking: Self.accountLock(accountId), wrote: { if case .spent = $0 { true } else { false } }) {
-            s in
+        let spent: @Sendable (SpendOutcome) -> Bool = { if case .spent = $0 { true } else { false } }
+        return try await writeOnKnownWallet(holder, locking: Self.accountLock(accountId), wrote: spent) { s in
             try GrantRules.spend(holder, amount: amount, idempotencyKey: idempotencyKey, memo: memo, nowMs: nowMs, in: FulfillmentRecords(s))
         }
     }

@@ -48,7 +48,8 @@ final class KnownWallets: Sendable {
     private let tally = NIOLockedValueBox(Outcomes())
     var outcomes: Outcomes { tally.withLockedValue { $0 } }
     /// `iap_fulfillment_known_wallet_spends_total{outcome}`: written, wrong (a share that rises with instances writing
-    /// the same accounts), not_taken.
+    /// the same accounts; also a guessed write whose connection was lost), not_taken. `outcomes` keeps the same counts
+    /// for tests, which have no metrics backend.
     private let written = Counter(label: "iap_fulfillment_known_wallet_spends_total", dimensions: [("outcome", "written")])
     private let wrong = Counter(label: "iap_fulfillment_known_wallet_spends_total", dimensions: [("outcome", "wrong")])
     private let notTaken = Counter(label: "iap_fulfillment_known_wallet_spends_total", dimensions: [("outcome", "not_taken")])
