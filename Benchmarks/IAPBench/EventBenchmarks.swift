@@ -167,7 +167,8 @@ struct WebhookDeliveryBenchmark: AsyncParsableCommand {
                             defer { v += 1 }; return v
                         }
                         guard i < accounts else { return }
-                        _ = try await fulfillment.call(FulfillmentRedeem.self, .init(session: sessions[i], receiptData: funding[i].receiptData))
+                        _ = try await fulfillment.call(
+                            FulfillmentRedeem.self, .init(session: sessions[i], receiptData: funding[i].receiptData), affinity: sessions[i])
                         for k in 0..<spendsEach {
                             _ = try await fulfillment.call(
                                 FulfillmentSpendCoins.self, .init(session: sessions[i], amount: 1, idempotencyKey: "\(runId)-\(k)"))

@@ -159,7 +159,8 @@ struct RedeemBenchmark: AsyncParsableCommand {
                         session: sessions[i % sessions.count], receiptData: viaJWS || viaId ? nil : p.receiptData,
                         signedTransactions: viaJWS ? [p.signedTransaction] : nil, transactionIds: viaId ? [p.transactionId] : nil)
                 }
-                let result = try await client.call(FulfillmentRedeem.self, params)
+                // As the edge sends them: one session's calls go to one instance (RPCClient's affinity).
+                let result = try await client.call(FulfillmentRedeem.self, params, affinity: params.session)
                 guard result.results.first?.outcome == .granted else { return .failed(code: CallOutcome.unexpectedResult) }
                 granted.withLockedValue { $0 += 1 }
                 return .ok
@@ -221,10 +222,10 @@ struct SpendBenchmark: AsyncParsableCommand {
             notes: ["durability": durabilityNote]
         ) { client, i in
             do {
+                let session = sessions[i % sessions.count]
                 _ = try await client.call(
-                    FulfillmentSpendCoins.self,
-                    .init(
-                        session: sessions[i % sessions.count], amount: 1, idempotencyKey: "bench-\(runId)-\(i)"))
+                    FulfillmentSpendCoins.self, .init(session: session, amount: 1, idempotencyKey: "bench-\(runId)-\(i)"),
+                    affinity: session)
                 spent.withLockedValue { $0 += 1 }
                 return .ok
             } catch let error as RPCError {

@@ -37,9 +37,10 @@ public struct RPCClientConfiguration: Sendable {
 /// (retryable) and is re-established by the next call, so a client outlives restarts of its peer. Every failure
 /// is an `RPCError`.
 ///
-/// Several instances (`host:port,host:port`): calls are spread over them round-robin. An instance that cannot
-/// be connected to is taken out for a while (1 s, doubling up to 30 s while it keeps failing) and the call goes
-/// to the next instance: a call is only sent once a connection exists, so moving it is safe. A call already sent
+/// Several instances (`host:port,host:port`): calls are spread over them round-robin; a call with an affinity key
+/// goes to that key's instance (`InstanceAffinity`), so calls for one customer meet the same instance's memory. An
+/// instance that cannot be connected to is taken out for a while (1 s, doubling up to 30 s while it keeps failing)
+/// and the call goes to the next instance (for a keyed call, the key's next choice): a call is only sent once a connection exists, so moving it is safe. A call already sent
 /// to an instance that then dies fails with `unavailable` (it may or may not have run: the caller retries with
 /// its idempotency key). A host name is resolved again each time a connection to it is opened, and a name
 /// with several addresses has its connections spread over them.
@@ -50,6 +51,7 @@ public final class RPCClient: Sendable {
     public let configuration: RPCClientConfiguration
     private let group: any EventLoopGroup
     private let endpoints: [Endpoint]
+    private let seeds: [UInt64]
     private let nextID = Atomic<Int64>(0)
     private let nextEndpoint = Atomic<Int>(0)
 
@@ -74,6 +76,7 @@ public final class RPCClient: Sendable {
         self.endpoints = instances.map {
             Endpoint(host: $0.host, port: $0.port, connections: max(1, configuration.connections), ejection: configuration.ejection)
         }
+        self.seeds = endpoints.map { InstanceAffinity.seed(address: $0.address) }
     }
 
     /// `host:port` form, as in `IAP_ACCOUNTS_ADDR=127.0.0.1:7101`, or several separated by commas
@@ -109,22 +112,27 @@ public final class RPCClient: Sendable {
         return (host, port)
     }
 
-    /// Calls `method` and decodes its typed result.
-    public func call<M: RPCMethod>(_ method: M.Type, _ params: M.Params, timeout: TimeAmount? = nil) async throws(RPCError) -> M.Result {
+    /// Calls `method` and decodes its typed result. `affinity`: calls with the same key go to the same instance
+    /// while it is in service (a customer's session, say); nil: the next instance in turn.
+    public func call<M: RPCMethod>(_ method: M.Type, _ params: M.Params, timeout: TimeAmount? = nil, affinity: String? = nil)
+        async throws(RPCError) -> M.Result
+    {
         let encoded = try JSONWriter.encodeBodyOrThrow(params)
-        let result = try await callRaw(method: M.name, params: encoded, timeout: timeout)
+        let result = try await callRaw(method: M.name, params: encoded, timeout: timeout, affinity: affinity)
         return try RPCCodec.decodeResult(M.Result.self, from: result)
     }
 
     /// Calls a method by name with raw JSON params; returns the raw JSON of the result.
-    public func callRaw(method: String, params: [UInt8]?, timeout: TimeAmount? = nil) async throws(RPCError) -> [UInt8] {
+    public func callRaw(method: String, params: [UInt8]?, timeout: TimeAmount? = nil, affinity: String? = nil)
+        async throws(RPCError) -> [UInt8]
+    {
         let (id, line) = requestLine(method: method, params: params)
         // A connection that closed before the call was written (its instance stopped): the call was never sent,
         // so it goes on another connection, possibly another instance. Once written, it is never sent again.
         var attempts = 0
         while true {
             attempts += 1
-            let channel = try await connection()
+            let channel = try await connection(affinity: affinity)
             do {
                 return try await send(id: id, line: line, timeout: timeout, on: channel).get()
             } catch let error as RPCError {
@@ -142,13 +150,13 @@ public final class RPCClient: Sendable {
     /// one (no thread hop either way); with none open, or when that connection closed before the call was
     /// written, it takes `callRaw`'s path (which connects, and sends on another connection). Completes on
     /// `eventLoop`, failing only with `RPCError`.
-    public func callRaw(method: String, params: [UInt8]?, timeout: TimeAmount? = nil, on eventLoop: any EventLoop)
-        -> EventLoopFuture<[UInt8]>
-    {
+    public func callRaw(
+        method: String, params: [UInt8]?, timeout: TimeAmount? = nil, affinity: String? = nil, on eventLoop: any EventLoop
+    ) -> EventLoopFuture<[UInt8]> {
         let viaTask: @Sendable () -> EventLoopFuture<[UInt8]> = {
-            eventLoop.makeFutureWithTask { try await self.callRaw(method: method, params: params, timeout: timeout) }
+            eventLoop.makeFutureWithTask { try await self.callRaw(method: method, params: params, timeout: timeout, affinity: affinity) }
         }
-        guard let channel = openConnection(preferring: eventLoop) else { return viaTask() }
+        guard let channel = openConnection(preferring: eventLoop, affinity: affinity) else { return viaTask() }
         let (id, line) = requestLine(method: method, params: params)
         return send(id: id, line: line, timeout: timeout, on: channel).hop(to: eventLoop).flatMapError { error in
             switch error {
@@ -185,16 +193,22 @@ public final class RPCClient: Sendable {
         RPCError.unavailable("call to \(address) failed: \(error)", reason: .connectionLost)
     }
 
-    /// An open connection to the next instance in service, preferring one on `eventLoop`; nil when that
-    /// instance's next connection in turn is not open (the async path opens it).
-    private func openConnection(preferring eventLoop: any EventLoop) -> (any Channel)? {
-        let first = nextEndpoint.wrappingAdd(1, ordering: .relaxed).oldValue
+    /// An open connection to the first instance in service for this call, preferring one on `eventLoop`; nil when
+    /// that instance's next connection in turn is not open (the async path opens it).
+    private func openConnection(preferring eventLoop: any EventLoop, affinity: String?) -> (any Channel)? {
         let now = NIODeadline.now()
-        for offset in endpoints.indices {
-            let endpoint = endpoints[(first &+ offset) % endpoints.count]
-            if !endpoint.isEjected(at: now) { return endpoint.openConnection(preferring: eventLoop) }
+        for endpoint in inTurn(affinity: affinity) where !endpoint.isEjected(at: now) {
+            return endpoint.openConnection(preferring: eventLoop)
         }
         return nil
+    }
+
+    /// The instances in the order a call tries them: the key's ranking, or round-robin from the next in turn.
+    private func inTurn(affinity: String?) -> [Endpoint] {
+        guard endpoints.count > 1 else { return endpoints }
+        if let affinity { return InstanceAffinity.ranked(key: affinity, seeds: seeds).map { endpoints[$0] } }
+        let first = nextEndpoint.wrappingAdd(1, ordering: .relaxed).oldValue
+        return endpoints.indices.map { endpoints[(first &+ $0) % endpoints.count] }
     }
 
     /// Sends a notification: no reply, no confirmation beyond the write.
@@ -202,7 +216,7 @@ public final class RPCClient: Sendable {
         var line: [UInt8] = []
         JSONWriter.request(id: nil, method: M.name, params: try JSONWriter.encodeBodyOrThrow(params), into: &line)
         line.append(UInt8(ascii: "\n"))
-        let channel = try await connection()
+        let channel = try await connection(affinity: nil)
         do {
             try await channel.writeAndFlush(channel.allocator.buffer(bytes: line))
         } catch {
@@ -240,12 +254,11 @@ public final class RPCClient: Sendable {
         return endpoints.filter { $0.isEjected(at: now) }.map(\.address)
     }
 
-    /// A connection to the next instance in turn that is in service; instances taken out are tried last, so a
-    /// call fails only when no instance can be reached.
-    private func connection() async throws(RPCError) -> any Channel {
-        let first = nextEndpoint.wrappingAdd(1, ordering: .relaxed).oldValue
+    /// A connection to the first instance in service for this call (`inTurn`); instances taken out are tried last,
+    /// so a call fails only when no instance can be reached.
+    private func connection(affinity: String?) async throws(RPCError) -> any Channel {
         let now = NIODeadline.now()
-        let inTurn = endpoints.indices.map { endpoints[(first &+ $0) % endpoints.count] }
+        let inTurn = inTurn(affinity: affinity)
         let order = inTurn.filter { !$0.isEjected(at: now) } + inTurn.filter { $0.isEjected(at: now) }
         var failure = RPCError.unavailable("cannot reach \(address)", reason: .connectFailed)
         for endpoint in order {

@@ -255,7 +255,7 @@ import X509
         func forwarded(_ params: String, method: String, bearer: String? = nil) throws -> JSONValue {
             let bytes = try EdgeService.forwardedParams(
                 Array(params.utf8), method: method, bearer: bearer, clientAddress: "5.6.7.8", internalToken: "real"
-            ).get()
+            ).get().params
             return try JSONValue.parse(String(decoding: bytes, as: UTF8.self))
         }
         let smuggled = try forwarded(#"{"internalToken":"guess","clientAddress":"1.2.3.4","username":"u"}"#, method: "catalog.listProducts")
@@ -268,7 +268,15 @@ import X509
         let untouched = Array(#"{ "storefront" : "USA" }"#.utf8)
         #expect(
             try EdgeService.forwardedParams(untouched, method: "catalog.listProducts", bearer: nil, clientAddress: nil, internalToken: nil)
-                .get() == untouched)
+                .get().params == untouched)
+        // The session a call carries is its affinity key: the app's own, else the bearer.
+        func session(_ params: String, bearer: String?) throws -> String? {
+            try EdgeService.forwardedParams(Array(params.utf8), method: "m", bearer: bearer, clientAddress: nil, internalToken: nil)
+                .get().session
+        }
+        #expect(try session(#"{"session":"mine"}"#, bearer: "tok") == "mine")
+        #expect(try session(#"{"a":1}"#, bearer: "tok") == "tok")
+        #expect(try session(#"{"a":1}"#, bearer: nil) == nil)
         #expect(throws: RPCError.self) {
             try EdgeService.forwardedParams(Array("[1]".utf8), method: "catalog.listProducts", bearer: nil, clientAddress: nil, internalToken: nil)
                 .get()

@@ -134,6 +134,64 @@ private enum WhoAmI: RPCMethod {
         #expect(Set(await onTheLoop(100)) == [#""b""#])
     }
 
+    /// Calls with an affinity key (the edge passes the session) all go to one instance, on both paths, and every client
+    /// agrees whatever the order of its list; keys spread over the instances; when one stops, only its keys move.
+    @Test func callsWithAnAffinityKeyGoToOneInstanceAndOnlyAStoppedOnesKeysMove() async throws {
+        let a = try await Self.instance("a")
+        let b = try await Self.instance("b")
+        let c = try await Self.instance("c")
+        defer {
+            Task {
+                await b.shutdown(); await c.shutdown()
+            }
+        }
+        var patient = RPCClientConfiguration(connections: 2)
+        patient.ejection = .seconds(120)
+        let list = [a, b, c].map { "127.0.0.1:\($0.localPort!)" }
+        let client = try RPCClient(address: list.joined(separator: ","), configuration: patient)
+        let reversed = try RPCClient(address: list.reversed().joined(separator: ","), configuration: patient)
+        defer {
+            Task {
+                await client.close(); await reversed.close()
+            }
+        }
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let keys = (0..<60).map { "session-\($0)" }
+        func instances(of key: String) async -> Set<String> {
+            var seen: Set<String> = []
+            for _ in 0..<3 {
+                for answer in [
+                    try? await client.call(WhoAmI.self, EmptyParams(), affinity: key),
+                    try? await reversed.call(WhoAmI.self, EmptyParams(), affinity: key),
+                    try? await client.callRaw(method: WhoAmI.name, params: nil, affinity: key, on: loop).map {
+                        String(decoding: $0, as: UTF8.self).trimmingCharacters(in: ["\""])
+                    }.get(),
+                ] {
+                    seen.insert(answer ?? "unavailable")
+                }
+            }
+            return seen
+        }
+        var before: [String: String] = [:]
+        for key in keys {
+            let seen = await instances(of: key)
+            #expect(seen.count == 1, "\(key): \(seen)")
+            before[key] = seen.first
+        }
+        #expect(Set(before.values) == ["a", "b", "c"])
+
+        await a.shutdown()
+        for key in keys { _ = await instances(of: key) }  // calls sent as it stopped may fail: then it is out
+        for key in keys {
+            let seen = await instances(of: key)
+            if before[key] == "a" {
+                #expect(seen.count == 1 && seen.isSubset(of: ["b", "c"]), "\(key): \(seen)")
+            } else {
+                #expect(seen == [before[key]!], "\(key) moved: \(seen)")
+            }
+        }
+    }
+
     @Test func whenNoInstanceCanBeReachedTheCallIsUnavailable() async throws {
         var patient = RPCClientConfiguration()
         patient.ejection = .seconds(120)

@@ -170,37 +170,42 @@ public final class EdgeService: Sendable {
         guard let service = publicMethods[request.method], let client = clients[service] else {
             return eventLoop.makeSucceededFuture(id.map { Self.line(failureFor: $0, RPCError.methodNotFound(request.method)) })
         }
-        let params: [UInt8]
+        let forwarded: Forwarded
         switch Self.forwardedParams(
             request.params, method: request.method, bearer: bearer, clientAddress: clientAddress,
             internalToken: configuration.internalToken)
         {
-        case .success(let bytes): params = bytes
+        case .success(let result): forwarded = result
         case .failure(let error): return eventLoop.makeSucceededFuture(id.map { Self.line(failureFor: $0, error) })
         }
-        return client.callRaw(method: request.method, params: params, timeout: configuration.callTimeout, on: eventLoop)
-            .map { Result<[UInt8], RPCError>.success($0) }
-            .recover { error in
-                .failure(Self.passThrough(error as? RPCError ?? .unavailable("\(error)", reason: .connectionLost), service: service))
+        // One session's calls go to one instance of a service that has several (fulfillment's known wallets stay right).
+        return client.callRaw(
+            method: request.method, params: forwarded.params, timeout: configuration.callTimeout, affinity: forwarded.session,
+            on: eventLoop
+        )
+        .map { Result<[UInt8], RPCError>.success($0) }
+        .recover { error in
+            .failure(Self.passThrough(error as? RPCError ?? .unavailable("\(error)", reason: .connectionLost), service: service))
+        }
+        .map { outcome in
+            guard let id else { return nil }
+            var out: [UInt8] = []
+            switch outcome {
+            case .success(let result): JSONWriter.success(id: id, result: result, into: &out)
+            case .failure(let error): JSONWriter.failure(id: id, error: error, into: &out)
             }
-            .map { outcome in
-                guard let id else { return nil }
-                var out: [UInt8] = []
-                switch outcome {
-                case .success(let result): JSONWriter.success(id: id, result: result, into: &out)
-                case .failure(let error): JSONWriter.failure(id: id, error: error, into: &out)
-                }
-                return out
-            }
+            return out
+        }
     }
 
     /// The params the edge forwards, as bytes: the app's own object unchanged when nothing must change
     /// (the common case: no copy of the members), else rebuilt with the bearer as `session` (unless the app
     /// gave one), without an app's `internalToken` or `clientAddress`, and, on sign-ins and registrations,
-    /// with the app's address and the internal token that lets accounts believe it.
+    /// with the app's address and the internal token that lets accounts believe it. `session`: the session the call
+    /// carries (the app's own, else the bearer), its affinity key.
     package static func forwardedParams(
         _ raw: [UInt8]?, method: String, bearer: String?, clientAddress: String?, internalToken: String?
-    ) -> Result<[UInt8], RPCError> {
+    ) -> Result<Forwarded, RPCError> {
         let bytes = raw ?? Array("{}".utf8)
         let members: [JSONMember]
         do {
@@ -211,9 +216,11 @@ public final class EdgeService: Sendable {
             return .failure(.invalidParams("params must be an object"))
         }
         let addsAddress = [AccountsLogin.name, AccountsRegister.name].contains(method) && clientAddress != nil && internalToken != nil
-        let addsSession = bearer != nil && !members.contains { $0.key == "session" }
+        let own = members.first { $0.key == "session" }
+        let session = own.map { $0.kind == .string ? String(decoding: bytes[$0.value].dropFirst().dropLast(), as: UTF8.self) : "" } ?? bearer
+        let addsSession = bearer != nil && own == nil
         let drops = members.contains { $0.key == "internalToken" || $0.key == "clientAddress" }
-        guard addsAddress || addsSession || drops else { return .success(bytes) }
+        guard addsAddress || addsSession || drops else { return .success(Forwarded(params: bytes, session: session)) }
         var out: [UInt8] = [UInt8(ascii: "{")]
         func append(_ key: String, _ value: some Collection<UInt8>) {
             if out.count > 1 { out.append(UInt8(ascii: ",")) }
@@ -230,7 +237,12 @@ public final class EdgeService: Sendable {
             append("internalToken", JSONWriter.quoted(internalToken))
         }
         out.append(UInt8(ascii: "}"))
-        return .success(out)
+        return .success(Forwarded(params: out, session: session))
+    }
+
+    package struct Forwarded: Sendable {
+        package var params: [UInt8]
+        package var session: String?
     }
 
     /// A service's own answer (an application error) passes through; a transport failure is `unavailable`.
