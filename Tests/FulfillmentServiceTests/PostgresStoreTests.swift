@@ -228,6 +228,28 @@ struct PostgresStoreTests {
         #expect(pool.retries == 0, "spends of one account took turns: \(pool.retries) ran again")
     }
 
+    /// 24 redeems of one account (24 purchases) at once on one instance take turns there (`WriteTurns`): none runs again
+    /// (until 2026-11-29 they began at once without the account's lock and conflicted on its next event).
+    @Test func concurrentRedeemsOfOneAccountTakeTurnsAndEachGrantsOnce() async throws {
+        let database = try await TestDatabase.make(schema: "fulfillment", connections: 8, label: "redeem-turns-test")
+        let pool = database.pool
+        let store = try await PostgresFulfillmentStore(pool: pool)
+        defer { try? store.close() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for i in 0..<24 {
+                group.addTask {
+                    _ = try await store.apply(
+                        [coins("\(2_000_000_200 + i)")], accountId: "dana", appAccountToken: nil, mode: .redeem, policy: .refuse,
+                        answerScope: .production, nowMs: 1)
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try await store.balance(accountId: "dana", scope: .production).balance == 2_400)
+        #expect(try await store.ledgerMismatches().isEmpty)
+        #expect(pool.retries == 0, "redeems of one account took turns: \(pool.retries) ran again")
+    }
+
     /// `unavailable` ("nothing was changed, retry later") after the pool's attempts, as a writer without the account's
     /// lock (a refund's) may answer when 30 writers contend for one account: its callers (the inbox, a client with its
     /// key) do as it says.

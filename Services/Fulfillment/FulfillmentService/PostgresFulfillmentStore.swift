@@ -19,6 +19,8 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     let pool: PostgresPool
     /// What this instance last knew of wallets, for spends that skip their read (`writeOnKnownWallet`).
     let known: KnownWallets
+    /// Writes about one account take turns on this instance (`write(locking:)`, `writeAfterOneRead`).
+    let turns = WriteTurns()
 
     /// Brings the schema up to date (`migrations`); on failure the pool is closed and the error thrown.
     public init(pool: PostgresPool) async throws {
@@ -42,11 +44,14 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     /// would be overwritten by a spend sent alone), and everything granted once rests on a unique index,
     /// so two transactions about one account cannot both commit at REPEATABLE READ: the second fails (40001 or 23505) and
     /// runs again, then behind the lock, which is there to queue contenders rather than let them fail over and over.
-    /// The held writes (`PostgresSQLSession.flush`) are sent before COMMIT.
+    /// The held writes (`PostgresSQLSession.flush`) are sent before COMMIT. Writes with the same keys take turns on this
+    /// instance (`WriteTurns`), so the lock and the retries are only met across instances.
     public func write<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
         if keys.isEmpty { return try await pool.write { s in try Self.run(body, in: PostgresSQLSession(session: s)) } }
         defer { forgetKnownWallets(keys) }
-        return try await pool.write(locking: keys, optimistically: true) { s in try Self.run(body, in: PostgresSQLSession(session: s)) }
+        return try await turns.inTurn(keys) {
+            try await pool.write(locking: keys, optimistically: true) { s in try Self.run(body, in: PostgresSQLSession(session: s)) }
+        }
     }
 
     /// `write(locking:)` whose first attempt runs without a transaction (`PostgresPool.write(locking:optimistically:firstAlone:)`):
@@ -57,8 +62,10 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
         async throws -> T
     {
         defer { forgetKnownWallets(keys) }
-        return try await pool.write(locking: keys, optimistically: true, firstAlone: true) { s in
-            try Self.run(body, in: PostgresSQLSession(session: s))
+        return try await turns.inTurn(keys) {
+            try await pool.write(locking: keys, optimistically: true, firstAlone: true) { s in
+                try Self.run(body, in: PostgresSQLSession(session: s))
+            }
         }
     }
 
