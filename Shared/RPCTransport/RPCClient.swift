@@ -40,10 +40,12 @@ public struct RPCClientConfiguration: Sendable {
 /// Several instances (`host:port,host:port`): calls are spread over them round-robin; a call with an affinity key
 /// goes to that key's instance (`InstanceAffinity`), so calls for one customer meet the same instance's memory. An
 /// instance that cannot be connected to is taken out for a while (1 s, doubling up to 30 s while it keeps failing)
-/// and the call goes to the next instance (for a keyed call, the key's next choice): a call is only sent once a connection exists, so moving it is safe. A call already sent
-/// to an instance that then dies fails with `unavailable` (it may or may not have run: the caller retries with
-/// its idempotency key). A host name is resolved again each time a connection to it is opened, and a name
-/// with several addresses has its connections spread over them.
+/// and the call goes to the next instance (for a keyed call, the key's next choice; keyed calls also pass by, for as
+/// long, an instance whose calls went unanswered: a hung instance still accepts connections). A call is only sent
+/// once a connection exists, so moving it is safe. A call already sent to an instance that then dies fails with
+/// `unavailable` (it may or may not have run: the caller retries with its idempotency key). A host name is resolved
+/// again each time a connection to it is opened, and a name with several addresses has its connections spread over
+/// them (one instance here: keyed calls to it are spread too).
 public final class RPCClient: Sendable {
     /// The first instance's host and port.
     public var host: String { endpoints[0].host }
@@ -132,10 +134,13 @@ public final class RPCClient: Sendable {
         var attempts = 0
         while true {
             attempts += 1
-            let channel = try await connection(affinity: affinity)
+            let (endpoint, channel) = try await connection(affinity: affinity)
             do {
-                return try await send(id: id, line: line, timeout: timeout, on: channel).get()
+                let reply = try await send(id: id, line: line, timeout: timeout, on: channel).get()
+                endpoint.answered()
+                return reply
             } catch let error as RPCError {
+                endpoint.noAnswer(error)
                 throw error
             } catch ChannelError.ioOnClosedChannel where attempts <= endpoints.count * configuration.connections {
                 continue
@@ -156,11 +161,16 @@ public final class RPCClient: Sendable {
         let viaTask: @Sendable () -> EventLoopFuture<[UInt8]> = {
             eventLoop.makeFutureWithTask { try await self.callRaw(method: method, params: params, timeout: timeout, affinity: affinity) }
         }
-        guard let channel = openConnection(preferring: eventLoop, affinity: affinity) else { return viaTask() }
+        guard let (endpoint, channel) = openConnection(preferring: eventLoop, affinity: affinity) else { return viaTask() }
         let (id, line) = requestLine(method: method, params: params)
-        return send(id: id, line: line, timeout: timeout, on: channel).hop(to: eventLoop).flatMapError { error in
+        return send(id: id, line: line, timeout: timeout, on: channel).hop(to: eventLoop).map { reply in
+            endpoint.answered()
+            return reply
+        }.flatMapError { error in
             switch error {
-            case let error as RPCError: return eventLoop.makeFailedFuture(error)
+            case let error as RPCError:
+                endpoint.noAnswer(error)
+                return eventLoop.makeFailedFuture(error)
             case ChannelError.ioOnClosedChannel: return viaTask()  // never written: safe to send elsewhere
             default: return eventLoop.makeFailedFuture(self.connectionLost(error))
             }
@@ -195,18 +205,23 @@ public final class RPCClient: Sendable {
 
     /// An open connection to the first instance in service for this call, preferring one on `eventLoop`; nil when
     /// that instance's next connection in turn is not open (the async path opens it).
-    private func openConnection(preferring eventLoop: any EventLoop, affinity: String?) -> (any Channel)? {
+    private func openConnection(preferring eventLoop: any EventLoop, affinity: String?) -> (Endpoint, any Channel)? {
         let now = NIODeadline.now()
         for endpoint in inTurn(affinity: affinity) where !endpoint.isEjected(at: now) {
-            return endpoint.openConnection(preferring: eventLoop)
+            return endpoint.openConnection(preferring: eventLoop).map { (endpoint, $0) }
         }
         return nil
     }
 
-    /// The instances in the order a call tries them: the key's ranking, or round-robin from the next in turn.
+    /// The instances in the order a call tries them: the key's ranking (instances whose calls lately went unanswered
+    /// last: a hung instance still accepts connections), or round-robin from the next in turn.
     private func inTurn(affinity: String?) -> [Endpoint] {
         guard endpoints.count > 1 else { return endpoints }
-        if let affinity { return InstanceAffinity.ranked(key: affinity, seeds: seeds).map { endpoints[$0] } }
+        if let affinity {
+            let ranked = InstanceAffinity.ranked(key: affinity, seeds: seeds).map { endpoints[$0] }
+            let now = NIODeadline.now()
+            return ranked.filter { !$0.isUnanswering(at: now) } + ranked.filter { $0.isUnanswering(at: now) }
+        }
         let first = nextEndpoint.wrappingAdd(1, ordering: .relaxed).oldValue
         return endpoints.indices.map { endpoints[(first &+ $0) % endpoints.count] }
     }
@@ -216,7 +231,7 @@ public final class RPCClient: Sendable {
         var line: [UInt8] = []
         JSONWriter.request(id: nil, method: M.name, params: try JSONWriter.encodeBodyOrThrow(params), into: &line)
         line.append(UInt8(ascii: "\n"))
-        let channel = try await connection(affinity: nil)
+        let (_, channel) = try await connection(affinity: nil)
         do {
             try await channel.writeAndFlush(channel.allocator.buffer(bytes: line))
         } catch {
@@ -256,7 +271,7 @@ public final class RPCClient: Sendable {
 
     /// A connection to the first instance in service for this call (`inTurn`); instances taken out are tried last,
     /// so a call fails only when no instance can be reached.
-    private func connection(affinity: String?) async throws(RPCError) -> any Channel {
+    private func connection(affinity: String?) async throws(RPCError) -> (Endpoint, any Channel) {
         let now = NIODeadline.now()
         let inTurn = inTurn(affinity: affinity)
         let order = inTurn.filter { !$0.isEjected(at: now) } + inTurn.filter { $0.isEjected(at: now) }
@@ -265,7 +280,7 @@ public final class RPCClient: Sendable {
             do {
                 let channel = try await endpoint.connection(opening: { self.connect(endpoint) })
                 endpoint.succeeded()
-                return channel
+                return (endpoint, channel)
             } catch {
                 endpoint.failed()
                 failure = error
@@ -307,148 +322,6 @@ public final class RPCClient: Sendable {
         return connecting.flatMapErrorThrowing { error in
             throw RPCError.unavailable("cannot reach \(address): \(error)", reason: .connectFailed)
         }
-    }
-}
-
-/// One instance of the peer service: its connection pool and whether it is taken out.
-private final class Endpoint: Sendable {
-    let host: String
-    let port: Int
-    let slots: [ConnectionSlot]
-    private let nextSlot = Atomic<Int>(0)
-    private let nextAddress = Atomic<Int>(0)
-    private let health = NIOLockedValueBox<(failures: Int, ejectedUntil: NIODeadline?)>((0, nil))
-
-    private let ejection: TimeAmount
-
-    init(host: String, port: Int, connections: Int, ejection: TimeAmount) {
-        self.host = host
-        self.port = port
-        self.ejection = ejection
-        self.slots = (0..<connections).map { _ in ConnectionSlot() }
-    }
-
-    var address: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
-
-    func isEjected(at now: NIODeadline) -> Bool {
-        health.withLockedValue { $0.ejectedUntil.map { $0 > now } ?? false }
-    }
-
-    func succeeded() {
-        health.withLockedValue { $0 = (0, nil) }
-    }
-
-    /// Out for `ejection` (1 s) after the first failure to connect, twice as long after each further one, at most 30x.
-    func failed() {
-        health.withLockedValue { h in
-            h.failures += 1
-            let times = min(30, 1 << min(h.failures - 1, 5))
-            h.ejectedUntil = .now() + ejection * Int64(times)
-        }
-    }
-
-    /// An open connection on `eventLoop` if one is, else the first open one in turn; nil when the connection
-    /// next in turn is not open (so every slot is opened in time by the async path).
-    func openConnection(preferring eventLoop: any EventLoop) -> (any Channel)? {
-        let start = nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue
-        var fallback: (any Channel)?
-        for offset in slots.indices {
-            guard let channel = slots[(start &+ offset) % slots.count].current(), channel.isActive else {
-                if offset == 0 { return nil }
-                continue
-            }
-            if channel.eventLoop === eventLoop { return channel }
-            if fallback == nil { fallback = channel }
-        }
-        return fallback
-    }
-
-    func connection(opening connect: () -> EventLoopFuture<any Channel>) async throws(RPCError) -> any Channel {
-        let slot = slots[nextSlot.wrappingAdd(1, ordering: .relaxed).oldValue % slots.count]
-        if let channel = slot.current(), channel.isActive { return channel }
-        do {
-            return try await slot.connecting(connect).get()
-        } catch let error as RPCError {
-            throw error
-        } catch {
-            throw RPCError.unavailable("cannot reach \(address): \(error)", reason: .connectFailed)
-        }
-    }
-
-    /// For a host name with several addresses, the next of them in turn (each new connection goes to the next);
-    /// nil for an IP address or a name that does not resolve (NIO resolves it when connecting, and reports).
-    func nextResolvedAddress() -> SocketAddress? {
-        guard (try? SocketAddress(ipAddress: host, port: port)) == nil,
-            case let all = Self.resolveAll(host: host, port: port), all.count > 1
-        else { return nil }
-        return all[nextAddress.wrappingAdd(1, ordering: .relaxed).oldValue % all.count]
-    }
-
-    /// Every TCP address `host` resolves to (getaddrinfo), without repeats, in the resolver's order.
-    static func resolveAll(host: String, port: Int) -> [SocketAddress] {
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        var result: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(host, String(port), &hints, &result) == 0, let first = result else { return [] }
-        defer { freeaddrinfo(first) }
-        var out: [SocketAddress] = []
-        var next: UnsafeMutablePointer<addrinfo>? = first
-        while let info = next {
-            next = info.pointee.ai_next
-            guard let raw = info.pointee.ai_addr else { continue }
-            let address: SocketAddress
-            switch info.pointee.ai_family {
-            case AF_INET: address = raw.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { SocketAddress($0.pointee, host: host) }
-            case AF_INET6: address = raw.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { SocketAddress($0.pointee, host: host) }
-            default: continue
-            }
-            if !out.contains(address) { out.append(address) }
-        }
-        return out
-    }
-}
-
-/// One pooled connection: the live channel, or the connect attempt every caller waits on.
-private final class ConnectionSlot: Sendable {
-    private enum State {
-        case idle
-        case connecting(EventLoopFuture<any Channel>)
-        case connected(any Channel)
-    }
-    private let state = NIOLockedValueBox<State>(.idle)
-
-    func current() -> (any Channel)? {
-        state.withLockedValue { if case .connected(let c) = $0 { return c } else { return nil } }
-    }
-
-    func connecting(_ start: () -> EventLoopFuture<any Channel>) -> EventLoopFuture<any Channel> {
-        let (future, started) = state.withLockedValue { state -> (EventLoopFuture<any Channel>, Bool) in
-            switch state {
-            case .connecting(let f): return (f, false)
-            case .connected(let c) where c.isActive: return (c.eventLoop.makeSucceededFuture(c), false)
-            default:
-                let f = start()
-                state = .connecting(f)
-                return (f, true)
-            }
-        }
-        if started {
-            future.whenComplete { [state] result in
-                switch result {
-                case .success(let channel):
-                    state.withLockedValue { $0 = .connected(channel) }
-                    // Outside the lock: a channel that is already closed runs this callback at once, on
-                    // this thread, and it takes the lock itself.
-                    channel.closeFuture.whenComplete { [state] _ in
-                        state.withLockedValue { if case .connected(let c) = $0, c === channel { $0 = .idle } }
-                    }
-                case .failure:
-                    state.withLockedValue { $0 = .idle }
-                }
-            }
-        }
-        return future
     }
 }
 

@@ -59,7 +59,7 @@ private enum WhoAnswers: RPCMethod {
             }
             var firsts: Set<String> = []
             for n in 0..<30 {
-                let session = "session-\(n)"
+                let session = String(repeating: "A", count: 40) + String(1000 + n).suffix(3)
                 var seen: Set<String> = []
                 for _ in 0..<4 {
                     seen.insert(try await answer("{}", bearer: session))

@@ -269,14 +269,20 @@ import X509
         #expect(
             try EdgeService.forwardedParams(untouched, method: "catalog.listProducts", bearer: nil, clientAddress: nil, internalToken: nil)
                 .get().params == untouched)
-        // The session a call carries is its affinity key: the app's own, else the bearer.
+        // The session a call carries is its affinity key: the app's own, else the bearer; only in a session token's shape.
         func session(_ params: String, bearer: String?) throws -> String? {
             try EdgeService.forwardedParams(Array(params.utf8), method: "m", bearer: bearer, clientAddress: nil, internalToken: nil)
                 .get().session
         }
-        #expect(try session(#"{"session":"mine"}"#, bearer: "tok") == "mine")
-        #expect(try session(#"{"a":1}"#, bearer: "tok") == "tok")
+        let mine = SessionTokens.generate()
+        let tok = SessionTokens.generate()
+        #expect(try session(#"{"session":"\#(mine)"}"#, bearer: tok) == mine)
+        #expect(try session(#"{"a":1}"#, bearer: tok) == tok)
         #expect(try session(#"{"a":1}"#, bearer: nil) == nil)
+        #expect(try session(#"{"session":"mine"}"#, bearer: tok) == nil, "a made-up key goes round-robin")
+        #expect(try session(#"{"a":1}"#, bearer: "tok") == nil)
+        #expect(try session(#"{"session":"\u0041\#(mine.dropFirst(6))"}"#, bearer: nil) == nil, "an escaped form too")
+        #expect(try session(#"{"session":7}"#, bearer: tok) == nil)
         #expect(throws: RPCError.self) {
             try EdgeService.forwardedParams(Array("[1]".utf8), method: "catalog.listProducts", bearer: nil, clientAddress: nil, internalToken: nil)
                 .get()

@@ -244,4 +244,20 @@ struct KnownWalletSpendTests {
             #expect(try await Self.sequences(db) == Array(1...203))
         }
     }
+
+    /// Redeems of one account take turns only within an instance: across two, they still meet, conflict on the account's
+    /// next event and run again behind its lock. 40 purchases, 20 per instance at once: each granted once, no gap.
+    @Test func concurrentRedeemsOnTwoInstancesGrantEachPurchaseOnce() async throws {
+        try await StoreEngine.postgres.open(instances: 2).with { db in
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for i in 0..<40 {
+                    group.addTask { try await PostgresStoreTests.retried { try await Self.redeem(db[i % 2], "\(4_000_000_100 + i)") } }
+                }
+                try await group.waitForAll()
+            }
+            #expect(try await db[0].balance(accountId: "ann", scope: .production).balance == 4_000)
+            #expect(try await db[0].ledgerMismatches().isEmpty)
+            #expect(try await Self.sequences(db) == Array(1...40))
+        }
+    }
 }

@@ -192,6 +192,42 @@ private enum WhoAmI: RPCMethod {
         }
     }
 
+    /// A hung instance still accepts connections: a keyed call to it times out, then its keys go to their next choice
+    /// while it stays silent, and the other instances' keys stay where they were.
+    @Test func keyedCallsPassByAnInstanceThatDoesNotAnswer() async throws {
+        var silent = RPCRouter()
+        silent.register(WhoAmI.self) { _, _ in
+            try await Task.sleep(for: .seconds(5))
+            return "a"
+        }
+        let a = try await TestServer.start(router: silent)
+        let b = try await Self.instance("b")
+        let c = try await Self.instance("c")
+        defer {
+            Task {
+                await a.shutdown(); await b.shutdown(); await c.shutdown()
+            }
+        }
+        var impatient = RPCClientConfiguration(connections: 1, callTimeout: .milliseconds(300))
+        impatient.ejection = .seconds(120)
+        let list = [a, b, c].map { "127.0.0.1:\($0.localPort!)" }
+        let client = try RPCClient(address: list.joined(separator: ","), configuration: impatient)
+        defer { Task { await client.close() } }
+        let seeds = list.map(InstanceAffinity.seed(address:))
+        let names = ["a", "b", "c"]
+        let keys = (0..<60).map { "session-\($0)" }
+        let onA = keys.filter { InstanceAffinity.ranked(key: $0, seeds: seeds)[0] == 0 }
+        #expect(!onA.isEmpty)
+        let error = await rpcError { try await client.call(WhoAmI.self, EmptyParams(), affinity: onA[0]) }
+        #expect(error?.knownCode == .unavailable && error?.reason == "timeout")
+        for key in keys {
+            let ranked = InstanceAffinity.ranked(key: key, seeds: seeds)
+            let expected = names[ranked[0] == 0 ? ranked[1] : ranked[0]]
+            #expect(try await client.call(WhoAmI.self, EmptyParams(), affinity: key) == expected, "\(key)")
+        }
+        #expect(client.ejectedInstances.isEmpty, "it was never out for unkeyed calls")
+    }
+
     @Test func whenNoInstanceCanBeReachedTheCallIsUnavailable() async throws {
         var patient = RPCClientConfiguration()
         patient.ejection = .seconds(120)

@@ -202,7 +202,7 @@ public final class EdgeService: Sendable {
     /// (the common case: no copy of the members), else rebuilt with the bearer as `session` (unless the app
     /// gave one), without an app's `internalToken` or `clientAddress`, and, on sign-ins and registrations,
     /// with the app's address and the internal token that lets accounts believe it. `session`: the session the call
-    /// carries (the app's own, else the bearer), its affinity key.
+    /// carries (the app's own, else the bearer) when it has a session token's shape: its affinity key.
     package static func forwardedParams(
         _ raw: [UInt8]?, method: String, bearer: String?, clientAddress: String?, internalToken: String?
     ) -> Result<Forwarded, RPCError> {
@@ -217,7 +217,11 @@ public final class EdgeService: Sendable {
         }
         let addsAddress = [AccountsLogin.name, AccountsRegister.name].contains(method) && clientAddress != nil && internalToken != nil
         let own = members.first { $0.key == "session" }
-        let session = own.map { $0.kind == .string ? String(decoding: bytes[$0.value].dropFirst().dropLast(), as: UTF8.self) : "" } ?? bearer
+        let session =
+            own.map { $0.kind == .string ? Self.sessionShaped(bytes[$0.value].dropFirst().dropLast()) : nil }
+            ?? bearer.flatMap {
+                Self.sessionShaped($0.utf8)
+            }
         let addsSession = bearer != nil && own == nil
         let drops = members.contains { $0.key == "internalToken" || $0.key == "clientAddress" }
         guard addsAddress || addsSession || drops else { return .success(Forwarded(params: bytes, session: session)) }
@@ -238,6 +242,16 @@ public final class EdgeService: Sendable {
         }
         out.append(UInt8(ascii: "}"))
         return .success(Forwarded(params: out, session: session))
+    }
+
+    /// A string with the shape of a session token (43 base64url characters, `SessionTokens.generate`), as the
+    /// routing key: anything else (a guess, an escaped form) goes round-robin, so a caller cannot pile calls that
+    /// accounts will refuse onto one instance with a made-up key.
+    static func sessionShaped(_ bytes: some Collection<UInt8>) -> String? {
+        guard bytes.count == 43,
+            bytes.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || $0 == 0x2D || $0 == 0x5F })
+        else { return nil }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     package struct Forwarded: Sendable {

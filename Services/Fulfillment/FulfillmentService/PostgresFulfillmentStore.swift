@@ -45,7 +45,8 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     /// so two transactions about one account cannot both commit at REPEATABLE READ: the second fails (40001 or 23505) and
     /// runs again, then behind the lock, which is there to queue contenders rather than let them fail over and over.
     /// The held writes (`PostgresSQLSession.flush`) are sent before COMMIT. Writes with the same keys take turns on this
-    /// instance (`WriteTurns`), so the lock and the retries are only met across instances.
+    /// instance (`WriteTurns`), so two of them never conflict here; other writers of the account (spends, refunds,
+    /// notifications, other instances) still can.
     public func write<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
         if keys.isEmpty { return try await pool.write { s in try Self.run(body, in: PostgresSQLSession(session: s)) } }
         defer { forgetKnownWallets(keys) }
