@@ -283,6 +283,7 @@ import X509
         #expect(try session(#"{"a":1}"#, bearer: "tok") == nil)
         #expect(try session(#"{"session":"\u0041\#(mine.dropFirst(6))"}"#, bearer: nil) == nil, "an escaped form too")
         #expect(try session(#"{"session":7}"#, bearer: tok) == nil)
+        #expect(throws: RPCError.self, "two sessions in one call") { try session(#"{"session":"\#(mine)","session":"\#(tok)"}"#, bearer: nil) }
         #expect(throws: RPCError.self) {
             try EdgeService.forwardedParams(Array("[1]".utf8), method: "catalog.listProducts", bearer: nil, clientAddress: nil, internalToken: nil)
                 .get()

@@ -216,6 +216,10 @@ public final class EdgeService: Sendable {
             return .failure(.invalidParams("params must be an object"))
         }
         let addsAddress = [AccountsLogin.name, AccountsRegister.name].contains(method) && clientAddress != nil && internalToken != nil
+        // Two sessions in one call: the edge would route on one and the service might authenticate the other.
+        guard members.lazy.filter({ $0.key == "session" }).count < 2 else {
+            return .failure(.invalidParams("params name \"session\" twice", field: "session"))
+        }
         let own = members.first { $0.key == "session" }
         let session =
             own.map { $0.kind == .string ? Self.sessionShaped(bytes[$0.value].dropFirst().dropLast()) : nil }
