@@ -87,7 +87,9 @@ import Testing
         }
         let a0 = Holder(accountId: "a0", scope: .production)
         #expect(await known.begin(a0) != nil)
-        _ = await known.begin(Holder(accountId: "new", scope: .production))
+        let new = Holder(accountId: "new", scope: .production)
+        _ = await known.begin(new)
+        known.end(new, state: guess(1, 1))  // a fifth holder: the old ones go, the one spending stays
         #expect(known.count <= 2, "swept: \(known.count)")
         known.end(a0, state: guess(0, 2))
         #expect(await known.begin(a0) == guess(0, 2))

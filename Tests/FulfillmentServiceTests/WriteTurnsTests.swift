@@ -22,7 +22,7 @@ import Testing
     }
 
     @Test(.timeLimit(.minutes(1))) func writesWithOneKeyRunOneAtATime() async throws {
-        let turns = WriteTurns()
+        let turns = WriteTurns<String>()
         let inside = Inside()
         let ran = NIOLockedValueBox(0)
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -45,7 +45,7 @@ import Testing
 
     /// Keys are taken in sorted order: writes holding (a, b) and (b, a) at once all finish.
     @Test(.timeLimit(.minutes(1))) func writesSharingKeysInAnyOrderAllRun() async throws {
-        let turns = WriteTurns()
+        let turns = WriteTurns<String>()
         let inside = Inside()
         let sets = [["a", "b"], ["b", "a"], ["a"], ["b"], ["b", "a", "b"]]
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -68,7 +68,7 @@ import Testing
     /// A write that fails still hands the turn on.
     @Test(.timeLimit(.minutes(1))) func aFailedWriteHandsItsTurnOn() async throws {
         struct Refused: Error {}
-        let turns = WriteTurns()
+        let turns = WriteTurns<String>()
         await #expect(throws: Refused.self) { try await turns.inTurn(["k"]) { throw Refused() } }
         #expect(try await turns.inTurn(["k"]) { 7 } == 7)
         #expect(turns.count("k") == 0)

@@ -9,8 +9,7 @@ import NIOConcurrencyHelpers
 /// is written only while the account's last event is still the one remembered, else the whole call fails and nothing
 /// is written), and a guess that would refuse the spend is read again. So a wrong guess costs a wasted call, never money.
 ///
-/// Spends of one holder run one at a time on an instance (`begin` waits for the ones before it, as SQLite's one writer
-/// makes them): they never conflict with each other here, and each can go on the state the one before it left. A guess
+/// Spends of one holder run one at a time on an instance (`begin` waits for the ones before it, `WriteTurns`): they never conflict with each other here, and each can go on the state the one before it left. A guess
 /// that failed (another instance or writer moved the account) stops guesses for that holder for `contendedMs`; a guess
 /// is used at most `ageMs` after it was made; at most `capacity` holders are remembered beyond those with spends running.
 final class KnownWallets: Sendable {
@@ -27,9 +26,6 @@ final class KnownWallets: Sendable {
     private struct Entry {
         var guess: Guess?
         var atMs: Int64
-        /// Spends of the holder here, from `begin` to `end`: the one running and those waiting their turn (`waiting`).
-        var spends = 0
-        var waiting: [CheckedContinuation<Void, Never>] = []
         /// The running spend was given the guess and has not said how it went.
         var lent = false
         var contendedUntilMs: Int64 = 0
@@ -45,6 +41,8 @@ final class KnownWallets: Sendable {
     let capacity: Int
     private let now: @Sendable () -> Int64
     private let entries = NIOLockedValueBox([Holder: Entry]())
+    /// Spends of a holder here, from `begin` to `end`: the one running and those waiting their turn.
+    private let turns = WriteTurns<Holder>()
     private let tally = NIOLockedValueBox(Outcomes())
     var outcomes: Outcomes { tally.withLockedValue { $0 } }
     /// `iap_fulfillment_known_wallet_spends_total{outcome}`: written, wrong (a share that rises with instances writing
@@ -70,18 +68,7 @@ final class KnownWallets: Sendable {
     /// followed by one `end`. Answers the holder's guess, lent to this spend, when it is young enough and the holder is
     /// not benched.
     func begin(_ holder: Holder) async -> Guess? {
-        await withCheckedContinuation { (turn: CheckedContinuation<Void, Never>) in
-            let nowMs = now()
-            let first = entries.withLockedValue { entries in
-                if entries[holder] == nil, entries.count >= capacity { sweep(&entries, nowMs: nowMs) }
-                var entry = entries[holder] ?? Entry(guess: nil, atMs: nowMs)
-                entry.spends += 1
-                if entry.spends > 1 { entry.waiting.append(turn) }
-                entries[holder] = entry
-                return entry.spends == 1
-            }
-            if first { turn.resume() }
-        }
+        await turns.begin(holder)
         let nowMs = now()
         return entries.withLockedValue { entries in
             guard var entry = entries[holder], let guess = entry.guess, entry.contendedUntilMs <= nowMs, nowMs - entry.atMs <= ageMs
@@ -93,7 +80,7 @@ final class KnownWallets: Sendable {
     }
 
     /// Spends of the holder here, running or waiting (tests).
-    func spends(_ holder: Holder) -> Int { entries.withLockedValue { $0[holder]?.spends ?? 0 } }
+    func spends(_ holder: Holder) -> Int { turns.count(holder) }
 
     /// The lent guess was not used (its spend would have refused, or could not be checked): the spend reads instead.
     func giveBack(_ holder: Holder) {
@@ -122,9 +109,9 @@ final class KnownWallets: Sendable {
     /// one known (a larger sequence); nil when it failed. A guess still lent at this point was written on.
     func end(_ holder: Holder, state: Guess?) {
         let nowMs = now()
-        let next: CheckedContinuation<Void, Never>? = entries.withLockedValue { entries in
-            guard var entry = entries[holder] else { return nil }
-            entry.spends -= 1
+        entries.withLockedValue { entries in
+            if entries[holder] == nil, entries.count >= capacity { sweep(&entries, nowMs: nowMs) }
+            var entry = entries[holder] ?? Entry(guess: nil, atMs: nowMs)
             if entry.lent {
                 entry.lent = false
                 tally.withLockedValue { $0.written += 1 }
@@ -134,15 +121,13 @@ final class KnownWallets: Sendable {
                 entry.guess = state
                 entry.atMs = nowMs
             }
-            let next = entry.waiting.isEmpty ? nil : entry.waiting.removeFirst()
-            if entry.spends == 0, entry.guess == nil, entry.contendedUntilMs <= nowMs {
-                entries[holder] = nil
+            if entry.guess == nil, entry.contendedUntilMs <= nowMs {
+                entries[holder] = nil  // nothing to lend or to bench
             } else {
                 entries[holder] = entry
             }
-            return next
         }
-        next?.resume()
+        turns.end(holder)  // after the state is recorded: the next spend goes on it
     }
 
     /// Another kind of write changed the account here (a redeem, an adjustment): its guesses are gone.
@@ -157,7 +142,8 @@ final class KnownWallets: Sendable {
     /// Full: drops what is too old to be used, unless spending or benched; everything not spending when more than half
     /// would stay (so a sweep runs at most once per `capacity / 2` new holders).
     private func sweep(_ entries: inout [Holder: Entry], nowMs: Int64) {
-        entries = entries.filter { $0.value.spends > 0 || nowMs - $0.value.atMs <= ageMs || $0.value.contendedUntilMs > nowMs }
-        if entries.count > capacity / 2 { entries = entries.filter { $0.value.spends > 0 } }
+        let spending = { (holder: Holder) in self.turns.count(holder) > 0 }
+        entries = entries.filter { spending($0.key) || nowMs - $0.value.atMs <= ageMs || $0.value.contendedUntilMs > nowMs }
+        if entries.count > capacity / 2 { entries = entries.filter { spending($0.key) } }
     }
 }

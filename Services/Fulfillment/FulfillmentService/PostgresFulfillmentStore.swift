@@ -20,7 +20,7 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     /// What this instance last knew of wallets, for spends that skip their read (`writeOnKnownWallet`).
     let known: KnownWallets
     /// Writes about one account take turns on this instance (`write(locking:)`, `writeAfterOneRead`).
-    let turns = WriteTurns()
+    let turns = WriteTurns<String>()
 
     /// Brings the schema up to date (`migrations`); on failure the pool is closed and the error thrown.
     public init(pool: PostgresPool) async throws {
