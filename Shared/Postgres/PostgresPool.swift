@@ -91,7 +91,9 @@ public final class PostgresPool: Sendable {
     ///
     /// `optimistically`: the first attempt takes no lock (two round trips fewer: the lock and its release), the later
     /// ones do. Only for callers whose transactions about one key cannot both commit at REPEATABLE READ anyway (they
-    /// write a common row or a common unique key), so the lock only queues contenders after a first conflict.
+    /// write a common row or a common unique key), so the lock only queues contenders after a first conflict. The first
+    /// attempt's session names the keys it skipped (`PostgresSession.yieldingTo`): its writes must yield to a holder of
+    /// their lock, or one that lost once could lose every later attempt to writers that skip the lock.
     ///
     /// `firstAlone` (with `optimistically`): the first attempt sends no BEGIN and no COMMIT (two round trips fewer): its
     /// statements each commit by themselves (`PostgresSession.alone`), for a caller whose body reads in ONE statement and
@@ -164,7 +166,7 @@ public final class PostgresPool: Sendable {
             let connection = pooled.connection
             let session = PostgresSession(
                 connection: connection, logger: logger, roundTrips: roundTripCount, prepared: pooled.prepared,
-                alone: alone ? PostgresSession.Alone() : nil)
+                alone: alone ? PostgresSession.Alone() : nil, yieldingTo: keys.isEmpty ? Set(allKeys).sorted() : [])
             // Advisory locks end with the session, not the transaction: released before the connection is reused
             // (a connection that cannot release them is closed, which releases them). Every way out of an attempt
             // that keeps the connection goes through here.
@@ -405,13 +407,22 @@ public struct PostgresSession {
     /// Set when the attempt runs without a transaction (`PostgresPool.write(locking:optimistically:firstAlone:)`): each
     /// statement commits by itself.
     public let alone: Alone?
+    /// The keys of an attempt that runs without their locks (an optimistic first attempt): its statement that writes must
+    /// take each key's lock shared for its transaction, without waiting, and fail with 40001 when it cannot (a later attempt
+    /// holds the lock or waits for it). So a writer that lost once and now queues on the lock never loses again to writers
+    /// that skip it; they yield and queue behind it. Fulfillment does it in its held writes' call (`yield_to_lock_holders`).
+    public let yieldingTo: [String]
 
-    init(connection: PostgresConnection, logger: Logger, roundTrips: RoundTrips, prepared: PreparedReads?, alone: Alone? = nil) {
+    init(
+        connection: PostgresConnection, logger: Logger, roundTrips: RoundTrips, prepared: PreparedReads?, alone: Alone? = nil,
+        yieldingTo: [String] = []
+    ) {
         self.connection = connection
         self.logger = logger
         self.roundTrips = roundTrips
         self.prepared = prepared
         self.alone = alone
+        self.yieldingTo = yieldingTo
     }
 
     /// An attempt without a transaction: its caller says when it sends the statement that writes (from then on, a lost

@@ -18,14 +18,19 @@ package enum WriteFunctions {
     static let limit = 512
 
     /// The function's body for `statements` (each one INSERT, UPDATE or DELETE whose parameters are elements of the
-    /// one TEXT[] argument, `$1[k]`); nil when a statement is of another kind or could not stand in a PL/pgSQL body as
-    /// it is (a result to return, a semicolon, the body's own quote). A name in a statement is always a column, never
-    /// one of PL/pgSQL's own variables (`FOUND`); each statement ends on a line of its own, after any comment.
+    /// one TEXT[] argument, `$1[k]`, or a SELECT run for its effect, its rows discarded: PL/pgSQL's PERFORM); nil when a
+    /// statement is of another kind or could not stand in a PL/pgSQL body as it is (a result to return, a semicolon,
+    /// the body's own quote). A name in a statement is always a column, never one of PL/pgSQL's own variables
+    /// (`FOUND`); each statement ends on a line of its own, after any comment.
     package static func body(_ statements: [String]) -> String? {
         var body = "#variable_conflict use_column\nBEGIN\n"
         for statement in statements {
             guard fits(statement) else { return nil }
-            body += statement
+            if let rest = selected(statement) {
+                body += "PERFORM" + rest
+            } else {
+                body += statement
+            }
             body += "\n;\n"
             if statement.hasSuffix(mustWriteARow) { body += mustWriteARowCheck }
         }
@@ -39,13 +44,13 @@ package enum WriteFunctions {
     static let mustWriteARowCheck =
         "IF NOT FOUND THEN RAISE EXCEPTION 'a guarded write found what it was decided on changed' USING ERRCODE = '40001'; END IF;\n"
 
-    /// Whether `statement` can stand in the body as it is: it starts with INSERT, UPDATE or DELETE and holds no
+    /// Whether `statement` can stand in the body: it starts with INSERT, UPDATE, DELETE or SELECT and holds no
     /// semicolon, no RETURNING and not the body's quote (`$iap_writes$`, any case). On its bytes: this runs at every
     /// flush, and Foundation's case-insensitive search cost fulfillment 0.36-0.46 ms per operation (measured 2026-11-29).
     static func fits(_ statement: String) -> Bool {
         var bytes = statement.utf8[...]
         while let first = bytes.first, first == 0x20 || first == 0x0A || first == 0x09 || first == 0x0D { bytes = bytes.dropFirst() }
-        guard ["INSERT", "UPDATE", "DELETE"].contains(where: { startsWord(bytes, $0) }) else { return false }
+        guard ["INSERT", "UPDATE", "DELETE", "SELECT"].contains(where: { startsWord(bytes, $0) }) else { return false }
         var index = bytes.startIndex
         while index != bytes.endIndex {
             let byte = bytes[index]
@@ -54,6 +59,13 @@ package enum WriteFunctions {
             index = bytes.index(after: index)
         }
         return true
+    }
+
+    /// What follows a statement's leading SELECT (a statement run for its effect); nil for a write.
+    static func selected(_ statement: String) -> Substring? {
+        let trimmed = statement.drop { $0 == " " || $0 == "\n" || $0 == "\t" || $0 == "\r" }
+        guard startsWord(trimmed.utf8, "SELECT") else { return nil }
+        return trimmed.dropFirst(6)
     }
 
     /// Whether `bytes` start with `word` (ASCII, any case).

@@ -53,7 +53,8 @@ struct HeldWritesTests {
     }
 
     /// A list of held writes becomes the body of a connection's own function (`WriteFunctions`) only when each statement
-    /// is a plain INSERT, UPDATE or DELETE that can stand in a PL/pgSQL body as it is; anything else goes to `run_writes`.
+    /// is a plain INSERT, UPDATE or DELETE (or a SELECT run for its effect) that can stand in a PL/pgSQL body as it is;
+    /// anything else goes to `run_writes`.
     @Test func writeFunctionsTakeOnlyPlainWrites() throws {
         var values: [String] = []
         let first = try HeldStatements.statement(
@@ -67,8 +68,12 @@ struct HeldWritesTests {
         #expect(values == ["x", "2", "3", "y"])
         #expect(WriteFunctions.body([first, second]) == "#variable_conflict use_column\nBEGIN\n\(first)\n;\n\(second)\n;\nEND")
         #expect(WriteFunctions.body([first, "DELETE FROM t WHERE a = ($1[1])"]) != nil)
+        // A SELECT runs for its effect (a check that raises, `yield_to_lock_holders`): PL/pgSQL's PERFORM.
+        #expect(
+            WriteFunctions.body([" SELECT yield_to_lock_holders( ($1[1]) )", first])
+                == "#variable_conflict use_column\nBEGIN\nPERFORM yield_to_lock_holders( ($1[1]) )\n;\n\(first)\n;\nEND")
         for refused in [
-            "SELECT pg_notify('c', 'p')", "WITH x AS (DELETE FROM t) SELECT 1", "INSERT INTO t VALUES (1) returning a",
+            "SELECT 1; DELETE FROM t", "WITH x AS (DELETE FROM t) SELECT 1", "INSERT INTO t VALUES (1) returning a",
             "DELETE FROM t; DROP TABLE t", "UPDATE t SET a = $iap_WRITES$ x", "",
         ] {
             #expect(WriteFunctions.body([first, refused]) == nil, "\(refused)")

@@ -366,5 +366,21 @@ extension PostgresFulfillmentStore {
             INSERT INTO transaction_claim (transaction_id)
                 SELECT transaction_id FROM processed_transaction UNION SELECT transaction_id FROM early_revocation;
             """),
+        // 2026-11-30: a write sent without its account's lock (a first attempt) takes the lock shared in the statement
+        // that writes, and fails when a writer holds it or waits for it (`PostgresSession.yieldingTo`): before, such
+        // writes on one instance kept beating a writer of the same account that queued on the lock on another, until its
+        // attempts ran out (`storageUnavailable`; 200 spends of one account on two instances, three runs of three).
+        // PostgreSQL queues a lock request behind a waiting one it conflicts with, and a try that would queue fails.
+        PostgresMigration(
+            "v13-yield-to-lock-holders",
+            """
+            CREATE FUNCTION yield_to_lock_holders(key TEXT) RETURNS VOID LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NOT pg_try_advisory_xact_lock_shared(hashtextextended(key, 0)) THEN
+                    RAISE EXCEPTION 'a writer of the same account holds its lock or waits for it' USING ERRCODE = '40001';
+                END IF;
+            END
+            $$;
+            """),
     ]
 }

@@ -80,16 +80,18 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     /// moved, the key was used: the call fails, nothing written) is read again, and the holder is not guessed for a while
     /// (another instance is writing it); nothing guessed ever runs in a transaction or after a failure of its own.
     /// Spends of one holder take turns on an instance (`KnownWallets.begin`): they never conflict with each other here (24
-    /// at once on one instance ran again 15 times before, none since; measured 2026-11-29). Across instances a spend
-    /// may still lose every attempt to another instance's stream of spends of the same account and answer
-    /// `storageUnavailable` (Benchmarks/README.md, "Spends on a known wallet").
+    /// at once on one instance ran again 15 times before, none since; measured 2026-11-29). Across instances they conflict
+    /// and run again; a guessed write yields to a writer holding the account's lock (`PostgresSession.yieldingTo`), so the
+    /// one that lost and queued on it is not beaten again.
     public func writeOnKnownWallet<T: Sendable>(
         _ holder: Holder, locking keys: [String], wrote: @escaping @Sendable (T) -> Bool,
         _ body: @escaping @Sendable (any SQLSession) throws -> T
     ) async throws -> T {
         if let guess = await known.begin(holder) {
             do {
-                let (value, after) = try await pool.write(locking: [], optimistically: true, firstAlone: true) { session in
+                // With the account's keys only to yield to a writer holding their lock (`PostgresSession.yieldingTo`): the
+                // one attempt runs without the lock; after a lost connection, the attempt with the lock reads instead.
+                let (value, after) = try await pool.write(locking: keys, optimistically: true, firstAlone: true) { session in
                     guard session.alone != nil else { throw GuessNotTaken() }  // an attempt after a failure reads
                     let s = PostgresSQLSession(session: session)
                     s.wallets?.known[holder] = guess.wallet

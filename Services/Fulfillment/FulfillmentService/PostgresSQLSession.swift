@@ -63,8 +63,11 @@ struct PostgresSQLSession: SQLSession {
     /// store before the transaction commits.
     func flush() throws {
         guard !held.writes.isEmpty else { return }
-        let writes = held.writes
+        var writes = held.writes
         held.writes = []
+        // Without the account's lock (a first attempt), the writes yield to a writer that holds it or waits for it
+        // (`PostgresSession.yieldingTo`): checked in the statement that writes, so it holds until that commits.
+        writes.insert(contentsOf: session.yieldingTo.map { (Self.yieldToLockHolders, [SQLValue.text($0)]) }, at: 0)
         // Several: the connection's function for the list, which may have to be created first (before the statement
         // that writes, which is when an attempt running alone starts to commit).
         var whole: [String] = []
@@ -98,6 +101,10 @@ struct PostgresSQLSession: SQLSession {
         try binds.append(counts)
         try session.execute(PostgresQuery(unsafeSQL: "SELECT run_writes($1, $2, $3)", binds: binds))
     }
+
+    /// Takes the key's advisory lock shared until the transaction ends, or fails with 40001 when a writer holds it or
+    /// waits for it (migration v13).
+    static let yieldToLockHolders = "SELECT yield_to_lock_holders(?1)"
 
     static func data(_ argument: SQLValue) -> PostgresData {
         switch argument {
