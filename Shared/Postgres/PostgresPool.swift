@@ -104,13 +104,17 @@ public final class PostgresPool: Sendable {
     /// such a key would be overwritten, not refused. A body that needs more throws `PostgresSession.NeedsTransaction`
     /// before writing anything, and runs again in a transaction. A body may also read nothing and send one write that
     /// checks what it was decided on itself (fulfillment's spend on a known wallet, `WriteFunctions.mustWriteARow`).
+    ///
+    /// `yieldingTo`: the keys an attempt without their locks yields to (`PostgresSession.yieldingTo`); nil: `keys`. For a
+    /// caller that never takes the locks but must not beat their holders (a guessed spend).
     @discardableResult
     public func write<T: Sendable>(
-        locking keys: [String], optimistically: Bool = false, firstAlone: Bool = false,
+        locking keys: [String], yieldingTo: [String]? = nil, optimistically: Bool = false, firstAlone: Bool = false,
         _ body: @escaping @Sendable (PostgresSession) throws -> T
     ) async throws -> T {
         try await run(
-            begin: "BEGIN ISOLATION LEVEL REPEATABLE READ", locking: keys, optimistically: optimistically, firstAlone: firstAlone, body)
+            begin: "BEGIN ISOLATION LEVEL REPEATABLE READ", locking: keys, yieldingTo: yieldingTo ?? keys, optimistically: optimistically,
+            firstAlone: firstAlone, body)
     }
 
     /// Runs `body` in one read-only transaction over one snapshot (REPEATABLE READ).
@@ -137,12 +141,13 @@ public final class PostgresPool: Sendable {
     }
 
     private func run<T: Sendable>(
-        begin: String?, locking keys: [String] = [], optimistically: Bool = false, firstAlone: Bool = false,
+        begin: String?, locking keys: [String] = [], yieldingTo: [String] = [], optimistically: Bool = false, firstAlone: Bool = false,
         _ body: @escaping @Sendable (PostgresSession) throws -> T
     ) async throws -> T {
         do {
             return try await threads.runIfActive {
-                try self.blocking(begin: begin, locking: keys, optimistically: optimistically, firstAlone: firstAlone, body)
+                try self.blocking(
+                    begin: begin, locking: keys, yieldingTo: yieldingTo, optimistically: optimistically, firstAlone: firstAlone, body)
             }
         } catch let error as NIOThreadPoolError.ThreadPoolInactive {
             _ = error
@@ -152,9 +157,10 @@ public final class PostgresPool: Sendable {
 
     /// On a pool thread: one connection, attempts until one commits or a failure is final.
     private func blocking<T>(
-        begin transaction: String?, locking allKeys: [String] = [], optimistically: Bool = false, firstAlone: Bool = false,
-        _ body: (PostgresSession) throws -> T
+        begin transaction: String?, locking allKeys: [String] = [], yieldingTo: [String] = [], optimistically: Bool = false,
+        firstAlone: Bool = false, _ body: (PostgresSession) throws -> T
     ) throws -> T {
+        let yields = Set(yieldingTo).sorted()
         var attempt = 0
         var alone = firstAlone && optimistically && transaction != nil
         while true {
@@ -166,7 +172,7 @@ public final class PostgresPool: Sendable {
             let connection = pooled.connection
             let session = PostgresSession(
                 connection: connection, logger: logger, roundTrips: roundTripCount, prepared: pooled.prepared,
-                alone: alone ? PostgresSession.Alone() : nil, yieldingTo: keys.isEmpty ? Set(allKeys).sorted() : [])
+                alone: alone ? PostgresSession.Alone() : nil, yieldingTo: keys.isEmpty ? yields : [])
             // Advisory locks end with the session, not the transaction: released before the connection is reused
             // (a connection that cannot release them is closed, which releases them). Every way out of an attempt
             // that keeps the connection goes through here.

@@ -24,11 +24,10 @@ os.environ["SE_OFFLINE"] = "true"  # Selenium Manager: never download a driver o
 
 import requests  # noqa: E402
 from selenium import webdriver  # noqa: E402
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, WebDriverException  # noqa: E402
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 failures = []
@@ -74,7 +73,26 @@ def submit(driver, element):
         element.click()
     else:
         element.submit()
-    WebDriverWait(driver, 15).until(expected_conditions.staleness_of(page))
+    WebDriverWait(driver, 15).until(replaced(page))
+
+
+def replaced(page):
+    """Whether `page` (the html element before a submit) has been replaced. Selenium's staleness_of only takes
+    StaleElementReferenceException for that; Chromium sometimes answers a look at a node of the document being replaced
+    with a generic inspector error instead (seen 2026-11-30), which means the same."""
+
+    def check(_driver):
+        try:
+            page.is_enabled()
+            return False
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as error:
+            if "does not belong to the document" in str(error):
+                return True
+            raise
+
+    return check
 
 
 def sign_in(driver, url, name, password, code):

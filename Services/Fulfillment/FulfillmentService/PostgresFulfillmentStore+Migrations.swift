@@ -377,7 +377,8 @@ extension PostgresFulfillmentStore {
             CREATE FUNCTION yield_to_lock_holders(key TEXT) RETURNS VOID LANGUAGE plpgsql AS $$
             BEGIN
                 IF NOT pg_try_advisory_xact_lock_shared(hashtextextended(key, 0)) THEN
-                    RAISE EXCEPTION 'a writer of the same account holds its lock or waits for it' USING ERRCODE = '40001';
+                    RAISE EXCEPTION 'a writer of the same account holds its lock or waits for it'
+                        USING ERRCODE = '40001', HINT = 'yield_to_lock_holders';
                 END IF;
             END
             $$;

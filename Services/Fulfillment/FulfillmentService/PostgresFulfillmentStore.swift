@@ -89,9 +89,8 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     ) async throws -> T {
         if let guess = await known.begin(holder) {
             do {
-                // With the account's keys only to yield to a writer holding their lock (`PostgresSession.yieldingTo`): the
-                // one attempt runs without the lock; after a lost connection, the attempt with the lock reads instead.
-                let (value, after) = try await pool.write(locking: keys, optimistically: true, firstAlone: true) { session in
+                // Never with the account's lock, but yielding to a writer that holds it (`PostgresSession.yieldingTo`).
+                let (value, after) = try await pool.write(locking: [], yieldingTo: keys, optimistically: true, firstAlone: true) { session in
                     guard session.alone != nil else { throw GuessNotTaken() }  // an attempt after a failure reads
                     let s = PostgresSQLSession(session: session)
                     s.wallets?.known[holder] = guess.wallet
@@ -109,6 +108,8 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
                         // is a key used before, which the read answers; anything else, the account moved (or a deadlock or
                         // a timeout, which a read and a new attempt settle as well).
                         if error.serverInfo?[.sqlState] == "23505", error.serverInfo?[.tableName] == "ledger" { throw GuessNotTaken() }
+                        // A writer of the account holds its lock: not a sign that the guess was wrong.
+                        if error.serverInfo?[.hint] == PostgresSQLSession.yieldHint { throw GuessNotTaken() }
                         throw WrongGuess()
                     } catch is WriteFunctionMissing {
                         throw GuessNotTaken()

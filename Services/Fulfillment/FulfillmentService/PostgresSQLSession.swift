@@ -51,7 +51,7 @@ struct PostgresSQLSession: SQLSession {
 
     func execute(_ sql: String, arguments: [SQLValue]) throws -> Int {
         if session.alone != nil { throw PostgresSession.NeedsTransaction() }  // its count may steer what follows
-        try flush()
+        try flush(beforeAWrite: true)
         return try session.execute(Self.query(sql, arguments))
     }
 
@@ -61,13 +61,19 @@ struct PostgresSQLSession: SQLSession {
 
     /// Sends the held writes: one alone as itself, several as one call. Called before every other statement and by the
     /// store before the transaction commits.
-    func flush() throws {
-        guard !held.writes.isEmpty else { return }
+    /// Without the account's lock (a first attempt), the attempt's first write yields to a writer that holds the lock
+    /// or waits for it (`PostgresSession.yieldingTo`): inside the statement that writes, so the lock taken shared holds
+    /// until that commits; once per attempt. `beforeAWrite`: a write sent by itself follows, so yield even with nothing
+    /// held.
+    func flush(beforeAWrite: Bool = false) throws {
+        let yields = held.yielded ? [] : session.yieldingTo
+        guard !held.writes.isEmpty || (beforeAWrite && !yields.isEmpty) else { return }
         var writes = held.writes
         held.writes = []
-        // Without the account's lock (a first attempt), the writes yield to a writer that holds it or waits for it
-        // (`PostgresSession.yieldingTo`): checked in the statement that writes, so it holds until that commits.
-        writes.insert(contentsOf: session.yieldingTo.map { (Self.yieldToLockHolders, [SQLValue.text($0)]) }, at: 0)
+        if !yields.isEmpty {
+            writes.insert(contentsOf: yields.map { (Self.yieldToLockHolders, [SQLValue.text($0)]) }, at: 0)
+            held.yielded = true
+        }
         // Several: the connection's function for the list, which may have to be created first (before the statement
         // that writes, which is when an attempt running alone starts to commit).
         var whole: [String] = []
@@ -102,9 +108,10 @@ struct PostgresSQLSession: SQLSession {
         try session.execute(PostgresQuery(unsafeSQL: "SELECT run_writes($1, $2, $3)", binds: binds))
     }
 
-    /// Takes the key's advisory lock shared until the transaction ends, or fails with 40001 when a writer holds it or
-    /// waits for it (migration v13).
+    /// Takes the key's advisory lock shared until the transaction ends, or fails with 40001 and `yieldHint` when a writer
+    /// holds it or waits for it (migration v13).
     static let yieldToLockHolders = "SELECT yield_to_lock_holders(?1)"
+    static let yieldHint = "yield_to_lock_holders"
 
     static func data(_ argument: SQLValue) -> PostgresData {
         switch argument {
@@ -212,6 +219,8 @@ final class HeldWrites {
     var writes: [(sql: String, arguments: [SQLValue])] = []
     /// Whether the attempt has read (counted only when it runs alone, `PostgresSession.alone`).
     var read = false
+    /// Whether the attempt's writes have yielded to the holders of their account's lock (`PostgresSQLSession.flush`).
+    var yielded = false
 }
 
 /// A held write made to take its values from the one array `run_writes` passes to EXECUTE (`PostgresSQLSession.flush`).
