@@ -91,9 +91,12 @@ public struct Dependencies: FulfillmentDependencies {
             catalog: try RPCClient(address: catalog, configuration: config), deadline: deadline)
     }
 
+    /// Keyed by the session, so each session's lookups go to one accounts instance, whose cache of sessions answers them
+    /// (`RPCClient` affinity; otherwise every instance's cache would come to hold every session).
     public func authenticate(_ session: String) async throws(RPCError) -> AuthenticatedAccount {
         try await call(
-            "accounts", accounts, AccountsAuthenticate.self, .init(session: session, internalToken: internalToken), passThrough: [.unauthenticated])
+            "accounts", accounts, AccountsAuthenticate.self, .init(session: session, internalToken: internalToken), affinity: session,
+            passThrough: [.unauthenticated])
     }
 
     /// The account an appAccountToken belongs to (internal method); nil when no account has it.
@@ -261,11 +264,11 @@ public struct Dependencies: FulfillmentDependencies {
     }
 
     private func call<M: RPCMethod>(
-        _ name: String, _ client: RPCClient, _ method: M.Type, _ params: M.Params,
+        _ name: String, _ client: RPCClient, _ method: M.Type, _ params: M.Params, affinity: String? = nil,
         passThrough: Set<RPCErrorCode> = []
     ) async throws(RPCError) -> M.Result {
         do {
-            return try await client.call(method, params, timeout: deadline)
+            return try await client.call(method, params, timeout: deadline, affinity: affinity)
         } catch {
             if let code = error.knownCode, passThrough.contains(code) { throw error }
             // Verification's word that Apple cannot be asked is an answer, not an outage: the caller decides.
