@@ -104,7 +104,7 @@ extension EventStorage where Self: FulfillmentDatabase {
     }
 
     public func dueWebhookItems(endpointId: String, nowMs: Int64, limit: Int, leaseMs: Int64) async throws -> [OutboxItem] {
-        try await write { s in
+        try await claimWrite { s in
             try FulfillmentQueries(s).claimOutbox(nowMs: nowMs, limit: limit, webhookEndpoint: endpointId, leaseMs: leaseMs)
         }
     }

@@ -36,7 +36,7 @@ extension NotificationInboxStorage where Self: FulfillmentDatabase {
 
 extension OutboxStorage where Self: FulfillmentDatabase {
     public func dueOutbox(nowMs: Int64, limit: Int) async throws -> [OutboxItem] {
-        try await write { s in try FulfillmentQueries(s).claimOutbox(nowMs: nowMs, limit: limit) }
+        try await claimWrite { s in try FulfillmentQueries(s).claimOutbox(nowMs: nowMs, limit: limit) }
     }
 
     public func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) async throws {

@@ -16,7 +16,7 @@ import PostgresSupport
 /// SERIALIZABLE, `PostgresPool.write`): two instances redeeming one receipt, or spending with one key, at the same moment
 /// cannot both commit; the loser runs again on the winner's result. Tables live in the `fulfillment` schema.
 public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentStorage, FulfillmentInvariants {
-    let pool: PostgresPool
+    package let pool: PostgresPool
     /// What this instance last knew of wallets, for spends that skip their read (`writeOnKnownWallet`).
     let known: KnownWallets
     /// Writes about one account take turns on this instance (`write(locking:)`, `writeAfterOneRead`).
@@ -71,6 +71,11 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     }
 
     public var writesAloneAfterOneRead: Bool { true }
+
+    /// Outside a transaction: the one statement commits by itself, at the server's READ COMMITTED.
+    public func claimWrite<T: Sendable>(_ body: @escaping @Sendable (any SQLSession) throws -> T) async throws -> T {
+        try await pool.withSession { s in try Self.run(body, in: PostgresSQLSession(session: s)) }
+    }
 
     /// `writeAfterOneRead` that first tries without its read, on what this instance last knew of the holder's wallet and
     /// its account's last event (`KnownWallets`): ONE statement, the held writes' call, whose event insert checks that the
