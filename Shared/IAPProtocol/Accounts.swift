@@ -6,6 +6,16 @@ public struct SessionToken: Codable, Sendable, Equatable {
     public var token: String
     public var expiresAtMs: Int64
     public init(token: String, expiresAtMs: Int64) { self.token = token; self.expiresAtMs = expiresAtMs }
+
+    /// `bytes` as a string when they have a session token's shape (43 base64url characters, what accounts hands out),
+    /// else nil: the key that sends a session's calls to one instance (`RPCClient` affinity). Anything else (a guess, an
+    /// escaped form) goes round-robin, so nobody can pile calls that accounts will refuse onto one instance.
+    public static func shaped(_ bytes: some Collection<UInt8>) -> String? {
+        guard bytes.count == 43,
+            bytes.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || $0 == 0x2D || $0 == 0x5F })
+        else { return nil }
+        return String(decoding: bytes, as: UTF8.self)
+    }
 }
 
 public struct Credentials: Codable, Sendable, Equatable {

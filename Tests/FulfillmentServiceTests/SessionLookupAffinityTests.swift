@@ -35,12 +35,16 @@ import Testing
         }
         var firsts: Set<String> = []
         for n in 0..<30 {
-            let session = String(repeating: "S", count: 40) + String(1000 + n).suffix(3)
+            let session = String(repeating: "S", count: 40) + String(1000 + n).suffix(3)  // a session token's shape
             var seen: Set<String> = []
             for _ in 0..<6 { seen.insert(try await dependencies.authenticate(session).accountId) }
             #expect(seen.count == 1, "\(session): \(seen)")
             firsts.formUnion(seen)
         }
         #expect(firsts == ["a", "b", "c"])
+        // Not a session token's shape (a guess): round-robin, so a made-up key cannot aim lookups at one instance.
+        var seen: Set<String> = []
+        for _ in 0..<6 { seen.insert(try await dependencies.authenticate("made-up").accountId) }
+        #expect(seen == ["a", "b", "c"])
     }
 }

@@ -104,15 +104,20 @@ public final class AccountsService: Sendable {
                 key.hasPrefix("addr:") ? policy.returningAttempt(state, key: key) : nil
             }
         }
+        var verified = account.passwordHash
         if verdict.needsRehash {
             // Raise the stored hash to the current parameters while the password is at hand.
             let upgraded = try await run { try await self.hasher.hash(p.password) }
             try await run { try await self.store.replacePasswordHash(accountId: account.id, expected: account.passwordHash, new: upgraded) }
+            verified = upgraded
         }
         let now = clock.nowMs
         let (token, session) = newSession(deviceName: p.deviceName, nowMs: now)
-        let cap = configuration.maxSessionsPerAccount
-        try await run { try await self.store.addSession(session, accountId: account.id, nowMs: now, cap: cap) }
+        let cap = configuration.maxSessionsPerAccount, hash = verified
+        // Only while the password checked is still the account's: one changed meanwhile gives this sign-in no session.
+        // (A concurrent sign-in's rehash lands here too: that rare sign-in is refused, and the next succeeds.)
+        guard try await run({ try await self.store.addSession(session, accountId: account.id, passwordHash: hash, nowMs: now, cap: cap) })
+        else { throw Self.invalidCredentials }
         return SignedIn(
             accountId: account.id, appAccountToken: account.appAccountToken,
             session: SessionToken(token: token, expiresAtMs: session.expiresAtMs))

@@ -17,8 +17,10 @@ public protocol AccountsStorage: Sendable {
     func replacePasswordHash(accountId: String, expected: String, new: String) async throws
     /// Sets a new hash and revokes every other session, atomically; false if the hash changed meanwhile.
     func changePassword(accountId: String, expected: String, new: String, keepSession keep: Data) async throws -> Bool
-    /// Adds a session, drops the account's expired ones, and evicts the oldest beyond `cap`.
-    func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int) async throws
+    /// Adds a session, drops the account's expired ones, and evicts the oldest beyond `cap`, all only while the account's
+    /// password hash is still `passwordHash` (the one the sign-in verified); false, nothing written, when it changed since
+    /// (a password change that committed while the sign-in checked the old password must not leave it a session).
+    func addSession(_ session: NewSession, accountId: String, passwordHash: String, nowMs: Int64, cap: Int) async throws -> Bool
     func session(tokenHash: Data) throws -> SessionRow?
     /// `session(tokenHash:)` for a caller on an event loop: answered only when that waits on nothing but memory and
     /// the local file (SQLite in WAL mode: a read takes no lock the writer holds; PostgreSQL: a session its cache

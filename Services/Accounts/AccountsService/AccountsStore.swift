@@ -212,9 +212,12 @@ public final class AccountsStore: AccountsStorage, Sendable {
 
     // MARK: sessions
 
-    /// Adds a session, drops the account's expired ones, and evicts the oldest beyond `cap`.
-    public func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int = .max) async throws {
+    /// Adds a session, drops the account's expired ones, and evicts the oldest beyond `cap`, while the password hash is
+    /// still `passwordHash` (`AccountsStorage.addSession`).
+    public func addSession(_ session: NewSession, accountId: String, passwordHash: String, nowMs: Int64, cap: Int = .max) async throws -> Bool {
         try await writer.write { db in
+            guard try String.fetchOne(db, sql: "SELECT passwordHash FROM account WHERE id = ?", arguments: [accountId]) == passwordHash
+            else { return false }
             try db.execute(sql: "DELETE FROM session WHERE accountId = ? AND expiresAtMs <= ?", arguments: [accountId, nowMs])
             try Self.insert(session, accountId: accountId, db: db)
             // The new session always stays; of the others, the newest cap - 1 do.
@@ -224,6 +227,7 @@ public final class AccountsStore: AccountsStorage, Sendable {
                         SELECT tokenHash FROM session WHERE accountId = ? AND tokenHash != ?
                         ORDER BY createdAtMs DESC, lastSeenAtMs DESC LIMIT -1 OFFSET ?)
                     """, arguments: [accountId, session.tokenHash, max(0, cap - 1)])
+            return true
         }
     }
 

@@ -120,10 +120,17 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
         }
     }
 
+    /// Behind the account's sessions lock, as a sign-in: one that committed first is deleted here; one that comes after
+    /// is a new sign-in.
     public func deleteSessions(accountId: String) async throws -> Int {
         defer { sessions.forget(accountId: accountId) }
-        return try await pool.write { db in try db.execute("DELETE FROM session WHERE account_id = \(accountId)") }
+        return try await pool.write(locking: Self.sessionsLock(accountId)) { db in
+            try db.execute("DELETE FROM session WHERE account_id = \(accountId)")
+        }
     }
+
+    /// What sign-ins, password changes and "sign out everywhere" of one account take turns on.
+    static func sessionsLock(_ accountId: String) -> [String] { ["accounts:sessions:" + accountId] }
 
     public func account(id: String) async throws -> AccountRow? {
         try await pool.read { db in
@@ -143,9 +150,11 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
         }
     }
 
+    /// Behind the account's sessions lock: a sign-in that checked the old password either committed first (its session is
+    /// deleted here) or reads the new hash and adds nothing (`addSession`).
     public func changePassword(accountId: String, expected: String, new: String, keepSession keep: Data) async throws -> Bool {
         defer { sessions.forget(accountId: accountId) }
-        return try await pool.write { db in
+        return try await pool.write(locking: Self.sessionsLock(accountId)) { db in
             guard try db.execute("UPDATE account SET password_hash = \(new) WHERE id = \(accountId) AND password_hash = \(expected)") == 1
             else { return false }
             try db.execute("DELETE FROM session WHERE account_id = \(accountId) AND token_hash != \(keep)")
@@ -220,9 +229,11 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
     /// Sign-ins of one account take turns on its advisory lock (REPEATABLE READ, the lock taken before the snapshot), so the
     /// cap is kept exactly; sign-ins of different accounts never meet. (At SERIALIZABLE, 64 sign-ins of 64 accounts at once
     /// ran again 19-37 times: predicate locks on the session index's shared pages; measured 2026-11-30.)
-    public func addSession(_ session: NewSession, accountId: String, nowMs: Int64, cap: Int = .max) async throws {
+    public func addSession(_ session: NewSession, accountId: String, passwordHash: String, nowMs: Int64, cap: Int = .max) async throws -> Bool {
         defer { sessions.forget(accountId: accountId) }
-        try await pool.write(locking: ["accounts:sessions:" + accountId]) { db in
+        return try await pool.write(locking: Self.sessionsLock(accountId)) { db in
+            guard try db.one("SELECT password_hash FROM account WHERE id = \(accountId)")?.get("password_hash", as: String.self) == passwordHash
+            else { return false }
             try db.execute("DELETE FROM session WHERE account_id = \(accountId) AND expires_at_ms <= \(nowMs)")
             try Self.insert(session, accountId: accountId, db)
             // The new session always stays; of the others, the newest cap - 1 do.
@@ -232,6 +243,7 @@ public final class PostgresAccountsStore: AccountsStorage, Sendable {
                     SELECT token_hash FROM session WHERE account_id = \(accountId) AND token_hash != \(session.tokenHash)
                     ORDER BY created_at_ms DESC, last_seen_at_ms DESC OFFSET \(Int64(max(0, min(cap, Int(Int32.max)) - 1))))
                 """)
+            return true
         }
     }
 

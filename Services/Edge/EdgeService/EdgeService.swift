@@ -222,9 +222,9 @@ public final class EdgeService: Sendable {
         }
         let own = members.first { $0.key == "session" }
         let session =
-            own.map { $0.kind == .string ? Self.sessionShaped(bytes[$0.value].dropFirst().dropLast()) : nil }
+            own.map { $0.kind == .string ? SessionToken.shaped(bytes[$0.value].dropFirst().dropLast()) : nil }
             ?? bearer.flatMap {
-                Self.sessionShaped($0.utf8)
+                SessionToken.shaped($0.utf8)
             }
         let addsSession = bearer != nil && own == nil
         let drops = members.contains { $0.key == "internalToken" || $0.key == "clientAddress" }
@@ -246,16 +246,6 @@ public final class EdgeService: Sendable {
         }
         out.append(UInt8(ascii: "}"))
         return .success(Forwarded(params: out, session: session))
-    }
-
-    /// A string with the shape of a session token (43 base64url characters, `SessionTokens.generate`), as the
-    /// routing key: anything else (a guess, an escaped form) goes round-robin, so a caller cannot pile calls that
-    /// accounts will refuse onto one instance with a made-up key.
-    static func sessionShaped(_ bytes: some Collection<UInt8>) -> String? {
-        guard bytes.count == 43,
-            bytes.allSatisfy({ (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || $0 == 0x2D || $0 == 0x5F })
-        else { return nil }
-        return String(decoding: bytes, as: UTF8.self)
     }
 
     package struct Forwarded: Sendable {

@@ -91,12 +91,13 @@ public struct Dependencies: FulfillmentDependencies {
             catalog: try RPCClient(address: catalog, configuration: config), deadline: deadline)
     }
 
-    /// Keyed by the session, so each session's lookups go to one accounts instance, whose cache of sessions answers them
-    /// (`RPCClient` affinity; otherwise every instance's cache would come to hold every session).
+    /// Keyed by the session when it has a session token's shape (`SessionToken.shaped`, as the edge keys), so each
+    /// session's lookups go to one accounts instance, whose cache of sessions answers them (`RPCClient` affinity;
+    /// otherwise every instance's cache would come to hold every session).
     public func authenticate(_ session: String) async throws(RPCError) -> AuthenticatedAccount {
         try await call(
-            "accounts", accounts, AccountsAuthenticate.self, .init(session: session, internalToken: internalToken), affinity: session,
-            passThrough: [.unauthenticated])
+            "accounts", accounts, AccountsAuthenticate.self, .init(session: session, internalToken: internalToken),
+            affinity: SessionToken.shaped(session.utf8), passThrough: [.unauthenticated])
     }
 
     /// The account an appAccountToken belongs to (internal method); nil when no account has it.
