@@ -44,7 +44,8 @@ public struct WebhookWorker: FulfillmentPart {
         guard !endpoints.isEmpty else { return (false, false) }
         var more = try await dispatch(endpoints)
         for w in endpoints {
-            let due = try await claim(w, limit: policy.itemsPerRound), claimed = ContinuousClock.now
+            let claimed = ContinuousClock.now  // before the claim: its lease may have begun as soon as it was asked
+            let due = try await claim(w, limit: policy.itemsPerRound)
             more = more || due.count == policy.itemsPerRound
             await withTaskGroup(of: Void.self) { group in
                 var next = due.makeIterator()
@@ -178,7 +179,8 @@ public struct WebhookWorkerService: Service {
                         more = try await worker.dispatch(endpoints)
                         for w in endpoints {
                             let free = policy.concurrency - inFlight.withLockedValue { $0[w.id, default: 0] }
-                            let items = try await worker.claim(w, limit: free), claimed = ContinuousClock.now
+                            let claimed = ContinuousClock.now  // before the claim, as above
+                            let items = try await worker.claim(w, limit: free)
                             more = more || (free > 0 && items.count == free)
                             for item in items {
                                 inFlight.withLockedValue { $0[w.id, default: 0] += 1 }
