@@ -211,6 +211,42 @@ import Testing
         }
     }
 
+    /// Made active again (a resume, a redelivery), an endpoint's items waiting long after failures are due at once, but an
+    /// item claimed and in flight keeps its lease: claimed again, its account's events would go out twice at once, out of
+    /// order. (Seen failing with every item made due, as before 2026-11-30.)
+    @Test(arguments: StoreEngine.available)
+    func aResumeLeavesAClaimedItemToItsDelivery(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            let hook = WebhookRecord(
+                id: "wh-lease", url: "http://10.0.0.1/", types: nil, environments: nil, allowPrivateAddress: true, secret: WebhookSender.newSecret(),
+                state: "active", createdAtMs: 0, dispatched: .start)
+            #expect(try await store.addWebhook(hook, maxEndpoints: 20))
+            for (i, account) in ["alice", "bob"].enumerated() {
+                _ = try await store.apply(
+                    [coins(String(8_100_000 + i))], accountId: account, appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1_000)
+            }
+            try await SuiteFixture.eventFeedSettled(store)
+            let endpoint = try #require(try await store.webhook("wh-lease"))
+            #expect(try await store.dispatchEvents(to: endpoint, limit: 100, nowMs: 1_000) == 2)
+            let items = try await store.dueWebhookItems(endpointId: "wh-lease", nowMs: 1_000, limit: 10, leaseMs: 60_000)
+            #expect(items.map(\.key).sorted() == ["wh-lease alice", "wh-lease bob"])
+            // Bob's delivery failed and waits an hour; alice's is still in flight.
+            let bobs = try #require(items.first { $0.key == "wh-lease bob" })
+            try await store.settleWebhook(
+                WebhookSettlement(
+                    item: bobs, endpointId: "wh-lease", accountId: "bob", deliveredSequence: 0, generation: 0, attempts: [],
+                    failure: "answered HTTP 500", nextAttemptAtMs: 3_601_000, more: false, progressed: false, givesUp: false), nowMs: 1_000)
+            #expect(try await store.setWebhookState("wh-lease", "paused", nowMs: 2_000, leaseMs: 60_000))
+            #expect(try await store.setWebhookState("wh-lease", "active", nowMs: 3_000, leaseMs: 60_000))
+            func due(_ nowMs: Int64) async throws -> [String] {
+                try await store.dueWebhookItems(endpointId: "wh-lease", nowMs: nowMs, limit: 10, leaseMs: 60_000).map(\.key)
+            }
+            #expect(try await due(3_000) == ["wh-lease bob"])
+            #expect(try await due(61_000) == ["wh-lease alice"], "alice's when its lease ends")
+        }
+    }
+
     /// The ledger and the feed agree: replaying the feed's coin events per scope ends at every wallet's balance and debt.
     @Test(arguments: StoreEngine.available)
     func theLastEventOfEachAccountCarriesItsWallet(engine: StoreEngine) async throws {

@@ -150,9 +150,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func webhook(_ id: String) async throws -> WebhookRecord? { nil }
     func webhookBacklog(_ id: String) async throws -> (count: Int, oldestMs: Int64?, lastError: String?) { (0, nil, nil) }
     func rotateWebhookSecret(_ id: String, secret: String, previousUntilMs: Int64) async throws -> Bool { false }
-    func setWebhookState(_ id: String, _ state: String, nowMs: Int64) async throws -> Bool { false }
+    func setWebhookState(_ id: String, _ state: String, nowMs: Int64, leaseMs: Int64) async throws -> Bool { false }
     func deleteWebhook(_ id: String) async throws -> Bool { false }
-    func redeliverWebhook(_ id: String, after: EventPosition, nowMs: Int64) async throws -> Int { 0 }
+    func redeliverWebhook(_ id: String, after: EventPosition, nowMs: Int64, leaseMs: Int64) async throws -> Int { 0 }
     func webhookDeliveries(_ id: String, limit: Int) async throws -> [WebhookDelivery] { [] }
     func dispatchEvents(to webhook: WebhookRecord, limit: Int, nowMs: Int64) async throws -> Int { 0 }
     func dueWebhookItems(endpointId: String, nowMs: Int64, limit: Int, leaseMs: Int64) async throws -> [OutboxItem] { [] }

@@ -78,7 +78,8 @@ public struct EventDesk: FulfillmentPart {
         _ = try await endpoint(p.id)
         let paused = p.paused ?? true, now = clock.nowMs
         try await service.support.audit(paused ? "pauseWebhook" : "resumeWebhook", transactionId: p.id, reason: "", token: p.adminToken)
-        _ = try await storeCall { try await self.store.setWebhookState(p.id, paused ? "paused" : "active", nowMs: now) }
+        let lease = configuration.webhooks.leaseMs
+        _ = try await storeCall { try await self.store.setWebhookState(p.id, paused ? "paused" : "active", nowMs: now, leaseMs: lease) }
         if !paused { service.webhookWakeup.signal() }
         return try await describe(try await endpoint(p.id))
     }
@@ -97,8 +98,8 @@ public struct EventDesk: FulfillmentPart {
         let after = try Self.position(p.after, field: "after")
         _ = try await endpoint(p.id)
         try await service.support.audit("redeliverWebhook", transactionId: p.id, reason: "after \(after.cursor)", token: p.adminToken)
-        let now = clock.nowMs
-        let accounts = try await storeCall { try await self.store.redeliverWebhook(p.id, after: after, nowMs: now) }
+        let now = clock.nowMs, lease = configuration.webhooks.leaseMs
+        let accounts = try await storeCall { try await self.store.redeliverWebhook(p.id, after: after, nowMs: now, leaseMs: lease) }
         service.webhookWakeup.signal()
         return .init(accounts: accounts)
     }

@@ -15,9 +15,11 @@ public protocol EventStorage: Sendable {
     func webhook(_ id: String) async throws -> WebhookRecord?
     func webhookBacklog(_ id: String) async throws -> (count: Int, oldestMs: Int64?, lastError: String?)
     func rotateWebhookSecret(_ id: String, secret: String, previousUntilMs: Int64) async throws -> Bool
-    func setWebhookState(_ id: String, _ state: String, nowMs: Int64) async throws -> Bool
+    /// `leaseMs`: a claim's lease (`WebhookPolicy.leaseMs`); made active, items due within it keep their time (one may
+    /// be in flight).
+    func setWebhookState(_ id: String, _ state: String, nowMs: Int64, leaseMs: Int64) async throws -> Bool
     func deleteWebhook(_ id: String) async throws -> Bool
-    func redeliverWebhook(_ id: String, after: EventPosition, nowMs: Int64) async throws -> Int
+    func redeliverWebhook(_ id: String, after: EventPosition, nowMs: Int64, leaseMs: Int64) async throws -> Int
     func webhookDeliveries(_ id: String, limit: Int) async throws -> [WebhookDelivery]
     /// Owes the endpoint the next events of the feed it has not been given (at most `limit`); answers how many were read.
     func dispatchEvents(to webhook: WebhookRecord, limit: Int, nowMs: Int64) async throws -> Int
@@ -74,14 +76,14 @@ extension EventStorage where Self: FulfillmentDatabase {
         try await write { s in try WebhookRecords(s).rotate(id, secret: secret, previousUntilMs: previousUntilMs) }
     }
 
-    public func setWebhookState(_ id: String, _ state: String, nowMs: Int64) async throws -> Bool {
-        try await write { s in try WebhookRecords(s).setState(id, state, nowMs: nowMs) }
+    public func setWebhookState(_ id: String, _ state: String, nowMs: Int64, leaseMs: Int64) async throws -> Bool {
+        try await write { s in try WebhookRecords(s).setState(id, state, nowMs: nowMs, leaseMs: leaseMs) }
     }
 
     public func deleteWebhook(_ id: String) async throws -> Bool { try await write { s in try WebhookRecords(s).delete(id) } }
 
-    public func redeliverWebhook(_ id: String, after: EventPosition, nowMs: Int64) async throws -> Int {
-        try await write { s in try WebhookRecords(s).redeliver(id, after: after, nowMs: nowMs) }
+    public func redeliverWebhook(_ id: String, after: EventPosition, nowMs: Int64, leaseMs: Int64) async throws -> Int {
+        try await write { s in try WebhookRecords(s).redeliver(id, after: after, nowMs: nowMs, leaseMs: leaseMs) }
     }
 
     public func webhookDeliveries(_ id: String, limit: Int) async throws -> [WebhookDelivery] {

@@ -120,14 +120,19 @@ struct WebhookRecords {
             secret, id) == 1
     }
 
-    /// Only an active endpoint's items are claimed (`claimOutbox`); made active again, its items are due now and wait from
-    /// now (`WebhookPolicy.giveUpAfterMs` counts again).
-    func setState(_ id: String, _ state: String, nowMs: Int64) throws -> Bool {
+    /// Only an active endpoint's items are claimed (`claimOutbox`); made active again, its items wait from now
+    /// (`WebhookPolicy.giveUpAfterMs` counts again) and are due now, except those due within a lease (`leaseMs`) anyway:
+    /// one of them may be claimed and in flight, and made due it would be claimed again and its account's events sent
+    /// twice at once, out of order (until 2026-11-30, a pause and a resume within a minute could).
+    func setState(_ id: String, _ state: String, nowMs: Int64, leaseMs: Int64 = WebhookPolicy().leaseMs) throws -> Bool {
         guard try s.run("UPDATE webhook_endpoint SET state = ?1 WHERE id = ?2", state, id) == 1 else { return false }
         if state == "active" {
             try s.run(
-                "UPDATE outbox SET next_attempt_at_ms = ?1, created_at_ms = ?1, attempts = 0 WHERE kind = ?2 AND item_key LIKE ?3", nowMs,
-                Self.kind, id + " %")
+                """
+                UPDATE outbox SET created_at_ms = ?1, attempts = 0,
+                    next_attempt_at_ms = CASE WHEN next_attempt_at_ms > ?1 + ?4 THEN ?1 ELSE next_attempt_at_ms END
+                WHERE kind = ?2 AND item_key LIKE ?3
+                """, nowMs, Self.kind, id + " %", leaseMs)
         }
         return true
     }
@@ -235,7 +240,7 @@ struct WebhookRecords {
     /// Every event after `after` is owed again: each account's progress goes back to just before its first such event
     /// (never forward), in a new generation, so a round in flight meanwhile cannot move it on; the items' payloads change
     /// too, so such a round cannot remove them.
-    func redeliver(_ id: String, after: EventPosition, nowMs: Int64) throws -> Int {
+    func redeliver(_ id: String, after: EventPosition, nowMs: Int64, leaseMs: Int64) throws -> Int {
         let later = "FROM event WHERE (tx_order, id) > (?2, ?3)"
         let accounts = try s.run(
             """
@@ -252,7 +257,7 @@ struct WebhookRecords {
                 NULL \(later) GROUP BY account_id
             ON CONFLICT (kind, item_key) DO UPDATE SET payload = excluded.payload
             """, id, after.txOrder, after.id, Self.kind, nowMs)
-        _ = try setState(id, "active", nowMs: nowMs)
+        _ = try setState(id, "active", nowMs: nowMs, leaseMs: leaseMs)
         return accounts
     }
 
