@@ -48,8 +48,7 @@ package enum WriteFunctions {
     /// semicolon, no RETURNING and not the body's quote (`$iap_writes$`, any case). On its bytes: this runs at every
     /// flush, and Foundation's case-insensitive search cost fulfillment 0.36-0.46 ms per operation (measured 2026-11-29).
     static func fits(_ statement: String) -> Bool {
-        var bytes = statement.utf8[...]
-        while let first = bytes.first, first == 0x20 || first == 0x0A || first == 0x09 || first == 0x0D { bytes = bytes.dropFirst() }
+        let bytes = start(statement)
         guard ["INSERT", "UPDATE", "DELETE", "SELECT"].contains(where: { startsWord(bytes, $0) }) else { return false }
         var index = bytes.startIndex
         while index != bytes.endIndex {
@@ -63,9 +62,16 @@ package enum WriteFunctions {
 
     /// What follows a statement's leading SELECT (a statement run for its effect); nil for a write.
     static func selected(_ statement: String) -> Substring? {
-        let trimmed = statement.drop { $0 == " " || $0 == "\n" || $0 == "\t" || $0 == "\r" }
-        guard startsWord(trimmed.utf8, "SELECT") else { return nil }
-        return trimmed.dropFirst(6)
+        let bytes = start(statement)
+        guard startsWord(bytes, "SELECT") else { return nil }
+        return Substring(bytes.dropFirst(6))
+    }
+
+    /// The statement's bytes from its first one that is not a space, tab or line break.
+    private static func start(_ statement: String) -> Substring.UTF8View {
+        var bytes = statement.utf8[...]
+        while let first = bytes.first, first == 0x20 || first == 0x0A || first == 0x09 || first == 0x0D { bytes = bytes.dropFirst() }
+        return bytes
     }
 
     /// Whether `bytes` start with `word` (ASCII, any case).

@@ -21,6 +21,22 @@ import Testing
             expiresDateMs: expires, cancellationDateMs: cancelled)
     }
 
+    /// An active endpoint for a private test address (nothing is sent to it here).
+    static func addEndpoint(_ store: any FulfillmentStorage, _ id: String) async throws {
+        let hook = WebhookRecord(
+            id: id, url: "http://10.0.0.1/", types: nil, environments: nil, allowPrivateAddress: true, secret: WebhookSender.newSecret(),
+            state: "active", createdAtMs: 0, dispatched: .start)
+        #expect(try await store.addWebhook(hook, maxEndpoints: 20))
+    }
+
+    /// One coin purchase redeemed per entry of `accounts`, transaction ids counting up from `first`, at 1 s.
+    static func redeemCoins(_ store: any FulfillmentStorage, for accounts: [String], from first: Int) async throws {
+        for (i, account) in accounts.enumerated() {
+            _ = try await store.apply(
+                [coins(String(first + i))], accountId: account, appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1_000)
+        }
+    }
+
     static func all(_ store: any FulfillmentStorage, account: String? = nil) async throws -> [FulfillmentEvent] {
         try await SuiteFixture.eventFeedSettled(store)
         var out: [FulfillmentEvent] = []
@@ -184,14 +200,8 @@ import Testing
     func retentionKeepsEachAccountsLatestAndWhatAnEndpointStillOwes(engine: StoreEngine) async throws {
         try await engine.open().with { db in
             let store = db.first
-            let hook = WebhookRecord(
-                id: "wh-test", url: "http://10.0.0.1/", types: nil, environments: nil, allowPrivateAddress: true, secret: WebhookSender.newSecret(),
-                state: "active", createdAtMs: 0, dispatched: .start)
-            #expect(try await store.addWebhook(hook, maxEndpoints: 20))
-            for (i, account) in ["alice", "alice", "alice", "bob", "bob"].enumerated() {
-                _ = try await store.apply(
-                    [coins(String(8_000_000 + i))], accountId: account, appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1_000)
-            }
+            try await Self.addEndpoint(store, "wh-test")
+            try await Self.redeemCoins(store, for: ["alice", "alice", "alice", "bob", "bob"], from: 8_000_000)
             try await SuiteFixture.eventFeedSettled(store)
             let endpoint = try #require(try await store.webhook("wh-test"))
             #expect(try await store.dispatchEvents(to: endpoint, limit: 100, nowMs: 1_000) == 5)
@@ -218,14 +228,8 @@ import Testing
     func aResumeLeavesAClaimedItemToItsDelivery(engine: StoreEngine) async throws {
         try await engine.open().with { db in
             let store = db.first
-            let hook = WebhookRecord(
-                id: "wh-lease", url: "http://10.0.0.1/", types: nil, environments: nil, allowPrivateAddress: true, secret: WebhookSender.newSecret(),
-                state: "active", createdAtMs: 0, dispatched: .start)
-            #expect(try await store.addWebhook(hook, maxEndpoints: 20))
-            for (i, account) in ["alice", "bob"].enumerated() {
-                _ = try await store.apply(
-                    [coins(String(8_100_000 + i))], accountId: account, appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 1_000)
-            }
+            try await Self.addEndpoint(store, "wh-lease")
+            try await Self.redeemCoins(store, for: ["alice", "bob"], from: 8_100_000)
             try await SuiteFixture.eventFeedSettled(store)
             let endpoint = try #require(try await store.webhook("wh-lease"))
             #expect(try await store.dispatchEvents(to: endpoint, limit: 100, nowMs: 1_000) == 2)
@@ -329,10 +333,7 @@ import Testing
             }
             for await _ in held { break }
             _ = try await store.apply([coins("6100001")], accountId: "before", appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 2)
-            let hook = WebhookRecord(
-                id: "wh-late", url: "http://10.0.0.1/", types: nil, environments: nil, allowPrivateAddress: true, secret: WebhookSender.newSecret(),
-                state: "active", createdAtMs: 0, dispatched: .start)
-            #expect(try await store.addWebhook(hook, maxEndpoints: 20))
+            try await Self.addEndpoint(store, "wh-late")
             _ = try await store.apply([coins("6100002")], accountId: "after", appAccountToken: nil, mode: .redeem, policy: .refuse, nowMs: 3)
             release.signal()
             try await holder.value

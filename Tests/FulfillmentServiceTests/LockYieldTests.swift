@@ -46,9 +46,7 @@ struct LockYieldTests {
         let pool = database.pool
         let store = try await PostgresFulfillmentStore(pool: pool)
         defer { try? store.close() }
-        _ = try await store.apply(
-            [coins("2000000300")], accountId: "erin", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production,
-            nowMs: 1)
+        try await KnownWalletSpendTests.redeem(store, "2000000300", account: "erin")
         for (round, key) in ["read", "guessed"].enumerated() {
             let holder = Self.holdLock(database.psqlURL, seconds: 60)
             try await Self.until("the lock held") { try await Self.locks(store, mode: "ExclusiveLock", granted: true) == 1 }
