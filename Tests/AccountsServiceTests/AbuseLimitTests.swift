@@ -113,6 +113,22 @@ import Testing
         _ = try await f.login("new-0")
     }
 
+    /// One host is given a whole IPv6 /64: keyed on each address, it would register (and guess) without limit.
+    @Test func anIPv6NetworkCountsAsOneAddress() async throws {
+        let f = try await AccountsFixture.start { $0.throttle.registrationThreshold = 3 }
+        defer { Task { await f.stop() } }
+        func register(_ name: String, from address: String) async -> RPCError? {
+            await rpcError {
+                _ = try await f.client.call(
+                    AccountsRegister.self,
+                    .init(username: name, password: "correct horse battery", clientAddress: address, internalToken: AccountsFixture.internalToken))
+            }
+        }
+        for i in 1...3 { #expect(await register("six-\(i)", from: "2001:db8:1:2::\(i)") == nil) }
+        #expect(await register("six-4", from: "2001:db8:1:2:ffff::4")?.knownCode == .rateLimited, "the same /64")
+        #expect(await register("six-5", from: "2001:db8:1:3::1") == nil, "the next /64 is another subscriber")
+    }
+
     @Test func sessionsHaveAnAbsoluteLifetimeEvenWhenUsedEveryDay() async throws {
         let f = try await AccountsFixture.start {
             $0.sessionLifetimeMs = 2 * 86_400_000

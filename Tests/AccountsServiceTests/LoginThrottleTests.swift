@@ -28,6 +28,30 @@ import Testing
         #expect(await Self.login(f, "ana", "correct horse battery", from: "203.0.113.9") == nil, "the owner signs in at once")
     }
 
+    /// Someone holding a stolen session guesses the current password at `changePassword` no faster than a sign-in from one
+    /// address guesses it: found right, it would change the password and lock the owner out. Before, only the name's
+    /// global count (50 a window, then seconds of delay) applied.
+    @Test func aStolenSessionGuessesTheCurrentPasswordNoFasterThanOneAddress() async throws {
+        let f = try await AccountsFixture.start()
+        defer { Task { await f.stop() } }
+        let stolen = try await f.register("cleo", device: "stolen phone").session.token
+        let policy = f.configuration.throttle
+        func change(_ current: String, session: String = stolen) async -> RPCError? {
+            await rpcError {
+                _ = try await f.client.call(
+                    AccountsChangePassword.self, .init(session: session, currentPassword: current, newPassword: "attacker owns this now"))
+            }
+        }
+        for i in 0..<policy.usernameThreshold { #expect(await change("guess \(i)")?.reason == "invalidCredentials") }
+        let limited = await change("correct horse battery")
+        #expect(limited?.knownCode == .rateLimited, "even the right password waits: \(String(describing: limited))")
+        #expect(limited?.data.extra["retryAfterMs"]?.intValue == policy.baseLockMs)
+        // The owner is not locked out: signs in from elsewhere, and that session changes the password at once.
+        let owners = try await f.login("cleo", device: "own laptop").session.token
+        #expect(await change("correct horse battery", session: owners) == nil)
+        #expect(await rpcError { try await f.authenticate(stolen) }?.knownCode == .unauthenticated, "the stolen session ended")
+    }
+
     @Test func guessesSpreadOverManyAddressesOnlySlowTheName() async throws {
         let f = try await AccountsFixture.start()
         defer { Task { await f.stop() } }

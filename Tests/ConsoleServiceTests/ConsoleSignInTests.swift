@@ -108,6 +108,24 @@ import Testing
         }
     }
 
+    /// A password pasted into the name field while the address is throttled stays out of the audit log (it was written
+    /// down as the operator's name there, lower-cased; the refused branch already wrote "(unknown)").
+    @Test(arguments: engines) func aThrottledSignInWritesNoTypedNameThatIsNoOperator(engine: Engine) async throws {
+        try await Self.harness(engine) { h in
+            for _ in 0..<LoginThrottlePolicy().addressThreshold {
+                _ = try await h.console.signIn(username: "nobody-\(UUID().uuidString)", password: "x", code: "000000", address: "10.0.0.4")
+            }
+            guard case .throttled = try await h.console.signIn(username: h.password, password: "x", code: "000000", address: "10.0.0.4")
+            else { Issue.record("the address was not throttled"); return }
+            guard case .throttled = try await h.console.signIn(username: "sam", password: "x", code: "000000", address: "10.0.0.4")
+            else { Issue.record("the address was not throttled"); return }
+            let throttled = try await h.store.audit(operatorName: nil, action: "signInThrottled", limit: 10).map(\.operatorName)
+            #expect(throttled.sorted() == ["(unknown)", "sam"], "\(throttled)")
+            let everything = try await h.store.audit(operatorName: nil, action: nil, limit: 500).map(\.operatorName)
+            #expect(!everything.contains(h.password.lowercased()))
+        }
+    }
+
     @Test(arguments: engines) func sessionsEndWhenIdleAtTheirLimitAndEverywhereAtOnce(engine: Engine) async throws {
         try await Self.harness(engine) { h in
             guard case .signedIn(let first) = try await h.console.signIn(username: "sam", password: h.password, code: h.code(), address: nil)

@@ -185,8 +185,11 @@ public final class AccountsService: Sendable {
         else {
             throw Self.invalidCredentials
         }
-        let throttleKeys = [LoginThrottlePolicy.usernameKey(account.username.lowercased())]
-        try await admit(throttleKeys, detail: "too many failed sign-in attempts")
+        // As a sign-in's limits: the name's, and this session's at the name as if it were an address (someone holding
+        // a stolen session must not guess the password faster than from one address, then change it and lock the owner out).
+        let name = (try? UsernamePolicy.normalize(account.username).key) ?? account.username.lowercased()
+        let throttleKeys = [LoginThrottlePolicy.usernameKey(name), LoginThrottlePolicy.sessionKey(name, tokenHash: session.tokenHash)]
+        try await admit(throttleKeys, detail: "too many failed password checks")
         let verdict = try await run { try await self.hasher.verify(p.currentPassword, against: account.passwordHash) }
         guard verdict.matches else {
             throw RPCError(code: .unauthenticated, message: "current password is wrong", reason: .invalidCredentials)

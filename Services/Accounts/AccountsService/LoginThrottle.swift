@@ -1,3 +1,6 @@
+import Foundation
+import ServiceSupport
+
 /// Failed-login limits per username from one address, per username from everywhere, and per client address.
 ///
 /// Each key counts failures within a window; past a threshold, further attempts are refused for a
@@ -32,9 +35,14 @@ public struct LoginThrottlePolicy: Sendable {
     public init() {}
 
     public static func usernameKey(_ key: String) -> String { "user:\(key)" }
-    public static func pairKey(_ key: String, address: String?) -> String { "pair:\(key)@\(address ?? "-")" }
-    public static func addressKey(_ address: String) -> String { "addr:\(address)" }
-    static func registrationKey(_ address: String) -> String { "register:\(address)" }
+    public static func pairKey(_ key: String, address: String?) -> String { "pair:\(key)@\(address.map(ClientAddress.limitKey) ?? "-")" }
+    /// Addresses count as `ClientAddress.limitKey` has them (an IPv6 address by its /64).
+    public static func addressKey(_ address: String) -> String { "addr:\(ClientAddress.limitKey(address))" }
+    /// A password change's checks of the current password, per session: limited as one address's at the name (`pair:`).
+    public static func sessionKey(_ key: String, tokenHash: Data) -> String {
+        "pair:\(key)@session:" + tokenHash.prefix(12).map { String(format: "%02x", $0) }.joined()
+    }
+    static func registrationKey(_ address: String) -> String { "register:\(ClientAddress.limitKey(address))" }
 
     public func threshold(for key: String) -> Int {
         if key.hasPrefix("pair:") { return usernameThreshold }

@@ -87,7 +87,9 @@ public final class ConsoleService: Sendable {
         let addressKey = address.map { LoginThrottlePolicy.addressKey("console:" + $0) }
         let wait = try await store.admitAttempt(keys: nameKeys + (addressKey.map { [$0] } ?? []), policy: configuration.throttle, nowMs: now)
         guard wait == 0 else {
-            try await store.recordAudit(operatorName: name, action: "signInThrottled", detail: "", address: address, nowMs: now)
+            // As below: only an operator's name is written down, never what was typed (a pasted password).
+            let known = try await store.operatorRecord(name) != nil ? name : "(unknown)"
+            try await store.recordAudit(operatorName: known, action: "signInThrottled", detail: "", address: address, nowMs: now)
             return .throttled(retryAfterMs: wait)
         }
         guard let record = try await store.operatorRecord(name) else {

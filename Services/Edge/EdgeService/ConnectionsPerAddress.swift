@@ -3,6 +3,7 @@ import HummingbirdCore
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import ServiceSupport
 
 /// Open connections per client address, capped (`EdgeConfiguration.maxConnectionsPerAddress`): the per-address
 /// request buckets bound what an address may ask, not how many connections it may hold, and each connection holds
@@ -27,9 +28,11 @@ final class ConnectionsPerAddress: Sendable {
         self.refusedMetric = metrics.map { Counter(label: "edge.connections.refused", dimensions: [], factory: $0) }
     }
 
-    /// Counts a new connection from `address`; false (nothing counted) when the address is at the cap.
+    /// Counts a new connection from `address`; false (nothing counted) when the address is at the cap. An IPv6 address
+    /// counts by its /64 (`ClientAddress.limitKey`), a trusted proxy's by its own address.
     func admit(_ address: String) -> Bool {
         if exempt.contains(address) { return true }
+        let address = ClientAddress.limitKey(address)
         let admitted = state.withLockedValue { s in
             let open = s.open[address, default: 0]
             guard open < cap else {
@@ -46,6 +49,7 @@ final class ConnectionsPerAddress: Sendable {
     /// A counted connection from `address` closed.
     func release(_ address: String) {
         if exempt.contains(address) { return }
+        let address = ClientAddress.limitKey(address)
         state.withLockedValue { s in
             let left = s.open[address, default: 1] - 1
             s.open[address] = left > 0 ? left : nil
@@ -53,7 +57,7 @@ final class ConnectionsPerAddress: Sendable {
     }
 
     /// Connections open from `address` now (tests).
-    func open(_ address: String) -> Int { state.withLockedValue { $0.open[address, default: 0] } }
+    func open(_ address: String) -> Int { state.withLockedValue { $0.open[ClientAddress.limitKey(address), default: 0] } }
 
     /// Connections refused since start (tests).
     var refused: Int { state.withLockedValue { $0.refused } }

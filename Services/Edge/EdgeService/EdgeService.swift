@@ -30,12 +30,15 @@ public final class EdgeService: Sendable {
     let requestMetrics: HTTPServerRequestMetrics
     /// Open connections per client address, capped (`maxConnectionsPerAddress`).
     let connections: ConnectionsPerAddress
+    private let readinessReports: Readiness
     /// Requests `EventLoopRoutes` answered (`/v1/rpc` and the webhook; the rest went through the router): for tests.
     package let answeredOnTheEventLoop = Atomic<Int>(0)
     private let fileIO = FileIO()
 
     public init(accounts: RPCClient, catalog: RPCClient, fulfillment: RPCClient, configuration: EdgeConfiguration, logger: Logger) {
-        self.clients = ["accounts": accounts, "catalog": catalog, "fulfillment": fulfillment]
+        let clients = ["accounts": accounts, "catalog": catalog, "fulfillment": fulfillment]
+        self.clients = clients
+        self.readinessReports = Readiness { await EdgeService.ping(clients) }
         self.configuration = configuration
         self.limiter = TokenBuckets(burst: configuration.burst, perSecond: configuration.requestsPerSecond)
         self.webhookLimiter = TokenBuckets(burst: configuration.webhookBurst, perSecond: configuration.webhookRequestsPerSecond)
@@ -273,8 +276,12 @@ public final class EdgeService: Sendable {
     // MARK: GET /readyz
 
     /// Ready when accounts, catalog and fulfillment each answer `rpc.ping` within a second:
-    /// `{"accounts":"ok","catalog":"down",...}`.
+    /// `{"accounts":"ok","catalog":"down",...}`; asked at most once a second (`Readiness`).
     public func readiness() async -> (ready: Bool, report: [UInt8]) {
+        await readinessReports.report()
+    }
+
+    static func ping(_ clients: [String: RPCClient]) async -> (ready: Bool, report: [UInt8]) {
         var states: [String: JSONValue] = [:]
         for (name, client) in clients.sorted(by: { $0.key < $1.key }) {
             let ok = (try? await client.call(RPCPing.self, EmptyParams(), timeout: .seconds(1))) != nil
@@ -438,13 +445,14 @@ public final class EdgeService: Sendable {
 
     // MARK: HTTP
 
-    /// The client's address: the TCP peer, or the last `X-Forwarded-For` hop when the peer is a trusted proxy.
+    /// The client's address as the limits count it (`ClientAddress.limitKey`: an IPv6 address by its /64): the TCP peer,
+    /// or the last `X-Forwarded-For` hop when the peer is a trusted proxy.
     func clientAddress(peer: String?, forwardedFor: String?) -> String {
         guard let peer else { return "unknown" }
         if configuration.trustedProxies.contains(peer), let forwarded = forwardedFor?.split(separator: ",").last {
-            return forwarded.trimmingCharacters(in: .whitespaces)
+            return ClientAddress.limitKey(forwarded.trimmingCharacters(in: .whitespaces))
         }
-        return peer
+        return ClientAddress.limitKey(peer)
     }
 
     /// The Hummingbird router: `/v1/rpc`, the two notification URLs and `/healthz`.

@@ -152,9 +152,23 @@ public final class WebhookSender: Sendable {
         request.headers.add(name: "webhook-timestamp", value: timestamp)
         request.headers.add(name: "webhook-signature", value: Self.signatures(id: eventId, timestamp: timestamp, body: body, secrets: secrets))
         request.body = .bytes(ByteBuffer(bytes: body))
-        let response = try await http.execute(request, timeout: timeout)
-        _ = try? await response.body.collect(upTo: 64 << 10)  // read so the connection is reused; the answer is not kept
+        // One deadline for the whole exchange, the answer's body included: the client's own bounds the wait for the head
+        // only, and a receiver trickling a body could keep a request past its lease (its events then sent twice at once).
+        let deadline = NIODeadline.now() + timeout
+        let response = try await http.execute(request, deadline: deadline)
+        await Self.drain(response.body, by: deadline)
         return Int(response.status.code)
+    }
+
+    /// Reads (and drops) the answer's body, so the connection is reused, until `deadline` at most: the status decided the
+    /// outcome already; a body that has not ended by then is cut off with its connection.
+    static func drain(_ body: HTTPClientResponse.Body, by deadline: NIODeadline) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { _ = try? await body.collect(upTo: 64 << 10) }  // a longer one is cut off: the answer is not kept
+            group.addTask { try? await Task.sleep(nanoseconds: UInt64(max(0, (deadline - .now()).nanoseconds))) }
+            await group.next()
+            group.cancelAll()
+        }
     }
 
     /// `v1,<base64>` per secret, space-separated.

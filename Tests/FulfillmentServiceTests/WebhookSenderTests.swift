@@ -1,0 +1,48 @@
+import Foundation
+import NIOCore
+import NIOPosix
+import Testing
+
+@testable import FulfillmentService
+
+/// A webhook request ends within its time, the answer's body included: a receiver that sends its head at once and then
+/// trickles the body must not keep a delivery past its lease (another instance would claim the account's events and
+/// send them again beside it, out of order). Before, the client's deadline covered the head only and the body could
+/// take as long as the receiver liked, a byte within each read timeout.
+@Suite struct WebhookSenderTests {
+    /// Answers every request with a head promising 64 KiB, then one byte every `every`.
+    final class TricklingReceiver: ChannelInboundHandler, Sendable {
+        typealias InboundIn = ByteBuffer
+        typealias OutboundOut = ByteBuffer
+        let every: TimeAmount
+        init(every: TimeAmount) { self.every = every }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            let channel = context.channel
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 65536\r\n\r\nx"
+            channel.writeAndFlush(channel.allocator.buffer(string: head), promise: nil)
+            channel.eventLoop.scheduleRepeatedTask(initialDelay: every, delay: every) { task in
+                guard channel.isActive else { return task.cancel() }
+                channel.writeAndFlush(channel.allocator.buffer(string: "x"), promise: nil)
+            }
+        }
+    }
+
+    @Test(.timeLimit(.minutes(1))) func aReceiverTricklingItsAnswerIsCutOffAtTheRequestsTime() async throws {
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { $0.pipeline.addHandler(TricklingReceiver(every: .milliseconds(100))) }
+            .bind(host: "127.0.0.1", port: 0).get()
+        defer { server.close(promise: nil) }
+        let port = try #require(server.localAddress?.port)
+        let sender = WebhookSender(timeout: .seconds(1))
+        let endpoint = WebhookRecord(
+            id: "trickle", url: "http://127.0.0.1:\(port)/hooks", types: nil, environments: nil, allowPrivateAddress: true,
+            secret: WebhookSender.newSecret(), state: "active", createdAtMs: 0, dispatched: EventPosition(txOrder: 0, id: 0))
+        let started = ContinuousClock.now
+        // Its status decides (a 2xx head is an acceptance); the body it promised would take almost two hours.
+        #expect(try await sender.send(endpoint, eventId: "evt", body: Array("{}".utf8), secrets: [endpoint.secret]) == 200)
+        let took = ContinuousClock.now - started
+        #expect(took < .seconds(10), "the request ended at its time (1 s), not when the body did: \(took)")
+        await sender.shutdown()
+    }
+}
