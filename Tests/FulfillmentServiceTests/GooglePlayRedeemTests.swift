@@ -3,6 +3,7 @@ import FulfillmentService
 import IAPProtocol
 import JSONRPC
 import RPCTransport
+import ServiceSupport
 import SuiteTestSupport
 import Testing
 
@@ -92,6 +93,36 @@ import Testing
         }
     }
 
+    /// An upgrade redeemed ends the plan it replaced even without its push, and also when the customer upgraded signed in
+    /// as another account (Google links only the same Google account's plans, and stops charging for the old one): before,
+    /// only a push ended it, and only on the same account, so the first account kept the old plan to its end for free.
+    @Test func anUpgradeRedeemedEndsThePlanItReplacedWhicheverAccountHeldIt() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            let bob = try await suite.register("bob")
+            let basic = try await play.buy("sub.basic", accountToken: ann.appAccountToken, basePlanId: "monthly")
+            _ = try await Self.redeem(suite, ann.session, [.init(productId: "sub.basic", purchaseToken: basic.purchaseToken)])
+            #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["basic"])
+            let premium = try await play.client.call(
+                PlayPurchaseProduct.self,
+                .init(
+                    packageName: PlayStand.packageName, productId: "sub.premium", basePlanId: "monthly",
+                    obfuscatedExternalAccountId: bob.appAccountToken, linkedPurchaseToken: basic.purchaseToken))
+            let upgraded = try await Self.redeem(suite, bob.session, [.init(productId: "sub.premium", purchaseToken: premium.purchaseToken)])
+            #expect(upgraded.results.map(\.outcome) == [.granted] && upgraded.entitlements.map(\.entitlement) == ["premium"])
+            // The suite's clock past the moment of the upgrade (it started with the suite; the test takes seconds under load).
+            suite.clock.advance(ms: max(1_000, ServiceClock.system.nowMs - suite.clock.clock.nowMs + 1_000))
+            #expect(try await suite.entitlements(ann.session).isEmpty, "the replaced plan ended on Ann's account")
+            // Redeemed again: ended once.
+            _ = try await Self.redeem(suite, bob.session, [.init(productId: "sub.premium", purchaseToken: premium.purchaseToken)])
+            try await suite.eventFeedSettled()
+            let events = try await suite.fulfillment.call(
+                FulfillmentListEvents.self, .init(adminToken: SuiteFixture.adminToken, accountId: ann.accountId))
+            #expect(events.events.filter { $0.type == .subscriptionExpired }.map(\.store) == ["googlePlay"])
+        }
+    }
+
     @Test func aPurchaseGoogleRevokedIsNotGrantedAndConcurrentRedeemsGrantOnce() async throws {
         // Twenty-one calls to Google from one account: more than the default budget of calls to the stores.
         try await SuiteFixture.with(configure: { $0.appleCallBurst = 100 }, play: true) { suite in
@@ -107,6 +138,8 @@ import Testing
                 FulfillmentListEvents.self, .init(adminToken: SuiteFixture.adminToken, accountId: ann.accountId)
             ).events.filter { $0.originalTransactionId == refunded.purchaseToken }
             #expect(feed.map(\.type) == [.purchaseGranted, .purchaseRefunded] && feed.map(\.delta) == [300, -300])
+            // Both name Google Play: the refund's event is written from the record (it said appStore before).
+            #expect(feed.map(\.store) == ["googlePlay", "googlePlay"])
             // Twenty redeems of one purchase at once, from Ann's two devices: one grant.
             let second = try await suite.login("ann")
             let bought = try await play.buy("coins.100", accountToken: ann.appAccountToken)

@@ -35,9 +35,15 @@ final class InMemoryLedger: FulfillmentTransaction {
             grantKind: grantKind, coinsGranted: coins, revokedAtMs: nil)
     }
 
-    func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) { processedRows[transactionId]?.revokedAtMs = nowMs }
+    func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) {
+        processedRows[transactionId]?.revokedAtMs = nowMs
+        processedRows[transactionId]?.revokeReason = reason
+    }
 
-    func markReinstated(_ transactionId: String) { processedRows[transactionId]?.revokedAtMs = nil }
+    func markReinstated(_ transactionId: String) {
+        processedRows[transactionId]?.revokedAtMs = nil
+        processedRows[transactionId]?.revokeReason = nil
+    }
 
     func setCoinsGranted(_ transactionId: String, coins: Int64) { processedRows[transactionId]?.coinsGranted = coins }
 

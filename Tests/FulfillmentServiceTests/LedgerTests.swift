@@ -145,6 +145,14 @@ import Testing
                         reason: "x"))
             }
             #expect(unknown?.code == RPCErrorCode.notFound.rawValue)
+            // A store's own words are not an administrator's reason: a later word from the store could undo them.
+            for reason in ["refunded", "revoked"] {
+                let taken = await rpcError {
+                    try await suite.fulfillment.call(
+                        FulfillmentRevokeTransaction.self, .init(adminToken: SuiteFixture.adminToken, transactionId: txid, reason: reason))
+                }
+                #expect(taken?.code == RPCErrorCode.invalidParams.rawValue && taken?.data.extra["field"]?.stringValue == "reason")
+            }
         }
     }
 

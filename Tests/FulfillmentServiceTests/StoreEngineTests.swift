@@ -178,6 +178,25 @@ func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -
         }
     }
 
+    /// An administrator's revocation (fraud, a chargeback) stays: a store's later word about the purchase, Apple's current
+    /// state or a refund reversal, gives back only what a store's own refund or revocation took. Before, any later
+    /// notification carrying Apple's answer (a delayed ONE_TIME_CHARGE, the hourly reconciliation) gave the coins back.
+    @Test(arguments: StoreEngine.available)
+    func aStoresLaterWordGivesBackOnlyWhatAStoreTook(engine: StoreEngine) async throws {
+        try await engine.open(instances: 2).with { db in
+            _ = try await db[0].apply(
+                [coins("2000000040"), coins("2000000041")], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse,
+                answerScope: .production, nowMs: 1)
+            #expect(try await db[0].revoke(transactionId: "2000000040", reason: "fraud", nowMs: 2) == .revoked)
+            #expect(try await db[1].revoke(transactionId: "2000000041", reason: "refunded", nowMs: 2) == .revoked)
+            #expect(try await db[1].processed(transactionId: "2000000040")?.revokeReason == "fraud")
+            #expect(try await db[1].reinstate(transactionId: "2000000040", nowMs: 3) == false)
+            #expect(try await db[0].reinstate(transactionId: "2000000041", nowMs: 3))
+            #expect(try await db[0].balance(accountId: "alice", scope: .production) == Wallet(balance: 100, owed: 0))
+            #expect(try await db.first.ledgerMismatches().isEmpty)
+        }
+    }
+
     /// A refund that came before the redeem, on both engines' SQL: the redeem records the purchase refunded, and the refund's
     /// reversal gives it back whole; reversed before any redeem, the redeem grants it; either way a second refund takes it back.
     @Test(arguments: StoreEngine.available)

@@ -62,6 +62,7 @@ extension FulfillmentTransaction {
         _ fill: (inout FulfillmentEvent) -> Void = { _ in }
     ) throws {
         try event(type, holder ?? record.holder, environment: record.environment, nowMs: nowMs) { e in
+            e.store = PurchaseStore.of(originalTransactionId: record.originalTransactionId)
             e.entitlement = record.entitlement
             e.productId = record.productId
             e.originalTransactionId = record.originalTransactionId
@@ -233,9 +234,20 @@ extension FulfillmentEvent {
 
     /// The processed transaction an event is about.
     mutating func about(_ record: ProcessedTransaction, _ transactionId: String, delta: Int64? = nil) {
+        store = PurchaseStore.of(originalTransactionId: record.originalTransactionId)
         productId = record.productId
         self.transactionId = transactionId
         originalTransactionId = record.originalTransactionId
         self.delta = delta
+    }
+}
+
+/// Which store a purchase recorded here came from, by its original transaction id (pure): the App Store's are unsigned
+/// 64-bit integers (StoreKit's `Transaction.originalID` is a `UInt64`), written in digits; Google Play's is the purchase
+/// token, an opaque string of letters, digits and punctuation. For the events about a record, which keeps no store of its
+/// own (a purchase at hand says it: `VerifiedPurchase.store`).
+enum PurchaseStore {
+    static func of(originalTransactionId id: String) -> String {
+        !id.isEmpty && id.utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) } ? "appStore" : "googlePlay"
     }
 }

@@ -130,17 +130,20 @@ struct FulfillmentRecords: FulfillmentTransaction {
     func processed(_ transactionId: String) throws -> ProcessedTransaction? {
         try s.row(
             """
-            SELECT environment, account_id, scope, original_transaction_id, product_id, grant_kind, coins_granted, revoked_at_ms
+            SELECT environment, account_id, scope, original_transaction_id, product_id, grant_kind, coins_granted, revoked_at_ms,
+                revoke_reason
             FROM processed_transaction WHERE transaction_id = ?1
             """, transactionId
-        ).map(Self.processedTransaction)
+        ).map { try Self.processedTransaction($0, withReason: true) }
     }
 
-    static func processedTransaction(_ row: SQLRow) throws -> ProcessedTransaction {
+    /// `withReason`: the row has `revoke_reason` (the redeem's combined read does not need it).
+    static func processedTransaction(_ row: SQLRow, withReason: Bool = false) throws -> ProcessedTransaction {
         ProcessedTransaction(
             environment: try row.get("environment"), holder: try holder(row),
             originalTransactionId: try row.get("original_transaction_id"), productId: try row.get("product_id"),
-            grantKind: try row.get("grant_kind"), coinsGranted: try row.get("coins_granted"), revokedAtMs: try row.get("revoked_at_ms"))
+            grantKind: try row.get("grant_kind"), coinsGranted: try row.get("coins_granted"), revokedAtMs: try row.get("revoked_at_ms"),
+            revokeReason: withReason ? try row.get("revoke_reason") : nil)
     }
 
     func recordProcessed(_ p: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) throws {

@@ -162,6 +162,10 @@ public protocol FulfillmentInvariants: Sendable {
 /// The purchase-lifecycle rules of docs/receipts.md and docs/security.md, as plain Swift over a
 /// `FulfillmentTransaction`: who owns a purchase, what it grants, what a refund takes back, what is owed.
 public enum GrantRules {
+    /// The reasons a store's refund or revocation is recorded with; any other is an administrator's (`revokeTransaction`
+    /// refuses these two as its reason).
+    public static let storeRevocationReasons: Set<String> = ["refunded", "revoked"]
+
     /// Records and grants every purchase; answers what was done and the `answerScope`'s state.
     /// `appAccountToken` is the account's own: a StoreKit 2 purchase made with another belongs to another account.
     /// `owed`: see `AppleFollowUps`.
@@ -267,6 +271,10 @@ public enum GrantRules {
             }
             result(try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx))
             if p.finishableAtApple { recorded.append(p.transactionId) }
+            if owner == nil, case .subscription = rule, let replaced = p.play?.linkedPurchaseToken, replaced != p.originalTransactionId {
+                // Google's upgrade or downgrade, redeemed: the plan it replaced ends as when its push arrives (once, whichever is first).
+                _ = try endSubscription(original: replaced, replacement: p.originalTransactionId, atMs: p.purchaseDateMs, nowMs: nowMs, in: tx)
+            }
         }
         var owesApple = false
         if owed.contains(.ties), let appAccountToken {
@@ -404,7 +412,8 @@ public enum GrantRules {
     /// A refund Apple reversed (REFUND_REVERSED): the transaction counts again. Coins come back in their own
     /// `reinstatement` row: the debt the refund left that is still owed is forgiven, and the rest of the grant
     /// is paid back (so the account ends as if the refund never happened); an entitlement the refund removed
-    /// is given back. False if the transaction is unknown or not revoked.
+    /// is given back. False if the transaction is unknown or not revoked, or revoked by an administrator: a store's later
+    /// word (Apple's current state, a reversal of a refund that never was) does not undo a revocation for fraud.
     public static func reinstate(_ transactionId: String, nowMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
         guard let record = try tx.processed(transactionId) else {
             // Reversed before it was ever redeemed: its early refund no longer holds.
@@ -412,7 +421,7 @@ public enum GrantRules {
             try tx.forgetEarlyRevocation(transactionId)
             return true
         }
-        guard record.revokedAtMs != nil else { return false }
+        guard record.revokedAtMs != nil, !record.revokedByAdministrator else { return false }
         try tx.markReinstated(transactionId)
         let memo = "refund reversed: \(record.productId)"
         if record.coinsGranted > 0 {
@@ -440,43 +449,6 @@ public enum GrantRules {
         } else {
             try tx.event(.purchaseReinstated, record.holder, environment: record.environment, nowMs: nowMs) { $0.about(record, transactionId) }
         }
-        return true
-    }
-
-    /// Whether an entitlement counts now: permanent, not yet ended, or a subscription whose renewal charge
-    /// failed and that is inside Apple's billing grace period.
-    public static func isActive(_ record: EntitlementRecord, renewal: RenewalState?, nowMs: Int64) -> Bool {
-        guard record.revokedAtMs == nil else { return false }
-        guard let expires = record.expiresAtMs, expires <= nowMs else { return true }
-        guard let renewal, renewal.inBillingRetry, let grace = renewal.gracePeriodExpiresAtMs else { return false }
-        return grace > nowMs
-    }
-
-    /// A renewal date Apple moved later (an extension): the entitlement of the original ends then, if it
-    /// is not revoked and ended earlier. True if anything changed.
-    public static func extendRenewal(original: String, expiresAtMs: Int64, nowMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
-        guard var current = try tx.entitlement(original: original), current.revokedAtMs == nil,
-            let expires = current.expiresAtMs, expires < expiresAtMs
-        else { return false }
-        current.expiresAtMs = expiresAtMs
-        try tx.updateEntitlement(current)
-        try tx.event(.subscriptionExtended, about: current, nowMs: nowMs)
-        return true
-    }
-
-    /// Ends a subscription replaced by another (Google Play's upgrades and downgrades): its access stops at `atMs` (not
-    /// before it began); false when it already ended by then or is revoked, or when the replacement is not granted here to
-    /// the same holder (account and scope) and live: a plan is never ended for a replacement that was refused.
-    public static func endSubscription(
-        original: String, replacement: String, atMs: Int64, nowMs: Int64, in tx: some FulfillmentTransaction
-    ) throws -> Bool {
-        guard var current = try tx.entitlement(original: original), current.revokedAtMs == nil,
-            let expires = current.expiresAtMs, expires > atMs,
-            let successor = try tx.entitlement(original: replacement), successor.revokedAtMs == nil, successor.holder == current.holder
-        else { return false }
-        current.expiresAtMs = max(atMs, current.startsAtMs)
-        try tx.updateEntitlement(current)
-        try tx.event(.subscriptionExpired, about: current, nowMs: nowMs)
         return true
     }
 

@@ -72,9 +72,12 @@ public struct ProcessedTransaction: Sendable, Equatable {
     public var grantKind: String
     public var coinsGranted: Int64
     public var revokedAtMs: Int64?
+    /// Why it was revoked: a store's `refunded` or `revoked` (`GrantRules.storeRevocationReasons`), or an administrator's
+    /// own words. Read where it decides something (`FulfillmentRecords.processed`), else nil.
+    public var revokeReason: String?
     public init(
         environment: String, holder: Holder, originalTransactionId: String, productId: String, grantKind: String,
-        coinsGranted: Int64, revokedAtMs: Int64?
+        coinsGranted: Int64, revokedAtMs: Int64?, revokeReason: String? = nil
     ) {
         self.environment = environment
         self.holder = holder
@@ -83,6 +86,13 @@ public struct ProcessedTransaction: Sendable, Equatable {
         self.grantKind = grantKind
         self.coinsGranted = coinsGranted
         self.revokedAtMs = revokedAtMs
+        self.revokeReason = revokeReason
+    }
+
+    /// Revoked by an administrator (`fulfillment.revokeTransaction`), not by a store's refund or revocation: only an
+    /// administrator gives that back, never a store's later word about the purchase.
+    public var revokedByAdministrator: Bool {
+        revokedAtMs != nil && revokeReason.map { !GrantRules.storeRevocationReasons.contains($0) } ?? false
     }
 }
 

@@ -297,6 +297,11 @@ public struct NotificationProcessor: FulfillmentPart {
     public func revokeTransaction(_ p: FulfillmentRevokeTransaction.Params) async throws(RPCError) {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
         try SupportDesk.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
+        guard !GrantRules.storeRevocationReasons.contains(p.reason) else {
+            throw RPCError.invalidParams(
+                "\"\(p.reason)\" is how a store's own refunds and revocations are recorded; give yours in other words (\"chargeback\", \"fraud\")",
+                field: "reason", reason: "invalidValue")
+        }
         try SupportDesk.checkOperator(p.operatorName)
         let holder = try await storeCall { try await self.store.processed(transactionId: p.transactionId)?.holder }
         let outcome = try await storeCall {

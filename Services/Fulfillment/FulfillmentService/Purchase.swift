@@ -145,10 +145,12 @@ public struct PlayFacts: Sendable, Equatable, Codable {
     /// A one-time purchase's quantity as bought (the purchase's own `quantity` is what Google still counts as refundable:
     /// what a quantity-based partial refund left).
     public var purchasedQuantity: Int64?
+    /// A subscription's: the purchase token of the plan it replaced (an upgrade, a downgrade), as Google links it.
+    public var linkedPurchaseToken: String?
 
     public init(
         packageName: String, productId: String, purchaseToken: String, kind: PlayPurchaseKind, acknowledged: Bool, consumed: Bool,
-        purchasedQuantity: Int64? = nil
+        purchasedQuantity: Int64? = nil, linkedPurchaseToken: String? = nil
     ) {
         self.packageName = packageName
         self.productId = productId
@@ -157,6 +159,7 @@ public struct PlayFacts: Sendable, Equatable, Codable {
         self.acknowledged = acknowledged
         self.consumed = consumed
         self.purchasedQuantity = purchasedQuantity
+        self.linkedPurchaseToken = linkedPurchaseToken
     }
 
     /// The payload of its `playAcknowledge` outbox item (`consume`: a consumable, consumed so it can be bought again).
@@ -186,6 +189,7 @@ extension VerifiedPurchase {
             appAccountToken: v.obfuscatedExternalAccountId?.lowercased())
         play = PlayFacts(
             packageName: v.packageName, productId: v.productId, purchaseToken: v.purchaseToken, kind: v.kind, acknowledged: v.acknowledged,
-            consumed: v.consumed ?? false, purchasedQuantity: v.kind == .product ? bought : nil)
+            consumed: v.consumed ?? false, purchasedQuantity: v.kind == .product ? bought : nil,
+            linkedPurchaseToken: v.kind == .subscription ? v.linkedPurchaseToken : nil)
     }
 }

@@ -1,0 +1,45 @@
+import IAPProtocol
+
+/// A subscription's end moved after it was granted: by a renewal state (billing grace), by Apple (an extension), or by
+/// Google (a plan replaced by an upgrade or downgrade).
+extension GrantRules {
+    /// Whether an entitlement counts now: permanent, not yet ended, or a subscription whose renewal charge
+    /// failed and that is inside Apple's billing grace period.
+    public static func isActive(_ record: EntitlementRecord, renewal: RenewalState?, nowMs: Int64) -> Bool {
+        guard record.revokedAtMs == nil else { return false }
+        guard let expires = record.expiresAtMs, expires <= nowMs else { return true }
+        guard let renewal, renewal.inBillingRetry, let grace = renewal.gracePeriodExpiresAtMs else { return false }
+        return grace > nowMs
+    }
+
+    /// A renewal date Apple moved later (an extension): the entitlement of the original ends then, if it
+    /// is not revoked and ended earlier. True if anything changed.
+    public static func extendRenewal(original: String, expiresAtMs: Int64, nowMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
+        guard var current = try tx.entitlement(original: original), current.revokedAtMs == nil,
+            let expires = current.expiresAtMs, expires < expiresAtMs
+        else { return false }
+        current.expiresAtMs = expiresAtMs
+        try tx.updateEntitlement(current)
+        try tx.event(.subscriptionExtended, about: current, nowMs: nowMs)
+        return true
+    }
+
+    /// Ends a subscription replaced by another (Google Play's upgrades and downgrades): its access stops at `atMs` (not
+    /// before it began); false when it already ended by then or is revoked, or when the replacement is not granted here in
+    /// the same scope and live: a plan is never ended for a replacement that was refused. The replacement's account may be
+    /// another: Google links a purchase only to the same Google account's plan, which it then stops charging for, so the
+    /// customer who upgraded signed in as someone else must not keep the old plan there for free.
+    public static func endSubscription(
+        original: String, replacement: String, atMs: Int64, nowMs: Int64, in tx: some FulfillmentTransaction
+    ) throws -> Bool {
+        guard var current = try tx.entitlement(original: original), current.revokedAtMs == nil,
+            let expires = current.expiresAtMs, expires > atMs,
+            let successor = try tx.entitlement(original: replacement), successor.revokedAtMs == nil,
+            successor.holder.scope == current.holder.scope
+        else { return false }
+        current.expiresAtMs = max(atMs, current.startsAtMs)
+        try tx.updateEntitlement(current)
+        try tx.event(.subscriptionExpired, about: current, nowMs: nowMs)
+        return true
+    }
+}
