@@ -191,6 +191,29 @@ import Testing
         #expect(redeemed.entitlements.map(\.expiresAtMs) == [400])
     }
 
+    /// The refund of a period that ended takes back that period only: the later one, paid for, keeps its access, whether
+    /// it was granted before the refund came or is redeemed in the same batch (after it, in Apple's order). Before, either
+    /// way the whole subscription was revoked as of the refund's processing, and the paid period with it.
+    @Test func aRefundOfAnEarlierPeriodLeavesTheLaterPaidOne() throws {
+        try apply([(purchase("s1", product: "sub", expires: 100), .subscription(entitlement: "pro"))])
+        let batch = try apply(
+            [
+                (purchase("s2", original: "s1", product: "sub", purchasedAt: 100, expires: 200, cancelled: 150), .subscription(entitlement: "pro")),
+                (purchase("s3", original: "s1", product: "sub", purchasedAt: 200, expires: 300), .subscription(entitlement: "pro")),
+            ], now: 250)
+        #expect(batch.results.map(\.transactionId) == ["s2", "s3"] && batch.results.map(\.outcome) == [.revoked, .granted])
+        #expect(batch.entitlements.map(\.expiresAtMs) == [300])
+
+        try apply([(purchase("t1", product: "sub", expires: 100), .subscription(entitlement: "max"))])
+        try apply([(purchase("t2", original: "t1", product: "sub", purchasedAt: 100, expires: 200), .subscription(entitlement: "max"))], now: 150)
+        try apply([(purchase("t3", original: "t1", product: "sub", purchasedAt: 200, expires: 300), .subscription(entitlement: "max"))], now: 250)
+        #expect(try GrantRules.revoke("t2", reason: "refunded", nowMs: 260, in: ledger), "last month's refund is on record")
+        #expect(try apply([], now: 270).entitlements.filter { $0.entitlement == "max" }.map(\.expiresAtMs) == [300], "the paid period stays")
+        #expect(try GrantRules.revoke("t3", reason: "refunded", nowMs: 280, in: ledger))
+        #expect(try apply([], now: 290).entitlements.filter { $0.entitlement == "max" }.isEmpty, "the current period's refund ends the access")
+        #expect(ledger.invariantsHold)
+    }
+
     @Test func renewalsExtendAndARenewalAfterARevocationReinstates() throws {
         try apply([(purchase("s1", product: "sub", expires: 100), .subscription(entitlement: "pro"))])
         #expect(

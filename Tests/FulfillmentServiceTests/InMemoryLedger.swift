@@ -32,7 +32,14 @@ final class InMemoryLedger: FulfillmentTransaction {
         processedRows[p.transactionId] = ProcessedTransaction(
             environment: p.environment, holder: holder,
             originalTransactionId: p.originalTransactionId, productId: p.productId,
-            grantKind: grantKind, coinsGranted: coins, revokedAtMs: nil)
+            grantKind: grantKind, coinsGranted: coins, revokedAtMs: nil, expiresDateMs: p.expiresDateMs)
+    }
+
+    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) -> Bool {
+        processedRows.contains { id, row in
+            id != transactionId && row.environment == environment && row.originalTransactionId == original && row.revokedAtMs == nil
+                && (row.expiresDateMs ?? .min) > afterMs
+        }
     }
 
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) {

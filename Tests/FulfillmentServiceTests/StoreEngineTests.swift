@@ -197,6 +197,36 @@ func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -
         }
     }
 
+    /// The refund of last month's renewal, on both engines' SQL: the paid period after it keeps its access; the current
+    /// period's refund ends it.
+    @Test(arguments: StoreEngine.available)
+    func aRefundOfAnEarlierPeriodLeavesTheLaterPaidOne(engine: StoreEngine) async throws {
+        try await engine.open(instances: 2).with { db in
+            func period(_ id: String, from start: Int64) -> PlannedPurchase {
+                PlannedPurchase(
+                    purchase: VerifiedPurchase(
+                        environment: "Production", transactionId: id, originalTransactionId: "3000000050", productId: "sub.premium",
+                        purchaseDateMs: start, expiresDateMs: start + 100),
+                    rule: .subscription(entitlement: "premium"))
+            }
+            for (i, id) in ["3000000050", "3000000051", "3000000052"].enumerated() {
+                _ = try await db[i % 2].apply(
+                    [period(id, from: Int64(i) * 100)], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse,
+                    answerScope: .production, nowMs: Int64(i) * 100 + 50)
+            }
+            @Sendable func now(_ ms: Int64) async throws -> [Entitlement] {
+                try await db[1].apply(
+                    [], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: ms
+                ).entitlements
+            }
+            #expect(try await db[0].revoke(transactionId: "3000000051", reason: "refunded", nowMs: 260) == .revoked)
+            #expect(try await now(270).map(\.expiresAtMs) == [300])
+            #expect(try await db[1].revoke(transactionId: "3000000052", reason: "refunded", nowMs: 280) == .revoked)
+            #expect(try await now(290).isEmpty)
+            #expect(try await db.first.ledgerMismatches().isEmpty)
+        }
+    }
+
     /// A refund that came before the redeem, on both engines' SQL: the redeem records the purchase refunded, and the refund's
     /// reversal gives it back whole; reversed before any redeem, the redeem grants it; either way a second refund takes it back.
     @Test(arguments: StoreEngine.available)

@@ -131,19 +131,29 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.row(
             """
             SELECT environment, account_id, scope, original_transaction_id, product_id, grant_kind, coins_granted, revoked_at_ms,
-                revoke_reason
+                revoke_reason, expires_date_ms
             FROM processed_transaction WHERE transaction_id = ?1
             """, transactionId
-        ).map { try Self.processedTransaction($0, withReason: true) }
+        ).map { try Self.processedTransaction($0, whole: true) }
     }
 
-    /// `withReason`: the row has `revoke_reason` (the redeem's combined read does not need it).
-    static func processedTransaction(_ row: SQLRow, withReason: Bool = false) throws -> ProcessedTransaction {
+    /// `whole`: the row has `revoke_reason` and `expires_date_ms` (the redeem's combined read does not need them).
+    static func processedTransaction(_ row: SQLRow, whole: Bool = false) throws -> ProcessedTransaction {
         ProcessedTransaction(
             environment: try row.get("environment"), holder: try holder(row),
             originalTransactionId: try row.get("original_transaction_id"), productId: try row.get("product_id"),
             grantKind: try row.get("grant_kind"), coinsGranted: try row.get("coins_granted"), revokedAtMs: try row.get("revoked_at_ms"),
-            revokeReason: withReason ? try row.get("revoke_reason") : nil)
+            revokeReason: whole ? try row.get("revoke_reason") : nil, expiresDateMs: whole ? try row.get("expires_date_ms") : nil)
+    }
+
+    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) throws -> Bool {
+        try s.row(
+            """
+            SELECT 1 AS held FROM processed_transaction
+            WHERE environment = ?4 AND original_transaction_id = ?1 AND transaction_id != ?3 AND revoked_at_ms IS NULL
+                AND expires_date_ms > ?2
+            LIMIT 1
+            """, original, afterMs, transactionId, environment) != nil
     }
 
     func recordProcessed(_ p: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) throws {

@@ -34,6 +34,9 @@ public protocol FulfillmentTransaction {
     func forgetEarlyRevocation(_ transactionId: String) throws
     /// The debt the latest reversal of this transaction added, if it has one.
     func lastReversalDebt(_ transactionId: String) throws -> Int64?
+    /// Whether a transaction of `original` other than `transactionId`, recorded and not revoked, gives access past
+    /// `afterMs` (a later period paid for).
+    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) throws -> Bool
 
     func entitlement(original: String) throws -> EntitlementRecord?
     func insertEntitlement(_ record: EntitlementRecord) throws
@@ -174,16 +177,26 @@ public enum GrantRules {
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64,
         in tx: some FulfillmentTransaction
     ) throws -> AppliedPurchases {
-        var results: [TransactionResult] = []
+        var answered: [(Int, TransactionResult)] = []
         var transfers: [(String, String)] = []
         var recorded: [String] = []  // Production transactions recorded here by this call: each finished at Apple once
-        for item in planned {
+        // Refunded subscription periods go last: a later period paid for, recorded first, keeps its access when the
+        // refund of an earlier one is taken back (`pastPeriod`). The answers keep the request's order.
+        let refundedPeriod = { (i: Int) -> Bool in
+            if case .subscription = planned[i].rule, planned[i].purchase.cancellationDateMs != nil { return true }
+            return false
+        }
+        for index in planned.indices.filter({ !refundedPeriod($0) }) + planned.indices.filter(refundedPeriod) {
+            let item = planned[index]
             let p = item.purchase
             func result(_ outcome: RedeemOutcome, finishable: Bool = true) {
-                results.append(
-                    TransactionResult(
-                        transactionId: p.transactionId, originalTransactionId: p.originalTransactionId,
-                        productId: p.productId, outcome: outcome, finishable: finishable))
+                answered.append(
+                    (
+                        index,
+                        TransactionResult(
+                            transactionId: p.transactionId, originalTransactionId: p.originalTransactionId,
+                            productId: p.productId, outcome: outcome, finishable: finishable)
+                    ))
             }
             guard let rule = item.rule else {
                 result(.unknownProduct, finishable: false)  // kept unfinished: retried after a catalog update
@@ -276,6 +289,7 @@ public enum GrantRules {
                 _ = try endSubscription(original: replaced, replacement: p.originalTransactionId, atMs: p.purchaseDateMs, nowMs: nowMs, in: tx)
             }
         }
+        let results = answered.sorted { $0.0 < $1.0 }.map(\.1)
         var owesApple = false
         if owed.contains(.ties), let appAccountToken {
             for item in ties(planned.map(\.purchase), results: results, appAccountToken: appAccountToken) {
@@ -473,7 +487,9 @@ public enum GrantRules {
             }
             return true
         }
-        if var entitlement = try tx.entitlement(original: record.originalTransactionId), entitlement.revokedAtMs == nil {
+        if var entitlement = try tx.entitlement(original: record.originalTransactionId), entitlement.revokedAtMs == nil,
+            try !pastPeriod(record, transactionId, in: tx)
+        {
             entitlement.revokedAtMs = nowMs
             try tx.updateEntitlement(entitlement)
             try tx.event(type, about: entitlement, holder: record.holder, nowMs: nowMs) {
@@ -488,6 +504,13 @@ public enum GrantRules {
             record.holder, delta: 0, kind: .reversal, environment: record.environment, transactionId: transactionId, memo: memo,
             nowMs: nowMs, in: tx)
         return true
+    }
+
+    /// A subscription period that ended before a later one recorded here and not revoked (a refund of last month's
+    /// renewal): taking it back takes only that period, which is over, and leaves the access the later one paid for.
+    static func pastPeriod(_ record: ProcessedTransaction, _ transactionId: String, in tx: some FulfillmentTransaction) throws -> Bool {
+        guard record.grantKind == GrantRule.subscription(entitlement: "").kind, let ends = record.expiresDateMs else { return false }
+        return try tx.laterPeriodHeld(environment: record.environment, original: record.originalTransactionId, afterMs: ends, other: transactionId)
     }
 
     /// After a stacked pass is revoked, the passes queued behind it move up: each one not yet started

@@ -75,9 +75,11 @@ public struct ProcessedTransaction: Sendable, Equatable {
     /// Why it was revoked: a store's `refunded` or `revoked` (`GrantRules.storeRevocationReasons`), or an administrator's
     /// own words. Read where it decides something (`FulfillmentRecords.processed`), else nil.
     public var revokeReason: String?
+    /// The end of the period it paid for (a subscription's); read as `revokeReason` is.
+    public var expiresDateMs: Int64?
     public init(
         environment: String, holder: Holder, originalTransactionId: String, productId: String, grantKind: String,
-        coinsGranted: Int64, revokedAtMs: Int64?, revokeReason: String? = nil
+        coinsGranted: Int64, revokedAtMs: Int64?, revokeReason: String? = nil, expiresDateMs: Int64? = nil
     ) {
         self.environment = environment
         self.holder = holder
@@ -87,6 +89,7 @@ public struct ProcessedTransaction: Sendable, Equatable {
         self.coinsGranted = coinsGranted
         self.revokedAtMs = revokedAtMs
         self.revokeReason = revokeReason
+        self.expiresDateMs = expiresDateMs
     }
 
     /// Revoked by an administrator (`fulfillment.revokeTransaction`), not by a store's refund or revocation: only an
