@@ -129,6 +129,9 @@ import Testing
             #expect(e.map(\.type) == [.purchaseRestored, .purchaseTransferred])
             #expect(e[0].accountId == "bob" && e[0].otherAccountId == "alice" && e[0].sequence == 1 && e[0].entitlementEndsAtMs == nil)
             #expect(e[1].accountId == "alice" && e[1].otherAccountId == "bob" && e[1].entitlementEndsAtMs == 10)
+            // Refunded after the move: about the account that holds it now, not the first buyer (development's transfer only).
+            e = try await Self.appended(store) { _ = try await store.revoke(transactionId: "2001", reason: "refunded", nowMs: 16) }
+            #expect(e.map(\.type) == [.purchaseRefunded] && e[0].accountId == "bob" && e[0].entitlementEndsAtMs == 16)
 
             // An operator's audited action about an account.
             e = try await Self.appended(store) {
@@ -172,7 +175,7 @@ import Testing
             #expect(positions == positions.sorted() && Set(positions.map(\.cursor)).count == positions.count)
             #expect(Set(everything.map(\.id)).count == everything.count)
             // The filters.
-            #expect(try await Self.all(store, account: "bob").map(\.type) == [.purchaseRestored])
+            #expect(try await Self.all(store, account: "bob").map(\.type) == [.purchaseRestored, .purchaseRefunded])
             let spends = try await store.events(after: .start, limit: 100, accountId: nil, types: [.coinsSpent, .debtRecovered])
             #expect(spends.map(\.type) == [.coinsSpent, .debtRecovered])
         }

@@ -119,6 +119,10 @@ import Testing
         #expect(moved.results.map(\.outcome) == [.restored])
         #expect(moved.entitlements.map(\.entitlement) == ["castle"])
         #expect(ledger.transfers.map(\.from) == [Self.alice])
+        // Refunded afterwards: taken from, and told to, the account that holds it now (it went to the first before).
+        #expect(try GrantRules.revoke("t1", reason: "refunded", nowMs: 20, in: ledger))
+        #expect(ledger.events.last.map { [$0.accountId, $0.type.rawValue] } == [Self.bob, "purchase.refunded"])
+        #expect(try apply([], for: Self.bob, now: 30).entitlements.isEmpty)
         // Coins never move.
         try apply([(purchase("c1"), .coins(perUnit: 100))])
         #expect(

@@ -22,6 +22,7 @@ final class InMemoryLedger: FulfillmentTransaction {
     func transfer(_ p: VerifiedPurchase, from accountId: String, to holder: Holder, nowMs: Int64) {
         owners[p.originalTransactionId] = holder
         entitlementRows[p.originalTransactionId]?.holder = holder
+        for (id, row) in processedRows where row.originalTransactionId == p.originalTransactionId { processedRows[id]?.holder = holder }
         transfers.append((p.originalTransactionId, accountId, holder.accountId))
     }
 

@@ -120,6 +120,10 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.later(
             "UPDATE entitlement SET account_id = ?1, scope = ?2 WHERE original_transaction_id = ?3",
             holder.accountId, holder.scope.rawValue, p.originalTransactionId)
+        // Its transactions too: a later refund or reinstatement is about the account that holds the purchase now.
+        try s.later(
+            "UPDATE processed_transaction SET account_id = ?1, scope = ?2 WHERE environment = ?3 AND original_transaction_id = ?4",
+            holder.accountId, holder.scope.rawValue, p.environment, p.originalTransactionId)
         try s.later(
             """
             INSERT INTO ownership_transfer (environment, original_transaction_id, from_account_id, to_account_id, transferred_at_ms)
