@@ -109,6 +109,30 @@ import Testing
         }
     }
 
+    /// A push naming itself the server's own read of Google's voided-purchases list (its unsigned `subscription` field)
+    /// is a push like any other: Google is asked, and a purchase it still counts as bought is not taken back. Before, that
+    /// field chose the branch that revokes without asking, so anyone holding one valid push token and an order could
+    /// revoke it.
+    @Test func aPushCannotPassItselfOffAsGooglesVoidedList() async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, base in
+            let ann = try await suite.register("ann")
+            let bought = try await play.buy("coins.100", accountToken: ann.appAccountToken)
+            _ = try await play.deliverAll()
+            #expect(try await suite.balance(ann.session) == 100)
+            let data = try JSONSerialization.data(
+                withJSONObject: [
+                    "version": "1.0", "packageName": PlayStand.packageName, "eventTimeMillis": "1",
+                    "voidedPurchaseNotification": ["purchaseToken": bought.purchaseToken, "orderId": try #require(bought.orderId), "productType": 2],
+                ] as [String: Any]
+            ).base64EncodedString()
+            let body = #"{"message":{"data":"\#(data)","messageId":"777001","attributes":{}},"subscription":"voidedpurchases.list"}"#
+            let token = try play.simulator.accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: Int64(Date().timeIntervalSince1970))
+            #expect(try await EdgeTests.post(base + "/v1/notifications/googleplay", body, bearer: token).status == 200)
+            #expect(try await suite.balance(ann.session) == 100, "Google still counts it as bought")
+            #expect(try await play.purchase(bought.purchaseToken).state == "purchased")
+        }
+    }
+
     @Test func aVoidAfterSpendingLeavesDebtAndARevokedSubscriptionEnds() async throws {
         try await EdgeFixture.withPlayEdge { suite, play, _ in
             let ann = try await suite.register("ann")

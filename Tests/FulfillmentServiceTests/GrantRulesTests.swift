@@ -40,6 +40,15 @@ import Testing
             (purchase("u1", product: "unknown"), nil),  // not granted: nothing to tie
         ]
         let items = planned.map { PlannedPurchase(purchase: $0.0, rule: $0.1, scope: .production) }
+        // An Xcode-signed purchase (a developer signs any ids, a real purchase's too): Apple has none to tie.
+        let xcode = PlannedPurchase(
+            purchase: purchase("x1", product: "pack", environment: "Xcode"), rule: .permanent(entitlement: "castle"), scope: .sandbox)
+        #expect(
+            try GrantRules.apply(
+                [xcode], accountId: Self.alice, appAccountToken: mine, owed: .ties, mode: .redeem, policy: .refuse, answerScope: .sandbox,
+                nowMs: 10, in: ledger
+            ).results.map(\.outcome) == [.granted])
+        #expect(ledger.accountTokenTies.isEmpty)
         let first = try GrantRules.apply(
             items, accountId: Self.alice, appAccountToken: mine, owed: .ties, mode: .redeem, policy: .refuse, answerScope: .production,
             nowMs: 10, in: ledger)

@@ -321,11 +321,12 @@ public enum GrantRules {
 
     /// The purchases to tie to the account at Apple (Set App Account Token) after a redeem: those granted or
     /// restored here that carry no appAccountToken (receipts never do; purchases made outside the app neither),
-    /// one per original transaction, so that Apple's later notifications about them name the account.
+    /// one per original transaction, so that Apple's later notifications about them name the account. Never an Xcode
+    /// purchase: Apple has none, and one signed by a developer can name a real purchase's ids, whose token it must not set.
     static func ties(_ purchases: [VerifiedPurchase], results: [TransactionResult], appAccountToken: String) -> [PendingAccountToken] {
         let granted = Set(results.filter { [.granted, .restored].contains($0.outcome) }.map(\.transactionId))
         var items: [PendingAccountToken] = []
-        for p in purchases where p.play == nil && p.appAccountToken == nil && granted.contains(p.transactionId) {
+        for p in purchases where p.play == nil && p.environment != "Xcode" && p.appAccountToken == nil && granted.contains(p.transactionId) {
             if !items.contains(where: { $0.originalTransactionId == p.originalTransactionId }) {
                 items.append(PendingAccountToken(originalTransactionId: p.originalTransactionId, appAccountToken: appAccountToken.lowercased()))
             }

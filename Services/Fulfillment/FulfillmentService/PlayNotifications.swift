@@ -15,9 +15,10 @@ public struct PlayNotifications: FulfillmentPart {
     /// The inbox key of a push: its Pub/Sub message id (unique within its topic) and its subscription, apart from Apple's
     /// UUIDs; of a voided purchase taken from Google's list, its order.
     static func key(_ push: VerifiedPlayPush) -> String { "googlePlay:\(push.messageId)@\(push.subscription ?? "-")" }
-    static func voidedKey(_ order: String) -> String { "googlePlayVoided:\(order)" }
+    static let voidedKeyPrefix = "googlePlayVoided:"
+    static func voidedKey(_ order: String) -> String { voidedKeyPrefix + order }
     /// Of a quantity-based partial refund from the list: one order can have several.
-    static func partialVoidedKey(_ order: String, voidedTimeMs: Int64) -> String { "googlePlayVoided:\(order)@\(voidedTimeMs)" }
+    static func partialVoidedKey(_ order: String, voidedTimeMs: Int64) -> String { voidedKeyPrefix + "\(order)@\(voidedTimeMs)" }
     /// The `subscription` of a voided purchase read from Google's list rather than pushed.
     static let voidedListSource = "voidedpurchases.list"
     /// The `subscription` of a sweep's question about a subscription.
@@ -141,7 +142,8 @@ public struct PlayNotifications: FulfillmentPart {
         let record =
             push.kind == .voidedPurchase || push.productId == nil
             ? try await storeCall { try await self.store.processed(transactionId: push.orderId ?? token) } : nil
-        if push.kind == .voidedPurchase, push.subscription == Self.voidedListSource, push.refundType != 2, let record {
+        // Only the server's own read of the list (its inbox key), never a push's unsigned `subscription` field saying so.
+        if push.kind == .voidedPurchase, entry.notificationUUID.hasPrefix(Self.voidedKeyPrefix), push.refundType != 2, let record {
             // Google's own list says this order was refunded: taken back if it is this purchase's (the rules check the order's
             // original against the token), whatever Google answers about the purchase now. (A quantity-based partial refund
             // is brought to Google's current word below: how many units it still counts as refundable.)
