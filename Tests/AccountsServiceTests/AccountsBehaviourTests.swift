@@ -50,6 +50,14 @@ import Testing
         #expect(hash?.hasPrefix("scrypt$ln=10,r=8,p=1$") == true)
     }
 
+    /// Accounts are acknowledged only once on disk: fulfillment binds purchases to their appAccountToken durably.
+    @Test(.disabled(if: TestPostgres.suiteUsesPostgres, "the SQLite file's own setting"))
+    func accountsWriteWithSynchronousFull() async throws {
+        let f = try await AccountsFixture.start()
+        defer { Task { await f.stop() } }
+        #expect(try await #require(f.store as? AccountsStore).synchronousMode() == 2)
+    }
+
     @Test func sessionsExpireAndSlideWithUse() async throws {
         let f = try await AccountsFixture.start()
         defer { Task { await f.stop() } }

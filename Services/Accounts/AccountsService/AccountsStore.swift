@@ -15,15 +15,18 @@ public final class AccountsStore: AccountsStorage, Sendable {
     private let inlineReader: DatabaseQueue?
     private let inlineReaderBusy = Atomic<Bool>(false)
 
-    /// Opens (creating if needed) `accounts.sqlite` in `directory`, in WAL mode.
-    /// `synchronous=NORMAL` (GRDB's WAL default): a power cut may lose the last sessions created,
-    /// never corrupt the file; nothing here is money.
+    /// Opens (creating if needed) `accounts.sqlite` in `directory`, in WAL mode with `synchronous=FULL`, as fulfillment's:
+    /// an account is the appAccountToken purchases are bound to, so one acknowledged must survive a power cut (with
+    /// GRDB's WAL default, NORMAL, every account since the last checkpoint could vanish while fulfillment kept coins
+    /// bound to it), and so must a sign-out everywhere or a password change. Its cost is one WAL fsync per commit:
+    /// registrations, sign-ins, and a session's touch at most once a minute; `authenticate` only reads.
     public static func open(directory: URL) throws -> AccountsStore {
         var config = Configuration()
         config.foreignKeysEnabled = true
         config.busyMode = .timeout(5)
         let path = directory.appendingPathComponent("accounts.sqlite").path
         let pool = try DatabasePool(path: try PrivateFiles.databaseFile(path), configuration: config)
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         var readOnly = config
         readOnly.readonly = true
         // On an event loop nothing may wait: a busy database (rare in WAL mode: recovery after a crash) is an error
@@ -37,6 +40,11 @@ public final class AccountsStore: AccountsStorage, Sendable {
     public func close() throws {
         try inlineReader?.close()
         if let pool = writer as? DatabasePool { try pool.close() } else if let queue = writer as? DatabaseQueue { try queue.close() }
+    }
+
+    /// `PRAGMA synchronous` of the writing connection (2 = FULL).
+    package func synchronousMode() async throws -> Int {
+        try await writer.write { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
     }
 
     public init(writer: any DatabaseWriter, inlineReader: DatabaseQueue? = nil) throws {
