@@ -205,6 +205,12 @@ struct VerificationServiceCommand: AsyncParsableCommand {
         } catch {
             throw ValidationError("--app-store-api-key \(keyFile) is not a P-256 private key in PEM")
         }
+        if config.bundleIds.count > 1 {
+            // Apple answers a token for one app about that app's purchases only: the others' are "not found" there.
+            logger.warning(
+                "the App Store Server API is asked as the first bundle id only: purchases of the others are not found there, so their copied receipts without an appAccountToken go to whoever redeems them first (as without the API); run one verification service per app for the API's protection",
+                metadata: ["asked as": "\(bundleId)", "not asked": "\(config.bundleIds.sorted().dropFirst().joined(separator: ","))"])
+        }
         logger.info(
             "App Store Server API configured",
             metadata: [
