@@ -131,6 +131,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
             ledger.consumptionAnswers.removeAll { $0.key == item.key }
         }
     }
+    func releaseOutbox(_ items: [OutboxItem], nowMs: Int64) async throws {}  // nothing is leased here
     // The event feed in memory: what the rules appended, read back in order; webhooks are the engines' (not faked).
     func events(after: EventPosition, limit: Int, accountId: String?, types: [FulfillmentEventType]?) async throws -> [FulfillmentEvent] {
         ledger.withLockedValue { l in

@@ -46,6 +46,35 @@ import Testing
         }
     }
 
+    /// A batch whose answers come slowly starts no item past its lease's margin: the rest are due again at once, no attempt
+    /// counted, so another instance claiming them after the lease never sends one this worker has in flight. Before, a
+    /// batch of 100 went on item after item past its 60 s lease while another instance claimed and sent the same ones.
+    @Test func aBatchRunningPastItsLeaseStartsNoMoreAndLeavesTheRestDue() async throws {
+        try await SuiteFixture.with(configure: { $0.finishAtApple = true }, proxied: true) { suite in
+            let ava = try await suite.register("ava")
+            var ids: [String] = []
+            for _ in 0..<3 {
+                let coins = try await suite.buy("ava@icloud", "coins.100", appAccountToken: ava.appAccountToken)
+                _ = try await suite.redeem(ava.session, signed: [coins.signedTransaction])
+                ids.append(coins.transactionId)
+            }
+            let proxy = try #require(suite.proxies["verification"])
+            proxy.mode = .slow(milliseconds: 2_000)  // the first item's answer takes two seconds
+            let before = suite.clock.nowMs
+            let worker = Task { try await suite.service.outbox.deliverOutbox() }
+            // Claimed (each item leased from now): the service's clock then moves a lease on while the first is in flight.
+            while try await OutboxTests.outbox(suite).items.contains(where: { $0.nextAttemptAtMs <= before }) { await Task.yield() }
+            suite.clock.advance(ms: OutboxRetry.leaseMs)
+            #expect(try await worker.value == 3)
+            proxy.mode = .pass
+            var finished = 0
+            for id in ids { finished += try await Self.finishes(suite, id) }
+            #expect(finished == 1, "only the item started within the lease")
+            let left = try await OutboxTests.outbox(suite).items
+            #expect(left.count == 2 && left.allSatisfy { $0.attempts == 0 && $0.nextAttemptAtMs == suite.clock.nowMs }, "\(left)")
+        }
+    }
+
     /// Turned off (a deployment without the App Store Server API): nothing is owed, nothing finished.
     @Test func offItOwesNothing() async throws {
         try await SuiteFixture.with { suite in

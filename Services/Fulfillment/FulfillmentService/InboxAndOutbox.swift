@@ -45,6 +45,14 @@ extension OutboxStorage where Self: FulfillmentDatabase {
         }
     }
 
+    public func releaseOutbox(_ items: [OutboxItem], nowMs: Int64) async throws {
+        try await write { s in
+            for item in items {
+                try s.run("UPDATE outbox SET next_attempt_at_ms = ?1 WHERE id = ?2 AND payload = ?3", nowMs, item.id, item.payload)
+            }
+        }
+    }
+
     public func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?) {
         try await read { s in try FulfillmentQueries(s).outbox(limit: limit) }
     }

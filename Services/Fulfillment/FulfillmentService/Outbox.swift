@@ -54,6 +54,8 @@ public protocol OutboxStorage: Sendable {
     /// Delivered: removed, unless it was owed again meanwhile (another payload). Not delivered: tried again at
     /// `nextAttemptAtMs`, with its attempts counted and `lastError` kept.
     func settleOutbox(_ item: OutboxItem, delivered: Bool, nextAttemptAtMs: Int64, lastError: String?) async throws
+    /// Claimed items this worker will not start within its lease: due again at `nowMs`, no attempt counted.
+    func releaseOutbox(_ items: [OutboxItem], nowMs: Int64) async throws
     /// The items, oldest first (at most `limit`); how many are owed to Apple, and when the oldest of those was written
     /// (webhook deliveries are listed, but counted by their endpoints' backlog).
     func outbox(limit: Int) async throws -> (items: [OutboxItem], total: Int, oldestCreatedAtMs: Int64?)
@@ -67,6 +69,12 @@ public enum OutboxRetry {
     public static let maxDelayMs: Int64 = 3_600_000
     /// How long a claimed item is left to the worker that claimed it.
     public static let leaseMs: Int64 = 60_000
+    /// A batch starts no item later than this before its lease ends (one item is at most a few calls of seconds each):
+    /// the rest are released, so another instance never claims an item still in flight here and sends it again.
+    public static let startMarginMs: Int64 = 20_000
+
+    /// Whether a worker whose claim began at `claimedAtMs` may start another of its items now.
+    public static func startsAnother(claimedAtMs: Int64, nowMs: Int64) -> Bool { nowMs < claimedAtMs + leaseMs - startMarginMs }
     /// How long the ties wait while the App Store Server API is not configured (asked again then).
     public static let whileNotConfiguredMs: Int64 = 600_000
 

@@ -16,10 +16,16 @@ public struct OutboxDelivery: FulfillmentPart {
     @discardableResult
     public func deliverOutbox(limit: Int = 100) async throws(RPCError) -> Int {
         guard let internalToken = configuration.internalToken else { return 0 }
-        let now = clock.nowMs
+        let now = clock.nowMs  // before the claim: its lease may begin as soon as it is asked
         let due = try await storeCall { try await self.store.dueOutbox(nowMs: now, limit: limit) }
         var apiMissing = false
-        for item in due {
+        for (index, item) in due.enumerated() {
+            guard OutboxRetry.startsAnother(claimedAtMs: now, nowMs: clock.nowMs) else {
+                let rest = Array(due[index...]), at = clock.nowMs
+                try await storeCall { try await self.store.releaseOutbox(rest, nowMs: at) }
+                logger.notice("outbox items left for the next round: this one ran long (slow answers)", metadata: ["items": "\(rest.count)"])
+                break
+            }
             var failure: String?
             var next = OutboxRetry.nextAttemptAtMs(failures: item.attempts + 1, nowMs: clock.nowMs)
             if OutboxKind(rawValue: item.kind) == nil {
