@@ -1,4 +1,5 @@
 import Foundation
+import FulfillmentService
 import IAPProtocol
 import JSONRPC
 import RPCTestSupport
@@ -142,6 +143,39 @@ import Testing
             #expect(premium.entitlement == "premium" && (premium.expiresAtMs ?? 0) > suite.clock.clock.nowMs + 28 * Self.day)
             #expect(try await reconcile(history: false).subscriptionsChecked == 0, "nothing stale left")
             #expect(try await suite.ledgerIsConsistent())
+        }
+    }
+
+    /// The sweep asks about each stale subscription in turn: one Apple keeps answering the same about (here another app's,
+    /// not found for this key) does not hold back a later one whose renewal never reached us. Before, every run asked the
+    /// earliest-ending ones again (200 a run), so past 200 such the rest were never asked.
+    @Test func theSweepAsksEveryStaleSubscriptionInTurn() async throws {
+        try await SuiteFixture.with(configure: { $0.reconcileSubscriptionsPerRun = 1 }) { suite in
+            let start = suite.clock.nowMs
+            // Another app's subscription, ended a day before: Apple does not know it for this key.
+            _ = try await suite.store.apply(
+                [
+                    PlannedPurchase(
+                        purchase: VerifiedPurchase(
+                            environment: "Production", transactionId: "9000000001", originalTransactionId: "9000000001",
+                            productId: "sub.premium", purchaseDateMs: start - 31 * Self.day, expiresDateMs: start - Self.day),
+                        rule: .subscription(entitlement: "premium"))
+                ], accountId: "elsewhere", appAccountToken: nil, owed: [], mode: .redeem, policy: .refuse, answerScope: .production,
+                nowMs: start - 31 * Self.day)
+            let mo = try await suite.register("mo")
+            let sub = try await suite.buy("mo@icloud", "sub.premium", appAccountToken: mo.appAccountToken)
+            _ = try await suite.redeem(mo.session, signed: [sub.signedTransaction])
+            _ = try await Self.advance(suite, days: 31)  // renewed at Apple; the DID_RENEW never reached us
+            #expect(try await suite.entitlements(mo.session).isEmpty)
+            var asked = 0
+            for _ in 0..<2 {
+                asked += try await suite.fulfillment.call(
+                    FulfillmentReconcile.self,
+                    .init(adminToken: SuiteFixture.adminToken, notificationHistory: false, subscriptionStatuses: true)
+                ).subscriptionsChecked
+            }
+            #expect(asked == 2)
+            #expect(try await suite.entitlements(mo.session).map(\.entitlement) == ["premium"], "Mo's renewal, found on the second run")
         }
     }
 

@@ -54,11 +54,12 @@ struct FulfillmentQueries {
                 accountId)
     }
 
-    /// Originals of App Store subscriptions to ask Apple about: ended without news in the last 60 days, or in billing retry.
-    func subscriptionsToCheck(nowMs: Int64, limit: Int) throws -> [String] {
+    /// Originals of App Store subscriptions to ask Apple about: ended without news in the last 60 days, or in billing retry;
+    /// those ending after `afterMs` (where the sweep before stopped), the earliest first.
+    func subscriptionsToCheck(nowMs: Int64, limit: Int, afterMs: Int64) throws -> [(original: String, expiresAtMs: Int64)] {
         try s.rows(
             """
-            SELECT e.original_transaction_id FROM entitlement e
+            SELECT e.original_transaction_id, e.expires_at_ms FROM entitlement e
             LEFT JOIN subscription_renewal r ON r.original_transaction_id = e.original_transaction_id
             WHERE e.revoked_at_ms IS NULL AND e.expires_at_ms IS NOT NULL AND \(Self.appleId("e.original_transaction_id"))
               AND EXISTS (SELECT 1 FROM processed_transaction p
@@ -66,9 +67,10 @@ struct FulfillmentQueries {
               AND ((e.expires_at_ms <= ?1 AND e.expires_at_ms > ?2 AND COALESCE(r.expiration_intent, 0) = 0
                     AND COALESCE(r.auto_renew, TRUE))
                    OR r.in_billing_retry)
+              AND e.expires_at_ms > ?4
             ORDER BY e.expires_at_ms LIMIT ?3
-            """, nowMs, nowMs - 60 * 86_400_000, limit
-        ).map { try $0.get("original_transaction_id") }
+            """, nowMs, nowMs - 60 * 86_400_000, limit, afterMs
+        ).map { (try $0.get("original_transaction_id"), try $0.get("expires_at_ms")) }
     }
 
     /// Google Play subscriptions to ask Google about: their access ended in the last 60 days without news, and no sweep has

@@ -241,6 +241,9 @@ public struct SupportDesk: FulfillmentPart {
         }
     }
 
+    /// Where the App Store subscription sweep stopped (a reconcile checkpoint's row): the end of the last one it asked about.
+    static let sweepPosition = "appStoreSweep"
+
     func reconcileNow(notificationHistory: Bool, subscriptionStatuses: Bool) async throws(RPCError) -> FulfillmentReconcile.Result {
         let token = try internalTokenForApple("reconciling with Apple")
         var result = FulfillmentReconcile.Result(notificationsSeen: 0, notificationsTakenIn: 0, subscriptionsChecked: 0, subscriptionsUpdated: 0)
@@ -259,11 +262,20 @@ public struct SupportDesk: FulfillmentPart {
                     for record in answer.notifications {
                         result.notificationsSeen += 1
                         if let uuid = record.notificationUUID, try await storeCall({ try await self.store.notification(uuid) }) != nil { continue }
-                        if try await service.notifications.receiveNotification(.init(signedPayload: record.signedPayload, internalToken: token))
-                            .firstDelivery
-                        {
-                            result.notificationsTakenIn += 1
+                        let taken: Bool
+                        do {
+                            taken = try await service.notifications.receiveNotification(
+                                .init(signedPayload: record.signedPayload, internalToken: token)
+                            ).firstDelivery
+                        } catch where !error.retryable {
+                            // Refused for good (its signature, its bundle): asking again cannot change that, and it must not
+                            // hold the checkpoint, and the sweep after it, back for ever.
+                            logger.warning(
+                                "a Notification History record was refused; skipped",
+                                metadata: ["notificationUUID": "\(record.notificationUUID ?? "-")", "error": "\(error.message)"])
+                            continue
                         }
+                        if taken { result.notificationsTakenIn += 1 }
                     }
                     page = answer.hasMore ? answer.paginationToken : nil
                 } while page != nil
@@ -271,11 +283,14 @@ public struct SupportDesk: FulfillmentPart {
             }
         }
         if subscriptionStatuses {
-            let now = clock.nowMs
-            let originals = try await storeCall {
-                try await self.store.subscriptionsToCheck(nowMs: now, limit: self.configuration.reconcileSubscriptionsPerRun)
-            }
-            for original in originals {
+            let now = clock.nowMs, perRun = configuration.reconcileSubscriptionsPerRun
+            // In turn: each run goes on after the end where the run before stopped, and starts over once through, so that
+            // those Apple keeps answering the same about (billing retry, another app's) never hold the rest back.
+            let after = try await storeCall { try await self.store.reconcileCheckpoint(environment: Self.sweepPosition) } ?? .min
+            let due = try await storeCall { try await self.store.subscriptionsToCheck(nowMs: now, limit: perRun, afterMs: after) }
+            let next = due.count < perRun ? Int64.min : due.last?.expiresAtMs ?? .min
+            try await storeCall { try await self.store.saveReconcileCheckpoint(environment: Self.sweepPosition, signedDateMs: next) }
+            for original in due.map(\.original) {
                 result.subscriptionsChecked += 1
                 let statuses: [AppleSubscriptionStatus]
                 do {
