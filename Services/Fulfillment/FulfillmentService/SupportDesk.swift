@@ -267,7 +267,7 @@ public struct SupportDesk: FulfillmentPart {
                             taken = try await service.notifications.receiveNotification(
                                 .init(signedPayload: record.signedPayload, internalToken: token)
                             ).firstDelivery
-                        } catch where !error.retryable {
+                        } catch  where !error.retryable {
                             // Refused for good (its signature, its bundle): asking again cannot change that, and it must not
                             // hold the checkpoint, and the sweep after it, back for ever.
                             logger.warning(
