@@ -55,8 +55,11 @@ public struct InboxWorker: Service {
     /// backlog of it must not keep the worker from a refund due again.
     package func step() async -> Bool {
         do {
-            // Whole batches mean more is due: keep going until the backlog is drained.
-            while try await self.service.notifications.processDueNotifications() == 100, !Task.isCancelled {}
+            // Whole batches mean more is due: keep going until the backlog is drained (`takesAnotherBatch`).
+            while !Task.isCancelled {
+                let batch = try await self.service.notifications.processDueBatch()
+                guard NotificationProcessor.takesAnotherBatch(tried: batch.tried, ended: batch.ended) else { break }
+            }
         } catch {
             self.logger.warning("the notification inbox could not be read; will try again", metadata: ["error": "\(error)"])
         }
