@@ -224,6 +224,24 @@ import Testing
         }
     }
 
+    /// Retention keeps what an endpoint's dispatch has not reached yet (a long transaction elsewhere holds the feed's
+    /// horizon back past the retention): before, only accounts with delivery progress were kept, and the rest of their
+    /// events were dropped before any endpoint was given them.
+    @Test(arguments: StoreEngine.available)
+    func retentionKeepsWhatNoDispatchHasReachedYet(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            try await Self.addEndpoint(store, "wh-held")
+            try await Self.redeemCoins(store, for: ["alice", "alice", "alice"], from: 8_200_000)
+            try await SuiteFixture.eventFeedSettled(store)
+            #expect(try await store.trimEvents(beforeMs: 5_000) == 0, "not yet dispatched to the endpoint")
+            let endpoint = try #require(try await store.webhook("wh-held"))
+            #expect(try await store.dispatchEvents(to: endpoint, limit: 100, nowMs: 1_000) == 3)
+            let owed = try await store.undeliveredEvents(endpointId: "wh-held", accountId: "alice", limit: 10)
+            #expect(owed?.events.map(\.sequence) == [1, 2, 3])
+        }
+    }
+
     /// Made active again (a resume, a redelivery), an endpoint's items waiting long after failures are due at once, but an
     /// item claimed and in flight keeps its lease: claimed again, its account's events would go out twice at once, out of
     /// order. (Seen failing with every item made due, as before 2026-11-30.)

@@ -191,7 +191,8 @@ struct EventRecords {
     }
 
     /// Drops at most `limit` events that occurred before `beforeMs`: never an account's latest (its sequence goes on from
-    /// it, and ids are never reused) nor one a webhook endpoint has not been given yet.
+    /// it, and ids are never reused), nor one a webhook endpoint has not been delivered yet, nor one past where any
+    /// endpoint's dispatch has got to (a dispatch held back by a long transaction elsewhere must find its events there).
     func trim(beforeMs: Int64, limit: Int) throws -> Int {
         try s.run(
             """
@@ -199,6 +200,7 @@ struct EventRecords {
                 SELECT e.id FROM event e WHERE e.occurred_at_ms < ?1
                   AND e.sequence < (SELECT MAX(x.sequence) FROM event x WHERE x.account_id = e.account_id)
                   AND NOT EXISTS (SELECT 1 FROM webhook_progress p WHERE p.account_id = e.account_id AND p.delivered_sequence < e.sequence)
+                  AND NOT EXISTS (SELECT 1 FROM webhook_endpoint w WHERE (w.dispatched_tx_order, w.dispatched_id) < (e.tx_order, e.id))
                 LIMIT ?2)
             """, beforeMs, limit)
     }
