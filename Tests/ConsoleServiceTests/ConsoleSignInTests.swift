@@ -126,6 +126,18 @@ import Testing
         }
     }
 
+    /// Failures from one IPv6 /64 count as from one address: a host has every address of its /64.
+    @Test func anIPv6NetworkIsOneAddressToTheLimits() async throws {
+        try await Self.harness { h in
+            for i in 0..<LoginThrottlePolicy().addressThreshold {
+                _ = try await h.console.signIn(username: "nobody-\(i)", password: "x", code: "000000", address: "2001:db8:5:6::\(i + 1)")
+            }
+            guard case .throttled = try await h.console.signIn(username: "sam", password: "x", code: "000000", address: "2001:db8:5:6:ffff::9")
+            else { Issue.record("another address of the same /64 was not throttled"); return }
+            #expect(try await h.console.signIn(username: "sam", password: "x", code: "000000", address: "2001:db8:5:7::1") == .refused)
+        }
+    }
+
     @Test(arguments: engines) func sessionsEndWhenIdleAtTheirLimitAndEverywhereAtOnce(engine: Engine) async throws {
         try await Self.harness(engine) { h in
             guard case .signedIn(let first) = try await h.console.signIn(username: "sam", password: h.password, code: h.code(), address: nil)

@@ -227,6 +227,29 @@ import Testing
         #expect(ledger.invariantsHold)
     }
 
+    /// The reversal of a past period's refund gives back no access that a later period's revocation took, and an
+    /// administrator revoking a past period means the access too (only a store's refund is of the period alone).
+    @Test func aPastPeriodsReversalGivesBackNothingALaterRevocationTookAndAnAdministratorTakesTheAccess() throws {
+        for (id, start) in [("t1", Int64(0)), ("t2", 100), ("t3", 200)] {
+            try apply(
+                [(purchase(id, original: "t1", product: "sub", purchasedAt: start, expires: start + 100), .subscription(entitlement: "max"))],
+                now: start + 50)
+        }
+        #expect(try GrantRules.revoke("t2", reason: "refunded", nowMs: 260, in: ledger))
+        #expect(try GrantRules.revoke("t3", reason: "fraud", nowMs: 265, in: ledger))
+        #expect(try GrantRules.reinstate("t2", nowMs: 270, in: ledger), "the refund is reversed on record")
+        #expect(try apply([], now: 275).entitlements.filter { $0.entitlement == "max" }.isEmpty, "the fraud's revocation holds")
+
+        for (id, start) in [("u1", Int64(0)), ("u2", 100), ("u3", 200)] {
+            try apply(
+                [(purchase(id, original: "u1", product: "sub", purchasedAt: start, expires: start + 100), .subscription(entitlement: "ultra"))],
+                now: start + 50)
+        }
+        #expect(try GrantRules.revoke("u2", reason: "chargeback", nowMs: 260, in: ledger))
+        #expect(try apply([], now: 270).entitlements.filter { $0.entitlement == "ultra" }.isEmpty, "an administrator's revocation ends it")
+        #expect(ledger.invariantsHold)
+    }
+
     @Test func renewalsExtendAndARenewalAfterARevocationReinstates() throws {
         try apply([(purchase("s1", product: "sub", expires: 100), .subscription(entitlement: "pro"))])
         #expect(

@@ -36,9 +36,9 @@ final class InMemoryLedger: FulfillmentTransaction {
             grantKind: grantKind, coinsGranted: coins, revokedAtMs: nil, expiresDateMs: p.expiresDateMs)
     }
 
-    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) -> Bool {
+    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String, revoked: Bool) -> Bool {
         processedRows.contains { id, row in
-            id != transactionId && row.environment == environment && row.originalTransactionId == original && row.revokedAtMs == nil
+            id != transactionId && row.environment == environment && row.originalTransactionId == original && (row.revokedAtMs != nil) == revoked
                 && (row.expiresDateMs ?? .min) > afterMs
         }
     }

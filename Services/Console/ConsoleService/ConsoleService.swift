@@ -84,7 +84,7 @@ public final class ConsoleService: Sendable {
         let now = configuration.clock.nowMs
         let name = OperatorRecord.normalized(username) ?? "-"
         let nameKeys = [LoginThrottlePolicy.usernameKey("console:" + name), LoginThrottlePolicy.pairKey("console:" + name, address: address)]
-        let addressKey = address.map { LoginThrottlePolicy.addressKey("console:" + $0) }
+        let addressKey = address.map { LoginThrottlePolicy.addressKey("console:" + ClientAddress.limitKey($0)) }  // IPv6: its /64
         let wait = try await store.admitAttempt(keys: nameKeys + (addressKey.map { [$0] } ?? []), policy: configuration.throttle, nowMs: now)
         guard wait == 0 else {
             // As below: only an operator's name is written down, never what was typed (a pasted password).

@@ -150,11 +150,11 @@ struct FulfillmentRecords: FulfillmentTransaction {
             revokeReason: whole ? try row.get("revoke_reason") : nil, expiresDateMs: whole ? try row.get("expires_date_ms") : nil)
     }
 
-    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) throws -> Bool {
+    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String, revoked: Bool) throws -> Bool {
         try s.row(
             """
             SELECT 1 AS held FROM processed_transaction
-            WHERE environment = ?4 AND original_transaction_id = ?1 AND transaction_id != ?3 AND revoked_at_ms IS NULL
+            WHERE environment = ?4 AND original_transaction_id = ?1 AND transaction_id != ?3 AND revoked_at_ms IS \(revoked ? "NOT NULL" : "NULL")
                 AND expires_date_ms > ?2
             LIMIT 1
             """, original, afterMs, transactionId, environment) != nil

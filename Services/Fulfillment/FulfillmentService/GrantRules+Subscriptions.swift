@@ -42,4 +42,21 @@ extension GrantRules {
         try tx.event(.subscriptionExpired, about: current, nowMs: nowMs)
         return true
     }
+
+    /// A subscription period that ended before a later one recorded here and not revoked (a refund of last month's
+    /// renewal): taking it back takes only that period, which is over, and leaves the access the later one paid for.
+    /// (A store's refund only: an administrator revoking a past period means the access too.)
+    static func pastPeriod(_ record: ProcessedTransaction, _ transactionId: String, in tx: some FulfillmentTransaction) throws -> Bool {
+        guard record.grantKind == GrantRule.subscription(entitlement: "").kind, let ends = record.expiresDateMs else { return false }
+        return try tx.laterPeriodHeld(
+            environment: record.environment, original: record.originalTransactionId, afterMs: ends, other: transactionId, revoked: false)
+    }
+
+    /// A subscription period whose refund is reversed while a period as late or later is still revoked: that revocation
+    /// (a store's refund of it, an administrator's) holds the access, which the reversal does not give back.
+    static func laterRevocationHeld(_ record: ProcessedTransaction, _ transactionId: String, in tx: some FulfillmentTransaction) throws -> Bool {
+        guard record.grantKind == GrantRule.subscription(entitlement: "").kind, let ends = record.expiresDateMs else { return false }
+        return try tx.laterPeriodHeld(
+            environment: record.environment, original: record.originalTransactionId, afterMs: ends - 1, other: transactionId, revoked: true)
+    }
 }

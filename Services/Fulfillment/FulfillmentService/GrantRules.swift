@@ -34,9 +34,9 @@ public protocol FulfillmentTransaction {
     func forgetEarlyRevocation(_ transactionId: String) throws
     /// The debt the latest reversal of this transaction added, if it has one.
     func lastReversalDebt(_ transactionId: String) throws -> Int64?
-    /// Whether a transaction of `original` other than `transactionId`, recorded and not revoked, gives access past
-    /// `afterMs` (a later period paid for).
-    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) throws -> Bool
+    /// Whether a transaction of `original` other than `transactionId`, recorded and not revoked (`revoked`: and revoked),
+    /// gives access past `afterMs` (a later period paid for).
+    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String, revoked: Bool) throws -> Bool
 
     func entitlement(original: String) throws -> EntitlementRecord?
     func insertEntitlement(_ record: EntitlementRecord) throws
@@ -452,7 +452,9 @@ public enum GrantRules {
             return true
         }
         var given: EntitlementRecord?
-        if var entitlement = try tx.entitlement(original: record.originalTransactionId), entitlement.revokedAtMs != nil {
+        if var entitlement = try tx.entitlement(original: record.originalTransactionId), entitlement.revokedAtMs != nil,
+            try !laterRevocationHeld(record, transactionId, in: tx)
+        {
             entitlement.revokedAtMs = nil
             try tx.updateEntitlement(entitlement)
             given = entitlement
@@ -490,7 +492,7 @@ public enum GrantRules {
             return true
         }
         if var entitlement = try tx.entitlement(original: record.originalTransactionId), entitlement.revokedAtMs == nil,
-            try !pastPeriod(record, transactionId, in: tx)
+            try !(storeRevocationReasons.contains(reason) && pastPeriod(record, transactionId, in: tx))
         {
             entitlement.revokedAtMs = nowMs
             try tx.updateEntitlement(entitlement)
@@ -506,13 +508,6 @@ public enum GrantRules {
             record.holder, delta: 0, kind: .reversal, environment: record.environment, transactionId: transactionId, memo: memo,
             nowMs: nowMs, in: tx)
         return true
-    }
-
-    /// A subscription period that ended before a later one recorded here and not revoked (a refund of last month's
-    /// renewal): taking it back takes only that period, which is over, and leaves the access the later one paid for.
-    static func pastPeriod(_ record: ProcessedTransaction, _ transactionId: String, in tx: some FulfillmentTransaction) throws -> Bool {
-        guard record.grantKind == GrantRule.subscription(entitlement: "").kind, let ends = record.expiresDateMs else { return false }
-        return try tx.laterPeriodHeld(environment: record.environment, original: record.originalTransactionId, afterMs: ends, other: transactionId)
     }
 
     /// After a stacked pass is revoked, the passes queued behind it move up: each one not yet started

@@ -149,9 +149,14 @@ public struct NotificationProcessor: FulfillmentPart {
                     "notificationUUID": "\(entry.notificationUUID)", "type": "\(entry.notificationType)", "attempts": "\(attempts)",
                     "error": "\(message)",
                 ])
-            // If even this fails, the row stays pending under its lease and the worker tries again.
-            try? await store.settleNotification(
-                entry.notificationUUID, state: state, attempts: attempts, nextAttemptAtMs: next, lastError: message, nowMs: now)
+            // If even this fails, the row stays pending under its lease and the worker tries again: pending, whatever was
+            // meant (the inbox worker's next batch at once is for progress actually recorded).
+            do {
+                try await store.settleNotification(
+                    entry.notificationUUID, state: state, attempts: attempts, nextAttemptAtMs: next, lastError: message, nowMs: now)
+            } catch {
+                return .pending
+            }
             return state
         }
     }

@@ -34,7 +34,7 @@ public enum NotificationRules {
         /// CONSUMPTION_REQUEST: the answer owed to Apple (the account consented, inside Apple's window); nil: none.
         public var consumption: OwedConsumptionAnswer?
         /// Google Play: the subscription purchase this one replaced (`linkedPurchaseToken`: an upgrade, a downgrade), whose
-        /// access ends where this one begins, for the same account.
+        /// access ends where this one begins, whichever account holds it (`GrantRules.endSubscription`).
         public var replacedOriginal: String?
 
         public init(

@@ -215,8 +215,8 @@ public struct PlayNotifications: FulfillmentPart {
             scope: configuration.sandboxPolicy.scope(forEnvironment: purchase.environment))
         if purchase.cancellationDateMs == nil || purchase.transactionId != purchase.originalTransactionId { facts.rule = product?.rule }
         guard purchase.cancellationDateMs == nil else { return facts }
-        // An upgrade, downgrade or re-signup: the same customer's purchase history; the plan it replaces ends (for the same
-        // account only: `NotificationRules`).
+        // An upgrade, downgrade or re-signup: the same customer's purchase history; the plan it replaces ends, whichever
+        // account holds it (`GrantRules.endSubscription`).
         facts.replacedOriginal = play.linkedPurchaseToken
         guard try await storeCall({ try await self.store.owner(originalTransactionId: token) }) == nil else { return facts }
         if let linked = play.linkedPurchaseToken, purchase.appAccountToken == nil,

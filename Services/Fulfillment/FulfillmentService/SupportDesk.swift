@@ -253,6 +253,7 @@ public struct SupportDesk: FulfillmentPart {
                 let checkpoint = try await storeCall { try await self.store.reconcileCheckpoint(environment: environment.rawValue) }
                 let start = max(0, (checkpoint ?? now - configuration.reconcileFirstWindowMs) - configuration.reconcileOverlapMs)
                 var page: String?
+                var refusedFrom: Int64?  // the earliest record refused: the next run reads from it again
                 repeat {
                     // An end in the future is read as Apple's now: a clock here behind Apple's misses nothing.
                     let answer = try await dependencies.notificationHistory(
@@ -268,18 +269,22 @@ public struct SupportDesk: FulfillmentPart {
                                 .init(signedPayload: record.signedPayload, internalToken: token)
                             ).firstDelivery
                         } catch  where !error.retryable {
-                            // Refused for good (its signature, its bundle): asking again cannot change that, and it must not
-                            // hold the checkpoint, and the sweep after it, back for ever.
-                            logger.warning(
-                                "a Notification History record was refused; skipped",
+                            // Refused (its signature, its bundle: most likely this server's trust or bundle settings, which
+                            // an operator mends): the rest of the run and the sweep go on, and the checkpoint stays at it, so
+                            // every run reads it again until it is taken in.
+                            logger.error(
+                                "a Notification History record was refused; read again at the next run",
                                 metadata: ["notificationUUID": "\(record.notificationUUID ?? "-")", "error": "\(error.message)"])
+                            let signed = record.signedDateMs ?? start
+                            refusedFrom = min(refusedFrom ?? signed, signed)
                             continue
                         }
                         if taken { result.notificationsTakenIn += 1 }
                     }
                     page = answer.hasMore ? answer.paginationToken : nil
                 } while page != nil
-                try await storeCall { try await self.store.saveReconcileCheckpoint(environment: environment.rawValue, signedDateMs: now) }
+                let reached = refusedFrom ?? now
+                try await storeCall { try await self.store.saveReconcileCheckpoint(environment: environment.rawValue, signedDateMs: reached) }
             }
         }
         if subscriptionStatuses {
