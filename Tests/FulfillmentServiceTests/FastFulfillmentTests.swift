@@ -91,7 +91,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
     func processed(transactionId: String) async throws -> ProcessedTransaction? { ledger.withLockedValue { $0.processed(transactionId) } }
     func reconcileCheckpoint(environment: String) async throws -> Int64? { nil }
     func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws {}
-    func subscriptionsToCheck(nowMs: Int64, limit: Int, afterMs: Int64) async throws -> [(original: String, expiresAtMs: Int64)] { [] }
+    func subscriptionsToCheck(nowMs: Int64, limit: Int, after: (expiresAtMs: Int64, original: String)) async throws
+        -> [(original: String, expiresAtMs: Int64)]
+    { [] }
     func playSubscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [PlaySubscriptionToCheck] { [] }
     func subscriptionHistory(accountId: String, scope: AccountScope, nowMs: Int64) async throws -> [SubscriptionHistoryRecord] {
         ledger.withLockedValue { ledger in

@@ -55,8 +55,10 @@ struct FulfillmentQueries {
     }
 
     /// Originals of App Store subscriptions to ask Apple about: ended without news in the last 60 days, or in billing retry;
-    /// those ending after `afterMs` (where the sweep before stopped), the earliest first.
-    func subscriptionsToCheck(nowMs: Int64, limit: Int, afterMs: Int64) throws -> [(original: String, expiresAtMs: Int64)] {
+    /// those after `after` (where the sweep before stopped) in the order (end, original), the earliest first.
+    func subscriptionsToCheck(nowMs: Int64, limit: Int, after: (expiresAtMs: Int64, original: String)) throws
+        -> [(original: String, expiresAtMs: Int64)]
+    {
         try s.rows(
             """
             SELECT e.original_transaction_id, e.expires_at_ms FROM entitlement e
@@ -67,9 +69,9 @@ struct FulfillmentQueries {
               AND ((e.expires_at_ms <= ?1 AND e.expires_at_ms > ?2 AND COALESCE(r.expiration_intent, 0) = 0
                     AND COALESCE(r.auto_renew, TRUE))
                    OR r.in_billing_retry)
-              AND e.expires_at_ms > ?4
-            ORDER BY e.expires_at_ms LIMIT ?3
-            """, nowMs, nowMs - 60 * 86_400_000, limit, afterMs
+              AND (e.expires_at_ms > ?4 OR (e.expires_at_ms = ?4 AND e.original_transaction_id > ?5))
+            ORDER BY e.expires_at_ms, e.original_transaction_id LIMIT ?3
+            """, nowMs, nowMs - 60 * 86_400_000, limit, after.expiresAtMs, after.original
         ).map { (try $0.get("original_transaction_id"), try $0.get("expires_at_ms")) }
     }
 

@@ -94,8 +94,10 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
     }
 
     /// Originals of subscriptions to ask Apple about: ended without news in the last 60 days, or in billing retry.
-    public func subscriptionsToCheck(nowMs: Int64, limit: Int, afterMs: Int64) async throws -> [(original: String, expiresAtMs: Int64)] {
-        try await read { s in try FulfillmentQueries(s).subscriptionsToCheck(nowMs: nowMs, limit: limit, afterMs: afterMs) }
+    public func subscriptionsToCheck(nowMs: Int64, limit: Int, after: (expiresAtMs: Int64, original: String)) async throws
+        -> [(original: String, expiresAtMs: Int64)]
+    {
+        try await read { s in try FulfillmentQueries(s).subscriptionsToCheck(nowMs: nowMs, limit: limit, after: after) }
     }
 
     public func playSubscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [PlaySubscriptionToCheck] {

@@ -84,8 +84,9 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage, Eve
     func reconcileCheckpoint(environment: String) async throws -> Int64?
     func saveReconcileCheckpoint(environment: String, signedDateMs: Int64) async throws
     /// Originals of subscriptions to ask Apple about, with their ends: ended without news in the last 60 days, or in
-    /// billing retry; those ending after `afterMs`, the earliest first.
-    func subscriptionsToCheck(nowMs: Int64, limit: Int, afterMs: Int64) async throws -> [(original: String, expiresAtMs: Int64)]
+    /// billing retry; those after `after` in the order (end, original), the earliest first.
+    func subscriptionsToCheck(nowMs: Int64, limit: Int, after: (expiresAtMs: Int64, original: String)) async throws
+        -> [(original: String, expiresAtMs: Int64)]
     /// Google Play subscriptions to ask Google about (`FulfillmentQueries.playSubscriptionsToCheck`).
     func playSubscriptionsToCheck(nowMs: Int64, limit: Int) async throws -> [PlaySubscriptionToCheck]
     /// Moves a subscription's end later (`GrantRules.extendRenewal`); false when there is nothing to move.

@@ -241,8 +241,9 @@ public struct SupportDesk: FulfillmentPart {
         }
     }
 
-    /// Where the App Store subscription sweep stopped (a reconcile checkpoint's row): the end of the last one it asked about.
-    static let sweepPosition = "appStoreSweep"
+    /// Where the App Store subscription sweep stopped (two reconcile checkpoint rows): the end and the original (digits)
+    /// of the last one it asked about.
+    static let sweepPosition = ("appStoreSweep", "appStoreSweepOriginal")
 
     func reconcileNow(notificationHistory: Bool, subscriptionStatuses: Bool) async throws(RPCError) -> FulfillmentReconcile.Result {
         let token = try internalTokenForApple("reconciling with Apple")
@@ -291,11 +292,22 @@ public struct SupportDesk: FulfillmentPart {
             let now = clock.nowMs, perRun = configuration.reconcileSubscriptionsPerRun
             // In turn: each run goes on after the end where the run before stopped, and starts over once through, so that
             // those Apple keeps answering the same about (billing retry, another app's) never hold the rest back.
-            let after = try await storeCall { try await self.store.reconcileCheckpoint(environment: Self.sweepPosition) } ?? .min
-            let due = try await storeCall { try await self.store.subscriptionsToCheck(nowMs: now, limit: perRun, afterMs: after) }
-            let next = due.count < perRun ? Int64.min : due.last?.expiresAtMs ?? .min
-            try await storeCall { try await self.store.saveReconcileCheckpoint(environment: Self.sweepPosition, signedDateMs: next) }
-            for original in due.map(\.original) {
+            // Each one's position is kept before it is asked: one whose question fails is passed by next time, not stuck on.
+            @Sendable func keep(_ expiresAtMs: Int64, _ original: Int64) async throws(RPCError) {
+                try await storeCall {
+                    try await self.store.saveReconcileCheckpoint(environment: Self.sweepPosition.0, signedDateMs: expiresAtMs)
+                    try await self.store.saveReconcileCheckpoint(environment: Self.sweepPosition.1, signedDateMs: original)
+                }
+            }
+            let afterMs = try await storeCall { try await self.store.reconcileCheckpoint(environment: Self.sweepPosition.0) } ?? .min
+            let afterOriginal = try await storeCall { try await self.store.reconcileCheckpoint(environment: Self.sweepPosition.1) } ?? -1
+            let due = try await storeCall {
+                try await self.store.subscriptionsToCheck(
+                    nowMs: now, limit: perRun, after: (afterMs, afterOriginal < 0 ? "" : String(afterOriginal)))
+            }
+            if due.count < perRun { try await keep(.min, -1) }  // through: the next run starts over
+            for (original, expiresAtMs) in due {
+                if due.count == perRun, let digits = Int64(original) { try await keep(expiresAtMs, digits) }
                 result.subscriptionsChecked += 1
                 let statuses: [AppleSubscriptionStatus]
                 do {
