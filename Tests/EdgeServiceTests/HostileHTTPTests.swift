@@ -4,6 +4,7 @@ import JSONRPC
 import NIOCore
 import NIOSSL
 import RPCTestSupport
+import RPCTransport
 import SuiteTestSupport
 import Testing
 
@@ -215,6 +216,26 @@ import Testing
         connections.release("192.0.2.2")
         connections.release("192.0.2.2")
         #expect(connections.open("192.0.2.2") == 0 && connections.refused == 1)
+        // An IPv6 /64 is one address (a host has all of it), an IPv6 trusted proxy is exempt by its own address.
+        let six = ConnectionsPerAddress(cap: 2, exempt: ["2001:db8:9::1"])
+        #expect(six.admit("2001:db8:1:2::1") && six.admit("2001:db8:1:2::2"))
+        #expect(!six.admit("2001:db8:1:2:ffff::3"), "the third from one /64")
+        #expect(six.admit("2001:db8:1:3::1"), "the next /64 is another subscriber")
+        #expect((0..<5).allSatisfy { _ in six.admit("2001:db8:9::1") })
+        six.release("2001:db8:1:2::1")
+        #expect(six.open("2001:db8:1:2::77") == 1)
+    }
+
+    /// The edge's buckets and the address it forwards to accounts count an IPv6 client by its /64, through a trusted
+    /// proxy too.
+    @Test func theEdgeCountsAnIPv6ClientByItsSlash64() throws {
+        var config = EdgeConfiguration()
+        config.trustedProxies = ["2001:db8:9::1"]
+        let dead = try RPCClient(address: "127.0.0.1:1")
+        let edge = EdgeService(accounts: dead, catalog: dead, fulfillment: dead, configuration: config, logger: EdgeFixture.quiet)
+        #expect(edge.clientAddress(peer: "2001:db8:1:2::5", forwardedFor: nil) == "2001:db8:1:2::/64")
+        #expect(edge.clientAddress(peer: "2001:db8:9::1", forwardedFor: "203.0.113.4, 2001:db8:7:8::9") == "2001:db8:7:8::/64")
+        #expect(edge.clientAddress(peer: "198.51.100.7", forwardedFor: "2001:db8:7:8::9") == "198.51.100.7", "an untrusted peer's header")
     }
 
     @Test func silentConnectionsAreClosedAndTheEdgeKeepsAnswering() async throws {
