@@ -340,10 +340,18 @@ import Testing
             let sub = try await iap("sim", "buy", "sub.premium", "--type", "autoRenewable", "--apple-id", "dave@icloud", "--json").decode(
                 SimPurchase.Result.self)
             #expect(try await iap("redeem", "--signed-transaction", sub.signedTransaction).status == 0)
-            let extended = try await iap(
-                "support", "extend", sub.originalTransactionId, "--days", "3", "--reason-code", "3", "--reason", "outage", "--json"
-            ).decode(FulfillmentExtendSubscription.Result.self)
+            let extending = try await iap(
+                "support", "extend", sub.originalTransactionId, "--days", "3", "--reason-code", "3", "--reason", "outage", "--json")
+            let extended = try extending.decode(FulfillmentExtendSubscription.Result.self)
             #expect(extended.accountId == dave.accountId)
+            // The request id it made is printed first: run again with it (the answer was lost), the extension is the same one.
+            let printed = try #require(extending.stderr.range(of: "--request-id "), "\(extending.stderr)").upperBound
+            let requestId = String(extending.stderr[printed...].prefix { $0 != ")" })
+            let rerun = try await iap(
+                "support", "extend", sub.originalTransactionId, "--days", "3", "--reason-code", "3", "--reason", "outage", "--request-id",
+                requestId, "--json"
+            ).decode(FulfillmentExtendSubscription.Result.self)
+            #expect(rerun.expiresAtMs == extended.expiresAtMs, "extended once: \(extended.expiresAtMs) then \(rerun.expiresAtMs)")
             // The app transaction: the device's, verified, linked to dave's account (the saved session), found by support.
             let device = try await iap("sim", "app-transaction", "--apple-id", "dave@icloud", "--json").decode(SimAppTransaction.Result.self)
             let checked = try await iap("verify", "app-transaction", device.signedAppTransaction)

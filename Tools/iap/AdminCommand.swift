@@ -482,11 +482,14 @@ struct SupportCommand: AsyncParsableCommand {
                 }
                 return
             }
+            // The same for one subscription: a rerun after a lost answer must not spend Apple's second extension of the year.
+            let id = requestId ?? UUID().uuidString.lowercased()
+            FileHandle.standardError.write(Data("extension \(id): asking Apple (retry with --request-id \(id))\n".utf8))
             await ServiceCall(options: client).run(
                 .fulfillment, FulfillmentExtendSubscription.self,
                 .init(
                     adminToken: token, originalTransactionId: originalTransactionId ?? "", days: days, reasonCode: reasonCode, reason: reason,
-                    requestId: requestId)
+                    requestId: id)
             ) { "subscription \($0.originalTransactionId) now ends \(isoTime($0.expiresAtMs))\($0.accountId.map { " (account \($0))" } ?? "")" }
         }
     }

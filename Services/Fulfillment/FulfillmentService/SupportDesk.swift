@@ -33,7 +33,9 @@ public struct SupportDesk: FulfillmentPart {
 
     /// Support: grants an order's purchases to the account of a username, exactly as that account's redeem
     /// would (same outcomes, same ownership policy: one owned by another account is not moved under the
-    /// default policy), then ties them to the account at Apple. Audited once per granted purchase.
+    /// default policy), then ties them to the account at Apple. Audited per purchase granted, restored, or granted before
+    /// (at least once: the grant and its audit are two writes, so a call whose grant committed and whose audit did not,
+    /// retried by the operator as the console asks, finds the purchases `alreadyGranted` and writes the audit then).
     public func grantOrder(_ p: FulfillmentGrantOrder.Params) async throws(RPCError) -> FulfillmentGrantOrder.Result {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
         try Self.checkReason(p.reason, maxBytes: configuration.maxMemoBytes)
@@ -60,10 +62,11 @@ public struct SupportDesk: FulfillmentPart {
         }
         results += applied.results
         if applied.owesApple { service.outboxWakeup.signal() }  // what the grant owes Apple: its first attempt now
-        for result in applied.results where [.granted, .restored].contains(result.outcome) {
+        for result in applied.results where [.granted, .restored, .alreadyGranted].contains(result.outcome) {
+            let before = result.outcome == .alreadyGranted ? " (granted before this call, which changed nothing)" : ""
             try await audit(
-                "grantOrder", accountId: account.accountId, transactionId: result.transactionId, reason: "order \(p.orderId): \(p.reason)",
-                token: p.adminToken, operatorName: p.operatorName)
+                "grantOrder", accountId: account.accountId, transactionId: result.transactionId,
+                reason: "order \(p.orderId): \(p.reason)\(before)", token: p.adminToken, operatorName: p.operatorName)
         }
         logger.notice(
             "order granted by an administrator",
