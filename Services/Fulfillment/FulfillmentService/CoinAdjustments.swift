@@ -4,9 +4,10 @@ import IAPProtocol
 public enum AdjustOutcome: Sendable, Equatable {
     /// Written now: its ledger row and the wallet after it.
     case adjusted(LedgerEntry, Wallet)
-    /// The key had already adjusted this holder with the same delta and reason: that row, nothing done again.
+    /// The key had already adjusted this holder (account and scope) with the same delta: that row, nothing done again (the
+    /// reason is not compared: the first call's stands in the audit).
     case replayed(LedgerEntry, Wallet)
-    /// The key was used before with another delta, reason or kind of row.
+    /// The key was used before for this holder with another delta or kind of row.
     case keyConflict
     /// A take-back larger than the balance: refused, never below zero.
     case insufficient(balance: Int64)
