@@ -265,11 +265,20 @@ public final class PostgresPool: Sendable {
             }
             do {
                 // A statement that hangs (a lock held by a stuck client) ends rather than holding a thread forever; the
-                // schema's tables by their plain names. One statement, one round trip.
+                // schema's tables by their plain names. And this session ends soon after its client is gone: the server
+                // probes an idle connection after 30 s (10 s apart, 3 unanswered ends it; the OS default is about two
+                // hours), and ends one idle inside a transaction for a minute (ours last milliseconds). Either way the
+                // account locks it holds are released, which writers of those accounts on every instance wait or yield for.
+                // One statement, one round trip.
                 let session = PostgresSession(connection: connection, logger: logger, roundTrips: roundTripCount, prepared: nil)
                 try session.execute(
                     PostgresQuery(
-                        unsafeSQL: "SELECT set_config('statement_timeout', '15s', false), set_config('search_path', '\(schema)', false)"))
+                        unsafeSQL: """
+                            SELECT set_config('statement_timeout', '15s', false), set_config('search_path', '\(schema)', false),
+                                set_config('tcp_keepalives_idle', '30', false), set_config('tcp_keepalives_interval', '10', false),
+                                set_config('tcp_keepalives_count', '3', false),
+                                set_config('idle_in_transaction_session_timeout', '60s', false)
+                            """))
             } catch {
                 discard(connection)
                 throw error

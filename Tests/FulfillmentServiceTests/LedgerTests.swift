@@ -199,6 +199,11 @@ import Testing
             // The service's own connection settings, read through the store's pool.
             if let postgres = suite.store as? PostgresFulfillmentStore {
                 #expect(try await postgres.setting("synchronous_commit") == "on")  // commits wait for the WAL flush
+                // A client gone without a word (a crashed host, a partition) loses its session, and the account locks it
+                // held, within about a minute rather than the OS's two hours.
+                #expect(try await postgres.setting("tcp_keepalives_idle") == "30")
+                #expect(try await postgres.setting("tcp_keepalives_count") == "3")
+                #expect(try await postgres.setting("idle_in_transaction_session_timeout") == "1min")
             } else {
                 let mode = try await #require(suite.store as? FulfillmentStore).synchronousMode()
                 #expect(mode == 2)  // FULL
