@@ -32,7 +32,7 @@ extension CatalogService {
         definition.retention = p.retention
         definition.status = entry.status
         let ready = [(definition, [StoredPrice]?.none)]
-        try await write { try await self.store.upsert(ready) }
+        try await write { try await self.store.upsert(ready, keepingUnsaid: false) }
         logger.info("retention rules set", metadata: ["productId": "\(p.productId)", "choices": "\(p.retention?.choices.count ?? 0)"])
     }
 

@@ -225,7 +225,7 @@ public final class CatalogService: Sendable {
         }
         try await checkGooglePlayIds(products, field: field)
         let ready = validated
-        try await write { try await self.store.upsert(ready) }
+        try await write { try await self.store.upsert(ready, keepingUnsaid: true) }
         logger.info("catalog updated", metadata: ["products": "\(products.count)"])
     }
 
@@ -269,7 +269,7 @@ public final class CatalogService: Sendable {
         if let retention = definition.retention { try RetentionValidation.check(retention, product: definition, field: "offers") }
         definition.status = entry.status
         let ready = [(definition, [StoredPrice]?.none)]
-        try await write { try await self.store.upsert(ready) }
+        try await write { try await self.store.upsert(ready, keepingUnsaid: false) }
         logger.info("offers set", metadata: ["productId": "\(p.productId)", "offers": "\(p.offers.count)"])
     }
 

@@ -8,7 +8,9 @@ public protocol CatalogStorage: Sendable {
     /// Every product with its status, sorted by productId, at one revision.
     func snapshot() async throws -> CatalogSnapshot
     /// Creates or replaces products (and, when given, their prices) in one transaction.
-    func upsert(_ products: [(ProductDefinition, [StoredPrice]?)]) async throws
+    /// `keepingUnsaid`: an import's or an upsert's products, whose left-out status, offers and retention rules keep the
+    /// stored ones (`ProductDefinition.keepingUnsaid`); else each definition is written whole, as given.
+    func upsert(_ products: [(ProductDefinition, [StoredPrice]?)], keepingUnsaid: Bool) async throws
     func setPrices(productId: String, _ prices: [StoredPrice]) async throws -> CatalogChange
     func retire(productId: String) async throws -> CatalogChange
     /// The admin-set prices of one storefront, by productId.

@@ -67,19 +67,24 @@ public final class CatalogStore: CatalogStorage, Sendable {
     }
 
     /// Creates or replaces products (and, where given, their prices) in one transaction.
-    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)]) async throws {
+    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)], keepingUnsaid: Bool) async throws {
         try await writer.write { db in
             let encoder = JSONEncoder()
             encoder.outputFormatting = .sortedKeys
+            let decoder = JSONDecoder()
             for (definition, prices) in products {
-                var stored = definition
-                stored.prices = nil
+                let before = try Row.fetchOne(db, sql: "SELECT definition, status FROM product WHERE productId = ?", arguments: [definition.productId])
+                    .map { row -> (ProductDefinition, ProductStatus) in
+                        let json: String = row["definition"]
+                        return (try decoder.decode(ProductDefinition.self, from: Data(json.utf8)), ProductStatus(rawValue: row["status"]) ?? .active)
+                    }
+                let (stored, status) = definition.keepingUnsaid(stored: keepingUnsaid ? before : nil)
                 let json = String(decoding: try encoder.encode(stored), as: UTF8.self)
                 try db.execute(
                     sql: """
                         INSERT INTO product (productId, definition, status) VALUES (?, ?, ?)
                         ON CONFLICT(productId) DO UPDATE SET definition = excluded.definition, status = excluded.status
-                        """, arguments: [definition.productId, json, (definition.status ?? .active).rawValue])
+                        """, arguments: [definition.productId, json, status.rawValue])
                 if let prices { try Self.replacePrices(db, productId: definition.productId, prices) }
             }
             try Self.bumpRevision(db)

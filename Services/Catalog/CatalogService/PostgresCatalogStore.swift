@@ -61,19 +61,21 @@ public final class PostgresCatalogStore: CatalogStorage, Sendable {
         }
     }
 
-    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)]) async throws {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        let rows = try products.map { definition, prices in
-            var stored = definition
-            stored.prices = nil
-            return (
-                definition.productId, String(decoding: try encoder.encode(stored), as: UTF8.self),
-                (definition.status ?? .active).rawValue, prices
-            )
-        }
+    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)], keepingUnsaid: Bool) async throws {
         try await pool.write { db in
-            for (productId, json, status, prices) in rows {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            let decoder = JSONDecoder()
+            for (definition, prices) in products {
+                let productId = definition.productId
+                let before = try db.one("SELECT definition, status FROM product WHERE product_id = \(productId)").map { row in
+                    (
+                        try decoder.decode(ProductDefinition.self, from: Data(try row.get("definition", as: String.self).utf8)),
+                        ProductStatus(rawValue: try row.get("status", as: String.self)) ?? .active
+                    )
+                }
+                let merged = definition.keepingUnsaid(stored: keepingUnsaid ? before : nil)
+                let json = String(decoding: try encoder.encode(merged.definition), as: UTF8.self), status = merged.status.rawValue
                 try db.execute(
                     """
                     INSERT INTO product (product_id, definition, status) VALUES (\(productId), \(json), \(status))

@@ -178,3 +178,18 @@ extension ProductDefinition {
     /// The ids Google Play sells it under: its `googlePlay`, else its own id (any base plan).
     var googlePlayKey: GooglePlayProductIds { googlePlay ?? GooglePlayProductIds(productId: productId) }
 }
+
+extension ProductDefinition {
+    /// What an import or an upsert writes for a product already stored: what it leaves out stays as stored. A status
+    /// left out keeps the stored one (re-importing the catalog file does not bring a retired product back; `"status":
+    /// "active"` does), and offers or retention rules left out keep theirs (`[]` clears them). A new product is active.
+    func keepingUnsaid(stored: (definition: ProductDefinition, status: ProductStatus)?) -> (definition: ProductDefinition, status: ProductStatus) {
+        var merged = self
+        merged.prices = nil
+        merged.offers = offers ?? stored?.definition.offers
+        merged.retention = retention ?? stored?.definition.retention
+        let status = status ?? stored?.status ?? .active
+        merged.status = status
+        return (merged, status)
+    }
+}
