@@ -166,20 +166,12 @@ import Testing
             let bob = try await suite.register("bob")
             let bobs = try await play.buy("sub.basic", accountToken: bob.appAccountToken, basePlanId: "monthly")
             _ = try await play.deliverAll()
-            _ = try await play.client.call(
-                PlayPurchaseProduct.self,
-                .init(
-                    packageName: PlayStand.packageName, productId: "sub.unsold", basePlanId: "monthly",
-                    obfuscatedExternalAccountId: bob.appAccountToken, linkedPurchaseToken: bobs.purchaseToken))
+            _ = try await play.upgrade(to: "sub.unsold", accountToken: bob.appAccountToken, replacing: bobs.purchaseToken)
             _ = try await play.deliverAll()
             suite.clock.advance(ms: max(1_000, ServiceClock.system.nowMs - suite.clock.clock.nowMs + 1_000))
             #expect(try await suite.entitlements(bob.session).map(\.entitlement) == ["basic"])
             // Upgraded on the phone: a new purchase token linked to the old one, which Google ends.
-            let premium = try await play.client.call(
-                PlayPurchaseProduct.self,
-                .init(
-                    packageName: PlayStand.packageName, productId: "sub.premium", basePlanId: "monthly",
-                    obfuscatedExternalAccountId: ann.appAccountToken, linkedPurchaseToken: basic.purchaseToken))
+            let premium = try await play.upgrade(to: "sub.premium", accountToken: ann.appAccountToken, replacing: basic.purchaseToken)
             _ = try await play.deliverAll()
             // The suite's clock past the moment of the upgrade (it started with the suite; the test takes seconds under load).
             suite.clock.advance(ms: max(1_000, ServiceClock.system.nowMs - suite.clock.clock.nowMs + 1_000))

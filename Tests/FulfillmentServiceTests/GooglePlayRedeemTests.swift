@@ -104,11 +104,7 @@ import Testing
             let basic = try await play.buy("sub.basic", accountToken: ann.appAccountToken, basePlanId: "monthly")
             _ = try await Self.redeem(suite, ann.session, [.init(productId: "sub.basic", purchaseToken: basic.purchaseToken)])
             #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["basic"])
-            let premium = try await play.client.call(
-                PlayPurchaseProduct.self,
-                .init(
-                    packageName: PlayStand.packageName, productId: "sub.premium", basePlanId: "monthly",
-                    obfuscatedExternalAccountId: bob.appAccountToken, linkedPurchaseToken: basic.purchaseToken))
+            let premium = try await play.upgrade(to: "sub.premium", accountToken: bob.appAccountToken, replacing: basic.purchaseToken)
             let upgraded = try await Self.redeem(suite, bob.session, [.init(productId: "sub.premium", purchaseToken: premium.purchaseToken)])
             #expect(upgraded.results.map(\.outcome) == [.granted] && upgraded.entitlements.map(\.entitlement) == ["premium"])
             // The suite's clock past the moment of the upgrade (it started with the suite; the test takes seconds under load).

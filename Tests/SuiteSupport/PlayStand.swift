@@ -77,6 +77,18 @@ public struct PlayStand: Sendable {
                 quantity: quantity, testPurchase: test))
     }
 
+    /// Moves to another subscription on the phone: a new purchase of `productId` linked to the one it replaces (Google's
+    /// upgrade or downgrade), made as the account whose appAccountToken is given.
+    public func upgrade(to productId: String, accountToken: String?, replacing purchaseToken: String, basePlanId: String = "monthly")
+        async throws -> PlayPurchaseState
+    {
+        try await client.call(
+            PlayPurchaseProduct.self,
+            .init(
+                packageName: Self.packageName, productId: productId, basePlanId: basePlanId, obfuscatedExternalAccountId: accountToken,
+                linkedPurchaseToken: purchaseToken))
+    }
+
     /// Pushes go to `url` (the edge's Google Play route), with the audience verification expects unless another is given.
     public func pushTo(_ url: String, audience: String = pushAudience, email: String? = nil) async throws {
         _ = try await client.call(PlaySetPushEndpoint.self, .init(url: url, audience: audience, serviceAccountEmail: email))

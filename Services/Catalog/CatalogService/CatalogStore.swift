@@ -73,14 +73,18 @@ public final class CatalogStore: CatalogStorage, Sendable {
             encoder.outputFormatting = .sortedKeys
             let decoder = JSONDecoder()
             for (definition, prices) in products {
-                let before = try Row.fetchOne(
-                    db, sql: "SELECT definition, status FROM product WHERE productId = ?", arguments: [definition.productId]
-                )
-                .map { row -> (ProductDefinition, ProductStatus) in
-                    let json: String = row["definition"]
-                    return (try decoder.decode(ProductDefinition.self, from: Data(json.utf8)), ProductStatus(rawValue: row["status"]) ?? .active)
-                }
-                let (stored, status) = definition.keepingUnsaid(stored: keepingUnsaid ? before : nil)
+                // Read only for an import or upsert, which keeps what it leaves out.
+                let before =
+                    !keepingUnsaid
+                    ? nil
+                    : try Row.fetchOne(
+                        db, sql: "SELECT definition, status FROM product WHERE productId = ?", arguments: [definition.productId]
+                    )
+                    .map { row -> (ProductDefinition, ProductStatus) in
+                        let json: String = row["definition"]
+                        return (try decoder.decode(ProductDefinition.self, from: Data(json.utf8)), ProductStatus(rawValue: row["status"]) ?? .active)
+                    }
+                let (stored, status) = definition.keepingUnsaid(stored: before)
                 let json = String(decoding: try encoder.encode(stored), as: UTF8.self)
                 try db.execute(
                     sql: """

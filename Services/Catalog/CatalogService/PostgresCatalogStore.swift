@@ -68,13 +68,15 @@ public final class PostgresCatalogStore: CatalogStorage, Sendable {
             let decoder = JSONDecoder()
             for (definition, prices) in products {
                 let productId = definition.productId
-                let before = try db.one("SELECT definition, status FROM product WHERE product_id = \(productId)").map { row in
+                // Read only for an import or upsert, which keeps what it leaves out.
+                let before = try (keepingUnsaid ? db.one("SELECT definition, status FROM product WHERE product_id = \(productId)") : nil).map {
+                    row in
                     (
                         try decoder.decode(ProductDefinition.self, from: Data(try row.get("definition", as: String.self).utf8)),
                         ProductStatus(rawValue: try row.get("status", as: String.self)) ?? .active
                     )
                 }
-                let merged = definition.keepingUnsaid(stored: keepingUnsaid ? before : nil)
+                let merged = definition.keepingUnsaid(stored: before)
                 let json = String(decoding: try encoder.encode(merged.definition), as: UTF8.self), status = merged.status.rawValue
                 try db.execute(
                     """
