@@ -7,9 +7,8 @@ import Testing
 /// a failover) were read, verified and asked of Apple again and again without pause, and the outbox never had its turn.
 @Suite struct InboxBatchTests {
     @Test func anotherBatchAtOnceOnlyAfterAWholeOneThatMadeProgress() {
-        #expect(NotificationProcessor.takesAnotherBatch(tried: 100, ended: 1))
-        #expect(!NotificationProcessor.takesAnotherBatch(tried: 100, ended: 0), "every one pending again: the next round")
-        #expect(!NotificationProcessor.takesAnotherBatch(tried: 99, ended: 99), "not a whole batch: nothing more is due")
-        #expect(!NotificationProcessor.takesAnotherBatch(tried: 0, ended: 0))
+        #expect(NotificationProcessor.takesAnotherBatch(whole: true, ended: 1))
+        #expect(!NotificationProcessor.takesAnotherBatch(whole: true, ended: 0), "every one pending again: the next round")
+        #expect(!NotificationProcessor.takesAnotherBatch(whole: false, ended: 99), "not a whole batch: nothing more is due")
     }
 }

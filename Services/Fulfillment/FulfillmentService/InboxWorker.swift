@@ -58,7 +58,7 @@ public struct InboxWorker: Service {
             // Whole batches mean more is due: keep going until the backlog is drained (`takesAnotherBatch`).
             while !Task.isCancelled {
                 let batch = try await self.service.notifications.processDueBatch()
-                guard NotificationProcessor.takesAnotherBatch(tried: batch.tried, ended: batch.ended) else { break }
+                guard NotificationProcessor.takesAnotherBatch(whole: batch.whole, ended: batch.ended) else { break }
             }
         } catch {
             self.logger.warning("the notification inbox could not be read; will try again", metadata: ["error": "\(error)"])

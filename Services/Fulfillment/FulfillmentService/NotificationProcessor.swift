@@ -75,20 +75,20 @@ public struct NotificationProcessor: FulfillmentPart {
         try await processDueBatch(limit: limit).tried
     }
 
-    /// One batch of due notifications: how many were tried, and how many of those came to an end (applied, ignored or
-    /// parked) rather than pending again.
-    func processDueBatch(limit: Int = 100) async throws(RPCError) -> (tried: Int, ended: Int) {
+    /// One batch of due notifications: how many were tried, whether that was a whole batch (`limit`: more may be due), and
+    /// how many came to an end (applied, ignored or parked) rather than pending again.
+    func processDueBatch(limit: Int = 100) async throws(RPCError) -> (tried: Int, whole: Bool, ended: Int) {
         let now = clock.nowMs
         let due = try await storeCall { try await self.store.dueNotifications(nowMs: now, limit: limit) }
         var ended = 0
         for entry in due where await process(entry, reverify: true) != .pending { ended += 1 }
-        return (due.count, ended)
+        return (due.count, due.count == limit, ended)
     }
 
     /// Whether the worker takes another batch at once after this one: only after a whole batch of which some came to an
     /// end. A whole batch left pending (Apple down: each waits for its next attempt; or its outcomes could not be
     /// written, and the same ones are due again) waits for the next round instead of being read again and again.
-    static func takesAnotherBatch(tried: Int, ended: Int, limit: Int = 100) -> Bool { tried == limit && ended > 0 }
+    static func takesAnotherBatch(whole: Bool, ended: Int) -> Bool { whole && ended > 0 }
 
     /// One processing attempt, its outcome recorded: `applied`, `ignored`, or (failing) `pending` with a
     /// later attempt or `parked`. `reverify`: a row read back from the inbox (the worker, a retry) is verified again

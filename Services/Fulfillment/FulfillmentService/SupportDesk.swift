@@ -255,7 +255,10 @@ public struct SupportDesk: FulfillmentPart {
             for environment in [AppleEnvironment.production, .sandbox] {
                 let now = clock.nowMs
                 let checkpoint = try await storeCall { try await self.store.reconcileCheckpoint(environment: environment.rawValue) }
-                let start = max(0, (checkpoint ?? now - configuration.reconcileFirstWindowMs) - configuration.reconcileOverlapMs)
+                // Apple keeps 180 days of history (30 in Sandbox) and refuses an earlier start: a checkpoint held at a refused
+                // record no older than that, else every run would fail, and the sweep after it.
+                let kept = Int64(environment == .production ? 179 : 29) * 86_400_000
+                let start = max(0, now - kept, (checkpoint ?? now - configuration.reconcileFirstWindowMs) - configuration.reconcileOverlapMs)
                 var page: String?
                 var refusedFrom: Int64?  // the earliest record refused: the next run reads from it again
                 repeat {
@@ -295,7 +298,8 @@ public struct SupportDesk: FulfillmentPart {
             let now = clock.nowMs, perRun = configuration.reconcileSubscriptionsPerRun
             // In turn: each run goes on after the end where the run before stopped, and starts over once through, so that
             // those Apple keeps answering the same about (billing retry, another app's) never hold the rest back.
-            // Each one's position is kept before it is asked: one whose question fails is passed by next time, not stuck on.
+            // The position is kept once, after the loop or when a question fails (that one's: it is passed by next time,
+            // not stuck on).
             @Sendable func keep(_ expiresAtMs: Int64, _ original: Int64) async throws(RPCError) {
                 try await storeCall {
                     try await self.store.saveReconcileCheckpoint(environment: Self.sweepPosition.0, signedDateMs: expiresAtMs)
@@ -308,33 +312,39 @@ public struct SupportDesk: FulfillmentPart {
                 try await self.store.subscriptionsToCheck(
                     nowMs: now, limit: perRun, after: (afterMs, afterOriginal < 0 ? "" : String(afterOriginal)))
             }
-            if due.count < perRun { try await keep(.min, -1) }  // through: the next run starts over
-            for (original, expiresAtMs) in due {
-                if due.count == perRun, let digits = Int64(original) { try await keep(expiresAtMs, digits) }
-                result.subscriptionsChecked += 1
-                let statuses: [AppleSubscriptionStatus]
-                do {
-                    statuses = try await dependencies.subscriptionStatuses(original, internalToken: token)
-                } catch  where error.knownCode == .notFound {
-                    continue
-                }
-                guard let status = statuses.first(where: { $0.originalTransactionId == original }) else { continue }
-                var changed = false
-                if let state = RenewalState(renewalInfo: status.renewalInfo, fallbackSignedDateMs: nil) {
-                    changed = try await storeCall { try await self.store.recordRenewal(state, nowMs: now) } || changed
-                }
-                if let purchase = AppleTransaction(status.transaction).flatMap({ VerifiedPurchase($0, environment: nil) }) {
-                    if purchase.cancellationDateMs != nil {
-                        let outcome = try await storeCall {
-                            try await self.store.revoke(transactionId: purchase.transactionId, reason: "refunded", nowMs: now)
-                        }
-                        changed = outcome == .revoked || changed
-                    } else {
-                        changed = try await service.notifications.applyFromApple(purchase, nowMs: now).contains(.granted) || changed
+            var reached: (Int64, Int64)? = due.count < perRun ? (.min, -1) : nil  // through: the next run starts over
+            do throws(RPCError) {
+                for (original, expiresAtMs) in due {
+                    if due.count == perRun, let digits = Int64(original) { reached = (expiresAtMs, digits) }
+                    result.subscriptionsChecked += 1
+                    let statuses: [AppleSubscriptionStatus]
+                    do {
+                        statuses = try await dependencies.subscriptionStatuses(original, internalToken: token)
+                    } catch  where error.knownCode == .notFound {
+                        continue
                     }
+                    guard let status = statuses.first(where: { $0.originalTransactionId == original }) else { continue }
+                    var changed = false
+                    if let state = RenewalState(renewalInfo: status.renewalInfo, fallbackSignedDateMs: nil) {
+                        changed = try await storeCall { try await self.store.recordRenewal(state, nowMs: now) } || changed
+                    }
+                    if let purchase = AppleTransaction(status.transaction).flatMap({ VerifiedPurchase($0, environment: nil) }) {
+                        if purchase.cancellationDateMs != nil {
+                            let outcome = try await storeCall {
+                                try await self.store.revoke(transactionId: purchase.transactionId, reason: "refunded", nowMs: now)
+                            }
+                            changed = outcome == .revoked || changed
+                        } else {
+                            changed = try await service.notifications.applyFromApple(purchase, nowMs: now).contains(.granted) || changed
+                        }
+                    }
+                    if changed { result.subscriptionsUpdated += 1 }
                 }
-                if changed { result.subscriptionsUpdated += 1 }
+            } catch {
+                if let reached { try await keep(reached.0, reached.1) }
+                throw error
             }
+            if let reached { try await keep(reached.0, reached.1) }
         }
         logger.info(
             "reconciled with Apple",
