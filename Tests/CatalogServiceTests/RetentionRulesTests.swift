@@ -67,4 +67,33 @@ import Testing
             try await catalog.client.call(CatalogGetRetention.self, .init(internalToken: Self.internalToken, productId: "pro.monthly")).retention
                 == nil)
     }
+
+    /// A retired product is no longer sold: no rule may offer it instead, and a rule naming one retired since is left out of
+    /// what fulfillment reads (it comes back with the product).
+    @Test func aRetiredProductIsNeverOfferedInstead() async throws {
+        let catalog = try await CatalogFixture.start(configure: { $0.internalToken = Self.internalToken })
+        defer { Task { await catalog.stop() } }
+        var yearly = try #require(CatalogFixture.standardCatalog.first { $0.productId == "pro.monthly" })
+        yearly.productId = "pro.yearly"
+        try await catalog.client.call(CatalogUpsertProduct.self, .init(adminToken: CatalogFixture.adminToken, product: yearly))
+        let instead = RetentionChoice(id: "yearly", kind: .alternateProduct, messageIdentifier: Self.message, alternateProductId: "pro.yearly")
+        let stay = RetentionChoice(id: "stay", kind: .message, messageIdentifier: Self.message)
+        try await Self.set(catalog, "pro.monthly", RetentionRules(choices: [instead, stay]))
+        func read() async throws -> [String]? {
+            try await catalog.client.call(CatalogGetRetention.self, .init(internalToken: Self.internalToken, productId: "pro.monthly"))
+                .retention?.choices.map(\.id)
+        }
+        #expect(try await read() == ["yearly", "stay"])
+        try await catalog.client.call(CatalogRetireProduct.self, .init(adminToken: CatalogFixture.adminToken, productId: "pro.yearly"))
+        #expect(try await read() == ["stay"])
+        do {
+            try await Self.set(catalog, "pro.monthly", RetentionRules(choices: [instead]))
+            Issue.record("a retired alternate was accepted")
+        } catch {
+            #expect(error.data.reason == "productRetired" && error.data.extra["field"]?.stringValue == "retention.choices[0].alternateProductId")
+        }
+        yearly.status = .active
+        try await catalog.client.call(CatalogUpsertProduct.self, .init(adminToken: CatalogFixture.adminToken, product: yearly))
+        #expect(try await read() == ["yearly", "stay"])
+    }
 }

@@ -181,6 +181,19 @@ import Testing
         }
     }
 
+    /// A retired subscription is no longer sold: none of its offers is signed, introductory or promotional.
+    @Test func aRetiredSubscriptionsOffersAreNotSigned() async throws {
+        try await SuiteFixture.with { suite in
+            let bob = try await suite.register("bob")
+            try await Self.knownCustomer(suite, bob, "bob@icloud")
+            _ = try await Self.sign(suite, bob.session, "welcome")
+            try await suite.catalog.call(CatalogRetireProduct.self, .init(adminToken: SuiteFixture.adminToken, productId: "sub.premium"))
+            let refused = await rpcError { try await Self.sign(suite, bob.session, "welcome") }
+            #expect(refused?.reason == "productRetired" && refused?.code == 1002)
+            #expect(await rpcError { _ = try await Self.eligibility(suite, bob.session) }?.reason == "productRetired")
+        }
+    }
+
     @Test func theAppStoreRefusesTamperedMisdirectedExpiredAndReusedOffers() async throws {
         try await SuiteFixture.with { suite in
             let cal = try await suite.register("cal")

@@ -26,6 +26,11 @@ extension CatalogService {
                         "\(other) is not an auto-renewable subscription of the catalog in the same subscription group",
                         field: "retention.choices[\(i)].alternateProductId", reason: "unknownProduct")
                 }
+                guard alternate.status == .active else {
+                    throw RPCError.invalidParams(
+                        "\(other) is retired: it is no longer sold, so it cannot be offered instead",
+                        field: "retention.choices[\(i)].alternateProductId", reason: "productRetired")
+                }
             }
         }
         var definition = entry.definition
@@ -45,11 +50,19 @@ extension CatalogService {
     public func getRetention(_ p: CatalogGetRetention.Params) async throws(RPCError) -> CatalogGetRetention.Result {
         try TokenGate.internal.check(p.internalToken, configured: configuration.internalToken)
         try ProductValidation.checkProductId(p.productId, field: "productId")
-        guard let entry = try await currentSnapshot().products.first(where: { $0.definition.productId == p.productId }),
+        let snapshot = try await currentSnapshot()
+        guard let entry = snapshot.products.first(where: { $0.definition.productId == p.productId }),
             case .subscription(_, let group) = entry.definition.grant
         else {
             throw RPCError.notFound("\(p.productId) is not an auto-renewable subscription in the catalog", reason: "unknownProduct")
         }
-        return .init(productId: p.productId, subscriptionGroup: group, retention: entry.definition.retention, offers: entry.definition.offers)
+        // An alternate retired since the rules were set is no longer sold: its choice is left out (kept in the rules, so it
+        // comes back if the product does).
+        var retention = entry.definition.retention
+        retention?.choices.removeAll { choice in
+            guard let other = choice.alternateProductId else { return false }
+            return snapshot.products.first(where: { $0.definition.productId == other })?.status != .active
+        }
+        return .init(productId: p.productId, subscriptionGroup: group, retention: retention, offers: entry.definition.offers)
     }
 }

@@ -231,6 +231,11 @@ public struct OfferDesk: FulfillmentPart {
         else {
             throw RPCError.notFound("\(productId) is not an auto-renewable subscription in the catalog", reason: "unknownProduct")
         }
+        // A retired product is no longer sold: none of its offers is signed (Retention Messaging answers its subscribers
+        // on their own path).
+        guard product.status == .active else {
+            throw RPCError.forbidden("\(productId) is retired: it is no longer sold, so none of its offers is signed", reason: "productRetired")
+        }
         let accountId = account.accountId
         let now = clock.nowMs
         // Each account's records read once: the own view is the caller's, the linked view every linked account's too.
