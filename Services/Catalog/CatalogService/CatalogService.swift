@@ -224,9 +224,22 @@ public final class CatalogService: Sendable {
                 ))
         }
         try await checkGooglePlayIds(products, field: field)
+        try await checkFixedParts(products, field: field)
         let ready = validated
         try await write { try await self.store.upsert(ready, keepingUnsaid: true) }
         logger.info("catalog updated", metadata: ["products": "\(products.count)"])
+    }
+
+    /// An existing product keeps what its buyers hold (`ProductDefinition.fixedChange`): a change is refused, `grantChanged`.
+    func checkFixedParts(_ products: [ProductDefinition], field: String) async throws(RPCError) {
+        let stored = Dictionary(try await currentSnapshot().products.map { ($0.definition.productId, $0.definition) }) { a, _ in a }
+        for (i, product) in products.enumerated() {
+            guard let before = stored[product.productId], let change = product.fixedChange(from: before) else { continue }
+            let path = products.count == 1 && field == "product" ? field : "\(field)[\(i)]"
+            throw RPCError.invalidParams(
+                "\(product.productId) cannot change \(change.was): its buyers hold it; sell the new one as a new product",
+                field: "\(path).\(change.member)", reason: "grantChanged")
+        }
     }
 
     /// Google Play's ids name one product each: a product whose Play ids (its `googlePlay`, else its own id) another product

@@ -193,3 +193,23 @@ extension ProductDefinition {
         return (merged, status)
     }
 }
+
+extension ProductDefinition {
+    /// What existing buyers hold of a product, and so cannot change once it exists: its type, its grant's kind, the
+    /// entitlement it grants and a subscription's group (fulfillment keeps the entitlement by name, and offers, upgrades
+    /// and retention read the group). Coins per unit, content ids and a time-limited pass's days may change: coins are
+    /// taken back as granted, content is read from the catalog as it is now, a pass's days count from each purchase.
+    /// Nil when `self` keeps them, else the member that changed and what it was.
+    public func fixedChange(from stored: ProductDefinition) -> (member: String, was: String)? {
+        if type != stored.type { return ("type", "its type (\(stored.type.rawValue))") }
+        switch (stored.grant, grant) {
+        case (.coins, .coins): return nil
+        case (.content(let was, _), .content(let now, _)), (.timeLimited(let was, _), .timeLimited(let now, _)):
+            return was == now ? nil : ("grant", "its entitlement (\(was))")
+        case (.subscription(let was, let wasGroup), .subscription(let now, let group)):
+            if was != now { return ("grant", "its entitlement (\(was))") }
+            return wasGroup == group ? nil : ("grant", "its subscription group (\(wasGroup))")
+        default: return ("grant", "its kind of grant")
+        }
+    }
+}
