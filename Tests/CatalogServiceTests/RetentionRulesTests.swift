@@ -96,4 +96,21 @@ import Testing
         try await catalog.client.call(CatalogUpsertProduct.self, .init(adminToken: CatalogFixture.adminToken, product: yearly))
         #expect(try await read() == ["yearly", "stay"])
     }
+
+    /// Offers and retention rules are written into the product as stored, not as this instance last read it: another
+    /// instance's retire (here, a write straight to the store, which this service's snapshot has not seen) stays.
+    @Test func offersAndRulesSetOnAStaleSnapshotKeepAnotherInstancesChange() async throws {
+        let catalog = try await CatalogFixture.start(configure: { $0.internalToken = Self.internalToken })
+        defer { Task { await catalog.stop() } }
+        #expect(try await catalog.store.retire(productId: "pro.monthly") == .done)
+        try await catalog.client.call(
+            CatalogSetOffers.self,
+            .init(
+                adminToken: CatalogFixture.adminToken, productId: "pro.monthly",
+                offers: [.init(offerId: "stay", eligibility: OfferEligibilityRule(kind: .anyone))]))
+        try await Self.set(catalog, "pro.monthly", RetentionRules(choices: [.init(id: "a", kind: .message, messageIdentifier: Self.message)]))
+        let stored = try #require(try await catalog.store.snapshot().products.first { $0.definition.productId == "pro.monthly" })
+        #expect(stored.status == .retired)
+        #expect(stored.definition.offers?.map(\.offerId) == ["stay"] && stored.definition.retention?.choices.map(\.id) == ["a"])
+    }
 }

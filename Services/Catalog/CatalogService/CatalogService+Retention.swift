@@ -14,7 +14,7 @@ extension CatalogService {
             throw RPCError.notFound("no product \(p.productId)", reason: "unknownProduct")
         }
         if let rules = p.retention {
-            try RetentionValidation.check(rules, product: entry.definition, field: "retention")
+            try RetentionValidation.check(rules, product: entry.definition, field: "retention")  // again below, on the stored offers
             // Apple offers an alternate product of the same subscription group only.
             let group = Self.subscriptionGroup(entry.definition)
             for (i, choice) in rules.choices.enumerated() {
@@ -33,11 +33,14 @@ extension CatalogService {
                 }
             }
         }
-        var definition = entry.definition
-        definition.retention = p.retention
-        definition.status = entry.status
-        let ready = [(definition, [StoredPrice]?.none)]
-        try await write { try await self.store.upsert(ready, keepingUnsaid: false) }
+        let rules = p.retention
+        let change = try await write {
+            try await self.store.amend(productId: p.productId) { definition throws(RPCError) in
+                if let rules { try RetentionValidation.check(rules, product: definition, field: "retention") }
+                definition.retention = rules
+            }
+        }
+        guard change == .done else { throw RPCError.notFound("no product \(p.productId)", reason: "unknownProduct") }
         logger.info("retention rules set", metadata: ["productId": "\(p.productId)", "choices": "\(p.retention?.choices.count ?? 0)"])
     }
 

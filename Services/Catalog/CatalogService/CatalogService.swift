@@ -226,7 +226,7 @@ public final class CatalogService: Sendable {
         try await checkGooglePlayIds(products, field: field)
         try await checkFixedParts(products, field: field)
         let ready = validated
-        try await write { try await self.store.upsert(ready, keepingUnsaid: true) }
+        try await write { try await self.store.upsert(ready) }
         logger.info("catalog updated", metadata: ["products": "\(products.count)"])
     }
 
@@ -275,14 +275,17 @@ public final class CatalogService: Sendable {
         guard let entry = try await currentSnapshot().products.first(where: { $0.definition.productId == p.productId }) else {
             throw RPCError.notFound("no product \(p.productId)", reason: "unknownProduct")
         }
+        // A product's type never changes (`fixedChange`): the snapshot's will do.
         try ProductValidation.checkOffers(p.offers, type: entry.definition.type, field: "offers")
-        var definition = entry.definition
-        definition.offers = p.offers.isEmpty ? nil : p.offers
-        // Retention rules name offers: one still in use is not removed.
-        if let retention = definition.retention { try RetentionValidation.check(retention, product: definition, field: "offers") }
-        definition.status = entry.status
-        let ready = [(definition, [StoredPrice]?.none)]
-        try await write { try await self.store.upsert(ready, keepingUnsaid: false) }
+        let offers = p.offers
+        let change = try await write {
+            try await self.store.amend(productId: p.productId) { definition throws(RPCError) in
+                definition.offers = offers.isEmpty ? nil : offers
+                // Retention rules name offers: one still in use is not removed.
+                if let retention = definition.retention { try RetentionValidation.check(retention, product: definition, field: "offers") }
+            }
+        }
+        guard change == .done else { throw RPCError.notFound("no product \(p.productId)", reason: "unknownProduct") }
         logger.info("offers set", metadata: ["productId": "\(p.productId)", "offers": "\(p.offers.count)"])
     }
 

@@ -7,10 +7,12 @@ public protocol CatalogStorage: Sendable {
     func revision() async throws -> Int64
     /// Every product with its status, sorted by productId, at one revision.
     func snapshot() async throws -> CatalogSnapshot
-    /// Creates or replaces products (and, when given, their prices) in one transaction.
-    /// `keepingUnsaid`: an import's or an upsert's products, whose left-out status, offers and retention rules keep the
-    /// stored ones (`ProductDefinition.keepingUnsaid`); else each definition is written whole, as given.
-    func upsert(_ products: [(ProductDefinition, [StoredPrice]?)], keepingUnsaid: Bool) async throws
+    /// Creates or replaces products (and, when given, their prices) in one transaction: an import's or an upsert's, whose
+    /// left-out status, offers and retention rules keep the stored ones (`ProductDefinition.keepingUnsaid`).
+    func upsert(_ products: [(ProductDefinition, [StoredPrice]?)]) async throws
+    /// Changes one stored product's definition as `change` says, reading it inside the write (never from a snapshot that
+    /// may predate another instance's change); its status and prices stay as stored. An error `change` throws writes nothing.
+    func amend(productId: String, _ change: @escaping @Sendable (inout ProductDefinition) throws -> Void) async throws -> CatalogChange
     func setPrices(productId: String, _ prices: [StoredPrice]) async throws -> CatalogChange
     func retire(productId: String) async throws -> CatalogChange
     /// The admin-set prices of one storefront, by productId.

@@ -67,23 +67,20 @@ public final class CatalogStore: CatalogStorage, Sendable {
     }
 
     /// Creates or replaces products (and, where given, their prices) in one transaction.
-    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)], keepingUnsaid: Bool) async throws {
+    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)]) async throws {
         try await writer.write { db in
             let encoder = JSONEncoder()
             encoder.outputFormatting = .sortedKeys
             let decoder = JSONDecoder()
             for (definition, prices) in products {
-                // Read only for an import or upsert, which keeps what it leaves out.
-                let before =
-                    !keepingUnsaid
-                    ? nil
-                    : try Row.fetchOne(
-                        db, sql: "SELECT definition, status FROM product WHERE productId = ?", arguments: [definition.productId]
-                    )
-                    .map { row -> (ProductDefinition, ProductStatus) in
-                        let json: String = row["definition"]
-                        return (try decoder.decode(ProductDefinition.self, from: Data(json.utf8)), ProductStatus(rawValue: row["status"]) ?? .active)
-                    }
+                // What the import leaves out stays as stored.
+                let before = try Row.fetchOne(
+                    db, sql: "SELECT definition, status FROM product WHERE productId = ?", arguments: [definition.productId]
+                )
+                .map { row -> (ProductDefinition, ProductStatus) in
+                    let json: String = row["definition"]
+                    return (try decoder.decode(ProductDefinition.self, from: Data(json.utf8)), ProductStatus(rawValue: row["status"]) ?? .active)
+                }
                 let (stored, status) = definition.keepingUnsaid(stored: before)
                 let json = String(decoding: try encoder.encode(stored), as: UTF8.self)
                 try db.execute(
@@ -94,6 +91,22 @@ public final class CatalogStore: CatalogStorage, Sendable {
                 if let prices { try Self.replacePrices(db, productId: definition.productId, prices) }
             }
             try Self.bumpRevision(db)
+        }
+    }
+
+    public func amend(productId: String, _ change: @escaping @Sendable (inout ProductDefinition) throws -> Void) async throws -> CatalogChange {
+        try await writer.write { db in
+            guard let json = try String.fetchOne(db, sql: "SELECT definition FROM product WHERE productId = ?", arguments: [productId]) else {
+                return .notFound
+            }
+            var definition = try JSONDecoder().decode(ProductDefinition.self, from: Data(json.utf8))
+            try change(&definition)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            let amended = String(decoding: try encoder.encode(definition), as: UTF8.self)
+            try db.execute(sql: "UPDATE product SET definition = ? WHERE productId = ?", arguments: [amended, productId])
+            try Self.bumpRevision(db)
+            return .done
         }
     }
 

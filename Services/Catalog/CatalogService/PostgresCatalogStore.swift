@@ -61,16 +61,15 @@ public final class PostgresCatalogStore: CatalogStorage, Sendable {
         }
     }
 
-    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)], keepingUnsaid: Bool) async throws {
+    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)]) async throws {
         try await pool.write { db in
             let encoder = JSONEncoder()
             encoder.outputFormatting = .sortedKeys
             let decoder = JSONDecoder()
             for (definition, prices) in products {
                 let productId = definition.productId
-                // Read only for an import or upsert, which keeps what it leaves out.
-                let before = try (keepingUnsaid ? db.one("SELECT definition, status FROM product WHERE product_id = \(productId)") : nil).map {
-                    row in
+                // What the import leaves out stays as stored.
+                let before = try db.one("SELECT definition, status FROM product WHERE product_id = \(productId)").map { row in
                     (
                         try decoder.decode(ProductDefinition.self, from: Data(try row.get("definition", as: String.self).utf8)),
                         ProductStatus(rawValue: try row.get("status", as: String.self)) ?? .active
@@ -86,6 +85,20 @@ public final class PostgresCatalogStore: CatalogStorage, Sendable {
                 if let prices { try Self.replacePrices(db, productId: productId, prices) }
             }
             try Self.bumpRevision(db)
+        }
+    }
+
+    public func amend(productId: String, _ change: @escaping @Sendable (inout ProductDefinition) throws -> Void) async throws -> CatalogChange {
+        try await pool.write { db in
+            guard let row = try db.one("SELECT definition FROM product WHERE product_id = \(productId) FOR UPDATE") else { return .notFound }
+            var definition = try JSONDecoder().decode(ProductDefinition.self, from: Data(try row.get("definition", as: String.self).utf8))
+            try change(&definition)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            let amended = String(decoding: try encoder.encode(definition), as: UTF8.self)
+            try db.execute("UPDATE product SET definition = \(amended) WHERE product_id = \(productId)")
+            try Self.bumpRevision(db)
+            return .done
         }
     }
 
