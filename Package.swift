@@ -498,7 +498,9 @@ let package = Package(
         ),
         .testTarget(
             name: "ServiceSupportTests",
-            dependencies: ["ServiceSupport", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
+            dependencies: [
+                "ServiceSupport", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"), .product(name: "Crypto", package: "swift-crypto"),
+            ],
             path: "Tests/ServiceSupportTests"
         ),
         .testTarget(

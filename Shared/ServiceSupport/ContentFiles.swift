@@ -2,12 +2,27 @@ import Crypto
 import Foundation
 import NIOConcurrencyHelpers
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// The content directory as fulfillment and the edge both read it: one file per content id, each with
-/// its size and SHA-256 (hex), the digest computed once and kept until the file's size or modification
-/// time changes. Blocking: call it off the cooperative threads (NIO's thread pool).
+/// its size and SHA-256 (hex), the digest computed once and kept while the file stays the same file: its device,
+/// inode, size, modification time and status-change time (which no copy can set back, unlike the modification time
+/// `cp -p` or `touch -r` keep). Blocking: call it off the cooperative threads (NIO's thread pool).
 public final class ContentFiles: Sendable {
     public let directory: URL
-    private struct Digest: Sendable { var size: Int64; var modified: Date; var sha256: String }
+    /// What says a file is still the one a digest was computed of.
+    struct Identity: Sendable, Equatable {
+        var device: UInt64, inode: UInt64, size: Int64
+        var modified: (seconds: Int64, nanoseconds: Int64), changed: (seconds: Int64, nanoseconds: Int64)
+        static func == (a: Self, b: Self) -> Bool {
+            a.device == b.device && a.inode == b.inode && a.size == b.size && a.modified == b.modified && a.changed == b.changed
+        }
+    }
+    private struct Digest: Sendable { var identity: Identity; var sha256: String }
     private let digests = NIOLockedValueBox<[String: Digest]>([:])
 
     public init(directory: URL) {
@@ -36,12 +51,9 @@ public final class ContentFiles: Sendable {
     public func installed(_ contentId: String) throws -> Installed? {
         guard Self.isValidId(contentId) else { return nil }
         let path = directory.appendingPathComponent(contentId).path
-        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-            (attributes[.type] as? FileAttributeType) == .typeRegular,
-            let size = (attributes[.size] as? NSNumber)?.int64Value,
-            let modified = attributes[.modificationDate] as? Date
-        else { return nil }
-        if let cached = digests.withLockedValue({ $0[contentId] }), cached.size == size, cached.modified == modified {
+        guard let identity = Self.identity(path) else { return nil }
+        let size = identity.size
+        if let cached = digests.withLockedValue({ $0[contentId] }), cached.identity == identity {
             return Installed(path: path, size: size, sha256: cached.sha256)
         }
         guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
@@ -53,7 +65,21 @@ public final class ContentFiles: Sendable {
             throw Failure.unreadable(contentId)
         }
         let sha = hasher.finalize().map { String(format: "%02x", $0) }.joined()
-        digests.withLockedValue { $0[contentId] = Digest(size: size, modified: modified, sha256: sha) }
+        digests.withLockedValue { $0[contentId] = Digest(identity: identity, sha256: sha) }
         return Installed(path: path, size: size, sha256: sha)
+    }
+
+    /// A regular file's identity (`stat`), or nil when there is none at `path`.
+    static func identity(_ path: String) -> Identity? {
+        var info = stat()
+        guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        #if canImport(Darwin)
+            let (m, c) = (info.st_mtimespec, info.st_ctimespec)
+        #else
+            let (m, c) = (info.st_mtim, info.st_ctim)
+        #endif
+        return Identity(
+            device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+            modified: (Int64(m.tv_sec), Int64(m.tv_nsec)), changed: (Int64(c.tv_sec), Int64(c.tv_nsec)))
     }
 }

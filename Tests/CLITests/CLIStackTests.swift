@@ -52,6 +52,12 @@ import Testing
             let permissions = try FileManager.default.attributesOfItem(atPath: configPath)[.posixPermissions] as? Int
             #expect(permissions == 0o600)
             #expect(try String(contentsOfFile: configPath, encoding: .utf8).contains(signedIn.session.token))
+            // Keys the CLI writes are 0600 too, replacing what was there.
+            let keyPath = home.appendingPathComponent("api-key.pem").path
+            try Data("old".utf8).write(to: URL(fileURLWithPath: keyPath))
+            #expect(try await iap("sim", "api-key", "--output", keyPath).status == 0)
+            #expect(try FileManager.default.attributesOfItem(atPath: keyPath)[.posixPermissions] as? Int == 0o600)
+            #expect(try String(contentsOfFile: keyPath, encoding: .utf8).hasPrefix("-----BEGIN PRIVATE KEY-----"))
             #expect(try await iap("accounts", "whoami", "--json").decode(AuthenticatedAccount.self).accountId == signedIn.accountId)
             #expect(try await iap("accounts", "sessions", "--json").decode(AccountsListSessions.Result.self).sessions.count == 1)
             let wrongPassword = try await iap("accounts", "login", "alice", "--password", "not it at all", "--json")

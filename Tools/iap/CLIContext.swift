@@ -36,7 +36,7 @@ struct CLIConfig: Codable {
         return config
     }
 
-    /// Written to a temporary file created 0600 and renamed over the old one.
+    /// Written to a temporary file opened 0600 and renamed over the old one (it holds the session token).
     func save() throws {
         let url = Self.path
         try FileManager.default.createDirectory(
@@ -44,19 +44,15 @@ struct CLIConfig: Codable {
             attributes: [.posixPermissions: 0o700])
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        let temporary = url.deletingLastPathComponent().appendingPathComponent(".config.json.\(getpid())")
-        guard
-            FileManager.default.createFile(
-                atPath: temporary.path, contents: try encoder.encode(self),
-                attributes: [.posixPermissions: 0o600])
-        else {
-            throw CLIError.message("cannot write \(temporary.path)")
-        }
-        guard rename(temporary.path, url.path) == 0 else {
-            try? FileManager.default.removeItem(at: temporary)
-            throw CLIError.message("cannot write \(url.path): \(String(cString: strerror(errno)))")
-        }
+        guard writePrivateFile(Array(try encoder.encode(self)), to: url.path) else { throw CLIError.message("cannot write \(url.path)") }
     }
+}
+
+/// Writes a secret (a private key, a session) to `path` as `PrivateFiles.writeSecret` does: opened 0600 from its first
+/// byte, then renamed into place. Foundation's `createFile(attributes:)` sets the mode after writing, so the file was
+/// readable under the umask's mode for a moment.
+func writePrivateFile(_ bytes: [UInt8], to path: String) -> Bool {
+    (try? PrivateFiles.writeSecret(bytes, to: URL(fileURLWithPath: path))) != nil
 }
 
 enum CLIError: Error, CustomStringConvertible {

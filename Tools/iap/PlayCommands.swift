@@ -39,8 +39,7 @@ struct PlayCommand: AsyncParsableCommand {
         func run() async throws {
             try await PlayCommand.run(PlayServiceAccountKey.self, EmptyParams(), common) { key in
                 guard let output else { return "client_email \(key.clientEmail) (--output FILE writes the key file)" }
-                guard FileManager.default.createFile(atPath: output, contents: Data(key.keyFile.utf8), attributes: [.posixPermissions: 0o600])
-                else { return "could not write \(output)" }
+                guard writePrivateFile(Array(key.keyFile.utf8), to: output) else { return "could not write \(output)" }
                 return "client_email \(key.clientEmail); key file written to \(output) (0600)"
             }
         }

@@ -197,7 +197,7 @@ extension SimCommand {
             try await SimCommand.run(SimAPIKey.self, EmptyParams(), common) { key in
                 var lines = ["keyId \(key.keyId)", "issuerId \(key.issuerId)"]
                 if let output {
-                    if FileManager.default.createFile(atPath: output, contents: Data(key.privateKey.utf8), attributes: [.posixPermissions: 0o600]) {
+                    if writePrivateFile(Array(key.privateKey.utf8), to: output) {
                         lines.append("private key written to \(output)")
                     } else {
                         lines.append("cannot write \(output)")
@@ -362,8 +362,7 @@ extension SimCommand {
             try await SimCommand.run(SimOfferKey.self, EmptyParams(), common) { key in
                 var lines = ["keyId \(key.keyId)", "issuerId \(key.issuerId)"]
                 if let output {
-                    let written = FileManager.default.createFile(
-                        atPath: output, contents: Data(key.privateKey.utf8), attributes: [.posixPermissions: 0o600])
+                    let written = writePrivateFile(Array(key.privateKey.utf8), to: output)
                     lines.append(written ? "private key written to \(output)" : "cannot write \(output)")
                 }
                 return lines.joined(separator: "\n")
