@@ -52,7 +52,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
                 \(Self.storedJoins)
                 UNION ALL
                 SELECT 1, NULL, NULL, x.environment, x.account_id, x.scope, x.original_transaction_id, x.product_id, NULL, NULL,
-                    x.revoked_at_ms, NULL, NULL, NULL, NULL, NULL, NULL, NULL, x.entitlement, x.starts_at_ms, x.expires_at_ms
+                    x.revoked_at_ms, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, x.entitlement, x.starts_at_ms, x.expires_at_ms
                 FROM entitlement x
                 WHERE x.account_id = ?3 AND x.scope = ?6 AND x.revoked_at_ms IS NULL AND (x.expires_at_ms IS NULL OR x.expires_at_ms > ?7)
                 ORDER BY row_kind
@@ -86,7 +86,8 @@ struct FulfillmentRecords: FulfillmentTransaction {
 
     private static let storedColumns = """
         o.account_id AS owner_account_id, o.scope AS owner_scope, p.environment, p.account_id, p.scope,
-            p.original_transaction_id, p.product_id, p.grant_kind, p.coins_granted, p.revoked_at_ms, e.reason AS early_reason,
+            p.original_transaction_id, p.product_id, p.grant_kind, p.coins_granted, p.revoked_at_ms, p.revoke_reason, p.expires_date_ms,
+            e.reason AS early_reason,
             wp.balance AS production_balance, wp.owed AS production_owed, ws.balance AS sandbox_balance, ws.owed AS sandbox_owed,
             c.transaction_id AS claim_id
         """
@@ -138,16 +139,16 @@ struct FulfillmentRecords: FulfillmentTransaction {
                 revoke_reason, expires_date_ms
             FROM processed_transaction WHERE transaction_id = ?1
             """, transactionId
-        ).map { try Self.processedTransaction($0, whole: true) }
+        ).map(Self.processedTransaction)
     }
 
-    /// `whole`: the row has `revoke_reason` and `expires_date_ms` (the redeem's combined read does not need them).
-    static func processedTransaction(_ row: SQLRow, whole: Bool = false) throws -> ProcessedTransaction {
+    /// A `processed_transaction` row, every column `ProcessedTransaction` has (the redeem's combined read's too).
+    static func processedTransaction(_ row: SQLRow) throws -> ProcessedTransaction {
         ProcessedTransaction(
             environment: try row.get("environment"), holder: try holder(row),
             originalTransactionId: try row.get("original_transaction_id"), productId: try row.get("product_id"),
             grantKind: try row.get("grant_kind"), coinsGranted: try row.get("coins_granted"), revokedAtMs: try row.get("revoked_at_ms"),
-            revokeReason: whole ? try row.get("revoke_reason") : nil, expiresDateMs: whole ? try row.get("expires_date_ms") : nil)
+            revokeReason: try row.get("revoke_reason"), expiresDateMs: try row.get("expires_date_ms"))
     }
 
     func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String, revoked: Bool) throws -> Bool {

@@ -73,9 +73,9 @@ public struct ProcessedTransaction: Sendable, Equatable {
     public var coinsGranted: Int64
     public var revokedAtMs: Int64?
     /// Why it was revoked: a store's `refunded` or `revoked` (`GrantRules.storeRevocationReasons`), or an administrator's
-    /// own words. Read where it decides something (`FulfillmentRecords.processed`), else nil.
+    /// own words.
     public var revokeReason: String?
-    /// The end of the period it paid for (a subscription's); read as `revokeReason` is.
+    /// The end of the period it paid for (a subscription's).
     public var expiresDateMs: Int64?
     public init(
         environment: String, holder: Holder, originalTransactionId: String, productId: String, grantKind: String,
