@@ -285,4 +285,43 @@ extension GooglePlayNotificationTests {
             #expect(try await suite.store.duplicateLedgerEffects().isEmpty)
         }
     }
+
+    /// A void that crosses a purchase's first redeem (the redeem asked Google before the void, and commits after the void
+    /// was read) is remembered for it: the redeem's grant is taken back, for a one-time purchase and for a subscription,
+    /// whether Google's list or a push brought the void. Before, a void of a purchase not recorded yet was ignored, its
+    /// inbox key spent, and the redeem kept everything for good.
+    @Test(arguments: [false, true]) func aVoidCrossingTheFirstRedeemIsTakenBackFromIt(subscription: Bool) async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, _ in
+            let ann = try await suite.register("ann")
+            _ = try await play.client.call(PlaySetPushFault.self, .init(dropPercent: 100))  // Google's list is the only word
+            let bought =
+                subscription
+                ? try await play.buy("sub.premium", accountToken: ann.appAccountToken, basePlanId: "monthly")
+                : try await play.buy("coins.100", accountToken: ann.appAccountToken, quantity: 3)
+            let verification = RPCClient(host: "127.0.0.1", port: suite.verificationPort)
+            defer { Task { await verification.close() } }
+            // The redeem asks Google: paid.
+            let seen = try await verification.call(
+                VerificationVerifyPlayPurchase.self,
+                PlayPurchaseReference(
+                    internalToken: SuiteFixture.internalToken, packageName: nil, productId: subscription ? "sub.premium" : "coins.100",
+                    purchaseToken: bought.purchaseToken, kind: subscription ? .subscription : .product))
+            #expect(seen.entitles)
+            // Google voids it, and the list is read before the redeem commits.
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: bought.purchaseToken))
+            let reconciled = try await suite.fulfillment.call(
+                FulfillmentReconcile.self, .init(adminToken: SuiteFixture.adminToken, notificationHistory: false, subscriptionStatuses: false))
+            #expect(reconciled.playVoidsSeen == 1)
+            // The redeem commits what it verified.
+            let rule: GrantRule = subscription ? .subscription(entitlement: "premium") : .coins(perUnit: 100)
+            let purchase = VerifiedPurchase(play: seen, catalogProductId: subscription ? "sub.premium" : "coins.100", nowMs: suite.clock.nowMs)
+            _ = try await suite.store.apply(
+                [PlannedPurchase(purchase: purchase, rule: rule)], accountId: ann.accountId, appAccountToken: ann.appAccountToken,
+                mode: .redeem, policy: .refuse, nowMs: suite.clock.nowMs)
+            #expect(try await suite.balance(ann.session) == 0)
+            #expect(try await suite.entitlements(ann.session).isEmpty, "the voided subscription gives no access")
+            #expect(try await suite.store.claimMismatches().isEmpty)
+            #expect(try await suite.store.ledgerMismatches().isEmpty)
+        }
+    }
 }

@@ -164,29 +164,36 @@ public struct PlayNotifications: FulfillmentPart {
                 if case .subscription? = try await service.grantRules(for: [product])[product] { recordedAsSubscription = true }
             }
         }
-        let subscription = push.kind == .subscription || (push.kind == .voidedPurchase && (push.productType == 1 || recordedAsSubscription))
+        var subscription = push.kind == .subscription || (push.kind == .voidedPurchase && (push.productType == 1 || recordedAsSubscription))
         // Google is asked by token (its product id only checked when the push names one: a voided purchase names none, and
-        // Google no longer sends a subscription's); a one-time purchase neither named nor recorded was never granted here.
-        if push.productId == nil, !subscription, record == nil {
-            return Self.ignored("a purchase never granted here")
-        }
+        // Google no longer sends a subscription's). A void of a purchase not recorded here is asked about too: a redeem may
+        // have verified it before the void and not committed yet, so Google's word (cancelled) is remembered as an early
+        // refund under the order the redeem claims, and whichever commits second sees the other. A void from Google's list
+        // does not say which kind it is: a one-time product first, then a subscription.
         let productId = push.productId
         guard let internalToken = configuration.internalToken else {
             throw RPCError(code: .unavailable, message: "Google Play needs the internal token on fulfillment", reason: .playAPINotConfigured)
         }
-        let play: VerifiedPlayPurchase
-        do {
-            play = try await dependencies.verifyPlayPurchase(
-                PlayPurchaseReference(
-                    internalToken: internalToken, packageName: push.packageName.isEmpty ? nil : push.packageName, productId: productId,
-                    purchaseToken: token,
-                    kind: subscription ? .subscription : .product))
-        } catch  where error.knownCode.map({ [.notFound, .invalidReceipt, .invalidParams].contains($0) }) ?? false {
-            // A sweep's question without a kept package, where verification accepts several: retried, then parked for an
-            // operator, never taken as Google's answer.
-            if push.packageName.isEmpty, error.knownCode == .invalidParams { throw error }
-            return Self.ignored("Google does not know the purchase (\(error.data.reason))")
+        let unknownKind = push.kind == .voidedPurchase && push.productType == nil && record == nil && !subscription
+        var play: VerifiedPlayPurchase?
+        while play == nil {
+            do {
+                play = try await dependencies.verifyPlayPurchase(
+                    PlayPurchaseReference(
+                        internalToken: internalToken, packageName: push.packageName.isEmpty ? nil : push.packageName, productId: productId,
+                        purchaseToken: token,
+                        kind: subscription ? .subscription : .product))
+            } catch  where error.knownCode.map({ [.notFound, .invalidReceipt, .invalidParams].contains($0) }) ?? false {
+                // A sweep's question without a kept package, where verification accepts several: retried, then parked for an
+                // operator, never taken as Google's answer.
+                if push.packageName.isEmpty, error.knownCode == .invalidParams { throw error }
+                guard unknownKind, !subscription, error.knownCode != .invalidParams else {
+                    return Self.ignored("Google does not know the purchase (\(error.data.reason))")
+                }
+                subscription = true
+            }
         }
+        guard let play else { return Self.ignored("Google does not know the purchase") }
         if push.kind == .voidedPurchase, push.refundType == 2, play.kind == .product, (play.refundableQuantity ?? play.quantity) >= play.quantity,
             play.state != "CANCELLED"
         {
