@@ -488,13 +488,16 @@ public enum FulfillmentRetryNotification: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var adminToken: String
         public var notificationUUID: String
-        public init(adminToken: String, notificationUUID: String) {
+        /// Who retried it, for the audit log (the console passes its operator).
+        public var operatorName: String?
+        public init(adminToken: String, notificationUUID: String, operatorName: String? = nil) {
             self.adminToken = adminToken
             self.notificationUUID = notificationUUID
+            self.operatorName = operatorName
         }
     }
     public typealias Result = NotificationSummary
     public static let name = "fulfillment.retryNotification"
     public static let access = RPCAccess.admin
-    public static let summary = "Process a parked (or pending) notification again now; answers where it ended."
+    public static let summary = "Process a parked (or pending) notification again now; answers where it ended; audited."
 }

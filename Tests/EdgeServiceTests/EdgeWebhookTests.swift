@@ -2,6 +2,7 @@ import Foundation
 import FulfillmentService
 import IAPProtocol
 import JSONRPC
+import RPCTestSupport
 import RPCTransport
 import ServiceSupport
 import SuiteTestSupport
@@ -121,10 +122,19 @@ import Testing
                 #expect(try await suite.service.notifications.processDueNotifications() == 0)
 
                 try await suite.restartService("catalog")
+                let badName = await rpcError {
+                    try await suite.fulfillment.call(
+                        FulfillmentRetryNotification.self, .init(adminToken: SuiteFixture.adminToken, notificationUUID: uuid, operatorName: "a b"))
+                }
+                #expect(badName?.reason == "invalidValue")
                 let retried = try await suite.fulfillment.call(
-                    FulfillmentRetryNotification.self, .init(adminToken: SuiteFixture.adminToken, notificationUUID: uuid))
+                    FulfillmentRetryNotification.self, .init(adminToken: SuiteFixture.adminToken, notificationUUID: uuid, operatorName: "sam"))
                 #expect(retried.state == .applied && retried.attempts == 3)
                 #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 2)
+                // Audited: who retried which, about whose purchase, and where it ended.
+                let audit = try await suite.fulfillment.call(FulfillmentListAudit.self, .init(adminToken: SuiteFixture.adminToken))
+                let entry = try #require(audit.entries.first { $0.action == "retryNotification" })
+                #expect(entry.operatorName == "sam" && entry.accountId == alice.accountId && entry.reason.hasSuffix("parked -> applied"))
             }
         }
     }

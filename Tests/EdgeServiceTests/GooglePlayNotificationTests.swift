@@ -133,6 +133,52 @@ import Testing
         }
     }
 
+    /// A voided push about a purchase not recorded here is checked with Google: one Google does not show voided (its
+    /// answer lagging, or a push about another state) grants nothing, although the purchase is bound to an account; one it
+    /// confirms is remembered, so the redeem records it taken back.
+    @Test func aVoidedPushAboutAPurchaseNotRecordedHereNeverGrantsIt() async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, base in
+            let ann = try await suite.register("ann")
+            _ = try await play.client.call(PlaySetPushFault.self, .init(dropPercent: 100))
+            let bought = try await play.buy("coins.100", accountToken: ann.appAccountToken, quantity: 2)
+            func voidedPush(_ id: String) async throws -> Int {
+                let data = try JSONSerialization.data(
+                    withJSONObject: [
+                        "version": "1.0", "packageName": PlayStand.packageName, "eventTimeMillis": "1",
+                        "voidedPurchaseNotification": [
+                            "purchaseToken": bought.purchaseToken, "orderId": try #require(bought.orderId), "productType": 2, "refundType": 1,
+                        ],
+                    ] as [String: Any]
+                ).base64EncodedString()
+                let body = #"{"message":{"data":"\#(data)","messageId":"\#(id)","attributes":{}},"subscription":"projects/p/subscriptions/s"}"#
+                let token = try play.simulator.accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: Int64(Date().timeIntervalSince1970))
+                return try await EdgeTests.post(base + "/v1/notifications/googleplay", body, bearer: token).status
+            }
+            #expect(try await voidedPush("777002") == 200)
+            #expect(try await suite.balance(ann.session) == 0, "a void never grants")
+            #expect(try await Self.playRows(suite).map(\.state) == [.ignored])
+            // Voided at Google: the push is remembered for the redeem (which asked Google before the void).
+            let verification = RPCClient(host: "127.0.0.1", port: suite.verificationPort)
+            defer { Task { await verification.close() } }
+            let seen = try await verification.call(
+                VerificationVerifyPlayPurchase.self,
+                PlayPurchaseReference(
+                    internalToken: SuiteFixture.internalToken, packageName: nil, productId: "coins.100", purchaseToken: bought.purchaseToken,
+                    kind: .product))
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: bought.purchaseToken))
+            #expect(try await voidedPush("777003") == 200)
+            _ = try await suite.store.apply(
+                [
+                    PlannedPurchase(
+                        purchase: VerifiedPurchase(play: seen, catalogProductId: "coins.100", nowMs: suite.clock.nowMs), rule: .coins(perUnit: 100))
+                ],
+                accountId: ann.accountId, appAccountToken: ann.appAccountToken, mode: .redeem, policy: .refuse, nowMs: suite.clock.nowMs)
+            #expect(try await suite.balance(ann.session) == 0)
+            #expect(try await suite.store.claimMismatches().isEmpty)
+            #expect(try await suite.store.ledgerMismatches().isEmpty)
+        }
+    }
+
     @Test func aVoidAfterSpendingLeavesDebtAndARevokedSubscriptionEnds() async throws {
         try await EdgeFixture.withPlayEdge { suite, play, _ in
             let ann = try await suite.register("ann")

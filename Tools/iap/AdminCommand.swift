@@ -116,12 +116,14 @@ struct AdminCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "retry-notification", abstract: "fulfillment.retryNotification: process a parked notification again now.")
         @Argument(help: "The notification's UUID (see `iap admin notifications --parked`).") var notificationUUID: String
+        @Option(name: .customLong("operator"), help: "Who is acting, for the audit log.") var operatorName: String?
         @OptionGroup var admin: AdminTokenOption
         @OptionGroup var client: ClientOptions
         func run() async throws {
             let token = try admin.resolved()
             await ServiceCall(options: client).run(
-                .fulfillment, FulfillmentRetryNotification.self, .init(adminToken: token, notificationUUID: notificationUUID)
+                .fulfillment, FulfillmentRetryNotification.self,
+                .init(adminToken: token, notificationUUID: notificationUUID, operatorName: operatorName)
             ) {
                 "\($0.notificationUUID): \($0.state.rawValue) after \($0.attempts) attempt(s)\($0.lastError.map { " (last error: \($0))" } ?? "")"
             }

@@ -179,7 +179,7 @@ extension ConsoleService {
                 let answer =
                     action.kind == .retry
                     ? try await fulfillment.call(
-                        FulfillmentRetryNotification.self, .init(adminToken: admin, notificationUUID: action.notificationUUID))
+                        FulfillmentRetryNotification.self, .init(adminToken: admin, notificationUUID: action.notificationUUID, operatorName: who))
                     : try await fulfillment.call(
                         FulfillmentDismissNotification.self,
                         .init(adminToken: admin, notificationUUID: action.notificationUUID, reason: action.reason, operatorName: who))

@@ -281,10 +281,20 @@ public struct NotificationProcessor: FulfillmentPart {
         guard let entry = try await storeCall({ try await self.store.notification(p.notificationUUID) }) else {
             throw RPCError.notFound("no notification \(p.notificationUUID) was recorded here", reason: "unknownNotification")
         }
+        try SupportDesk.checkOperator(p.operatorName)
         guard [.parked, .pending].contains(entry.state) else { return entry.summary }
         logger.notice("notification retried by an administrator", metadata: ["notificationUUID": "\(p.notificationUUID)"])
         _ = await process(entry, reverify: true)
-        guard let after = try await storeCall({ try await self.store.notification(p.notificationUUID) }) else { return entry.summary }
+        let after = try await storeCall({ try await self.store.notification(p.notificationUUID) }) ?? entry
+        // Audited after it ran (what it changed is in the ledger and the events): who, and where it ended.
+        var owner: String?
+        if let original = entry.originalTransactionId {
+            owner = try await storeCall { try await self.store.owner(originalTransactionId: original)?.accountId }
+        }
+        try await service.support.audit(
+            "retryNotification", accountId: owner, transactionId: entry.originalTransactionId,
+            reason: "\(entry.notificationType) \(p.notificationUUID): \(entry.state.rawValue) -> \(after.state.rawValue)", token: p.adminToken,
+            operatorName: p.operatorName)
         return after.summary
     }
 

@@ -164,36 +164,48 @@ public struct PlayNotifications: FulfillmentPart {
                 if case .subscription? = try await service.grantRules(for: [product])[product] { recordedAsSubscription = true }
             }
         }
-        var subscription = push.kind == .subscription || (push.kind == .voidedPurchase && (push.productType == 1 || recordedAsSubscription))
+        let subscription = push.kind == .subscription || (push.kind == .voidedPurchase && (push.productType == 1 || recordedAsSubscription))
+        let unrecordedVoid = push.kind == .voidedPurchase && record == nil && !recordedAsSubscription
+        if unrecordedVoid, entry.notificationUUID.hasPrefix(Self.voidedKeyPrefix), push.refundType != 2 {
+            // Google's own list says an order not recorded here was voided in full: remembered as an early refund under it,
+            // without asking Google (nothing to ask per void of a purchase never redeemed here, however many Google's
+            // three-day rule refunds). A redeem that asked Google before the void and commits after this read claims the
+            // same order and takes the grant back; one that asks after is refused by Google's answer.
+            let at = push.eventTimeMs ?? clock.nowMs
+            let purchase = VerifiedPurchase(
+                environment: "Production", transactionId: push.orderId ?? token, originalTransactionId: token, productId: "",
+                purchaseDateMs: at, cancellationDateMs: at)
+            return NotificationRules.Facts(
+                disposition: .bringToAppleState, type: .unknown("googlePlay"), snapshot: nil, current: purchase, signedDateMs: entry.signedDateMs)
+        }
         // Google is asked by token (its product id only checked when the push names one: a voided purchase names none, and
-        // Google no longer sends a subscription's). A void of a purchase not recorded here is asked about too: a redeem may
-        // have verified it before the void and not committed yet, so Google's word (cancelled) is remembered as an early
-        // refund under the order the redeem claims, and whichever commits second sees the other. A void from Google's list
-        // does not say which kind it is: a one-time product first, then a subscription.
+        // Google no longer sends a subscription's). A voided push about a purchase not recorded here is asked about too: a
+        // redeem may have asked Google before the void and not committed yet, so a void Google confirms is remembered as an
+        // early refund under the order that redeem claims (a one-time purchase: its order; a list entry's partial refund,
+        // which only one-time purchases have, too).
         let productId = push.productId
         guard let internalToken = configuration.internalToken else {
             throw RPCError(code: .unavailable, message: "Google Play needs the internal token on fulfillment", reason: .playAPINotConfigured)
         }
-        let unknownKind = push.kind == .voidedPurchase && push.productType == nil && record == nil && !subscription
-        var play: VerifiedPlayPurchase?
-        while play == nil {
-            do {
-                play = try await dependencies.verifyPlayPurchase(
-                    PlayPurchaseReference(
-                        internalToken: internalToken, packageName: push.packageName.isEmpty ? nil : push.packageName, productId: productId,
-                        purchaseToken: token,
-                        kind: subscription ? .subscription : .product))
-            } catch  where error.knownCode.map({ [.notFound, .invalidReceipt, .invalidParams].contains($0) }) ?? false {
-                // A sweep's question without a kept package, where verification accepts several: retried, then parked for an
-                // operator, never taken as Google's answer.
-                if push.packageName.isEmpty, error.knownCode == .invalidParams { throw error }
-                guard unknownKind, !subscription, error.knownCode != .invalidParams else {
-                    return Self.ignored("Google does not know the purchase (\(error.data.reason))")
-                }
-                subscription = true
-            }
+        let play: VerifiedPlayPurchase
+        do {
+            play = try await dependencies.verifyPlayPurchase(
+                PlayPurchaseReference(
+                    internalToken: internalToken, packageName: push.packageName.isEmpty ? nil : push.packageName, productId: productId,
+                    purchaseToken: token,
+                    kind: subscription ? .subscription : .product))
+        } catch  where error.knownCode.map({ [.notFound, .invalidReceipt, .invalidParams].contains($0) }) ?? false {
+            // A sweep's question without a kept package, where verification accepts several: retried, then parked for an
+            // operator, never taken as Google's answer.
+            if push.packageName.isEmpty, error.knownCode == .invalidParams { throw error }
+            return Self.ignored("Google does not know the purchase (\(error.data.reason))")
         }
-        guard let play else { return Self.ignored("Google does not know the purchase") }
+        if unrecordedVoid, !subscription, push.refundType != 2, play.kind == .product, play.state != "CANCELLED",
+            (play.refundableQuantity ?? play.quantity) > 0
+        {
+            // A full void Google's answer does not show (yet): a void never grants; Google's list says it again.
+            return Self.ignored("Google does not show the void of a purchase not recorded here: nothing to do")
+        }
         if push.kind == .voidedPurchase, push.refundType == 2, play.kind == .product, (play.refundableQuantity ?? play.quantity) >= play.quantity,
             play.state != "CANCELLED"
         {
