@@ -223,11 +223,18 @@ public enum CatalogUpsertProduct: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var adminToken: String
         public var product: ProductDefinition
-        public init(adminToken: String, product: ProductDefinition) { self.adminToken = adminToken; self.product = product }
+        /// Lets an existing product's type, kind of grant, entitlement or subscription group change (`grantChanged`
+        /// otherwise): for a product nobody has bought yet, or a change the admin has weighed for its buyers.
+        public var allowGrantChange: Bool?
+        public init(adminToken: String, product: ProductDefinition, allowGrantChange: Bool? = nil) {
+            self.adminToken = adminToken
+            self.product = product
+            self.allowGrantChange = allowGrantChange
+        }
     }
     public typealias Result = EmptyResult
     public static let name = "catalog.upsertProduct"
-    public static let summary = "Admin: create or replace a product."
+    public static let summary = "Admin: create a product, or change one (keeping what it leaves out and, unless allowed, what its buyers hold)."
     public static let access = RPCAccess.admin
 }
 
@@ -264,7 +271,13 @@ public enum CatalogImportCatalog: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var adminToken: String
         public var products: [ProductDefinition]
-        public init(adminToken: String, products: [ProductDefinition]) { self.adminToken = adminToken; self.products = products }
+        /// As `upsertProduct`'s: lets existing products' grants change.
+        public var allowGrantChange: Bool?
+        public init(adminToken: String, products: [ProductDefinition], allowGrantChange: Bool? = nil) {
+            self.adminToken = adminToken
+            self.products = products
+            self.allowGrantChange = allowGrantChange
+        }
     }
     public struct Result: Codable, Sendable, Equatable {
         public var imported: Int

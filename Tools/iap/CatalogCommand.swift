@@ -10,8 +10,11 @@ struct CatalogCommand: AsyncParsableCommand {
         subcommands: [List.self, Get.self, Upsert.self, Import.self, SetPrice.self, Retire.self])
 
     struct Upsert: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Create or replace one product from a JSON file (a ProductDefinition).")
+        static let configuration = CommandConfiguration(
+            abstract: "Create a product, or change one, from a JSON file (a ProductDefinition); what it leaves out stays as stored.")
         @Argument(help: "Product JSON file (- for standard input), shaped like one entry of compose/demo-catalog.json.") var file: String
+        @Flag(name: .customLong("allow-grant-change"), help: "Let an existing product's type, grant kind, entitlement or group change.")
+        var allowGrantChange = false
         @OptionGroup var admin: Admin
         @OptionGroup var client: ClientOptions
         func run() async throws {
@@ -19,7 +22,10 @@ struct CatalogCommand: AsyncParsableCommand {
             do { product = try JSONDecoder().decode(ProductDefinition.self, from: Data(try textArgument(file).utf8)) } catch {
                 throw ValidationError("\(file) is not a product definition: \(error)")
             }
-            await ServiceCall(options: client).run(.catalog, CatalogUpsertProduct.self, .init(adminToken: try admin.token(), product: product)) { _ in
+            await ServiceCall(options: client).run(
+                .catalog, CatalogUpsertProduct.self,
+                .init(adminToken: try admin.token(), product: product, allowGrantChange: allowGrantChange ? true : nil)
+            ) { _ in
                 "saved \(product.productId)"
             }
         }
@@ -92,6 +98,8 @@ struct CatalogCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Import products from a JSON file ({\"products\": [...]}, as compose/demo-catalog.json).")
         @Argument(help: "Catalog JSON file.") var file: String
+        @Flag(name: .customLong("allow-grant-change"), help: "Let existing products' types, grant kinds, entitlements or groups change.")
+        var allowGrantChange = false
         @OptionGroup var admin: Admin
         @OptionGroup var client: ClientOptions
         func run() async throws {
@@ -103,7 +111,7 @@ struct CatalogCommand: AsyncParsableCommand {
             }
             await ServiceCall(options: client).run(
                 .catalog, CatalogImportCatalog.self,
-                .init(adminToken: try admin.token(), products: parsed.products)
+                .init(adminToken: try admin.token(), products: parsed.products, allowGrantChange: allowGrantChange ? true : nil)
             ) {
                 "imported \($0.imported) product(s)"
             }

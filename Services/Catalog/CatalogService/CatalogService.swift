@@ -188,17 +188,17 @@ public final class CatalogService: Sendable {
 
     public func upsertProduct(_ p: CatalogUpsertProduct.Params) async throws(RPCError) {
         try checkAdmin(p.adminToken)
-        try await importProducts([p.product], field: "product")
+        try await importProducts([p.product], field: "product", allowGrantChange: p.allowGrantChange == true)
     }
 
     public func importCatalog(_ p: CatalogImportCatalog.Params) async throws(RPCError) -> Int {
         try checkAdmin(p.adminToken)
-        try await importProducts(p.products, field: "products")
+        try await importProducts(p.products, field: "products", allowGrantChange: p.allowGrantChange == true)
         return p.products.count
     }
 
     /// Validates every product first; writes all of them in one transaction, or none.
-    public func importProducts(_ products: [ProductDefinition], field: String) async throws(RPCError) {
+    public func importProducts(_ products: [ProductDefinition], field: String, allowGrantChange: Bool = false) async throws(RPCError) {
         guard products.count <= ProductValidation.maxProducts else {
             throw RPCError.invalidParams("at most \(ProductValidation.maxProducts) products per import", field: field, reason: "tooMany")
         }
@@ -224,9 +224,11 @@ public final class CatalogService: Sendable {
                 ))
         }
         try await checkGooglePlayIds(products, field: field)
-        try await checkFixedParts(products, field: field)
+        // Checked on this instance's snapshot for the caller's field path, and again inside the write (another instance's
+        // change a moment before).
+        if !allowGrantChange { try await checkFixedParts(products, field: field) }
         let ready = validated
-        try await write { try await self.store.upsert(ready) }
+        try await write { try await self.store.upsert(ready, allowGrantChange: allowGrantChange) }
         logger.info("catalog updated", metadata: ["products": "\(products.count)"])
     }
 
@@ -234,11 +236,8 @@ public final class CatalogService: Sendable {
     func checkFixedParts(_ products: [ProductDefinition], field: String) async throws(RPCError) {
         let stored = Dictionary(try await currentSnapshot().products.map { ($0.definition.productId, $0.definition) }) { a, _ in a }
         for (i, product) in products.enumerated() {
-            guard let before = stored[product.productId], let change = product.fixedChange(from: before) else { continue }
-            let path = products.count == 1 && field == "product" ? field : "\(field)[\(i)]"
-            throw RPCError.invalidParams(
-                "\(product.productId) cannot change \(change.was): its buyers hold it; sell the new one as a new product",
-                field: "\(path).\(change.member)", reason: "grantChanged")
+            guard let before = stored[product.productId] else { continue }
+            try product.refuseFixedChange(from: before, path: products.count == 1 && field == "product" ? field : "\(field)[\(i)]")
         }
     }
 

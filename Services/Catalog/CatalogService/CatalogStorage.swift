@@ -8,8 +8,9 @@ public protocol CatalogStorage: Sendable {
     /// Every product with its status, sorted by productId, at one revision.
     func snapshot() async throws -> CatalogSnapshot
     /// Creates or replaces products (and, when given, their prices) in one transaction: an import's or an upsert's, whose
-    /// left-out status, offers and retention rules keep the stored ones (`ProductDefinition.keepingUnsaid`).
-    func upsert(_ products: [(ProductDefinition, [StoredPrice]?)]) async throws
+    /// left-out status, offers and retention rules keep the stored ones (`ProductDefinition.keepingUnsaid`). Unless
+    /// `allowGrantChange`, a product changing what its buyers hold (`fixedChange`) refuses the whole write, `grantChanged`.
+    func upsert(_ products: [(ProductDefinition, [StoredPrice]?)], allowGrantChange: Bool) async throws
     /// Changes one stored product's definition as `change` says, reading it inside the write (never from a snapshot that
     /// may predate another instance's change); its status and prices stay as stored. An error `change` throws writes nothing.
     func amend(productId: String, _ change: @escaping @Sendable (inout ProductDefinition) throws -> Void) async throws -> CatalogChange

@@ -67,12 +67,12 @@ public final class CatalogStore: CatalogStorage, Sendable {
     }
 
     /// Creates or replaces products (and, where given, their prices) in one transaction.
-    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)]) async throws {
+    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)], allowGrantChange: Bool) async throws {
         try await writer.write { db in
             let encoder = JSONEncoder()
             encoder.outputFormatting = .sortedKeys
             let decoder = JSONDecoder()
-            for (definition, prices) in products {
+            for (i, (definition, prices)) in products.enumerated() {
                 // What the import leaves out stays as stored.
                 let before = try Row.fetchOne(
                     db, sql: "SELECT definition, status FROM product WHERE productId = ?", arguments: [definition.productId]
@@ -81,6 +81,7 @@ public final class CatalogStore: CatalogStorage, Sendable {
                     let json: String = row["definition"]
                     return (try decoder.decode(ProductDefinition.self, from: Data(json.utf8)), ProductStatus(rawValue: row["status"]) ?? .active)
                 }
+                if let before, !allowGrantChange { try definition.refuseFixedChange(from: before.0, path: "products[\(i)]") }
                 let (stored, status) = definition.keepingUnsaid(stored: before)
                 let json = String(decoding: try encoder.encode(stored), as: UTF8.self)
                 try db.execute(

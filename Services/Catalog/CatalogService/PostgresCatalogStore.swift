@@ -61,20 +61,21 @@ public final class PostgresCatalogStore: CatalogStorage, Sendable {
         }
     }
 
-    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)]) async throws {
+    public func upsert(_ products: [(ProductDefinition, [StoredPrice]?)], allowGrantChange: Bool) async throws {
         try await pool.write { db in
             let encoder = JSONEncoder()
             encoder.outputFormatting = .sortedKeys
             let decoder = JSONDecoder()
-            for (definition, prices) in products {
+            for (i, (definition, prices)) in products.enumerated() {
                 let productId = definition.productId
                 // What the import leaves out stays as stored.
-                let before = try db.one("SELECT definition, status FROM product WHERE product_id = \(productId)").map { row in
+                let before = try db.one("SELECT definition, status FROM product WHERE product_id = \(productId) FOR UPDATE").map { row in
                     (
                         try decoder.decode(ProductDefinition.self, from: Data(try row.get("definition", as: String.self).utf8)),
                         ProductStatus(rawValue: try row.get("status", as: String.self)) ?? .active
                     )
                 }
+                if let before, !allowGrantChange { try definition.refuseFixedChange(from: before.0, path: "products[\(i)]") }
                 let merged = definition.keepingUnsaid(stored: before)
                 let json = String(decoding: try encoder.encode(merged.definition), as: UTF8.self), status = merged.status.rawValue
                 try db.execute(

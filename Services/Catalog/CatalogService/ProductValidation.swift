@@ -212,4 +212,12 @@ extension ProductDefinition {
         default: return ("grant", "its kind of grant")
         }
     }
+
+    /// `grantChanged` when `self` changes what `stored`'s buyers hold (`fixedChange`); `path` names the product in the call.
+    func refuseFixedChange(from stored: ProductDefinition, path: String) throws(RPCError) {
+        guard let change = fixedChange(from: stored) else { return }
+        throw RPCError.invalidParams(
+            "\(productId) cannot change \(change.was): its buyers hold it; sell the new one as a new product, or pass allowGrantChange "
+                + "(iap catalog --allow-grant-change) for a product nobody has bought", field: "\(path).\(change.member)", reason: "grantChanged")
+    }
 }
