@@ -224,6 +224,30 @@ import Testing
         }
     }
 
+    /// A reader whose cursor is before events retention dropped is told (`cursorExpired`), not given what follows as if it
+    /// had missed nothing; from the start it reads what is kept, and a cursor past what was dropped goes on.
+    @Test(arguments: StoreEngine.available)
+    func aCursorBeforeWhatRetentionDroppedIsRefused(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            try await Self.redeemCoins(store, for: ["alice", "alice", "alice"], from: 8_100_000)
+            try await SuiteFixture.eventFeedSettled(store)
+            let before = try await Self.all(store)
+            let first = try #require(EventPosition(cursor: before[0].cursor))
+            #expect(try await store.events(after: first, limit: 10, accountId: nil, types: nil).count == 2, "nothing dropped yet")
+            #expect(try await store.trimEvents(beforeMs: 5_000) == 2)
+            do {
+                _ = try await store.events(after: first, limit: 10, accountId: nil, types: nil)
+                Issue.record("a cursor before dropped events went on past them")
+            } catch let error as RPCError {
+                #expect(error.data.reason == "cursorExpired" && error.data.extra["field"]?.stringValue == "after")
+            }
+            #expect(try await store.events(after: .start, limit: 10, accountId: nil, types: nil).map(\.sequence) == [3])
+            let second = try #require(EventPosition(cursor: before[1].cursor))
+            #expect(try await store.events(after: second, limit: 10, accountId: nil, types: nil).map(\.sequence) == [3])
+        }
+    }
+
     /// Retention keeps what an endpoint's dispatch has not reached yet (a long transaction elsewhere holds the feed's
     /// horizon back past the retention): before, only accounts with delivery progress were kept, and the rest of their
     /// events were dropped before any endpoint was given them.

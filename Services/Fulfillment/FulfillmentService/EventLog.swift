@@ -193,8 +193,9 @@ struct EventRecords {
     /// Drops at most `limit` events that occurred before `beforeMs`: never an account's latest (its sequence goes on from
     /// it, and ids are never reused), nor one a webhook endpoint has not been delivered yet, nor one past where any
     /// endpoint's dispatch has got to (a dispatch held back by a long transaction elsewhere must find its events there).
+    /// The furthest position dropped is kept (`trimmedThrough`, forward only), so a reader whose cursor is before it is told.
     func trim(beforeMs: Int64, limit: Int) throws -> Int {
-        try s.run(
+        let dropped = try s.rows(
             """
             DELETE FROM event WHERE id IN (
                 SELECT e.id FROM event e WHERE e.occurred_at_ms < ?1
@@ -202,8 +203,25 @@ struct EventRecords {
                   AND NOT EXISTS (SELECT 1 FROM webhook_progress p WHERE p.account_id = e.account_id AND p.delivered_sequence < e.sequence)
                   AND NOT EXISTS (SELECT 1 FROM webhook_endpoint w WHERE (w.dispatched_tx_order, w.dispatched_id) < (e.tx_order, e.id))
                 LIMIT ?2)
-            """, beforeMs, limit)
+            RETURNING tx_order, id
+            """, beforeMs, limit
+        ).map(Self.position)
+        if let furthest = dropped.max(), furthest > (try trimmedThrough() ?? .start) {
+            let checkpoints = FulfillmentQueries(s)
+            try checkpoints.saveReconcileCheckpoint(Self.trimmedKeys.txOrder, signedDateMs: furthest.txOrder)
+            try checkpoints.saveReconcileCheckpoint(Self.trimmedKeys.id, signedDateMs: furthest.id)
+        }
+        return dropped.count
     }
+
+    /// Where retention has dropped events up to (two reconcile-checkpoint rows); nil when it never has.
+    func trimmedThrough() throws -> EventPosition? {
+        let checkpoints = FulfillmentQueries(s)
+        guard let id = try checkpoints.reconcileCheckpoint(Self.trimmedKeys.id) else { return nil }
+        return EventPosition(txOrder: try checkpoints.reconcileCheckpoint(Self.trimmedKeys.txOrder) ?? 0, id: id)
+    }
+
+    static let trimmedKeys = (txOrder: "eventsTrimmedTxOrder", id: "eventsTrimmedId")
 
     static func position(_ row: SQLRow) throws -> EventPosition {
         EventPosition(txOrder: try row.get("tx_order"), id: try row.get("id"))
