@@ -146,6 +146,22 @@ import Testing
         }
     }
 
+    /// Notification History is never asked from before what Apple keeps (180 days; Apple refuses an earlier start): a
+    /// checkpoint left further back (a server stopped for half a year, a record refused for good long ago) starts the read
+    /// at the window instead of failing every run, and the sweep after it.
+    @Test func aCheckpointOlderThanApplesHistoryStartsTheReadAtItsWindow() async throws {
+        try await SuiteFixture.with { suite in
+            let ana = try await suite.register("ana")
+            _ = try await suite.buy("ana@icloud", "coins.100", appAccountToken: ana.appAccountToken)
+            try await suite.store.saveReconcileCheckpoint(environment: "Production", signedDateMs: suite.clock.nowMs - 200 * Self.day)
+            let run = try await suite.fulfillment.call(
+                FulfillmentReconcile.self, .init(adminToken: SuiteFixture.adminToken, notificationHistory: true, subscriptionStatuses: false))
+            #expect(run.notificationsTakenIn == 1)
+            #expect(try await suite.balance(ana.session) == 100)
+            #expect(try await suite.store.reconcileCheckpoint(environment: "Production") ?? 0 >= suite.clock.nowMs - Self.day)
+        }
+    }
+
     /// The sweep asks about each stale subscription in turn: one Apple keeps answering the same about (here another app's,
     /// not found for this key) does not hold back a later one whose renewal never reached us. Before, every run asked the
     /// earliest-ending ones again (200 a run), so past 200 such the rest were never asked.
