@@ -224,6 +224,31 @@ import Testing
         }
     }
 
+    /// An endpoint filtered by type holds back only what it takes: an account's later events of other types go with
+    /// retention (before, every event after the last one delivered to it was kept for good).
+    @Test(arguments: StoreEngine.available)
+    func retentionIsNotHeldBackByEventsAFilteredEndpointDoesNotTake(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            let hook = WebhookRecord(
+                id: "wh-grants", url: "http://10.0.0.1/", types: [.purchaseGranted], environments: ["Production"], allowPrivateAddress: true,
+                secret: WebhookSender.newSecret(), state: "active", createdAtMs: 0, dispatched: .start)
+            #expect(try await store.addWebhook(hook, maxEndpoints: 20))
+            try await Self.redeemCoins(store, for: ["alice", "alice"], from: 8_300_000)
+            for id in ["8300000", "8300001"] { _ = try await store.revoke(transactionId: id, reason: "refunded", nowMs: 2_000) }
+            try await SuiteFixture.eventFeedSettled(store)
+            let endpoint = try #require(try await store.webhook("wh-grants"))
+            #expect(try await store.dispatchEvents(to: endpoint, limit: 100, nowMs: 3_000) == 4)
+            let item = try #require(try await store.dueWebhookItems(endpointId: "wh-grants", nowMs: 3_000, limit: 10, leaseMs: 60_000).first)
+            try await store.settleWebhook(
+                WebhookSettlement(
+                    item: item, endpointId: "wh-grants", accountId: "alice", deliveredSequence: 2, generation: 0, attempts: [], failure: nil,
+                    nextAttemptAtMs: 0, more: false, progressed: true, givesUp: false), nowMs: 3_000)
+            #expect(try await store.trimEvents(beforeMs: 5_000) == 3, "the two grants delivered, the first refund it never takes")
+            #expect(try await Self.all(store).map(\.sequence) == [4])
+        }
+    }
+
     /// A reader whose cursor is before events retention dropped is told (`cursorExpired`), not given what follows as if it
     /// had missed nothing; from the start it reads what is kept, and a cursor past what was dropped goes on.
     @Test(arguments: StoreEngine.available)

@@ -191,7 +191,8 @@ struct EventRecords {
     }
 
     /// Drops at most `limit` events that occurred before `beforeMs`: never an account's latest (its sequence goes on from
-    /// it, and ids are never reused), nor one a webhook endpoint has not been delivered yet, nor one past where any
+    /// it, and ids are never reused), nor one a webhook endpoint takes (its types and environments, space-separated lists)
+    /// and has not been delivered yet, nor one past where any
     /// endpoint's dispatch has got to (a dispatch held back by a long transaction elsewhere must find its events there).
     /// The furthest position dropped is kept (`trimmedThrough`, forward only), so a reader whose cursor is before it is told.
     func trim(beforeMs: Int64, limit: Int) throws -> Int {
@@ -200,7 +201,11 @@ struct EventRecords {
             DELETE FROM event WHERE id IN (
                 SELECT e.id FROM event e WHERE e.occurred_at_ms < ?1
                   AND e.sequence < (SELECT MAX(x.sequence) FROM event x WHERE x.account_id = e.account_id)
-                  AND NOT EXISTS (SELECT 1 FROM webhook_progress p WHERE p.account_id = e.account_id AND p.delivered_sequence < e.sequence)
+                  AND NOT EXISTS (
+                      SELECT 1 FROM webhook_progress p JOIN webhook_endpoint w ON w.id = p.endpoint_id
+                      WHERE p.account_id = e.account_id AND p.delivered_sequence < e.sequence
+                        AND (w.types = '' OR ' ' || w.types || ' ' LIKE '% ' || e.type || ' %')
+                        AND (w.environments = '' OR ' ' || w.environments || ' ' LIKE '% ' || e.environment || ' %'))
                   AND NOT EXISTS (SELECT 1 FROM webhook_endpoint w WHERE (w.dispatched_tx_order, w.dispatched_id) < (e.tx_order, e.id))
                 LIMIT ?2)
             RETURNING tx_order, id
