@@ -321,6 +321,33 @@ import Testing
         }
     }
 
+    /// A round that outlived its lease (a slow settle, a clock behind) and settles after another instance claimed the item
+    /// leaves that claim's lease alone: before, its failure made the item due again at its own retry time, and a third
+    /// instance claimed it beside the second, sending the account's events twice at once, out of order.
+    @Test(arguments: StoreEngine.available)
+    func aRoundPastItsLeaseLeavesTheNextClaimAlone(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            try await Self.addEndpoint(store, "wh-late")
+            try await Self.redeemCoins(store, for: ["alice"], from: 8_400_000)
+            try await SuiteFixture.eventFeedSettled(store)
+            let endpoint = try #require(try await store.webhook("wh-late"))
+            #expect(try await store.dispatchEvents(to: endpoint, limit: 100, nowMs: 1_000) == 1)
+            func claim(_ nowMs: Int64) async throws -> OutboxItem? {
+                try await store.dueWebhookItems(endpointId: "wh-late", nowMs: nowMs, limit: 10, leaseMs: 60_000).first
+            }
+            let first = try #require(try await claim(1_000))
+            let second = try #require(try await claim(61_000), "the first round's lease ended")
+            try await store.settleWebhook(
+                WebhookSettlement(
+                    item: first, endpointId: "wh-late", accountId: "alice", deliveredSequence: 0, generation: 0, attempts: [],
+                    failure: "answered HTTP 500", nextAttemptAtMs: 62_000, more: false, progressed: false, givesUp: false), nowMs: 61_500)
+            try await store.releaseWebhookItem(first, nowMs: 61_500)
+            #expect(try await claim(62_000) == nil, "the second claim holds it to its lease's end")
+            #expect(try await claim(121_000)?.id == second.id)
+        }
+    }
+
     /// The ledger and the feed agree: replaying the feed's coin events per scope ends at every wallet's balance and debt.
     @Test(arguments: StoreEngine.available)
     func theLastEventOfEachAccountCarriesItsWallet(engine: StoreEngine) async throws {

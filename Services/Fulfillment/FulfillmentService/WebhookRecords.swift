@@ -197,7 +197,8 @@ struct WebhookRecords {
 
     /// Records one round of an item: the account's progress (forward only), each attempt, and the item: removed when
     /// everything owed went out (unless more was owed meanwhile: its payload changed), due again now when more waits,
-    /// or tried again later after a failure.
+    /// or tried again later after a failure. The item's time is set only while this round's claim holds it (its lease
+    /// unchanged): a round that outlived its lease leaves the next claim's lease alone.
     func settle(_ r: WebhookSettlement, nowMs: Int64) throws {
         try s.run(
             """
@@ -222,19 +223,20 @@ struct WebhookRecords {
                 """
                 UPDATE outbox SET attempts = attempts + 1, next_attempt_at_ms = ?1, last_error = ?2,
                     created_at_ms = CASE WHEN ?4 THEN ?5 ELSE created_at_ms END
-                WHERE id = ?3
-                """, r.nextAttemptAtMs, failure, r.item.id, r.progressed, nowMs)
+                WHERE id = ?3 AND next_attempt_at_ms = ?6
+                """, r.nextAttemptAtMs, failure, r.item.id, r.progressed, nowMs, r.item.nextAttemptAtMs)
             if r.givesUp { _ = try setState(r.endpointId, "failing", nowMs: nowMs) }
         } else if try r.more || s.run("DELETE FROM outbox WHERE id = ?1 AND payload = ?2", r.item.id, r.item.payload) == 0 {
             // Progress made: the item waits from now (`WebhookPolicy.giveUpAfterMs` counts from its last progress).
             try s.run(
-                "UPDATE outbox SET attempts = 0, next_attempt_at_ms = ?1, created_at_ms = ?1, last_error = NULL WHERE id = ?2", nowMs, r.item.id)
+                "UPDATE outbox SET attempts = 0, next_attempt_at_ms = ?1, created_at_ms = ?1, last_error = NULL WHERE id = ?2 AND next_attempt_at_ms = ?3",
+                nowMs, r.item.id, r.item.nextAttemptAtMs)
         }
     }
 
     /// Hands a claimed item back untouched, due now (its round had no time left in its lease).
     func release(_ item: OutboxItem, nowMs: Int64) throws {
-        try s.run("UPDATE outbox SET next_attempt_at_ms = ?1 WHERE id = ?2", nowMs, item.id)
+        try s.run("UPDATE outbox SET next_attempt_at_ms = ?1 WHERE id = ?2 AND next_attempt_at_ms = ?3", nowMs, item.id, item.nextAttemptAtMs)
     }
 
     /// Every event after `after` is owed again: each account's progress goes back to just before its first such event
