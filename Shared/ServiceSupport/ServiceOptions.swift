@@ -132,8 +132,10 @@ public enum Environment {
     /// A token from its flag or environment variable, at least `minimumTokenBytes` long. For the admin and internal
     /// tokens, `<NAME>_PREVIOUS` (e.g. `IAP_ADMIN_TOKEN_PREVIOUS`) is accepted as well while set: the old token
     /// during a rotation (docs/operations.md, "Rotating tokens without downtime").
+    /// `<NAME>_FILE` names a file holding it instead (Docker and Compose secrets, mounted files): kept out of the process's
+    /// environment, which `docker inspect` and /proc show; surrounding whitespace (a final newline) is not part of it.
     public static func token(_ flag: String?, flagName: String, env name: String) throws -> String? {
-        let given = flag ?? ProcessInfo.processInfo.environment[name]
+        let given = try flag ?? fromEnvironment(name, ProcessInfo.processInfo.environment)
         guard let given else { return nil }
         try checkLength(given, flagName, name)
         let gate: TokenGate? = name == "IAP_ADMIN_TOKEN" ? .admin : name == "IAP_INTERNAL_TOKEN" ? .internal : nil
@@ -143,6 +145,18 @@ public enum Environment {
             gate.acceptPrevious(previous)
         }
         return given
+    }
+
+    /// `name`'s value, else the content of the file `<name>_FILE` names; nil when neither is set, an error when both are or
+    /// the file cannot be read.
+    public static func fromEnvironment(_ name: String, _ environment: [String: String]) throws -> String? {
+        let direct = environment[name], file = environment[name + "_FILE"].flatMap { $0.isEmpty ? nil : $0 }
+        guard let file else { return direct }
+        guard direct == nil else { throw ValidationError("set \(name) or \(name)_FILE, not both") }
+        guard let data = FileManager.default.contents(atPath: file), let text = String(data: data, encoding: .utf8) else {
+            throw ValidationError("\(name)_FILE: cannot read \(file)")
+        }
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     private static func checkLength(_ token: String, _ flagName: String, _ name: String) throws {
