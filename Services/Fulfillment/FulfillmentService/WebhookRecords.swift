@@ -124,7 +124,7 @@ struct WebhookRecords {
     /// (`WebhookPolicy.giveUpAfterMs` counts again) and are due now, except those due within a lease (`leaseMs`) anyway:
     /// one of them may be claimed and in flight, and made due it would be claimed again and its account's events sent
     /// twice at once, out of order (until 2026-11-30, a pause and a resume within a minute could).
-    func setState(_ id: String, _ state: String, nowMs: Int64, leaseMs: Int64 = WebhookPolicy().leaseMs) throws -> Bool {
+    func setState(_ id: String, _ state: String, nowMs: Int64, leaseMs: Int64) throws -> Bool {
         guard try s.run("UPDATE webhook_endpoint SET state = ?1 WHERE id = ?2", state, id) == 1 else { return false }
         if state == "active" {
             try s.run(
@@ -225,7 +225,7 @@ struct WebhookRecords {
                     created_at_ms = CASE WHEN ?4 THEN ?5 ELSE created_at_ms END
                 WHERE id = ?3 AND next_attempt_at_ms = ?6
                 """, r.nextAttemptAtMs, failure, r.item.id, r.progressed, nowMs, r.item.nextAttemptAtMs)
-            if r.givesUp { _ = try setState(r.endpointId, "failing", nowMs: nowMs) }
+            if r.givesUp { _ = try setState(r.endpointId, "failing", nowMs: nowMs, leaseMs: 0) }  // the lease matters only made active
         } else if try r.more || s.run("DELETE FROM outbox WHERE id = ?1 AND payload = ?2", r.item.id, r.item.payload) == 0 {
             // Progress made: the item waits from now (`WebhookPolicy.giveUpAfterMs` counts from its last progress).
             try s.run(
