@@ -140,7 +140,7 @@ public enum Environment {
         try checkLength(given, flagName, name)
         let gate: TokenGate? = name == "IAP_ADMIN_TOKEN" ? .admin : name == "IAP_INTERNAL_TOKEN" ? .internal : nil
         if let gate {
-            let previous = ProcessInfo.processInfo.environment[name + "_PREVIOUS"].flatMap { $0.isEmpty ? nil : $0 }
+            let previous = try fromEnvironment(name + "_PREVIOUS", ProcessInfo.processInfo.environment).flatMap { $0.isEmpty ? nil : $0 }
             if let previous { try checkLength(previous, name + "_PREVIOUS", name + "_PREVIOUS") }
             gate.acceptPrevious(previous)
         }
@@ -152,7 +152,7 @@ public enum Environment {
     public static func fromEnvironment(_ name: String, _ environment: [String: String]) throws -> String? {
         let direct = environment[name], file = environment[name + "_FILE"].flatMap { $0.isEmpty ? nil : $0 }
         guard let file else { return direct }
-        guard direct == nil else { throw ValidationError("set \(name) or \(name)_FILE, not both") }
+        guard direct?.isEmpty ?? true else { throw ValidationError("set \(name) or \(name)_FILE, not both") }
         guard let data = FileManager.default.contents(atPath: file), let text = String(data: data, encoding: .utf8) else {
             throw ValidationError("\(name)_FILE: cannot read \(file)")
         }

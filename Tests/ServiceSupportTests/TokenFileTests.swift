@@ -12,6 +12,8 @@ import Testing
         #expect(try Environment.fromEnvironment("IAP_ADMIN_TOKEN", ["IAP_ADMIN_TOKEN_FILE": file.path]) == token, "its final newline dropped")
         #expect(try Environment.fromEnvironment("IAP_ADMIN_TOKEN", ["IAP_ADMIN_TOKEN": "direct"]) == "direct")
         #expect(try Environment.fromEnvironment("IAP_ADMIN_TOKEN", [:]) == nil)
+        #expect(try Environment.fromEnvironment("IAP_ADMIN_TOKEN", ["IAP_ADMIN_TOKEN": "", "IAP_ADMIN_TOKEN_FILE": file.path]) == token)
+        #expect(try Environment.fromEnvironment("IAP_ADMIN_TOKEN_PREVIOUS", ["IAP_ADMIN_TOKEN_PREVIOUS_FILE": file.path]) == token)
         #expect(throws: (any Error).self, "both set: which one is meant?") {
             try Environment.fromEnvironment("IAP_ADMIN_TOKEN", ["IAP_ADMIN_TOKEN": "direct", "IAP_ADMIN_TOKEN_FILE": file.path])
         }

@@ -97,9 +97,6 @@ public struct EventDesk: FulfillmentPart {
         try TokenGate.admin.check(p.adminToken, configured: configuration.adminToken)
         let after = try Self.position(p.after, field: "after")
         _ = try await endpoint(p.id)
-        // A cursor before what retention dropped is refused as `listEvents` refuses it (`cursorExpired`): the endpoint would
-        // be given what is kept after it as if nothing had been dropped.
-        _ = try await storeCall { try await self.store.events(after: after, limit: 1, accountId: nil, types: nil) }
         try await service.support.audit("redeliverWebhook", transactionId: p.id, reason: "after \(after.cursor)", token: p.adminToken)
         let now = clock.nowMs, lease = configuration.webhooks.leaseMs
         let accounts = try await storeCall { try await self.store.redeliverWebhook(p.id, after: after, nowMs: now, leaseMs: lease) }

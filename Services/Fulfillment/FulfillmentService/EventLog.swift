@@ -194,9 +194,8 @@ struct EventRecords {
     /// it, and ids are never reused), nor one a webhook endpoint takes (its types and environments, space-separated lists)
     /// and has not been delivered yet, nor one past where any
     /// endpoint's dispatch has got to (a dispatch held back by a long transaction elsewhere must find its events there).
-    /// The furthest position dropped is kept (`trimmedThrough`, forward only), so a reader whose cursor is before it is told.
     func trim(beforeMs: Int64, limit: Int) throws -> Int {
-        let dropped = try s.rows(
+        try s.run(
             """
             DELETE FROM event WHERE id IN (
                 SELECT e.id FROM event e WHERE e.occurred_at_ms < ?1
@@ -208,25 +207,8 @@ struct EventRecords {
                         AND (w.environments = '' OR ' ' || w.environments || ' ' LIKE '% ' || e.environment || ' %'))
                   AND NOT EXISTS (SELECT 1 FROM webhook_endpoint w WHERE (w.dispatched_tx_order, w.dispatched_id) < (e.tx_order, e.id))
                 LIMIT ?2)
-            RETURNING tx_order, id
-            """, beforeMs, limit
-        ).map(Self.position)
-        if let furthest = dropped.max(), furthest > (try trimmedThrough() ?? .start) {
-            let checkpoints = FulfillmentQueries(s)
-            try checkpoints.saveReconcileCheckpoint(Self.trimmedKeys.txOrder, signedDateMs: furthest.txOrder)
-            try checkpoints.saveReconcileCheckpoint(Self.trimmedKeys.id, signedDateMs: furthest.id)
-        }
-        return dropped.count
+            """, beforeMs, limit)
     }
-
-    /// Where retention has dropped events up to (two reconcile-checkpoint rows); nil when it never has.
-    func trimmedThrough() throws -> EventPosition? {
-        let checkpoints = FulfillmentQueries(s)
-        guard let id = try checkpoints.reconcileCheckpoint(Self.trimmedKeys.id) else { return nil }
-        return EventPosition(txOrder: try checkpoints.reconcileCheckpoint(Self.trimmedKeys.txOrder) ?? 0, id: id)
-    }
-
-    static let trimmedKeys = (txOrder: "eventsTrimmedTxOrder", id: "eventsTrimmedId")
 
     static func position(_ row: SQLRow) throws -> EventPosition {
         EventPosition(txOrder: try row.get("tx_order"), id: try row.get("id"))

@@ -1,5 +1,4 @@
 import IAPProtocol
-import JSONRPC
 
 /// The event feed and webhook endpoints on a storage engine (both keep them beside the ledger; the statements are
 /// `EventRecords` and `WebhookRecords`).
@@ -40,18 +39,8 @@ public protocol EventStorage: Sendable {
 struct DispatchRaced: Error {}
 
 extension EventStorage where Self: FulfillmentDatabase {
-    /// A cursor before what retention dropped is refused, `cursorExpired` (read in the same snapshot as the events): a reader
-    /// down longer than the retention would otherwise go on past events it never saw. The start ("0") reads what is kept.
     public func events(after: EventPosition, limit: Int, accountId: String?, types: [FulfillmentEventType]?) async throws -> [FulfillmentEvent] {
-        try await read { s in
-            let records = EventRecords(s)
-            if after != .start, let trimmed = try records.trimmedThrough(), after < trimmed {
-                throw RPCError.invalidParams(
-                    "events after this cursor were dropped by retention (up to \(trimmed.cursor)): read from \"0\" (what is kept) and "
-                        + "rebuild from there", field: "after", reason: "cursorExpired")
-            }
-            return try records.list(after: after, limit: limit, accountId: accountId, types: types)
-        }
+        try await read { s in try EventRecords(s).list(after: after, limit: limit, accountId: accountId, types: types) }
     }
 
     /// Batches of 5,000, each its own transaction: a long delete would hold up every commit that appends to the feed.

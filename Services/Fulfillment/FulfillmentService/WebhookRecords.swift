@@ -219,14 +219,18 @@ struct WebhookRecords {
                     + values.joined(separator: ", "), arguments: arguments)
         }
         if let failure = r.failure {
-            try s.run(
+            let held = try s.run(
                 """
                 UPDATE outbox SET attempts = attempts + 1, next_attempt_at_ms = ?1, last_error = ?2,
                     created_at_ms = CASE WHEN ?4 THEN ?5 ELSE created_at_ms END
                 WHERE id = ?3 AND next_attempt_at_ms = ?6
                 """, r.nextAttemptAtMs, failure, r.item.id, r.progressed, nowMs, r.item.nextAttemptAtMs)
-            if r.givesUp { _ = try setState(r.endpointId, "failing", nowMs: nowMs, leaseMs: 0) }  // the lease matters only made active
-        } else if try r.more || s.run("DELETE FROM outbox WHERE id = ?1 AND payload = ?2", r.item.id, r.item.payload) == 0 {
+            if r.givesUp, held == 1 { _ = try setState(r.endpointId, "failing", nowMs: nowMs, leaseMs: 0) }  // the lease matters only made active
+        } else if try r.more
+            || s.run(
+                "DELETE FROM outbox WHERE id = ?1 AND payload = ?2 AND next_attempt_at_ms = ?3", r.item.id, r.item.payload,
+                r.item.nextAttemptAtMs) == 0
+        {
             // Progress made: the item waits from now (`WebhookPolicy.giveUpAfterMs` counts from its last progress).
             try s.run(
                 "UPDATE outbox SET attempts = 0, next_attempt_at_ms = ?1, created_at_ms = ?1, last_error = NULL WHERE id = ?2 AND next_attempt_at_ms = ?3",
