@@ -72,7 +72,9 @@ struct CatalogServiceCommand: AsyncParsableCommand {
             struct SeedFile: Decodable { let products: [ProductDefinition] }
             let file = try JSONDecoder().decode(SeedFile.self, from: Data(contentsOf: URL(fileURLWithPath: seed)))
             do {
-                try await service.importProducts(file.products, field: "products")
+                // The seed is the catalog as its file says at every start (the development stack's): applied as it stands,
+                // grant changes included.
+                try await service.importProducts(file.products, field: "products", allowGrantChange: true)
             } catch {
                 throw ValidationError("seed \(seed) was not imported: \(error.message)")
             }
