@@ -498,9 +498,7 @@ let package = Package(
         ),
         .testTarget(
             name: "ServiceSupportTests",
-            dependencies: [
-                "ServiceSupport", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"), .product(name: "Crypto", package: "swift-crypto"),
-            ],
+            dependencies: ["ServiceSupport", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")],
             path: "Tests/ServiceSupportTests"
         ),
         .testTarget(
