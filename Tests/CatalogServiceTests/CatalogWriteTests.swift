@@ -28,4 +28,32 @@ import Testing
         }
         #expect(try await catalog.store.snapshot().products.first { $0.definition.productId == "gems.5" }?.definition.grant == .coins(100))
     }
+
+    /// An import that clears a product's offers while its kept retention rules still name one is refused whole, as
+    /// `setOffers` refuses it: the rules would name an offer the product no longer has.
+    @Test func anImportCannotRemoveAnOfferKeptRetentionRulesName() async throws {
+        let catalog = try await CatalogFixture.start()
+        defer { Task { await catalog.stop() } }
+        try await catalog.client.call(
+            CatalogSetOffers.self,
+            .init(
+                adminToken: CatalogFixture.adminToken, productId: "pro.monthly",
+                offers: [.init(offerId: "stay", eligibility: OfferEligibilityRule(kind: .anyone))]))
+        let rule = RetentionChoice(
+            id: "stay", kind: .promotionalOffer, messageIdentifier: "0f6e1c2a-9b1d-4c59-8a55-0e1b2c3d4e5f", offerId: "stay")
+        try await catalog.client.call(
+            CatalogSetRetention.self,
+            .init(adminToken: CatalogFixture.adminToken, productId: "pro.monthly", retention: RetentionRules(choices: [rule])))
+        var product = try #require(CatalogFixture.standardCatalog.first { $0.productId == "pro.monthly" })
+        product.offers = []
+        product.prices = nil
+        do {
+            try await catalog.client.call(CatalogUpsertProduct.self, .init(adminToken: CatalogFixture.adminToken, product: product))
+            Issue.record("the offer a retention rule names was removed")
+        } catch {
+            #expect(error.data.extra["field"]?.stringValue?.hasPrefix("products[0].offers") == true, "\(error)")
+        }
+        let stored = try #require(try await catalog.store.snapshot().products.first { $0.definition.productId == "pro.monthly" })
+        #expect(stored.definition.offers?.map(\.offerId) == ["stay"])
+    }
 }

@@ -83,6 +83,8 @@ public final class CatalogStore: CatalogStorage, Sendable {
                 }
                 if let before, !allowGrantChange { try definition.refuseFixedChange(from: before.0, path: "products[\(i)]") }
                 let (stored, status) = definition.keepingUnsaid(stored: before)
+                // Kept retention rules must still name offers the product has (as `setOffers` refuses removing one in use).
+                if let rules = stored.retention { try RetentionValidation.check(rules, product: stored, field: "products[\(i)].offers") }
                 let json = String(decoding: try encoder.encode(stored), as: UTF8.self)
                 try db.execute(
                     sql: """

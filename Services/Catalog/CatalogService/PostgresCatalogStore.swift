@@ -77,6 +77,10 @@ public final class PostgresCatalogStore: CatalogStorage, Sendable {
                 }
                 if let before, !allowGrantChange { try definition.refuseFixedChange(from: before.0, path: "products[\(i)]") }
                 let merged = definition.keepingUnsaid(stored: before)
+                // Kept retention rules must still name offers the product has (as `setOffers` refuses removing one in use).
+                if let rules = merged.definition.retention {
+                    try RetentionValidation.check(rules, product: merged.definition, field: "products[\(i)].offers")
+                }
                 let json = String(decoding: try encoder.encode(merged.definition), as: UTF8.self), status = merged.status.rawValue
                 try db.execute(
                     """
