@@ -179,6 +179,32 @@ import Testing
         }
     }
 
+    /// A voided push is believed for the order it names only when that order is the confirmed purchase's own: a push
+    /// carrying a revoked subscription's token beside someone else's order (a replayed bearer token, a forged body) does
+    /// not take that order back from its buyer.
+    @Test func aVoidedPushCannotNameAnotherPurchasesOrder() async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, base in
+            let ann = try await suite.register("ann"), mallory = try await suite.register("mallory")
+            _ = try await play.client.call(PlaySetPushFault.self, .init(dropPercent: 100))
+            let own = try await play.buy("sub.premium", accountToken: mallory.appAccountToken, basePlanId: "monthly")
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: own.purchaseToken))
+            let anns = try await play.buy("coins.100", accountToken: ann.appAccountToken)
+            let data = try JSONSerialization.data(
+                withJSONObject: [
+                    "version": "1.0", "packageName": PlayStand.packageName, "eventTimeMillis": "1",
+                    "voidedPurchaseNotification": [
+                        "purchaseToken": own.purchaseToken, "orderId": try #require(anns.orderId), "productType": 1, "refundType": 1,
+                    ],
+                ] as [String: Any]
+            ).base64EncodedString()
+            let body = #"{"message":{"data":"\#(data)","messageId":"777010","attributes":{}},"subscription":"projects/p/subscriptions/s"}"#
+            let token = try play.simulator.accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: Int64(Date().timeIntervalSince1970))
+            #expect(try await EdgeTests.post(base + "/v1/notifications/googleplay", body, bearer: token).status == 200)
+            let redeemed = try await Self.redeem(suite, ann.session, [.init(productId: "coins.100", purchaseToken: anns.purchaseToken)])
+            #expect(redeemed.results.map(\.outcome) == [.granted] && redeemed.balance == 100)
+        }
+    }
+
     @Test func aVoidAfterSpendingLeavesDebtAndARevokedSubscriptionEnds() async throws {
         try await EdgeFixture.withPlayEdge { suite, play, _ in
             let ann = try await suite.register("ann")

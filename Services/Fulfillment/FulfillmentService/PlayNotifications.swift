@@ -223,7 +223,9 @@ public struct PlayNotifications: FulfillmentPart {
         if subscription, revokedByGoogle, !play.entitles {
             // A subscription's refund (voidedPurchaseNotification, authenticated by its token) or revocation, which Google's
             // answer confirms: its order is taken back as an App Store refund is.
-            if let order = push.orderId { purchase.transactionId = order }
+            // The push's order only when it is one of this subscription's (Google's renewal orders are its first order and
+            // "..N"): a push naming another purchase's order beside its own token would revoke that purchase here.
+            if let order = push.orderId, Self.sameOrders(order, play.orderId) { purchase.transactionId = order }
             purchase.cancellationDateMs = push.eventTimeMs ?? now
         } else if !play.entitles && purchase.cancellationDateMs == nil {
             // Expired, on hold, paused, pending: gives nothing now, and what was granted ends when it was granted to end.
@@ -246,6 +248,13 @@ public struct PlayNotifications: FulfillmentPart {
             facts.tokenAccountId = try await dependencies.account(appAccountToken: appAccountToken, internalToken: internalToken)
         }
         return facts
+    }
+
+    /// Whether two order ids belong to one subscription: the same first order, renewals adding "..N".
+    static func sameOrders(_ a: String, _ b: String?) -> Bool {
+        guard let b else { return false }
+        func first(_ order: String) -> Substring { order.range(of: "..").map { order[..<$0.lowerBound] } ?? order[...] }
+        return first(a) == first(b)
     }
 
     static func ignored(_ reason: String) -> NotificationRules.Facts {
