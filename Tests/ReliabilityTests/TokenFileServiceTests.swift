@@ -35,5 +35,10 @@ import Testing
         }
         #expect(await retire(token) == "unknownProduct", "the file's token is the admin token")
         #expect(await retire(String(repeating: "x", count: 40)) == "adminTokenRequired")
+        // The CLI reads the same file: its call gets past the admin check to the unknown product.
+        let cli = try await BuiltExecutables.run(
+            "iap", ["catalog", "retire", "no.such.product", "--addr", "127.0.0.1:\(port)"],
+            env: ["IAP_ADMIN_TOKEN_FILE": file.path, "IAP_DATA_DIR": root.path])
+        #expect(cli.status == 1 && cli.stderr.contains("error 1003"), "\(cli.stdout)\(cli.stderr)")
     }
 }

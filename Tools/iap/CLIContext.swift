@@ -257,10 +257,11 @@ struct AdminTokenOption: ParsableArguments {
 
 func resolveAdminToken(_ flag: String?) -> String? { resolveToken(flag, env: "IAP_ADMIN_TOKEN", file: "admin-token") }
 
-/// A token: the flag, else the environment variable, else the file compose/up.sh keeps in the data directory.
+/// A token: the flag, else the environment variable (or the file `<NAME>_FILE` names, as the services read it), else the
+/// file compose/up.sh keeps in the data directory.
 func resolveToken(_ flag: String?, env: String, file: String) -> String? {
     if let flag { return flag }
-    if let value = Environment.value(env) { return value }
+    if let value = (try? Environment.fromEnvironment(env, ProcessInfo.processInfo.environment)) ?? nil, !value.isEmpty { return value }
     let dir = Environment.value("IAP_DATA_DIR") ?? "data"
     return (try? String(contentsOfFile: dir + "/" + file, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
 }
