@@ -17,10 +17,7 @@ public final class ContentFiles: Sendable {
     /// What says a file is still the one a digest was computed of.
     struct Identity: Sendable, Equatable {
         var device: UInt64, inode: UInt64, size: Int64
-        var modified: (seconds: Int64, nanoseconds: Int64), changed: (seconds: Int64, nanoseconds: Int64)
-        static func == (a: Self, b: Self) -> Bool {
-            a.device == b.device && a.inode == b.inode && a.size == b.size && a.modified == b.modified && a.changed == b.changed
-        }
+        var modifiedNs: Int64, changedNs: Int64
     }
     private struct Digest: Sendable { var identity: Identity; var sha256: String }
     private let digests = NIOLockedValueBox<[String: Digest]>([:])
@@ -80,6 +77,6 @@ public final class ContentFiles: Sendable {
         #endif
         return Identity(
             device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
-            modified: (Int64(m.tv_sec), Int64(m.tv_nsec)), changed: (Int64(c.tv_sec), Int64(c.tv_nsec)))
+            modifiedNs: Int64(m.tv_sec) * 1_000_000_000 + Int64(m.tv_nsec), changedNs: Int64(c.tv_sec) * 1_000_000_000 + Int64(c.tv_nsec))
     }
 }

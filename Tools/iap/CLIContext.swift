@@ -44,7 +44,7 @@ struct CLIConfig: Codable {
             attributes: [.posixPermissions: 0o700])
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        guard writePrivateFile(Array(try encoder.encode(self)), to: url.path) else { throw CLIError.message("cannot write \(url.path)") }
+        try PrivateFiles.writeSecret(Array(try encoder.encode(self)), to: url)
     }
 }
 
