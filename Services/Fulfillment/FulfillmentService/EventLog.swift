@@ -97,6 +97,8 @@ public struct EventHeader: Sendable, Equatable {
     /// `FulfillmentEventType`'s raw value.
     public var type: String
     public var environment: String
+    /// PostgreSQL: committed before the endpoint reading it was added (`WebhookRecords.insert`): not owed to it.
+    public var committedBeforeStart = false
 }
 
 /// The event table's statements, both engines.
@@ -155,18 +157,22 @@ struct EventRecords {
         return try s.fetch(sql + " ORDER BY tx_order, id LIMIT ?3", arguments: arguments).map(Self.event)
     }
 
-    /// What dispatching to webhook endpoints reads of each event after `after` (`list`'s order and horizon): its columns,
-    /// never its body.
-    func headers(after: EventPosition, limit: Int) throws -> [EventHeader] {
-        try s.rows(
+    /// What dispatching to a webhook endpoint reads of each event after `after` (`list`'s order and horizon): its columns,
+    /// never its body, and whether the snapshot of the endpoint's add (`startSnapshot`, PostgreSQL) saw it committed.
+    func headers(after: EventPosition, limit: Int, startSnapshot: String? = nil) throws -> [EventHeader] {
+        let before = startSnapshot == nil ? "" : ", pg_visible_in_snapshot(tx_order::text::xid8, ?4::pg_snapshot) AS before_start"
+        var arguments: [SQLValue] = [.int(after.txOrder), .int(after.id), .int(Int64(limit))]
+        if let startSnapshot { arguments.append(.text(startSnapshot)) }
+        return try s.fetch(
             """
-            SELECT tx_order, id, account_id, sequence, type, environment FROM event
+            SELECT tx_order, id, account_id, sequence, type, environment\(before) FROM event
             WHERE (tx_order, id) > (?1, ?2) AND \(horizon) ORDER BY tx_order, id LIMIT ?3
-            """, after.txOrder, after.id, limit
+            """, arguments: arguments
         ).map {
             EventHeader(
                 position: try Self.position($0), accountId: try $0.get("account_id"), sequence: try $0.get("sequence"),
-                type: try $0.get("type"), environment: try $0.get("environment"))
+                type: try $0.get("type"), environment: try $0.get("environment"),
+                committedBeforeStart: startSnapshot == nil ? false : try $0.get("before_start"))
         }
     }
 
@@ -174,15 +180,6 @@ struct EventRecords {
     func account(_ accountId: String, afterSequence: Int64, limit: Int) throws -> [FulfillmentEvent] {
         try s.rows("SELECT * FROM event WHERE account_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3", accountId, afterSequence, limit)
             .map(Self.event)
-    }
-
-    /// The last event committed (seen by this read), horizon or not: a new endpoint starts after it, so it is given exactly
-    /// what commits after it was added. (At the reader's horizon instead, an endpoint added while another transaction in
-    /// the cluster held the horizon back was given events committed before it existed: seen in the PostgreSQL pass.)
-    /// An event of a transaction still running at the add, with an earlier position, is not given to it: concurrent with
-    /// the add, either answer is right.
-    func head() throws -> EventPosition {
-        try s.row("SELECT tx_order, id FROM event ORDER BY tx_order DESC, id DESC LIMIT 1").map(Self.position) ?? .start
     }
 
     /// What a reader may see (`EventPosition`): on PostgreSQL only events of transactions older than every running one.

@@ -58,10 +58,7 @@ extension EventStorage where Self: FulfillmentDatabase {
     }
 
     public func addWebhook(_ webhook: WebhookRecord, maxEndpoints: Int) async throws -> Bool {
-        let head = try await read { s in try EventRecords(s).head() }
-        var webhook = webhook
-        webhook.dispatched = head
-        return try await write { [webhook] s in try WebhookRecords(s).insert(webhook, maxEndpoints: maxEndpoints) }
+        try await write { s in try WebhookRecords(s).insert(webhook, maxEndpoints: maxEndpoints) }
     }
 
     public func webhooks() async throws -> [WebhookRecord] { try await read { s in try WebhookRecords(s).all() } }
@@ -93,7 +90,7 @@ extension EventStorage where Self: FulfillmentDatabase {
     /// Reads the batch outside the write (a SERIALIZABLE write reading the feed would conflict with every commit
     /// appending to it), then owes it in one write that moves the endpoint's position only from where the read began.
     public func dispatchEvents(to webhook: WebhookRecord, limit: Int, nowMs: Int64) async throws -> Int {
-        let batch = try await read { s in try EventRecords(s).headers(after: webhook.dispatched, limit: limit) }
+        let batch = try await read { s in try EventRecords(s).headers(after: webhook.dispatched, limit: limit, startSnapshot: webhook.startSnapshot) }
         guard !batch.isEmpty else { return 0 }
         do {
             try await write { s in

@@ -357,6 +357,10 @@ extension FulfillmentStore {
                         SELECT transaction_id FROM processed_transaction UNION SELECT transaction_id FROM early_revocation;
                     """)
         }
+        // 2026-11-30: PostgreSQL's webhook start snapshot (`WebhookRecords.insert`); always NULL here (one writer).
+        m.registerMigration("v8-webhook-start") { db in
+            try db.execute(sql: "ALTER TABLE webhook_endpoint ADD COLUMN start_snapshot TEXT")
+        }
         return m
     }
 }

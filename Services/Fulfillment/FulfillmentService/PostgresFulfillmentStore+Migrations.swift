@@ -383,5 +383,8 @@ extension PostgresFulfillmentStore {
             END
             $$;
             """),
+        // 2026-11-30: where a new endpoint's feed starts (`WebhookRecords.insert`): the add's snapshot, so an event of a
+        // transaction still running at the add is given to it when it commits, and one committed before is not.
+        PostgresMigration("v14-webhook-start", "ALTER TABLE webhook_endpoint ADD COLUMN start_snapshot TEXT;"),
     ]
 }

@@ -14,10 +14,14 @@ public struct WebhookRecord: Sendable, Equatable {
     public var createdAtMs: Int64
     /// The feed is dispatched to this endpoint up to here (`EventPosition`).
     public var dispatched: EventPosition
+    /// PostgreSQL: the snapshot of the add (`pg_current_snapshot()`); events it saw committed are not owed
+    /// (`WebhookRecords.insert`). Nil on SQLite.
+    public var startSnapshot: String?
 
     public init(
         id: String, url: String, types: [FulfillmentEventType]?, environments: [String]?, allowPrivateAddress: Bool, secret: String,
-        previousSecret: String? = nil, previousSecretUntilMs: Int64? = nil, state: String, createdAtMs: Int64, dispatched: EventPosition
+        previousSecret: String? = nil, previousSecretUntilMs: Int64? = nil, state: String, createdAtMs: Int64, dispatched: EventPosition,
+        startSnapshot: String? = nil
     ) {
         self.id = id
         self.url = url
@@ -30,6 +34,7 @@ public struct WebhookRecord: Sendable, Equatable {
         self.state = state
         self.createdAtMs = createdAtMs
         self.dispatched = dispatched
+        self.startSnapshot = startSnapshot
     }
 
     /// Whether the endpoint takes an event of this type and environment.
@@ -96,14 +101,24 @@ struct WebhookRecords {
     static let kind = OutboxKind.webhook.rawValue
 
     /// False when `maxEndpoints` exist already (counted by the insert itself: two adds at once cannot both pass).
+    ///
+    /// The endpoint is owed exactly what commits after the add (`w.dispatched` is not read). SQLite has one writer: the
+    /// feed's last event is where it starts. On PostgreSQL a transaction running at the add can commit its event after
+    /// it at an earlier position (`EventPosition`); so the endpoint starts before the oldest transaction still running
+    /// (the add's snapshot's xmin), and dispatch skips the events that snapshot saw committed (`EventRecords.headers`).
+    /// Until 2026-11-30 it started after the last event committed, and such an event was never given to it.
     func insert(_ w: WebhookRecord, maxEndpoints: Int) throws -> Bool {
-        try s.run(
+        let start =
+            s.dialect == .postgres
+            ? "pg_snapshot_xmin(pg_current_snapshot())::text::bigint, 0, pg_current_snapshot()::text"
+            : "0, COALESCE((SELECT MAX(id) FROM event), 0), NULL"
+        return try s.run(
             """
             INSERT INTO webhook_endpoint (id, url, types, environments, allow_private_address, secret, previous_secret,
-                previous_secret_until_ms, state, created_at_ms, dispatched_tx_order, dispatched_id)
-            SELECT ?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL, 'active', ?7, ?8, ?9 WHERE (SELECT COUNT(*) FROM webhook_endpoint) < ?10
+                previous_secret_until_ms, state, created_at_ms, dispatched_tx_order, dispatched_id, start_snapshot)
+            SELECT ?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL, 'active', ?7, \(start) WHERE (SELECT COUNT(*) FROM webhook_endpoint) < ?8
             """, w.id, w.url, Self.list(w.types?.map(\.rawValue)), Self.list(w.environments), w.allowPrivateAddress, w.secret,
-            w.createdAtMs, w.dispatched.txOrder, w.dispatched.id, maxEndpoints) == 1
+            w.createdAtMs, maxEndpoints) == 1
     }
 
     func all() throws -> [WebhookRecord] {
@@ -160,7 +175,7 @@ struct WebhookRecords {
         guard let last = events.last?.position else { return true }
         var owed: [String: (first: Int64, last: Int64)] = [:]
         var order: [String] = []
-        for e in events where w.takes(type: e.type, environment: e.environment) {
+        for e in events where !e.committedBeforeStart && w.takes(type: e.type, environment: e.environment) {
             if let known = owed[e.accountId] {
                 owed[e.accountId] = (known.first, e.sequence)
             } else {
@@ -292,6 +307,7 @@ struct WebhookRecords {
             allowPrivateAddress: try row.get("allow_private_address"), secret: try row.get("secret"),
             previousSecret: try row.get("previous_secret"), previousSecretUntilMs: try row.get("previous_secret_until_ms"),
             state: try row.get("state"), createdAtMs: try row.get("created_at_ms"),
-            dispatched: EventPosition(txOrder: try row.get("dispatched_tx_order"), id: try row.get("dispatched_id")))
+            dispatched: EventPosition(txOrder: try row.get("dispatched_tx_order"), id: try row.get("dispatched_id")),
+            startSnapshot: try row.get("start_snapshot"))
     }
 }
