@@ -223,8 +223,8 @@ public enum CatalogUpsertProduct: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var adminToken: String
         public var product: ProductDefinition
-        /// Lets an existing product's type, kind of grant, entitlement or subscription group change (`grantChanged`
-        /// otherwise): for a product nobody has bought yet, or a change the admin has weighed for its buyers.
+        /// Lets an existing product's type, kind of grant, entitlement, subscription group or Google Play ids change
+        /// (`grantChanged` otherwise): for a product nobody has bought yet, or a change the admin has weighed for its buyers.
         public var allowGrantChange: Bool?
         public init(adminToken: String, product: ProductDefinition, allowGrantChange: Bool? = nil) {
             self.adminToken = adminToken

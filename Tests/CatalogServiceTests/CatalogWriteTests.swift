@@ -56,4 +56,31 @@ import Testing
         let stored = try #require(try await catalog.store.snapshot().products.first { $0.definition.productId == "pro.monthly" })
         #expect(stored.definition.offers?.map(\.offerId) == ["stay"])
     }
+
+    /// The Google Play ids a product is sold under are kept as its grant is: fulfillment finds a Play purchase's product
+    /// by them at every renewal, refund and restore. Two products swapping theirs in one import (each claim unique after
+    /// it) would give the Play buyers of one the other's grant: refused whole unless `allowGrantChange`. (Before
+    /// 2026-11-30, accepted: seen failing so.)
+    @Test func productsCannotSwapTheirGooglePlayIdsUnlessAllowed() async throws {
+        let catalog = try await CatalogFixture.start()
+        defer { Task { await catalog.stop() } }
+        var coins = try #require(CatalogFixture.standardCatalog.first { $0.productId == "coins.100" })
+        var premium = try #require(CatalogFixture.standardCatalog.first { $0.productId == "premium.unlock" })
+        coins.prices = nil
+        premium.prices = nil
+        coins.googlePlay = GooglePlayProductIds(productId: "premium.unlock")
+        premium.googlePlay = GooglePlayProductIds(productId: "coins.100")
+        do {
+            try await catalog.client.call(CatalogImportCatalog.self, .init(adminToken: CatalogFixture.adminToken, products: [coins, premium]))
+            Issue.record("two products swapped their Google Play ids")
+        } catch {
+            #expect(error.data.reason == "grantChanged" && error.data.extra["field"]?.stringValue == "products[0].googlePlay", "\(error)")
+        }
+        let stored = try await catalog.store.snapshot().products.first { $0.definition.productId == "coins.100" }
+        #expect(stored?.definition.googlePlay == nil)
+        try await catalog.client.call(
+            CatalogImportCatalog.self, .init(adminToken: CatalogFixture.adminToken, products: [coins, premium], allowGrantChange: true))
+        let moved = try await catalog.store.snapshot().products.first { $0.definition.productId == "coins.100" }
+        #expect(moved?.definition.googlePlay?.productId == "premium.unlock", "allowed, the admin has weighed it")
+    }
 }

@@ -13,7 +13,9 @@ struct CatalogCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Create a product, or change one, from a JSON file (a ProductDefinition); what it leaves out stays as stored.")
         @Argument(help: "Product JSON file (- for standard input), shaped like one entry of compose/demo-catalog.json.") var file: String
-        @Flag(name: .customLong("allow-grant-change"), help: "Let an existing product's type, grant kind, entitlement or group change.")
+        @Flag(
+            name: .customLong("allow-grant-change"), help: "Let an existing product's type, grant kind, entitlement, group or Google Play ids change."
+        )
         var allowGrantChange = false
         @OptionGroup var admin: Admin
         @OptionGroup var client: ClientOptions
@@ -98,7 +100,9 @@ struct CatalogCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Import products from a JSON file ({\"products\": [...]}, as compose/demo-catalog.json).")
         @Argument(help: "Catalog JSON file.") var file: String
-        @Flag(name: .customLong("allow-grant-change"), help: "Let existing products' types, grant kinds, entitlements or groups change.")
+        @Flag(
+            name: .customLong("allow-grant-change"),
+            help: "Let existing products' types, grant kinds, entitlements, groups or Google Play ids change.")
         var allowGrantChange = false
         @OptionGroup var admin: Admin
         @OptionGroup var client: ClientOptions

@@ -199,9 +199,20 @@ extension ProductDefinition {
     /// entitlement it grants and a subscription's group (fulfillment keeps the entitlement by name, and offers, upgrades
     /// and retention read the group). Coins per unit, content ids and a time-limited pass's days may change: coins are
     /// taken back as granted, content is read from the catalog as it is now, a pass's days count from each purchase.
+    /// The Google Play ids it is sold under are kept too: fulfillment finds a Play purchase's product by them at every
+    /// renewal, refund and restore, so moved to another product they would move the Play buyers to its grant.
     /// Nil when `self` keeps them, else the member that changed and what it was.
     public func fixedChange(from stored: ProductDefinition) -> (member: String, was: String)? {
         if type != stored.type { return ("type", "its type (\(stored.type.rawValue))") }
+        if let change = grantChange(from: stored) { return change }
+        guard googlePlayKey == stored.googlePlayKey else {
+            let was = stored.googlePlayKey
+            return ("googlePlay", "the Google Play ids it is sold under (\(was.productId)\(was.basePlanId.map { "/" + $0 } ?? ""))")
+        }
+        return nil
+    }
+
+    private func grantChange(from stored: ProductDefinition) -> (member: String, was: String)? {
         switch (stored.grant, grant) {
         case (.coins, .coins): return nil
         case (.content(let was, _), .content(let now, _)), (.timeLimited(let was, _), .timeLimited(let now, _)):
