@@ -49,7 +49,7 @@ public enum ContractMethods {
         .init(SimConsumptionReports.self), .init(SimSetNotificationFault.self), .init(SimBilling.self), .init(SimRefundDecision.self),
         .init(SimLifecycleEvent.self), .init(SimNotify.self), .init(SimOfferKey.self), .init(SimRevokeCertificate.self),
         .init(SimServerFinishes.self), .init(SimAppTransaction.self), .init(SimSetRealtimeURL.self), .init(SimCancelIntent.self),
-        .init(SimReviewMessaging.self),
+        .init(SimReviewMessaging.self), .init(SimShareWithFamily.self),
     ]
     public static let playSimulator: [OpenRPCMethodDescription] = [
         .init(PlayServiceAccountKey.self), .init(PlayPurchaseProduct.self), .init(PlayGetPurchase.self), .init(PlaySubscriptionEvent.self),

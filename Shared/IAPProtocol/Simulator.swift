@@ -190,6 +190,36 @@ public enum SimRestore: RPCMethod {
     public static let summary = "Restore purchases: new restored transactions pointing at the originals."
 }
 
+/// The purchaser shares a non-consumable with a family member (Family Sharing): the member gets a transaction of their
+/// own (its own ids, `inAppOwnershipType` FAMILY_SHARED, no appAccountToken), which their app redeems. A refund of the
+/// purchaser's revokes it (REVOKE); so does `sim.lifecycleEvent` `revokeFamilySharing`. Family members' subscriptions
+/// are not modelled (their renewals would be transactions of their own).
+public enum SimShareWithFamily: RPCMethod {
+    public struct Params: Codable, Sendable, Equatable {
+        /// The purchaser.
+        public var appleId: String
+        /// The purchaser's transaction of a non-consumable.
+        public var transactionId: String
+        public var memberAppleId: String
+        public init(appleId: String, transactionId: String, memberAppleId: String) {
+            self.appleId = appleId
+            self.transactionId = transactionId
+            self.memberAppleId = memberAppleId
+        }
+    }
+    public struct Result: Codable, Sendable, Equatable {
+        /// The family member's transaction (its own original).
+        public var transactionId: String
+        public var signedTransaction: String
+        public init(transactionId: String, signedTransaction: String) {
+            self.transactionId = transactionId
+            self.signedTransaction = signedTransaction
+        }
+    }
+    public static let name = "sim.shareWithFamily"
+    public static let summary = "Share a non-consumable with a family member: a FAMILY_SHARED transaction of their own."
+}
+
 public enum SimRefund: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var appleId: String
@@ -444,8 +474,9 @@ public enum SimLifecycleEventKind: String, Codable, Sendable, JSONSchemaEnum {
     case withdrawProduct
     /// The subscription ends at the period's end for another reason: EXPIRED without subtype then.
     case endOtherwise
-    /// Family Sharing of the purchase ends for this customer: the transaction (a subscription's current
-    /// period) is revoked now; REVOKE.
+    /// Family Sharing ends (Apple's REVOKE, each about a family member's own transaction): named by a family
+    /// member's transaction (`sim.shareWithFamily`), that member leaves the family; named by the purchaser's, the
+    /// purchaser stops sharing it and every member's is revoked. The purchaser keeps the purchase.
     case revokeFamilySharing
 }
 

@@ -232,6 +232,7 @@ import Testing
         "sim.cancelIntent": ["sim", "cancel-intent"], "catalog.setRetention": ["retention", "set"],
         "catalog.getRetention": ["retention", "show"], "fulfillment.retentionMessage": ["retention", "answer"],
         "verification.verifyRealtimeRequest": ["verify", "realtime-request"], "sim.reviewMessaging": ["sim", "review"],
+        "sim.shareWithFamily": ["sim", "share-family"],
     ]
 
     @Test func everyMethodOfEveryServiceHasACommand() async throws {

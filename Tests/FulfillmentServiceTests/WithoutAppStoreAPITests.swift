@@ -52,12 +52,14 @@ import Testing
             let repaid = try await suite.redeem(ann.session, signed: [repay.signedTransaction])
             #expect(repaid.balance == 0 && repaid.owed == 0)
 
-            // REVOKE (Family Sharing ended): the entitlement goes.
-            let pack = try await suite.buy("ann@icloud", "pack.castle", appAccountToken: ann.appAccountToken)
-            _ = try await suite.redeem(ann.session, signed: [pack.signedTransaction])
+            // REVOKE (Family Sharing ended): the pack ann's organizer shared with her goes.
+            let pack = try await suite.buy("dad@icloud", "pack.castle")
+            let shared = try await suite.simulator.call(
+                SimShareWithFamily.self, .init(appleId: "dad@icloud", transactionId: pack.transactionId, memberAppleId: "ann@icloud"))
+            _ = try await suite.redeem(ann.session, signed: [shared.signedTransaction])
             #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["castle"])
             let revoke = try await suite.simulator.call(
-                SimLifecycleEvent.self, .init(appleId: "ann@icloud", transactionId: pack.transactionId, event: .revokeFamilySharing))
+                SimLifecycleEvent.self, .init(appleId: "ann@icloud", transactionId: shared.transactionId, event: .revokeFamilySharing))
             #expect(try await Self.receive(suite, revoke.signedPayload).state == .applied)
             #expect(try await suite.entitlements(ann.session).isEmpty)
 

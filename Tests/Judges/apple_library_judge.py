@@ -31,11 +31,12 @@ import threading
 import time
 import uuid
 
-from appstoreserverlibrary.api_client import APIException, AppStoreServerAPIClient, GetTransactionHistoryVersion
+from appstoreserverlibrary.api_client import APIError, APIException, AppStoreServerAPIClient, GetTransactionHistoryVersion
 from appstoreserverlibrary.jws_signature_creator import IntroductoryOfferEligibilitySignatureCreator, PromotionalOfferV2SignatureCreator
 from appstoreserverlibrary.models.ConsumptionRequest import ConsumptionRequest
 from appstoreserverlibrary.models.DeliveryStatus import DeliveryStatus
 from appstoreserverlibrary.models.Environment import Environment
+from appstoreserverlibrary.models.InAppOwnershipType import InAppOwnershipType
 from appstoreserverlibrary.models.ExtendReasonCode import ExtendReasonCode
 from appstoreserverlibrary.models.ExtendRenewalDateRequest import ExtendRenewalDateRequest
 from appstoreserverlibrary.models.MassExtendRenewalDateRequest import MassExtendRenewalDateRequest
@@ -150,8 +151,17 @@ def main():
         sim("sim.refundDecision", appleId=apple_id, transactionId=coins["transactionId"], event="decline")
         sim("sim.refund", appleId=apple_id, transactionId=coins["transactionId"])
         sim("sim.refundDecision", appleId=apple_id, transactionId=coins["transactionId"], event="reverse")
+        # Family Sharing: the member's own transaction (FAMILY_SHARED), then the member leaves: REVOKE about it.
         pack = purchases[(name, "nonConsumable")]
-        sim("sim.lifecycleEvent", appleId=apple_id, transactionId=pack["transactionId"], event="revokeFamilySharing")
+        member = sim("sim.shareWithFamily", appleId=apple_id, transactionId=pack["transactionId"],
+                     memberAppleId=f"judge-{name}-family@icloud")
+        shared = attempt(f"{name}: a family member's transaction",
+                         lambda: verifiers[name].verify_and_decode_signed_transaction(member["signedTransaction"]))
+        check(f"{name}: a family member's transaction is FAMILY_SHARED, its own original",
+              shared is not None and shared.inAppOwnershipType == InAppOwnershipType.FAMILY_SHARED
+              and shared.originalTransactionId != pack["transactionId"])
+        sim("sim.lifecycleEvent", appleId=f"judge-{name}-family@icloud", transactionId=member["transactionId"],
+            event="revokeFamilySharing")
         for kind, subtype in (("OFFER_REDEEMED", "UPGRADE"), ("RENEWAL_EXTENSION", "SUMMARY"),
                               ("EXTERNAL_PURCHASE_TOKEN", "CREATED")):
             sim("sim.notify", appleId=apple_id, transactionId=sub["transactionId"], notificationType=kind,
@@ -179,8 +189,11 @@ def main():
             seen.add((name, decoded.rawNotificationType))
             data = decoded.data
             if data is not None and data.signedTransactionInfo:
-                attempt(f"{label}: nested transaction",
-                        lambda: verifiers[name].verify_and_decode_signed_transaction(data.signedTransactionInfo))
+                nested = attempt(f"{label}: nested transaction",
+                                 lambda: verifiers[name].verify_and_decode_signed_transaction(data.signedTransactionInfo))
+                if nested is not None and decoded.rawNotificationType == "REVOKE":
+                    check(f"{label}: about a family member's transaction",
+                          nested.inAppOwnershipType == InAppOwnershipType.FAMILY_SHARED)
             if data is not None and data.signedRenewalInfo:
                 info = attempt(f"{label}: nested renewal info",
                                lambda: verifiers[name].verify_and_decode_renewal_info(data.signedRenewalInfo))
@@ -296,6 +309,14 @@ def api_checks(sim, args, bundle, root, verifiers, purchases, inbox):
         sub["originalTransactionId"] if "originalTransactionId" in sub else sub["transactionId"],
         UpdateAppAccountTokenRequest(appAccountToken=str(uuid.uuid4()))))
     check("API set_app_account_token answered", True)
+    pack = purchases[("production", "nonConsumable")]
+    member = sim("sim.shareWithFamily", appleId="judge-production@icloud", transactionId=pack["transactionId"],
+                 memberAppleId="judge-api-family@icloud")
+    family = api_error(lambda: production.set_app_account_token(
+        member["transactionId"], UpdateAppAccountTokenRequest(appAccountToken=str(uuid.uuid4()))))
+    check("API set_app_account_token error: a family member's transaction is 400 / 4000185 (FAMILY_TRANSACTION_NOT_SUPPORTED)",
+          family is not None and family.http_status_code == 400 and family.api_error == APIError.FAMILY_TRANSACTION_NOT_SUPPORTED_ERROR,
+          repr(family and (family.http_status_code, family.raw_api_error)))
     renewed = sim("sim.purchase", appleId="extend@icloud", bundleId=bundle, productId="sub.premium",
                   productType="autoRenewable")
     extended = attempt("API extend_subscription_renewal_date", lambda: production.extend_subscription_renewal_date(

@@ -139,10 +139,19 @@ import Testing
             try await d.inboxSettled()
         }
 
-        let pack = try await buy("levels.pack1", "nonConsumable")
+        // Family Sharing: the pack ann's family organizer bought, shared with her (a FAMILY_SHARED transaction of her own,
+        // without a token: Apple refuses to tie it, and the outbox lets it go), until the organizer stops sharing it.
+        let bought = try await d.sim(
+            "sim.purchase",
+            ["appleId": "dad@icloud", "bundleId": .string(Deployment.bundleId), "productId": "levels.pack1", "productType": "nonConsumable"])
+        let pack = try await d.sim(
+            "sim.shareWithFamily", ["appleId": "dad@icloud", "transactionId": bought["transactionId"] ?? .null, "memberAppleId": "ann@icloud"])
         _ = try await redeem(pack)
         #expect(try await entitlements().contains { $0["entitlement"] == "levels.pack1" })
-        try await notified("sim.lifecycleEvent", ids(pack, ["event": "revokeFamilySharing"]), until: "REVOKE: the pack is gone") {
+        try await notified(
+            "sim.lifecycleEvent", ["appleId": "dad@icloud", "transactionId": bought["transactionId"] ?? .null, "event": "revokeFamilySharing"],
+            until: "REVOKE: the pack shared with ann is gone"
+        ) {
             try await !entitlements().contains { $0["entitlement"] == "levels.pack1" }
         }
 

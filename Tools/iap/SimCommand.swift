@@ -12,7 +12,7 @@ struct SimCommand: AsyncParsableCommand {
             Buy.self, Finish.self, Restore.self, Refund.self, AdvanceClock.self, Receipt.self, TrustAnchor.self, Fault.self, APIKey.self,
             NotificationURL.self, Deliver.self, AutoRenew.self, Consumption.self, NotificationFault.self, Billing.self, RefundDecision.self,
             LifecycleEvent.self, Notify.self, OfferKey.self, Revoke.self, ServerFinishes.self, AppTransaction.self, RealtimeURL.self,
-            CancelIntent.self, Review.self,
+            CancelIntent.self, Review.self, ShareFamily.self,
         ])
 
     struct Common: ParsableArguments {
@@ -391,6 +391,20 @@ extension SimCommand {
                 .init(appleId: common.appleId, transactionId: transactionId, event: SimLifecycleEventKind(rawValue: event)!, productId: productId),
                 common
             ) { $0.signedPayload == nil ? "\(event): noted (its notification comes at the period's end)" : "\(event): notification sent" }
+        }
+    }
+
+    struct ShareFamily: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "share-family",
+            abstract: "Share a non-consumable with a family member: a FAMILY_SHARED transaction of their own (revoke it with event).")
+        @Argument(help: "The purchaser's transaction id (--apple-id is the purchaser).") var transactionId: String
+        @Argument(help: "The family member's Apple ID.") var memberAppleId: String
+        @OptionGroup var common: Common
+        func run() async throws {
+            try await SimCommand.run(
+                SimShareWithFamily.self, .init(appleId: common.appleId, transactionId: transactionId, memberAppleId: memberAppleId), common
+            ) { "shared with \(memberAppleId): transaction \($0.transactionId)\n\($0.signedTransaction)" }
         }
     }
 

@@ -193,11 +193,19 @@ public final class AppStoreSimulator: Sendable {
             guard t.cancellationDateMs == nil else {
                 throw RPCError.conflict("transaction \(p.transactionId) is already refunded", reason: "alreadyRefunded")
             }
+            guard t.sharedFrom == nil else {
+                throw RPCError.invalidParams(
+                    "a family member's transaction is not refunded (they did not pay): refund the purchaser's", field: "transactionId",
+                    reason: "notPurchaser")
+            }
             t.cancellationDateMs = try self.now(db)
             try db.execute(
                 sql: "UPDATE simTransaction SET cancellationDateMs = ? WHERE transactionId = ?",
                 arguments: [t.cancellationDateMs, t.transactionId])
-            return try self.recordNotification("REFUND", t, signedDate: t.cancellationDateMs!, db: db)
+            let refund = try self.recordNotification("REFUND", t, signedDate: t.cancellationDateMs!, db: db)
+            // The family members it was shared with lose it too (REVOKE, each about their own transaction).
+            try self.revokeFamilyShares(of: t, nowMs: t.cancellationDateMs!, db: db)
+            return refund
         }
         courier.kick()
         return .init(signedPayload: payload)
@@ -409,7 +417,8 @@ public final class AppStoreSimulator: Sendable {
         var payload: [String: Any] = [
             "transactionId": t.transactionId, "originalTransactionId": t.originalTransactionId, "bundleId": t.bundleId,
             "productId": t.productId, "purchaseDate": t.purchaseDateMs, "originalPurchaseDate": t.originalPurchaseDateMs,
-            "quantity": t.quantity, "type": Self.appleType(t.productType), "inAppOwnershipType": "PURCHASED",
+            "quantity": t.quantity, "type": Self.appleType(t.productType),
+            "inAppOwnershipType": t.sharedFrom == nil ? "PURCHASED" : "FAMILY_SHARED",
             "signedDate": t.cancellationDateMs ?? t.purchaseDateMs, "environment": t.environment.appleName,
             "transactionReason":
                 t.reason == "RENEWAL" ? "RENEWAL" : "PURCHASE", "storefront": "USA", "storefrontId": "143441",
@@ -495,6 +504,7 @@ public final class AppStoreSimulator: Sendable {
         r.registerBlocking(SimRefundDecision.self) { p, _ in try self.refundDecision(p) }
         r.registerBlocking(SimLifecycleEvent.self) { p, _ in try self.lifecycleEvent(p) }
         r.registerBlocking(SimNotify.self) { p, _ in try self.notify(p) }
+        r.registerBlocking(SimShareWithFamily.self) { p, _ in try self.shareWithFamily(p) }
         r.registerBlocking(SimSetRealtimeURL.self) { p, _ in
             try self.setRealtimeURL(p)
             return EmptyResult()

@@ -202,6 +202,9 @@ extension AppStoreServerAPIEndpoint {
         guard t.originalTransactionId == t.transactionId else {
             throw APIError.badRequest(4_000_187, "Invalid request. The transaction ID provided is not an original transaction ID.")
         }
+        guard t.sharedFrom == nil else {  // FamilyTransactionNotSupportedError
+            throw APIError.badRequest(4_000_185, "Invalid request. The endpoint does not support Family Sharing transactions.")
+        }
         guard let token = try Self.object(body)["appAccountToken"] as? String, UUID(uuidString: token) != nil else {
             throw APIError.badRequest(4_000_183, "Invalid request. The app account token field must be a valid UUID.")
         }

@@ -20,19 +20,7 @@ extension AppStoreSimulator {
                 throw RPCError.notFound("no transaction \(p.transactionId) for this Apple ID", reason: "unknownTransaction")
             }
             let now = try self.now(db)
-            if p.event == .revokeFamilySharing {
-                var target = t
-                if t.productType == .autoRenewable, let latest = try SimulatorStore.latestPeriod(t.originalTransactionId, db: db) {
-                    target = latest
-                }
-                guard target.cancellationDateMs == nil else {
-                    throw RPCError.conflict("transaction \(target.transactionId) is already revoked", reason: "alreadyRefunded")
-                }
-                target.cancellationDateMs = now
-                try db.execute(
-                    sql: "UPDATE simTransaction SET cancellationDateMs = ? WHERE transactionId = ?", arguments: [now, target.transactionId])
-                return try self.recordNotification("REVOKE", target, signedDate: now, db: db)
-            }
+            if p.event == .revokeFamilySharing { return try self.endFamilySharing(t, nowMs: now, db: db) }
             guard t.productType == .autoRenewable, let latest = try SimulatorStore.latestPeriod(t.originalTransactionId, db: db) else {
                 throw RPCError.notFound("no subscription transaction \(p.transactionId) for this Apple ID", reason: "unknownTransaction")
             }

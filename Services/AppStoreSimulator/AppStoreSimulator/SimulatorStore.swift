@@ -36,6 +36,9 @@ public struct SimTransaction: Sendable, Equatable {
     /// What was paid, in milliunits of `currency` (Apple's JWS fields); renewals inherit it. Nil: the JWS has none.
     public var price: Int64? = nil
     public var currency: String? = nil
+    /// A family member's transaction (`inAppOwnershipType` FAMILY_SHARED): the purchaser's original transaction id it is
+    /// shared from (`sim.shareWithFamily`). Nil: the customer's own purchase.
+    public var sharedFrom: String? = nil
 }
 
 /// The simulator's database: transactions, the device of each Apple ID's app, the simulated clock.
@@ -204,6 +207,10 @@ final class SimulatorStore: Sendable {
                         shown TEXT NOT NULL, shownAtMs INTEGER NOT NULL) WITHOUT ROWID;
                     """)
         }
+        m.registerMigration("v15-family-sharing") { db in
+            // Family members' transactions of a shared purchase (`SimTransaction.sharedFrom`).
+            try db.execute(sql: "ALTER TABLE simTransaction ADD COLUMN sharedFrom TEXT")
+        }
         try m.migrate(writer)
     }
 
@@ -220,14 +227,14 @@ final class SimulatorStore: Sendable {
             sql: """
                 INSERT INTO simTransaction (transactionId, seq, appleId, bundleId, productId, productType, quantity, originalTransactionId,
                     purchaseDateMs, originalPurchaseDateMs, expiresDateMs, cancellationDateMs, finished, reason, webOrderLineItemId,
-                    appAccountToken, periodDays, environment, orderId, offerIdentifier, appTransactionId, price, currency)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    appAccountToken, periodDays, environment, orderId, offerIdentifier, appTransactionId, price, currency, sharedFrom)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 t.transactionId, seq, t.appleId, t.bundleId, t.productId, t.productType.rawValue, t.quantity,
                 t.originalTransactionId, t.purchaseDateMs, t.originalPurchaseDateMs, t.expiresDateMs,
                 t.cancellationDateMs, t.finished, t.reason, t.webOrderLineItemId, t.appAccountToken, t.periodDays, t.environment.rawValue,
-                t.orderId, t.offerIdentifier, t.appTransactionId, t.price, t.currency,
+                t.orderId, t.offerIdentifier, t.appTransactionId, t.price, t.currency, t.sharedFrom,
             ])
     }
 
@@ -264,6 +271,13 @@ final class SimulatorStore: Sendable {
         try Row.fetchAll(db, sql: "SELECT * FROM simTransaction WHERE orderId = ? ORDER BY seq", arguments: [orderId]).map(row)
     }
 
+    /// The family members' transactions shared from the purchaser's `original`, not revoked yet.
+    static func familyShares(of original: String, db: Database) throws -> [SimTransaction] {
+        try Row.fetchAll(
+            db, sql: "SELECT * FROM simTransaction WHERE sharedFrom = ? AND cancellationDateMs IS NULL ORDER BY seq", arguments: [original]
+        ).map(row)
+    }
+
     static func allAutoRenewables(_ db: Database) throws -> [SimTransaction] {
         try Row.fetchAll(db, sql: "SELECT * FROM simTransaction WHERE productType = 'autoRenewable' ORDER BY seq").map(row)
     }
@@ -277,6 +291,7 @@ final class SimulatorStore: Sendable {
             cancellationDateMs: r["cancellationDateMs"], finished: r["finished"], reason: r["reason"],
             webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"],
             environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox, orderId: r["orderId"], seq: r["seq"],
-            offerIdentifier: r["offerIdentifier"], appTransactionId: r["appTransactionId"], price: r["price"], currency: r["currency"])
+            offerIdentifier: r["offerIdentifier"], appTransactionId: r["appTransactionId"], price: r["price"], currency: r["currency"],
+            sharedFrom: r["sharedFrom"])
     }
 }

@@ -50,14 +50,16 @@ public struct OutboxDelivery: FulfillmentPart {
                         "Finish Transaction: Apple does not know the transaction for this key; nothing to finish there",
                         metadata: ["transactionId": "\(item.key)", "error": "\(error.message)"])
                 } catch
-                    where item.kind == OutboxKind.consumptionInformation.rawValue && error.data.extra["appleErrorCode"] != nil
-                    && (error.knownCode == .notFound || error.knownCode == .invalidParams)
+                    where [OutboxKind.consumptionInformation.rawValue, OutboxKind.appAccountToken.rawValue].contains(item.kind)
+                    && error.data.extra["appleErrorCode"] != nil && (error.knownCode == .notFound || error.knownCode == .invalidParams)
                 {
-                    // Apple refused the answer for good (a transaction it does not know for this key, a field it does not
-                    // take): asking again cannot change that. Kept in the log for the operator.
+                    // Apple refused it for good: asking again cannot change that. Consumption answers: a transaction it does
+                    // not know for this key, a field it does not take. Set App Account Token: a family member's transaction
+                    // (4000185: only the purchaser's takes a token), one an organization assigned, one of another app. The
+                    // purchase stays granted here. Kept in the log for the operator.
                     logger.error(
-                        "Send Consumption Information: Apple refused the answer; not sent again",
-                        metadata: ["transactionId": "\(item.key)", "error": "\(error.message)"])
+                        "Apple refused what the outbox owed it; not sent again",
+                        metadata: ["kind": "\(item.kind)", "transactionId": "\(item.key)", "error": "\(error.message)"])
                 } catch
                     where item.kind == OutboxKind.playAcknowledge.rawValue
                     && [.conflict, .notFound, .invalidReceipt, .invalidParams].contains(error.knownCode ?? .internalError)
