@@ -361,14 +361,14 @@ import Testing
         }
     }
 
-    /// On PostgreSQL an event's id is handed out before its transaction commits: a slow transaction's event (lower id)
-    /// becomes visible after a quick one's (higher id). A reader given the quick one first and moving its cursor past it
-    /// would never see the slow one. The feed holds back events of transactions younger than the oldest running one.
     /// An event's stored body, as a test writes it straight into the table.
     static func storedBody(account: String) -> String {
         #"{"id":"","cursor":"","accountId":"\#(account)","sequence":0,"type":"coins.spent","occurredAtMs":1,"store":"appStore","environment":"Production","scope":"Production","balance":0,"owed":0}"#
     }
 
+    /// On PostgreSQL an event's id is handed out before its transaction commits: a slow transaction's event (lower id)
+    /// becomes visible after a quick one's (higher id). A reader given the quick one first and moving its cursor past it
+    /// would never see the slow one. The feed holds back events of transactions younger than the oldest running one.
     @Test(.enabled(if: TestPostgres.isAvailable, "PostgreSQL is not installed"))
     func aReaderNeverPassesAnEventThatCommitsLater() async throws {
         try await StoreEngine.postgres.open().with { db in
@@ -438,6 +438,7 @@ import Testing
             }
             let owed = try await store.dueWebhookItems(endpointId: "wh-late", nowMs: 4, limit: 10, leaseMs: 60_000).map(\.key).sorted()
             #expect(owed == ["wh-late after", "wh-late running"], "\(owed)")
+            #expect(endpoint.startSnapshot == nil, "dispatched past the add's snapshot, the skip is no longer read")
         }
     }
 }

@@ -197,11 +197,20 @@ struct WebhookRecords {
                 ON CONFLICT (kind, item_key) DO UPDATE SET payload = excluded.payload
                 """, Self.kind, w.id + " " + accountId, String(range.last), nowMs)
         }
+        // Past the add's snapshot's xmax every event is one it did not see: the skip is done with, and no longer read.
+        let startDone = w.startSnapshot.flatMap(Self.snapshotXmax).map { last.txOrder >= $0 } ?? true
         return try s.run(
             """
-            UPDATE webhook_endpoint SET dispatched_tx_order = ?1, dispatched_id = ?2
+            UPDATE webhook_endpoint SET dispatched_tx_order = ?1, dispatched_id = ?2,
+                start_snapshot = CASE WHEN ?6 THEN NULL ELSE start_snapshot END
             WHERE id = ?3 AND dispatched_tx_order = ?4 AND dispatched_id = ?5
-            """, last.txOrder, last.id, w.id, w.dispatched.txOrder, w.dispatched.id) == 1
+            """, last.txOrder, last.id, w.id, w.dispatched.txOrder, w.dispatched.id, startDone) == 1
+    }
+
+    /// The xmax of a `pg_snapshot` as text (`xmin:xmax:xip,...`): every transaction id from it on began after the snapshot.
+    static func snapshotXmax(_ snapshot: String) -> Int64? {
+        let parts = snapshot.split(separator: ":", omittingEmptySubsequences: false)
+        return parts.count == 3 ? Int64(parts[1]) : nil
     }
 
     func progress(_ endpointId: String, _ accountId: String) throws -> (delivered: Int64, generation: Int64)? {
