@@ -83,4 +83,32 @@ import Testing
         let moved = try await catalog.store.snapshot().products.first { $0.definition.productId == "coins.100" }
         #expect(moved?.definition.googlePlay?.productId == "premium.unlock", "allowed, the admin has weighed it")
     }
+
+    /// A new product taking one base plan of a Google Play subscription a stored product sells under every base plan of
+    /// moves that product's Play buyers of the plan to its grant: refused unless `allowGrantChange`. (Before 2026-11-30,
+    /// accepted: each claim was unique on its own. Seen failing so.) Leaving a product's Play ids out of an upsert keeps
+    /// them (before, it dropped them).
+    @Test func aNewProductCannotTakeABasePlanAnotherSellsUnlessAllowed() async throws {
+        let catalog = try await CatalogFixture.start()
+        defer { Task { await catalog.stop() } }
+        let yearly = ProductDefinition(
+            productId: "gold.yearly", type: .autoRenewable, referenceName: "Gold yearly",
+            localizations: ["en-US": .init(title: "Gold", description: "Yearly")], defaultLocale: "en-US",
+            grant: .subscription(entitlement: "gold", subscriptionGroup: "gold"),
+            googlePlay: GooglePlayProductIds(productId: "pro.monthly", basePlanId: "yearly"))
+        do {
+            try await catalog.client.call(CatalogUpsertProduct.self, .init(adminToken: CatalogFixture.adminToken, product: yearly))
+            Issue.record("a base plan pro.monthly's buyers hold moved to another product")
+        } catch {
+            #expect(error.data.reason == "grantChanged" && error.data.extra["field"]?.stringValue == "product.googlePlay", "\(error)")
+        }
+        try await catalog.client.call(
+            CatalogUpsertProduct.self, .init(adminToken: CatalogFixture.adminToken, product: yearly, allowGrantChange: true))
+        var texts = yearly
+        texts.googlePlay = nil
+        texts.localizations = ["en-US": .init(title: "Gold", description: "Every year")]
+        try await catalog.client.call(CatalogUpsertProduct.self, .init(adminToken: CatalogFixture.adminToken, product: texts))
+        let kept = try await catalog.store.snapshot().products.first { $0.definition.productId == "gold.yearly" }
+        #expect(kept?.definition.googlePlay?.basePlanId == "yearly", "left out, the Play ids stay as stored")
+    }
 }

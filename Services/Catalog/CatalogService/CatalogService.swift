@@ -233,11 +233,27 @@ public final class CatalogService: Sendable {
     }
 
     /// An existing product keeps what its buyers hold (`ProductDefinition.fixedChange`): a change is refused, `grantChanged`.
+    /// A product newly sold under one base plan of a Google Play subscription that a stored product sells under every base
+    /// plan of is refused too: that product's buyers of the plan would get this one's grant at their next renewal.
     func checkFixedParts(_ products: [ProductDefinition], field: String) async throws(RPCError) {
         let stored = Dictionary(try await currentSnapshot().products.map { ($0.definition.productId, $0.definition) }) { a, _ in a }
+        func path(_ i: Int) -> String { products.count == 1 && field == "product" ? field : "\(field)[\(i)]" }
         for (i, product) in products.enumerated() {
             guard let before = stored[product.productId] else { continue }
-            try product.refuseFixedChange(from: before, path: products.count == 1 && field == "product" ? field : "\(field)[\(i)]")
+            try product.refuseFixedChange(from: before, path: path(i))
+        }
+        let everyPlan = Dictionary(stored.values.filter { $0.googlePlayKey.basePlanId == nil }.map { ($0.googlePlayKey.productId, $0.productId) }) {
+            a, _ in a
+        }
+        for (i, product) in products.enumerated() {
+            let key = product.googlePlayKey(keeping: stored[product.productId])
+            guard let plan = key.basePlanId, let owner = everyPlan[key.productId], owner != product.productId,
+                stored[product.productId]?.googlePlayKey != key
+            else { continue }
+            throw RPCError.invalidParams(
+                "\(product.productId) cannot take Google Play's \(key.productId)/\(plan) from \(owner), which sells every base plan of it: "
+                    + "its buyers of that plan would get this product's grant; pass allowGrantChange (iap catalog --allow-grant-change) "
+                    + "if nobody bought it", field: "\(path(i)).googlePlay", reason: "grantChanged")
         }
     }
 
@@ -246,11 +262,14 @@ public final class CatalogService: Sendable {
     func checkGooglePlayIds(_ products: [ProductDefinition], field: String) async throws(RPCError) {
         var claimed: [GooglePlayProductIds: String] = [:]
         let replaced = Set(products.map(\.productId))
-        for entry in try await currentSnapshot().products where !replaced.contains(entry.definition.productId) {
+        let snapshot = try await currentSnapshot().products
+        for entry in snapshot where !replaced.contains(entry.definition.productId) {
             claimed[entry.definition.googlePlayKey] = entry.definition.productId
         }
+        let stored = Dictionary(snapshot.map { ($0.definition.productId, $0.definition) }) { a, _ in a }
         for product in products {
-            if let other = claimed.updateValue(product.productId, forKey: product.googlePlayKey), other != product.productId {
+            let key = product.googlePlayKey(keeping: stored[product.productId])
+            if let other = claimed.updateValue(product.productId, forKey: key), other != product.productId {
                 throw RPCError.invalidParams(
                     "\(product.productId) is sold on Google Play under the ids \(other) already has", field: "\(field).googlePlay",
                     reason: "googlePlayIdTaken")

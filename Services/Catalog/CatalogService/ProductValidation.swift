@@ -177,17 +177,24 @@ public struct StoredPrice: Sendable, Equatable, Hashable {
 extension ProductDefinition {
     /// The ids Google Play sells it under: its `googlePlay`, else its own id (any base plan).
     var googlePlayKey: GooglePlayProductIds { googlePlay ?? GooglePlayProductIds(productId: productId) }
+
+    /// The ids it is sold under once written over `stored`: left out, they stay as stored (`keepingUnsaid`).
+    func googlePlayKey(keeping stored: ProductDefinition?) -> GooglePlayProductIds {
+        googlePlay ?? stored?.googlePlay ?? GooglePlayProductIds(productId: productId)
+    }
 }
 
 extension ProductDefinition {
     /// What an import or an upsert writes for a product already stored: what it leaves out stays as stored. A status
     /// left out keeps the stored one (re-importing the catalog file does not bring a retired product back; `"status":
-    /// "active"` does), and offers or retention rules left out keep theirs (`[]` clears them). A new product is active.
+    /// "active"` does), offers or retention rules left out keep theirs (`[]` clears them), and so do Google Play ids
+    /// (`{"productId": <its own id>}` is the same as none). A new product is active.
     func keepingUnsaid(stored: (definition: ProductDefinition, status: ProductStatus)?) -> (definition: ProductDefinition, status: ProductStatus) {
         var merged = self
         merged.prices = nil
         merged.offers = offers ?? stored?.definition.offers
         merged.retention = retention ?? stored?.definition.retention
+        merged.googlePlay = googlePlay ?? stored?.definition.googlePlay
         let status = status ?? stored?.status ?? .active
         merged.status = status
         return (merged, status)
@@ -205,7 +212,7 @@ extension ProductDefinition {
     public func fixedChange(from stored: ProductDefinition) -> (member: String, was: String)? {
         if type != stored.type { return ("type", "its type (\(stored.type.rawValue))") }
         if let change = grantChange(from: stored) { return change }
-        guard googlePlayKey == stored.googlePlayKey else {
+        guard googlePlayKey(keeping: stored) == stored.googlePlayKey else {
             let was = stored.googlePlayKey
             return ("googlePlay", "the Google Play ids it is sold under (\(was.productId)\(was.basePlanId.map { "/" + $0 } ?? ""))")
         }
