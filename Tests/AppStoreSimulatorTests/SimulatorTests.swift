@@ -189,6 +189,43 @@ final class SimulatorFixture: Sendable {
         #expect(bob.originalTransactionId == bob.transactionId)
     }
 
+    /// Family Sharing: a member's transaction is their own (FAMILY_SHARED); restoring it does not make them another
+    /// member, buying the product makes a purchase of their own, and the purchaser's refund revokes the shared one with its
+    /// restored copies, so a restore after it brings back only what the member bought. A member's transaction is never
+    /// refunded or reversed itself.
+    @Test func aFamilyMembersSharedTransactionIsTheirOwnUntilThePurchasersRefund() async throws {
+        let f = try await SimulatorFixture.start()
+        defer { Task { await f.stop() } }
+        let pack = try await f.buy("levels.pack1", .nonConsumable)
+        let shared = try await f.client.call(
+            SimShareWithFamily.self, .init(appleId: "alice@example.com", transactionId: pack.transactionId, memberAppleId: "bob@example.com"))
+        let t = try await f.trusting.call(VerificationVerifyTransaction.self, .init(signedTransaction: shared.signedTransaction)).transaction!
+        #expect(t["inAppOwnershipType"]?.stringValue == "FAMILY_SHARED" && t["originalTransactionId"]?.stringValue == shared.transactionId)
+        func restore(_ appleId: String) async throws -> [JSONValue] {
+            var out: [JSONValue] = []
+            for jws in try await f.client.call(SimRestore.self, .init(appleId: appleId, bundleId: "com.example.game")).signedTransactions {
+                out.append(try await f.trusting.call(VerificationVerifyTransaction.self, .init(signedTransaction: jws)).transaction!)
+            }
+            return out
+        }
+        for _ in 0..<5 { #expect(try await restore("bob@example.com").count == 1) }
+        // Five restores of bob's are still one member: four more may join.
+        for member in ["carol", "dan", "erin", "fay"] {
+            _ = try await f.client.call(
+                SimShareWithFamily.self,
+                .init(appleId: "alice@example.com", transactionId: pack.transactionId, memberAppleId: "\(member)@example.com"))
+        }
+        let own = try await f.buy("levels.pack1", .nonConsumable, appleId: "bob@example.com")
+        #expect(own.originalTransactionId == own.transactionId, "bob's own purchase, not a copy of the shared one")
+        await #expect(throws: RPCError.self) {
+            try await f.client.call(SimRefundDecision.self, .init(appleId: "bob@example.com", transactionId: shared.transactionId, event: .request))
+        }
+        _ = try await f.client.call(SimRefund.self, .init(appleId: "alice@example.com", transactionId: pack.transactionId))
+        let after = try await restore("bob@example.com")
+        #expect(after.map { $0["originalTransactionId"]?.stringValue } == [own.originalTransactionId])
+        #expect(after.map { $0["inAppOwnershipType"]?.stringValue } == ["PURCHASED"])
+    }
+
     @Test func subscriptionsRenewAsTheClockPassesTheirPeriod() async throws {
         let f = try await SimulatorFixture.start()
         defer { Task { await f.stop() } }

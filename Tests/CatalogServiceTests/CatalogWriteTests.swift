@@ -111,4 +111,26 @@ import Testing
         let kept = try await catalog.store.snapshot().products.first { $0.definition.productId == "gold.yearly" }
         #expect(kept?.definition.googlePlay?.basePlanId == "yearly", "left out, the Play ids stay as stored")
     }
+
+    /// Google Play's ids are checked against the whole catalog inside the write too: a product another instance created a
+    /// moment before under the same ids (written straight to the store, unseen by this service's catalog) refuses the
+    /// second.
+    @Test func aPlayIdAnotherInstanceJustClaimedIsRefusedInsideTheWrite() async throws {
+        let catalog = try await CatalogFixture.start()
+        defer { Task { await catalog.stop() } }
+        var first = try #require(CatalogFixture.standardCatalog.first { $0.productId == "coins.100" })
+        first.productId = "gems.a"
+        first.prices = nil
+        first.googlePlay = GooglePlayProductIds(productId: "com.game.gems")
+        try await catalog.store.upsert([(first, nil)], allowGrantChange: false)
+        var second = first
+        second.productId = "gems.b"
+        do {
+            try await catalog.client.call(CatalogUpsertProduct.self, .init(adminToken: CatalogFixture.adminToken, product: second))
+            Issue.record("two products were sold under one Google Play id")
+        } catch {
+            #expect(error.data.reason == "googlePlayIdTaken", "\(error)")
+        }
+        #expect(try await catalog.store.snapshot().products.contains { $0.definition.productId == "gems.b" } == false)
+    }
 }

@@ -69,6 +69,47 @@ struct PostgresCatalogTests {
         #expect(try await titleOnB() == "Renamed twice")
     }
 
+    /// Two instances, each with a catalog that does not show the other's product yet, cannot both sell a product under
+    /// the same Google Play ids: the check on the whole catalog inside the write refuses the second (before 2026-11-30 both
+    /// were accepted, and the Play buyers of those ids were split between two grants; seen failing so).
+    @Test func twoInstancesCannotSellTwoProductsUnderOnePlayId() async throws {
+        let url = try await TestPostgres.newDatabase()
+        var quiet = Logger(label: "catalog-pg-test")
+        quiet.logLevel = .critical
+        var config = CatalogConfiguration()
+        config.adminToken = CatalogFixture.adminToken
+        config.catalogRecheckMs = 3_600_000
+        func instance() async throws -> (CatalogService, any CatalogStorage) {
+            let pool = try PostgresPool(url: try PostgresURL(url), schema: "catalog", connections: 2, logger: quiet)
+            let store = try await PostgresCatalogStore(pool: pool)
+            let service = try await CatalogService(
+                store: store, source: DatabasePriceSource(store: store), configuration: config, clock: ManualClock().clock, logger: quiet)
+            return (service, store)
+        }
+        let (a, storeA) = try await instance()
+        let (b, storeB) = try await instance()
+        defer {
+            try? storeA.close()
+            try? storeB.close()
+        }
+        func gems(_ id: String) -> CatalogUpsertProduct.Params {
+            .init(
+                adminToken: CatalogFixture.adminToken,
+                product: ProductDefinition(
+                    productId: id, type: .consumable, referenceName: id, localizations: ["en-US": .init(title: id, description: "")],
+                    defaultLocale: "en-US", grant: .coins(5), googlePlay: GooglePlayProductIds(productId: "com.game.gems")))
+        }
+        _ = try await b.getProducts(.init(productIds: ["gems.a"]))  // b's catalog is read before a's write
+        try await a.upsertProduct(gems("gems.a"))
+        do {
+            try await b.upsertProduct(gems("gems.b"))
+            Issue.record("two products were sold under one Google Play id")
+        } catch {
+            #expect(error.data.reason == "googlePlayIdTaken", "\(error)")
+        }
+        #expect(try await storeA.snapshot().products.map(\.definition.productId).contains("gems.b") == false)
+    }
+
     @Test func aChannelNameIsOnlyLowercaseLettersAndUnderscores() async throws {
         let pool = try PostgresPool(
             url: try PostgresURL("postgres://u@127.0.0.1:1/db"), schema: "catalog", connections: 1, logger: Logger(label: "t"))

@@ -416,6 +416,28 @@ struct FakeDependencies: FulfillmentDependencies {
             clock: clock.clock, logger: logger)
     }
 
+    /// What Apple refuses for good is let go; what it may answer differently later stays owed. A tie (Set App Account Token)
+    /// refused with a 400 (a family member's transaction, 4000185) goes; a tie Apple does not find (404) is asked again;
+    /// a consumption answer goes on a 404 too, but not on Apple's codes that say to retry.
+    @Test func onlyWhatAppleRefusesForGoodLeavesTheOutbox() {
+        func apple(_ code: Int64?, notFound: Bool) -> RPCError {
+            var e =
+                notFound
+                ? RPCError.notFound("not found", reason: "transactionNotFound") : RPCError.invalidParams("refused", reason: "appleBadRequest")
+            if let code { e.data.extra["appleErrorCode"] = .int(code) }
+            return e
+        }
+        let tie = "appAccountToken", consumption = "consumptionInformation"
+        #expect(OutboxDelivery.refusedForGood(apple(4_000_185, notFound: false), kind: tie))
+        #expect(!OutboxDelivery.refusedForGood(apple(4_040_010, notFound: true), kind: tie))
+        #expect(!OutboxDelivery.refusedForGood(apple(4_040_006, notFound: true), kind: tie))
+        #expect(!OutboxDelivery.refusedForGood(apple(nil, notFound: false), kind: tie), "no Apple code: not Apple's word")
+        #expect(OutboxDelivery.refusedForGood(apple(4_040_010, notFound: true), kind: consumption))
+        #expect(!OutboxDelivery.refusedForGood(apple(4_040_006, notFound: true), kind: consumption))
+        #expect(OutboxDelivery.refusedForGood(apple(4_000_209, notFound: false), kind: consumption))
+        #expect(!OutboxDelivery.refusedForGood(apple(4_000_185, notFound: false), kind: "finishTransaction"))
+    }
+
     /// A finish Apple answers "not found" (another app's transaction, for this server's key) is done with: asking again
     /// cannot change it. A finish that meets an outage stays owed.
     @Test func aFinishAppleDoesNotKnowIsDoneWithAndOneThatFailsStaysOwed() async throws {

@@ -317,6 +317,14 @@ def api_checks(sim, args, bundle, root, verifiers, purchases, inbox):
     check("API set_app_account_token error: a family member's transaction is 400 / 4000185 (FAMILY_TRANSACTION_NOT_SUPPORTED)",
           family is not None and family.http_status_code == 400 and family.api_error == APIError.FAMILY_TRANSACTION_NOT_SUPPORTED_ERROR,
           repr(family and (family.http_status_code, family.raw_api_error)))
+    for ownership, expected in ((InAppOwnershipType.FAMILY_SHARED, 1), (InAppOwnershipType.PURCHASED, 0)):
+        owned = attempt(f"API get_transaction_history of a family member, {ownership.value}",
+                        lambda: production.get_transaction_history(
+                            member["transactionId"], None, TransactionHistoryRequest(inAppOwnershipType=ownership),
+                            GetTransactionHistoryVersion.V2))
+        check(f"API get_transaction_history of a family member, {ownership.value}: {expected}",
+              owned is not None and len(owned.signedTransactions or []) == expected,
+              repr(owned and len(owned.signedTransactions or [])))
     renewed = sim("sim.purchase", appleId="extend@icloud", bundleId=bundle, productId="sub.premium",
                   productType="autoRenewable")
     extended = attempt("API extend_subscription_renewal_date", lambda: production.extend_subscription_renewal_date(

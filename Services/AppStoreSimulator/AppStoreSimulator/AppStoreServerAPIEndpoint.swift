@@ -242,7 +242,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
                 && (groups.isEmpty || (t.productType == .autoRenewable && groups.contains("sim-group")))
                 && (start.map { t.purchaseDateMs >= $0 } ?? true) && (end.map { t.purchaseDateMs < $0 } ?? true)
                 && (revoked.map { $0 == (t.cancellationDateMs != nil) } ?? true)
-                && one("inAppOwnershipType") != "FAMILY_SHARED"
+                && (one("inAppOwnershipType").map { $0 == (t.sharedFrom == nil ? "PURCHASED" : "FAMILY_SHARED") } ?? true)
         }
         matching.sort { sort == "ASCENDING" ? $0.seq < $1.seq : $0.seq > $1.seq }
         if let after { matching.removeAll { sort == "ASCENDING" ? $0.seq <= after : $0.seq >= after } }

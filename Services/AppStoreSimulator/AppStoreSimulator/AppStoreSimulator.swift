@@ -119,7 +119,10 @@ public final class AppStoreSimulator: Sendable {
             // Buying an owned non-consumable again: a new regular transaction for the same original, no charge.
             let owned =
                 p.productType == .nonConsumable
-                ? history.first { $0.productId == p.productId && $0.cancellationDateMs == nil && $0.transactionId == $0.originalTransactionId }
+                ? history.first {
+                    $0.productId == p.productId && $0.cancellationDateMs == nil && $0.transactionId == $0.originalTransactionId
+                        && $0.sharedFrom == nil  // a family member buying what is shared with them buys their own
+                }
                 : nil
             let t = SimTransaction(
                 transactionId: id, appleId: p.appleId, bundleId: p.bundleId, productId: p.productId, productType: p.productType,

@@ -78,7 +78,10 @@ extension AppStoreSimulator {
     private func revoke(_ member: SimTransaction, nowMs: Int64, db: Database) throws -> String {
         var revoked = member
         revoked.cancellationDateMs = nowMs
-        try db.execute(sql: "UPDATE simTransaction SET cancellationDateMs = ? WHERE transactionId = ?", arguments: [nowMs, member.transactionId])
+        // Every transaction of the member's original (a restore's copy too): a restore after it brings nothing back.
+        try db.execute(
+            sql: "UPDATE simTransaction SET cancellationDateMs = ? WHERE originalTransactionId = ? AND cancellationDateMs IS NULL",
+            arguments: [nowMs, member.originalTransactionId])
         return try recordNotification("REVOKE", revoked, signedDate: nowMs, db: db)
     }
 }

@@ -209,6 +209,11 @@ extension AppStoreSimulator {
             guard var t = try SimulatorStore.transaction(p.transactionId, db: db), t.appleId == p.appleId else {
                 throw RPCError.notFound("no transaction \(p.transactionId) for this Apple ID", reason: "unknownTransaction")
             }
+            guard t.sharedFrom == nil else {
+                throw RPCError.invalidParams(
+                    "a family member's transaction is not refunded (they did not pay): the purchaser's is", field: "transactionId",
+                    reason: "notPurchaser")
+            }
             let now = try self.now(db)
             switch p.event {
             case .request, .decline:

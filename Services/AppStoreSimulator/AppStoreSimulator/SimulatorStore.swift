@@ -271,10 +271,15 @@ final class SimulatorStore: Sendable {
         try Row.fetchAll(db, sql: "SELECT * FROM simTransaction WHERE orderId = ? ORDER BY seq", arguments: [orderId]).map(row)
     }
 
-    /// The family members' transactions shared from the purchaser's `original`, not revoked yet.
+    /// The family members' transactions shared from the purchaser's `original`, not revoked yet: one per member (their
+    /// original; a restore's copy is not another member).
     static func familyShares(of original: String, db: Database) throws -> [SimTransaction] {
         try Row.fetchAll(
-            db, sql: "SELECT * FROM simTransaction WHERE sharedFrom = ? AND cancellationDateMs IS NULL ORDER BY seq", arguments: [original]
+            db,
+            sql: """
+                SELECT * FROM simTransaction WHERE sharedFrom = ? AND cancellationDateMs IS NULL AND transactionId = originalTransactionId
+                ORDER BY seq
+                """, arguments: [original]
         ).map(row)
     }
 

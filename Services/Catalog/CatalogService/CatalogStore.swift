@@ -93,6 +93,11 @@ public final class CatalogStore: CatalogStorage, Sendable {
                         """, arguments: [definition.productId, json, status.rawValue])
                 if let prices { try Self.replacePrices(db, productId: definition.productId, prices) }
             }
+            try PlayClaims.refuseShared(
+                try String.fetchAll(db, sql: "SELECT definition FROM product").map {
+                    try decoder.decode(ProductDefinition.self, from: Data($0.utf8))
+                },
+                written: Set(products.map(\.0.productId)))
             try Self.bumpRevision(db)
         }
     }

@@ -89,6 +89,10 @@ public final class PostgresCatalogStore: CatalogStorage, Sendable {
                     """)
                 if let prices { try Self.replacePrices(db, productId: productId, prices) }
             }
+            try PlayClaims.refuseShared(
+                try db.query("SELECT definition FROM product").map {
+                    try decoder.decode(ProductDefinition.self, from: Data(try $0.get("definition", as: String.self).utf8))
+                }, written: Set(products.map(\.0.productId)))
             try Self.bumpRevision(db)
         }
     }

@@ -239,3 +239,24 @@ extension ProductDefinition {
                 + "(iap catalog --allow-grant-change) for a product nobody has bought", field: "\(path).\(change.member)", reason: "grantChanged")
     }
 }
+
+/// Google Play's ids name one product each (`googlePlayIdTaken`), checked on the whole catalog as written, inside the
+/// write: the check on the instance's catalog before it (for the caller's field path) may be a minute old, and another
+/// instance's product created meanwhile under the same ids would split their Play buyers between two grants. On
+/// PostgreSQL two such writes at once conflict (SERIALIZABLE) and the second, run again, sees the first.
+/// Only a pair with a product this write wrote is refused: two others sharing ids already (a race before this check) do
+/// not stop unrelated writes.
+enum PlayClaims {
+    static func refuseShared(_ catalog: [ProductDefinition], written: Set<String>) throws(RPCError) {
+        var claimed: [GooglePlayProductIds: String] = [:]
+        for product in catalog.sorted(by: { $0.productId < $1.productId }) {
+            if let other = claimed.updateValue(product.productId, forKey: product.googlePlayKey),
+                written.contains(product.productId) || written.contains(other)
+            {
+                throw RPCError.invalidParams(
+                    "\(product.productId) is sold on Google Play under the ids \(other) already has", field: "products.googlePlay",
+                    reason: "googlePlayIdTaken")
+            }
+        }
+    }
+}

@@ -49,14 +49,11 @@ public struct OutboxDelivery: FulfillmentPart {
                     logger.warning(
                         "Finish Transaction: Apple does not know the transaction for this key; nothing to finish there",
                         metadata: ["transactionId": "\(item.key)", "error": "\(error.message)"])
-                } catch
-                    where [OutboxKind.consumptionInformation.rawValue, OutboxKind.appAccountToken.rawValue].contains(item.kind)
-                    && error.data.extra["appleErrorCode"] != nil && (error.knownCode == .notFound || error.knownCode == .invalidParams)
-                {
+                } catch  where Self.refusedForGood(error, kind: item.kind) {
                     // Apple refused it for good: asking again cannot change that. Consumption answers: a transaction it does
-                    // not know for this key, a field it does not take. Set App Account Token: a family member's transaction
-                    // (4000185: only the purchaser's takes a token), one an organization assigned, one of another app. The
-                    // purchase stays granted here. Kept in the log for the operator.
+                    // not know for this key, a field it does not take. Set App Account Token: a request Apple refuses (400),
+                    // such as a family member's transaction (4000185: only the purchaser's takes a token) or one an
+                    // organization assigned. The purchase stays granted here. Kept in the log for the operator.
                     logger.error(
                         "Apple refused what the outbox owed it; not sent again",
                         metadata: ["kind": "\(item.kind)", "transactionId": "\(item.key)", "error": "\(error.message)"])
@@ -131,6 +128,19 @@ public struct OutboxDelivery: FulfillmentPart {
                         internalToken: internalToken, packageName: owed.packageName, productId: owed.productId, purchaseToken: item.key,
                         kind: owed.kind), consume: owed.consume))
         case .webhook, nil: break  // webhook items are the webhook worker's (never claimed here)
+        }
+    }
+
+    /// Whether Apple's answer to an item refuses it for good (its error code given): a 400 for consumption answers and
+    /// ties; a 404 for consumption answers, except Apple's codes that say to try again (4040002, 4040004, 4040006). A tie
+    /// Apple answers 404 is tried again: a purchase can be found later (Apple's 4040010 says so too).
+    public static func refusedForGood(_ error: RPCError, kind: String) -> Bool {
+        guard let code = error.data.extra["appleErrorCode"]?.intValue else { return false }
+        switch kind {
+        case OutboxKind.appAccountToken.rawValue: return error.knownCode == .invalidParams
+        case OutboxKind.consumptionInformation.rawValue:
+            return error.knownCode == .invalidParams || (error.knownCode == .notFound && ![4_040_002, 4_040_004, 4_040_006].contains(code))
+        default: return false
         }
     }
 
