@@ -488,11 +488,17 @@ public enum SimLifecycleEvent: RPCMethod {
         public var event: SimLifecycleEventKind
         /// `upgrade` and `downgrade`: the plan (an auto-renewable product) to move to.
         public var productId: String?
-        public init(appleId: String, transactionId: String, event: SimLifecycleEventKind, productId: String? = nil) {
+        /// `upgrade`: the new plan's period in days (1-366; default: the current plan's). A shorter plan's first period
+        /// ends before the one it replaces, as Apple's upgrade to a monthly plan from a yearly one does.
+        public var subscriptionPeriodDays: Int?
+        public init(
+            appleId: String, transactionId: String, event: SimLifecycleEventKind, productId: String? = nil, subscriptionPeriodDays: Int? = nil
+        ) {
             self.appleId = appleId
             self.transactionId = transactionId
             self.event = event
             self.productId = productId
+            self.subscriptionPeriodDays = subscriptionPeriodDays
         }
     }
     public typealias Result = SimSetAutoRenew.Result

@@ -263,6 +263,35 @@ import Testing
         #expect(try apply([(later, .subscription(entitlement: "pro"))], now: 210).entitlements.first?.expiresAtMs == 300)
     }
 
+    /// Apple's upgrade starts at once: to a shorter plan (yearly Basic to monthly Premium) its period ends before the one
+    /// it replaces, and Apple refunds the rest of that. The latest plan bought holds, wherever it ends; the replaced
+    /// plan's period arriving late (a receipt in purchase order, a redeem after the notification) changes nothing, nor
+    /// does an older period of it. A downgrade at the renewal ends later and switches as before. (Until 2026-11-30 the
+    /// upgrade was answered `restored` and Basic stayed for up to eleven months: seen failing so.)
+    @Test func anUpgradeToAShorterPlanSwitchesAtOnceAndALateOlderPeriodDoesNotSwitchBack() throws {
+        let yearly = purchase("u1", product: "basic.yearly", purchasedAt: 0, expires: 365)
+        let upgrade = purchase("u2", original: "u1", product: "premium.monthly", purchasedAt: 31, expires: 61)
+        let basic = GrantRule.subscription(entitlement: "basic"), premium = GrantRule.subscription(entitlement: "premium")
+        try apply([(yearly, basic)], now: 1)
+        let upgraded = try apply([(upgrade, premium)], now: 32)
+        #expect(upgraded.results.map(\.outcome) == [.granted])
+        #expect(upgraded.entitlements.map(\.entitlement) == ["premium"] && upgraded.entitlements.first?.expiresAtMs == 61)
+        // The other order (the upgrade first, the yearly period late): premium stays.
+        let other = InMemoryLedger()
+        func applyTo(_ ledger: InMemoryLedger, _ items: [(VerifiedPurchase, GrantRule)], now: Int64) throws -> AppliedPurchases {
+            try GrantRules.apply(
+                items.map { PlannedPurchase(purchase: $0.0, rule: $0.1, scope: .production) }, accountId: Self.alice, appAccountToken: nil,
+                mode: .redeem, policy: .refuse, answerScope: .production, nowMs: now, in: other)
+        }
+        _ = try applyTo(other, [(upgrade, premium)], now: 32)
+        let late = try applyTo(other, [(yearly, basic)], now: 33)
+        #expect(late.entitlements.map(\.entitlement) == ["premium"] && late.entitlements.first?.expiresAtMs == 61)
+        // Premium renews; then a downgrade to Basic at the next renewal switches (a later end, the latest bought).
+        try apply([(purchase("u3", original: "u1", product: "premium.monthly", purchasedAt: 61, expires: 91), premium)], now: 62)
+        let down = try apply([(purchase("u4", original: "u1", product: "basic.yearly", purchasedAt: 91, expires: 456), basic)], now: 92)
+        #expect(down.entitlements.map(\.entitlement) == ["basic"] && down.entitlements.first?.expiresAtMs == 456)
+    }
+
     @Test func passesStackAndMoveUpWhenOneBeforeThemIsRefunded() throws {
         let day: Int64 = 86_400_000
         for id in ["p1", "p2", "p3"] { try apply([(purchase(id, product: "pass"), .timeLimited(entitlement: "season", durationDays: 1))]) }

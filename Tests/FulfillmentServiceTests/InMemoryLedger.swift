@@ -7,6 +7,7 @@ import IAPProtocol
 final class InMemoryLedger: FulfillmentTransaction {
     var owners: [String: Holder] = [:]
     var processedRows: [String: ProcessedTransaction] = [:]
+    var purchaseDates: [String: Int64] = [:]
     var entitlementRows: [String: EntitlementRecord] = [:]
     var wallets: [Holder: Wallet] = [:]
     var rows: [LedgerRow] = []
@@ -30,6 +31,7 @@ final class InMemoryLedger: FulfillmentTransaction {
 
     func recordProcessed(_ p: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) {
         precondition(processedRows[p.transactionId] == nil, "one processed row per transaction")
+        purchaseDates[p.transactionId] = p.purchaseDateMs
         processedRows[p.transactionId] = ProcessedTransaction(
             environment: p.environment, holder: holder,
             originalTransactionId: p.originalTransactionId, productId: p.productId,
@@ -40,6 +42,13 @@ final class InMemoryLedger: FulfillmentTransaction {
         processedRows.contains { id, row in
             id != transactionId && row.environment == environment && row.originalTransactionId == original && (row.revokedAtMs != nil) == revoked
                 && (row.expiresDateMs ?? .min) > afterMs
+        }
+    }
+
+    func laterPurchaseHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) -> Bool {
+        processedRows.contains { id, row in
+            id != transactionId && row.environment == environment && row.originalTransactionId == original && row.revokedAtMs == nil
+                && (purchaseDates[id] ?? .min) > afterMs
         }
     }
 

@@ -121,6 +121,31 @@ import Testing
         }
     }
 
+    /// An upgrade from a yearly plan to a monthly one: Apple starts the monthly period at once, ending eleven months before
+    /// the yearly one would have (its rest refunded). The higher plan holds from the UPGRADE on, and renews monthly.
+    /// (Until 2026-11-30 the shorter period was answered `restored` and Basic stayed until the year's end: seen failing so.)
+    @Test func anUpgradeFromAYearlyPlanToAMonthlyOneIsAppliedAtOnce() async throws {
+        try await SuiteFixture.with { suite in
+            let uma = try await suite.register("uma")
+            let yearly = try await suite.simulator.call(
+                SimPurchase.self,
+                .init(
+                    appleId: "uma@icloud", bundleId: SuiteFixture.bundleId, productId: "sub.basic", productType: .autoRenewable,
+                    appAccountToken: uma.appAccountToken, subscriptionPeriodDays: 365))
+            _ = try await suite.redeem(uma.session, signed: [yearly.signedTransaction])
+            let upgrade = try await suite.simulator.call(
+                SimLifecycleEvent.self,
+                .init(appleId: "uma@icloud", transactionId: yearly.transactionId, event: .upgrade, productId: "sub.premium", subscriptionPeriodDays: 30))
+            #expect(try await Self.deliver(suite, [upgrade.signedPayload]).map(\.state) == [.applied])
+            var premium = try #require(try await suite.entitlements(uma.session).first)
+            #expect(premium.entitlement == "premium" && (premium.expiresAtMs ?? .max) <= suite.clock.nowMs + 31 * Self.day, "\(premium)")
+            #expect(try await Self.deliver(suite, try await Self.advance(suite, days: 31)).allSatisfy { $0.state == .applied })
+            premium = try #require(try await suite.entitlements(uma.session).first)
+            #expect(premium.entitlement == "premium" && (premium.expiresAtMs ?? .max) <= suite.clock.nowMs + 31 * Self.day, "renews monthly")
+            #expect(try await suite.ledgerIsConsistent())
+        }
+    }
+
     @Test func expiredProductNotForSaleAndWithoutSubtypeAreAppliedThenResubscribeGrantsAgain() async throws {
         try await SuiteFixture.with { suite in
             let uma = try await Self.subscriber(suite, "uma")

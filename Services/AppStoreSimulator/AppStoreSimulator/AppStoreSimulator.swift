@@ -227,7 +227,8 @@ public final class AppStoreSimulator: Sendable {
             let now = try self.now(db)
             var latest: [String: SimTransaction] = [:]
             for t in try SimulatorStore.allAutoRenewables(db) where t.reason != "RESTORE" {
-                if let current = latest[t.originalTransactionId], (current.expiresDateMs ?? 0) >= (t.expiresDateMs ?? 0) { continue }
+                // The period bought last: an upgrade to a shorter plan ends before the period it replaced.
+                if let current = latest[t.originalTransactionId], current.seq >= t.seq { continue }
                 latest[t.originalTransactionId] = t
             }
             var renewed: [SimTransaction] = []

@@ -68,6 +68,13 @@ extension AppStoreSimulator {
                 try SimulatorStore.saveRenewal(t.originalTransactionId, renewal, db: db)
                 var higher = latest
                 higher.productId = try plan()
+                if let days = p.subscriptionPeriodDays {
+                    guard (1...366).contains(days) else {
+                        throw RPCError.invalidParams(
+                            "subscriptionPeriodDays must be 1-366", field: "subscriptionPeriodDays", reason: "invalidValue")
+                    }
+                    higher.periodDays = days
+                }
                 let next = try self.renew(higher, startingAt: now, reason: "PURCHASE", db: db)
                 return try self.recordNotification("DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE", next, signedDate: now, db: db)
             case .withdrawProduct, .endOtherwise:

@@ -64,13 +64,14 @@ extension SimulatorStore {
         try saveRenewal(original, r, db: db)
     }
 
-    /// The latest period of a subscription (the transaction with the furthest expiry), restores aside.
+    /// The latest period of a subscription (the one bought last: an upgrade to a shorter plan ends before the period it
+    /// replaced), restores aside.
     static func latestPeriod(_ original: String, db: Database) throws -> SimTransaction? {
         try Row.fetchOne(
             db,
             sql: """
                 SELECT * FROM simTransaction WHERE originalTransactionId = ? AND productType = 'autoRenewable' AND reason != 'RESTORE'
-                ORDER BY expiresDateMs DESC, seq DESC LIMIT 1
+                ORDER BY seq DESC LIMIT 1
                 """, arguments: [original]
         ).map(row)
     }

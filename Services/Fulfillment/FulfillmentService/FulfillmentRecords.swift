@@ -161,6 +161,16 @@ struct FulfillmentRecords: FulfillmentTransaction {
             """, original, afterMs, transactionId, environment) != nil
     }
 
+    func laterPurchaseHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) throws -> Bool {
+        try s.row(
+            """
+            SELECT 1 AS held FROM processed_transaction
+            WHERE environment = ?4 AND original_transaction_id = ?1 AND transaction_id != ?3 AND revoked_at_ms IS NULL
+                AND purchase_date_ms > ?2
+            LIMIT 1
+            """, original, afterMs, transactionId, environment) != nil
+    }
+
     func recordProcessed(_ p: VerifiedPurchase, holder: Holder, grantKind: String, coins: Int64, nowMs: Int64) throws {
         try s.later(
             """

@@ -59,4 +59,36 @@ extension GrantRules {
         return try tx.laterPeriodHeld(
             environment: record.environment, original: record.originalTransactionId, afterMs: ends - 1, other: transactionId, revoked: true)
     }
+
+    /// Moves a subscription's end to this transaction's expiry if that is later (a renewal); a renewal
+    /// bought after a revocation reinstates access. A period of another plan of the group switches the entitlement to
+    /// that plan's when it is the latest bought, wherever it ends: Apple's upgrade starts at once and, to a shorter plan,
+    /// ends before the period it replaces (whose rest Apple refunds); a downgrade or crossgrade starts at the renewal. A
+    /// period of the plan it replaced, arriving late, changes nothing. (Until 2026-11-30 only a later end switched: an
+    /// upgrade from a yearly plan to a monthly one was never applied, and a late yearly period switched back.) True if
+    /// anything changed.
+    static func extendSubscription(
+        _ p: VerifiedPurchase, entitlement name: String, nowMs: Int64, in tx: some FulfillmentTransaction
+    ) throws -> Bool {
+        guard let expires = p.expiresDateMs, var current = try tx.entitlement(original: p.originalTransactionId) else { return false }
+        guard current.revokedAtMs.map({ $0 < p.purchaseDateMs }) ?? true else { return false }
+        let planChanged = current.productId != p.productId
+        if planChanged {
+            guard
+                try !tx.laterPurchaseHeld(
+                    environment: p.environment, original: p.originalTransactionId, afterMs: p.purchaseDateMs, other: p.transactionId)
+            else { return false }
+        } else {
+            guard current.expiresAtMs.map({ $0 < expires }) ?? true else { return false }
+        }
+        current.entitlement = name
+        current.productId = p.productId
+        current.expiresAtMs = expires
+        current.revokedAtMs = nil
+        try tx.updateEntitlement(current)
+        try tx.event(planChanged ? .subscriptionPlanChanged : .subscriptionRenewed, about: current, nowMs: nowMs) {
+            $0.transactionId = p.transactionId
+        }
+        return true
+    }
 }

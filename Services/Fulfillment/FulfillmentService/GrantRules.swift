@@ -37,6 +37,8 @@ public protocol FulfillmentTransaction {
     /// Whether a transaction of `original` other than `transactionId`, recorded and not revoked (`revoked`: and revoked),
     /// gives access past `afterMs` (a later period paid for).
     func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String, revoked: Bool) throws -> Bool
+    /// Whether a transaction of `original` other than `transactionId`, recorded and not revoked, was bought after `afterMs`.
+    func laterPurchaseHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) throws -> Bool
 
     func entitlement(original: String) throws -> EntitlementRecord?
     func insertEntitlement(_ record: EntitlementRecord) throws
@@ -402,28 +404,6 @@ public enum GrantRules {
         EntitlementRecord(
             environment: p.environment, originalTransactionId: p.originalTransactionId, holder: holder, entitlement: name,
             productId: p.productId, startsAtMs: startsAtMs, expiresAtMs: expiresAtMs)
-    }
-
-    /// Moves a subscription's end to this transaction's expiry if that is later (a renewal); a renewal
-    /// bought after a revocation reinstates access. A period of another plan of the group (an upgrade now, a
-    /// downgrade at its renewal) also switches the entitlement to that plan's. True if anything changed.
-    static func extendSubscription(
-        _ p: VerifiedPurchase, entitlement name: String, nowMs: Int64, in tx: some FulfillmentTransaction
-    ) throws -> Bool {
-        guard let expires = p.expiresDateMs, var current = try tx.entitlement(original: p.originalTransactionId) else { return false }
-        guard current.expiresAtMs.map({ $0 < expires }) ?? true, current.revokedAtMs.map({ $0 < p.purchaseDateMs }) ?? true else {
-            return false
-        }
-        let planChanged = current.productId != p.productId
-        current.entitlement = name
-        current.productId = p.productId
-        current.expiresAtMs = expires
-        current.revokedAtMs = nil
-        try tx.updateEntitlement(current)
-        try tx.event(planChanged ? .subscriptionPlanChanged : .subscriptionRenewed, about: current, nowMs: nowMs) {
-            $0.transactionId = p.transactionId
-        }
-        return true
     }
 
     /// A refund Apple reversed (REFUND_REVERSED): the transaction counts again. Coins come back in their own
