@@ -135,7 +135,9 @@ import Testing
             _ = try await suite.redeem(uma.session, signed: [yearly.signedTransaction])
             let upgrade = try await suite.simulator.call(
                 SimLifecycleEvent.self,
-                .init(appleId: "uma@icloud", transactionId: yearly.transactionId, event: .upgrade, productId: "sub.premium", subscriptionPeriodDays: 30))
+                .init(
+                    appleId: "uma@icloud", transactionId: yearly.transactionId, event: .upgrade, productId: "sub.premium", subscriptionPeriodDays: 30)
+            )
             #expect(try await Self.deliver(suite, [upgrade.signedPayload]).map(\.state) == [.applied])
             var premium = try #require(try await suite.entitlements(uma.session).first)
             #expect(premium.entitlement == "premium" && (premium.expiresAtMs ?? .max) <= suite.clock.nowMs + 31 * Self.day, "\(premium)")
