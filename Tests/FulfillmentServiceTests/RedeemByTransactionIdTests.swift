@@ -89,4 +89,25 @@ import Testing
             #expect(unknown?.knownCode == .notFound)
         }
     }
+
+    /// A subscription bound here by its receipt, without a token at Apple yet (its tie still owed): a restore from Apple's
+    /// history brings back the renewals Apple made since, as this account's. Before 2026-11-30 they were left out as
+    /// another customer's, and the access ended at the period the receipt had (seen failing so). Another account still
+    /// gets nothing of it.
+    @Test func aRestoreBringsBackRenewalsOfASubscriptionThisAccountHoldsWithoutAToken() async throws {
+        try await SuiteFixture.with { suite in
+            let cy = try await suite.register("cy")
+            let sub = try await suite.buy("cy@icloud", "sub.premium")
+            #expect(try await suite.redeem(cy.session, receipt: sub.receiptData).results.map(\.outcome) == [.granted])
+            suite.clock.advance(ms: 31 * 86_400_000)
+            _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 31 * 86_400))  // renewed at Apple, unheard here
+            #expect(try await suite.entitlements(cy.session).isEmpty, "the period the receipt had is over")
+            let mallory = try await suite.register("mallory")
+            let snooped = try await suite.fulfillment.call(FulfillmentRestore.self, .init(session: mallory.session, transactionId: sub.transactionId))
+            #expect(snooped.entitlements.isEmpty && snooped.results.allSatisfy { $0.outcome == .rejected })
+            let restored = try await suite.fulfillment.call(FulfillmentRestore.self, .init(session: cy.session, transactionId: sub.transactionId))
+            #expect(restored.entitlements.map(\.entitlement) == ["premium"], "\(restored.results)")
+            #expect(try await suite.ledgerIsConsistent())
+        }
+    }
 }

@@ -204,8 +204,10 @@ public final class FulfillmentService: Sendable {
     ///
     /// A transaction id is an identifier, not a proof of purchase (ids are sequential and show up in
     /// support mail): anyone could send another customer's. So only purchases the app made with THIS
-    /// account's `appAccountToken` are taken; any other is `rejected` (not finishable) and can still be
-    /// redeemed with its receipt or signed transaction, which only the buyer's device holds.
+    /// account's `appAccountToken` are taken, or, without a token at Apple, of an original this account holds here
+    /// already (bound by a receipt whose tie at Apple is still owed: its renewals since come back with it); any other is
+    /// `rejected` (not finishable) and can still be redeemed with its receipt or signed transaction, which only the
+    /// buyer's device holds.
     func fromApple(transactionIds: [String], history: String?, accountId: String, appAccountToken: String) async throws(RPCError)
         -> ([VerifiedPurchase], [TransactionResult])
     {
@@ -237,7 +239,12 @@ public final class FulfillmentService: Sendable {
             if let answer, answer.status == 0, let payload = answer.transaction,
                 let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
             {
-                guard purchase.appAccountToken?.lowercased() == appAccountToken.lowercased() else {
+                let ours =
+                    purchase.appAccountToken == nil
+                    ? try await storeCall { try await self.store.owner(originalTransactionId: purchase.originalTransactionId) }?.accountId
+                        == accountId
+                    : purchase.appAccountToken?.lowercased() == appAccountToken.lowercased()
+                guard ours else {
                     // Another customer's purchase: nothing of what Apple said goes back (ids and products are theirs).
                     // An id the caller asked for is answered `rejected`; another customer's history is left out.
                     if id != history {
