@@ -139,6 +139,17 @@ import Testing
                 .map(\.outcome) == [.ownedByAnotherAccount])
     }
 
+    /// A subscription moved (transfer policy) by a renewal not seen here yet keeps that renewal's period: before
+    /// 2026-11-30 the renewal was recorded but the end stayed, and its notification then found it `alreadyGranted`.
+    @Test func aTransferByANewRenewalMovesTheEndWithIt() throws {
+        let pro = GrantRule.subscription(entitlement: "pro")
+        try apply([(purchase("m1", product: "sub", purchasedAt: 0, expires: 100), pro)], now: 1)
+        let renewal = purchase("m2", original: "m1", product: "sub", purchasedAt: 100, expires: 200)
+        let moved = try apply([(renewal, pro)], for: Self.bob, policy: .transfer, now: 110)
+        #expect(moved.results.map(\.outcome) == [.restored])
+        #expect(moved.entitlements.map(\.expiresAtMs) == [200])
+    }
+
     @Test func aPurchaseMadeWithAnotherAccountsTokenIsNotGranted() throws {
         let theirs = purchase("t1", token: "bbbbbbbb-0000-0000-0000-000000000000")
         let result = try apply([(theirs, .coins(perUnit: 100))], token: "aaaaaaaa-0000-0000-0000-000000000000")

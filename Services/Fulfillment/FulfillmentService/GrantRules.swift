@@ -243,6 +243,9 @@ public enum GrantRules {
                     if !stored.claimed { try tx.claim(p.transactionId) }
                     try tx.recordProcessed(p, holder: holder, grantKind: rule.kind, coins: 0, nowMs: nowMs)
                     if p.finishableAtApple { recorded.append(p.transactionId) }
+                    // A renewal not seen here before moves the end with the subscription: recorded now, it would be
+                    // `alreadyGranted` to its notification, and the period it paid for lost.
+                    if case .subscription(let name) = rule { _ = try extendSubscription(p, entitlement: name, nowMs: nowMs, in: tx) }
                 }
                 result(.restored)
                 continue
