@@ -191,8 +191,10 @@ def main():
     upgraded = sim("play.purchase", packageName=pkg, productId="premium.plus", basePlanId="monthly", linkedPurchaseToken=ftoken)
     s = purchases.subscriptionsv2().get(packageName=pkg, token=upgraded["purchaseToken"]).execute()
     old = purchases.subscriptionsv2().get(packageName=pkg, token=ftoken).execute()
-    check("an upgrade: linkedPurchaseToken, the old one replaced", s.get("linkedPurchaseToken") == ftoken
-          and old["subscriptionState"] == "SUBSCRIPTION_STATE_EXPIRED" and "replacementCancellation" in old.get("canceledStateContext", {}),
+    # The replaced one reads as canceled by its replacement, its old expiry kept: both look live; only the new one entitles.
+    check("an upgrade: linkedPurchaseToken, the old one canceled by its replacement", s.get("linkedPurchaseToken") == ftoken
+          and old["subscriptionState"] == "SUBSCRIPTION_STATE_CANCELED" and "replacementCancellation" in old.get("canceledStateContext", {})
+          and old["lineItems"][0].get("autoRenewingPlan", {}).get("autoRenewEnabled") is False,
           json.dumps(old))
     status, reason = http_error(lambda: purchases.subscriptionsv2().revoke(packageName=pkg, token=upgraded["purchaseToken"], body={}).execute())
     check("revoke without a refund type: 400", status == 400, f"{status} {reason}")

@@ -107,10 +107,11 @@ public final class PlaySimulator: Sendable {
                 guard old.state != .expired else {
                     throw RPCError.conflict("the subscription to replace has expired", reason: "purchaseExpired")
                 }
-                // Replaced: it ends now and stops recurring; the new purchase carries on from here.
-                old.state = .expired
+                // Replaced: it stops recurring and its access passes to the new purchase, which carries on from here. Google
+                // answers it as canceled (`replacementCancellation`) with its old expiry until then, then expired: both
+                // tokens look live for a while, and only the new one gives access.
+                old.state = .canceled
                 old.autoRenewing = false
-                old.expiryTimeMs = now
                 old.cancellation = .replacement
                 old.cancelTimeMs = now
                 try PlayStore.save(old, db: db)

@@ -126,7 +126,12 @@ enum PlayPurchaseReading {
         guard let item = items.first(where: { $0["productId"]?.stringValue == p.productId }) ?? items.first,
             let productId = item["productId"]?.stringValue, let state = json["subscriptionState"]?.stringValue
         else { return nil }
-        let entitles = ["SUBSCRIPTION_STATE_ACTIVE", "SUBSCRIPTION_STATE_CANCELED", "SUBSCRIPTION_STATE_IN_GRACE_PERIOD"].contains(state)
+        // A plan replaced by an upgrade or downgrade (a new purchase token linking this one) reads as canceled with its old
+        // expiry until then, yet gives no access: the replacement does (`canceledStateContext.replacementCancellation`).
+        // Before 2026-11-30 it counted as access, and a question about it (the sweep, a push) gave the old plan back.
+        let replaced = json["canceledStateContext"]?["replacementCancellation"] != nil
+        let entitles =
+            ["SUBSCRIPTION_STATE_ACTIVE", "SUBSCRIPTION_STATE_CANCELED", "SUBSCRIPTION_STATE_IN_GRACE_PERIOD"].contains(state) && !replaced
         return VerifiedPlayPurchase(
             packageName: packageName, productId: productId, purchaseToken: p.purchaseToken, kind: .subscription,
             orderId: item["latestSuccessfulOrderId"]?.stringValue, state: state, entitles: entitles,
