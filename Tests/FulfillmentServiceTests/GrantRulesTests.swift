@@ -297,6 +297,15 @@ import Testing
         _ = try applyTo(other, [(upgrade, premium)], now: 32)
         let late = try applyTo(other, [(yearly, basic)], now: 33)
         #expect(late.entitlements.map(\.entitlement) == ["premium"] && late.entitlements.first?.expiresAtMs == 61)
+        // A refund of the upgrade period ends the access: the replaced yearly period, bought before it, holds nothing back;
+        // reversed, it comes back. (Until 2026-11-30 the yearly period's later end kept Premium through the refund.)
+        #expect(try GrantRules.revoke("u2", reason: "refunded", nowMs: 40, in: ledger))
+        #expect(try apply([], now: 41).entitlements.isEmpty, "the refund of the current period ends the access")
+        #expect(try GrantRules.reinstate("u2", nowMs: 42, in: ledger))
+        #expect(try apply([], now: 43).entitlements.map(\.entitlement) == ["premium"])
+        // A refund of the replaced yearly period takes only that period, which the upgrade ended: Premium stays.
+        #expect(try GrantRules.revoke("u1", reason: "refunded", nowMs: 44, in: ledger))
+        #expect(try apply([], now: 45).entitlements.map(\.entitlement) == ["premium"], "the upgrade's period holds")
         // Premium renews; then a downgrade to Basic at the next renewal switches (a later end, the latest bought).
         try apply([(purchase("u3", original: "u1", product: "premium.monthly", purchasedAt: 61, expires: 91), premium)], now: 62)
         let down = try apply([(purchase("u4", original: "u1", product: "basic.yearly", purchasedAt: 91, expires: 456), basic)], now: 92)

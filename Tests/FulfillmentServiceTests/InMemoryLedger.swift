@@ -38,10 +38,14 @@ final class InMemoryLedger: FulfillmentTransaction {
             grantKind: grantKind, coinsGranted: coins, revokedAtMs: nil, expiresDateMs: p.expiresDateMs)
     }
 
-    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String, revoked: Bool) -> Bool {
-        processedRows.contains { id, row in
-            id != transactionId && row.environment == environment && row.originalTransactionId == original && (row.revokedAtMs != nil) == revoked
-                && (row.expiresDateMs ?? .min) > afterMs
+    func laterPeriodHeld(environment: String, original: String, than transactionId: String, endsAtMs: Int64, revoked: Bool) -> Bool {
+        let bought = purchaseDates[transactionId] ?? .min
+        return processedRows.contains { id, row in
+            guard id != transactionId, row.environment == environment, row.originalTransactionId == original,
+                (row.revokedAtMs != nil) == revoked, let ends = row.expiresDateMs, let at = purchaseDates[id]
+            else { return false }
+            if revoked { return at > bought || (at == bought && ends >= endsAtMs) }
+            return (at > bought && ends != endsAtMs) || (at == bought && ends > endsAtMs)
         }
     }
 

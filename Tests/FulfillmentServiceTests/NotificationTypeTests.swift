@@ -141,9 +141,20 @@ import Testing
             #expect(try await Self.deliver(suite, [upgrade.signedPayload]).map(\.state) == [.applied])
             var premium = try #require(try await suite.entitlements(uma.session).first)
             #expect(premium.entitlement == "premium" && (premium.expiresAtMs ?? .max) <= suite.clock.nowMs + 31 * Self.day, "\(premium)")
-            #expect(try await Self.deliver(suite, try await Self.advance(suite, days: 31)).allSatisfy { $0.state == .applied })
+            // A refund of the replaced yearly period takes only that period: Premium stays.
+            let yearlyRefund = try await suite.simulator.call(SimRefund.self, .init(appleId: "uma@icloud", transactionId: yearly.transactionId))
+            #expect(try await Self.deliver(suite, [yearlyRefund.signedPayload]).map(\.state) == [.applied])
+            #expect(try await suite.entitlements(uma.session).map(\.entitlement) == ["premium"], "the upgrade's period holds")
+            let renewals = try await Self.advance(suite, days: 31)
+            #expect(try await Self.deliver(suite, renewals).allSatisfy { $0.state == .applied })
             premium = try #require(try await suite.entitlements(uma.session).first)
             #expect(premium.entitlement == "premium" && (premium.expiresAtMs ?? .max) <= suite.clock.nowMs + 31 * Self.day, "renews monthly")
+            // A refund of the current monthly period ends the access: the yearly period bought before it holds nothing
+            // back (until 2026-11-30 its later end did, and Premium stayed through every monthly refund).
+            let current = try WithoutAppStoreAPITests.transactionId(of: try #require(renewals.last))
+            let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "uma@icloud", transactionId: current))
+            #expect(try await Self.deliver(suite, [refund.signedPayload]).map(\.state) == [.applied])
+            #expect(try await suite.entitlements(uma.session).isEmpty, "the refund of the current period ends the access")
             #expect(try await suite.ledgerIsConsistent())
         }
     }

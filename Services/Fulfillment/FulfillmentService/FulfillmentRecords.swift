@@ -151,14 +151,23 @@ struct FulfillmentRecords: FulfillmentTransaction {
             revokeReason: try row.get("revoke_reason"), expiresDateMs: try row.get("expires_date_ms"))
     }
 
-    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String, revoked: Bool) throws -> Bool {
-        try s.row(
+    func laterPeriodHeld(environment: String, original: String, than transactionId: String, endsAtMs: Int64, revoked: Bool) throws -> Bool {
+        // Until 2026-11-30 by expiry alone: after an upgrade from a yearly plan to a monthly one the replaced yearly period
+        // held every monthly refund back (access kept for free), and a refund of the yearly one took the monthly access.
+        let later =
+            revoked
+            ? "(t.purchase_date_ms > r.purchase_date_ms OR (t.purchase_date_ms = r.purchase_date_ms AND t.expires_date_ms >= ?2))"
+            : """
+            ((t.purchase_date_ms > r.purchase_date_ms AND t.expires_date_ms != ?2)
+                OR (t.purchase_date_ms = r.purchase_date_ms AND t.expires_date_ms > ?2))
             """
-            SELECT 1 AS held FROM processed_transaction
-            WHERE environment = ?4 AND original_transaction_id = ?1 AND transaction_id != ?3 AND revoked_at_ms IS \(revoked ? "NOT NULL" : "NULL")
-                AND expires_date_ms > ?2
+        return try s.row(
+            """
+            SELECT 1 AS held FROM processed_transaction t JOIN processed_transaction r ON r.transaction_id = ?3
+            WHERE t.environment = ?4 AND t.original_transaction_id = ?1 AND t.transaction_id != ?3
+                AND t.revoked_at_ms IS \(revoked ? "NOT NULL" : "NULL") AND t.expires_date_ms IS NOT NULL AND \(later)
             LIMIT 1
-            """, original, afterMs, transactionId, environment) != nil
+            """, original, endsAtMs, transactionId, environment) != nil
     }
 
     func laterPurchaseHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) throws -> Bool {

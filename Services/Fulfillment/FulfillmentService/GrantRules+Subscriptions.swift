@@ -49,7 +49,7 @@ extension GrantRules {
     static func pastPeriod(_ record: ProcessedTransaction, _ transactionId: String, in tx: some FulfillmentTransaction) throws -> Bool {
         guard record.grantKind == GrantRule.subscription(entitlement: "").kind, let ends = record.expiresDateMs else { return false }
         return try tx.laterPeriodHeld(
-            environment: record.environment, original: record.originalTransactionId, afterMs: ends, other: transactionId, revoked: false)
+            environment: record.environment, original: record.originalTransactionId, than: transactionId, endsAtMs: ends, revoked: false)
     }
 
     /// A subscription period whose refund is reversed while a period as late or later is still revoked: that revocation
@@ -57,7 +57,7 @@ extension GrantRules {
     static func laterRevocationHeld(_ record: ProcessedTransaction, _ transactionId: String, in tx: some FulfillmentTransaction) throws -> Bool {
         guard record.grantKind == GrantRule.subscription(entitlement: "").kind, let ends = record.expiresDateMs else { return false }
         return try tx.laterPeriodHeld(
-            environment: record.environment, original: record.originalTransactionId, afterMs: ends - 1, other: transactionId, revoked: true)
+            environment: record.environment, original: record.originalTransactionId, than: transactionId, endsAtMs: ends, revoked: true)
     }
 
     /// Moves a subscription's end to this transaction's expiry if that is later (a renewal); a renewal

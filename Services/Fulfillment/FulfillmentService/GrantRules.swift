@@ -34,9 +34,12 @@ public protocol FulfillmentTransaction {
     func forgetEarlyRevocation(_ transactionId: String) throws
     /// The debt the latest reversal of this transaction added, if it has one.
     func lastReversalDebt(_ transactionId: String) throws -> Int64?
-    /// Whether a transaction of `original` other than `transactionId`, recorded and not revoked (`revoked`: and revoked),
-    /// gives access past `afterMs` (a later period paid for).
-    func laterPeriodHeld(environment: String, original: String, afterMs: Int64, other transactionId: String, revoked: Bool) throws -> Bool
+    /// Whether a later period of `original` than the recorded `transactionId` (ending at `endsAtMs`) is recorded here and
+    /// not revoked (`revoked`: and revoked). Later is bought later (Apple: an upgrade to a shorter plan ends before the
+    /// period it replaced, and is later), or bought at the same moment and ending later (Google Play: a token's orders
+    /// share its start time). A period bought later ending at `endsAtMs` too is a restored copy of this one, not a later
+    /// period, unless `revoked` (a revoked copy holds a reversal back, as any period as late).
+    func laterPeriodHeld(environment: String, original: String, than transactionId: String, endsAtMs: Int64, revoked: Bool) throws -> Bool
     /// Whether a transaction of `original` other than `transactionId`, recorded and not revoked, was bought after `afterMs`.
     func laterPurchaseHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) throws -> Bool
 
