@@ -39,7 +39,7 @@ final class InMemoryLedger: FulfillmentTransaction {
     }
 
     func laterPeriodHeld(environment: String, original: String, than transactionId: String, endsAtMs: Int64, revoked: Bool) -> Bool {
-        let bought = purchaseDates[transactionId] ?? .min
+        guard let bought = purchaseDates[transactionId] else { return false }  // as the SQL's join: no row, nothing later
         return processedRows.contains { id, row in
             guard id != transactionId, row.environment == environment, row.originalTransactionId == original,
                 (row.revokedAtMs != nil) == revoked, let ends = row.expiresDateMs, let at = purchaseDates[id]

@@ -227,6 +227,52 @@ func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -
         }
     }
 
+    /// A later period is judged by purchase order on both engines' SQL (`laterPeriodHeld`): after an upgrade from a yearly
+    /// plan to a monthly one, a refund of the replaced yearly period leaves the monthly access, and a refund of the monthly
+    /// period ends it (the yearly one ends later but was bought first). Google Play's orders share their token's start
+    /// time: there the later end decides, as before. (Until 2026-11-30 by expiry alone: seen failing so.)
+    @Test(arguments: StoreEngine.available)
+    func laterPeriodsAreJudgedByPurchaseOrderAndEqualStartsByTheirEnd(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            func apply(_ id: String, product: String, _ entitlement: String, at start: Int64, ends: Int64, original: String) async throws
+                -> [Entitlement]
+            {
+                try await store.apply(
+                    [
+                        PlannedPurchase(
+                            purchase: VerifiedPurchase(
+                                environment: "Production", transactionId: id, originalTransactionId: original, productId: product,
+                                purchaseDateMs: start, expiresDateMs: ends),
+                            rule: .subscription(entitlement: entitlement))
+                    ], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: start + 1
+                ).entitlements
+            }
+            @Sendable func now(_ ms: Int64) async throws -> [String] {
+                try await store.apply(
+                    [], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: ms
+                )
+                .entitlements.map(\.entitlement)
+            }
+            _ = try await apply("3000000060", product: "basic.yearly", "basic", at: 0, ends: 36_500, original: "3000000060")
+            #expect(
+                try await apply("3000000061", product: "premium.monthly", "premium", at: 3_000, ends: 6_000, original: "3000000060").map(
+                    \.entitlement) == ["premium"])
+            #expect(try await store.revoke(transactionId: "3000000060", reason: "refunded", nowMs: 4_000) == .revoked)
+            #expect(try await now(4_100) == ["premium"], "the replaced yearly period's refund leaves the upgrade's access")
+            #expect(try await store.revoke(transactionId: "3000000061", reason: "refunded", nowMs: 4_200) == .revoked)
+            #expect(try await now(4_300).isEmpty, "the current period's refund ends the access")
+            // Two orders of one Play token, bought "at" its start: the earlier order's refund leaves the later one's access.
+            _ = try await apply("GPA.0000-0001", product: "sub.premium", "pro", at: 10_000, ends: 13_000, original: "play-token-1")
+            _ = try await apply("GPA.0000-0001..0", product: "sub.premium", "pro", at: 10_000, ends: 16_000, original: "play-token-1")
+            #expect(try await store.revoke(transactionId: "GPA.0000-0001", reason: "refunded", nowMs: 14_000) == .revoked)
+            #expect(try await now(14_100) == ["pro"])
+            #expect(try await store.revoke(transactionId: "GPA.0000-0001..0", reason: "refunded", nowMs: 14_200) == .revoked)
+            #expect(try await now(14_300).isEmpty)
+            #expect(try await store.ledgerMismatches().isEmpty)
+        }
+    }
+
     /// A refund that came before the redeem, on both engines' SQL: the redeem records the purchase refunded, and the refund's
     /// reversal gives it back whole; reversed before any redeem, the redeem grants it; either way a second refund takes it back.
     @Test(arguments: StoreEngine.available)

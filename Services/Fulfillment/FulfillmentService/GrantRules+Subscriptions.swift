@@ -43,8 +43,9 @@ extension GrantRules {
         return true
     }
 
-    /// A subscription period that ended before a later one recorded here and not revoked (a refund of last month's
-    /// renewal): taking it back takes only that period, which is over, and leaves the access the later one paid for.
+    /// A subscription period before a later one recorded here and not revoked (a refund of last month's renewal, or of the
+    /// yearly period an upgrade replaced; later is bought later: `laterPeriodHeld`): taking it back takes only that period,
+    /// which is over, and leaves the access the later one paid for.
     /// (A store's refund only: an administrator revoking a past period means the access too.)
     static func pastPeriod(_ record: ProcessedTransaction, _ transactionId: String, in tx: some FulfillmentTransaction) throws -> Bool {
         guard record.grantKind == GrantRule.subscription(entitlement: "").kind, let ends = record.expiresDateMs else { return false }
@@ -52,7 +53,7 @@ extension GrantRules {
             environment: record.environment, original: record.originalTransactionId, than: transactionId, endsAtMs: ends, revoked: false)
     }
 
-    /// A subscription period whose refund is reversed while a period as late or later is still revoked: that revocation
+    /// A subscription period whose refund is reversed while a period bought as late or later is still revoked: that revocation
     /// (a store's refund of it, an administrator's) holds the access, which the reversal does not give back.
     static func laterRevocationHeld(_ record: ProcessedTransaction, _ transactionId: String, in tx: some FulfillmentTransaction) throws -> Bool {
         guard record.grantKind == GrantRule.subscription(entitlement: "").kind, let ends = record.expiresDateMs else { return false }
