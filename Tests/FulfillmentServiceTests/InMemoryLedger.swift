@@ -44,7 +44,10 @@ final class InMemoryLedger: FulfillmentTransaction {
             guard id != transactionId, row.environment == environment, row.originalTransactionId == original,
                 (row.revokedAtMs != nil) == revoked, let ends = row.expiresDateMs, let at = purchaseDates[id]
             else { return false }
-            if revoked { return at > bought || (at == bought && ends >= endsAtMs) }
+            if revoked {
+                return at > bought || (at == bought && ends >= endsAtMs)
+                    || !GrantRules.storeRevocationReasons.contains(row.revokeReason ?? "refunded")
+            }
             return (at > bought && ends != endsAtMs) || (at == bought && ends > endsAtMs)
         }
     }

@@ -269,6 +269,15 @@ func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -
             #expect(try await now(14_100) == ["pro"])
             #expect(try await store.revoke(transactionId: "GPA.0000-0001..0", reason: "refunded", nowMs: 14_200) == .revoked)
             #expect(try await now(14_300).isEmpty)
+            // An administrator revokes a past period; a store's refund of the current one is then reversed: the access stays
+            // ended (the administrator's revocation of any period ends it; before 2026-11-30 the reversal gave it back).
+            _ = try await apply("3000000070", product: "sub.premium", "vip", at: 20_000, ends: 23_000, original: "3000000070")
+            _ = try await apply("3000000071", product: "sub.premium", "vip", at: 23_000, ends: 26_000, original: "3000000070")
+            #expect(try await store.revoke(transactionId: "3000000070", reason: "chargeback fraud", nowMs: 24_000) == .revoked)
+            #expect(try await now(24_100).contains("vip") == false)
+            #expect(try await store.revoke(transactionId: "3000000071", reason: "refunded", nowMs: 24_200) == .revoked)
+            #expect(try await store.reinstate(transactionId: "3000000071", nowMs: 24_300))
+            #expect(try await now(24_400).contains("vip") == false, "the administrator's revocation holds")
             #expect(try await store.ledgerMismatches().isEmpty)
         }
     }

@@ -156,7 +156,10 @@ struct FulfillmentRecords: FulfillmentTransaction {
         // held every monthly refund back (access kept for free), and a refund of the yearly one took the monthly access.
         let later =
             revoked
-            ? "(t.purchase_date_ms > r.purchase_date_ms OR (t.purchase_date_ms = r.purchase_date_ms AND t.expires_date_ms >= ?2))"
+            ? """
+            (t.purchase_date_ms > r.purchase_date_ms OR (t.purchase_date_ms = r.purchase_date_ms AND t.expires_date_ms >= ?2)
+                OR COALESCE(t.revoke_reason, 'refunded') NOT IN ('refunded', 'revoked'))
+            """
             : """
             ((t.purchase_date_ms > r.purchase_date_ms AND t.expires_date_ms != ?2)
                 OR (t.purchase_date_ms = r.purchase_date_ms AND t.expires_date_ms > ?2))

@@ -38,7 +38,8 @@ public protocol FulfillmentTransaction {
     /// not revoked (`revoked`: and revoked). Later is bought later (Apple: an upgrade to a shorter plan ends before the
     /// period it replaced, and is later), or bought at the same moment and ending later (Google Play: a token's orders
     /// share its start time). A period bought later ending at `endsAtMs` too is a restored copy of this one, not a later
-    /// period, unless `revoked` (a revoked copy holds a reversal back, as any period as late).
+    /// period, unless `revoked` (a revoked copy holds a reversal back, as any period as late). With `revoked`, a period an
+    /// administrator revoked counts whenever it was bought: their revocation of any period ends the access for good.
     func laterPeriodHeld(environment: String, original: String, than transactionId: String, endsAtMs: Int64, revoked: Bool) throws -> Bool
     /// Whether a transaction of `original` other than `transactionId`, recorded and not revoked, was bought after `afterMs`.
     func laterPurchaseHeld(environment: String, original: String, afterMs: Int64, other transactionId: String) throws -> Bool
