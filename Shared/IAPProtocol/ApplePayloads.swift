@@ -73,6 +73,9 @@ public struct AppleTransaction: Sendable, Equatable {
     public var expiresDateMs: Int64?
     /// Set when Apple refunded or revoked it.
     public var revocationDateMs: Int64?
+    /// A prorated refund (`revocationType` REFUND_PRORATED): the share Apple refunded, in milliunits of a percent (0 to
+    /// 100,000; Apple's `revocationPercentage`). Nil: refunded or revoked whole, or not revoked.
+    public var proratedRefundMilli: Int64?
     /// Lowercased; nil when Apple sent none.
     public var appAccountToken: String?
     /// As Apple spells it: `Production`, `Sandbox`, `Xcode`, `LocalTesting`.
@@ -97,6 +100,11 @@ public struct AppleTransaction: Sendable, Equatable {
         self.purchaseDateMs = payload["purchaseDate"]?.millisecondsValue ?? 0
         self.expiresDateMs = payload["expiresDate"]?.millisecondsValue
         self.revocationDateMs = payload["revocationDate"]?.millisecondsValue
+        if revocationDateMs != nil, payload["revocationType"]?.stringValue == "REFUND_PRORATED",
+            let share = payload["revocationPercentage"]?.intValue, (0..<100_000).contains(share)
+        {
+            self.proratedRefundMilli = share
+        }
         self.appAccountToken = payload["appAccountToken"]?.stringValue?.lowercased()
         self.environment = payload["environment"]?.stringValue
         self.offerIdentifier = payload["offerIdentifier"]?.stringValue.flatMap { (1...64).contains($0.utf8.count) ? $0 : nil }

@@ -224,7 +224,14 @@ public enum SimRefund: RPCMethod {
     public struct Params: Codable, Sendable, Equatable {
         public var appleId: String
         public var transactionId: String
-        public init(appleId: String, transactionId: String) { self.appleId = appleId; self.transactionId = transactionId }
+        /// A prorated refund (Apple's REFUND_PRORATED, from the customer's consumption): the share refunded, in milliunits
+        /// of a percent (1-99,999; 33,333 is a third). Nil: the whole (REFUND_FULL).
+        public var revocationPercentage: Int?
+        public init(appleId: String, transactionId: String, revocationPercentage: Int? = nil) {
+            self.appleId = appleId
+            self.transactionId = transactionId
+            self.revocationPercentage = revocationPercentage
+        }
     }
     public struct Result: Codable, Sendable, Equatable {
         /// The signed App Store Server Notification v2 announcing the refund.

@@ -312,6 +312,17 @@ import Testing
         #expect(down.entitlements.map(\.entitlement) == ["basic"] && down.entitlements.first?.expiresAtMs == 456)
     }
 
+    /// Apple's prorated refund of a coin purchase (REFUND_PRORATED) refunds a share: redeemed first after it, the rest of
+    /// the grant is granted (not all taken back, as a whole refund is); presented again, nothing changes.
+    @Test func aProratedRefundBeforeTheFirstRedeemGrantsTheRest() throws {
+        var refunded = purchase("p1", quantity: 3, purchasedAt: 1, cancelled: 5)
+        refunded.proratedRefundMilli = 33_333  // one of three
+        let first = try apply([(refunded, .coins(perUnit: 100))], now: 10)
+        #expect(first.results.map(\.outcome) == [.granted] && first.balance == 200)
+        let again = try apply([(refunded, .coins(perUnit: 100))], now: 11)
+        #expect(again.results.map(\.outcome) == [.alreadyGranted] && again.balance == 200)
+    }
+
     @Test func passesStackAndMoveUpWhenOneBeforeThemIsRefunded() throws {
         let day: Int64 = 86_400_000
         for id in ["p1", "p2", "p3"] { try apply([(purchase(id, product: "pass"), .timeLimited(entitlement: "season", durationDays: 1))]) }

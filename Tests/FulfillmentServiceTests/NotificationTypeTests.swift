@@ -159,6 +159,24 @@ import Testing
         }
     }
 
+    /// Apple's prorated refund of a coin purchase (REFUND_PRORATED, 33.333%: one of three packs): that share of the grant is
+    /// taken back and the rest stays; the same REFUND again, or the purchase redeemed again, takes nothing more. (Before
+    /// 2026-11-30 every refund took the whole grant back: seen failing so.)
+    @Test func aProratedRefundTakesBackOnlyTheRefundedShareOfACoinGrant() async throws {
+        try await SuiteFixture.with { suite in
+            let vi = try await suite.register("vi")
+            let packs = try await suite.buy("vi@icloud", "coins.100", quantity: 3, appAccountToken: vi.appAccountToken)
+            #expect(try await suite.redeem(vi.session, signed: [packs.signedTransaction]).balance == 300)
+            let refund = try await suite.simulator.call(
+                SimRefund.self, .init(appleId: "vi@icloud", transactionId: packs.transactionId, revocationPercentage: 33_333))
+            #expect(try await Self.deliver(suite, [refund.signedPayload, refund.signedPayload]).map(\.state) == [.applied, .applied])
+            #expect(try await suite.balance(vi.session) == 200, "one pack of three taken back")
+            let again = try await suite.redeem(vi.session, signed: [packs.signedTransaction])
+            #expect(again.balance == 200 && again.results.map(\.outcome) == [.alreadyGranted])
+            #expect(try await suite.ledgerIsConsistent())
+        }
+    }
+
     @Test func expiredProductNotForSaleAndWithoutSubtypeAreAppliedThenResubscribeGrantsAgain() async throws {
         try await SuiteFixture.with { suite in
             let uma = try await Self.subscriber(suite, "uma")

@@ -37,6 +37,7 @@ from appstoreserverlibrary.models.ConsumptionRequest import ConsumptionRequest
 from appstoreserverlibrary.models.DeliveryStatus import DeliveryStatus
 from appstoreserverlibrary.models.Environment import Environment
 from appstoreserverlibrary.models.InAppOwnershipType import InAppOwnershipType
+from appstoreserverlibrary.models.RevocationType import RevocationType
 from appstoreserverlibrary.models.ExtendReasonCode import ExtendReasonCode
 from appstoreserverlibrary.models.ExtendRenewalDateRequest import ExtendRenewalDateRequest
 from appstoreserverlibrary.models.MassExtendRenewalDateRequest import MassExtendRenewalDateRequest
@@ -151,6 +152,16 @@ def main():
         sim("sim.refundDecision", appleId=apple_id, transactionId=coins["transactionId"], event="decline")
         sim("sim.refund", appleId=apple_id, transactionId=coins["transactionId"])
         sim("sim.refundDecision", appleId=apple_id, transactionId=coins["transactionId"], event="reverse")
+        # A prorated refund (from consumption): REFUND_PRORATED with the share refunded, in milliunits.
+        extra = sim("sim.purchase", appleId=apple_id, bundleId=bundle, productId="coins.100", productType="consumable",
+                    environment=name)
+        prorated = sim("sim.refund", appleId=apple_id, transactionId=extra["transactionId"], revocationPercentage=33333)
+        refund = attempt(f"{name}: a prorated REFUND", lambda: verifiers[name].verify_and_decode_notification(prorated["signedPayload"]))
+        refunded = refund and attempt(f"{name}: a prorated REFUND's transaction",
+                                      lambda: verifiers[name].verify_and_decode_signed_transaction(refund.data.signedTransactionInfo))
+        check(f"{name}: a prorated refund is REFUND_PRORATED, 33333 milliunits",
+              refunded is not None and refunded.revocationType == RevocationType.REFUND_PRORATED
+              and refunded.revocationPercentage == 33333, repr(refunded and (refunded.rawRevocationType, refunded.revocationPercentage)))
         # Family Sharing: the member's own transaction (FAMILY_SHARED), then the member leaves: REVOKE about it.
         pack = purchases[(name, "nonConsumable")]
         member = sim("sim.shareWithFamily", appleId=apple_id, transactionId=pack["transactionId"],

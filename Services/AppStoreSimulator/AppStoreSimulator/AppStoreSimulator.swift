@@ -201,10 +201,16 @@ public final class AppStoreSimulator: Sendable {
                     "a family member's transaction is not refunded (they did not pay): refund the purchaser's", field: "transactionId",
                     reason: "notPurchaser")
             }
+            if let share = p.revocationPercentage, !(1...99_999).contains(share) {
+                throw RPCError.invalidParams(
+                    "revocationPercentage is a share in milliunits, 1-99999 (none: the whole)", field: "revocationPercentage",
+                    reason: "invalidValue")
+            }
             t.cancellationDateMs = try self.now(db)
+            t.revocationPercentage = p.revocationPercentage
             try db.execute(
-                sql: "UPDATE simTransaction SET cancellationDateMs = ? WHERE transactionId = ?",
-                arguments: [t.cancellationDateMs, t.transactionId])
+                sql: "UPDATE simTransaction SET cancellationDateMs = ?, revocationPercentage = ? WHERE transactionId = ?",
+                arguments: [t.cancellationDateMs, t.revocationPercentage, t.transactionId])
             let refund = try self.recordNotification("REFUND", t, signedDate: t.cancellationDateMs!, db: db)
             // The family members it was shared with lose it too (REVOKE, each about their own transaction).
             try self.revokeFamilyShares(of: t, nowMs: t.cancellationDateMs!, db: db)
@@ -432,6 +438,12 @@ public final class AppStoreSimulator: Sendable {
         if let c = t.cancellationDateMs {
             payload["revocationDate"] = c
             payload["revocationReason"] = 0
+            if t.sharedFrom != nil {
+                payload["revocationType"] = "FAMILY_REVOKE"
+            } else {
+                payload["revocationType"] = t.revocationPercentage == nil ? "REFUND_FULL" : "REFUND_PRORATED"
+                payload["revocationPercentage"] = t.revocationPercentage ?? 100_000
+            }
         }
         if let token = t.appAccountToken { payload["appAccountToken"] = token.lowercased() }
         if let price = t.price, let currency = t.currency {

@@ -227,7 +227,10 @@ extension AppStoreSimulator {
                     throw RPCError.conflict("transaction \(p.transactionId) is not refunded", reason: "notRefunded")
                 }
                 t.cancellationDateMs = nil
-                try db.execute(sql: "UPDATE simTransaction SET cancellationDateMs = NULL WHERE transactionId = ?", arguments: [t.transactionId])
+                t.revocationPercentage = nil
+                try db.execute(
+                    sql: "UPDATE simTransaction SET cancellationDateMs = NULL, revocationPercentage = NULL WHERE transactionId = ?",
+                    arguments: [t.transactionId])
                 return try self.recordNotification("REFUND_REVERSED", t, signedDate: now, db: db)
             }
         }

@@ -39,6 +39,8 @@ public struct SimTransaction: Sendable, Equatable {
     /// A family member's transaction (`inAppOwnershipType` FAMILY_SHARED): the purchaser's original transaction id it is
     /// shared from (`sim.shareWithFamily`). Nil: the customer's own purchase.
     public var sharedFrom: String? = nil
+    /// A prorated refund's share, in milliunits of a percent (`sim.refund`); nil: refunded whole (or not refunded).
+    public var revocationPercentage: Int? = nil
 }
 
 /// The simulator's database: transactions, the device of each Apple ID's app, the simulated clock.
@@ -211,6 +213,10 @@ final class SimulatorStore: Sendable {
             // Family members' transactions of a shared purchase (`SimTransaction.sharedFrom`).
             try db.execute(sql: "ALTER TABLE simTransaction ADD COLUMN sharedFrom TEXT")
         }
+        m.registerMigration("v16-prorated-refunds") { db in
+            // Apple's prorated refunds (REFUND_PRORATED): the share refunded (`SimTransaction.revocationPercentage`).
+            try db.execute(sql: "ALTER TABLE simTransaction ADD COLUMN revocationPercentage INTEGER")
+        }
         try m.migrate(writer)
     }
 
@@ -297,6 +303,6 @@ final class SimulatorStore: Sendable {
             webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"],
             environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox, orderId: r["orderId"], seq: r["seq"],
             offerIdentifier: r["offerIdentifier"], appTransactionId: r["appTransactionId"], price: r["price"], currency: r["currency"],
-            sharedFrom: r["sharedFrom"])
+            sharedFrom: r["sharedFrom"], revocationPercentage: r["revocationPercentage"])
     }
 }

@@ -261,6 +261,10 @@ public enum GrantRules {
                     result(.rejected, finishable: false)
                 } else if processed.revokedAtMs != nil {
                     result(.revoked)
+                } else if p.proratedRefundMilli != nil, case .coins = rule {
+                    // A share of a coin purchase refunded: taken back from the notification, which knows the whole grant
+                    // (this record may hold what is left after it): the rest stays granted.
+                    result(.alreadyGranted)
                 } else if p.cancellationDateMs != nil {
                     _ = try revoke(p.transactionId, reason: "refunded", nowMs: nowMs, in: tx)
                     result(.revoked)
@@ -288,6 +292,14 @@ public enum GrantRules {
                     _ = try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx)
                 }
                 if p.finishableAtApple { recorded.append(p.transactionId) }
+                if early == nil, case .coins = rule, let granted = try tx.processed(p.transactionId)?.coinsGranted,
+                    let keep = p.coinsKept(ofGrant: granted)
+                {
+                    // A share refunded before the first redeem (REFUND_PRORATED): the rest is granted.
+                    _ = try takeBackRefundedUnits(p.transactionId, keepCoins: keep, nowMs: nowMs, in: tx)
+                    result(.granted)
+                    continue
+                }
                 _ = try revoke(p.transactionId, reason: early ?? "refunded", nowMs: nowMs, in: tx)
                 if early != nil { try tx.forgetEarlyRevocation(p.transactionId) }
                 result(.revoked)

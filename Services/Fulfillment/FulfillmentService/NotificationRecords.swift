@@ -10,7 +10,7 @@ extension FulfillmentRecords {
         if let purchase = facts.purchase, facts.disposition == .bringToAppleState {
             stored.processed = try processed(purchase.transactionId)
             stored.owner = try owner(original: purchase.originalTransactionId)
-            if let bought = purchase.play?.purchasedQuantity, purchase.quantity < bought {
+            if purchase.proratedRefundMilli != nil || (purchase.play?.purchasedQuantity).map({ purchase.quantity < $0 }) == true {
                 stored.grantedCoins = try s.value(
                     "SELECT delta FROM ledger WHERE kind = 'grant' AND transaction_id = ?1", purchase.transactionId)
                 stored.grantedUnits = try s.value("SELECT units FROM processed_transaction WHERE transaction_id = ?1", purchase.transactionId)

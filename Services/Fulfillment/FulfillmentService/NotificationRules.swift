@@ -183,7 +183,17 @@ public enum NotificationRules {
             return
         }
         if purchase.cancellationDateMs != nil {
-            if stored.processed != nil {
+            if let processed = stored.processed {
+                if processed.revokedAtMs == nil, let granted = stored.grantedCoins, let keep = purchase.coinsKept(ofGrant: granted) {
+                    // Apple refunded a share of a coin purchase (REFUND_PRORATED, from its consumption): that share of the
+                    // grant is taken back, the rest stays. State-based: the same notification again takes nothing more.
+                    if processed.coinsGranted > keep {
+                        decision.effects.append(.takeBackRefundedUnits(transactionId: purchase.transactionId, keepCoins: keep))
+                    } else {
+                        decision.ignoredBecause = "its refunded share was already taken back"
+                    }
+                    return
+                }
                 decision.effects.append(.revoke(transactionId: purchase.transactionId, reason: reason))
                 return
             }

@@ -14,6 +14,8 @@ public struct VerifiedPurchase: Sendable, Equatable {
     public var expiresDateMs: Int64?
     /// Set when Apple refunded or revoked the transaction.
     public var cancellationDateMs: Int64?
+    /// Apple's prorated refund (REFUND_PRORATED): the share refunded, in milliunits of a percent; nil: whole.
+    public var proratedRefundMilli: Int64? = nil
     /// StoreKit 2 only: the account token the app passed at purchase.
     public var appAccountToken: String?
     /// StoreKit 2 only: what was paid, in milliunits of `currency`, as the signed transaction says (receipts carry no
@@ -88,6 +90,15 @@ public struct VerifiedPurchase: Sendable, Equatable {
         self.price = transaction.price
         self.currency = transaction.currency
         self.offerIdentifier = transaction.offerIdentifier
+        self.proratedRefundMilli = transaction.proratedRefundMilli
+    }
+
+    /// Coins a prorated refund leaves of a grant of `granted`: the refunded share taken back, rounded to the nearest coin
+    /// (Apple rounds the share to three decimals: one of three units is 33.333%). Nil for a refund of the whole.
+    func coinsKept(ofGrant granted: Int64) -> Int64? {
+        guard let share = proratedRefundMilli, granted > 0 else { return nil }
+        let taken = (granted * share + 50_000) / 100_000  // coins are at most 10^9 a unit (`CoinLimits`): no overflow
+        return max(0, granted - taken)
     }
 
     /// A verified transaction payload as verification answers it, decoded once (`AppleTransaction`).
