@@ -321,6 +321,17 @@ import Testing
         #expect(first.results.map(\.outcome) == [.granted] && first.balance == 200)
         let again = try apply([(refunded, .coins(perUnit: 100))], now: 11)
         #expect(again.results.map(\.outcome) == [.alreadyGranted] && again.balance == 200)
+        // Its notification came first and was remembered: the signed copy's share still decides.
+        var remembered = purchase("p2", quantity: 3, purchasedAt: 1, cancelled: 5)
+        remembered.proratedRefundMilli = 33_333
+        ledger.earlyRevocations["p2"] = "refunded"
+        #expect(try apply([(remembered, .coins(perUnit: 100))], now: 12).balance == 400)
+        // Recorded whole, then presented refunded (its notification lost): the share is taken back, once.
+        try apply([(purchase("p3", quantity: 3, purchasedAt: 1), .coins(perUnit: 100))], now: 13)
+        var later = purchase("p3", quantity: 3, purchasedAt: 1, cancelled: 14)
+        later.proratedRefundMilli = 33_333
+        #expect(try apply([(later, .coins(perUnit: 100))], now: 15).balance == 600)
+        #expect(try apply([(later, .coins(perUnit: 100))], now: 16).balance == 600)
     }
 
     @Test func passesStackAndMoveUpWhenOneBeforeThemIsRefunded() throws {

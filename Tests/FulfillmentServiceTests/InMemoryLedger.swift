@@ -89,6 +89,10 @@ final class InMemoryLedger: FulfillmentTransaction {
         rows.last { $0.kind == .reversal && $0.transactionId == transactionId }?.debt
     }
 
+    func grantedCoins(_ transactionId: String) -> Int64? {
+        rows.first { $0.kind == .grant && $0.transactionId == transactionId }?.delta
+    }
+
     func entitlement(original: String) -> EntitlementRecord? { entitlementRows[original] }
 
     func insertEntitlement(_ record: EntitlementRecord) {

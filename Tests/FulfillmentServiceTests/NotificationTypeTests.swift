@@ -173,6 +173,14 @@ import Testing
             #expect(try await suite.balance(vi.session) == 200, "one pack of three taken back")
             let again = try await suite.redeem(vi.session, signed: [packs.signedTransaction])
             #expect(again.balance == 200 && again.results.map(\.outcome) == [.alreadyGranted])
+            // Never redeemed before its prorated REFUND, which came first: the refunded copy, redeemed, grants the rest.
+            let more = try await suite.buy("vi@icloud", "coins.100", quantity: 3, appAccountToken: vi.appAccountToken)
+            let early = try await suite.simulator.call(
+                SimRefund.self, .init(appleId: "vi@icloud", transactionId: more.transactionId, revocationPercentage: 33_333))
+            #expect(try await Self.deliver(suite, [early.signedPayload]).map(\.state) == [.applied])
+            let refundedCopy = try WithoutAppStoreAPITests.signedTransaction(of: try #require(early.signedPayload))
+            let late = try await suite.redeem(vi.session, signed: [refundedCopy])
+            #expect(late.results.map(\.outcome) == [.granted] && late.balance == 400, "\(late.results)")
             #expect(try await suite.ledgerIsConsistent())
         }
     }

@@ -69,6 +69,12 @@ import Testing
         }
     }
 
+    /// The signed transaction a notification carries, read without verifying (the test's own bookkeeping).
+    static func signedTransaction(of notification: String) throws -> String {
+        let outerBytes = try #require(SignedPayloadVerifier.unverifiedPayload(notification))
+        return try #require(try JSONValue(parsing: outerBytes)["data"]?["signedTransactionInfo"]?.stringValue)
+    }
+
     /// The transaction a notification is about, read without verifying (the test's own bookkeeping).
     static func transactionId(of notification: String) throws -> String {
         let outerBytes = try #require(SignedPayloadVerifier.unverifiedPayload(notification))

@@ -224,6 +224,10 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.value("SELECT debt FROM ledger WHERE transaction_id = ?1 AND kind = 'reversal' ORDER BY id DESC LIMIT 1", transactionId)
     }
 
+    func grantedCoins(_ transactionId: String) throws -> Int64? {
+        try s.value("SELECT delta FROM ledger WHERE transaction_id = ?1 AND kind = 'grant' LIMIT 1", transactionId)
+    }
+
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws {
         try s.later(
             "UPDATE processed_transaction SET revoked_at_ms = ?1, revoke_reason = ?2 WHERE transaction_id = ?3", nowMs, reason,

@@ -34,6 +34,8 @@ public protocol FulfillmentTransaction {
     func forgetEarlyRevocation(_ transactionId: String) throws
     /// The debt the latest reversal of this transaction added, if it has one.
     func lastReversalDebt(_ transactionId: String) throws -> Int64?
+    /// The coins the transaction's grant row gave (before any partial refund), if it has one.
+    func grantedCoins(_ transactionId: String) throws -> Int64?
     /// Whether a later period of `original` than the recorded `transactionId` (ending at `endsAtMs`) is recorded here and
     /// not revoked (`revoked`: and revoked). Later is bought later (Apple: an upgrade to a shorter plan ends before the
     /// period it replaced, and is later), or bought at the same moment and ending later (Google Play: a token's orders
@@ -262,8 +264,11 @@ public enum GrantRules {
                 } else if processed.revokedAtMs != nil {
                     result(.revoked)
                 } else if p.proratedRefundMilli != nil, case .coins = rule {
-                    // A share of a coin purchase refunded: taken back from the notification, which knows the whole grant
-                    // (this record may hold what is left after it): the rest stays granted.
+                    // A share of a coin purchase refunded (its notification lost, or not here yet): that share of the whole
+                    // grant is taken back, once (state-based, as the notification's), and the rest stays granted.
+                    if let granted = try tx.grantedCoins(p.transactionId), let keep = p.coinsKept(ofGrant: granted), processed.coinsGranted > keep {
+                        _ = try takeBackRefundedUnits(p.transactionId, keepCoins: keep, nowMs: nowMs, in: tx)
+                    }
                     result(.alreadyGranted)
                 } else if p.cancellationDateMs != nil {
                     _ = try revoke(p.transactionId, reason: "refunded", nowMs: nowMs, in: tx)
@@ -292,11 +297,11 @@ public enum GrantRules {
                     _ = try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx)
                 }
                 if p.finishableAtApple { recorded.append(p.transactionId) }
-                if early == nil, case .coins = rule, let granted = try tx.processed(p.transactionId)?.coinsGranted,
-                    let keep = p.coinsKept(ofGrant: granted)
-                {
-                    // A share refunded before the first redeem (REFUND_PRORATED): the rest is granted.
+                if case .coins = rule, let granted = try tx.processed(p.transactionId)?.coinsGranted, let keep = p.coinsKept(ofGrant: granted) {
+                    // A share refunded before the first redeem (REFUND_PRORATED, as this signed copy says, whether or not
+                    // its notification came first and was remembered): the rest is granted.
                     _ = try takeBackRefundedUnits(p.transactionId, keepCoins: keep, nowMs: nowMs, in: tx)
+                    if early != nil { try tx.forgetEarlyRevocation(p.transactionId) }
                     result(.granted)
                     continue
                 }
