@@ -74,7 +74,9 @@ public struct AppleTransaction: Sendable, Equatable {
     /// Set when Apple refunded or revoked it.
     public var revocationDateMs: Int64?
     /// A prorated refund (`revocationType` REFUND_PRORATED): the share Apple refunded, in milliunits of a percent (0 to
-    /// 100,000; Apple's `revocationPercentage`). Nil: refunded or revoked whole, or not revoked.
+    /// 99,999; Apple's `revocationPercentage`: 0 refunds nothing, so the grant stays whole). Nil: refunded or revoked
+    /// whole (100% too), or not revoked. Only Apple's signed word sets it; an Xcode-signed one reaches the Sandbox scope
+    /// only.
     public var proratedRefundMilli: Int64?
     /// Lowercased; nil when Apple sent none.
     public var appAccountToken: String?

@@ -34,16 +34,9 @@ import Testing
     @Test func anImportCannotRemoveAnOfferKeptRetentionRulesName() async throws {
         let catalog = try await CatalogFixture.start()
         defer { Task { await catalog.stop() } }
-        try await catalog.client.call(
-            CatalogSetOffers.self,
-            .init(
-                adminToken: CatalogFixture.adminToken, productId: "pro.monthly",
-                offers: [.init(offerId: "stay", eligibility: OfferEligibilityRule(kind: .anyone))]))
-        let rule = RetentionChoice(
-            id: "stay", kind: .promotionalOffer, messageIdentifier: "0f6e1c2a-9b1d-4c59-8a55-0e1b2c3d4e5f", offerId: "stay")
-        try await catalog.client.call(
-            CatalogSetRetention.self,
-            .init(adminToken: CatalogFixture.adminToken, productId: "pro.monthly", retention: RetentionRules(choices: [rule])))
+        try await RetentionRulesTests.offerStay(catalog)
+        let rule = RetentionChoice(id: "stay", kind: .promotionalOffer, messageIdentifier: RetentionRulesTests.message, offerId: "stay")
+        try await RetentionRulesTests.set(catalog, "pro.monthly", RetentionRules(choices: [rule]))
         var product = try #require(CatalogFixture.standardCatalog.first { $0.productId == "pro.monthly" })
         product.offers = []
         product.prices = nil

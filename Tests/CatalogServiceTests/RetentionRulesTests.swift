@@ -16,14 +16,19 @@ import Testing
             CatalogSetRetention.self, .init(adminToken: CatalogFixture.adminToken, productId: productId, retention: rules))
     }
 
-    @Test func rulesAreCheckedKeptOutOfListingsAndReadByTheInternalTokenOnly() async throws {
-        let catalog = try await CatalogFixture.start(configure: { $0.internalToken = Self.internalToken })
-        defer { Task { await catalog.stop() } }
+    /// pro.monthly offers "stay" to anyone: what the retention rules here name.
+    static func offerStay(_ catalog: CatalogFixture) async throws {
         try await catalog.client.call(
             CatalogSetOffers.self,
             .init(
                 adminToken: CatalogFixture.adminToken, productId: "pro.monthly",
                 offers: [.init(offerId: "stay", eligibility: OfferEligibilityRule(kind: .anyone))]))
+    }
+
+    @Test func rulesAreCheckedKeptOutOfListingsAndReadByTheInternalTokenOnly() async throws {
+        let catalog = try await CatalogFixture.start(configure: { $0.internalToken = Self.internalToken })
+        defer { Task { await catalog.stop() } }
+        try await Self.offerStay(catalog)
         func refusal(_ productId: String, _ choice: RetentionChoice) async -> String? {
             do {
                 try await Self.set(catalog, productId, RetentionRules(choices: [choice]))

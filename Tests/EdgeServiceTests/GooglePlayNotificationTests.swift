@@ -28,6 +28,20 @@ import Testing
         return #"{"message":{"data":"\#(data)","messageId":"\#(messageId)","attributes":{}},"subscription":"projects/p/subscriptions/s"}"#
     }
 
+    /// A voided purchase push about `purchaseToken` naming `orderId`, signed as Google signs pushes, POSTed to the edge:
+    /// its HTTP status.
+    static func postVoidedPush(
+        _ play: PlayStand, _ base: String, purchaseToken: String, orderId: String, productType: Int, messageId: String
+    ) async throws -> Int {
+        let body = try pushBody(
+            [
+                "version": "1.0", "packageName": PlayStand.packageName, "eventTimeMillis": "1",
+                "voidedPurchaseNotification": ["purchaseToken": purchaseToken, "orderId": orderId, "productType": productType, "refundType": 1],
+            ], messageId: messageId)
+        let bearer = try play.simulator.accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: Int64(Date().timeIntervalSince1970))
+        return try await EdgeTests.post(base + "/v1/notifications/googleplay", body, bearer: bearer).status
+    }
+
     @Test func aPurchaseWhoseNotificationArrivesFirstIsGrantedOnceToTheAccountTheAppBoundItTo() async throws {
         try await EdgeFixture.withPlayEdge { suite, play, _ in
             let ann = try await suite.register("ann")
@@ -142,17 +156,8 @@ import Testing
             _ = try await play.client.call(PlaySetPushFault.self, .init(dropPercent: 100))
             let bought = try await play.buy("coins.100", accountToken: ann.appAccountToken, quantity: 2)
             func voidedPush(_ id: String) async throws -> Int {
-                let data = try JSONSerialization.data(
-                    withJSONObject: [
-                        "version": "1.0", "packageName": PlayStand.packageName, "eventTimeMillis": "1",
-                        "voidedPurchaseNotification": [
-                            "purchaseToken": bought.purchaseToken, "orderId": try #require(bought.orderId), "productType": 2, "refundType": 1,
-                        ],
-                    ] as [String: Any]
-                ).base64EncodedString()
-                let body = #"{"message":{"data":"\#(data)","messageId":"\#(id)","attributes":{}},"subscription":"projects/p/subscriptions/s"}"#
-                let token = try play.simulator.accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: Int64(Date().timeIntervalSince1970))
-                return try await EdgeTests.post(base + "/v1/notifications/googleplay", body, bearer: token).status
+                try await Self.postVoidedPush(
+                    play, base, purchaseToken: bought.purchaseToken, orderId: try #require(bought.orderId), productType: 2, messageId: id)
             }
             #expect(try await voidedPush("777002") == 200)
             #expect(try await suite.balance(ann.session) == 0, "a void never grants")
@@ -189,17 +194,9 @@ import Testing
             let own = try await play.buy("sub.premium", accountToken: mallory.appAccountToken, basePlanId: "monthly")
             _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: own.purchaseToken))
             let anns = try await play.buy("coins.100", accountToken: ann.appAccountToken)
-            let data = try JSONSerialization.data(
-                withJSONObject: [
-                    "version": "1.0", "packageName": PlayStand.packageName, "eventTimeMillis": "1",
-                    "voidedPurchaseNotification": [
-                        "purchaseToken": own.purchaseToken, "orderId": try #require(anns.orderId), "productType": 1, "refundType": 1,
-                    ],
-                ] as [String: Any]
-            ).base64EncodedString()
-            let body = #"{"message":{"data":"\#(data)","messageId":"777010","attributes":{}},"subscription":"projects/p/subscriptions/s"}"#
-            let token = try play.simulator.accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: Int64(Date().timeIntervalSince1970))
-            #expect(try await EdgeTests.post(base + "/v1/notifications/googleplay", body, bearer: token).status == 200)
+            let status = try await Self.postVoidedPush(
+                play, base, purchaseToken: own.purchaseToken, orderId: try #require(anns.orderId), productType: 1, messageId: "777010")
+            #expect(status == 200)
             let redeemed = try await Self.redeem(suite, ann.session, [.init(productId: "coins.100", purchaseToken: anns.purchaseToken)])
             #expect(redeemed.results.map(\.outcome) == [.granted] && redeemed.balance == 100)
         }

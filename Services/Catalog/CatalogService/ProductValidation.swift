@@ -176,7 +176,7 @@ public struct StoredPrice: Sendable, Equatable, Hashable {
 
 extension ProductDefinition {
     /// The ids Google Play sells it under: its `googlePlay`, else its own id (any base plan).
-    var googlePlayKey: GooglePlayProductIds { googlePlay ?? GooglePlayProductIds(productId: productId) }
+    var googlePlayKey: GooglePlayProductIds { googlePlayKey(keeping: nil) }
 
     /// The ids it is sold under once written over `stored`: left out, they stay as stored (`keepingUnsaid`).
     func googlePlayKey(keeping stored: ProductDefinition?) -> GooglePlayProductIds {

@@ -205,7 +205,7 @@ public final class FulfillmentService: Sendable {
     /// A transaction id is an identifier, not a proof of purchase (ids are sequential and show up in
     /// support mail): anyone could send another customer's. So only purchases the app made with THIS
     /// account's `appAccountToken` are taken, or, without a token at Apple, of an original this account holds here
-    /// already (bound by a receipt whose tie at Apple is still owed: its renewals since come back with it); any other is
+    /// already (bound by its receipt before Apple had a token for it: its renewals since come back with it); any other is
     /// `rejected` (not finishable) and can still be redeemed with its receipt or signed transaction, which only the
     /// buyer's device holds.
     func fromApple(transactionIds: [String], history: String?, accountId: String, appAccountToken: String) async throws(RPCError)
@@ -235,15 +235,20 @@ public final class FulfillmentService: Sendable {
         }
         var verified: [VerifiedPurchase] = []
         var rejected: [TransactionResult] = []
+        var holdsHere: [String: Bool] = [:]  // a history's renewals share their original: asked once each
         for (id, answer) in answers {
             if let answer, answer.status == 0, let payload = answer.transaction,
                 let purchase = VerifiedPurchase.fromSignedTransaction(payload, environment: answer.environment)
             {
-                let ours =
-                    purchase.appAccountToken == nil
-                    ? try await storeCall { try await self.store.owner(originalTransactionId: purchase.originalTransactionId) }?.accountId
-                        == accountId
-                    : purchase.appAccountToken?.lowercased() == appAccountToken.lowercased()
+                var ours = purchase.appAccountToken?.lowercased() == appAccountToken.lowercased()
+                if purchase.appAccountToken == nil {
+                    let original = purchase.originalTransactionId
+                    if holdsHere[original] == nil {
+                        holdsHere[original] =
+                            try await storeCall { try await self.store.owner(originalTransactionId: original) }?.accountId == accountId
+                    }
+                    ours = holdsHere[original] ?? false
+                }
                 guard ours else {
                     // Another customer's purchase: nothing of what Apple said goes back (ids and products are theirs).
                     // An id the caller asked for is answered `rejected`; another customer's history is left out.

@@ -11,8 +11,7 @@ extension FulfillmentRecords {
             stored.processed = try processed(purchase.transactionId)
             stored.owner = try owner(original: purchase.originalTransactionId)
             if purchase.proratedRefundMilli != nil || (purchase.play?.purchasedQuantity).map({ purchase.quantity < $0 }) == true {
-                stored.grantedCoins = try s.value(
-                    "SELECT delta FROM ledger WHERE kind = 'grant' AND transaction_id = ?1", purchase.transactionId)
+                stored.grantedCoins = try grantedCoins(purchase.transactionId)
                 stored.grantedUnits = try s.value("SELECT units FROM processed_transaction WHERE transaction_id = ?1", purchase.transactionId)
             }
             if facts.current == nil {
