@@ -115,6 +115,13 @@ import Testing
             #expect(try await play.purchase(basic.purchaseToken).state == "canceled")
             #expect(try await Self.sweep(suite).playSubscriptionsChecked >= 1)
             #expect(try await suite.entitlements(ann.session).isEmpty, "Google's word about the replaced plan does not bring it back")
+            // Nor can it be restarted or replaced again at Google: its access went to the replacement.
+            await #expect(throws: RPCError.self) {
+                try await play.client.call(PlaySubscriptionEvent.self, .init(purchaseToken: basic.purchaseToken, action: .restart))
+            }
+            await #expect(throws: RPCError.self) {
+                try await play.upgrade(to: "sub.premium", accountToken: ann.appAccountToken, replacing: basic.purchaseToken)
+            }
             // Redeemed again: ended once.
             _ = try await Self.redeem(suite, bob.session, [.init(productId: "sub.premium", purchaseToken: premium.purchaseToken)])
             try await suite.eventFeedSettled()

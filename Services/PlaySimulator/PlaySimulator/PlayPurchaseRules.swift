@@ -107,7 +107,9 @@ enum PlayPurchaseRules {
             s.state = .canceled
             return [.subscription(.canceled)]
         case .restart:
-            guard s.state == .canceled, s.expiryTimeMs > nowMs else { throw refuse("only a canceled subscription before its expiry restarts") }
+            guard s.state == .canceled, s.cancellation != .replacement, s.expiryTimeMs > nowMs else {
+                throw refuse("only a canceled subscription before its expiry restarts (not one a replacement ended)")
+            }
             s.state = .active
             s.autoRenewing = true
             s.cancellation = nil

@@ -104,8 +104,8 @@ public final class PlaySimulator: Sendable {
                 guard var old = try PlayStore.purchase(token, db: db), old.packageName == p.packageName, old.kind == .subscription else {
                     throw RPCError.notFound("no subscription \(token) in \(p.packageName) to replace", reason: "unknownPurchase")
                 }
-                guard old.state != .expired else {
-                    throw RPCError.conflict("the subscription to replace has expired", reason: "purchaseExpired")
+                guard old.state != .expired, old.cancellation != .replacement else {
+                    throw RPCError.conflict("the subscription to replace has expired or was replaced", reason: "purchaseExpired")
                 }
                 // Replaced: it stops recurring and its access passes to the new purchase, which carries on from here. Google
                 // answers it as canceled (`replacementCancellation`) with its old expiry until then, then expired: both
