@@ -61,7 +61,9 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                 switch effect {
                 case .keepRenewal: break
                 case .revoke(let id, let reason): _ = try GrantRules.revoke(id, reason: reason, nowMs: nowMs, in: ledger)
-                case .rememberEarlyRevocation(let id, let reason): ledger.earlyRevocations[id] = reason
+                case .rememberEarlyRevocation(let id, let reason, let share):
+                    ledger.earlyRevocations[id] = reason
+                    ledger.earlyRefundShares[id] = share
                 case .reinstate(let id): _ = try GrantRules.reinstate(id, nowMs: nowMs, in: ledger)
                 case .grant(let purchase, let accountId, let scope, let rule, let token):
                     _ = try GrantRules.apply(

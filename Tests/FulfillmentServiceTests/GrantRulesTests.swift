@@ -332,6 +332,31 @@ import Testing
         later.proratedRefundMilli = 33_333
         #expect(try apply([(later, .coins(perUnit: 100))], now: 15).balance == 600)
         #expect(try apply([(later, .coins(perUnit: 100))], now: 16).balance == 600)
+        // Its prorated REFUND remembered first, then a copy signed before the refund (no revocation in it) redeemed: the
+        // remembered share is taken, not the whole grant (before 2026-11-30, all of it).
+        ledger.earlyRevocations["p4"] = "refunded"
+        ledger.earlyRefundShares["p4"] = 33_333
+        let older = try apply([(purchase("p4", quantity: 3, purchasedAt: 1), .coins(perUnit: 100))], now: 17)
+        #expect(older.results.map(\.outcome) == [.granted] && older.balance == 800)
+        #expect(ledger.earlyRevocations["p4"] == nil && ledger.invariantsHold)
+    }
+
+    /// Apple reversed a prorated refund: the share it took back comes back once, the debt it left forgiven rather than paid
+    /// twice (before 2026-11-30 nothing came back).
+    @Test func aReversalOfAProratedRefundGivesItsShareBackOnce() throws {
+        try apply([(purchase("p1", quantity: 3, purchasedAt: 1), .coins(perUnit: 100))], now: 10)
+        let holder = Holder(accountId: Self.alice, scope: .production)
+        #expect(try GrantRules.spend(holder, amount: 250, idempotencyKey: "k", memo: nil, nowMs: 11, in: ledger) == .spent(balance: 50))
+        #expect(try GrantRules.takeBackRefundedUnits("p1", keepCoins: 200, nowMs: 12, in: ledger))
+        #expect(ledger.wallet(holder) == Wallet(balance: 0, owed: 50))
+        #expect(try GrantRules.reinstate("p1", nowMs: 13, in: ledger))
+        #expect(ledger.wallet(holder) == Wallet(balance: 50, owed: 0), "as if never refunded: 300 granted, 250 spent")
+        #expect(ledger.processed("p1")?.coinsGranted == 300)
+        #expect(try !GrantRules.reinstate("p1", nowMs: 14, in: ledger), "given back once")
+        #expect(ledger.wallet(holder) == Wallet(balance: 50, owed: 0) && ledger.invariantsHold)
+        // A whole refund after it takes back the whole grant.
+        #expect(try GrantRules.revoke("p1", reason: "refunded", nowMs: 15, in: ledger))
+        #expect(ledger.wallet(holder) == Wallet(balance: 0, owed: 250))
     }
 
     @Test func passesStackAndMoveUpWhenOneBeforeThemIsRefunded() throws {

@@ -80,7 +80,10 @@ final class InMemoryLedger: FulfillmentTransaction {
 
     var earlyRevocations: [String: String] = [:]
     func earlyRevocation(_ transactionId: String) -> String? { earlyRevocations[transactionId] }
+    var earlyRefundShares: [String: Int64] = [:]
+    func earlyRefundShare(_ transactionId: String) -> Int64? { earlyRefundShares[transactionId] }
     func forgetEarlyRevocation(_ transactionId: String) {
+        earlyRefundShares[transactionId] = nil
         earlyRevocations[transactionId] = nil
         if processedRows[transactionId] == nil { claims.remove(transactionId) }
     }

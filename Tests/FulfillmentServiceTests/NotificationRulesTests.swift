@@ -65,6 +65,26 @@ import Testing
         let reversal = NotificationRules.decide(Self.facts(.refundReversed, "REFUND_REVERSED", snapshot: valid), stored: revokedHere)
         #expect(reversal.effects == [.reinstate(transactionId: "t1")])
 
+        // A prorated refund took a share (100 of 300 left 200): its reversal, or Apple's word that it is valid, gives it back;
+        // an older notice without Apple's word does not.
+        var partly = NotificationRules.Stored(processed: Self.processed("t1"), owner: Self.alice)
+        partly.processed?.coinsGranted = 200
+        partly.grantedCoins = 300
+        #expect(
+            NotificationRules.decide(Self.facts(.refundReversed, "REFUND_REVERSED", snapshot: valid), stored: partly).effects
+                == [.reinstate(transactionId: "t1")])
+        #expect(
+            NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid, current: valid), stored: partly).effects
+                == [.reinstate(transactionId: "t1")])
+        #expect(
+            NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid), stored: partly).effects
+                == [Self.grant(valid)])
+        var prorated = Self.purchase("t2", cancelled: 40)
+        prorated.proratedRefundMilli = 33_333
+        #expect(
+            NotificationRules.decide(Self.facts(.refund, "REFUND", snapshot: prorated), stored: .init()).effects
+                == [.rememberEarlyRevocation(transactionId: "t2", reason: "refunded", refundShareMilli: 33_333)])
+
         // A refund notice when Apple says the refund was reversed meanwhile: granted, not revoked.
         let notice = NotificationRules.decide(
             Self.facts(.refund, "REFUND", snapshot: Self.purchase("t1", cancelled: 40), current: valid),
@@ -190,7 +210,7 @@ import Testing
         apple.quantity = 1
         let appleDecision = NotificationRules.decide(
             Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: apple, current: apple),
-            stored: .init(processed: Self.processed("t9"), owner: Self.alice, grantedCoins: 500))
+            stored: .init(processed: Self.processed("t9"), owner: Self.alice, grantedCoins: 100))
         #expect(appleDecision.effects == [Self.grant(apple)])
     }
 }

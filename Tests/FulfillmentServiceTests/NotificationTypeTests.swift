@@ -181,6 +181,19 @@ import Testing
             let refundedCopy = try WithoutAppStoreAPITests.signedTransaction(of: try #require(early.signedPayload))
             let late = try await suite.redeem(vi.session, signed: [refundedCopy])
             #expect(late.results.map(\.outcome) == [.granted] && late.balance == 400, "\(late.results)")
+            // Apple reverses the first refund: the pack it took comes back, once (before 2026-11-30, never).
+            let reversed = try await suite.simulator.call(
+                SimRefundDecision.self, .init(appleId: "vi@icloud", transactionId: packs.transactionId, event: .reverse))
+            #expect(try await Self.deliver(suite, [reversed.signedPayload, reversed.signedPayload]).map(\.state) == [.applied, .applied])
+            #expect(try await suite.balance(vi.session) == 500)
+            // A prorated REFUND remembered first, then the copy signed at the purchase (before the refund) redeemed: the
+            // remembered share is taken, not the whole grant (before 2026-11-30, all three packs).
+            let third = try await suite.buy("vi@icloud", "coins.100", quantity: 3, appAccountToken: vi.appAccountToken)
+            let remembered = try await suite.simulator.call(
+                SimRefund.self, .init(appleId: "vi@icloud", transactionId: third.transactionId, revocationPercentage: 66_667))
+            #expect(try await Self.deliver(suite, [remembered.signedPayload]).map(\.state) == [.applied])
+            let older = try await suite.redeem(vi.session, signed: [third.signedTransaction])
+            #expect(older.results.map(\.outcome) == [.granted] && older.balance == 600, "\(older.results)")
             #expect(try await suite.ledgerIsConsistent())
         }
     }

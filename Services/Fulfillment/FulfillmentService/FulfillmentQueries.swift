@@ -219,10 +219,13 @@ struct FulfillmentQueries {
     func duplicateLedgerEffects() throws -> [String] {
         var last: [String: String] = [:]
         var bad: [String] = []
-        // A partial refund's reversal (Google Play) takes part of a grant that stays granted: not a refund to alternate with.
+        // A partial refund's reversal (Google Play's units, Apple's prorated share) takes part of a grant that stays granted,
+        // and its reinstatement gives that part back: not a refund to alternate with.
         for row in try s.rows(
-            "SELECT transaction_id, kind FROM ledger WHERE kind IN ('reversal', 'reinstatement') AND (memo IS NULL OR memo NOT LIKE ?1) ORDER BY id",
-            GrantRules.partialRefundReason + ":%")
+            """
+            SELECT transaction_id, kind FROM ledger WHERE kind IN ('reversal', 'reinstatement')
+              AND (memo IS NULL OR (memo NOT LIKE ?1 AND memo NOT LIKE ?2)) ORDER BY id
+            """, GrantRules.partialRefundReason + ":%", GrantRules.partialRefundReversedReason + ":%")
         {
             let id: String = try row.get("transaction_id"), kind: String = try row.get("kind")
             let expected = last[id] == "reversal" ? "reinstatement" : "reversal"

@@ -204,6 +204,10 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.value("SELECT reason FROM early_revocation WHERE transaction_id = ?1", transactionId)
     }
 
+    func earlyRefundShare(_ transactionId: String) throws -> Int64? {
+        try s.value("SELECT refund_share_milli FROM early_revocation WHERE transaction_id = ?1", transactionId)
+    }
+
     /// Never sent alone (`run`: an attempt without a transaction runs again in one): at REPEATABLE READ or SERIALIZABLE,
     /// removing a row another transaction removed meanwhile fails (40001), which is what keeps a redeem and a refund
     /// reversal about one early refund from both deciding on it.

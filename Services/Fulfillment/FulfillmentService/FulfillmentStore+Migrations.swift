@@ -361,6 +361,10 @@ extension FulfillmentStore {
         m.registerMigration("v8-webhook-start") { db in
             try db.execute(sql: "ALTER TABLE webhook_endpoint ADD COLUMN start_snapshot TEXT")
         }
+        // 2026-11-30: the share of an Apple prorated refund remembered before the purchase's first redeem (NULL: the whole).
+        m.registerMigration("v9-early-refund-share") { db in
+            try db.execute(sql: "ALTER TABLE early_revocation ADD COLUMN refund_share_milli INTEGER")
+        }
         return m
     }
 }

@@ -29,6 +29,8 @@ public protocol FulfillmentTransaction {
     func markReinstated(_ transactionId: String) throws
     /// The reason of a refund or revocation Apple announced before this transaction was ever redeemed here.
     func earlyRevocation(_ transactionId: String) throws -> String?
+    /// The share (milliunits) of an Apple prorated refund remembered as an early revocation; nil for a whole one or none.
+    func earlyRefundShare(_ transactionId: String) throws -> Int64?
     /// An early revocation no longer needed: its redeem recorded the purchase revoked, or Apple reversed the refund before
     /// any redeem (then the transaction id's claim goes with it: nothing is decided about it here any more).
     func forgetEarlyRevocation(_ transactionId: String) throws
@@ -297,9 +299,13 @@ public enum GrantRules {
                     _ = try grant(p, rule: rule, holder: holder, firstOfOriginal: owner == nil, nowMs: nowMs, in: tx)
                 }
                 if p.finishableAtApple { recorded.append(p.transactionId) }
-                if case .coins = rule, let granted = try tx.processed(p.transactionId)?.coinsGranted, let keep = p.coinsKept(ofGrant: granted) {
-                    // A share refunded before the first redeem (REFUND_PRORATED, as this signed copy says, whether or not
-                    // its notification came first and was remembered): the rest is granted.
+                // A share refunded before the first redeem (REFUND_PRORATED): as this signed copy says, whether or not its
+                // notification came first and was remembered, else (a copy signed before the refund) as the remembered one says.
+                let share = p.cancellationDateMs != nil ? p.proratedRefundMilli : try early.flatMap { _ in try tx.earlyRefundShare(p.transactionId) }
+                if case .coins = rule, let granted = try tx.processed(p.transactionId)?.coinsGranted,
+                    let keep = VerifiedPurchase.coinsKept(ofGrant: granted, share: share)
+                {
+                    // The rest is granted.
                     _ = try takeBackRefundedUnits(p.transactionId, keepCoins: keep, nowMs: nowMs, in: tx)
                     if early != nil { try tx.forgetEarlyRevocation(p.transactionId) }
                     result(.granted)
@@ -428,51 +434,6 @@ public enum GrantRules {
         EntitlementRecord(
             environment: p.environment, originalTransactionId: p.originalTransactionId, holder: holder, entitlement: name,
             productId: p.productId, startsAtMs: startsAtMs, expiresAtMs: expiresAtMs)
-    }
-
-    /// A refund Apple reversed (REFUND_REVERSED): the transaction counts again. Coins come back in their own
-    /// `reinstatement` row: the debt the refund left that is still owed is forgiven, and the rest of the grant
-    /// is paid back (so the account ends as if the refund never happened); an entitlement the refund removed
-    /// is given back. False if the transaction is unknown or not revoked, or revoked by an administrator: a store's later
-    /// word (Apple's current state, a reversal of a refund that never was) does not undo a revocation for fraud.
-    public static func reinstate(_ transactionId: String, nowMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
-        guard let record = try tx.processed(transactionId) else {
-            // Reversed before it was ever redeemed: its early refund no longer holds.
-            guard try tx.earlyRevocation(transactionId) != nil else { return false }
-            try tx.forgetEarlyRevocation(transactionId)
-            return true
-        }
-        guard record.revokedAtMs != nil, !record.revokedByAdministrator else { return false }
-        try tx.markReinstated(transactionId)
-        let memo = "refund reversed: \(record.productId)"
-        if record.coinsGranted > 0 {
-            let forgiven = min(try tx.lastReversalDebt(transactionId) ?? 0, try tx.wallet(record.holder).owed)
-            try append(
-                record.holder, delta: record.coinsGranted - forgiven, kind: .reinstatement, environment: record.environment,
-                transactionId: transactionId, memo: memo, recovered: forgiven, nowMs: nowMs, in: tx)
-            try tx.event(.purchaseReinstated, record.holder, environment: record.environment, nowMs: nowMs) {
-                $0.about(record, transactionId, delta: record.coinsGranted - forgiven)
-                $0.recovered = forgiven > 0 ? forgiven : nil
-            }
-            return true
-        }
-        var given: EntitlementRecord?
-        if var entitlement = try tx.entitlement(original: record.originalTransactionId), entitlement.revokedAtMs != nil,
-            try !laterRevocationHeld(record, transactionId, in: tx)
-        {
-            entitlement.revokedAtMs = nil
-            try tx.updateEntitlement(entitlement)
-            given = entitlement
-        }
-        try append(
-            record.holder, delta: 0, kind: .reinstatement, environment: record.environment, transactionId: transactionId, memo: memo,
-            nowMs: nowMs, in: tx)
-        if let given {
-            try tx.event(.purchaseReinstated, about: given, holder: record.holder, nowMs: nowMs) { $0.transactionId = transactionId }
-        } else {
-            try tx.event(.purchaseReinstated, record.holder, environment: record.environment, nowMs: nowMs) { $0.about(record, transactionId) }
-        }
-        return true
     }
 
     /// Revokes one processed transaction, whatever environment it was recorded under: its coins are

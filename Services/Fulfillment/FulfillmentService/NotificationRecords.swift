@@ -10,7 +10,11 @@ extension FulfillmentRecords {
         if let purchase = facts.purchase, facts.disposition == .bringToAppleState {
             stored.processed = try processed(purchase.transactionId)
             stored.owner = try owner(original: purchase.originalTransactionId)
-            if purchase.proratedRefundMilli != nil || (purchase.play?.purchasedQuantity).map({ purchase.quantity < $0 }) == true {
+            // A share of a coin grant refunded (Apple's prorated refund, Google's refunded units), or a refund Apple may have
+            // reversed (its reversal, or its current state): what the grant gave decides what is taken or given back.
+            let partlyRefunded = purchase.proratedRefundMilli != nil || (purchase.play?.purchasedQuantity).map { purchase.quantity < $0 } == true
+            let mayReverse = purchase.play == nil && (facts.type == .refundReversed || facts.current != nil)
+            if partlyRefunded || mayReverse {
                 stored.grantedCoins = try grantedCoins(purchase.transactionId)
                 stored.grantedUnits = try s.value("SELECT units FROM processed_transaction WHERE transaction_id = ?1", purchase.transactionId)
             }
@@ -27,7 +31,8 @@ extension FulfillmentRecords {
         switch effect {
         case .keepRenewal(let state): _ = try keepRenewal(state, nowMs: nowMs)
         case .revoke(let transactionId, let reason): _ = try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: self)
-        case .rememberEarlyRevocation(let transactionId, let reason): try rememberEarlyRevocation(transactionId, reason: reason, nowMs: nowMs)
+        case .rememberEarlyRevocation(let transactionId, let reason, let share):
+            try rememberEarlyRevocation(transactionId, reason: reason, refundShareMilli: share, nowMs: nowMs)
         case .reinstate(let transactionId): _ = try GrantRules.reinstate(transactionId, nowMs: nowMs, in: self)
         case .grant(let purchase, let accountId, let scope, let rule, let appAccountToken):
             _ = try GrantRules.apply(
@@ -82,13 +87,13 @@ extension FulfillmentRecords {
     /// A refund or revocation of a purchase not redeemed here yet: its redeem records it refunded. The first decision about
     /// the transaction id here, so it claims it (`claim`), unless something already did (an earlier refund, or a refunded
     /// renewal this notification recorded): a redeem that commits meanwhile makes this one run again and revoke.
-    func rememberEarlyRevocation(_ transactionId: String, reason: String, nowMs: Int64) throws {
+    func rememberEarlyRevocation(_ transactionId: String, reason: String, refundShareMilli: Int64? = nil, nowMs: Int64) throws {
         let claimed: Int64? = try s.value("SELECT 1 FROM transaction_claim WHERE transaction_id = ?1", transactionId)
         if claimed == nil { try claim(transactionId) }
         try s.run(
             """
-            INSERT INTO early_revocation (transaction_id, reason, recorded_at_ms) VALUES (?1, ?2, ?3)
+            INSERT INTO early_revocation (transaction_id, reason, recorded_at_ms, refund_share_milli) VALUES (?1, ?2, ?3, ?4)
             ON CONFLICT (transaction_id) DO NOTHING
-            """, transactionId, reason, nowMs)
+            """, transactionId, reason, nowMs, refundShareMilli)
     }
 }

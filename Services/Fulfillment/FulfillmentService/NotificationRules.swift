@@ -87,7 +87,7 @@ public enum NotificationRules {
         case keepRenewal(RenewalState)
         case revoke(transactionId: String, reason: String)
         /// Remembered so that the redeem bringing the purchase records it refunded.
-        case rememberEarlyRevocation(transactionId: String, reason: String)
+        case rememberEarlyRevocation(transactionId: String, reason: String, refundShareMilli: Int64? = nil)
         /// A refund reversed: given back (or, never redeemed, its early revocation forgotten).
         case reinstate(transactionId: String)
         /// Recorded for its account as a redeem would (`GrantRules.apply`, `.refuse` transfers).
@@ -202,13 +202,21 @@ public enum NotificationRules {
             if purchase.transactionId != purchase.originalTransactionId, stored.owner != nil, let grant = grant(purchase, facts, stored) {
                 decision.effects.append(grant)
             }
-            decision.effects.append(.rememberEarlyRevocation(transactionId: purchase.transactionId, reason: reason))
+            decision.effects.append(
+                .rememberEarlyRevocation(transactionId: purchase.transactionId, reason: reason, refundShareMilli: purchase.proratedRefundMilli))
             return
         }
         if let processed = stored.processed, let bought = purchase.play?.purchasedQuantity, purchase.quantity < bought,
             processed.revokedAtMs == nil
         {
             partialRefund(purchase, processed, bought: bought, stored, &decision)
+            return
+        }
+        if let processed = stored.processed, reinstates, purchase.play == nil, processed.revokedAtMs == nil,
+            let granted = stored.grantedCoins, processed.coinsGranted < granted
+        {
+            // Apple reversed a prorated refund (no revocation any more): the share it took back is given back, once.
+            decision.effects.append(.reinstate(transactionId: purchase.transactionId))
             return
         }
         if let processed = stored.processed, processed.revokedAtMs != nil {

@@ -150,30 +150,4 @@ extension GrantRules {
         }
         return packages
     }
-
-    /// The memo's start of a partial refund's reversal (`duplicateLedgerEffects` tells them from whole refunds by it).
-    static let partialRefundReason = "partially refunded"
-
-    /// Takes back what a transaction granted beyond `keepCoins` (Google refunded some of its units), as a refund takes back:
-    /// what was spent is owed. The transaction stays granted, with `keepCoins` left for a later refund to take. False when
-    /// there is nothing (more) to take.
-    public static func takeBackRefundedUnits(_ transactionId: String, keepCoins: Int64, nowMs: Int64, in tx: some FulfillmentTransaction) throws
-        -> Bool
-    {
-        guard let record = try tx.processed(transactionId), record.revokedAtMs == nil, keepCoins >= 0, record.coinsGranted > keepCoins else {
-            return false
-        }
-        let amount = record.coinsGranted - keepCoins
-        try tx.setCoinsGranted(transactionId, coins: keepCoins)
-        let taken = min(try tx.wallet(record.holder).balance, amount)
-        try append(
-            record.holder, delta: -taken, kind: .reversal, environment: record.environment, transactionId: transactionId,
-            memo: "\(partialRefundReason): \(record.productId)", debt: amount - taken, nowMs: nowMs, in: tx)
-        try tx.event(.purchaseRefunded, record.holder, environment: record.environment, nowMs: nowMs) {
-            $0.about(record, transactionId, delta: -taken)
-            $0.debt = amount > taken ? amount - taken : nil
-            $0.reason = partialRefundReason
-        }
-        return true
-    }
 }

@@ -386,5 +386,7 @@ extension PostgresFulfillmentStore {
         // 2026-11-30: where a new endpoint's feed starts (`WebhookRecords.insert`): the add's snapshot, so an event of a
         // transaction still running at the add is given to it when it commits, and one committed before is not.
         PostgresMigration("v14-webhook-start", "ALTER TABLE webhook_endpoint ADD COLUMN start_snapshot TEXT;"),
+        // 2026-11-30: the share of an Apple prorated refund remembered before the purchase's first redeem (NULL: the whole).
+        PostgresMigration("v15-early-refund-share", "ALTER TABLE early_revocation ADD COLUMN refund_share_milli BIGINT;"),
     ]
 }

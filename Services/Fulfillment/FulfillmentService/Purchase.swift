@@ -95,8 +95,11 @@ public struct VerifiedPurchase: Sendable, Equatable {
 
     /// Coins a prorated refund leaves of a grant of `granted`: the refunded share taken back, rounded to the nearest coin
     /// (Apple rounds the share to three decimals: one of three units is 33.333%). Nil for a refund of the whole.
-    func coinsKept(ofGrant granted: Int64) -> Int64? {
-        guard let share = proratedRefundMilli, granted > 0 else { return nil }
+    func coinsKept(ofGrant granted: Int64) -> Int64? { Self.coinsKept(ofGrant: granted, share: proratedRefundMilli) }
+
+    /// Coins a refund of `share` milliunits (nil: the whole, answered nil) leaves of a grant of `granted`.
+    static func coinsKept(ofGrant granted: Int64, share: Int64?) -> Int64? {
+        guard let share, granted > 0 else { return nil }
         let taken = (granted * share + 50_000) / 100_000  // coins are at most 10^9 a unit (`CoinLimits`): no overflow
         return max(0, granted - taken)
     }
