@@ -303,6 +303,16 @@ import Testing
             #expect(try await iap("revoke", again.transactionId, "--reason", "chargeback").status == 0)
             #expect(try await iap("ledger", "--json").decode(FulfillmentListLedger.Result.self).entries.last?.kind == .reversal)
             #expect(try await iap("revoke", "no-such-transaction", "--reason", "x").status == 1)
+            // A prorated refund (REFUND_PRORATED): one pack of three comes back.
+            let packs = try await iap("sim", "buy", "coins.100", "--quantity", "3", "--apple-id", "carol@icloud", "--json").decode(
+                SimPurchase.Result.self)
+            #expect(try await iap("redeem", "--signed-transaction", packs.signedTransaction).status == 0)
+            let before = try await iap("balance", "--json").decode(BalanceResult.self).balance
+            let third = try await iap(
+                "sim", "refund", packs.transactionId, "--apple-id", "carol@icloud", "--revocation-percentage", "33333", "--json")
+            #expect(try await iap("apply-notification", try #require(try third.decode(SimRefund.Result.self).signedPayload)).status == 0)
+            #expect(try await iap("balance", "--json").decode(BalanceResult.self).balance == before - 100)
+            #expect(try await iap("sim", "refund", packs.transactionId, "--revocation-percentage", "100000").status != 0)
 
             // By transaction id: the server fetches the purchase from Apple (the simulator's App Store Server API).
             let me = try await iap("accounts", "whoami", "--json").decode(AuthenticatedAccount.self)

@@ -381,7 +381,7 @@ struct InternalTokenOption: ParsableArguments {
     @Option(name: .customLong("internal-token"), help: "Internal token (default: IAP_INTERNAL_TOKEN, else data/internal-token).")
     var internalToken: String?
     func resolved() throws -> String {
-        guard let token = resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
+        guard let token = try resolveToken(internalToken, env: "IAP_INTERNAL_TOKEN", file: "internal-token") else {
             throw ValidationError("no internal token: pass --internal-token or set IAP_INTERNAL_TOKEN")
         }
         return token

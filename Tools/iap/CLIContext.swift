@@ -250,18 +250,21 @@ struct AdminTokenOption: ParsableArguments {
     @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else data/admin-token).")
     var adminToken: String?
     func resolved() throws -> String {
-        guard let token = resolveAdminToken(adminToken) else { throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN") }
+        guard let token = try resolveAdminToken(adminToken) else {
+            throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
+        }
         return token
     }
 }
 
-func resolveAdminToken(_ flag: String?) -> String? { resolveToken(flag, env: "IAP_ADMIN_TOKEN", file: "admin-token") }
+func resolveAdminToken(_ flag: String?) throws -> String? { try resolveToken(flag, env: "IAP_ADMIN_TOKEN", file: "admin-token") }
 
 /// A token: the flag, else the environment variable (or the file `<NAME>_FILE` names, as the services read it), else the
-/// file compose/up.sh keeps in the data directory.
-func resolveToken(_ flag: String?, env: String, file: String) -> String? {
+/// file compose/up.sh keeps in the data directory. A `<NAME>_FILE` that cannot be read, or set beside `<NAME>`, is an error:
+/// never a silent fall back to another token (before 2026-11-30 it fell back to the data directory's).
+func resolveToken(_ flag: String?, env: String, file: String) throws -> String? {
     if let flag { return flag }
-    if let value = (try? Environment.fromEnvironment(env, ProcessInfo.processInfo.environment)) ?? nil, !value.isEmpty { return value }
+    if let value = try Environment.fromEnvironment(env, ProcessInfo.processInfo.environment), !value.isEmpty { return value }
     let dir = Environment.value("IAP_DATA_DIR") ?? "data"
     return (try? String(contentsOfFile: dir + "/" + file, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
 }

@@ -89,7 +89,7 @@ struct CatalogCommand: AsyncParsableCommand {
         @Option(name: .customLong("admin-token"), help: "Admin token (default: IAP_ADMIN_TOKEN, else $IAP_DATA_DIR/admin-token or data/admin-token).")
         var adminToken: String?
         func token() throws -> String {
-            guard let token = resolveAdminToken(adminToken) else {
+            guard let token = try resolveAdminToken(adminToken) else {
                 throw ValidationError("no admin token: pass --admin-token or set IAP_ADMIN_TOKEN")
             }
             return token

@@ -125,7 +125,7 @@ struct DemoCommand: AsyncParsableCommand {
             guard status == 200 else { fail("the edge's webhook answered HTTP \(status)", exit: ExitCodes.refused) }
             print("POST \(edge.base)/v1/notifications/appstore: HTTP \(status) (recorded and applied)")
         } else {
-            let token = resolveToken(nil, env: "IAP_INTERNAL_TOKEN", file: "internal-token")
+            let token = try resolveToken(nil, env: "IAP_INTERNAL_TOKEN", file: "internal-token")
             let (applied, _) = await call.call(
                 .fulfillment, FulfillmentApplyNotification.self, .init(signedPayload: payload, internalToken: token))
             print("notification applied: \(applied.applied)")

@@ -124,9 +124,15 @@ struct SimCommand: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Refund a transaction (sets its cancellation date).")
         @OptionGroup var common: Common
         @Argument(help: "Transaction id.") var transactionId: String
+        @Option(
+            name: .customLong("revocation-percentage"),
+            help: "A prorated refund: the share refunded in milliunits, 1-99999 (33333 is a third; default: the whole).")
+        var revocationPercentage: Int?
         func run() async throws {
-            try await SimCommand.run(SimRefund.self, .init(appleId: common.appleId, transactionId: transactionId), common) { _ in
-                "refunded \(transactionId)"
+            try await SimCommand.run(
+                SimRefund.self, .init(appleId: common.appleId, transactionId: transactionId, revocationPercentage: revocationPercentage), common
+            ) { _ in
+                revocationPercentage.map { "refunded \(Double($0) / 1000)% of \(transactionId)" } ?? "refunded \(transactionId)"
             }
         }
     }
@@ -379,6 +385,8 @@ extension SimCommand {
         @Argument(help: "Any transaction id of the purchase.") var transactionId: String
         @Argument(help: "The event (see above).") var event: String
         @Argument(help: "upgrade and downgrade: the plan's product id.") var productId: String?
+        @Option(name: .customLong("period-days"), help: "upgrade: the new plan's period in days (default: its product's, else 30).")
+        var periodDays: Int?
         @OptionGroup var common: Common
         func validate() throws {
             guard SimLifecycleEventKind(rawValue: event) != nil else {
@@ -388,7 +396,9 @@ extension SimCommand {
         func run() async throws {
             try await SimCommand.run(
                 SimLifecycleEvent.self,
-                .init(appleId: common.appleId, transactionId: transactionId, event: SimLifecycleEventKind(rawValue: event)!, productId: productId),
+                .init(
+                    appleId: common.appleId, transactionId: transactionId, event: SimLifecycleEventKind(rawValue: event)!, productId: productId,
+                    subscriptionPeriodDays: periodDays),
                 common
             ) { $0.signedPayload == nil ? "\(event): noted (its notification comes at the period's end)" : "\(event): notification sent" }
         }
