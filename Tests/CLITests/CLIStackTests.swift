@@ -311,7 +311,8 @@ import Testing
             let third = try await iap(
                 "sim", "refund", packs.transactionId, "--apple-id", "carol@icloud", "--revocation-percentage", "33333", "--json")
             #expect(try await iap("apply-notification", try #require(try third.decode(SimRefund.Result.self).signedPayload)).status == 0)
-            #expect(try await iap("balance", "--json").decode(BalanceResult.self).balance == before - 100)
+            let kept = try await iap("balance", "--json").decode(BalanceResult.self).balance
+            #expect(kept == before - 100)
             #expect(try await iap("sim", "refund", packs.transactionId, "--revocation-percentage", "100000").status != 0)
 
             // By transaction id: the server fetches the purchase from Apple (the simulator's App Store Server API).
@@ -327,7 +328,7 @@ import Testing
             let history = try await iap("appstore", "history", byId.transactionId, "--internal-token", SuiteFixture.internalToken, "--json")
                 .decode(VerificationTransactionHistory.Result.self)
             #expect(history.transactions.contains { $0.transaction?["transactionId"]?.stringValue == byId.transactionId })
-            #expect(try await iap("restore", "--transaction-id", byId.transactionId, "--json").decode(RedeemResult.self).balance == 100)
+            #expect(try await iap("restore", "--transaction-id", byId.transactionId, "--json").decode(RedeemResult.self).balance == kept + 100)
             // Support: the order id on the customer's emailed receipt finds the purchase.
             let order = try await iap("appstore", "order", byId.orderId ?? "", "--internal-token", SuiteFixture.internalToken, "--json")
                 .decode(VerificationTransactionHistory.Result.self)
@@ -407,6 +408,15 @@ import Testing
             let testStatus = try await iap(
                 "appstore", "test-notification", "--status", requested.testNotificationToken, "--internal-token", SuiteFixture.internalToken)
             #expect(testStatus.status == 0 && testStatus.stdout.contains("TEST notification"), "\(testStatus.stdout)\(testStatus.stderr)")
+            // A yearly plan upgraded to a weekly one renews within eight days (the upgrade's own period).
+            let yearly = try await iap(
+                "sim", "buy", "sub.basic", "--type", "autoRenewable", "--period-days", "365", "--apple-id", "dave@icloud", "--json"
+            )
+            .decode(SimPurchase.Result.self)
+            let upgraded = try await iap(
+                "sim", "event", yearly.transactionId, "upgrade", "sub.premium", "--period-days", "7", "--apple-id", "dave@icloud")
+            #expect(upgraded.status == 0, "\(upgraded.stderr)")
+            #expect(try await iap("sim", "advance-clock", "--days", "8", "--json").decode(SimAdvanceClock.Result.self).renewals >= 1)
         }
     }
 

@@ -23,5 +23,11 @@ import Testing
             #expect(run.status == 64, "\(args): exit \(run.status), \(run.stderr)")
             #expect(run.stderr.contains("\(env): cannot read \(missing)"), "\(run.stderr)")
         }
+        // Both the token and its file: which one was meant is not guessed.
+        var both = base
+        both["IAP_ADMIN_TOKEN"] = "a-token-set-in-the-environment-0123456789"
+        both["IAP_ADMIN_TOKEN_FILE"] = dir.appendingPathComponent("admin-token").path
+        let run = try await CLIStackTests.iap(["admin", "reconcile"], env: both)
+        #expect(run.status == 64 && run.stderr.contains("set IAP_ADMIN_TOKEN or IAP_ADMIN_TOKEN_FILE, not both"), "\(run.stderr)")
     }
 }

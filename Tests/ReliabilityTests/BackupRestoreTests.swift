@@ -60,6 +60,15 @@ import Testing
         #expect(try await balance() == 100)
         #expect(try await spend("after-backup") == 70, "the spend made after the backup is gone: its key applies anew")
         await service.kill()
+        guard engine.isEmpty else { return }
+        // Restored onto a new host (a directory that does not exist yet): owner-only before any service starts.
+        let fresh = suite.directory.appendingPathComponent("new-host/data")
+        let onNewHost = try await iap(["admin", "restore", "--from", backupDir.path, "--data-dir", fresh.path], env: stopped)
+        #expect(onNewHost.status == 0, "\(onNewHost.stderr)")
+        for path in [fresh.path] + (try FileManager.default.contentsOfDirectory(atPath: fresh.path)).map({ fresh.appendingPathComponent($0).path }) {
+            let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+            #expect(mode.map { $0 & 0o077 } == 0, "\(path) is open to others: \(String(mode ?? 0, radix: 8))")
+        }
     }
 
     @Test func onSQLite() async throws {

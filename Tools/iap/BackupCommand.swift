@@ -92,7 +92,10 @@ struct DataRestoreCommand: AsyncParsableCommand {
         let data = URL(fileURLWithPath: dataDir ?? Environment.value("IAP_DATA_DIR") ?? "data", isDirectory: true)
         let found = SuiteBackup.files.filter { FileManager.default.fileExists(atPath: from.appendingPathComponent($0).path) }
         guard !found.isEmpty else { fail("no backup in \(from.path)", exit: ExitCodes.usage) }
-        try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
+        // Owner-only, as the services keep them (`PrivateFiles`): password and session-token hashes are in them.
+        try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let previousMask = umask(0o077)
+        defer { umask(previousMask) }
         for name in found {
             let backup = try DatabaseQueue(path: from.appendingPathComponent(name).path)
             let live = try DatabaseQueue(path: data.appendingPathComponent(name).path)

@@ -54,6 +54,8 @@ struct SimCommand: AsyncParsableCommand {
         @Option(help: "What the customer paid, e.g. 0.99 with --currency USD: into the signed transaction as Apple's price (milliunits).")
         var price: String?
         @Option(help: "ISO 4217 currency of --price, e.g. USD.") var currency: String?
+        @Option(name: .customLong("period-days"), help: "autoRenewable: the period in days (default: the product's, else 30).")
+        var periodDays: Int?
 
         func validate() throws {
             guard (price == nil) == (currency == nil) else { throw ValidationError("--price and --currency go together") }
@@ -84,7 +86,7 @@ struct SimCommand: AsyncParsableCommand {
                 .init(
                     appleId: common.appleId, bundleId: common.bundleId, productId: productId,
                     productType: productType, quantity: quantity,
-                    deviceIdentifier: deviceIdentifier, appAccountToken: appAccountToken,
+                    deviceIdentifier: deviceIdentifier, appAccountToken: appAccountToken, subscriptionPeriodDays: periodDays,
                     environment: common.simEnvironment, offer: promotional, price: milliunits, currency: currency),
                 common
             ) {
