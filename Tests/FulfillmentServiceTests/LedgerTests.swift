@@ -136,7 +136,8 @@ import Testing
                     adminToken: SuiteFixture.adminToken, transactionId: txid,
                     reason: "chargeback"))
             #expect(try await suite.ledger(alice.session).map(\.kind) == [.grant, .reversal])
-            #expect(try await suite.ledger(alice.session).last?.memo == "chargeback: coins.100")
+            // The customer reads their ledger: the administrator's reason (an internal note, perhaps) is not in it.
+            #expect(try await suite.ledger(alice.session).last?.memo == "revoked by support: coins.100")
             let unknown = await rpcError {
                 try await suite.fulfillment.call(
                     FulfillmentRevokeTransaction.self,

@@ -180,6 +180,8 @@ public enum GrantRules {
     /// The reasons a store's refund or revocation is recorded with; any other is an administrator's (`revokeTransaction`
     /// refuses these two as its reason).
     public static let storeRevocationReasons: Set<String> = ["refunded", "revoked"]
+    /// The ledger memo's start for an administrator's revocation, whatever its reason.
+    static let administratorRevocationMemo = "revoked by support"
 
     /// Records and grants every purchase; answers what was done and the `answerScope`'s state.
     /// `appAccountToken` is the account's own: a StoreKit 2 purchase made with another belongs to another account.
@@ -442,7 +444,9 @@ public enum GrantRules {
     public static func revoke(_ transactionId: String, reason: String, nowMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
         guard let record = try tx.processed(transactionId), record.revokedAtMs == nil else { return false }
         try tx.markRevoked(transactionId, reason: reason, nowMs: nowMs)
-        let memo = "\(reason): \(record.productId)"
+        // The customer reads the memo (`listLedger`): an administrator's reason, perhaps an internal note, stays in the audit
+        // log, the record and the event (before 2026-11-30 it was the memo).
+        let memo = "\(storeRevocationReasons.contains(reason) ? reason : administratorRevocationMemo): \(record.productId)"
         let type: FulfillmentEventType = reason == "refunded" ? .purchaseRefunded : .purchaseRevoked
         if record.coinsGranted > 0 {
             // Whatever was spent of it is owed, never dropped: later grants repay it first.
