@@ -24,6 +24,13 @@ public enum PlayBillingPeriod: String, Codable, Sendable, JSONSchemaEnum {
     case P1W, P1M, P3M, P6M, P1Y
 }
 
+/// How a plan change replaces the plan it links (BillingClient's SubscriptionProductReplacementParams.ReplacementMode):
+/// `CHARGE_FULL_PRICE` takes effect now with a full period of the new plan; `DEFERRED` issues the new purchase now, and the
+/// new plan takes effect when the old item expires.
+public enum PlayReplacementMode: String, Codable, Sendable, JSONSchemaEnum {
+    case CHARGE_FULL_PRICE, DEFERRED
+}
+
 /// Google's two kinds of product (BillingClient.ProductType).
 public enum PlayProductType: String, Codable, Sendable, JSONSchemaEnum {
     case inapp, subs
@@ -51,6 +58,8 @@ public enum PlayPurchaseProduct: RPCMethod {
         public var testPurchase: Bool?
         /// A subscription replacing (upgrading, downgrading, re-signing up to) this purchase token of the same package.
         public var linkedPurchaseToken: String?
+        /// With `linkedPurchaseToken`: when the new plan takes effect (default CHARGE_FULL_PRICE, at once).
+        public var replacementMode: PlayReplacementMode?
         /// ISO 3166-1 alpha-2 (default US).
         public var regionCode: String?
         /// Price in micros of `currency` (defaults 990000 and USD).
@@ -65,7 +74,7 @@ public enum PlayPurchaseProduct: RPCMethod {
             obfuscatedExternalAccountId: String? = nil, obfuscatedExternalProfileId: String? = nil, quantity: Int? = nil,
             testPurchase: Bool? = nil, productType: PlayProductType? = nil,
             linkedPurchaseToken: String? = nil, regionCode: String? = nil, priceMicros: Int64? = nil, currency: String? = nil,
-            gracePeriodDays: Int? = nil, accountHoldDays: Int? = nil
+            gracePeriodDays: Int? = nil, accountHoldDays: Int? = nil, replacementMode: PlayReplacementMode? = nil
         ) {
             self.packageName = packageName
             self.productId = productId
@@ -83,6 +92,7 @@ public enum PlayPurchaseProduct: RPCMethod {
             self.currency = currency
             self.gracePeriodDays = gracePeriodDays
             self.accountHoldDays = accountHoldDays
+            self.replacementMode = replacementMode
         }
     }
     public typealias Result = PlayPurchaseState

@@ -131,6 +131,40 @@ import Testing
         }
     }
 
+    /// A DEFERRED downgrade: Google issues the new purchase at once, carrying the premium plan to its paid end (the Purchase
+    /// the app gets lists premium), and switches it to basic then (a renewal, its first charge). Before 2026-11-30 the token
+    /// was read by the product the app named, else its first item: named basic (no expiry yet), the rest of the paid premium
+    /// period was lost; the sweep after the switch could read the old item.
+    @Test func aDeferredDowngradeKeepsThePaidPlanToItsEndThenSwitches() async throws {
+        try await SuiteFixture.with(play: true) { suite in
+            let play = try #require(suite.play)
+            let ann = try await suite.register("ann")
+            let (premium, paidEnd) = try await Self.subscribe(suite, play, ann)
+            let basic = try await play.upgrade(to: "sub.basic", accountToken: ann.appAccountToken, replacing: premium, mode: .DEFERRED)
+            #expect(try await play.purchase(premium).state == "expired" && basic.productId == "sub.premium")
+            // Named by the plan to come, which holds nothing yet: refused, and the paid plan stays where it was.
+            let early = try await Self.redeem(suite, ann.session, [.init(productId: "sub.basic", purchaseToken: basic.purchaseToken)])
+            #expect(early.results.map(\.outcome) == [.rejected] && early.entitlements.map(\.expiresAtMs) == [paidEnd], "\(early)")
+            let redeemed = try await Self.redeem(suite, ann.session, [.init(productId: "sub.premium", purchaseToken: basic.purchaseToken)])
+            #expect(redeemed.results.map(\.outcome) == [.granted], "\(redeemed.results)")
+            suite.clock.advance(ms: max(1_000, ServiceClock.system.nowMs - suite.clock.clock.nowMs + 1_000))
+            var held = try await suite.entitlements(ann.session)
+            #expect(held.map(\.entitlement) == ["premium"] && held.first?.expiresAtMs == paidEnd, "the paid period, on the new token: \(held)")
+            #expect(held.first?.originalTransactionId == basic.purchaseToken)
+            _ = try await suite.service.outbox.deliverOutbox()
+            #expect(try await play.purchase(basic.purchaseToken).acknowledged, "acknowledged in time: Google does not refund it")
+            // The paid period ends: Google starts basic on the same token (a renewal) and nobody here heard; the sweep asks.
+            try await Self.advance(suite, play, days: 31)
+            #expect(try await play.purchase(basic.purchaseToken).productId == "sub.basic")
+            #expect(try await Self.sweep(suite).playSubscriptionsUpdated == 1)
+            held = try await suite.entitlements(ann.session)
+            #expect(held.map(\.entitlement) == ["basic"] && (held.first?.expiresAtMs ?? 0) > paidEnd + 29 * 86_400_000, "\(held)")
+            let again = try await Self.redeem(suite, ann.session, [.init(productId: "sub.basic", purchaseToken: basic.purchaseToken)])
+            #expect(again.entitlements.map(\.entitlement) == ["basic"], "\(again.entitlements)")
+            #expect(try await suite.store.ledgerMismatches().isEmpty)
+        }
+    }
+
     @Test func aPurchaseGoogleRevokedIsNotGrantedAndConcurrentRedeemsGrantOnce() async throws {
         // Twenty-one calls to Google from one account: more than the default budget of calls to the stores.
         try await SuiteFixture.with(configure: { $0.appleCallBurst = 100 }, play: true) { suite in

@@ -315,6 +315,32 @@ def main():
     check("DeveloperNotifications of each kind, Google's numbers", expected <= kinds and "malformed" not in kinds,
           f"missing {sorted(expected - kinds, key=str)}; extra {sorted(kinds - expected, key=str)}")
 
+    # Last (it moves the clock a month): a DEFERRED plan change, as Google's subscriptions page shows it: the new purchase token at once, listing the replaced
+    # plan's item (not renewing, its expiry, deferredItemReplacement naming the new product) and the new plan's (no expiry
+    # yet); the old token expired. At that expiry the new plan takes over on the same token, the replaced item's end past.
+    base = sim("play.purchase", packageName=pkg, productId="premium.plus", basePlanId="monthly")
+    purchases.subscriptions().acknowledge(packageName=pkg, subscriptionId="premium.plus", token=base["purchaseToken"], body={}).execute()
+    deferred = sim("play.purchase", packageName=pkg, productId="premium", basePlanId="monthly", linkedPurchaseToken=base["purchaseToken"],
+                   replacementMode="DEFERRED")
+    s = purchases.subscriptionsv2().get(packageName=pkg, token=deferred["purchaseToken"]).execute()
+    old = purchases.subscriptionsv2().get(packageName=pkg, token=base["purchaseToken"]).execute()
+    items = {i["productId"]: i for i in s.get("lineItems", [])}
+    check("a DEFERRED change: the replaced plan's item (deferredItemReplacement) and the new one's without expiry; the old token expired",
+          len(s["lineItems"]) == 2 and set(items) == {"premium.plus", "premium"}
+          and items["premium.plus"].get("deferredItemReplacement", {}).get("productId") == "premium"
+          and items["premium.plus"]["autoRenewingPlan"]["autoRenewEnabled"] is False and "expiryTime" in items["premium.plus"]
+          and "expiryTime" not in items["premium"] and s.get("linkedPurchaseToken") == base["purchaseToken"]
+          and old["subscriptionState"] == "SUBSCRIPTION_STATE_EXPIRED", json.dumps([s, old]))
+    attempt("subscriptions.acknowledge (a DEFERRED change's token)", lambda: purchases.subscriptions().acknowledge(
+        packageName=pkg, subscriptionId="premium.plus", token=deferred["purchaseToken"], body={}).execute())
+    sim("play.advanceClock", seconds=30 * 86400 + 1)
+    s = purchases.subscriptionsv2().get(packageName=pkg, token=deferred["purchaseToken"]).execute()
+    items = {i["productId"]: i for i in s.get("lineItems", [])}
+    check("the DEFERRED switch: the new plan's item runs, the replaced one's ended",
+          s["subscriptionState"] == "SUBSCRIPTION_STATE_ACTIVE" and set(items) == {"premium.plus", "premium"}
+          and items["premium"].get("expiryTime", "") > items["premium.plus"]["expiryTime"]
+          and "deferredItemReplacement" not in items["premium.plus"] and items["premium"].get("latestSuccessfulOrderId"), json.dumps(s))
+
     failures = sum(1 for _, ok in results if not ok)
     print(f"play-judge: {len(results)} checks, {failures} failures")
     sys.exit(1 if failures else 0)

@@ -79,14 +79,15 @@ public struct PlayStand: Sendable {
 
     /// Moves to another subscription on the phone: a new purchase of `productId` linked to the one it replaces (Google's
     /// upgrade or downgrade), made as the account whose appAccountToken is given.
-    public func upgrade(to productId: String, accountToken: String?, replacing purchaseToken: String, basePlanId: String = "monthly")
-        async throws -> PlayPurchaseState
-    {
+    public func upgrade(
+        to productId: String, accountToken: String?, replacing purchaseToken: String, basePlanId: String = "monthly",
+        mode: PlayReplacementMode? = nil
+    ) async throws -> PlayPurchaseState {
         try await client.call(
             PlayPurchaseProduct.self,
             .init(
                 packageName: Self.packageName, productId: productId, basePlanId: basePlanId, obfuscatedExternalAccountId: accountToken,
-                linkedPurchaseToken: purchaseToken))
+                linkedPurchaseToken: purchaseToken, replacementMode: mode))
     }
 
     /// Pushes go to `url` (the edge's Google Play route), with the audience verification expects unless another is given.

@@ -58,12 +58,17 @@ struct PlayCommand: AsyncParsableCommand {
         @Flag(help: "A license tester's purchase (accelerated periods, five-minute acknowledgement window).") var test = false
         @Option(name: .customLong("replacing"), help: "The purchase token of the subscription this one replaces (linkedPurchaseToken).")
         var replacing: String?
+        @Option(
+            name: .customLong("replacement-mode"),
+            help: "With --replacing: CHARGE_FULL_PRICE (at once, the default) or DEFERRED (the new plan when the old one's period ends).")
+        var replacementMode: PlayReplacementMode?
         func run() async throws {
             try await PlayCommand.run(
                 PlayPurchaseProduct.self,
                 .init(
                     packageName: packageName, productId: productId, basePlanId: basePlanId, billingPeriod: period,
-                    obfuscatedExternalAccountId: accountId, quantity: quantity, testPurchase: test, linkedPurchaseToken: replacing), common,
+                    obfuscatedExternalAccountId: accountId, quantity: quantity, testPurchase: test, linkedPurchaseToken: replacing,
+                    replacementMode: replacementMode), common,
                 human: PlayCommand.describe)
         }
     }
@@ -176,6 +181,7 @@ extension PlayCommand {
 
 extension PlayFaultMode: ExpressibleByArgument {}
 extension PlayBillingPeriod: ExpressibleByArgument {}
+extension PlayReplacementMode: ExpressibleByArgument {}
 extension PlaySubscriptionAction: ExpressibleByArgument {}
 extension PlayVoidSource: ExpressibleByArgument {}
 extension PlayVoidReason: ExpressibleByArgument {}

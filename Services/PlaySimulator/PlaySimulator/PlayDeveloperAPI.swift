@@ -128,7 +128,11 @@ public final class PlayDeveloperAPI: Sendable {
                 let (token, action) = try Self.split(context.parameters.get("token") ?? "")
                 guard action == "acknowledge" else { throw APIError.notFound("Method not found.") }
                 var s = try self.subscription(token, context, db: db)
-                guard s.productId == context.parameters.get("subscriptionId") else { throw APIError.invalid("Invalid Value", reason: "invalid") }
+                // Any of the purchase's items names it (a DEFERRED replacement's lists the replaced plan's and the new one's).
+                let named = context.parameters.get("subscriptionId")
+                guard [s.productId, s.deferred?.productId, s.replacedItem?.productId].contains(named) else {
+                    throw APIError.invalid("Invalid Value", reason: "invalid")
+                }
                 guard s.state != .expired else { throw APIError.invalidState }
                 s.acknowledged = true
                 if let payload = Self.object(body)?["developerPayload"] as? String { s.developerPayload = payload }

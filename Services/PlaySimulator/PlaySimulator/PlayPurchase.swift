@@ -50,6 +50,11 @@ struct PlayPurchase: Codable, Sendable, Equatable {
     /// A pause asked for, starting at the next renewal, for this long.
     var pendingPauseMs: Int64?
     var pausedUntilMs: Int64?
+    /// A DEFERRED replacement's plan: its line item waits (no expiry) until the current one, the replaced plan's, ends;
+    /// then it takes over as a renewal, its first charge (`advance`).
+    var deferred: PlayPlanItem?
+    /// The replaced plan's line item after a DEFERRED replacement took over: still listed, expired.
+    var replacedItem: PlayPlanItem?
 
     /// Every order of the purchase, oldest first.
     var orderIds: [String] { [orderId] + (0..<max(renewals, 0)).map { "\(orderId)..\($0)" } }
@@ -81,6 +86,19 @@ struct PlayPurchase: Codable, Sendable, Equatable {
 
     func encoded() throws -> String { String(decoding: try JSONEncoder().encode(self), as: UTF8.self) }
     static func decode(_ body: String) throws -> PlayPurchase { try JSONDecoder().decode(PlayPurchase.self, from: Data(body.utf8)) }
+}
+
+/// A subscription line item other than the purchase's current one (a DEFERRED replacement's waiting plan, or the plan it
+/// took over from).
+struct PlayPlanItem: Codable, Sendable, Equatable {
+    var productId: String
+    var basePlanId: String?
+    var offerId: String?
+    var periodMs: Int64
+    var priceMicros: Int64
+    /// The replaced item's: when it ended, and its last order.
+    var expiryTimeMs: Int64?
+    var latestOrderId: String?
 }
 
 /// SubscriptionPurchaseV2's `subscriptionState` (pending purchases are not simulated).
@@ -135,6 +153,17 @@ extension PlayPurchase {
             }
             switch state {
             case .active, .canceled:
+                if autoRenewing, let next = deferred {
+                    // A DEFERRED replacement's plan takes over as the replaced one's item ends: the renewal below is its
+                    // first period and charge; the replaced item stays listed, expired.
+                    replacedItem = PlayPlanItem(
+                        productId: productId, basePlanId: basePlanId, offerId: offerId, periodMs: periodMs, priceMicros: priceMicros,
+                        expiryTimeMs: due, latestOrderId: latestOrderId)
+                    (productId, basePlanId, offerId, periodMs, priceMicros) = (
+                        next.productId, next.basePlanId, next.offerId, next.periodMs, next.priceMicros
+                    )
+                    deferred = nil
+                }
                 if !autoRenewing || (test && renewals >= playTestRenewalLimit) {
                     state = .expired
                     autoRenewing = false

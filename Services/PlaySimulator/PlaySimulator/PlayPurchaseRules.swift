@@ -28,6 +28,10 @@ enum PlayPurchaseRules {
                 "a subscription (productType subs) names its basePlanId; a one-time product (inapp) none", field: "basePlanId",
                 reason: "invalidValue")
         }
+        guard p.replacementMode == nil || p.linkedPurchaseToken != nil else {
+            throw RPCError.invalidParams(
+                "replacementMode is for a plan change (with linkedPurchaseToken)", field: "replacementMode", reason: "invalidValue")
+        }
         guard (p.basePlanId != nil) || (p.linkedPurchaseToken == nil && p.offerId == nil && p.billingPeriod == nil) else {
             throw RPCError.invalidParams(
                 "offerId, billingPeriod and linkedPurchaseToken are for subscriptions (with basePlanId)", field: "basePlanId", reason: "invalidValue")
@@ -86,6 +90,27 @@ enum PlayPurchaseRules {
             made.accountHoldMs = hold == 0 ? 0 : test ? 10 * 60_000 : hold * 86_400_000
         }
         return made
+    }
+
+    /// A DEFERRED plan change: the new purchase `made` is issued now and carries on the item of the plan it replaces (its
+    /// product, base plan and expiry, not renewing), with the new plan's item waiting to take over at that expiry
+    /// (`PlayPurchase.advance`); the replaced token expires now, its entitlement passed on (Google: SUBSCRIPTION_EXPIRED for
+    /// it, SUBSCRIPTION_PURCHASED with the old product for the new one).
+    static func deferReplacement(_ made: inout PlayPurchase, replacing old: inout PlayPurchase, nowMs: Int64) {
+        made.deferred = PlayPlanItem(
+            productId: made.productId, basePlanId: made.basePlanId, offerId: made.offerId, periodMs: made.periodMs,
+            priceMicros: made.priceMicros)
+        made.productId = old.productId
+        made.basePlanId = old.basePlanId
+        made.offerId = old.offerId
+        made.periodMs = old.periodMs
+        made.priceMicros = old.priceMicros
+        made.expiryTimeMs = old.expiryTimeMs
+        old.state = .expired
+        old.autoRenewing = false
+        old.cancellation = .replacement
+        old.cancelTimeMs = nowMs
+        old.expiryTimeMs = min(old.expiryTimeMs, nowMs)
     }
 
     /// A customer's action on a subscription, and the notifications it makes.

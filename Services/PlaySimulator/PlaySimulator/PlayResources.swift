@@ -43,23 +43,26 @@ extension PlayPurchase {
 
     /// `SubscriptionPurchaseV2` (purchases.subscriptionsv2.get).
     var subscriptionPurchaseV2: [String: Any] {
-        let units = priceMicros / 1_000_000
-        let nanos = Int((priceMicros % 1_000_000) * 1_000)
-        var offer: [String: Any] = ["basePlanId": basePlanId ?? "", "offerTags": [String]()]
-        if let offerId { offer["offerId"] = offerId }
-        let item: [String: Any] = [
-            "productId": productId, "expiryTime": PlayTime.rfc3339(expiryTimeMs), "latestSuccessfulOrderId": latestOrderId,
-            "offerDetails": offer,
-            "autoRenewingPlan": [
-                "autoRenewEnabled": autoRenewing,
-                "recurringPrice": ["currencyCode": currency, "units": String(units), "nanos": nanos] as [String: Any],
-            ] as [String: Any],
-        ]
+        // One line item, or after a DEFERRED plan change two: the replaced plan's (until the switch the current one, not
+        // renewing, with `deferredItemReplacement`; after it expired) listed before the new plan's (no expiry until it
+        // starts). Google documents no order: the replaced one first, so a reader taking the first item is caught out.
+        let current = PlayPlanItem(
+            productId: productId, basePlanId: basePlanId, offerId: offerId, periodMs: periodMs, priceMicros: priceMicros,
+            expiryTimeMs: expiryTimeMs, latestOrderId: latestOrderId)
+        var items: [[String: Any]] = []
+        if let replacedItem { items.append(lineItem(replacedItem, autoRenew: false)) }
+        if let deferred {
+            var replaced = lineItem(current, autoRenew: false)
+            replaced["deferredItemReplacement"] = ["productId": deferred.productId]
+            items += [replaced, lineItem(deferred, autoRenew: autoRenewing)]
+        } else {
+            items.append(lineItem(current, autoRenew: autoRenewing))
+        }
         var r: [String: Any] = [
             "kind": "androidpublisher#subscriptionPurchaseV2", "regionCode": regionCode, "startTime": PlayTime.rfc3339(purchaseTimeMs),
             "subscriptionState": state.googleName,
             "acknowledgementState": acknowledged ? "ACKNOWLEDGEMENT_STATE_ACKNOWLEDGED" : "ACKNOWLEDGEMENT_STATE_PENDING",
-            "lineItems": [item], "etag": etag,
+            "lineItems": items, "etag": etag,
         ]
         if test { r["testPurchase"] = [String: Any]() }
         if let linkedPurchaseToken { r["linkedPurchaseToken"] = linkedPurchaseToken }
@@ -84,9 +87,27 @@ extension PlayPurchase {
         return r
     }
 
+    /// A `SubscriptionPurchaseLineItem`: its expiry and last order only once it has them.
+    private func lineItem(_ item: PlayPlanItem, autoRenew: Bool) -> [String: Any] {
+        var offer: [String: Any] = ["basePlanId": item.basePlanId ?? "", "offerTags": [String]()]
+        if let offerId = item.offerId { offer["offerId"] = offerId }
+        var r: [String: Any] = [
+            "productId": item.productId, "offerDetails": offer,
+            "autoRenewingPlan": [
+                "autoRenewEnabled": autoRenew,
+                "recurringPrice": [
+                    "currencyCode": currency, "units": String(item.priceMicros / 1_000_000), "nanos": Int((item.priceMicros % 1_000_000) * 1_000),
+                ] as [String: Any],
+            ] as [String: Any],
+        ]
+        if let expiry = item.expiryTimeMs { r["expiryTime"] = PlayTime.rfc3339(expiry) }
+        if let order = item.latestOrderId { r["latestSuccessfulOrderId"] = order }
+        return r
+    }
+
     /// Changes whenever anything a developer can see changes.
     private var etag: String {
-        let seen = "\(state.rawValue) \(expiryTimeMs) \(autoRenewing) \(acknowledged) \(renewals) \(cancelTimeMs ?? 0)"
+        let seen = "\(state.rawValue) \(productId) \(expiryTimeMs) \(autoRenewing) \(acknowledged) \(renewals) \(cancelTimeMs ?? 0)"
         return String(seen.utf8.reduce(UInt64(14_695_981_039_346_656_037)) { ($0 ^ UInt64($1)) &* 1_099_511_628_211 }, radix: 36)
     }
 }

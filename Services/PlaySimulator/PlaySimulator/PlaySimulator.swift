@@ -101,23 +101,30 @@ public final class PlaySimulator: Sendable {
         return try write { db, now in
             var linked: PlayPurchase?
             if let token = p.linkedPurchaseToken {
-                guard var old = try PlayStore.purchase(token, db: db), old.packageName == p.packageName, old.kind == .subscription else {
+                guard let old = try PlayStore.purchase(token, db: db), old.packageName == p.packageName, old.kind == .subscription else {
                     throw RPCError.notFound("no subscription \(token) in \(p.packageName) to replace", reason: "unknownPurchase")
                 }
                 guard old.state != .expired, old.cancellation != .replacement else {
                     throw RPCError.conflict("the subscription to replace has expired or was replaced", reason: "purchaseExpired")
                 }
-                // Replaced: it stops recurring and its access passes to the new purchase, which carries on from here. Google
-                // answers it as canceled (`replacementCancellation`) with its old expiry until then, then expired: both
-                // tokens look live for a while, and only the new one gives access.
-                old.state = .canceled
-                old.autoRenewing = false
-                old.cancellation = .replacement
-                old.cancelTimeMs = now
-                try PlayStore.save(old, db: db)
                 linked = old
             }
-            let made = PlayPurchaseRules.make(p, nowMs: now, linked: linked?.purchaseToken)
+            var made = PlayPurchaseRules.make(p, nowMs: now, linked: linked?.purchaseToken)
+            if var old = linked {
+                if p.replacementMode == .DEFERRED {
+                    PlayPurchaseRules.deferReplacement(&made, replacing: &old, nowMs: now)
+                    try self.record(.subscription(.expired), of: old, atMs: now, db: db)
+                } else {
+                    // Replaced: it stops recurring and its access passes to the new purchase, which carries on from here.
+                    // Google answers it as canceled (`replacementCancellation`) with its old expiry until then, then
+                    // expired: both tokens look live for a while, and only the new one gives access.
+                    old.state = .canceled
+                    old.autoRenewing = false
+                    old.cancellation = .replacement
+                    old.cancelTimeMs = now
+                }
+                try PlayStore.save(old, db: db)
+            }
             try PlayStore.save(made, db: db)
             try self.record(made.kind == .product ? .productPurchased : .subscription(.purchased), of: made, atMs: now, db: db)
             return made.state(nowMs: now)

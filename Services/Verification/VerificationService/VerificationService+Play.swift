@@ -121,9 +121,7 @@ enum PlayPurchaseReading {
     }
 
     static func subscription(_ json: JSONValue, _ packageName: String, _ p: PlayPurchaseReference) -> VerifiedPlayPurchase? {
-        // A subscription with add-ons has several items: the one named is the one redeemed.
-        let items = json["lineItems"]?.arrayValue ?? []
-        guard let item = items.first(where: { $0["productId"]?.stringValue == p.productId }) ?? items.first,
+        guard let item = currentItem(json["lineItems"]?.arrayValue ?? [], named: p.productId),
             let productId = item["productId"]?.stringValue, let state = json["subscriptionState"]?.stringValue
         else { return nil }
         // A plan replaced by an upgrade or downgrade (a new purchase token linking this one) reads as canceled with its old
@@ -141,6 +139,20 @@ enum PlayPurchaseReading {
             expiryTimeMs: item["expiryTime"]?.stringValue.flatMap(GoogleDateTime.milliseconds),
             autoRenewing: item["autoRenewingPlan"]?["autoRenewEnabled"]?.boolValue,
             basePlanId: item["offerDetails"]?["basePlanId"]?.stringValue, linkedPurchaseToken: json["linkedPurchaseToken"]?.stringValue)
+    }
+
+    /// The line item that holds the access: the one ending last, the named one among equals (a subscription with add-ons
+    /// lists one per product). After a DEFERRED plan change the token lists the replaced plan's item, which holds the
+    /// access until it expires, and the new plan's, without an expiry until it takes over (then the replaced one's is in
+    /// the past); Google documents no order. Before 2026-11-30 the named item, else the first, was read: a downgrade
+    /// redeemed under its new product lost the rest of the paid period, and a push after the switch could read the old item.
+    static func currentItem(_ items: [JSONValue], named productId: String?) -> JSONValue? {
+        func expiry(_ item: JSONValue) -> Int64? { item["expiryTime"]?.stringValue.flatMap(GoogleDateTime.milliseconds) }
+        let named = items.first { $0["productId"]?.stringValue == productId }
+        let dated = items.compactMap { item in expiry(item).map { (item: item, ms: $0) } }
+        guard let latest = dated.max(by: { $0.ms < $1.ms }) else { return named ?? items.first }
+        if let named, let ms = expiry(named), ms >= latest.ms { return named }
+        return latest.item
     }
 
 }
