@@ -23,6 +23,13 @@ import Testing
             #expect(run.status == 64, "\(args): exit \(run.status), \(run.stderr)")
             #expect(run.stderr.contains("\(env): cannot read \(missing)"), "\(run.stderr)")
         }
+        // An empty file: an error too, not the data directory's token.
+        let empty = dir.appendingPathComponent("empty-token")
+        try Data().write(to: empty)
+        var emptyFile = base
+        emptyFile["IAP_ADMIN_TOKEN_FILE"] = empty.path
+        let emptyRun = try await CLIStackTests.iap(["admin", "reconcile"], env: emptyFile)
+        #expect(emptyRun.status == 64 && emptyRun.stderr.contains("IAP_ADMIN_TOKEN_FILE: \(empty.path) is empty"), "\(emptyRun.stderr)")
         // Both the token and its file: which one was meant is not guessed.
         var both = base
         both["IAP_ADMIN_TOKEN"] = "a-token-set-in-the-environment-0123456789"

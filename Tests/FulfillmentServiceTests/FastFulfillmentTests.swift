@@ -62,8 +62,13 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                 case .keepRenewal: break
                 case .revoke(let id, let reason): _ = try GrantRules.revoke(id, reason: reason, nowMs: nowMs, in: ledger)
                 case .rememberEarlyRevocation(let id, let reason, let share):
-                    ledger.earlyRevocations[id] = reason
-                    ledger.earlyRefundShares[id] = share
+                    // As the store's: the first reason stays; a whole refund wins over a share.
+                    if ledger.earlyRevocations[id] == nil {
+                        ledger.earlyRefundShares[id] = share
+                    } else if share == nil {
+                        ledger.earlyRefundShares[id] = nil
+                    }
+                    ledger.earlyRevocations[id] = ledger.earlyRevocations[id] ?? reason
                 case .reinstate(let id): _ = try GrantRules.reinstate(id, nowMs: nowMs, in: ledger)
                 case .grant(let purchase, let accountId, let scope, let rule, let token):
                     _ = try GrantRules.apply(
@@ -112,8 +117,11 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
             ledger.entitlementRows.values.first { $0.holder == Holder(accountId: accountId, scope: .production) }?.originalTransactionId
         }
     }
-    func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
-        ledger.withLockedValue { $0.earlyRevocations[transactionId] = reason }
+    func recordEarlyRevocation(transactionId: String, reason: String, refundShareMilli: Int64?, nowMs: Int64) async throws {
+        ledger.withLockedValue {
+            $0.earlyRevocations[transactionId] = reason
+            $0.earlyRefundShares[transactionId] = refundShareMilli
+        }
     }
     /// The finishes the ledger owes (ties are not kept here), each due now.
     func dueOutbox(nowMs: Int64, limit: Int) async throws -> [OutboxItem] {

@@ -359,6 +359,21 @@ import Testing
         #expect(ledger.wallet(holder) == Wallet(balance: 0, owed: 250))
     }
 
+    /// A prorated refund, then a whole one, then Apple reverses: the whole grant counts again (Apple's reversal leaves
+    /// nothing refunded), both refunds' debts forgiven first (before 2026-11-30 the prorated share stayed taken).
+    @Test func aReversalAfterAProratedThenAWholeRefundGivesTheWholeGrantBack() throws {
+        try apply([(purchase("p1", quantity: 3, purchasedAt: 1), .coins(perUnit: 100))], now: 10)
+        let holder = Holder(accountId: Self.alice, scope: .production)
+        #expect(try GrantRules.spend(holder, amount: 250, idempotencyKey: "k", memo: nil, nowMs: 11, in: ledger) == .spent(balance: 50))
+        #expect(try GrantRules.takeBackRefundedUnits("p1", keepCoins: 200, nowMs: 12, in: ledger))
+        #expect(try GrantRules.revoke("p1", reason: "refunded", nowMs: 13, in: ledger))
+        #expect(ledger.wallet(holder) == Wallet(balance: 0, owed: 250))
+        #expect(try GrantRules.reinstate("p1", nowMs: 14, in: ledger))
+        #expect(ledger.wallet(holder) == Wallet(balance: 50, owed: 0), "as if never refunded: 300 granted, 250 spent")
+        #expect(ledger.processed("p1")?.coinsGranted == 300 && ledger.processed("p1")?.revokedAtMs == nil)
+        #expect(try !GrantRules.reinstate("p1", nowMs: 15, in: ledger) && ledger.invariantsHold)
+    }
+
     @Test func passesStackAndMoveUpWhenOneBeforeThemIsRefunded() throws {
         let day: Int64 = 86_400_000
         for id in ["p1", "p2", "p3"] { try apply([(purchase(id, product: "pass"), .timeLimited(entitlement: "season", durationDays: 1))]) }

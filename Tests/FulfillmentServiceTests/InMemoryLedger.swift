@@ -88,8 +88,10 @@ final class InMemoryLedger: FulfillmentTransaction {
         if processedRows[transactionId] == nil { claims.remove(transactionId) }
     }
 
-    func lastReversalDebt(_ transactionId: String) -> Int64? {
-        rows.last { $0.kind == .reversal && $0.transactionId == transactionId }?.debt
+    func reversalDebtSinceReinstatement(_ transactionId: String) -> Int64 {
+        let mine = rows.filter { $0.transactionId == transactionId }
+        let since = mine.lastIndex { $0.kind == .reinstatement }.map { $0 + 1 } ?? 0
+        return mine[since...].filter { $0.kind == .reversal }.reduce(0) { $0 + $1.debt }
     }
 
     func grantedCoins(_ transactionId: String) -> Int64? {

@@ -231,6 +231,39 @@ func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -
     /// plan to a monthly one, a refund of the replaced yearly period leaves the monthly access, and a refund of the monthly
     /// period ends it (the yearly one ends later but was bought first). Google Play's orders share their token's start
     /// time: there the later end decides, as before. (Until 2026-11-30 by expiry alone: seen failing so.)
+    /// Apple's refunds of a purchase not redeemed yet, remembered on both engines' SQL: a prorated one's share, then the
+    /// whole (or the whole first): the whole wins, and the first redeem of a copy signed before the refunds takes it all;
+    /// two prorated ones keep the first share. (Until 2026-11-30 the first share stayed, and such a redeem kept coins Apple
+    /// had refunded whole.)
+    @Test(arguments: StoreEngine.available)
+    func aWholeRefundRememberedWinsOverAProratedShare(engine: StoreEngine) async throws {
+        try await engine.open().with { db in
+            let store = db.first
+            func redeem(_ id: String) async throws -> (RedeemOutcome?, Int64) {
+                let applied = try await store.apply(
+                    [
+                        PlannedPurchase(
+                            purchase: VerifiedPurchase(
+                                environment: "Production", transactionId: id, originalTransactionId: id, productId: "coins.100", quantity: 3,
+                                purchaseDateMs: 1),
+                            rule: .coins(perUnit: 100))
+                    ], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 10)
+                return (applied.results.first?.outcome, applied.balance)
+            }
+            for (id, shares) in [("4000000070", [33_333, nil]), ("4000000071", [nil, 33_333])] as [(String, [Int64?])] {
+                for (i, share) in shares.enumerated() {
+                    try await store.recordEarlyRevocation(transactionId: id, reason: "refunded", refundShareMilli: share, nowMs: Int64(i + 1))
+                }
+                let (outcome, balance) = try await redeem(id)
+                #expect(outcome == .revoked && balance == 0, "\(id): \(String(describing: outcome)), \(balance)")
+            }
+            try await store.recordEarlyRevocation(transactionId: "4000000072", reason: "refunded", refundShareMilli: 33_333, nowMs: 1)
+            try await store.recordEarlyRevocation(transactionId: "4000000072", reason: "refunded", refundShareMilli: 66_667, nowMs: 2)
+            let (outcome, balance) = try await redeem("4000000072")
+            #expect(outcome == .granted && balance == 200, "\(String(describing: outcome)), \(balance)")
+        }
+    }
+
     @Test(arguments: StoreEngine.available)
     func laterPeriodsAreJudgedByPurchaseOrderAndEqualStartsByTheirEnd(engine: StoreEngine) async throws {
         try await engine.open().with { db in
@@ -291,11 +324,11 @@ func coins(_ transactionId: String, original: String? = nil, at ms: Int64 = 1) -
                 try await db[0].apply(
                     [coins(id)], accountId: "alice", appAccountToken: nil, mode: .redeem, policy: .refuse, answerScope: .production, nowMs: 3)
             }
-            try await db[1].recordEarlyRevocation(transactionId: "2000000030", reason: "refunded", nowMs: 1)
+            try await db[1].recordEarlyRevocation(transactionId: "2000000030", reason: "refunded", refundShareMilli: nil, nowMs: 1)
             #expect(try await redeem("2000000030").results.map(\.outcome) == [.revoked])
             #expect(try await db[1].reinstate(transactionId: "2000000030", nowMs: 4))
             #expect(try await db[0].balance(accountId: "alice", scope: .production) == Wallet(balance: 100, owed: 0))
-            try await db[1].recordEarlyRevocation(transactionId: "2000000031", reason: "refunded", nowMs: 5)
+            try await db[1].recordEarlyRevocation(transactionId: "2000000031", reason: "refunded", refundShareMilli: nil, nowMs: 5)
             #expect(try await db[0].reinstate(transactionId: "2000000031", nowMs: 6))
             #expect(try await redeem("2000000031").results.map(\.outcome) == [.granted])
             #expect(try await db[0].balance(accountId: "alice", scope: .production) == Wallet(balance: 200, owed: 0))

@@ -107,6 +107,34 @@ import Testing
         #expect(throws: RPCError.self) { try PlayPurchaseRules.void(&p, .init(purchaseToken: ""), nowMs: 8) }
     }
 
+    /// A DEFERRED plan change: the new token carries the old plan to its paid end, then the new plan's first period starts
+    /// as a renewal; a plan on hold (no paid period to carry on) is refused rather than switched at once.
+    @Test func aDeferredChangeCarriesThePaidPlanThenSwitchesAsARenewal() throws {
+        var old = Self.subscription()
+        var made = PlayPurchaseRules.make(
+            .init(
+                packageName: "com.example.game", productId: "basic", basePlanId: "yearly", billingPeriod: .P1Y, linkedPurchaseToken: old.purchaseToken
+            ),
+            nowMs: 10 * Self.day, linked: old.purchaseToken)
+        made.acknowledged = true
+        try PlayPurchaseRules.deferReplacement(&made, replacing: &old, nowMs: 10 * Self.day)
+        #expect(old.state == .expired && old.cancellation == .replacement && old.dueAtMs == nil)
+        #expect(made.productId == "premium" && made.expiryTimeMs == 30 * Self.day && made.deferred?.productId == "basic")
+        #expect(Self.types(made.advance(to: 29 * Self.day)).isEmpty)
+        #expect(Self.types(made.advance(to: 31 * Self.day)) == [2], "the switch is a renewal")
+        #expect(made.productId == "basic" && made.basePlanId == "yearly" && made.expiryTimeMs == 395 * Self.day && made.deferred == nil)
+        #expect(made.replacedItem?.productId == "premium" && made.replacedItem?.expiryTimeMs == 30 * Self.day)
+        #expect(made.latestOrderId == "\(made.orderId)..0")
+        // On hold: refused, nothing changed.
+        var held = Self.subscription(grace: 0)
+        _ = try PlayPurchaseRules.apply(.init(purchaseToken: "", action: .declinePayment), to: &held, nowMs: Self.day)
+        _ = held.advance(to: 31 * Self.day)
+        #expect(held.state == .onHold)
+        var another = made
+        #expect(throws: RPCError.self) { try PlayPurchaseRules.deferReplacement(&another, replacing: &held, nowMs: 32 * Self.day) }
+        #expect(held.state == .onHold && another == made)
+    }
+
     @Test func badPurchasesAreRefused() {
         for params in [
             PlayPurchaseProduct.Params(packageName: "", productId: "coins"),

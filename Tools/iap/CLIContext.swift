@@ -265,6 +265,7 @@ func resolveAdminToken(_ flag: String?) throws -> String? { try resolveToken(fla
 func resolveToken(_ flag: String?, env: String, file: String) throws -> String? {
     if let flag { return flag }
     if let value = try Environment.fromEnvironment(env, ProcessInfo.processInfo.environment), !value.isEmpty { return value }
+    if let file = ProcessInfo.processInfo.environment[env + "_FILE"], !file.isEmpty { throw ValidationError("\(env)_FILE: \(file) is empty") }
     let dir = Environment.value("IAP_DATA_DIR") ?? "data"
     return (try? String(contentsOfFile: dir + "/" + file, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
 }

@@ -100,8 +100,10 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
         try await write { s in try GrantRules.reinstate(transactionId, nowMs: nowMs, in: FulfillmentRecords(s)) }
     }
 
-    public func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws {
-        try await write { s in try FulfillmentRecords(s).rememberEarlyRevocation(transactionId, reason: reason, nowMs: nowMs) }
+    public func recordEarlyRevocation(transactionId: String, reason: String, refundShareMilli: Int64?, nowMs: Int64) async throws {
+        try await write { s in
+            try FulfillmentRecords(s).rememberEarlyRevocation(transactionId, reason: reason, refundShareMilli: refundShareMilli, nowMs: nowMs)
+        }
     }
 
     public func recordRenewal(_ state: RenewalState, nowMs: Int64) async throws -> Bool {

@@ -224,8 +224,13 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.later("UPDATE processed_transaction SET revoked_at_ms = NULL, revoke_reason = NULL WHERE transaction_id = ?1", transactionId)
     }
 
-    func lastReversalDebt(_ transactionId: String) throws -> Int64? {
-        try s.value("SELECT debt FROM ledger WHERE transaction_id = ?1 AND kind = 'reversal' ORDER BY id DESC LIMIT 1", transactionId)
+    func reversalDebtSinceReinstatement(_ transactionId: String) throws -> Int64 {
+        // CAST: PostgreSQL's SUM of a BIGINT is a NUMERIC.
+        try s.value(
+            """
+            SELECT CAST(COALESCE(SUM(debt), 0) AS BIGINT) FROM ledger WHERE transaction_id = ?1 AND kind = 'reversal'
+              AND id > COALESCE((SELECT MAX(id) FROM ledger WHERE transaction_id = ?1 AND kind = 'reinstatement'), 0)
+            """, transactionId) ?? 0
     }
 
     func grantedCoins(_ transactionId: String) throws -> Int64? {

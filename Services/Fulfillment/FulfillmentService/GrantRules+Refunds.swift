@@ -29,7 +29,10 @@ extension GrantRules {
         try tx.markReinstated(transactionId)
         let memo = "refund reversed: \(record.productId)"
         if record.coinsGranted > 0 {
-            try giveBack(record, transactionId, coins: record.coinsGranted, memo: memo, nowMs: nowMs, in: tx)
+            // A prorated refund's share taken before the whole refund comes back too: Apple's reversal leaves nothing refunded.
+            let whole = max(try tx.grantedCoins(transactionId) ?? 0, record.coinsGranted)
+            if whole > record.coinsGranted { try tx.setCoinsGranted(transactionId, coins: whole) }
+            try giveBack(record, transactionId, coins: whole, memo: memo, nowMs: nowMs, in: tx)
             return true
         }
         var given: EntitlementRecord?
@@ -51,12 +54,12 @@ extension GrantRules {
         return true
     }
 
-    /// Pays `coins` a refund took back to the record's holder in a `reinstatement` row: what the refund's reversal row left
-    /// owed and is still owed is forgiven, the rest paid.
+    /// Pays `coins` a refund took back to the record's holder in a `reinstatement` row: what the refunds' reversal rows left
+    /// owed (since the last reinstatement) and is still owed is forgiven, the rest paid.
     private static func giveBack(
         _ record: ProcessedTransaction, _ transactionId: String, coins: Int64, memo: String, nowMs: Int64, in tx: some FulfillmentTransaction
     ) throws {
-        let forgiven = min(try tx.lastReversalDebt(transactionId) ?? 0, try tx.wallet(record.holder).owed, coins)
+        let forgiven = min(try tx.reversalDebtSinceReinstatement(transactionId), try tx.wallet(record.holder).owed, coins)
         try append(
             record.holder, delta: coins - forgiven, kind: .reinstatement, environment: record.environment, transactionId: transactionId,
             memo: memo, recovered: forgiven, nowMs: nowMs, in: tx)

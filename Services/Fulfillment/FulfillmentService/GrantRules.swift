@@ -34,8 +34,9 @@ public protocol FulfillmentTransaction {
     /// An early revocation no longer needed: its redeem recorded the purchase revoked, or Apple reversed the refund before
     /// any redeem (then the transaction id's claim goes with it: nothing is decided about it here any more).
     func forgetEarlyRevocation(_ transactionId: String) throws
-    /// The debt the latest reversal of this transaction added, if it has one.
-    func lastReversalDebt(_ transactionId: String) throws -> Int64?
+    /// The debt this transaction's reversals added since its last reinstatement (a prorated refund's and a later whole
+    /// one's), 0 for none.
+    func reversalDebtSinceReinstatement(_ transactionId: String) throws -> Int64
     /// The coins the transaction's grant row gave (before any partial refund), if it has one.
     func grantedCoins(_ transactionId: String) throws -> Int64?
     /// Whether a later period of `original` than the recorded `transactionId` (ending at `endsAtMs`) is recorded here and
@@ -78,10 +79,12 @@ public protocol FulfillmentStorage: NotificationInboxStorage, OutboxStorage, Eve
         policy: OwnershipPolicy, answerScope: AccountScope, nowMs: Int64
     ) async throws -> AppliedPurchases
     func revoke(transactionId: String, reason: String, nowMs: Int64) async throws -> RevokeOutcome
-    /// Reverses a refund (`GrantRules.reinstate`); false when the transaction is unknown or not revoked.
+    /// Reverses a refund (`GrantRules.reinstate`); false when the transaction is unknown, or neither revoked nor partly
+    /// taken back by a prorated refund.
     func reinstate(transactionId: String, nowMs: Int64) async throws -> Bool
-    /// Remembers a refund or revocation of a purchase not redeemed here yet: its redeem records it refunded.
-    func recordEarlyRevocation(transactionId: String, reason: String, nowMs: Int64) async throws
+    /// Remembers a refund or revocation of a purchase not redeemed here yet: its redeem records it refunded (only the share
+    /// `refundShareMilli` of a coin grant, for Apple's prorated refund; a whole refund remembered as well wins).
+    func recordEarlyRevocation(transactionId: String, reason: String, refundShareMilli: Int64?, nowMs: Int64) async throws
     /// Keeps a subscription's renewal state, forward only by `signedDateMs`; false when an newer one is kept.
     func recordRenewal(_ state: RenewalState, nowMs: Int64) async throws -> Bool
     /// Applies one notification in ONE transaction with its inbox row's outcome (`NotificationRules`); a grant it makes

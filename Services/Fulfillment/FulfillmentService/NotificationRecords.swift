@@ -86,14 +86,15 @@ extension FulfillmentRecords {
 
     /// A refund or revocation of a purchase not redeemed here yet: its redeem records it refunded. The first decision about
     /// the transaction id here, so it claims it (`claim`), unless something already did (an earlier refund, or a refunded
-    /// renewal this notification recorded): a redeem that commits meanwhile makes this one run again and revoke.
+    /// renewal this notification recorded): a redeem that commits meanwhile makes this one run again and revoke. Remembered
+    /// twice, a whole refund wins over a prorated one's share (a redeem then takes the whole grant back).
     func rememberEarlyRevocation(_ transactionId: String, reason: String, refundShareMilli: Int64? = nil, nowMs: Int64) throws {
         let claimed: Int64? = try s.value("SELECT 1 FROM transaction_claim WHERE transaction_id = ?1", transactionId)
         if claimed == nil { try claim(transactionId) }
         try s.run(
             """
             INSERT INTO early_revocation (transaction_id, reason, recorded_at_ms, refund_share_milli) VALUES (?1, ?2, ?3, ?4)
-            ON CONFLICT (transaction_id) DO NOTHING
+            ON CONFLICT (transaction_id) DO UPDATE SET refund_share_milli = NULL WHERE excluded.refund_share_milli IS NULL
             """, transactionId, reason, nowMs, refundShareMilli)
     }
 }

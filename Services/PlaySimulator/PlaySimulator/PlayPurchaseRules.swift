@@ -96,7 +96,13 @@ enum PlayPurchaseRules {
     /// product, base plan and expiry, not renewing), with the new plan's item waiting to take over at that expiry
     /// (`PlayPurchase.advance`); the replaced token expires now, its entitlement passed on (Google: SUBSCRIPTION_EXPIRED for
     /// it, SUBSCRIPTION_PURCHASED with the old product for the new one).
-    static func deferReplacement(_ made: inout PlayPurchase, replacing old: inout PlayPurchase, nowMs: Int64) {
+    /// Only a plan in a paid period defers (active, or canceled before its expiry): on hold, paused or in its grace period
+    /// there is no paid period to carry on, and the change would start at once.
+    static func deferReplacement(_ made: inout PlayPurchase, replacing old: inout PlayPurchase, nowMs: Int64) throws {
+        guard [.active, .canceled].contains(old.state), old.expiryTimeMs > nowMs else {
+            throw RPCError.conflict(
+                "a DEFERRED change needs a plan in a paid period (active, or canceled before its expiry)", reason: "invalidSubscriptionState")
+        }
         made.deferred = PlayPlanItem(
             productId: made.productId, basePlanId: made.basePlanId, offerId: made.offerId, periodMs: made.periodMs,
             priceMicros: made.priceMicros)

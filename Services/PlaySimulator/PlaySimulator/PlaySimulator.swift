@@ -112,7 +112,7 @@ public final class PlaySimulator: Sendable {
             var made = PlayPurchaseRules.make(p, nowMs: now, linked: linked?.purchaseToken)
             if var old = linked {
                 if p.replacementMode == .DEFERRED {
-                    PlayPurchaseRules.deferReplacement(&made, replacing: &old, nowMs: now)
+                    try PlayPurchaseRules.deferReplacement(&made, replacing: &old, nowMs: now)
                     try self.record(.subscription(.expired), of: old, atMs: now, db: db)
                 } else {
                     // Replaced: it stops recurring and its access passes to the new purchase, which carries on from here.
