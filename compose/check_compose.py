@@ -148,6 +148,9 @@ for name in ("accounts", "catalog", "fulfillment"):
         service = scaled["services"].get(instance, {})
         if "IAP_DATABASE_URL" not in service.get("environment", {}):
             problems.append(f"compose.postgres.yaml: {instance} is not on PostgreSQL")
+        elif not str(service["environment"]["IAP_DATABASE_URL"]).startswith(f"postgres://iap_{name}:"):
+            # Its own login (compose/postgres-roles.sh), owning its schema only: never the superuser, never another's.
+            problems.append(f"compose.postgres.yaml: {instance} signs in to PostgreSQL as another service's login or the superuser")
         given = {k for k in service.get("environment", {}) if k.endswith("_TOKEN")}
         if given != needed_tokens[name]:
             problems.append(f"compose.postgres.yaml: {instance} given tokens {sorted(given)}, needs {sorted(needed_tokens[name])}")

@@ -51,6 +51,7 @@ compose/dev-cert.sh "$IAP_DATA_DIR/edge-tls"
 export IAP_EDGE_CA=${IAP_EDGE_CA:-$IAP_DATA_DIR/edge-tls/cert.pem}
 
 pg_stop=()
+declare -A database_urls=()  # service -> its own login's URL (the local PostgreSQL server)
 if [[ ${IAP_POSTGRES:-0} == 1 ]]; then
   instances=${IAP_INSTANCES:-2}
   if [[ -z ${IAP_DATABASE_URL:-} ]]; then
@@ -80,10 +81,17 @@ if [[ ${IAP_POSTGRES:-0} == 1 ]]; then
       -o "-p $pgport -k $pgdir -c listen_addresses=127.0.0.1 -c synchronous_commit=on -c max_connections=300" >/dev/null
     pg_stop=("${as_pg[@]}" "$pgbin/pg_ctl" -D "$pgdir" -m fast -w stop)
     trap '"${pg_stop[@]}" >/dev/null 2>&1 || true' EXIT  # until the suite's own stop takes over, below
-    export IAP_DATABASE_URL=postgres://iap:$pgpass@127.0.0.1:$pgport/iap
     if ! PGPASSWORD=$pgpass "$pgbin/psql" -h 127.0.0.1 -p "$pgport" -U iap -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'iap'" | grep -q 1; then
       PGPASSWORD=$pgpass "$pgbin/createdb" -h 127.0.0.1 -p "$pgport" -U iap iap
     fi
+    # Each service signs in as a login of its own that owns its schema only (compose/postgres-roles.sh), as
+    # compose.postgres.yaml has it; the superuser's password stays in the data directory (backups).
+    for s in accounts catalog fulfillment console; do
+      declare -x "IAP_POSTGRES_${s^^}_PASSWORD=$(secret "postgres-$s-password")"
+      database_urls[$s]=postgres://iap_$s:$(secret "postgres-$s-password")@127.0.0.1:$pgport/iap
+    done
+    PATH=$pgbin:$PATH PGHOST=127.0.0.1 PGPORT=$pgport PGUSER=iap PGPASSWORD=$pgpass POSTGRES_DB=iap compose/postgres-roles.sh >/dev/null
+    for s in accounts catalog fulfillment console; do unset "IAP_POSTGRES_${s^^}_PASSWORD"; done
     echo "  postgres      127.0.0.1:$pgport  (data: $pgdir, log: $IAP_DATA_DIR/logs/postgres.log)"
   fi
   addresses() {  # addresses PORT: every instance's address, comma-separated
@@ -213,8 +221,10 @@ for entry in "${services[@]}"; do  # start each, and wait until it is healthy be
   read -r name exe port extra <<<"$entry"
   data=(--data-dir "$IAP_DATA_DIR")
   [[ $name == edge ]] && data=()  # the edge keeps no data
+  login=()
+  [[ -n ${database_urls[${name%%-*}]:-} ]] && login=(env "IAP_DATABASE_URL=${database_urls[${name%%-*}]}")
   # shellcheck disable=SC2086  # extra flags are words on purpose
-  "$bin/$exe" --port "$port" "${data[@]}" $extra > >(rotate "$IAP_DATA_DIR/logs/$name.log") 2>&1 &
+  "${login[@]}" "$bin/$exe" --port "$port" "${data[@]}" $extra > >(rotate "$IAP_DATA_DIR/logs/$name.log") 2>&1 &
   pid=$!
   pids+=("$pid")
   names+=("$name")

@@ -116,11 +116,18 @@ import Testing
         }
         #expect(accountsWithAdmin.status == 1 && accountsWithAdmin.output.contains("accounts: given tokens"), "\(accountsWithAdmin.output)")
         let scaledWithoutDatabase = try await Self.check(file: "compose.postgres.yaml") {
-            $0.replacingOccurrences(of: "      IAP_DATABASE_URL: *database\n      IAP_INTERNAL_TOKEN", with: "      IAP_INTERNAL_TOKEN")
+            $0.replacingOccurrences(of: "      IAP_DATABASE_URL: *accounts-database\n      IAP_INTERNAL_TOKEN", with: "      IAP_INTERNAL_TOKEN")
         }
         #expect(
             scaledWithoutDatabase.status == 1 && scaledWithoutDatabase.output.contains("accounts-2 is not on PostgreSQL"),
             "\(scaledWithoutDatabase.output)")
+        // Each service signs in as its own login: fulfillment on accounts' would own accounts' tables too.
+        let sharedLogin = try await Self.check(file: "compose.postgres.yaml") {
+            $0.replacingOccurrences(of: "      IAP_DATABASE_URL: *fulfillment-database", with: "      IAP_DATABASE_URL: *accounts-database")
+        }
+        #expect(
+            sharedLogin.status == 1 && sharedLogin.output.contains("fulfillment-2 signs in to PostgreSQL as another service's login"),
+            "\(sharedLogin.output)")
         let oneInstance = try await Self.check(file: "compose.postgres.yaml") {
             $0.replacingOccurrences(
                 of: "fulfillment:${IAP_FULFILLMENT_PORT},fulfillment-2:${IAP_FULFILLMENT_PORT}", with: "fulfillment:${IAP_FULFILLMENT_PORT}")

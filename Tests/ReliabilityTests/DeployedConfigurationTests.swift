@@ -22,6 +22,20 @@ import Testing
         try await Deployment.with(
             files: ["compose/compose.yaml", "compose/compose.postgres.yaml"], appStoreAPI: appStoreAPI, databaseURL: database
         ) { try await Self.story($0) }
+        // Each service signed in as its own login (compose/postgres-roles.sh): fulfillment reads its tables, and accounts'
+        // or catalog's login cannot (a flaw there does not reach wallets or webhook secrets); none is a superuser.
+        func signedInAs(_ role: String) -> String { Deployment.login(of: "postgres://\(role)@postgres:5432/iap", on: database) }
+        #expect(try await TestPostgres.psql(signedInAs("iap_fulfillment"), "SELECT count(*) > 0 FROM fulfillment.ledger") == "t")
+        for role in ["iap_accounts", "iap_catalog"] {
+            await #expect(throws: TestPostgres.Failure.self, "\(role) reads fulfillment's tables") {
+                try await TestPostgres.psql(signedInAs(role), "SELECT count(*) FROM fulfillment.webhook_endpoint")
+            }
+        }
+        let superusers = try await TestPostgres.psql(
+            database, "SELECT count(*) FROM pg_roles WHERE rolsuper AND rolname IN ('iap_accounts', 'iap_catalog', 'iap_fulfillment')")
+        #expect(superusers == "0")
+        #expect(
+            try await TestPostgres.psql(database, "SELECT nspowner::regrole FROM pg_namespace WHERE nspname = 'fulfillment'") == "iap_fulfillment")
     }
 
     /// Google Play through compose.yaml's Play settings (the key file as a secret, the package names, the push subscription's

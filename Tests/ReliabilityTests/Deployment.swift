@@ -34,7 +34,8 @@ struct Deployment {
     ///   host names become 127.0.0.1);
     /// - container paths: `/data` (`IAP_DATA_DIR`, and the working directory of services without one), `/certs`,
     ///   `/etc/iap/content` and `/run/secrets/app-store-api-key` become files in this test's directory;
-    /// - the database server `postgres:5432` becomes this test's PostgreSQL database;
+    /// - the database server `postgres:5432` becomes this test's PostgreSQL database (each service keeps its own login,
+    ///   which `compose/postgres-roles.sh`, run as the postgres service would, made there);
     /// - verification also trusts the simulator's roots (`--trust-anchor-dir`), and with the App Store Server API
     ///   asks the simulator instead of Apple's hosts (`IAP_APP_STORE_API_URL`, `IAP_APP_STORE_API_SANDBOX_URL`);
     /// - with Google Play, `/run/secrets/play-service-account` is the key file the Play simulator issued, and verification
@@ -62,7 +63,7 @@ struct Deployment {
                     .joined(separator: ",")
             }
             if key == "IAP_DATA_DIR" { environment[key] = directory.appendingPathComponent("data/\(name)").path }
-            if key == "IAP_DATABASE_URL", let databaseURL { environment[key] = databaseURL }
+            if key == "IAP_DATABASE_URL", let databaseURL { environment[key] = Self.login(of: value, on: databaseURL) }
         }
         if name == "verification" {
             arguments += ["--trust-anchor-dir", directory.appendingPathComponent("sim/sim-pki").path]
@@ -76,6 +77,28 @@ struct Deployment {
             }
         }
         return (arguments, environment)
+    }
+
+    /// A service's database URL from the compose files (its own login) on the test's server and database instead of
+    /// `postgres:5432/iap`.
+    static func login(of composeURL: String, on databaseURL: String) -> String {
+        guard var given = URLComponents(string: composeURL), let test = URLComponents(string: databaseURL) else { return databaseURL }
+        (given.host, given.port, given.path) = (test.host, test.port, test.path)
+        return given.string ?? databaseURL
+    }
+
+    /// Runs `compose/postgres-roles.sh` with the postgres service's environment, as its image runs it at the first start,
+    /// against the test's server (as its administrator) and database.
+    static func makeLogins(_ postgres: ComposeService, on databaseURL: String, root: String) async throws {
+        let url = try #require(URLComponents(string: databaseURL))
+        var environment = postgres.environment
+        environment["POSTGRES_USER"] = url.user ?? "postgres"
+        environment["POSTGRES_DB"] = String(url.path.dropFirst())
+        environment["PGHOST"] = url.host ?? "127.0.0.1"
+        environment["PGPORT"] = String(url.port ?? 5432)
+        environment["PATH"] = (TestPostgres.binDirectory.map { $0 + ":" } ?? "") + "/usr/bin:/bin"
+        let made = try await Subprocess.run("/bin/bash", [root + "/compose/postgres-roles.sh"], environment: environment)
+        try #require(made.status == 0 && made.stdout.contains("3 service login(s)"), "\(made.stdout)\(made.stderr)")
     }
 
     /// Starts the simulator and the deployment, runs `body`, stops everything.
@@ -141,7 +164,9 @@ struct Deployment {
             "IAP_ADMIN_TOKEN": adminToken, "IAP_INTERNAL_TOKEN": internalToken, "IAP_CONTENT_URL_KEY": String(repeating: "c", count: 40),
             "IAP_BUNDLE_IDS": bundleId, "IAP_EDGE_CERT_DIR": directory.appendingPathComponent("certs").path,
             "IAP_EDGE_PUBLIC_URL": "https://localhost:\(edgePort)", "IAP_POSTGRES_PASSWORD": "unused-the-test-database-is-given",
-            "IAP_LOG_LEVEL": "info",
+            "IAP_POSTGRES_ACCOUNTS_PASSWORD": "accounts-login-\(UUID().uuidString)",
+            "IAP_POSTGRES_CATALOG_PASSWORD": "catalog-login-\(UUID().uuidString)",
+            "IAP_POSTGRES_FULFILLMENT_PASSWORD": "fulfillment-login-\(UUID().uuidString)", "IAP_LOG_LEVEL": "info",
         ])
         if play {
             composeEnvironment["IAP_PLAY_SERVICE_ACCOUNT_FILE"] = directory.appendingPathComponent("play/service-account.json").path
@@ -158,7 +183,11 @@ struct Deployment {
             python, [root + "/compose/compose_services.py"] + files.map { root + "/" + $0 }, environment: composeEnvironment)
         try #require(read.status == 0, "\(read.stderr)")
         var services = try JSONDecoder().decode([String: ComposeService].self, from: Data(read.stdout.utf8))
-        services["postgres"] = nil  // the test's own server stands in for it
+        if let databaseURL, let postgres = services["postgres"] {
+            // The test's own server stands in for it: its first start's script makes each service's login there.
+            try await makeLogins(postgres, on: databaseURL, root: root)
+        }
+        services["postgres"] = nil
         var ports: [String: Int] = ["edge": edgePort]
         for name in services.keys where name != "edge" { ports[name] = try LoopbackPort.free() }
 
