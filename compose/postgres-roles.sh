@@ -10,8 +10,12 @@
 # first start (/docker-entrypoint-initdb.d, with POSTGRES_USER and POSTGRES_DB), from compose/up.sh, or by hand on a
 # server you run (PGHOST, PGPORT, PGUSER, PGPASSWORD as psql reads them; POSTGRES_DB names the database, default iap).
 # The passwords: IAP_POSTGRES_ACCOUNTS_PASSWORD, IAP_POSTGRES_CATALOG_PASSWORD, IAP_POSTGRES_FULFILLMENT_PASSWORD and
-# IAP_POSTGRES_CONSOLE_PASSWORD (a login without one is not made). Idempotent: run again, it sets the passwords, and
-# hands a schema made before by another login (the superuser, before 2026-11-30) to its service with all it holds.
+# IAP_POSTGRES_CONSOLE_PASSWORD (a login without one is not made); they reach psql through its environment, never its
+# command line (`ps` shows that), and the server logs none of these statements. Idempotent: run again, it sets the
+# passwords, and hands a schema made before by another login (the superuser, before 2026-11-30; or a restore of a
+# dump taken then) to its service with all it holds. It makes each service's schema itself, so no login can take
+# another's name first. Needs a real superuser (not a managed service's administrator), and takes CONNECT on the
+# database away from PUBLIC: grant it to any other login that needs it (monitoring, a pooler).
 set -euo pipefail
 
 db=${POSTGRES_DB:-iap}
@@ -23,11 +27,15 @@ for service in accounts catalog fulfillment console; do
   var=IAP_POSTGRES_${service^^}_PASSWORD
   password=${!var:-}
   [[ -n $password ]] || continue
-  psql "${args[@]}" -v role="iap_$service" -v schema="$service" -v password="$password" -v db="$db" <<'SQL'
+  IAP_ROLE_PASSWORD=$password psql "${args[@]}" -v role="iap_$service" -v schema="$service" -v db="$db" <<'SQL'
+SET log_statement = 'none';
+SET log_min_error_statement = 'panic';
+\getenv password IAP_ROLE_PASSWORD
 SELECT format('CREATE ROLE %I', :'role') WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = :'role') \gexec
 ALTER ROLE :"role" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD :'password';
 REVOKE ALL ON DATABASE :"db" FROM PUBLIC;
 GRANT CONNECT, CREATE, TEMPORARY ON DATABASE :"db" TO :"role";
+CREATE SCHEMA IF NOT EXISTS :"schema" AUTHORIZATION :"role";
 -- A schema another login made: handed over with its tables (their sequences and triggers go with them) and functions.
 SELECT format('ALTER SCHEMA %I OWNER TO %I', nspname, :'role') FROM pg_namespace
   WHERE nspname = :'schema' AND nspowner <> (SELECT oid FROM pg_roles WHERE rolname = :'role') \gexec

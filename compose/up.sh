@@ -90,7 +90,7 @@ if [[ ${IAP_POSTGRES:-0} == 1 ]]; then
       declare -x "IAP_POSTGRES_${s^^}_PASSWORD=$(secret "postgres-$s-password")"
       database_urls[$s]=postgres://iap_$s:$(secret "postgres-$s-password")@127.0.0.1:$pgport/iap
     done
-    PATH=$pgbin:$PATH PGHOST=127.0.0.1 PGPORT=$pgport PGUSER=iap PGPASSWORD=$pgpass POSTGRES_DB=iap compose/postgres-roles.sh >/dev/null
+    PATH=$pgbin:$PATH PGHOST=127.0.0.1 PGPORT=$pgport PGUSER=iap PGPASSWORD=$pgpass POSTGRES_DB=iap bash compose/postgres-roles.sh >/dev/null
     for s in accounts catalog fulfillment console; do unset "IAP_POSTGRES_${s^^}_PASSWORD"; done
     echo "  postgres      127.0.0.1:$pgport  (data: $pgdir, log: $IAP_DATA_DIR/logs/postgres.log)"
   fi
@@ -221,10 +221,11 @@ for entry in "${services[@]}"; do  # start each, and wait until it is healthy be
   read -r name exe port extra <<<"$entry"
   data=(--data-dir "$IAP_DATA_DIR")
   [[ $name == edge ]] && data=()  # the edge keeps no data
-  login=()
-  [[ -n ${database_urls[${name%%-*}]:-} ]] && login=(env "IAP_DATABASE_URL=${database_urls[${name%%-*}]}")
+  # Its own database login's URL (the local PostgreSQL server), else the one given, else none (empty: SQLite); in the
+  # environment, not on a command line `ps` shows.
   # shellcheck disable=SC2086  # extra flags are words on purpose
-  "${login[@]}" "$bin/$exe" --port "$port" "${data[@]}" $extra > >(rotate "$IAP_DATA_DIR/logs/$name.log") 2>&1 &
+  IAP_DATABASE_URL=${database_urls[${name%%-*}]:-${IAP_DATABASE_URL:-}} \
+    "$bin/$exe" --port "$port" "${data[@]}" $extra > >(rotate "$IAP_DATA_DIR/logs/$name.log") 2>&1 &
   pid=$!
   pids+=("$pid")
   names+=("$name")
@@ -247,7 +248,8 @@ echo "suite is up; data in $IAP_DATA_DIR; tokens in $IAP_DATA_DIR/internal-token
 echo "the edge (apps, Apple's notifications, downloads): $IAP_EDGE_URL  (certificate: $IAP_EDGE_CA)"
 # The support console's first operator, made once and kept (0600) beside the tokens.
 if [[ ! -s $IAP_DATA_DIR/console-operator.json ]]; then
-  (umask 077; "$bin/iap" console add-operator admin --role admin --data-dir "$IAP_DATA_DIR" --json >"$IAP_DATA_DIR/console-operator.json")
+  (umask 077; IAP_DATABASE_URL=${database_urls[console]:-${IAP_DATABASE_URL:-}} \
+    "$bin/iap" console add-operator admin --role admin --data-dir "$IAP_DATA_DIR" --json >"$IAP_DATA_DIR/console-operator.json")
 fi
 echo "the support console: https://localhost:$IAP_CONSOLE_PORT/  (certificate: $IAP_EDGE_CA)"
 echo "  operator admin; password and TOTP secret (base32, 6 digits, 30 s) in $IAP_DATA_DIR/console-operator.json:"

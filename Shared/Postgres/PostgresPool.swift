@@ -285,7 +285,13 @@ public final class PostgresPool: Sendable {
             }
             return PooledConnection(connection: connection, prepared: PreparedReads())
         } catch {
-            logger.warning("cannot connect to the database", metadata: ["database": "\(url.redacted)", "error": "\(Self.describe(error))"])
+            let described = Self.describe(error)
+            var metadata: Logger.Metadata = ["database": "\(url.redacted)", "error": "\(described)"]
+            if described.hasPrefix("28P01") || described.hasPrefix("28000") {
+                // Since 2026-11-30 each service signs in as a login of its own, which a server made before lacks.
+                metadata["hint"] = "each service signs in as its own login: run compose/postgres-roles.sh on the server (docs/configuration.md)"
+            }
+            logger.warning("cannot connect to the database", metadata: metadata)
             throw RPCError.unavailable("the database could not be reached; nothing was changed, retry later", reason: "storageUnavailable")
         }
     }
