@@ -261,6 +261,34 @@ import Testing
         }
     }
 
+    /// A DEFERRED downgrade known by its pushes alone (the app never redeems it): the old token's SUBSCRIPTION_EXPIRED and
+    /// the new one's SUBSCRIPTION_PURCHASED keep the paid premium plan to its end on the new token; its SUBSCRIPTION_RENEWED
+    /// at that end switches it to basic.
+    @Test func aDeferredDowngradeByPushesKeepsThePaidPlanThenSwitches() async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, _ in
+            let ann = try await suite.register("ann")
+            let premium = try await play.buy("sub.premium", accountToken: ann.appAccountToken, basePlanId: "monthly")
+            _ = try await play.deliverAll()
+            let paidEnd = try #require(try await suite.entitlements(ann.session).first?.expiresAtMs)
+            let basic = try await play.upgrade(to: "sub.basic", accountToken: ann.appAccountToken, replacing: premium.purchaseToken, mode: .DEFERRED)
+            _ = try await play.deliverAll()
+            suite.clock.advance(ms: max(1_000, ServiceClock.system.nowMs - suite.clock.clock.nowMs + 1_000))
+            var held = try await suite.entitlements(ann.session)
+            #expect(held.map(\.entitlement) == ["premium"] && held.first?.expiresAtMs == paidEnd, "\(held)")
+            #expect(held.first?.originalTransactionId == basic.purchaseToken)
+            // Acknowledged at Google by the outbox, as the push granted it (else Google refunds it after three days).
+            _ = try await suite.service.outbox.deliverOutbox()
+            #expect(try await play.purchase(basic.purchaseToken).acknowledged)
+            _ = try await play.client.call(PlayAdvanceClock.self, .init(seconds: 31 * 86_400))
+            suite.clock.advance(ms: 31 * 86_400_000)
+            _ = try await play.deliverAll()
+            held = try await suite.entitlements(ann.session)
+            #expect(held.map(\.entitlement) == ["basic"] && (held.first?.expiresAtMs ?? 0) > paidEnd + 29 * 86_400_000, "\(held)")
+            let rows = try await Self.playRows(suite)
+            #expect(rows.allSatisfy { $0.state == .applied || $0.state == .ignored }, "\(rows)")
+        }
+    }
+
     @Test func droppedAndDuplicatedPushesStillEndWithEveryVoidAppliedOnceWithReconciliation() async throws {
         try await EdgeFixture.withPlayEdge(configure: { $0.appleCallBurst = 100 }) { suite, play, _ in
             let ann = try await suite.register("ann")
