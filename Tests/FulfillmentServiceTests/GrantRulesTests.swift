@@ -279,6 +279,21 @@ import Testing
     /// plan's period arriving late (a receipt in purchase order, a redeem after the notification) changes nothing, nor
     /// does an older period of it. A downgrade at the renewal ends later and switches as before. (Until 2026-11-30 the
     /// upgrade was answered `restored` and Basic stayed for up to eleven months: seen failing so.)
+    /// The replaced yearly period's refund processed before the upgrade's notification: the upgrade, bought before that
+    /// refund was processed here but after the refunded period, is granted (until 2026-11-30 it was answered `restored`
+    /// and the paid Premium month lost). A period older than a revoked one still gives nothing back.
+    @Test func anUpgradeRecordedAfterTheRefundOfThePeriodItReplacedIsGranted() throws {
+        let basic = GrantRule.subscription(entitlement: "basic"), premium = GrantRule.subscription(entitlement: "premium")
+        try apply([(purchase("u1", product: "basic.yearly", purchasedAt: 0, expires: 365), basic)], now: 1)
+        #expect(try GrantRules.revoke("u1", reason: "refunded", nowMs: 40, in: ledger))
+        let upgraded = try apply([(purchase("u2", original: "u1", product: "premium.monthly", purchasedAt: 31, expires: 61), premium)], now: 41)
+        #expect(upgraded.results.map(\.outcome) == [.granted] && upgraded.entitlements.map(\.entitlement) == ["premium"], "\(upgraded)")
+        #expect(try GrantRules.revoke("u2", reason: "refunded", nowMs: 42, in: ledger))
+        let older = try apply([(purchase("u0", original: "u1", product: "basic.yearly", purchasedAt: -365, expires: 0), basic)], now: 43)
+        #expect(older.entitlements.isEmpty, "an older period does not undo the later refunds")
+        #expect(ledger.invariantsHold)
+    }
+
     @Test func anUpgradeToAShorterPlanSwitchesAtOnceAndALateOlderPeriodDoesNotSwitchBack() throws {
         let yearly = purchase("u1", product: "basic.yearly", purchasedAt: 0, expires: 365)
         let upgrade = purchase("u2", original: "u1", product: "premium.monthly", purchasedAt: 31, expires: 61)

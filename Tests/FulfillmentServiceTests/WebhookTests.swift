@@ -167,6 +167,37 @@ import Testing
         }
     }
 
+    /// After failures on the hourly schedule, a round that delivers some events and fails on the next starts the schedule
+    /// again: the new failure is retried within a second (until 2026-11-30 it waited as the seventh failure).
+    @Test func aFailureAfterProgressIsRetriedWithinASecond() async throws {
+        let receiver = try await WebhookReceiver.start()
+        defer { receiver.stop() }
+        try await SuiteFixture.with { suite in
+            let alice = try await suite.register("alice")
+            _ = try await Self.add(suite, receiver.url)
+            receiver.fail([alice.accountId])
+            try await Self.coins(suite, alice, 1)
+            try await Self.coins(suite, alice, 1)
+            try await Self.deliver(suite)
+            func item() async throws -> OutboxEntry {
+                try #require(
+                    try await suite.fulfillment.call(FulfillmentListOutbox.self, .init(adminToken: Self.admin)).items.first { $0.kind == "webhook" })
+            }
+            for _ in 0..<6 {
+                suite.clock.advance(ms: try await item().nextAttemptAtMs - suite.clock.nowMs)
+                try await Self.deliver(suite)
+            }
+            let failing = try await item()
+            #expect(failing.attempts == 7 && failing.nextAttemptAtMs - suite.clock.nowMs >= 32_000, "\(failing)")
+            receiver.fail(alice.accountId, from: 2)
+            suite.clock.advance(ms: try await item().nextAttemptAtMs - suite.clock.nowMs)
+            try await Self.deliver(suite)
+            #expect(receiver.events.map(\.sequence) == [1], "the first delivered, the second failed")
+            let after = try await item()
+            #expect(after.attempts == 1 && after.nextAttemptAtMs - suite.clock.nowMs <= 1_000, "\(after)")
+        }
+    }
+
     @Test func threeDaysOfFailureMarkTheEndpointFailingUntilAnOperatorRedeliversFromACursor() async throws {
         let receiver = try await WebhookReceiver.start()
         defer { receiver.stop() }

@@ -18,7 +18,8 @@ public final class WebhookReceiver: Sendable {
 
     private struct State {
         var received: [Received] = []
-        var failing: Set<String> = []
+        /// Account -> the first of its sequences answered 500 (1: all of them).
+        var failing: [String: Int64] = [:]
         var held: [CheckedContinuation<Void, Never>] = []
         var holding = false
     }
@@ -49,7 +50,7 @@ public final class WebhookReceiver: Sendable {
                 if now { c.resume() }
             }
             let fail = state.withLockedValue { s -> Bool in
-                guard !s.failing.contains(event.accountId) else { return true }
+                if let from = s.failing[event.accountId], event.sequence >= from { return true }
                 s.received.append(
                     Received(
                         id: request.headers[.init("webhook-id")!] ?? "", timestamp: request.headers[.init("webhook-timestamp")!] ?? "",
@@ -74,7 +75,10 @@ public final class WebhookReceiver: Sendable {
     public var events: [FulfillmentEvent] { received.map(\.event) }
     public var waiting: Int { state.withLockedValue { $0.held.count } }
 
-    public func fail(_ accounts: Set<String>) { state.withLockedValue { $0.failing = accounts } }
+    public func fail(_ accounts: Set<String>) { state.withLockedValue { $0.failing = Dictionary(uniqueKeysWithValues: accounts.map { ($0, 1) }) } }
+
+    /// Answers 500 for `account`'s events from `sequence` on (and for no other account's).
+    public func fail(_ account: String, from sequence: Int64) { state.withLockedValue { $0.failing = [account: sequence] } }
 
     public func hold(_ on: Bool) {
         let release = state.withLockedValue { s -> [CheckedContinuation<Void, Never>] in

@@ -61,8 +61,8 @@ extension GrantRules {
             environment: record.environment, original: record.originalTransactionId, than: transactionId, endsAtMs: ends, revoked: true)
     }
 
-    /// Moves a subscription's end to this transaction's expiry if that is later (a renewal); a renewal
-    /// bought after a revocation reinstates access. A period of another plan of the group switches the entitlement to
+    /// Moves a subscription's end to this transaction's expiry if that is later (a renewal); a period bought after a
+    /// revocation, or after every period revoked here, reinstates access. A period of another plan of the group switches the entitlement to
     /// that plan's when it is the latest bought, wherever it ends: Apple's upgrade starts at once and, to a shorter plan,
     /// ends before the period it replaces (whose rest Apple refunds); a downgrade or crossgrade starts at the renewal. A
     /// period of the plan it replaced, arriving late, changes nothing. (Until 2026-11-30 only a later end switched: an
@@ -72,7 +72,15 @@ extension GrantRules {
         _ p: VerifiedPurchase, entitlement name: String, nowMs: Int64, in tx: some FulfillmentTransaction
     ) throws -> Bool {
         guard let expires = p.expiresDateMs, var current = try tx.entitlement(original: p.originalTransactionId) else { return false }
-        guard current.revokedAtMs.map({ $0 < p.purchaseDateMs }) ?? true else { return false }
+        if let revokedAt = current.revokedAtMs, revokedAt >= p.purchaseDateMs {
+            // Bought before the access was taken here: held back only by a revoked period bought as late or later (or an
+            // administrator's revocation), not by the refund of an earlier one processed first (the yearly period an
+            // upgrade replaced, refunded before the upgrade's notification came: until 2026-11-30 the upgrade was lost).
+            guard
+                try !tx.laterPeriodHeld(
+                    environment: p.environment, original: p.originalTransactionId, than: p.transactionId, endsAtMs: expires, revoked: true)
+            else { return false }
+        }
         let planChanged = current.productId != p.productId
         if planChanged {
             guard

@@ -245,7 +245,7 @@ struct WebhookRecords {
         if let failure = r.failure {
             let held = try s.run(
                 """
-                UPDATE outbox SET attempts = attempts + 1, next_attempt_at_ms = ?1, last_error = ?2,
+                UPDATE outbox SET attempts = CASE WHEN ?4 THEN 1 ELSE attempts + 1 END, next_attempt_at_ms = ?1, last_error = ?2,
                     created_at_ms = CASE WHEN ?4 THEN ?5 ELSE created_at_ms END
                 WHERE id = ?3 AND next_attempt_at_ms = ?6
                 """, r.nextAttemptAtMs, failure, r.item.id, r.progressed, nowMs, r.item.nextAttemptAtMs)

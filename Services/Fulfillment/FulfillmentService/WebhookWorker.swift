@@ -98,7 +98,10 @@ public struct WebhookWorker: FulfillmentPart {
                 if let error {
                     let now = clock.nowMs
                     settlement.failure = error
-                    settlement.nextAttemptAtMs = WebhookRetry.nextAttemptAtMs(failures: item.attempts + 1, nowMs: now, jitter: .random(in: 0...1))
+                    // A failure after progress in this round is a first failure: retried within a second, not on the old
+                    // failures' hourly schedule (until 2026-11-30 it waited up to an hour).
+                    settlement.nextAttemptAtMs = WebhookRetry.nextAttemptAtMs(
+                        failures: settlement.progressed ? 1 : item.attempts + 1, nowMs: now, jitter: .random(in: 0...1))
                     settlement.givesUp = !settlement.progressed && now - item.createdAtMs >= policy.giveUpAfterMs
                     settlement.more = false
                     if settlement.givesUp {
