@@ -198,6 +198,24 @@ import Testing
         }
     }
 
+    /// A worker that read the endpoint active before it was paused claims nothing of it after (until 2026-11-30 it went on
+    /// delivering a round's worth after the pause was answered).
+    @Test func aPausedEndpointsItemsAreNotClaimed() async throws {
+        let receiver = try await WebhookReceiver.start()
+        defer { receiver.stop() }
+        try await SuiteFixture.with { suite in
+            let alice = try await suite.register("alice")
+            let hook = try await Self.add(suite, receiver.url)
+            receiver.fail([alice.accountId])
+            try await Self.coins(suite, alice, 1)
+            try await Self.deliver(suite)
+            _ = try await suite.fulfillment.call(FulfillmentPauseWebhook.self, .init(adminToken: Self.admin, id: hook.id, paused: true))
+            suite.clock.advance(ms: 2_000)
+            let claimed = try await suite.store.dueWebhookItems(endpointId: hook.id, nowMs: suite.clock.nowMs, limit: 10, leaseMs: 60_000)
+            #expect(claimed.isEmpty, "\(claimed)")
+        }
+    }
+
     @Test func threeDaysOfFailureMarkTheEndpointFailingUntilAnOperatorRedeliversFromACursor() async throws {
         let receiver = try await WebhookReceiver.start()
         defer { receiver.stop() }

@@ -163,13 +163,18 @@ struct FulfillmentQueries {
 
     /// Claims the due items for a lease: another instance's worker skips what this one is delivering (PostgreSQL's row
     /// locks; SQLite has one writer).
-    /// `webhookEndpoint`: only that endpoint's webhook deliveries (`WebhookWorker`'s), else every item but webhooks.
+    /// `webhookEndpoint`: only that endpoint's webhook deliveries (`WebhookWorker`'s), and only while it is active (a
+    /// worker that read it active before a pause or a delete claims nothing after it; until 2026-11-30 it did), else every
+    /// item but webhooks.
     func claimOutbox(nowMs: Int64, limit: Int, webhookEndpoint: String? = nil, leaseMs: Int64 = OutboxRetry.leaseMs) throws -> [OutboxItem] {
         var arguments: [SQLValue] = [.int(nowMs + leaseMs), .int(nowMs), .int(Int64(limit))]
         var kinds = "kind != 'webhook'"
         if let webhookEndpoint {
-            kinds = "kind = 'webhook' AND item_key LIKE ?4"
-            arguments.append(.text(webhookEndpoint + " %"))
+            kinds = """
+                kind = 'webhook' AND item_key LIKE ?4
+                AND EXISTS (SELECT 1 FROM webhook_endpoint e WHERE e.id = ?5 AND e.state = 'active')
+                """
+            arguments += [.text(webhookEndpoint + " %"), .text(webhookEndpoint)]
         }
         let locking = s.dialect == .postgres ? "FOR UPDATE SKIP LOCKED" : ""
         return try s.fetch(
