@@ -89,6 +89,9 @@ public struct AppleTransaction: Sendable, Equatable {
     /// The offer redeemed with this purchase (Apple's `offerIdentifier`: a promotional offer's id, an offer code, a win-back
     /// offer), at most 64 characters.
     public var offerIdentifier: String?
+    /// Apple's `isUpgraded`: the customer upgraded this subscription to another, whose transaction holds the access now
+    /// (Apple: look for the transaction with the higher level of service).
+    public var isUpgraded = false
 
     /// Nil without a transaction id or a product id.
     public init?(_ payload: JSONValue) {
@@ -110,6 +113,7 @@ public struct AppleTransaction: Sendable, Equatable {
         self.appAccountToken = payload["appAccountToken"]?.stringValue?.lowercased()
         self.environment = payload["environment"]?.stringValue
         self.offerIdentifier = payload["offerIdentifier"]?.stringValue.flatMap { (1...64).contains($0.utf8.count) ? $0 : nil }
+        self.isUpgraded = payload["isUpgraded"]?.boolValue == true
         // At most a billion units of any currency: anything larger is not a price, and sums of them stay far from overflow.
         if let price = payload["price"]?.intValue, (0...1_000_000_000_000).contains(price), let currency = payload["currency"]?.stringValue,
             currency.utf8.count == 3, currency.utf8.allSatisfy({ $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") })

@@ -1,5 +1,6 @@
 import FulfillmentService
 import IAPProtocol
+import JSONRPC
 import Testing
 
 /// The purchase-lifecycle rules on an in-memory ledger: milliseconds each, no database, no services.
@@ -292,6 +293,20 @@ import Testing
         let older = try apply([(purchase("u0", original: "u1", product: "basic.yearly", purchasedAt: -365, expires: 0), basic)], now: 43)
         #expect(older.entitlements.isEmpty, "an older period does not undo the later refunds")
         #expect(ledger.invariantsHold)
+    }
+
+    /// Apple's `isUpgraded`: the period an upgrade replaced gives no access of its own (Apple: look for the transaction
+    /// with the higher level of service). Redeemed alone (its upgrade not recorded here), its plan no longer runs to its
+    /// old expiry, up to a year Apple refunded (until 2026-11-30 it did); the upgrade's period then holds.
+    @Test func aPeriodAnUpgradeReplacedGivesNoAccessOfItsOwn() throws {
+        let json =
+            #"{"transactionId": "u1", "originalTransactionId": "u1", "productId": "basic.yearly", "purchaseDate": 0, "expiresDate": 365, "isUpgraded": true, "environment": "Production"}"#
+        let yearly = try #require(VerifiedPurchase.fromSignedTransaction(try JSONValue(parsing: Array(json.utf8)), environment: "Production"))
+        #expect(yearly.isUpgraded && yearly.expiresDateMs == 0)
+        let basic = GrantRule.subscription(entitlement: "basic"), premium = GrantRule.subscription(entitlement: "premium")
+        #expect(try apply([(yearly, basic)], now: 40).entitlements.isEmpty)
+        let upgraded = try apply([(purchase("u2", original: "u1", product: "premium.monthly", purchasedAt: 31, expires: 61), premium)], now: 41)
+        #expect(upgraded.entitlements.map(\.entitlement) == ["premium"] && upgraded.entitlements.first?.expiresAtMs == 61)
     }
 
     @Test func anUpgradeToAShorterPlanSwitchesAtOnceAndALateOlderPeriodDoesNotSwitchBack() throws {

@@ -252,6 +252,18 @@ def api_checks(sim, args, bundle, root, verifiers, purchases, inbox):
         clients[name] = client
 
     for name, client in clients.items():
+        # An upgrade: the period it replaced says isUpgraded (Apple: look for the transaction with the higher service).
+        yearly = sim("sim.purchase", appleId=f"judge-{name}-upgrade@icloud", bundleId=bundle, productId="sub.basic",
+                     productType="autoRenewable", environment=name, subscriptionPeriodDays=365)
+        sim("sim.lifecycleEvent", appleId=f"judge-{name}-upgrade@icloud", transactionId=yearly["transactionId"], event="upgrade",
+            productId="sub.premium", subscriptionPeriodDays=30)
+        replaced = attempt(f"API {name}: get_transaction_info of the period an upgrade replaced",
+                           lambda: client.get_transaction_info(yearly["transactionId"]))
+        replaced = replaced and attempt(f"API {name}: its signedTransactionInfo",
+                                        lambda: verifiers[name].verify_and_decode_signed_transaction(replaced.signedTransactionInfo))
+        check(f"API {name}: the period an upgrade replaced is isUpgraded, its expiry kept",
+              replaced is not None and replaced.isUpgraded is True and replaced.revocationDate is None,
+              repr(replaced and (replaced.isUpgraded, replaced.revocationDate)))
         sub = purchases[(name, "autoRenewable")]
         info = attempt(f"API {name}: get_transaction_info", lambda: client.get_transaction_info(sub["transactionId"]))
         if info is not None:

@@ -446,6 +446,7 @@ public final class AppStoreSimulator: Sendable {
             }
         }
         if let token = t.appAccountToken { payload["appAccountToken"] = token.lowercased() }
+        if t.isUpgraded { payload["isUpgraded"] = true }
         if let price = t.price, let currency = t.currency {
             payload["price"] = price
             payload["currency"] = currency

@@ -75,6 +75,8 @@ extension AppStoreSimulator {
                     }
                     higher.periodDays = days
                 }
+                // The period replaced says so (`isUpgraded`); its expiry stays.
+                try db.execute(sql: "UPDATE simTransaction SET isUpgraded = 1 WHERE transactionId = ?", arguments: [latest.transactionId])
                 let next = try self.renew(higher, startingAt: now, reason: "PURCHASE", db: db)
                 return try self.recordNotification("DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE", next, signedDate: now, db: db)
             case .withdrawProduct, .endOtherwise:

@@ -41,6 +41,8 @@ public struct SimTransaction: Sendable, Equatable {
     public var sharedFrom: String? = nil
     /// A prorated refund's share, in milliunits of a percent (`sim.refund`); nil: refunded whole (or not refunded).
     public var revocationPercentage: Int? = nil
+    /// Upgraded to another plan (`sim.lifecycleEvent upgrade`): Apple's `isUpgraded` on this period's transaction.
+    public var isUpgraded = false
 }
 
 /// The simulator's database: transactions, the device of each Apple ID's app, the simulated clock.
@@ -217,6 +219,10 @@ final class SimulatorStore: Sendable {
             // Apple's prorated refunds (REFUND_PRORATED): the share refunded (`SimTransaction.revocationPercentage`).
             try db.execute(sql: "ALTER TABLE simTransaction ADD COLUMN revocationPercentage INTEGER")
         }
+        m.registerMigration("v17-is-upgraded") { db in
+            // The period an upgrade replaced (`SimTransaction.isUpgraded`).
+            try db.execute(sql: "ALTER TABLE simTransaction ADD COLUMN isUpgraded INTEGER NOT NULL DEFAULT 0")
+        }
         try m.migrate(writer)
     }
 
@@ -303,6 +309,6 @@ final class SimulatorStore: Sendable {
             webOrderLineItemId: r["webOrderLineItemId"], appAccountToken: r["appAccountToken"], periodDays: r["periodDays"],
             environment: SimEnvironment(rawValue: r["environment"]) ?? .sandbox, orderId: r["orderId"], seq: r["seq"],
             offerIdentifier: r["offerIdentifier"], appTransactionId: r["appTransactionId"], price: r["price"], currency: r["currency"],
-            sharedFrom: r["sharedFrom"], revocationPercentage: r["revocationPercentage"])
+            sharedFrom: r["sharedFrom"], revocationPercentage: r["revocationPercentage"], isUpgraded: r["isUpgraded"])
     }
 }

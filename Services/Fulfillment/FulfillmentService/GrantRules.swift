@@ -237,7 +237,7 @@ public enum GrantRules {
             if let owner, owner.accountId != accountId {
                 // A Google Play purchase the app bound to no account is never moved: anyone who saw its token could take it.
                 // Nor is a refunded one (a refund in the purchase, or remembered before it was redeemed).
-                guard policy == .transfer, rule.entitlement != nil, p.cancellationDateMs == nil, stored.earlyRevocation == nil,
+                guard policy == .transfer, rule.entitlement != nil, p.cancellationDateMs == nil, !p.isUpgraded, stored.earlyRevocation == nil,
                     p.play == nil || p.appAccountToken != nil
                 else {
                     result(.ownedByAnotherAccount)

@@ -16,6 +16,8 @@ public struct VerifiedPurchase: Sendable, Equatable {
     public var cancellationDateMs: Int64?
     /// Apple's prorated refund (REFUND_PRORATED): the share refunded, in milliunits of a percent; nil: whole.
     public var proratedRefundMilli: Int64? = nil
+    /// Apple's `isUpgraded` (`AppleTransaction.isUpgraded`): its period ends where it began, and it moves nothing.
+    public var isUpgraded = false
     /// StoreKit 2 only: the account token the app passed at purchase.
     public var appAccountToken: String?
     /// StoreKit 2 only: what was paid, in milliunits of `currency`, as the signed transaction says (receipts carry no
@@ -91,6 +93,13 @@ public struct VerifiedPurchase: Sendable, Equatable {
         self.currency = transaction.currency
         self.offerIdentifier = transaction.offerIdentifier
         self.proratedRefundMilli = transaction.proratedRefundMilli
+        if transaction.isUpgraded, let expires = transaction.expiresDateMs {
+            // Upgraded to another plan, whose transaction holds the access from the upgrade on (Apple starts it at once):
+            // this period gives none of its own. Until 2026-11-30 it gave its plan to its old expiry (up to a year, the
+            // rest of which Apple refunded) when redeemed without the upgrade's transaction.
+            self.expiresDateMs = min(expires, transaction.purchaseDateMs)
+            self.isUpgraded = true
+        }
     }
 
     /// Coins a prorated refund leaves of a grant of `granted`: the refunded share taken back, rounded to the nearest coin
@@ -105,7 +114,7 @@ public struct VerifiedPurchase: Sendable, Equatable {
     }
 
     /// A verified transaction payload as verification answers it, decoded once (`AppleTransaction`).
-    static func fromSignedTransaction(_ payload: JSONValue, environment: String?) -> VerifiedPurchase? {
+    public static func fromSignedTransaction(_ payload: JSONValue, environment: String?) -> VerifiedPurchase? {
         AppleTransaction(payload).flatMap { VerifiedPurchase($0, environment: environment) }
     }
 }
