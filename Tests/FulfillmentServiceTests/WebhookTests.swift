@@ -216,6 +216,31 @@ import Testing
         }
     }
 
+    /// A round in flight when an operator resumes a failing endpoint: its failure, counted from before the resume, does
+    /// not mark the endpoint failing again (until 2026-11-30 it did, seconds after the resume was answered).
+    @Test func aRoundInFlightDoesNotUndoAnOperatorsResume() async throws {
+        let receiver = try await WebhookReceiver.start()
+        defer { receiver.stop() }
+        try await SuiteFixture.with { suite in
+            let alice = try await suite.register("alice")
+            let hook = try await Self.add(suite, receiver.url)
+            receiver.fail([alice.accountId])
+            try await Self.coins(suite, alice, 1)
+            try await Self.deliver(suite)
+            suite.clock.advance(ms: 4 * 86_400_000)
+            let claimed = try #require(
+                try await suite.store.dueWebhookItems(endpointId: hook.id, nowMs: suite.clock.nowMs, limit: 10, leaseMs: 60_000).first)
+            _ = try await suite.store.setWebhookState(hook.id, "active", nowMs: suite.clock.nowMs, leaseMs: 60_000)
+            try await suite.store.settleWebhook(
+                WebhookSettlement(
+                    item: claimed, endpointId: hook.id, accountId: alice.accountId, deliveredSequence: 0, generation: 0, attempts: [],
+                    failure: "HTTP 500", nextAttemptAtMs: suite.clock.nowMs + 3_600_000, more: false, progressed: false, givesUp: true),
+                nowMs: suite.clock.nowMs)
+            let listed = try await suite.fulfillment.call(FulfillmentListWebhooks.self, .init(adminToken: Self.admin)).webhooks
+            #expect(listed.map(\.state) == ["active"], "\(listed.map(\.state))")
+        }
+    }
+
     @Test func threeDaysOfFailureMarkTheEndpointFailingUntilAnOperatorRedeliversFromACursor() async throws {
         let receiver = try await WebhookReceiver.start()
         defer { receiver.stop() }

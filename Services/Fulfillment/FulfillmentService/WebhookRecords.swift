@@ -247,9 +247,12 @@ struct WebhookRecords {
                 """
                 UPDATE outbox SET attempts = CASE WHEN ?4 THEN 1 ELSE attempts + 1 END, next_attempt_at_ms = ?1, last_error = ?2,
                     created_at_ms = CASE WHEN ?4 THEN ?5 ELSE created_at_ms END
-                WHERE id = ?3 AND next_attempt_at_ms = ?6
-                """, r.nextAttemptAtMs, failure, r.item.id, r.progressed, nowMs, r.item.nextAttemptAtMs)
-            if r.givesUp, held == 1 { _ = try setState(r.endpointId, "failing", nowMs: nowMs, leaseMs: 0) }  // the lease matters only made active
+                WHERE id = ?3 AND next_attempt_at_ms = ?6 AND created_at_ms = ?7
+                """, r.nextAttemptAtMs, failure, r.item.id, r.progressed, nowMs, r.item.nextAttemptAtMs, r.item.createdAtMs)
+            // An operator's resume or redeliver meanwhile made the item wait from then (`setState`): this round's old count
+            // of failures neither stands nor marks the endpoint failing (until 2026-11-30 it undid the resume), nor does a
+            // pause meanwhile become `failing`.
+            if r.givesUp, held == 1 { try s.run("UPDATE webhook_endpoint SET state = 'failing' WHERE id = ?1 AND state = 'active'", r.endpointId) }
         } else if try r.more
             || s.run(
                 "DELETE FROM outbox WHERE id = ?1 AND payload = ?2 AND next_attempt_at_ms = ?3", r.item.id, r.item.payload,
