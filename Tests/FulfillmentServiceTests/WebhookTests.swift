@@ -218,7 +218,7 @@ import Testing
 
     /// A round in flight when an operator resumes a failing endpoint: its failure, counted from before the resume, does
     /// not mark the endpoint failing again (until 2026-11-30 it did, seconds after the resume was answered).
-    @Test func aRoundInFlightDoesNotUndoAnOperatorsResume() async throws {
+    @Test func aRoundInFlightDoesNotUndoAnOperatorsResumeNorOutliveADelete() async throws {
         let receiver = try await WebhookReceiver.start()
         defer { receiver.stop() }
         try await SuiteFixture.with { suite in
@@ -238,6 +238,19 @@ import Testing
                 nowMs: suite.clock.nowMs)
             let listed = try await suite.fulfillment.call(FulfillmentListWebhooks.self, .init(adminToken: Self.admin)).webhooks
             #expect(listed.map(\.state) == ["active"], "\(listed.map(\.state))")
+            // Deleted while a round is in flight: the round's attempts are not kept for an endpoint that is gone.
+            suite.clock.advance(ms: 61_000)  // past the first round's lease
+            let inFlight = try #require(
+                try await suite.store.dueWebhookItems(endpointId: hook.id, nowMs: suite.clock.nowMs, limit: 10, leaseMs: 60_000).first)
+            _ = try await suite.fulfillment.call(FulfillmentDeleteWebhook.self, .init(adminToken: Self.admin, id: hook.id))
+            let attempt = WebhookDelivery(
+                eventId: "e", accountId: alice.accountId, sequence: 1, attemptedAtMs: suite.clock.nowMs, status: 500, latencyMs: 1, error: "HTTP 500")
+            try await suite.store.settleWebhook(
+                WebhookSettlement(
+                    item: inFlight, endpointId: hook.id, accountId: alice.accountId, deliveredSequence: 0, generation: 0, attempts: [attempt],
+                    failure: "HTTP 500", nextAttemptAtMs: suite.clock.nowMs + 1_000, more: false, progressed: false, givesUp: false),
+                nowMs: suite.clock.nowMs)
+            #expect(try await suite.store.webhookDeliveries(hook.id, limit: 10).isEmpty)
         }
     }
 

@@ -224,6 +224,9 @@ struct WebhookRecords {
     /// or tried again later after a failure. The item's time is set only while this round's claim holds it (its lease
     /// unchanged): a round that outlived its lease leaves the next claim's lease alone.
     func settle(_ r: WebhookSettlement, nowMs: Int64) throws {
+        // Deleted meanwhile: nothing of the round is kept (its attempts would outlive the endpoint).
+        let exists: Int64? = try s.value("SELECT 1 FROM webhook_endpoint WHERE id = ?1", r.endpointId)
+        guard exists != nil else { return }
         try s.run(
             """
             UPDATE webhook_progress SET delivered_sequence = ?1
