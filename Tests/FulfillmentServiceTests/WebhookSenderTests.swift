@@ -45,4 +45,26 @@ import Testing
         #expect(took < .seconds(10), "the request ended at its time (1 s), not when the body did: \(took)")
         await sender.shutdown()
     }
+
+    /// The request's time counts from before its host is resolved: a resolver that takes the whole of it leaves none for
+    /// the request (until 2026-11-30 the request had its full time after the resolver's, so a round could outlive its
+    /// lease and an account's events be sent twice at once).
+    @Test(.timeLimit(.minutes(1))) func resolvingTheHostCountsAgainstTheRequestsTime() async throws {
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .childChannelInitializer { $0.pipeline.addHandler(TricklingReceiver(every: .milliseconds(100))) }
+            .bind(host: "127.0.0.1", port: 0).get()
+        defer { server.close(promise: nil) }
+        let port = try #require(server.localAddress?.port)
+        let sender = WebhookSender(timeout: .seconds(1)) { _ in
+            try await Task.sleep(for: .milliseconds(1_500))
+            return try SocketAddress(ipAddress: "127.0.0.1", port: port)
+        }
+        let endpoint = WebhookRecord(
+            id: "slow-dns", url: "http://receiver.example:\(port)/hooks", types: nil, environments: nil, allowPrivateAddress: true,
+            secret: WebhookSender.newSecret(), state: "active", createdAtMs: 0, dispatched: EventPosition(txOrder: 0, id: 0))
+        await #expect(throws: (any Error).self) {
+            try await sender.send(endpoint, eventId: "evt", body: Array("{}".utf8), secrets: [endpoint.secret])
+        }
+        await sender.shutdown()
+    }
 }

@@ -98,15 +98,23 @@ public final class WebhookSender: Sendable {
     /// Fewer, and the client queues the rest behind the ones in flight, so accounts whose requests hang hold up every
     /// other account's events (AsyncHTTPClient's default is 8).
     let connectionsPerEndpoint: Int
+    /// Resolves a host (`lookUp`; tests stand in a slow resolver).
+    let resolver: @Sendable (WebhookURL) async throws -> SocketAddress
 
-    public init(timeout: Duration = .seconds(15), resolveEvery: Duration = .seconds(60), connectionsPerEndpoint: Int = WebhookPolicy().concurrency) {
+    public init(
+        timeout: Duration = .seconds(15), resolveEvery: Duration = .seconds(60), connectionsPerEndpoint: Int = WebhookPolicy().concurrency,
+        resolver: @escaping @Sendable (WebhookURL) async throws -> SocketAddress = WebhookSender.lookUp
+    ) {
         self.timeout = .nanoseconds(timeout.components.seconds * 1_000_000_000 + timeout.components.attoseconds / 1_000_000_000)
         self.resolveEvery = resolveEvery
         self.connectionsPerEndpoint = max(1, connectionsPerEndpoint)
+        self.resolver = resolver
     }
 
     /// The address `url` names now, refused when private and not allowed (`WebhookAddressPolicy`).
-    public static func resolve(_ url: WebhookURL, allowPrivate: Bool) async throws -> String {
+    public static func resolve(
+        _ url: WebhookURL, allowPrivate: Bool, lookUp: @Sendable (WebhookURL) async throws -> SocketAddress = WebhookSender.lookUp
+    ) async throws -> String {
         let address: String
         if WebhookAddressPolicy.isPrivate(url.host) != nil {
             address = url.host
@@ -122,7 +130,7 @@ public final class WebhookSender: Sendable {
 
     /// `getaddrinfo` blocks: on a GCD thread, not the service's small blocking pool (a slow resolver must not hold up
     /// its other work), and given up after 15 s (the thread finishes on its own; its answer is dropped).
-    static func lookUp(_ url: WebhookURL) async throws -> SocketAddress {
+    @Sendable public static func lookUp(_ url: WebhookURL) async throws -> SocketAddress {
         let pending = NIOLockedValueBox<CheckedContinuation<SocketAddress, any Error>?>(nil)
         @Sendable func finish(_ result: Result<SocketAddress, any Error>) {
             pending.withLockedValue { c -> CheckedContinuation<SocketAddress, any Error>? in
@@ -142,7 +150,13 @@ public final class WebhookSender: Sendable {
     /// One POST of `body`; answers the HTTP status (2xx: delivered) or throws why none came.
     func send(_ w: WebhookRecord, eventId: String, body: [UInt8], secrets: [String]) async throws -> Int {
         guard let url = WebhookURL(w.url) else { throw WebhookSendError("the endpoint's URL is not a valid http(s) URL") }
+        // One deadline for the whole exchange, from before the host is resolved (a resolver taking its 15 s must not give
+        // the request 15 s more, past the round's lease) to the answer's body: the client's own bounds the wait for the
+        // head only, and a receiver trickling a body could keep a request past its lease (its events then sent twice at
+        // once).
+        let deadline = NIODeadline.now() + timeout
         let http = try await client(w, url)
+        guard NIODeadline.now() < deadline else { throw WebhookSendError("\(url.host) resolved after the request's time had passed") }
         let timestamp = String(Int64(Date().timeIntervalSince1970))
         var request = HTTPClientRequest(url: w.url)
         request.method = .POST
@@ -152,9 +166,6 @@ public final class WebhookSender: Sendable {
         request.headers.add(name: "webhook-timestamp", value: timestamp)
         request.headers.add(name: "webhook-signature", value: Self.signatures(id: eventId, timestamp: timestamp, body: body, secrets: secrets))
         request.body = .bytes(ByteBuffer(bytes: body))
-        // One deadline for the whole exchange, the answer's body included: the client's own bounds the wait for the head
-        // only, and a receiver trickling a body could keep a request past its lease (its events then sent twice at once).
-        let deadline = NIODeadline.now() + timeout
         let response = try await http.execute(request, deadline: deadline)
         await Self.drain(response.body, by: deadline)
         return Int(response.status.code)
@@ -195,7 +206,7 @@ public final class WebhookSender: Sendable {
     private func client(_ w: WebhookRecord, _ url: WebhookURL) async throws -> HTTPClient {
         let now = ContinuousClock.now
         if let known = clients.withLockedValue({ $0[w.id] }), now - known.resolvedAt < resolveEvery { return known.http }
-        let address = try await Self.resolve(url, allowPrivate: w.allowPrivateAddress)
+        let address = try await Self.resolve(url, allowPrivate: w.allowPrivateAddress, lookUp: resolver)
         var config = HTTPClient.Configuration(
             redirectConfiguration: .disallow, timeout: .init(connect: timeout, read: timeout),
             connectionPool: .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: connectionsPerEndpoint))
