@@ -87,8 +87,9 @@ if [[ ${IAP_POSTGRES:-0} == 1 ]]; then
     # Each service signs in as a login of its own that owns its schema only (compose/postgres-roles.sh), as
     # compose.postgres.yaml has it; the superuser's password stays in the data directory (backups).
     for s in accounts catalog fulfillment console; do
-      declare -x "IAP_POSTGRES_${s^^}_PASSWORD=$(secret "postgres-$s-password")"
-      database_urls[$s]=postgres://iap_$s:$(secret "postgres-$s-password")@127.0.0.1:$pgport/iap
+      password=$(secret "postgres-$s-password")
+      declare -x "IAP_POSTGRES_${s^^}_PASSWORD=$password"
+      database_urls[$s]=postgres://iap_$s:$password@127.0.0.1:$pgport/iap
     done
     PATH=$pgbin:$PATH PGHOST=127.0.0.1 PGPORT=$pgport PGUSER=iap PGPASSWORD=$pgpass POSTGRES_DB=iap bash compose/postgres-roles.sh >/dev/null
     for s in accounts catalog fulfillment console; do unset "IAP_POSTGRES_${s^^}_PASSWORD"; done

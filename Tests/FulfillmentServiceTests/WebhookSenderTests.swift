@@ -28,16 +28,26 @@ import Testing
         }
     }
 
-    @Test(.timeLimit(.minutes(1))) func aReceiverTricklingItsAnswerIsCutOffAtTheRequestsTime() async throws {
-        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+    /// A `TricklingReceiver` (a byte every 100 ms) on a loopback port.
+    static func tricklingServer() async throws -> any Channel {
+        try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .childChannelInitializer { $0.pipeline.addHandler(TricklingReceiver(every: .milliseconds(100))) }
             .bind(host: "127.0.0.1", port: 0).get()
+    }
+
+    /// The endpoint record a sender is given for `url`.
+    static func endpoint(_ id: String, _ url: String) -> WebhookRecord {
+        WebhookRecord(
+            id: id, url: url, types: nil, environments: nil, allowPrivateAddress: true, secret: WebhookSender.newSecret(), state: "active",
+            createdAtMs: 0, dispatched: EventPosition(txOrder: 0, id: 0))
+    }
+
+    @Test(.timeLimit(.minutes(1))) func aReceiverTricklingItsAnswerIsCutOffAtTheRequestsTime() async throws {
+        let server = try await Self.tricklingServer()
         defer { server.close(promise: nil) }
         let port = try #require(server.localAddress?.port)
         let sender = WebhookSender(timeout: .seconds(1))
-        let endpoint = WebhookRecord(
-            id: "trickle", url: "http://127.0.0.1:\(port)/hooks", types: nil, environments: nil, allowPrivateAddress: true,
-            secret: WebhookSender.newSecret(), state: "active", createdAtMs: 0, dispatched: EventPosition(txOrder: 0, id: 0))
+        let endpoint = Self.endpoint("trickle", "http://127.0.0.1:\(port)/hooks")
         let started = ContinuousClock.now
         // Its status decides (a 2xx head is an acceptance); the body it promised would take almost two hours.
         #expect(try await sender.send(endpoint, eventId: "evt", body: Array("{}".utf8), secrets: [endpoint.secret]) == 200)
@@ -50,18 +60,14 @@ import Testing
     /// the request (until 2026-11-30 the request had its full time after the resolver's, so a round could outlive its
     /// lease and an account's events be sent twice at once).
     @Test(.timeLimit(.minutes(1))) func resolvingTheHostCountsAgainstTheRequestsTime() async throws {
-        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .childChannelInitializer { $0.pipeline.addHandler(TricklingReceiver(every: .milliseconds(100))) }
-            .bind(host: "127.0.0.1", port: 0).get()
+        let server = try await Self.tricklingServer()
         defer { server.close(promise: nil) }
         let port = try #require(server.localAddress?.port)
         let sender = WebhookSender(timeout: .seconds(1)) { _ in
             try await Task.sleep(for: .milliseconds(1_500))
             return try SocketAddress(ipAddress: "127.0.0.1", port: port)
         }
-        let endpoint = WebhookRecord(
-            id: "slow-dns", url: "http://receiver.example:\(port)/hooks", types: nil, environments: nil, allowPrivateAddress: true,
-            secret: WebhookSender.newSecret(), state: "active", createdAtMs: 0, dispatched: EventPosition(txOrder: 0, id: 0))
+        let endpoint = Self.endpoint("slow-dns", "http://receiver.example:\(port)/hooks")
         await #expect(throws: (any Error).self) {
             try await sender.send(endpoint, eventId: "evt", body: Array("{}".utf8), secrets: [endpoint.secret])
         }

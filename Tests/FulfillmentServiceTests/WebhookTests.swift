@@ -37,6 +37,27 @@ import Testing
         try await suite.fulfillment.call(FulfillmentListEvents.self, .init(adminToken: admin, limit: 1000, accountId: account)).events
     }
 
+    /// A suite with one endpoint whose receiver fails alice's events: her first event has failed once and waits.
+    static func withAliceWaiting(
+        _ body: (SuiteFixture, (session: String, accountId: String, appAccountToken: String), FulfillmentAddWebhook.Result) async throws -> Void
+    ) async throws {
+        let receiver = try await WebhookReceiver.start()
+        defer { receiver.stop() }
+        try await SuiteFixture.with { suite in
+            let alice = try await suite.register("alice")
+            let hook = try await add(suite, receiver.url)
+            receiver.fail([alice.accountId])
+            try await coins(suite, alice, 1)
+            try await deliver(suite)
+            try await body(suite, alice, hook)
+        }
+    }
+
+    /// The endpoint's due items, claimed as a worker's round claims them (the round itself left out).
+    static func claim(_ suite: SuiteFixture, _ hook: FulfillmentAddWebhook.Result) async throws -> [OutboxItem] {
+        try await suite.store.dueWebhookItems(endpointId: hook.id, nowMs: suite.clock.nowMs, limit: 10, leaseMs: 60_000)
+    }
+
     static func verify(_ r: WebhookReceiver.Received, secret: String) -> Bool {
         guard let key = Data(base64Encoded: String(secret.dropFirst("whsec_".count))) else { return false }
         let mac = HMAC<SHA256>.authenticationCode(for: Array("\(r.id).\(r.timestamp).".utf8) + r.body, using: SymmetricKey(data: key))
@@ -201,17 +222,10 @@ import Testing
     /// A worker that read the endpoint active before it was paused claims nothing of it after (until 2026-11-30 it went on
     /// delivering a round's worth after the pause was answered).
     @Test func aPausedEndpointsItemsAreNotClaimed() async throws {
-        let receiver = try await WebhookReceiver.start()
-        defer { receiver.stop() }
-        try await SuiteFixture.with { suite in
-            let alice = try await suite.register("alice")
-            let hook = try await Self.add(suite, receiver.url)
-            receiver.fail([alice.accountId])
-            try await Self.coins(suite, alice, 1)
-            try await Self.deliver(suite)
+        try await Self.withAliceWaiting { suite, alice, hook in
             _ = try await suite.fulfillment.call(FulfillmentPauseWebhook.self, .init(adminToken: Self.admin, id: hook.id, paused: true))
             suite.clock.advance(ms: 2_000)
-            let claimed = try await suite.store.dueWebhookItems(endpointId: hook.id, nowMs: suite.clock.nowMs, limit: 10, leaseMs: 60_000)
+            let claimed = try await Self.claim(suite, hook)
             #expect(claimed.isEmpty, "\(claimed)")
         }
     }
@@ -219,17 +233,10 @@ import Testing
     /// A round in flight when an operator resumes a failing endpoint: its failure, counted from before the resume, does
     /// not mark the endpoint failing again (until 2026-11-30 it did, seconds after the resume was answered).
     @Test func aRoundInFlightDoesNotUndoAnOperatorsResumeNorOutliveADelete() async throws {
-        let receiver = try await WebhookReceiver.start()
-        defer { receiver.stop() }
-        try await SuiteFixture.with { suite in
-            let alice = try await suite.register("alice")
-            let hook = try await Self.add(suite, receiver.url)
-            receiver.fail([alice.accountId])
-            try await Self.coins(suite, alice, 1)
-            try await Self.deliver(suite)
+        try await Self.withAliceWaiting { suite, alice, hook in
             suite.clock.advance(ms: 4 * 86_400_000)
             let claimed = try #require(
-                try await suite.store.dueWebhookItems(endpointId: hook.id, nowMs: suite.clock.nowMs, limit: 10, leaseMs: 60_000).first)
+                try await Self.claim(suite, hook).first)
             _ = try await suite.store.setWebhookState(hook.id, "active", nowMs: suite.clock.nowMs, leaseMs: 60_000)
             try await suite.store.settleWebhook(
                 WebhookSettlement(
@@ -241,7 +248,7 @@ import Testing
             // Deleted while a round is in flight: the round's attempts are not kept for an endpoint that is gone.
             suite.clock.advance(ms: 61_000)  // past the first round's lease
             let inFlight = try #require(
-                try await suite.store.dueWebhookItems(endpointId: hook.id, nowMs: suite.clock.nowMs, limit: 10, leaseMs: 60_000).first)
+                try await Self.claim(suite, hook).first)
             _ = try await suite.fulfillment.call(FulfillmentDeleteWebhook.self, .init(adminToken: Self.admin, id: hook.id))
             let attempt = WebhookDelivery(
                 eventId: "e", accountId: alice.accountId, sequence: 1, attemptedAtMs: suite.clock.nowMs, status: 500, latencyMs: 1, error: "HTTP 500")
