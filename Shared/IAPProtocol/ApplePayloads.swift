@@ -92,6 +92,8 @@ public struct AppleTransaction: Sendable, Equatable {
     /// Apple's `isUpgraded`: the customer upgraded this subscription to another, whose transaction holds the access now
     /// (Apple: look for the transaction with the higher level of service).
     public var isUpgraded = false
+    /// When Apple signed this copy (`signedDate`): of two copies, the later one says how the purchase stands.
+    public var signedDateMs: Int64?
 
     /// Nil without a transaction id or a product id.
     public init?(_ payload: JSONValue) {
@@ -114,6 +116,7 @@ public struct AppleTransaction: Sendable, Equatable {
         self.environment = payload["environment"]?.stringValue
         self.offerIdentifier = payload["offerIdentifier"]?.stringValue.flatMap { (1...64).contains($0.utf8.count) ? $0 : nil }
         self.isUpgraded = payload["isUpgraded"]?.boolValue == true
+        self.signedDateMs = payload["signedDate"]?.millisecondsValue
         // At most a billion units of any currency: anything larger is not a price, and sums of them stay far from overflow.
         if let price = payload["price"]?.intValue, (0...1_000_000_000_000).contains(price), let currency = payload["currency"]?.stringValue,
             currency.utf8.count == 3, currency.utf8.allSatisfy({ $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") })

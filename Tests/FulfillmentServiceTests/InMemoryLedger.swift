@@ -69,6 +69,11 @@ final class InMemoryLedger: FulfillmentTransaction {
         processedRows[transactionId]?.revokeReason = nil
     }
 
+    func recordReversalSigned(_ transactionId: String, signedMs: Int64) {
+        let known = processedRows[transactionId]?.reversalSignedMs ?? .min
+        processedRows[transactionId]?.reversalSignedMs = max(known, signedMs)
+    }
+
     func setCoinsGranted(_ transactionId: String, coins: Int64) { processedRows[transactionId]?.coinsGranted = coins }
 
     /// Transaction ids the rules claimed (an early revocation holds its own): claimed twice is a rule's mistake, which

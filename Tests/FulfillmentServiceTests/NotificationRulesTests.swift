@@ -56,14 +56,20 @@ import Testing
         let revokedHere = NotificationRules.Stored(processed: Self.processed("t1", revoked: 30), owner: Self.alice)
         let asked = NotificationRules.decide(
             Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid, current: valid), stored: revokedHere)
-        #expect(asked.effects == [.reinstate(transactionId: "t1")])
+        #expect(asked.effects == [.reinstate(transactionId: "t1", signedMs: 50)], "the notification's signed time (50)")
+        // Apple's current copy, signed later, dates the reversal: a copy signed before it takes nothing again.
+        var signedLater = valid
+        signedLater.signedDateMs = 70
+        #expect(
+            NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid, current: signedLater), stored: revokedHere)
+                .effects == [.reinstate(transactionId: "t1", signedMs: 70)])
 
         // The same notice without Apple's word gives nothing back: only a reversal does.
         let unasked = NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid), stored: revokedHere)
         #expect(unasked.effects.isEmpty)
         #expect(unasked.ignoredBecause == "revoked here; only a refund reversal gives it back")
         let reversal = NotificationRules.decide(Self.facts(.refundReversed, "REFUND_REVERSED", snapshot: valid), stored: revokedHere)
-        #expect(reversal.effects == [.reinstate(transactionId: "t1")])
+        #expect(reversal.effects == [.reinstate(transactionId: "t1", signedMs: 50)])
 
         // A prorated refund took a share (100 of 300 left 200): its reversal, or Apple's word that it is valid, gives it back;
         // an older notice without Apple's word does not.
@@ -72,10 +78,10 @@ import Testing
         partly.grantedCoins = 300
         #expect(
             NotificationRules.decide(Self.facts(.refundReversed, "REFUND_REVERSED", snapshot: valid), stored: partly).effects
-                == [.reinstate(transactionId: "t1")])
+                == [.reinstate(transactionId: "t1", signedMs: 50)])
         #expect(
             NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid, current: valid), stored: partly).effects
-                == [.reinstate(transactionId: "t1")])
+                == [.reinstate(transactionId: "t1", signedMs: 50)])
         #expect(
             NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid), stored: partly).effects
                 == [Self.grant(valid)])

@@ -198,6 +198,51 @@ import Testing
         }
     }
 
+    /// A copy Apple signed while a refund held, redeemed after Apple reversed that refund, takes nothing again: neither the
+    /// prorated share nor the whole purchase (until 2026-11-30 it took them a second time). A copy signed at a refund after
+    /// the reversal (its notification lost) still takes the purchase back.
+    @Test func aCopySignedDuringARefundAppleReversedTakesNothingAgain() async throws {
+        try await SuiteFixture.with { suite in
+            let zoe = try await suite.register("zoe")
+            func reverse(_ transactionId: String) async throws {
+                _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 1))  // Apple signs the reversal later
+                let reversed = try await suite.simulator.call(
+                    SimRefundDecision.self, .init(appleId: "zoe@icloud", transactionId: transactionId, event: .reverse))
+                #expect(try await Self.deliver(suite, [reversed.signedPayload]).map(\.state) == [.applied])
+            }
+            let packs = try await suite.buy("zoe@icloud", "coins.100", quantity: 3, appAccountToken: zoe.appAccountToken)
+            #expect(try await suite.redeem(zoe.session, signed: [packs.signedTransaction]).balance == 300)
+            let prorated = try await suite.simulator.call(
+                SimRefund.self, .init(appleId: "zoe@icloud", transactionId: packs.transactionId, revocationPercentage: 33_333))
+            #expect(try await Self.deliver(suite, [prorated.signedPayload]).map(\.state) == [.applied])
+            let proratedCopy = try WithoutAppStoreAPITests.signedTransaction(of: try #require(prorated.signedPayload))
+            try await reverse(packs.transactionId)
+            #expect(try await suite.balance(zoe.session) == 300)
+            let staleShare = try await suite.redeem(zoe.session, signed: [proratedCopy])
+            #expect(staleShare.results.map(\.outcome) == [.alreadyGranted] && staleShare.balance == 300, "\(staleShare.results)")
+
+            let castle = try await suite.buy("zoe@icloud", "pack.castle", appAccountToken: zoe.appAccountToken)
+            #expect(try await suite.redeem(zoe.session, signed: [castle.signedTransaction]).entitlements.map(\.entitlement) == ["castle"])
+            let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "zoe@icloud", transactionId: castle.transactionId))
+            #expect(try await Self.deliver(suite, [refund.signedPayload]).map(\.state) == [.applied])
+            #expect(try await suite.entitlements(zoe.session).isEmpty)
+            let refundedCopy = try WithoutAppStoreAPITests.signedTransaction(of: try #require(refund.signedPayload))
+            try await reverse(castle.transactionId)
+            #expect(try await suite.entitlements(zoe.session).map(\.entitlement) == ["castle"])
+            let staleWhole = try await suite.redeem(zoe.session, signed: [refundedCopy])
+            #expect(staleWhole.results.map(\.outcome) == [.alreadyGranted], "\(staleWhole.results)")
+            #expect(try await suite.entitlements(zoe.session).map(\.entitlement) == ["castle"])
+
+            // Refunded again after the reversal, the notification lost: a copy signed then takes the purchase back.
+            _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 1))
+            let again = try await suite.simulator.call(SimRefund.self, .init(appleId: "zoe@icloud", transactionId: castle.transactionId))
+            let fresh = try await suite.redeem(
+                zoe.session, signed: [try WithoutAppStoreAPITests.signedTransaction(of: try #require(again.signedPayload))])
+            #expect(fresh.results.map(\.outcome) == [.revoked] && fresh.entitlements.isEmpty, "\(fresh.results)")
+            #expect(try await suite.ledgerIsConsistent())
+        }
+    }
+
     @Test func expiredProductNotForSaleAndWithoutSubtypeAreAppliedThenResubscribeGrantsAgain() async throws {
         try await SuiteFixture.with { suite in
             let uma = try await Self.subscriber(suite, "uma")

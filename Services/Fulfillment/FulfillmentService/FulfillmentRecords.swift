@@ -52,7 +52,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
                 \(Self.storedJoins)
                 UNION ALL
                 SELECT 1, NULL, NULL, x.environment, x.account_id, x.scope, x.original_transaction_id, x.product_id, NULL, NULL,
-                    x.revoked_at_ms, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, x.entitlement, x.starts_at_ms, x.expires_at_ms
+                    x.revoked_at_ms, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, x.entitlement, x.starts_at_ms, x.expires_at_ms
                 FROM entitlement x
                 WHERE x.account_id = ?3 AND x.scope = ?6 AND x.revoked_at_ms IS NULL AND (x.expires_at_ms IS NULL OR x.expires_at_ms > ?7)
                 ORDER BY row_kind
@@ -87,6 +87,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
     private static let storedColumns = """
         o.account_id AS owner_account_id, o.scope AS owner_scope, p.environment, p.account_id, p.scope,
             p.original_transaction_id, p.product_id, p.grant_kind, p.coins_granted, p.revoked_at_ms, p.revoke_reason, p.expires_date_ms,
+            p.reversal_signed_ms,
             e.reason AS early_reason,
             wp.balance AS production_balance, wp.owed AS production_owed, ws.balance AS sandbox_balance, ws.owed AS sandbox_owed,
             c.transaction_id AS claim_id
@@ -136,7 +137,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.row(
             """
             SELECT environment, account_id, scope, original_transaction_id, product_id, grant_kind, coins_granted, revoked_at_ms,
-                revoke_reason, expires_date_ms
+                revoke_reason, expires_date_ms, reversal_signed_ms
             FROM processed_transaction WHERE transaction_id = ?1
             """, transactionId
         ).map(Self.processedTransaction)
@@ -148,7 +149,8 @@ struct FulfillmentRecords: FulfillmentTransaction {
             environment: try row.get("environment"), holder: try holder(row),
             originalTransactionId: try row.get("original_transaction_id"), productId: try row.get("product_id"),
             grantKind: try row.get("grant_kind"), coinsGranted: try row.get("coins_granted"), revokedAtMs: try row.get("revoked_at_ms"),
-            revokeReason: try row.get("revoke_reason"), expiresDateMs: try row.get("expires_date_ms"))
+            revokeReason: try row.get("revoke_reason"), expiresDateMs: try row.get("expires_date_ms"),
+            reversalSignedMs: try row.get("reversal_signed_ms"))
     }
 
     func laterPeriodHeld(environment: String, original: String, than transactionId: String, endsAtMs: Int64, revoked: Bool) throws -> Bool {
@@ -218,6 +220,12 @@ struct FulfillmentRecords: FulfillmentTransaction {
             DELETE FROM transaction_claim WHERE transaction_id = ?1
                 AND NOT EXISTS (SELECT 1 FROM processed_transaction p WHERE p.transaction_id = ?1)
             """, transactionId)
+    }
+
+    func recordReversalSigned(_ transactionId: String, signedMs: Int64) throws {
+        try s.later(
+            "UPDATE processed_transaction SET reversal_signed_ms = ?2 WHERE transaction_id = ?1 AND (reversal_signed_ms IS NULL OR reversal_signed_ms < ?2)",
+            transactionId, signedMs)
     }
 
     func markReinstated(_ transactionId: String) throws {

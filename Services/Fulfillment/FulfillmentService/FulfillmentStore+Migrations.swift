@@ -365,6 +365,10 @@ extension FulfillmentStore {
         m.registerMigration("v9-early-refund-share") { db in
             try db.execute(sql: "ALTER TABLE early_revocation ADD COLUMN refund_share_milli INTEGER")
         }
+        // 2026-11-30: when Apple signed the latest reversal of a transaction's refund applied here (`reversalSignedMs`).
+        m.registerMigration("v10-reversal-signed") { db in
+            try db.execute(sql: "ALTER TABLE processed_transaction ADD COLUMN reversal_signed_ms INTEGER")
+        }
         return m
     }
 }

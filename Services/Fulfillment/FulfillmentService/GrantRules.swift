@@ -27,6 +27,8 @@ public protocol FulfillmentTransaction {
     func setCoinsGranted(_ transactionId: String, coins: Int64) throws
     /// Clears a revocation (a refund Apple reversed).
     func markReinstated(_ transactionId: String) throws
+    /// Keeps when Apple signed a reversal of the transaction's refund (`ProcessedTransaction.reversalSignedMs`), forward only.
+    func recordReversalSigned(_ transactionId: String, signedMs: Int64) throws
     /// The reason of a refund or revocation Apple announced before this transaction was ever redeemed here.
     func earlyRevocation(_ transactionId: String) throws -> String?
     /// The share (milliunits) of an Apple prorated refund remembered as an early revocation; nil for a whole one or none.
@@ -270,6 +272,10 @@ public enum GrantRules {
                     result(.rejected, finishable: false)
                 } else if processed.revokedAtMs != nil {
                     result(.revoked)
+                } else if p.revocationSignedBefore(reversalSignedMs: processed.reversalSignedMs) {
+                    // A copy signed while a refund held that Apple has reversed since: it takes nothing again (until
+                    // 2026-11-30 it took the refunded share, or the whole purchase, a second time).
+                    result(.alreadyGranted)
                 } else if p.proratedRefundMilli != nil, case .coins = rule {
                     // A share of a coin purchase refunded (its notification lost, or not here yet): that share of the whole
                     // grant is taken back, once (state-based, as the notification's), and the rest stays granted.

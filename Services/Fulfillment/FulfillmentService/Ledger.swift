@@ -77,9 +77,12 @@ public struct ProcessedTransaction: Sendable, Equatable {
     public var revokeReason: String?
     /// The end of the period it paid for (a subscription's).
     public var expiresDateMs: Int64?
+    /// When Apple signed the latest reversal of its refund applied here (nil: none): a copy signed before it still
+    /// carries the refund, which no longer holds.
+    public var reversalSignedMs: Int64? = nil
     public init(
         environment: String, holder: Holder, originalTransactionId: String, productId: String, grantKind: String,
-        coinsGranted: Int64, revokedAtMs: Int64?, revokeReason: String? = nil, expiresDateMs: Int64? = nil
+        coinsGranted: Int64, revokedAtMs: Int64?, revokeReason: String? = nil, expiresDateMs: Int64? = nil, reversalSignedMs: Int64? = nil
     ) {
         self.environment = environment
         self.holder = holder
@@ -90,6 +93,7 @@ public struct ProcessedTransaction: Sendable, Equatable {
         self.revokedAtMs = revokedAtMs
         self.revokeReason = revokeReason
         self.expiresDateMs = expiresDateMs
+        self.reversalSignedMs = reversalSignedMs
     }
 
     /// Revoked by an administrator (`fulfillment.revokeTransaction`), not by a store's refund or revocation: only an

@@ -55,6 +55,11 @@ public enum NotificationRules {
 
         /// The purchase decided on: Apple's current word, else the snapshot.
         public var purchase: VerifiedPurchase? { current ?? snapshot }
+
+        /// When Apple signed the word decided on: the later of the notification's and Apple's current copy's.
+        var standingSignedMs: Int64? {
+            [signedDateMs, current?.signedDateMs].compactMap { $0 }.max()
+        }
     }
 
     /// Read inside the transaction, about `Facts.purchase`.
@@ -89,7 +94,7 @@ public enum NotificationRules {
         /// Remembered so that the redeem bringing the purchase records it refunded.
         case rememberEarlyRevocation(transactionId: String, reason: String, refundShareMilli: Int64? = nil)
         /// A refund reversed: given back (or, never redeemed, its early revocation forgotten).
-        case reinstate(transactionId: String)
+        case reinstate(transactionId: String, signedMs: Int64? = nil)
         /// Recorded for its account as a redeem would (`GrantRules.apply`, `.refuse` transfers).
         case grant(VerifiedPurchase, accountId: String, scope: AccountScope, rule: GrantRule?, appAccountToken: String?)
         case moveSubscriptionEnd(originalTransactionId: String, expiresAtMs: Int64)
@@ -216,18 +221,20 @@ public enum NotificationRules {
             let granted = stored.grantedCoins, processed.coinsGranted < granted
         {
             // Apple reversed a prorated refund (no revocation any more): the share it took back is given back, once.
-            decision.effects.append(.reinstate(transactionId: purchase.transactionId))
+            decision.effects.append(.reinstate(transactionId: purchase.transactionId, signedMs: facts.standingSignedMs))
             return
         }
         if let processed = stored.processed, processed.revokedAtMs != nil {
             if reinstates {
-                decision.effects.append(.reinstate(transactionId: purchase.transactionId))
+                decision.effects.append(.reinstate(transactionId: purchase.transactionId, signedMs: facts.standingSignedMs))
             } else {
                 decision.ignoredBecause = "revoked here; only a refund reversal gives it back"
             }
             return
         }
-        if stored.processed == nil, reinstates { decision.effects.append(.reinstate(transactionId: purchase.transactionId)) }
+        if stored.processed == nil, reinstates {
+            decision.effects.append(.reinstate(transactionId: purchase.transactionId, signedMs: facts.standingSignedMs))
+        }
         guard let grant = grant(purchase, facts, stored) else {
             decision.ignoredBecause = "its account is not known here (no owner, no matching appAccountToken)"
             return

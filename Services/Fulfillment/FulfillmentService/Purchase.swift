@@ -18,6 +18,8 @@ public struct VerifiedPurchase: Sendable, Equatable {
     public var proratedRefundMilli: Int64? = nil
     /// Apple's `isUpgraded` (`AppleTransaction.isUpgraded`): its period ends where it began, and it moves nothing.
     public var isUpgraded = false
+    /// When Apple signed what it says (a signed transaction's `signedDate`, a receipt's creation); nil: not known.
+    public var signedDateMs: Int64? = nil
     /// StoreKit 2 only: the account token the app passed at purchase.
     public var appAccountToken: String?
     /// StoreKit 2 only: what was paid, in milliunits of `currency`, as the signed transaction says (receipts carry no
@@ -62,6 +64,7 @@ public struct VerifiedPurchase: Sendable, Equatable {
             throw RPCError.invalidReceipt(status: 21002, reason: "unknownEnvironment", detail: "the verified receipt names no known environment")
         }
         var purchases: [VerifiedPurchase] = []
+        let created = receipt.receiptCreationDateMs.flatMap { Int64($0) }
         for entry in receipt.inApp {
             guard !entry.transactionId.isEmpty, !entry.productId.isEmpty else {
                 throw RPCError.invalidReceipt(
@@ -75,6 +78,7 @@ public struct VerifiedPurchase: Sendable, Equatable {
                     quantity: max(1, Int64(entry.quantity) ?? 1), purchaseDateMs: entry.purchaseDateMs.flatMap { Int64($0) } ?? 0,
                     expiresDateMs: entry.expiresDateMs.flatMap { Int64($0) },
                     cancellationDateMs: entry.cancellationDateMs.flatMap { Int64($0) }))
+            purchases[purchases.count - 1].signedDateMs = created
         }
         return purchases.sorted { ($0.purchaseDateMs, $0.transactionId) < ($1.purchaseDateMs, $1.transactionId) }
     }
@@ -93,6 +97,7 @@ public struct VerifiedPurchase: Sendable, Equatable {
         self.currency = transaction.currency
         self.offerIdentifier = transaction.offerIdentifier
         self.proratedRefundMilli = transaction.proratedRefundMilli
+        self.signedDateMs = transaction.signedDateMs
         if transaction.isUpgraded, let expires = transaction.expiresDateMs {
             // Upgraded to another plan, whose transaction holds the access from the upgrade on (Apple starts it at once):
             // this period gives none of its own. Until 2026-11-30 it gave its plan to its old expiry (up to a year, the
@@ -100,6 +105,14 @@ public struct VerifiedPurchase: Sendable, Equatable {
             self.expiresDateMs = min(expires, transaction.purchaseDateMs)
             self.isUpgraded = true
         }
+    }
+
+    /// A revocation in this copy that Apple took back since: the copy was signed before the reversal applied here
+    /// (`ProcessedTransaction.reversalSignedMs`), or it has no signed time to tell. Apple: of two words about a
+    /// transaction, the one with the later `signedDate` holds.
+    func revocationSignedBefore(reversalSignedMs: Int64?) -> Bool {
+        guard cancellationDateMs != nil, let reversal = reversalSignedMs else { return false }
+        return (signedDateMs ?? .min) < reversal
     }
 
     /// Coins a prorated refund leaves of a grant of `granted`: the refunded share taken back, rounded to the nearest coin
