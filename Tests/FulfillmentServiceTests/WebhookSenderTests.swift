@@ -1,4 +1,5 @@
 import Foundation
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
 import Testing
@@ -71,6 +72,34 @@ import Testing
         await #expect(throws: (any Error).self) {
             try await sender.send(endpoint, eventId: "evt", body: Array("{}".utf8), secrets: [endpoint.secret])
         }
+        await sender.shutdown()
+    }
+
+    /// A client replaced (its name resolved elsewhere) or forgotten (its endpoint deleted, here or by another instance) is
+    /// shut down once no request can still be on it: until 2026-11-30 every one was kept until the service stopped, one
+    /// more for each new address of a round-robin name.
+    @Test(.timeLimit(.minutes(1))) func replacedAndForgottenClientsAreShutDownOnceNoRequestCanBeOnThem() async throws {
+        let resolutions = NIOLockedValueBox(0)
+        let sender = WebhookSender(timeout: .seconds(1), resolveEvery: .zero) { url in
+            // A round-robin name: another address at each look (no receiver on either: the sends fail, the clients stay).
+            let n = resolutions.withLockedValue { n in
+                n += 1
+                return n
+            }
+            return try SocketAddress(ipAddress: n % 2 == 0 ? "127.0.0.2" : "127.0.0.3", port: url.port)
+        }
+        let endpoint = Self.endpoint("round-robin", "http://hooks.example:9/hooks")
+        for _ in 0..<3 { _ = try? await sender.send(endpoint, eventId: "evt", body: Array("{}".utf8), secrets: [endpoint.secret]) }
+        #expect(sender.clientCounts == (1, 2), "one client in use, the two it replaced retired")
+        await sender.shutDownRetired()
+        #expect(sender.clientCounts == (1, 2), "a request started on them may still be running")
+        await sender.shutDownRetired(now: .now + .seconds(7))
+        #expect(sender.clientCounts == (1, 0), "past a request's time (1 s) and 5 s, shut down")
+        // Another instance deleted the endpoint: the worker's next round no longer lists it.
+        await sender.keep(only: ["another"])
+        #expect(sender.clientCounts == (0, 1))
+        await sender.keep(only: ["another"], now: .now + .seconds(7))
+        #expect(sender.clientCounts == (0, 0))
         await sender.shutdown()
     }
 }

@@ -87,9 +87,11 @@ public final class WebhookSender: Sendable {
     }
 
     private let clients = NIOLockedValueBox<[String: Client]>([:])
-    /// Clients replaced when a name resolved elsewhere: requests may still be in flight on them, so they are shut down
-    /// with the sender, not when replaced.
-    private let retired = NIOLockedValueBox<[HTTPClient]>([])
+    /// Clients replaced (a name resolved elsewhere: a round-robin name, every `resolveEvery`) or forgotten (an endpoint
+    /// deleted): requests may still be in flight on them, so each is shut down once a request started on it must have
+    /// ended (`shutDownRetired`), or with the sender. Until 2026-11-30 they were kept until the sender stopped, one more
+    /// for every new address: a slow leak in a service that runs for months.
+    private let retired = NIOLockedValueBox<[(http: HTTPClient, since: ContinuousClock.Instant)]>([])
     /// Each request's deadline: connecting, sending and the answer.
     let timeout: TimeAmount
     /// How long a resolved address is used before the name is resolved again.
@@ -221,7 +223,7 @@ public final class WebhookSender: Sendable {
                 return known.http
             }
             let made = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: config)
-            if let old = all[w.id]?.http { retired.withLockedValue { $0.append(old) } }
+            if let old = all[w.id]?.http { retired.withLockedValue { $0.append((old, now)) } }
             all[w.id] = Client(address: address, resolvedAt: now, http: made)
             return made
         }
@@ -229,7 +231,32 @@ public final class WebhookSender: Sendable {
 
     /// Forgets an endpoint's client (deleted); a delivery in flight on it finishes first.
     func forget(_ id: String) {
-        if let old = clients.withLockedValue({ $0.removeValue(forKey: id) }) { retired.withLockedValue { $0.append(old.http) } }
+        if let old = clients.withLockedValue({ $0.removeValue(forKey: id) }) { retired.withLockedValue { $0.append((old.http, .now)) } }
+    }
+
+    /// Forgets the clients of endpoints not in `ids` (deleted, here or by another instance), and shuts down the retired
+    /// clients no request can still be using. The worker calls it every round with the endpoints it read.
+    func keep(only ids: Set<String>, now: ContinuousClock.Instant = .now) async {
+        let gone = clients.withLockedValue { all in all.keys.filter { !ids.contains($0) } }
+        for id in gone { forget(id) }
+        await shutDownRetired(now: now)
+    }
+
+    /// Shuts down the clients retired before `now` by more than a request's time (and 5 s): every request started on one
+    /// has ended by then (its deadline), answered or not.
+    func shutDownRetired(now: ContinuousClock.Instant = .now) async {
+        let grace = Duration.nanoseconds(timeout.nanoseconds) + .seconds(5)
+        let due = retired.withLockedValue { r -> [HTTPClient] in
+            let (old, young) = (r.filter { now - $0.since >= grace }, r.filter { now - $0.since < grace })
+            r = young
+            return old.map(\.http)
+        }
+        for client in due { try? await client.shutdown() }
+    }
+
+    /// Clients in use and retired but not shut down yet (tests).
+    var clientCounts: (current: Int, retired: Int) {
+        (clients.withLockedValue { $0.count }, retired.withLockedValue { $0.count })
     }
 
     public func shutdown() async {
@@ -239,7 +266,7 @@ public final class WebhookSender: Sendable {
         }
         let old = retired.withLockedValue { r -> [HTTPClient] in
             defer { r = [] }
-            return r
+            return r.map(\.http)
         }
         for client in current + old { try? await client.shutdown() }
     }

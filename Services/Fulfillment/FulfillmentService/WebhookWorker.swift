@@ -178,6 +178,7 @@ public struct WebhookWorkerService: Service {
                     var wait = Duration.seconds(1), more = false
                     do {
                         let endpoints = try await self.service.store.webhooks()
+                        await self.service.webhookSender.keep(only: Set(endpoints.map(\.id)))
                         if !endpoints.isEmpty { wait = policy.pollInterval }
                         more = try await worker.dispatch(endpoints)
                         for w in endpoints {
