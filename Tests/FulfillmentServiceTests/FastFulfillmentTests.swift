@@ -69,7 +69,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                         ledger.earlyRefundShares[id] = nil
                     }
                     ledger.earlyRevocations[id] = ledger.earlyRevocations[id] ?? reason
-                case .reinstate(let id, let signedMs): _ = try GrantRules.reinstate(id, signedMs: signedMs, nowMs: nowMs, in: ledger)
+                case .reinstate(let id): _ = try GrantRules.reinstate(id, nowMs: nowMs, in: ledger)
                 case .grant(let purchase, let accountId, let scope, let rule, let token):
                     _ = try GrantRules.apply(
                         [.init(purchase: purchase, rule: rule, scope: scope)], accountId: accountId, appAccountToken: token,
@@ -88,6 +88,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                         payload: String(decoding: try JSONEncoder().encode(answer), as: UTF8.self), nowMs: nowMs)
                 }
             }
+            if let signed = decision.standsSignedMs, let p { ledger.recordReversalSigned(p.transactionId, signedMs: signed) }
             return decision
         }
         try await settleNotification(

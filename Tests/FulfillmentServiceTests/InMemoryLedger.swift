@@ -69,10 +69,11 @@ final class InMemoryLedger: FulfillmentTransaction {
         processedRows[transactionId]?.revokeReason = nil
     }
 
+    var reversals: [String: Int64] = [:]
     func recordReversalSigned(_ transactionId: String, signedMs: Int64) {
-        let known = processedRows[transactionId]?.reversalSignedMs ?? .min
-        processedRows[transactionId]?.reversalSignedMs = max(known, signedMs)
+        reversals[transactionId] = max(reversals[transactionId] ?? .min, signedMs)
     }
+    func reversalSignedMs(_ transactionId: String) -> Int64? { reversals[transactionId] }
 
     func setCoinsGranted(_ transactionId: String, coins: Int64) { processedRows[transactionId]?.coinsGranted = coins }
 

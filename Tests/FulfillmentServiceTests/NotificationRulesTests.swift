@@ -56,20 +56,25 @@ import Testing
         let revokedHere = NotificationRules.Stored(processed: Self.processed("t1", revoked: 30), owner: Self.alice)
         let asked = NotificationRules.decide(
             Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid, current: valid), stored: revokedHere)
-        #expect(asked.effects == [.reinstate(transactionId: "t1", signedMs: 50)], "the notification's signed time (50)")
-        // Apple's current copy, signed later, dates the reversal: a copy signed before it takes nothing again.
+        #expect(asked.effects == [.reinstate(transactionId: "t1")])
+        #expect(asked.standsSignedMs == 50, "the notification's signed time: a copy signed before it no longer takes anything")
+        // Apple's current copy, signed later, dates the word; a refunded one, or a Google Play one, dates nothing.
         var signedLater = valid
         signedLater.signedDateMs = 70
         #expect(
             NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid, current: signedLater), stored: revokedHere)
-                .effects == [.reinstate(transactionId: "t1", signedMs: 70)])
+                .standsSignedMs == 70)
+        let refundedNow = Self.purchase("t1", cancelled: 60)
+        #expect(
+            NotificationRules.decide(Self.facts(.refund, "REFUND", snapshot: refundedNow, current: refundedNow), stored: revokedHere)
+                .standsSignedMs == nil)
 
         // The same notice without Apple's word gives nothing back: only a reversal does.
         let unasked = NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid), stored: revokedHere)
         #expect(unasked.effects.isEmpty)
         #expect(unasked.ignoredBecause == "revoked here; only a refund reversal gives it back")
         let reversal = NotificationRules.decide(Self.facts(.refundReversed, "REFUND_REVERSED", snapshot: valid), stored: revokedHere)
-        #expect(reversal.effects == [.reinstate(transactionId: "t1", signedMs: 50)])
+        #expect(reversal.effects == [.reinstate(transactionId: "t1")])
 
         // A prorated refund took a share (100 of 300 left 200): its reversal, or Apple's word that it is valid, gives it back;
         // an older notice without Apple's word does not.
@@ -78,10 +83,10 @@ import Testing
         partly.grantedCoins = 300
         #expect(
             NotificationRules.decide(Self.facts(.refundReversed, "REFUND_REVERSED", snapshot: valid), stored: partly).effects
-                == [.reinstate(transactionId: "t1", signedMs: 50)])
+                == [.reinstate(transactionId: "t1")])
         #expect(
             NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid, current: valid), stored: partly).effects
-                == [.reinstate(transactionId: "t1", signedMs: 50)])
+                == [.reinstate(transactionId: "t1")])
         #expect(
             NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid), stored: partly).effects
                 == [Self.grant(valid)])

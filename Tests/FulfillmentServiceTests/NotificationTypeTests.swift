@@ -243,6 +243,40 @@ import Testing
         }
     }
 
+    /// The same when Apple's reversal came before the purchase was ever redeemed here, or reversed a refund whose
+    /// notification never arrived: the reversal's signed time is kept either way (`refund_reversal`).
+    @Test func aCopySignedDuringARefundAppleReversedBeforeAnyRedeemOrUnseenTakesNothing() async throws {
+        try await SuiteFixture.with { suite in
+            let amy = try await suite.register("amy")
+            func reverse(_ transactionId: String) async throws {
+                _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 1))
+                let reversed = try await suite.simulator.call(
+                    SimRefundDecision.self, .init(appleId: "amy@icloud", transactionId: transactionId, event: .reverse))
+                #expect(try await Self.deliver(suite, [reversed.signedPayload]).map(\.state) == [.applied])
+            }
+            // Refunded and reversed before any redeem: the reversal grants it (its token names amy), and the copy signed
+            // during the refund, redeemed later, takes nothing.
+            let castle = try await suite.buy("amy@icloud", "pack.castle", appAccountToken: amy.appAccountToken)
+            let refund = try await suite.simulator.call(SimRefund.self, .init(appleId: "amy@icloud", transactionId: castle.transactionId))
+            #expect(try await Self.deliver(suite, [refund.signedPayload]).map(\.state) == [.applied])
+            let refundedCopy = try WithoutAppStoreAPITests.signedTransaction(of: try #require(refund.signedPayload))
+            try await reverse(castle.transactionId)
+            #expect(try await suite.entitlements(amy.session).map(\.entitlement) == ["castle"])
+            let stale = try await suite.redeem(amy.session, signed: [refundedCopy])
+            #expect(stale.results.map(\.outcome) == [.alreadyGranted] && stale.entitlements.map(\.entitlement) == ["castle"], "\(stale.results)")
+
+            // A refund whose notification was lost, then its reversal: the copy signed during the refund takes nothing.
+            let coins = try await suite.buy("amy@icloud", "coins.100", appAccountToken: amy.appAccountToken)
+            #expect(try await suite.redeem(amy.session, signed: [coins.signedTransaction]).balance == 100)
+            let lost = try await suite.simulator.call(SimRefund.self, .init(appleId: "amy@icloud", transactionId: coins.transactionId))
+            let lostCopy = try WithoutAppStoreAPITests.signedTransaction(of: try #require(lost.signedPayload))
+            try await reverse(coins.transactionId)
+            let staleCoins = try await suite.redeem(amy.session, signed: [lostCopy])
+            #expect(staleCoins.results.map(\.outcome) == [.alreadyGranted] && staleCoins.balance == 100, "\(staleCoins.results)")
+            #expect(try await suite.ledgerIsConsistent())
+        }
+    }
+
     @Test func expiredProductNotForSaleAndWithoutSubtypeAreAppliedThenResubscribeGrantsAgain() async throws {
         try await SuiteFixture.with { suite in
             let uma = try await Self.subscriber(suite, "uma")

@@ -81,13 +81,13 @@ struct FulfillmentRecords: FulfillmentTransaction {
             try row.get("environment", as: String?.self) == nil ? nil : try Self.processedTransaction(row)
         return StoredPurchase(
             owner: owner, processed: processed, earlyRevocation: try row.get("early_reason"),
-            claimed: try row.get("claim_id", as: String?.self) != nil)
+            claimed: try row.get("claim_id", as: String?.self) != nil, reversalSignedMs: try row.get("reversal_signed_ms"))
     }
 
     private static let storedColumns = """
         o.account_id AS owner_account_id, o.scope AS owner_scope, p.environment, p.account_id, p.scope,
             p.original_transaction_id, p.product_id, p.grant_kind, p.coins_granted, p.revoked_at_ms, p.revoke_reason, p.expires_date_ms,
-            p.reversal_signed_ms,
+            rr.signed_ms AS reversal_signed_ms,
             e.reason AS early_reason,
             wp.balance AS production_balance, wp.owed AS production_owed, ws.balance AS sandbox_balance, ws.owed AS sandbox_owed,
             c.transaction_id AS claim_id
@@ -97,6 +97,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
         LEFT JOIN ownership o ON o.original_transaction_id = ?1
         LEFT JOIN processed_transaction p ON p.transaction_id = ?2
         LEFT JOIN early_revocation e ON e.transaction_id = ?2
+        LEFT JOIN refund_reversal rr ON rr.transaction_id = ?2
         LEFT JOIN transaction_claim c ON c.transaction_id = ?2
         LEFT JOIN wallet wp ON wp.account_id = ?3 AND wp.scope = ?4
         LEFT JOIN wallet ws ON ws.account_id = ?3 AND ws.scope = ?5
@@ -137,7 +138,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.row(
             """
             SELECT environment, account_id, scope, original_transaction_id, product_id, grant_kind, coins_granted, revoked_at_ms,
-                revoke_reason, expires_date_ms, reversal_signed_ms
+                revoke_reason, expires_date_ms
             FROM processed_transaction WHERE transaction_id = ?1
             """, transactionId
         ).map(Self.processedTransaction)
@@ -149,8 +150,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
             environment: try row.get("environment"), holder: try holder(row),
             originalTransactionId: try row.get("original_transaction_id"), productId: try row.get("product_id"),
             grantKind: try row.get("grant_kind"), coinsGranted: try row.get("coins_granted"), revokedAtMs: try row.get("revoked_at_ms"),
-            revokeReason: try row.get("revoke_reason"), expiresDateMs: try row.get("expires_date_ms"),
-            reversalSignedMs: try row.get("reversal_signed_ms"))
+            revokeReason: try row.get("revoke_reason"), expiresDateMs: try row.get("expires_date_ms"))
     }
 
     func laterPeriodHeld(environment: String, original: String, than transactionId: String, endsAtMs: Int64, revoked: Bool) throws -> Bool {
@@ -224,8 +224,14 @@ struct FulfillmentRecords: FulfillmentTransaction {
 
     func recordReversalSigned(_ transactionId: String, signedMs: Int64) throws {
         try s.later(
-            "UPDATE processed_transaction SET reversal_signed_ms = ?2 WHERE transaction_id = ?1 AND (reversal_signed_ms IS NULL OR reversal_signed_ms < ?2)",
-            transactionId, signedMs)
+            """
+            INSERT INTO refund_reversal (transaction_id, signed_ms) VALUES (?1, ?2)
+            ON CONFLICT (transaction_id) DO UPDATE SET signed_ms = excluded.signed_ms WHERE refund_reversal.signed_ms < excluded.signed_ms
+            """, transactionId, signedMs)
+    }
+
+    func reversalSignedMs(_ transactionId: String) throws -> Int64? {
+        try s.value("SELECT signed_ms FROM refund_reversal WHERE transaction_id = ?1", transactionId)
     }
 
     func markReinstated(_ transactionId: String) throws {

@@ -365,9 +365,11 @@ extension FulfillmentStore {
         m.registerMigration("v9-early-refund-share") { db in
             try db.execute(sql: "ALTER TABLE early_revocation ADD COLUMN refund_share_milli INTEGER")
         }
-        // 2026-11-30: when Apple signed the latest reversal of a transaction's refund applied here (`reversalSignedMs`).
+        // 2026-11-30: when Apple last signed that a transaction stands (a refund's reversal, its current copy), redeemed
+        // here or not (`StoredPurchase.reversalSignedMs`).
         m.registerMigration("v10-reversal-signed") { db in
-            try db.execute(sql: "ALTER TABLE processed_transaction ADD COLUMN reversal_signed_ms INTEGER")
+            try db.execute(
+                sql: "CREATE TABLE refund_reversal (transaction_id TEXT PRIMARY KEY NOT NULL, signed_ms INTEGER NOT NULL) WITHOUT ROWID")
         }
         return m
     }

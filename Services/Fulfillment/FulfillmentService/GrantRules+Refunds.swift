@@ -10,8 +10,7 @@ extension GrantRules {
     /// the same way. False if the transaction is unknown or neither revoked nor partly taken back, or revoked by an
     /// administrator: a store's later word (Apple's current state, a reversal of a refund that never was) does not undo a
     /// revocation for fraud.
-    /// `signedMs`: when Apple signed the word that the purchase stands; a copy signed before it no longer takes anything.
-    public static func reinstate(_ transactionId: String, signedMs: Int64? = nil, nowMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
+    public static func reinstate(_ transactionId: String, nowMs: Int64, in tx: some FulfillmentTransaction) throws -> Bool {
         guard let record = try tx.processed(transactionId) else {
             // Reversed before it was ever redeemed: its early refund no longer holds.
             guard try tx.earlyRevocation(transactionId) != nil else { return false }
@@ -20,7 +19,6 @@ extension GrantRules {
         }
         guard record.revokedAtMs != nil else {
             guard let whole = try tx.grantedCoins(transactionId), whole > record.coinsGranted else { return false }
-            if let signedMs { try tx.recordReversalSigned(transactionId, signedMs: signedMs) }
             try tx.setCoinsGranted(transactionId, coins: whole)
             try giveBack(
                 record, transactionId, coins: whole - record.coinsGranted, memo: "\(partialRefundReversedReason): \(record.productId)", nowMs: nowMs,
@@ -29,7 +27,6 @@ extension GrantRules {
         }
         guard !record.revokedByAdministrator else { return false }
         try tx.markReinstated(transactionId)
-        if let signedMs { try tx.recordReversalSigned(transactionId, signedMs: signedMs) }
         let memo = "refund reversed: \(record.productId)"
         if record.coinsGranted > 0 {
             // A prorated refund's share taken before the whole refund comes back too: Apple's reversal leaves nothing refunded.

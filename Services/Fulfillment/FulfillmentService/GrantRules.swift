@@ -27,8 +27,10 @@ public protocol FulfillmentTransaction {
     func setCoinsGranted(_ transactionId: String, coins: Int64) throws
     /// Clears a revocation (a refund Apple reversed).
     func markReinstated(_ transactionId: String) throws
-    /// Keeps when Apple signed a reversal of the transaction's refund (`ProcessedTransaction.reversalSignedMs`), forward only.
+    /// Keeps when Apple signed that the transaction stands (a refund's reversal, its current copy), forward only, whether
+    /// or not it was redeemed here (`StoredPurchase.reversalSignedMs`).
     func recordReversalSigned(_ transactionId: String, signedMs: Int64) throws
+    func reversalSignedMs(_ transactionId: String) throws -> Int64?
     /// The reason of a refund or revocation Apple announced before this transaction was ever redeemed here.
     func earlyRevocation(_ transactionId: String) throws -> String?
     /// The share (milliunits) of an Apple prorated refund remembered as an early revocation; nil for a whole one or none.
@@ -207,7 +209,7 @@ public enum GrantRules {
         }
         for index in planned.indices.filter({ !refundedPeriod($0) }) + planned.indices.filter(refundedPeriod) {
             let item = planned[index]
-            let p = item.purchase
+            var p = item.purchase
             func result(_ outcome: RedeemOutcome, finishable: Bool = true) {
                 answered.append(
                     (
@@ -227,6 +229,12 @@ public enum GrantRules {
             }
             // Read once: the writes below (ownership, entitlements, events) change none of the three.
             let stored = try tx.stored(p, accountId: accountId)
+            if p.revocationSignedBefore(reversalSignedMs: stored.reversalSignedMs) {
+                // A copy signed while a refund held that Apple reversed since: the refund no longer holds (until 2026-11-30
+                // such a copy took the refunded share, or the whole purchase, a second time).
+                p.cancellationDateMs = nil
+                p.proratedRefundMilli = nil
+            }
             let owner = stored.owner
             // A purchase's scope is its own verified environment's: one naming an original bound in another scope
             // (an Xcode-signed renewal of a Production purchase) is refused.
@@ -272,10 +280,6 @@ public enum GrantRules {
                     result(.rejected, finishable: false)
                 } else if processed.revokedAtMs != nil {
                     result(.revoked)
-                } else if p.revocationSignedBefore(reversalSignedMs: processed.reversalSignedMs) {
-                    // A copy signed while a refund held that Apple has reversed since: it takes nothing again (until
-                    // 2026-11-30 it took the refunded share, or the whole purchase, a second time).
-                    result(.alreadyGranted)
                 } else if p.proratedRefundMilli != nil, case .coins = rule {
                     // A share of a coin purchase refunded (its notification lost, or not here yet): that share of the whole
                     // grant is taken back, once (state-based, as the notification's), and the rest stays granted.

@@ -77,12 +77,9 @@ public struct ProcessedTransaction: Sendable, Equatable {
     public var revokeReason: String?
     /// The end of the period it paid for (a subscription's).
     public var expiresDateMs: Int64?
-    /// When Apple signed the latest reversal of its refund applied here (nil: none): a copy signed before it still
-    /// carries the refund, which no longer holds.
-    public var reversalSignedMs: Int64? = nil
     public init(
         environment: String, holder: Holder, originalTransactionId: String, productId: String, grantKind: String,
-        coinsGranted: Int64, revokedAtMs: Int64?, revokeReason: String? = nil, expiresDateMs: Int64? = nil, reversalSignedMs: Int64? = nil
+        coinsGranted: Int64, revokedAtMs: Int64?, revokeReason: String? = nil, expiresDateMs: Int64? = nil
     ) {
         self.environment = environment
         self.holder = holder
@@ -93,7 +90,6 @@ public struct ProcessedTransaction: Sendable, Equatable {
         self.revokedAtMs = revokedAtMs
         self.revokeReason = revokeReason
         self.expiresDateMs = expiresDateMs
-        self.reversalSignedMs = reversalSignedMs
     }
 
     /// Revoked by an administrator (`fulfillment.revokeTransaction`), not by a store's refund or revocation: only an
@@ -193,7 +189,13 @@ public struct StoredPurchase: Sendable {
     /// Whether its transaction id is claimed (`FulfillmentTransaction.claim`): by default, when it is processed or early
     /// revoked, as the rules keep it.
     public var claimed: Bool
-    public init(owner: Holder?, processed: ProcessedTransaction?, earlyRevocation: String?, claimed: Bool? = nil) {
+    /// When Apple last signed that the transaction stands (`FulfillmentTransaction.recordReversalSigned`): a copy signed
+    /// before it that carries a refund carries one Apple reversed.
+    public var reversalSignedMs: Int64?
+    public init(
+        owner: Holder?, processed: ProcessedTransaction?, earlyRevocation: String?, claimed: Bool? = nil, reversalSignedMs: Int64? = nil
+    ) {
+        self.reversalSignedMs = reversalSignedMs
         self.owner = owner
         self.processed = processed
         self.earlyRevocation = earlyRevocation
@@ -206,6 +208,6 @@ extension FulfillmentTransaction {
     public func stored(_ purchase: VerifiedPurchase, accountId: String) throws -> StoredPurchase {
         StoredPurchase(
             owner: try owner(original: purchase.originalTransactionId), processed: try processed(purchase.transactionId),
-            earlyRevocation: try earlyRevocation(purchase.transactionId))
+            earlyRevocation: try earlyRevocation(purchase.transactionId), reversalSignedMs: try reversalSignedMs(purchase.transactionId))
     }
 }

@@ -33,7 +33,7 @@ extension FulfillmentRecords {
         case .revoke(let transactionId, let reason): _ = try GrantRules.revoke(transactionId, reason: reason, nowMs: nowMs, in: self)
         case .rememberEarlyRevocation(let transactionId, let reason, let share):
             try rememberEarlyRevocation(transactionId, reason: reason, refundShareMilli: share, nowMs: nowMs)
-        case .reinstate(let transactionId, let signedMs): _ = try GrantRules.reinstate(transactionId, signedMs: signedMs, nowMs: nowMs, in: self)
+        case .reinstate(let transactionId): _ = try GrantRules.reinstate(transactionId, nowMs: nowMs, in: self)
         case .grant(let purchase, let accountId, let scope, let rule, let appAccountToken):
             _ = try GrantRules.apply(
                 [PlannedPurchase(purchase: purchase, rule: rule, scope: scope)], accountId: accountId, appAccountToken: appAccountToken,

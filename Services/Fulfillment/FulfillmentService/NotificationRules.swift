@@ -94,7 +94,7 @@ public enum NotificationRules {
         /// Remembered so that the redeem bringing the purchase records it refunded.
         case rememberEarlyRevocation(transactionId: String, reason: String, refundShareMilli: Int64? = nil)
         /// A refund reversed: given back (or, never redeemed, its early revocation forgotten).
-        case reinstate(transactionId: String, signedMs: Int64? = nil)
+        case reinstate(transactionId: String)
         /// Recorded for its account as a redeem would (`GrantRules.apply`, `.refuse` transfers).
         case grant(VerifiedPurchase, accountId: String, scope: AccountScope, rule: GrantRule?, appAccountToken: String?)
         case moveSubscriptionEnd(originalTransactionId: String, expiresAtMs: Int64)
@@ -117,6 +117,9 @@ public enum NotificationRules {
         /// Nil: applied; else why nothing (more) was applied (the inbox row's `lastError`).
         public var ignoredBecause: String?
         public var applied: Bool { ignoredBecause == nil }
+        /// When Apple signed that the purchase decided on stands (a refund's reversal, or its current copy without a
+        /// refund), kept whatever else the decision does (`FulfillmentTransaction.recordReversalSigned`).
+        public var standsSignedMs: Int64?
     }
 
     /// The audit log's action for a mass extension's summary (its `transactionId` is the request identifier).
@@ -187,6 +190,7 @@ public enum NotificationRules {
             decision.ignoredBecause = "the transaction recorded here belongs to another purchase"
             return
         }
+        if reinstates, purchase.cancellationDateMs == nil, purchase.play == nil { decision.standsSignedMs = facts.standingSignedMs }
         if purchase.cancellationDateMs != nil {
             if let processed = stored.processed {
                 if processed.revokedAtMs == nil, let granted = stored.grantedCoins, let keep = purchase.coinsKept(ofGrant: granted) {
@@ -221,19 +225,19 @@ public enum NotificationRules {
             let granted = stored.grantedCoins, processed.coinsGranted < granted
         {
             // Apple reversed a prorated refund (no revocation any more): the share it took back is given back, once.
-            decision.effects.append(.reinstate(transactionId: purchase.transactionId, signedMs: facts.standingSignedMs))
+            decision.effects.append(.reinstate(transactionId: purchase.transactionId))
             return
         }
         if let processed = stored.processed, processed.revokedAtMs != nil {
             if reinstates {
-                decision.effects.append(.reinstate(transactionId: purchase.transactionId, signedMs: facts.standingSignedMs))
+                decision.effects.append(.reinstate(transactionId: purchase.transactionId))
             } else {
                 decision.ignoredBecause = "revoked here; only a refund reversal gives it back"
             }
             return
         }
         if stored.processed == nil, reinstates {
-            decision.effects.append(.reinstate(transactionId: purchase.transactionId, signedMs: facts.standingSignedMs))
+            decision.effects.append(.reinstate(transactionId: purchase.transactionId))
         }
         guard let grant = grant(purchase, facts, stored) else {
             decision.ignoredBecause = "its account is not known here (no owner, no matching appAccountToken)"

@@ -388,7 +388,9 @@ extension PostgresFulfillmentStore {
         PostgresMigration("v14-webhook-start", "ALTER TABLE webhook_endpoint ADD COLUMN start_snapshot TEXT;"),
         // 2026-11-30: the share of an Apple prorated refund remembered before the purchase's first redeem (NULL: the whole).
         PostgresMigration("v15-early-refund-share", "ALTER TABLE early_revocation ADD COLUMN refund_share_milli BIGINT;"),
-        // 2026-11-30: when Apple signed the latest reversal of a transaction's refund applied here (`reversalSignedMs`).
-        PostgresMigration("v16-reversal-signed", "ALTER TABLE processed_transaction ADD COLUMN reversal_signed_ms BIGINT;"),
+        // 2026-11-30: when Apple last signed that a transaction stands (a refund's reversal, its current copy), redeemed
+        // here or not (`StoredPurchase.reversalSignedMs`).
+        PostgresMigration(
+            "v16-reversal-signed", "CREATE TABLE refund_reversal (transaction_id TEXT PRIMARY KEY, signed_ms BIGINT NOT NULL);"),
     ]
 }

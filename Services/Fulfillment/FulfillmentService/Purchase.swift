@@ -107,12 +107,12 @@ public struct VerifiedPurchase: Sendable, Equatable {
         }
     }
 
-    /// A revocation in this copy that Apple took back since: the copy was signed before the reversal applied here
-    /// (`ProcessedTransaction.reversalSignedMs`), or it has no signed time to tell. Apple: of two words about a
-    /// transaction, the one with the later `signedDate` holds.
+    /// A revocation in this copy that Apple took back since: the copy was signed before Apple last signed that the
+    /// transaction stands (`StoredPurchase.reversalSignedMs`). Apple: of two words about a transaction, the one with the
+    /// later `signedDate` holds. A copy without a signed time keeps its revocation (Apple's always have one).
     func revocationSignedBefore(reversalSignedMs: Int64?) -> Bool {
-        guard cancellationDateMs != nil, let reversal = reversalSignedMs else { return false }
-        return (signedDateMs ?? .min) < reversal
+        guard cancellationDateMs != nil, let reversal = reversalSignedMs, let signed = signedDateMs else { return false }
+        return signed < reversal
     }
 
     /// Coins a prorated refund leaves of a grant of `granted`: the refunded share taken back, rounded to the nearest coin
