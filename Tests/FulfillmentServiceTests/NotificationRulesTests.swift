@@ -64,6 +64,11 @@ import Testing
         #expect(
             NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid, current: signedLater), stored: revokedHere)
                 .standsSignedMs == 70)
+        #expect(
+            NotificationRules.decide(
+                Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid, current: valid),
+                stored: .init(processed: Self.processed("t1"), owner: Self.alice)
+            ).standsSignedMs == nil, "never refunded here: nothing to keep")
         let refundedNow = Self.purchase("t1", cancelled: 60)
         #expect(
             NotificationRules.decide(Self.facts(.refund, "REFUND", snapshot: refundedNow, current: refundedNow), stored: revokedHere)

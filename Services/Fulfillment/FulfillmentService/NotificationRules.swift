@@ -190,7 +190,12 @@ public enum NotificationRules {
             decision.ignoredBecause = "the transaction recorded here belongs to another purchase"
             return
         }
-        if reinstates, purchase.cancellationDateMs == nil, purchase.play == nil { decision.standsSignedMs = facts.standingSignedMs }
+        // Kept only where a refund was: Apple's reversal, or its word on a purchase a refund took here (not one row for
+        // every renewal Apple's current copy confirms).
+        let refundedHere = stored.processed.map { p in p.revokedAtMs != nil || stored.grantedCoins.map { p.coinsGranted < $0 } == true } == true
+        if reinstates, purchase.cancellationDateMs == nil, purchase.play == nil, facts.type == .refundReversed || refundedHere {
+            decision.standsSignedMs = facts.standingSignedMs
+        }
         if purchase.cancellationDateMs != nil {
             if let processed = stored.processed {
                 if processed.revokedAtMs == nil, let granted = stored.grantedCoins, let keep = purchase.coinsKept(ofGrant: granted) {
