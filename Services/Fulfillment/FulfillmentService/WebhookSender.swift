@@ -229,7 +229,8 @@ public final class WebhookSender: Sendable {
                 return known.http
             }
             let made = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: config)
-            if let old = all[w.id]?.http { retired.withLockedValue { $0.append((old, now)) } }
+            // Retired from now, not from before the lookup (which may have taken seconds while another request took this client).
+            if let old = all[w.id]?.http { retired.withLockedValue { $0.append((old, .now)) } }
             all[w.id] = Client(address: address, resolvedAt: now, http: made)
             return made
         }
