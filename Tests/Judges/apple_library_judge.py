@@ -265,12 +265,17 @@ def api_checks(sim, args, bundle, root, verifiers, purchases, inbox):
               replaced is not None and replaced.isUpgraded is True and replaced.revocationDate is None,
               repr(replaced and (replaced.isUpgraded, replaced.revocationDate)))
         sub = purchases[(name, "autoRenewable")]
+        asked_at = sim("sim.advanceClock", seconds=0)["nowMs"]
         info = attempt(f"API {name}: get_transaction_info", lambda: client.get_transaction_info(sub["transactionId"]))
         if info is not None:
             decoded = attempt(f"API {name}: its signedTransactionInfo",
                               lambda: verifiers[name].verify_and_decode_signed_transaction(info.signedTransactionInfo))
             check(f"API {name}: get_transaction_info, verified", decoded is not None
                   and decoded.transactionId == sub["transactionId"])
+            # Apple's signedDate is when it signed: a copy asked for now is signed now, after its purchase.
+            check(f"API {name}: get_transaction_info, signed when asked", decoded is not None
+                  and decoded.signedDate >= asked_at > decoded.purchaseDate,
+                  repr(decoded and (decoded.signedDate, asked_at, decoded.purchaseDate)))
         statuses = attempt(f"API {name}: get_all_subscription_statuses",
                            lambda: client.get_all_subscription_statuses(sub["transactionId"]))
         if statuses is not None:

@@ -197,7 +197,8 @@ public final class AppStoreServerAPIEndpoint: Sendable {
     }
 
     func transactionInfo(_ id: String, environment: SimEnvironment, bid: String) throws -> [String: Any] {
-        ["signedTransactionInfo": try simulator.signedTransaction(try transaction(id, environment: environment, bid: bid))]
+        let t = try transaction(id, environment: environment, bid: bid)
+        return ["signedTransactionInfo": try simulator.signedTransaction(t, signedAt: try simulator.nowMs())]
     }
 
     static let productTypes: [String: ProductType] = [
@@ -247,11 +248,12 @@ public final class AppStoreServerAPIEndpoint: Sendable {
         matching.sort { sort == "ASCENDING" ? $0.seq < $1.seq : $0.seq > $1.seq }
         if let after { matching.removeAll { sort == "ASCENDING" ? $0.seq <= after : $0.seq >= after } }
         let page = Array(matching.prefix(Self.pageSize))
+        let now = try simulator.nowMs()
         let last = page.last?.seq ?? after ?? (sort == "ASCENDING" ? 0 : Int64.max)
         var answer: [String: Any] = [
             "revision": Self.token(last),
             "bundleId": anchor.bundleId, "environment": environment.appleName, "hasMore": matching.count > page.count,
-            "signedTransactions": try page.map(simulator.signedTransaction),
+            "signedTransactions": try page.map { try simulator.signedTransaction($0, signedAt: now) },
         ]
         if environment == .production { answer["appAppleId"] = 1_234_567_890 }
         return answer
@@ -261,6 +263,7 @@ public final class AppStoreServerAPIEndpoint: Sendable {
     func lookUpOrder(_ orderId: String, environment: SimEnvironment, bid: String) throws -> [String: Any] {
         let transactions = try simulator.api.apiOrder(orderId).filter { $0.environment == environment && $0.bundleId == bid }
         guard !transactions.isEmpty else { return ["status": 1, "signedTransactions": [String]()] }
-        return ["status": 0, "signedTransactions": try transactions.map(simulator.signedTransaction)]
+        let now = try simulator.nowMs()
+        return ["status": 0, "signedTransactions": try transactions.map { try simulator.signedTransaction($0, signedAt: now) }]
     }
 }

@@ -62,6 +62,9 @@ public final class AppStoreSimulator: Sendable {
         clock.nowMs + (try Int64.fetchOne(db, sql: "SELECT clockOffsetMs FROM simState")!)
     }
 
+    /// The simulator's now, read on its own (not inside a database transaction).
+    func nowMs() throws -> Int64 { try store.writer.read { try now($0) } }
+
     /// The root of the receipt-signing chain (what the HTTP endpoint trusts).
     public var receiptRoot: Certificate { pki.receipts.root }
 
@@ -146,7 +149,7 @@ public final class AppStoreSimulator: Sendable {
         courier.kick()
         return .init(
             transactionId: transaction.transactionId, originalTransactionId: transaction.originalTransactionId,
-            receiptData: try sign(receipt, p.receipt), signedTransaction: try signedTransaction(transaction),
+            receiptData: try sign(receipt, p.receipt), signedTransaction: try signedTransaction(transaction, signedAt: transaction.purchaseDateMs),
             environment: environment.appleName, orderId: transaction.orderId)
     }
 
@@ -184,7 +187,9 @@ public final class AppStoreSimulator: Sendable {
             }
             return (restored, try self.receipt(appleId: p.appleId, bundleId: p.bundleId, environment: environment, db: db))
         }
-        return .init(receiptData: try sign(receipt, p.receipt), signedTransactions: try restored.map(signedTransaction))
+        return .init(
+            receiptData: try sign(receipt, p.receipt), signedTransactions: try restored.map { try signedTransaction($0, signedAt: $0.purchaseDateMs) }
+        )
     }
 
     /// Sets the transaction's cancellation date; answers the REFUND notification the App Store would send.
@@ -309,7 +314,7 @@ public final class AppStoreSimulator: Sendable {
     @discardableResult
     func recordNotification(_ type: String, subtype: String? = nil, _ t: SimTransaction, signedDate: Int64, db: Database) throws -> String {
         var data: [String: Any] = [
-            "bundleId": t.bundleId, "environment": t.environment.appleName, "signedTransactionInfo": try signedTransaction(t),
+            "bundleId": t.bundleId, "environment": t.environment.appleName, "signedTransactionInfo": try signedTransaction(t, signedAt: signedDate),
         ]
         if t.environment == .production { data["appAppleId"] = 1_234_567_890 }
         if t.productType == .autoRenewable {
@@ -422,14 +427,16 @@ public final class AppStoreSimulator: Sendable {
         return made
     }
 
-    /// The StoreKit 2 JWS of a transaction, with Apple's field names.
-    func signedTransaction(_ t: SimTransaction) throws -> String {
+    /// The StoreKit 2 JWS of a transaction, with Apple's field names, signed at `signedAt` (the simulator's now: Apple's
+    /// `signedDate` is when it signed, which tells a newer copy from an older one; until 2026-11-30 it was the refund's or
+    /// the purchase's time, so a copy made after a refund's reversal looked older than the refund's).
+    func signedTransaction(_ t: SimTransaction, signedAt: Int64) throws -> String {
         var payload: [String: Any] = [
             "transactionId": t.transactionId, "originalTransactionId": t.originalTransactionId, "bundleId": t.bundleId,
             "productId": t.productId, "purchaseDate": t.purchaseDateMs, "originalPurchaseDate": t.originalPurchaseDateMs,
             "quantity": t.quantity, "type": Self.appleType(t.productType),
             "inAppOwnershipType": t.sharedFrom == nil ? "PURCHASED" : "FAMILY_SHARED",
-            "signedDate": t.cancellationDateMs ?? t.purchaseDateMs, "environment": t.environment.appleName,
+            "signedDate": signedAt, "environment": t.environment.appleName,
             "transactionReason":
                 t.reason == "RENEWAL" ? "RENEWAL" : "PURCHASE", "storefront": "USA", "storefrontId": "143441",
             "webOrderLineItemId": String(t.webOrderLineItemId),

@@ -80,10 +80,11 @@ extension AppStoreServerAPIEndpoint {
             guard let status = Int(value), (1...5).contains(status) else { throw APIError.badRequest(4_000_031, "Invalid status.") }
             wanted.insert(status)
         }
+        let now = try simulator.nowMs()
         let lastTransactions = try simulator.api.apiSubscriptions(of: anchor).filter { wanted.isEmpty || wanted.contains($0.status) }.map {
             [
                 "status": $0.status, "originalTransactionId": $0.latest.originalTransactionId,
-                "signedTransactionInfo": try simulator.signedTransaction($0.latest), "signedRenewalInfo": $0.renewalInfo,
+                "signedTransactionInfo": try simulator.signedTransaction($0.latest, signedAt: now), "signedRenewalInfo": $0.renewalInfo,
             ] as [String: Any]
         }
         var answer: [String: Any] = [
@@ -100,8 +101,10 @@ extension AppStoreServerAPIEndpoint {
         let after = try query["revision"]?.first.map { try Self.position($0, orThrow: .invalidRevision) } ?? 0
         let refunded = (try simulator.api.apiHistory(of: anchor.transactionId) ?? []).filter { $0.cancellationDateMs != nil && $0.seq > after }
         let page = Array(refunded.prefix(Self.pageSize))
+        let now = try simulator.nowMs()
         return [
-            "signedTransactions": try page.map(simulator.signedTransaction), "revision": Self.token(page.last?.seq ?? after),
+            "signedTransactions": try page.map { try simulator.signedTransaction($0, signedAt: now) },
+            "revision": Self.token(page.last?.seq ?? after),
             "hasMore": refunded.count > page.count,
         ]
     }

@@ -49,7 +49,7 @@ extension AppStoreSimulator {
             try SimulatorStore.insert(member, db: db)
             return member
         }
-        return .init(transactionId: shared.transactionId, signedTransaction: try signedTransaction(shared))
+        return .init(transactionId: shared.transactionId, signedTransaction: try signedTransaction(shared, signedAt: shared.purchaseDateMs))
     }
 
     /// `revokeFamilySharing`: a family member's transaction is revoked (the member leaves the family); the purchaser's
