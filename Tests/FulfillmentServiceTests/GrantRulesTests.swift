@@ -31,6 +31,26 @@ import Testing
             appAccountToken: token, mode: mode, policy: policy, answerScope: scope, nowMs: now, in: ledger)
     }
 
+    /// A copy carrying a refund that Apple signed before it last signed the purchase stands (a reversal) is read as not
+    /// refunded, redeemed before or not; one signed later, or without a signed time, still takes the purchase back.
+    @Test func aRefundInACopySignedBeforeApplesLaterWordThatItStandsNoLongerHolds() throws {
+        let coins = GrantRule.coins(perUnit: 100)
+        func copy(_ id: String, signedAt: Int64?) -> VerifiedPurchase {
+            var p = purchase(id, cancelled: 5)
+            p.signedDateMs = signedAt
+            return p
+        }
+        try apply([(purchase("held"), coins)])
+        ledger.recordReversalSigned("held", signedMs: 100)
+        ledger.recordReversalSigned("unseen", signedMs: 100)
+        #expect(try apply([(copy("held", signedAt: 90), coins)]).results.map(\.outcome) == [.alreadyGranted])
+        #expect(try apply([(copy("unseen", signedAt: 90), coins)]).results.map(\.outcome) == [.granted], "never redeemed: granted whole")
+        #expect(ledger.wallet(Holder(accountId: Self.alice, scope: .production)).balance == 200)
+        #expect(try apply([(copy("held", signedAt: nil), coins)]).results.map(\.outcome) == [.revoked], "no signed time: the refund holds")
+        #expect(try apply([(copy("unseen", signedAt: 110), coins)]).results.map(\.outcome) == [.revoked], "a refund after the reversal")
+        #expect(ledger.wallet(Holder(accountId: Self.alice, scope: .production)).balance == 0)
+    }
+
     @Test func grantedPurchasesWithoutATokenAreTiedToTheAccountOnceEach() throws {
         let mine = "AAAAAAAA-0000-0000-0000-000000000000"
         let planned = [
