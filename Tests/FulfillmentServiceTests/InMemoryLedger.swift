@@ -74,6 +74,11 @@ final class InMemoryLedger: FulfillmentTransaction {
         reversals[transactionId] = max(reversals[transactionId] ?? .min, signedMs)
     }
     func reversalSignedMs(_ transactionId: String) -> Int64? { reversals[transactionId] }
+    var refunds: [String: Int64] = [:]
+    func recordRefundSigned(_ transactionId: String, signedMs: Int64) {
+        refunds[transactionId] = max(refunds[transactionId] ?? .min, signedMs)
+    }
+    func refundSignedMs(_ transactionId: String) -> Int64? { refunds[transactionId] }
 
     func setCoinsGranted(_ transactionId: String, coins: Int64) { processedRows[transactionId]?.coinsGranted = coins }
 

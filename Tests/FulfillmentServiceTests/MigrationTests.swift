@@ -22,7 +22,7 @@ import Testing
     /// Every migration after the merged one, as a file the steps made gets them.
     static let since = [
         "v2-content-deliveries", "v3-events", "v4-adjustments", "v5-retention", "v6-play", "v7-transaction-claim", "v8-webhook-start",
-        "v9-early-refund-share", "v10-reversal-signed",
+        "v9-early-refund-share", "v10-signed-standing",
     ]
     /// The schema every migration makes on a new file: what a file the steps made must end with too.
     static func current() async throws -> Set<String> {

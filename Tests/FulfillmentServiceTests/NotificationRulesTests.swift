@@ -69,10 +69,22 @@ import Testing
                 Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid, current: valid),
                 stored: .init(processed: Self.processed("t1"), owner: Self.alice)
             ).standsSignedMs == nil, "never refunded here: nothing to keep")
+        // A reversal Apple signed before a refund it signed later (applied here from a redeemed copy) gives nothing back.
+        var refundedLater = revokedHere
+        refundedLater.refundSignedMs = 60
+        let late = NotificationRules.decide(Self.facts(.refundReversed, "REFUND_REVERSED", snapshot: valid), stored: refundedLater)
+        #expect(late.effects.isEmpty && late.ignoredBecause == "superseded: Apple signed a refund of this purchase after it")
+        refundedLater.refundSignedMs = 40
+        #expect(
+            NotificationRules.decide(Self.facts(.refundReversed, "REFUND_REVERSED", snapshot: valid), stored: refundedLater).effects
+                == [.reinstate(transactionId: "t1")])
         let refundedNow = Self.purchase("t1", cancelled: 60)
         #expect(
             NotificationRules.decide(Self.facts(.refund, "REFUND", snapshot: refundedNow, current: refundedNow), stored: revokedHere)
                 .standsSignedMs == nil)
+        #expect(
+            NotificationRules.decide(Self.facts(.refund, "REFUND", snapshot: refundedNow), stored: .init(processed: Self.processed("t1")))
+                .refundSignedMs == 50, "a refund's signed time is kept")
 
         // The same notice without Apple's word gives nothing back: only a reversal does.
         let unasked = NotificationRules.decide(Self.facts(.oneTimeCharge, "ONE_TIME_CHARGE", snapshot: valid), stored: revokedHere)

@@ -244,7 +244,7 @@ import Testing
     }
 
     /// The same when Apple's reversal came before the purchase was ever redeemed here, or reversed a refund whose
-    /// notification never arrived: the reversal's signed time is kept either way (`refund_reversal`).
+    /// notification never arrived: the reversal's signed time is kept either way (`signed_standing`).
     @Test func aCopySignedDuringARefundAppleReversedBeforeAnyRedeemOrUnseenTakesNothing() async throws {
         try await SuiteFixture.with { suite in
             let amy = try await suite.register("amy")

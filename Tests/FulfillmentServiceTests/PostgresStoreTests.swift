@@ -477,7 +477,7 @@ struct PostgresStoreTests {
         let admin = url.description.replacingOccurrences(of: "postgres://", with: "postgresql://")
         #expect(
             try await TestPostgres.psql(admin, "SELECT string_agg(name, ',' ORDER BY name) FROM fulfillment.schema_migration")
-                == "v1,v10-play,v11-held-writes-known,v12-transaction-claim,v13-yield-to-lock-holders,v14-webhook-start,v15-early-refund-share,v16-reversal-signed,v2-inbox-pending-order,v3-outbox,v4-inbox-payload-apart,v5-content-deliveries,v6-events,v7-adjustments,v8-retention,v9-held-writes"
+                == "v1,v10-play,v11-held-writes-known,v12-transaction-claim,v13-yield-to-lock-holders,v14-webhook-start,v15-early-refund-share,v16-signed-standing,v2-inbox-pending-order,v3-outbox,v4-inbox-payload-apart,v5-content-deliveries,v6-events,v7-adjustments,v8-retention,v9-held-writes"
         )
         // A database a newer build migrated: this build refuses it rather than run on a schema it does not know.
         _ = try await TestPostgres.psql(admin, "INSERT INTO fulfillment.schema_migration (name) VALUES ('v99-from-the-future')")

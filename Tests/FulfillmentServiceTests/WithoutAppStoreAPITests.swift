@@ -130,4 +130,26 @@ import Testing
             #expect(try await suite.entitlements(bo.session).isEmpty)
         }
     }
+
+    /// A reversal Apple signed before a later refund, arriving after a redeem applied that refund from its copy (both
+    /// refunds' notifications lost, Apple not asked): the later refund stands, as Apple's later word does.
+    @Test func aLateReversalDoesNotUndoARefundAppleSignedAfterIt() async throws {
+        try await SuiteFixture.with(appStoreAPI: false) { suite in
+            let dee = try await suite.register("dee")
+            let castle = try await suite.buy("dee@icloud", "pack.castle", appAccountToken: dee.appAccountToken)
+            _ = try await suite.redeem(dee.session, signed: [castle.signedTransaction])
+            _ = try await suite.simulator.call(SimRefund.self, .init(appleId: "dee@icloud", transactionId: castle.transactionId))
+            _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 1))
+            let reversed = try await suite.simulator.call(
+                SimRefundDecision.self, .init(appleId: "dee@icloud", transactionId: castle.transactionId, event: .reverse))
+            _ = try await suite.simulator.call(SimAdvanceClock.self, .init(seconds: 1))
+            let again = try await suite.simulator.call(SimRefund.self, .init(appleId: "dee@icloud", transactionId: castle.transactionId))
+            let copy = try Self.signedTransaction(of: try #require(again.signedPayload))
+            let refunded = try await suite.redeem(dee.session, signed: [copy])
+            #expect(refunded.results.map(\.outcome) == [.revoked] && refunded.entitlements.isEmpty)
+            let late = try await Self.receive(suite, reversed.signedPayload)
+            #expect(late.state == .ignored, "\(late)")
+            #expect(try await suite.entitlements(dee.session).isEmpty, "the refund Apple signed last stands")
+        }
+    }
 }

@@ -87,7 +87,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
     private static let storedColumns = """
         o.account_id AS owner_account_id, o.scope AS owner_scope, p.environment, p.account_id, p.scope,
             p.original_transaction_id, p.product_id, p.grant_kind, p.coins_granted, p.revoked_at_ms, p.revoke_reason, p.expires_date_ms,
-            rr.signed_ms AS reversal_signed_ms,
+            ss.stands_signed_ms AS reversal_signed_ms,
             e.reason AS early_reason,
             wp.balance AS production_balance, wp.owed AS production_owed, ws.balance AS sandbox_balance, ws.owed AS sandbox_owed,
             c.transaction_id AS claim_id
@@ -97,7 +97,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
         LEFT JOIN ownership o ON o.original_transaction_id = ?1
         LEFT JOIN processed_transaction p ON p.transaction_id = ?2
         LEFT JOIN early_revocation e ON e.transaction_id = ?2
-        LEFT JOIN refund_reversal rr ON rr.transaction_id = ?2
+        LEFT JOIN signed_standing ss ON ss.transaction_id = ?2
         LEFT JOIN transaction_claim c ON c.transaction_id = ?2
         LEFT JOIN wallet wp ON wp.account_id = ?3 AND wp.scope = ?4
         LEFT JOIN wallet ws ON ws.account_id = ?3 AND ws.scope = ?5
@@ -222,16 +222,25 @@ struct FulfillmentRecords: FulfillmentTransaction {
             """, transactionId)
     }
 
-    func recordReversalSigned(_ transactionId: String, signedMs: Int64) throws {
+    func recordReversalSigned(_ transactionId: String, signedMs: Int64) throws { try recordSigned("stands_signed_ms", transactionId, signedMs) }
+    func recordRefundSigned(_ transactionId: String, signedMs: Int64) throws { try recordSigned("refunded_signed_ms", transactionId, signedMs) }
+
+    /// Keeps `column` of the transaction's `signed_standing` row at the latest of the times given.
+    private func recordSigned(_ column: String, _ transactionId: String, _ signedMs: Int64) throws {
         try s.later(
             """
-            INSERT INTO refund_reversal (transaction_id, signed_ms) VALUES (?1, ?2)
-            ON CONFLICT (transaction_id) DO UPDATE SET signed_ms = excluded.signed_ms WHERE refund_reversal.signed_ms < excluded.signed_ms
+            INSERT INTO signed_standing (transaction_id, \(column)) VALUES (?1, ?2)
+            ON CONFLICT (transaction_id) DO UPDATE SET \(column) = excluded.\(column)
+            WHERE signed_standing.\(column) IS NULL OR signed_standing.\(column) < excluded.\(column)
             """, transactionId, signedMs)
     }
 
     func reversalSignedMs(_ transactionId: String) throws -> Int64? {
-        try s.value("SELECT signed_ms FROM refund_reversal WHERE transaction_id = ?1", transactionId)
+        try s.value("SELECT stands_signed_ms FROM signed_standing WHERE transaction_id = ?1", transactionId)
+    }
+
+    func refundSignedMs(_ transactionId: String) throws -> Int64? {
+        try s.value("SELECT refunded_signed_ms FROM signed_standing WHERE transaction_id = ?1", transactionId)
     }
 
     func markReinstated(_ transactionId: String) throws {

@@ -365,11 +365,15 @@ extension FulfillmentStore {
         m.registerMigration("v9-early-refund-share") { db in
             try db.execute(sql: "ALTER TABLE early_revocation ADD COLUMN refund_share_milli INTEGER")
         }
-        // 2026-11-30: when Apple last signed that a transaction stands (a refund's reversal, its current copy), redeemed
-        // here or not (`StoredPurchase.reversalSignedMs`).
-        m.registerMigration("v10-reversal-signed") { db in
+        // 2026-11-30: when Apple last signed that a transaction stands (a refund's reversal, its current copy) and that it
+        // is refunded, redeemed here or not (`StoredPurchase.reversalSignedMs`, `refundSignedMs`).
+        m.registerMigration("v10-signed-standing") { db in
             try db.execute(
-                sql: "CREATE TABLE refund_reversal (transaction_id TEXT PRIMARY KEY NOT NULL, signed_ms INTEGER NOT NULL) WITHOUT ROWID")
+                sql: """
+                    CREATE TABLE signed_standing (
+                        transaction_id TEXT PRIMARY KEY NOT NULL, stands_signed_ms INTEGER, refunded_signed_ms INTEGER
+                    ) WITHOUT ROWID
+                    """)
         }
         return m
     }

@@ -31,6 +31,10 @@ public protocol FulfillmentTransaction {
     /// or not it was redeemed here (`StoredPurchase.reversalSignedMs`).
     func recordReversalSigned(_ transactionId: String, signedMs: Int64) throws
     func reversalSignedMs(_ transactionId: String) throws -> Int64?
+    /// Keeps when Apple signed that the transaction is refunded (a copy that said so, applied here), forward only: a
+    /// reversal Apple signed before it does not give the purchase back.
+    func recordRefundSigned(_ transactionId: String, signedMs: Int64) throws
+    func refundSignedMs(_ transactionId: String) throws -> Int64?
     /// The reason of a refund or revocation Apple announced before this transaction was ever redeemed here.
     func earlyRevocation(_ transactionId: String) throws -> String?
     /// The share (milliunits) of an Apple prorated refund remembered as an early revocation; nil for a whole one or none.
@@ -235,6 +239,10 @@ public enum GrantRules {
                 p.cancellationDateMs = nil
                 p.proratedRefundMilli = nil
             }
+            // Apple's signed word that it is refunded (Xcode-signed copies are anyone's word): a reversal signed before it
+            // no longer gives the purchase back. Kept only for a copy of this purchase in its own scope (below, any
+            // other is refused before anything is written).
+            let refundSigned = p.cancellationDateMs != nil && p.environment != "Xcode" ? p.signedDateMs : nil
             let owner = stored.owner
             // A purchase's scope is its own verified environment's: one naming an original bound in another scope
             // (an Xcode-signed renewal of a Production purchase) is refused.
@@ -281,6 +289,7 @@ public enum GrantRules {
                 } else if processed.revokedAtMs != nil {
                     result(.revoked)
                 } else if p.proratedRefundMilli != nil, case .coins = rule {
+                    if let refundSigned { try tx.recordRefundSigned(p.transactionId, signedMs: refundSigned) }
                     // A share of a coin purchase refunded (its notification lost, or not here yet): that share of the whole
                     // grant is taken back, once (state-based, as the notification's), and the rest stays granted.
                     if let granted = try tx.grantedCoins(p.transactionId), let keep = p.coinsKept(ofGrant: granted), processed.coinsGranted > keep {
@@ -288,6 +297,7 @@ public enum GrantRules {
                     }
                     result(.alreadyGranted)
                 } else if p.cancellationDateMs != nil {
+                    if let refundSigned { try tx.recordRefundSigned(p.transactionId, signedMs: refundSigned) }
                     _ = try revoke(p.transactionId, reason: "refunded", nowMs: nowMs, in: tx)
                     result(.revoked)
                 } else {
@@ -303,6 +313,7 @@ public enum GrantRules {
             let early = stored.earlyRevocation
             if !stored.claimed { try tx.claim(p.transactionId) }
             if p.cancellationDateMs != nil || early != nil {
+                if let refundSigned { try tx.recordRefundSigned(p.transactionId, signedMs: refundSigned) }
                 // Granted and taken back at once, as a redeem followed by its refund: what it is worth is on record, so a
                 // reversal of the refund gives it back whole (`reinstate`). A renewal of a subscription held here is only
                 // recorded: its period would move (or give back) access that a refund ended. A refunded renewal or

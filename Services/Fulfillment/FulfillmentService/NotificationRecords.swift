@@ -18,6 +18,7 @@ extension FulfillmentRecords {
                 stored.grantedCoins = try grantedCoins(purchase.transactionId)
                 stored.grantedUnits = try s.value("SELECT units FROM processed_transaction WHERE transaction_id = ?1", purchase.transactionId)
             }
+            stored.refundSignedMs = try refundSignedMs(purchase.transactionId)
             if facts.current == nil {
                 stored.latestStandingAppliedMs = try InboxRecords(s).latestAppliedSignedDate(
                     purchase.originalTransactionId, types: NotificationDisposition.standingTypes)

@@ -74,6 +74,8 @@ public enum NotificationRules {
         /// refundable then), read for a Google Play partial refund.
         public var grantedCoins: Int64?
         public var grantedUnits: Int64?
+        /// When Apple last signed that the transaction is refunded, as applied here (`FulfillmentTransaction.recordRefundSigned`).
+        public var refundSignedMs: Int64?
 
         public init(
             processed: ProcessedTransaction? = nil, owner: Holder? = nil, latestStandingAppliedMs: Int64? = nil,
@@ -120,6 +122,8 @@ public enum NotificationRules {
         /// When Apple signed that the purchase decided on stands (a refund's reversal, or its current copy without a
         /// refund), kept whatever else the decision does (`FulfillmentTransaction.recordReversalSigned`).
         public var standsSignedMs: Int64?
+        /// When Apple signed that the purchase decided on is refunded (a REFUND or REVOKE applied), kept likewise.
+        public var refundSignedMs: Int64?
     }
 
     /// The audit log's action for a mass extension's summary (its `transactionId` is the request identifier).
@@ -192,6 +196,15 @@ public enum NotificationRules {
         }
         // Kept only where a refund was: Apple's reversal, or its word on a purchase a refund took here (not one row for
         // every renewal Apple's current copy confirms).
+        if reinstates, purchase.cancellationDateMs == nil, let signed = facts.standingSignedMs, let refund = stored.refundSignedMs,
+            signed < refund
+        {
+            // Apple's word that it stands is older than its word that it is refunded (a redeemed copy's, its notification
+            // lost): the refund stands. Until 2026-11-30 such a late reversal gave the purchase back.
+            decision.ignoredBecause = "superseded: Apple signed a refund of this purchase after it"
+            return
+        }
+        if purchase.cancellationDateMs != nil, purchase.play == nil { decision.refundSignedMs = facts.standingSignedMs }
         let refundedHere = stored.processed.map { p in p.revokedAtMs != nil || stored.grantedCoins.map { p.coinsGranted < $0 } == true } == true
         if reinstates, purchase.cancellationDateMs == nil, purchase.play == nil, facts.type == .refundReversed || refundedHere {
             decision.standsSignedMs = facts.standingSignedMs

@@ -388,9 +388,10 @@ extension PostgresFulfillmentStore {
         PostgresMigration("v14-webhook-start", "ALTER TABLE webhook_endpoint ADD COLUMN start_snapshot TEXT;"),
         // 2026-11-30: the share of an Apple prorated refund remembered before the purchase's first redeem (NULL: the whole).
         PostgresMigration("v15-early-refund-share", "ALTER TABLE early_revocation ADD COLUMN refund_share_milli BIGINT;"),
-        // 2026-11-30: when Apple last signed that a transaction stands (a refund's reversal, its current copy), redeemed
-        // here or not (`StoredPurchase.reversalSignedMs`).
+        // 2026-11-30: when Apple last signed that a transaction stands (a refund's reversal, its current copy) and that it
+        // is refunded, redeemed here or not (`StoredPurchase.reversalSignedMs`, `refundSignedMs`).
         PostgresMigration(
-            "v16-reversal-signed", "CREATE TABLE refund_reversal (transaction_id TEXT PRIMARY KEY, signed_ms BIGINT NOT NULL);"),
+            "v16-signed-standing",
+            "CREATE TABLE signed_standing (transaction_id TEXT PRIMARY KEY, stands_signed_ms BIGINT, refunded_signed_ms BIGINT);"),
     ]
 }
