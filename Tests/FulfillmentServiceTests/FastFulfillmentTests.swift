@@ -88,7 +88,7 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                         payload: String(decoding: try JSONEncoder().encode(answer), as: UTF8.self), nowMs: nowMs)
                 }
             }
-            if let signed = decision.standsSignedMs, let p { ledger.recordReversalSigned(p.transactionId, signedMs: signed) }
+            if let signed = decision.standsSignedMs, let p { ledger.recordStandsSigned(p.transactionId, signedMs: signed) }
             return decision
         }
         try await settleNotification(

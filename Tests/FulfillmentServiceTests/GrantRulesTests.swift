@@ -41,8 +41,8 @@ import Testing
             return p
         }
         try apply([(purchase("held"), coins)])
-        ledger.recordReversalSigned("held", signedMs: 100)
-        ledger.recordReversalSigned("unseen", signedMs: 100)
+        ledger.recordStandsSigned("held", signedMs: 100)
+        ledger.recordStandsSigned("unseen", signedMs: 100)
         #expect(try apply([(copy("held", signedAt: 90), coins)]).results.map(\.outcome) == [.alreadyGranted])
         #expect(try apply([(copy("unseen", signedAt: 90), coins)]).results.map(\.outcome) == [.granted], "never redeemed: granted whole")
         #expect(ledger.wallet(Holder(accountId: Self.alice, scope: .production)).balance == 200)

@@ -70,10 +70,10 @@ final class InMemoryLedger: FulfillmentTransaction {
     }
 
     var reversals: [String: Int64] = [:]
-    func recordReversalSigned(_ transactionId: String, signedMs: Int64) {
+    func recordStandsSigned(_ transactionId: String, signedMs: Int64) {
         reversals[transactionId] = max(reversals[transactionId] ?? .min, signedMs)
     }
-    func reversalSignedMs(_ transactionId: String) -> Int64? { reversals[transactionId] }
+    func standsSignedMs(_ transactionId: String) -> Int64? { reversals[transactionId] }
     var refunds: [String: Int64] = [:]
     func recordRefundSigned(_ transactionId: String, signedMs: Int64) {
         refunds[transactionId] = max(refunds[transactionId] ?? .min, signedMs)

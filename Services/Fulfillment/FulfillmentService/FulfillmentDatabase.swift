@@ -121,7 +121,7 @@ extension FulfillmentStorage where Self: FulfillmentDatabase {
                 let tx = FulfillmentRecords(s)
                 let decision = NotificationRules.decide(facts, stored: try tx.stored(for: facts))
                 for effect in decision.effects { try tx.apply(effect, owed: owed, nowMs: nowMs) }
-                if let signed = decision.standsSignedMs, let p = facts.purchase { try tx.recordReversalSigned(p.transactionId, signedMs: signed) }
+                if let signed = decision.standsSignedMs, let p = facts.purchase { try tx.recordStandsSigned(p.transactionId, signedMs: signed) }
                 if let signed = decision.refundSignedMs, let p = facts.purchase { try tx.recordRefundSigned(p.transactionId, signedMs: signed) }
                 // The row's own update says whether it was still pending or parked: settled meanwhile (an operator
                 // dismissed it while this retry ran), the whole transaction, effects included, rolls back.

@@ -81,13 +81,13 @@ struct FulfillmentRecords: FulfillmentTransaction {
             try row.get("environment", as: String?.self) == nil ? nil : try Self.processedTransaction(row)
         return StoredPurchase(
             owner: owner, processed: processed, earlyRevocation: try row.get("early_reason"),
-            claimed: try row.get("claim_id", as: String?.self) != nil, reversalSignedMs: try row.get("reversal_signed_ms"))
+            claimed: try row.get("claim_id", as: String?.self) != nil, standsSignedMs: try row.get("stands_signed_ms"))
     }
 
     private static let storedColumns = """
         o.account_id AS owner_account_id, o.scope AS owner_scope, p.environment, p.account_id, p.scope,
             p.original_transaction_id, p.product_id, p.grant_kind, p.coins_granted, p.revoked_at_ms, p.revoke_reason, p.expires_date_ms,
-            ss.stands_signed_ms AS reversal_signed_ms,
+            ss.stands_signed_ms,
             e.reason AS early_reason,
             wp.balance AS production_balance, wp.owed AS production_owed, ws.balance AS sandbox_balance, ws.owed AS sandbox_owed,
             c.transaction_id AS claim_id
@@ -222,7 +222,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
             """, transactionId)
     }
 
-    func recordReversalSigned(_ transactionId: String, signedMs: Int64) throws { try recordSigned("stands_signed_ms", transactionId, signedMs) }
+    func recordStandsSigned(_ transactionId: String, signedMs: Int64) throws { try recordSigned("stands_signed_ms", transactionId, signedMs) }
     func recordRefundSigned(_ transactionId: String, signedMs: Int64) throws { try recordSigned("refunded_signed_ms", transactionId, signedMs) }
 
     /// Keeps `column` of the transaction's `signed_standing` row at the latest of the times given.
@@ -235,7 +235,7 @@ struct FulfillmentRecords: FulfillmentTransaction {
             """, transactionId, signedMs)
     }
 
-    func reversalSignedMs(_ transactionId: String) throws -> Int64? {
+    func standsSignedMs(_ transactionId: String) throws -> Int64? {
         try s.value("SELECT stands_signed_ms FROM signed_standing WHERE transaction_id = ?1", transactionId)
     }
 

@@ -366,7 +366,7 @@ extension FulfillmentStore {
             try db.execute(sql: "ALTER TABLE early_revocation ADD COLUMN refund_share_milli INTEGER")
         }
         // 2026-11-30: when Apple last signed that a transaction stands (a refund's reversal, its current copy) and that it
-        // is refunded, redeemed here or not (`StoredPurchase.reversalSignedMs`, `refundSignedMs`).
+        // is refunded, redeemed here or not (`StoredPurchase.standsSignedMs`, `refundSignedMs`).
         m.registerMigration("v10-signed-standing") { db in
             try db.execute(
                 sql: """

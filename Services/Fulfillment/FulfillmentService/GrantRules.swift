@@ -28,9 +28,9 @@ public protocol FulfillmentTransaction {
     /// Clears a revocation (a refund Apple reversed).
     func markReinstated(_ transactionId: String) throws
     /// Keeps when Apple signed that the transaction stands (a refund's reversal, its current copy), forward only, whether
-    /// or not it was redeemed here (`StoredPurchase.reversalSignedMs`).
-    func recordReversalSigned(_ transactionId: String, signedMs: Int64) throws
-    func reversalSignedMs(_ transactionId: String) throws -> Int64?
+    /// or not it was redeemed here (`StoredPurchase.standsSignedMs`).
+    func recordStandsSigned(_ transactionId: String, signedMs: Int64) throws
+    func standsSignedMs(_ transactionId: String) throws -> Int64?
     /// Keeps when Apple signed that the transaction is refunded (a copy that said so, applied here), forward only: a
     /// reversal Apple signed before it does not give the purchase back.
     func recordRefundSigned(_ transactionId: String, signedMs: Int64) throws
@@ -233,7 +233,7 @@ public enum GrantRules {
             }
             // Read once: the writes below (ownership, entitlements, events) change none of the three.
             let stored = try tx.stored(p, accountId: accountId)
-            if p.revocationSignedBefore(reversalSignedMs: stored.reversalSignedMs) {
+            if p.revocationSignedBefore(standsSignedMs: stored.standsSignedMs) {
                 // A copy signed while a refund held that Apple reversed since: the refund no longer holds (until 2026-11-30
                 // such a copy took the refunded share, or the whole purchase, a second time).
                 p.cancellationDateMs = nil

@@ -189,13 +189,13 @@ public struct StoredPurchase: Sendable {
     /// Whether its transaction id is claimed (`FulfillmentTransaction.claim`): by default, when it is processed or early
     /// revoked, as the rules keep it.
     public var claimed: Bool
-    /// When Apple last signed that the transaction stands (`FulfillmentTransaction.recordReversalSigned`): a copy signed
+    /// When Apple last signed that the transaction stands (`FulfillmentTransaction.recordStandsSigned`): a copy signed
     /// before it that carries a refund carries one Apple reversed.
-    public var reversalSignedMs: Int64?
+    public var standsSignedMs: Int64?
     public init(
-        owner: Holder?, processed: ProcessedTransaction?, earlyRevocation: String?, claimed: Bool? = nil, reversalSignedMs: Int64? = nil
+        owner: Holder?, processed: ProcessedTransaction?, earlyRevocation: String?, claimed: Bool? = nil, standsSignedMs: Int64? = nil
     ) {
-        self.reversalSignedMs = reversalSignedMs
+        self.standsSignedMs = standsSignedMs
         self.owner = owner
         self.processed = processed
         self.earlyRevocation = earlyRevocation
@@ -208,6 +208,6 @@ extension FulfillmentTransaction {
     public func stored(_ purchase: VerifiedPurchase, accountId: String) throws -> StoredPurchase {
         StoredPurchase(
             owner: try owner(original: purchase.originalTransactionId), processed: try processed(purchase.transactionId),
-            earlyRevocation: try earlyRevocation(purchase.transactionId), reversalSignedMs: try reversalSignedMs(purchase.transactionId))
+            earlyRevocation: try earlyRevocation(purchase.transactionId), standsSignedMs: try standsSignedMs(purchase.transactionId))
     }
 }

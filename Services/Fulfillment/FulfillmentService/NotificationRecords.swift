@@ -18,7 +18,8 @@ extension FulfillmentRecords {
                 stored.grantedCoins = try grantedCoins(purchase.transactionId)
                 stored.grantedUnits = try s.value("SELECT units FROM processed_transaction WHERE transaction_id = ?1", purchase.transactionId)
             }
-            stored.refundSignedMs = try refundSignedMs(purchase.transactionId)
+            // Only a word that the purchase stands is weighed against Apple's latest refund (`bringToAppleState`).
+            if mayReverse, purchase.cancellationDateMs == nil { stored.refundSignedMs = try refundSignedMs(purchase.transactionId) }
             if facts.current == nil {
                 stored.latestStandingAppliedMs = try InboxRecords(s).latestAppliedSignedDate(
                     purchase.originalTransactionId, types: NotificationDisposition.standingTypes)

@@ -120,7 +120,7 @@ public enum NotificationRules {
         public var ignoredBecause: String?
         public var applied: Bool { ignoredBecause == nil }
         /// When Apple signed that the purchase decided on stands (a refund's reversal, or its current copy without a
-        /// refund), kept whatever else the decision does (`FulfillmentTransaction.recordReversalSigned`).
+        /// refund), kept whatever else the decision does (`FulfillmentTransaction.recordStandsSigned`).
         public var standsSignedMs: Int64?
         /// When Apple signed that the purchase decided on is refunded (a REFUND or REVOKE applied), kept likewise.
         public var refundSignedMs: Int64?

@@ -389,7 +389,7 @@ extension PostgresFulfillmentStore {
         // 2026-11-30: the share of an Apple prorated refund remembered before the purchase's first redeem (NULL: the whole).
         PostgresMigration("v15-early-refund-share", "ALTER TABLE early_revocation ADD COLUMN refund_share_milli BIGINT;"),
         // 2026-11-30: when Apple last signed that a transaction stands (a refund's reversal, its current copy) and that it
-        // is refunded, redeemed here or not (`StoredPurchase.reversalSignedMs`, `refundSignedMs`).
+        // is refunded, redeemed here or not (`StoredPurchase.standsSignedMs`, `refundSignedMs`).
         PostgresMigration(
             "v16-signed-standing",
             "CREATE TABLE signed_standing (transaction_id TEXT PRIMARY KEY, stands_signed_ms BIGINT, refunded_signed_ms BIGINT);"),

@@ -71,14 +71,13 @@ public struct VerifiedPurchase: Sendable, Equatable {
                     status: 21002, reason: "incompleteTransaction",
                     detail: "a receipt entry has no transaction or product id")
             }
-            purchases.append(
-                VerifiedPurchase(
-                    environment: environment, transactionId: entry.transactionId,
-                    originalTransactionId: entry.originalTransactionId ?? entry.transactionId, productId: entry.productId,
-                    quantity: max(1, Int64(entry.quantity) ?? 1), purchaseDateMs: entry.purchaseDateMs.flatMap { Int64($0) } ?? 0,
-                    expiresDateMs: entry.expiresDateMs.flatMap { Int64($0) },
-                    cancellationDateMs: entry.cancellationDateMs.flatMap { Int64($0) }))
-            purchases[purchases.count - 1].signedDateMs = created
+            var purchase = VerifiedPurchase(
+                environment: environment, transactionId: entry.transactionId,
+                originalTransactionId: entry.originalTransactionId ?? entry.transactionId, productId: entry.productId,
+                quantity: max(1, Int64(entry.quantity) ?? 1), purchaseDateMs: entry.purchaseDateMs.flatMap { Int64($0) } ?? 0,
+                expiresDateMs: entry.expiresDateMs.flatMap { Int64($0) }, cancellationDateMs: entry.cancellationDateMs.flatMap { Int64($0) })
+            purchase.signedDateMs = created  // the whole receipt's signing time
+            purchases.append(purchase)
         }
         return purchases.sorted { ($0.purchaseDateMs, $0.transactionId) < ($1.purchaseDateMs, $1.transactionId) }
     }
@@ -108,10 +107,10 @@ public struct VerifiedPurchase: Sendable, Equatable {
     }
 
     /// A revocation in this copy that Apple took back since: the copy was signed before Apple last signed that the
-    /// transaction stands (`StoredPurchase.reversalSignedMs`). Apple: of two words about a transaction, the one with the
+    /// transaction stands (`StoredPurchase.standsSignedMs`). Apple: of two words about a transaction, the one with the
     /// later `signedDate` holds. A copy without a signed time keeps its revocation (Apple's always have one).
-    func revocationSignedBefore(reversalSignedMs: Int64?) -> Bool {
-        guard cancellationDateMs != nil, let reversal = reversalSignedMs, let signed = signedDateMs else { return false }
+    func revocationSignedBefore(standsSignedMs: Int64?) -> Bool {
+        guard cancellationDateMs != nil, let reversal = standsSignedMs, let signed = signedDateMs else { return false }
         return signed < reversal
     }
 
