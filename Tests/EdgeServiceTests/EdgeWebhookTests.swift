@@ -127,14 +127,29 @@ import Testing
                         FulfillmentRetryNotification.self, .init(adminToken: SuiteFixture.adminToken, notificationUUID: uuid, operatorName: "a b"))
                 }
                 #expect(badName?.reason == "invalidValue")
+                // A retry whose audit cannot be written processes nothing: no grant without the operator's name on it.
+                if try await suite.executeOnSQLite(
+                    "CREATE TRIGGER no_audit BEFORE INSERT ON admin_audit BEGIN SELECT RAISE(ABORT, 'audit refused'); END")
+                {
+                    let unaudited = await rpcError {
+                        try await suite.fulfillment.call(
+                            FulfillmentRetryNotification.self, .init(adminToken: SuiteFixture.adminToken, notificationUUID: uuid, operatorName: "sam")
+                        )
+                    }
+                    #expect(unaudited != nil)
+                    #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 1)
+                    _ = try await suite.executeOnSQLite("DROP TRIGGER no_audit")
+                }
                 let retried = try await suite.fulfillment.call(
                     FulfillmentRetryNotification.self, .init(adminToken: SuiteFixture.adminToken, notificationUUID: uuid, operatorName: "sam"))
                 #expect(retried.state == .applied && retried.attempts == 3)
                 #expect(try await suite.count("SELECT COUNT(*) FROM processedTransaction") == 2)
-                // Audited: who retried which, about whose purchase, and where it ended.
+                // Audited: who retried which, about whose purchase, and from which state (once: the refused try wrote nothing).
                 let audit = try await suite.fulfillment.call(FulfillmentListAudit.self, .init(adminToken: SuiteFixture.adminToken))
-                let entry = try #require(audit.entries.first { $0.action == "retryNotification" })
-                #expect(entry.operatorName == "sam" && entry.accountId == alice.accountId && entry.reason.hasSuffix("parked -> applied"))
+                let entries = audit.entries.filter { $0.action == "retryNotification" }
+                #expect(entries.count == 1)
+                let entry = try #require(entries.first)
+                #expect(entry.operatorName == "sam" && entry.accountId == alice.accountId && entry.reason.hasSuffix("retried while parked"))
             }
         }
     }

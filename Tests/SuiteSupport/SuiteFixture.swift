@@ -423,6 +423,15 @@ public final class SuiteFixture: Sendable {
         return try await queue.read { db in try Int.fetchOne(db, sql: snake) ?? 0 }
     }
 
+    /// Runs `sql` on fulfillment's SQLite file beside the service (a trigger a test plants to make one write fail); false
+    /// on PostgreSQL, where nothing is run.
+    public func executeOnSQLite(_ sql: String) async throws -> Bool {
+        guard !(store is PostgresFulfillmentStore) else { return false }
+        let queue = try DatabaseQueue(path: directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path)
+        try await queue.write { db in try db.execute(sql: sql) }
+        return true
+    }
+
     /// Waits (bounded) until `listEvents` shows every event committed: on PostgreSQL a reader is given only events of
     /// transactions older than every transaction running anywhere in the cluster, and other suites' tests run beside.
     public func eventFeedSettled() async throws { try await Self.eventFeedSettled(store) }
