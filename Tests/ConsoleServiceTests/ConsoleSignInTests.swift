@@ -126,6 +126,44 @@ import Testing
         }
     }
 
+    /// A client looping on a locked name writes one `signInThrottled` row per lock, not one per request (the log is
+    /// append-only); the next lock is written down again.
+    @Test(arguments: engines) func aLockIsWrittenDownOnceHoweverOftenItIsHit(engine: Engine) async throws {
+        try await Self.harness(engine) { h in
+            for _ in 0..<5 {
+                #expect(try await h.console.signIn(username: "sam", password: "guess", code: "000000", address: "10.0.0.5") == .refused)
+            }
+            for _ in 0..<40 {
+                guard case .throttled = try await h.console.signIn(username: "sam", password: "guess", code: "000000", address: "10.0.0.5")
+                else { Issue.record("the locked name was let in"); return }
+            }
+            let rows = { try await h.store.audit(operatorName: "sam", action: "signInThrottled", limit: 100).count }
+            #expect(try await rows() == 1)
+            // The lock passes; one more failure locks again (twice as long): a new lock, a new row.
+            h.clock.advance(ms: LoginThrottlePolicy().baseLockMs)
+            #expect(try await h.console.signIn(username: "sam", password: "guess", code: "000000", address: "10.0.0.5") == .refused)
+            for _ in 0..<3 {
+                guard case .throttled = try await h.console.signIn(username: "sam", password: "guess", code: "000000", address: "10.0.0.5")
+                else { Issue.record("the name was not locked again"); return }
+            }
+            #expect(try await rows() == 2)
+        }
+    }
+
+    /// The notes stay bounded: locks that ended go first; when every entry is live, all are forgotten (a row too many,
+    /// never a lock unrecorded).
+    @Test func throttleNotesStayBounded() {
+        let notes = ThrottleNotes(capacity: 2)
+        #expect(notes.isFirst(name: "a", address: "x", lockEndsMs: 100, nowMs: 0))
+        #expect(!notes.isFirst(name: "a", address: "x", lockEndsMs: 100, nowMs: 50))
+        #expect(notes.isFirst(name: "b", address: "x", lockEndsMs: 300, nowMs: 50))
+        #expect(notes.isFirst(name: "c", address: "x", lockEndsMs: 300, nowMs: 200))  // full: a's ended lock goes
+        #expect(!notes.isFirst(name: "b", address: "x", lockEndsMs: 300, nowMs: 200))
+        #expect(notes.isFirst(name: "d", address: "x", lockEndsMs: 400, nowMs: 250))  // full of live locks: all forgotten
+        #expect(notes.isFirst(name: "b", address: "x", lockEndsMs: 300, nowMs: 250))
+        #expect(notes.isFirst(name: "a", address: "x", lockEndsMs: 500, nowMs: 250))  // a new lock of the same pair
+    }
+
     /// Failures from one IPv6 /64 count as from one address: a host has every address of its /64.
     @Test func anIPv6NetworkIsOneAddressToTheLimits() async throws {
         try await Self.harness { h in

@@ -20,9 +20,11 @@ public final class ConsoleService: Sendable {
     let configuration: ConsoleConfiguration
     let library: MustacheLibrary
     let logger: Logger
+    let throttleNotes = ThrottleNotes()
 
-    /// The session cookie's name: over TLS with `__Host-`, so no other host or port of the same site (the edge on the same
-    /// name, a sibling subdomain) can set one for the console (fixation, signing an operator in as someone else).
+    /// The session cookie's name: over TLS with `__Host-`, so no sibling subdomain can set one for the console (fixation,
+    /// signing an operator in as someone else). Browsers do not keep cookies apart by port: whatever serves pages on
+    /// another port of the same host name can still set it (docs/services/console.md: a host name of its own).
     var sessionCookie: String { (configuration.secureCookies ? "__Host-" : "") + "iap_console" }
     /// The sign-in form's CSRF cookie (before there is a session).
     var signInCookie: String { (configuration.secureCookies ? "__Host-" : "") + "iap_console_signin" }
@@ -89,7 +91,9 @@ public final class ConsoleService: Sendable {
         guard wait == 0 else {
             // As below: only an operator's name is written down, never what was typed (a pasted password).
             let known = try await store.operatorRecord(name) != nil ? name : "(unknown)"
-            try await store.recordAudit(operatorName: known, action: "signInThrottled", detail: "", address: address, nowMs: now)
+            if throttleNotes.isFirst(name: known, address: address.map(ClientAddress.limitKey) ?? "-", lockEndsMs: now + wait, nowMs: now) {
+                try await store.recordAudit(operatorName: known, action: "signInThrottled", detail: "", address: address, nowMs: now)
+            }
             return .throttled(retryAfterMs: wait)
         }
         guard let record = try await store.operatorRecord(name) else {
