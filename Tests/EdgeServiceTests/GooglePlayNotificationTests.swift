@@ -202,6 +202,32 @@ import Testing
         }
     }
 
+    /// A subscription push naming another product than the token's item that holds the access (an add-on, a deferred
+    /// plan change's next plan) is decided by the token: a revocation it carries still ends the access (it was ignored
+    /// for good as a product mismatch).
+    @Test func aRevocationPushNamingAnotherProductOfTheTokenStillEndsTheAccess() async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, base in
+            let ann = try await suite.register("ann")
+            let sub = try await play.buy("sub.premium", accountToken: ann.appAccountToken, basePlanId: "monthly")
+            _ = try await play.deliverAll()
+            #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["premium"])
+            _ = try await play.client.call(PlaySetPushFault.self, .init(dropPercent: 100))
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: sub.purchaseToken))
+            let body = try Self.pushBody(
+                [
+                    "version": "1.0", "packageName": PlayStand.packageName, "eventTimeMillis": "1",
+                    "subscriptionNotification": [
+                        "version": "1.0", "notificationType": 12, "purchaseToken": sub.purchaseToken, "subscriptionId": "sub.premium.addon",
+                    ],
+                ], messageId: "777020")
+            let bearer = try play.simulator.accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: Int64(Date().timeIntervalSince1970))
+            #expect(try await EdgeTests.post(base + "/v1/notifications/googleplay", body, bearer: bearer).status == 200)
+            #expect(try await suite.entitlements(ann.session).isEmpty)
+            let rows = try await Self.playRows(suite)
+            #expect(rows.filter { $0.notificationUUID.contains(":777020@") }.map(\.state) == [.applied], "\(rows)")
+        }
+    }
+
     @Test func aVoidAfterSpendingLeavesDebtAndARevokedSubscriptionEnds() async throws {
         try await EdgeFixture.withPlayEdge { suite, play, _ in
             let ann = try await suite.register("ann")

@@ -187,13 +187,22 @@ public struct PlayNotifications: FulfillmentPart {
         guard let internalToken = configuration.internalToken else {
             throw RPCError(code: .unavailable, message: "Google Play needs the internal token on fulfillment", reason: .playAPINotConfigured)
         }
-        let play: VerifiedPlayPurchase
-        do {
-            play = try await dependencies.verifyPlayPurchase(
+        func ask(_ productId: String?) async throws(RPCError) -> VerifiedPlayPurchase {
+            try await dependencies.verifyPlayPurchase(
                 PlayPurchaseReference(
                     internalToken: internalToken, packageName: push.packageName.isEmpty ? nil : push.packageName, productId: productId,
-                    purchaseToken: token,
-                    kind: subscription ? .subscription : .product))
+                    purchaseToken: token, kind: subscription ? .subscription : .product))
+        }
+        let play: VerifiedPlayPurchase
+        do {
+            do {
+                play = try await ask(productId)
+            } catch  where subscription && productId != nil && error.data.reason == "productMismatch" {
+                // The push names another of the token's products than the one holding the access (an add-on, a deferred
+                // plan change's next plan): the token decides. Until 2026-11-30 such a push was ignored for good, and a
+                // revocation it carried was lost.
+                play = try await ask(nil)
+            }
         } catch  where error.knownCode.map({ [.notFound, .invalidReceipt, .invalidParams].contains($0) }) ?? false {
             // A sweep's question without a kept package, where verification accepts several: retried, then parked for an
             // operator, never taken as Google's answer.
