@@ -352,6 +352,45 @@ import Testing
 }
 
 extension GooglePlayNotificationTests {
+    /// A pass bought in several units lasts as long as all of them (it lasted one unit's time); a refund of some shortens
+    /// it by theirs, once however often Google says so, moving the pass queued behind it up; a refund of the rest ends it.
+    @Test func aPassBoughtInSeveralUnitsLastsThemAllAndARefundOfSomeShortensIt() async throws {
+        try await EdgeFixture.withPlayEdge { suite, play, _ in
+            let ann = try await suite.register("ann")
+            func pass(_ token: String) async throws -> (starts: Int, days: Int) {
+                // Lower-cased: `count` spells camelCase as snake_case, in a literal too.
+                let row = "FROM entitlement WHERE lower(originalTransactionId) = '\(token.lowercased())'"
+                let starts = try await suite.count("SELECT startsAtMs \(row)")
+                return (starts, try await suite.count("SELECT expiresAtMs - startsAtMs \(row)") / 86_400_000)
+            }
+            let three = try await play.buy("pass.season", accountToken: ann.appAccountToken, quantity: 3)
+            #expect(try await play.deliverAll().pending == 0)
+            let one = try await play.buy("pass.season", accountToken: ann.appAccountToken)
+            #expect(try await play.deliverAll().pending == 0)
+            let first = try await pass(three.purchaseToken)
+            #expect(first.days == 90)
+            #expect(try await pass(one.purchaseToken) == (first.starts + 90 * 86_400_000, 30))
+            // One of the three refunded: 60 days, and the queued pass moves up; Google's list read again changes nothing.
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: three.purchaseToken, quantity: 1))
+            #expect(try await play.deliverAll().pending == 0)
+            #expect(try await pass(three.purchaseToken) == (first.starts, 60))
+            #expect(try await pass(one.purchaseToken) == (first.starts + 60 * 86_400_000, 30))
+            _ = try await suite.fulfillment.call(
+                FulfillmentReconcile.self, .init(adminToken: SuiteFixture.adminToken, notificationHistory: false, subscriptionStatuses: false))
+            #expect(try await pass(three.purchaseToken) == (first.starts, 60))
+            // The other two refunded: the pass ends, and the one behind it starts now.
+            _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: three.purchaseToken))
+            #expect(try await play.deliverAll().pending == 0)
+            #expect(try await suite.count("SELECT COUNT(*) FROM entitlement WHERE revokedAtMs IS NOT NULL") == 1)
+            #expect(try await pass(one.purchaseToken).starts <= Int(suite.clock.nowMs))
+            #expect(try await suite.entitlements(ann.session).map(\.originalTransactionId) == [one.purchaseToken])
+            let memos = try await suite.ledger(ann.session).filter { $0.kind == .reversal }.compactMap(\.memo)
+            #expect(memos.sorted() == ["partially refunded: pass.season", "refunded: pass.season"], "\(memos)")
+            #expect(try await suite.store.ledgerMismatches().isEmpty)
+            #expect(try await suite.store.duplicateLedgerEffects().isEmpty)
+        }
+    }
+
     @Test func partialRefundsTakeBackTheirUnitsOnceByPushOrFromTheListAndAFullRefundTakesTheRest() async throws {
         try await EdgeFixture.withPlayEdge { suite, play, _ in
             let ann = try await suite.register("ann")

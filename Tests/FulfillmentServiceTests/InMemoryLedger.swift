@@ -12,6 +12,7 @@ final class InMemoryLedger: FulfillmentTransaction {
     var wallets: [Holder: Wallet] = [:]
     var rows: [LedgerRow] = []
     var transfers: [(original: String, from: String, to: String)] = []
+    var grantedUnitsByTransaction: [String: Int64] = [:]
 
     func owner(original: String) -> Holder? { owners[original] }
 
@@ -81,6 +82,7 @@ final class InMemoryLedger: FulfillmentTransaction {
     func refundSignedMs(_ transactionId: String) -> Int64? { refunds[transactionId] }
 
     func setCoinsGranted(_ transactionId: String, coins: Int64) { processedRows[transactionId]?.coinsGranted = coins }
+    func setGrantedUnits(_ transactionId: String, units: Int64) { grantedUnitsByTransaction[transactionId] = units }
 
     /// Transaction ids the rules claimed (an early revocation holds its own): claimed twice is a rule's mistake, which
     /// PostgreSQL would answer with a conflict on every attempt.

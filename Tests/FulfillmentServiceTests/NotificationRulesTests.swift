@@ -185,6 +185,26 @@ import Testing
         #expect(answered.applied && answered.effects == [.answerConsumption(transactionId: "t1", answer)])
     }
 
+    @Test func googlesPartialRefundOfAPassKeepsTheUnrefundedUnitsLengthOnce() {
+        // Three passes in one purchase; Google now counts two as refundable: one was refunded.
+        var two = Self.purchase("GPA.2", original: "token")
+        two.quantity = 2
+        two.play = PlayFacts(
+            packageName: "com.example.game", productId: "pass.season", purchaseToken: "token", kind: .product, acknowledged: true,
+            consumed: true, purchasedQuantity: 3)
+        var granted = Self.processed("GPA.2")
+        granted.originalTransactionId = "token"
+        granted.grantKind = "timeLimited"  // GrantRule.timeLimitedKind
+        let facts = NotificationRules.Facts(
+            disposition: .bringToAppleState, type: .unknown("googlePlay"), snapshot: nil, current: two, scope: .production,
+            rule: .timeLimited(entitlement: "season-pass", durationDays: 30))
+        let first = NotificationRules.decide(facts, stored: .init(processed: granted, owner: Self.alice, grantedUnits: 3))
+        #expect(first.effects == [.shortenPass(transactionId: "GPA.2", keepUnits: 2, ofUnits: 3)])
+        // The same word again: the units kept say it was done.
+        let again = NotificationRules.decide(facts, stored: .init(processed: granted, owner: Self.alice, grantedUnits: 2))
+        #expect(again.effects.isEmpty && !again.applied)
+    }
+
     @Test func googlesPartialRefundKeepsTheUnrefundedUnitsCoinsOnceAndAFullRefundTakesTheRest() {
         // Five units bought (500 coins granted); Google now counts three as refundable: two were refunded.
         var three = Self.purchase("GPA.1", original: "token")

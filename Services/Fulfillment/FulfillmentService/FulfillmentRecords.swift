@@ -270,6 +270,10 @@ struct FulfillmentRecords: FulfillmentTransaction {
         try s.later("UPDATE processed_transaction SET coins_granted = ?1 WHERE transaction_id = ?2", coins, transactionId)
     }
 
+    func setGrantedUnits(_ transactionId: String, units: Int64) throws {
+        try s.later("UPDATE processed_transaction SET units = ?1 WHERE transaction_id = ?2", units, transactionId)
+    }
+
     static let entitlementColumns =
         "environment, original_transaction_id, account_id, scope, entitlement, product_id, starts_at_ms, expires_at_ms, revoked_at_ms"
 

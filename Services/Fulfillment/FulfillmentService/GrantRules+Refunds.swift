@@ -97,4 +97,27 @@ extension GrantRules {
         }
         return true
     }
+
+    /// A pass (time-limited) bought in several units, some of them refunded (Google's quantity-based partial refund): it
+    /// now ends `keepUnits` of `ofUnits` of its length after its start, the passes queued behind it move up, and the units
+    /// are kept, so the same refund again shortens nothing. False when there is nothing (more) to shorten.
+    public static func shortenPass(
+        _ transactionId: String, keepUnits: Int64, ofUnits: Int64, nowMs: Int64, in tx: some FulfillmentTransaction
+    ) throws -> Bool {
+        guard let record = try tx.processed(transactionId), record.revokedAtMs == nil, keepUnits > 0, ofUnits > keepUnits,
+            var pass = try tx.entitlement(original: record.originalTransactionId), pass.revokedAtMs == nil, let ends = pass.expiresAtMs
+        else { return false }
+        pass.expiresAtMs = pass.startsAtMs + (ends - pass.startsAtMs) / ofUnits * keepUnits
+        try tx.updateEntitlement(pass)
+        try tx.setGrantedUnits(transactionId, units: keepUnits)
+        try append(
+            record.holder, delta: 0, kind: .reversal, environment: record.environment, transactionId: transactionId,
+            memo: "\(partialRefundReason): \(record.productId)", nowMs: nowMs, in: tx)
+        try tx.event(.purchaseRefunded, about: pass, holder: record.holder, nowMs: nowMs) {
+            $0.transactionId = transactionId
+            $0.reason = partialRefundReason
+        }
+        try restack(pass.holder, entitlement: pass.entitlement, nowMs: nowMs, in: tx)
+        return true
+    }
 }

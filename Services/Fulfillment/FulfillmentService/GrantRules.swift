@@ -25,6 +25,8 @@ public protocol FulfillmentTransaction {
     func markRevoked(_ transactionId: String, reason: String, nowMs: Int64) throws
     /// What the transaction's revocation would take back now (after part of it was refunded).
     func setCoinsGranted(_ transactionId: String, coins: Int64) throws
+    /// The units of a Google Play purchase its grant now stands for (what a partial refund of a pass left).
+    func setGrantedUnits(_ transactionId: String, units: Int64) throws
     /// Clears a revocation (a refund Apple reversed).
     func markReinstated(_ transactionId: String) throws
     /// Keeps when Apple signed that the transaction stands (a refund's reversal, its current copy), forward only, whether
@@ -439,8 +441,11 @@ public enum GrantRules {
             guard firstOfOriginal else { return .restored }
             // Back-to-back passes stack: this one starts at the later of now and the current end.
             let currentEnd = try tx.entitlements(holder, activeAtMs: nil).filter { $0.entitlement == name }.compactMap(\.expiresAtMs).max() ?? 0
+            // As long as the units bought (a multi-quantity purchase; until 2026-11-30 one unit's, the rest paid for nothing).
             let start = max(nowMs, currentEnd)
-            let record = entitlement(p, holder, name, startsAtMs: start, expiresAtMs: start + Int64(days) * 86_400_000)
+            let (length, overflow) = (Int64(days) * 86_400_000).multipliedReportingOverflow(by: max(p.quantity, 1))
+            guard !overflow, case (let ends, false) = start.addingReportingOverflow(length) else { throw LedgerLimit.grantTooLarge }
+            let record = entitlement(p, holder, name, startsAtMs: start, expiresAtMs: ends)
             try insert(record, .purchaseGranted, p, nowMs: nowMs, in: tx)
             return .granted
         }

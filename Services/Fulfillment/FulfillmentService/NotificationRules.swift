@@ -110,6 +110,8 @@ public enum NotificationRules {
         /// Google Play's quantity-based partial refund: the transaction keeps `keepCoins` of its grant, the rest is taken back
         /// with the debt rules of a refund (`GrantRules.takeBackRefundedUnits`).
         case takeBackRefundedUnits(transactionId: String, keepCoins: Int64)
+        /// The same for a pass bought in several units: it keeps `keepUnits` of `ofUnits` of its length (`GrantRules.shortenPass`).
+        case shortenPass(transactionId: String, keepUnits: Int64, ofUnits: Int64)
 
         public var isGrant: Bool { if case .grant = self { true } else { false } }
     }
@@ -282,6 +284,16 @@ public enum NotificationRules {
         // The grant paid for the units Google counted as refundable when it was made (all of them, unless it came after a
         // partial refund); granted before that was recorded: all bought.
         let units = stored.grantedUnits ?? bought
+        if processed.grantKind == GrantRule.timeLimitedKind {
+            // A pass lasts as many of its lengths as units were paid for: the refunded units' go.
+            let keep = min(max(purchase.quantity, 1), units)
+            guard keep < units else {
+                decision.ignoredBecause = "its refunded units were already taken back"
+                return
+            }
+            decision.effects.append(.shortenPass(transactionId: purchase.transactionId, keepUnits: keep, ofUnits: units))
+            return
+        }
         guard let granted = stored.grantedCoins, granted > 0, units > 0, granted % units == 0 else {
             decision.ignoredBecause = "a partial refund of a purchase that granted no coins here"
             return
