@@ -147,21 +147,36 @@ import Testing
                 else { Issue.record("the name was not locked again"); return }
             }
             #expect(try await rows() == 2)
+            // Two unknown names locked from one address, a millisecond apart, tried in turns: one row each.
+            for name in ["ghost-a", "ghost-b"] {
+                for _ in 0..<5 { _ = try await h.console.signIn(username: name, password: "x", code: "000000", address: "10.0.0.6") }
+                h.clock.advance(ms: 1)
+            }
+            for _ in 0..<10 {
+                for name in ["ghost-a", "ghost-b"] {
+                    guard case .throttled = try await h.console.signIn(username: name, password: "x", code: "000000", address: "10.0.0.6")
+                    else { Issue.record("\(name) was not locked"); return }
+                }
+            }
+            #expect(try await h.store.audit(operatorName: "(unknown)", action: "signInThrottled", limit: 100).count == 2)
         }
     }
 
     /// The notes stay bounded: locks that ended go first; when every entry is live, all are forgotten (a row too many,
     /// never a lock unrecorded).
     @Test func throttleNotesStayBounded() {
-        let notes = ThrottleNotes(capacity: 2)
+        let notes = ThrottleNotes(capacity: 3)
         #expect(notes.isFirst(name: "a", address: "x", lockEndsMs: 100, nowMs: 0))
         #expect(!notes.isFirst(name: "a", address: "x", lockEndsMs: 100, nowMs: 50))
+        // Two locks of one name and address, met in turns (two unknown names' from one address): each written once.
         #expect(notes.isFirst(name: "b", address: "x", lockEndsMs: 300, nowMs: 50))
+        #expect(notes.isFirst(name: "b", address: "x", lockEndsMs: 310, nowMs: 50))
+        #expect(!notes.isFirst(name: "b", address: "x", lockEndsMs: 300, nowMs: 60))
+        #expect(!notes.isFirst(name: "b", address: "x", lockEndsMs: 310, nowMs: 60))
         #expect(notes.isFirst(name: "c", address: "x", lockEndsMs: 300, nowMs: 200))  // full: a's ended lock goes
         #expect(!notes.isFirst(name: "b", address: "x", lockEndsMs: 300, nowMs: 200))
         #expect(notes.isFirst(name: "d", address: "x", lockEndsMs: 400, nowMs: 250))  // full of live locks: all forgotten
         #expect(notes.isFirst(name: "b", address: "x", lockEndsMs: 300, nowMs: 250))
-        #expect(notes.isFirst(name: "a", address: "x", lockEndsMs: 500, nowMs: 250))  // a new lock of the same pair
     }
 
     /// Failures from one IPv6 /64 count as from one address: a host has every address of its /64.

@@ -81,8 +81,8 @@ final class InMemoryStorage: FulfillmentStorage, @unchecked Sendable {
                     _ = try GrantRules.endSubscription(original: original, replacement: replacement, atMs: atMs, nowMs: nowMs, in: ledger)
                 case .takeBackRefundedUnits(let id, let keepCoins):
                     _ = try GrantRules.takeBackRefundedUnits(id, keepCoins: keepCoins, nowMs: nowMs, in: ledger)
-                case .shortenPass(let id, let keep, let of):
-                    _ = try GrantRules.shortenPass(id, keepUnits: keep, ofUnits: of, nowMs: nowMs, in: ledger)
+                case .shortenPass(let id, let keep, let of, let unitMs):
+                    _ = try GrantRules.shortenPass(id, keepUnits: keep, ofUnits: of, unitMs: unitMs, nowMs: nowMs, in: ledger)
                 case .recordExtensionSummary: break
                 case .answerConsumption(let transactionId, let answer):  // an OwedConsumptionAnswer
                     ledger.enqueueOutbox(

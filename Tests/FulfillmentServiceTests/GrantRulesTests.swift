@@ -433,6 +433,24 @@ import Testing
         #expect(ledger.entitlementRows["p3"]?.expiresAtMs == 10 + 2 * day)
     }
 
+    /// A pass lasts its length times the units bought, within a hundred years; a partial refund keeps at most the units
+    /// left, so a pass granted as one unit whatever was bought (before 2026-11-30) is not cut below what was paid for.
+    @Test func aPassLastsItsUnitsAndAPartialRefundKeepsAtMostTheUnitsLeft() throws {
+        let day: Int64 = 86_400_000, rule = GrantRule.timeLimited(entitlement: "season", durationDays: 30)
+        try apply([(purchase("p1", product: "pass", quantity: 3), rule)])
+        #expect(ledger.entitlementRows["p1"]?.expiresAtMs == 10 + 90 * day)
+        #expect(try GrantRules.shortenPass("p1", keepUnits: 2, ofUnits: 3, unitMs: 30 * day, nowMs: 20, in: ledger))
+        #expect(ledger.entitlementRows["p1"]?.expiresAtMs == 10 + 60 * day)
+        // One lasting a single unit's length though three were bought: two units left keep all of it.
+        try apply([(purchase("p2", product: "pass"), rule)], for: Self.bob)
+        #expect(try GrantRules.shortenPass("p2", keepUnits: 2, ofUnits: 3, unitMs: 30 * day, nowMs: 20, in: ledger))
+        #expect(ledger.entitlementRows["p2"]?.expiresAtMs == 10 + 30 * day)
+        #expect(throws: LedgerLimit.self) {
+            try apply([(purchase("p3", product: "pass", quantity: 1_000_000), rule)], for: "carol")
+        }
+        #expect(ledger.entitlementRows["p3"] == nil)
+    }
+
     @Test func refundedSpentCoinsAreOwedAndRepaidFirst() throws {
         try apply([(purchase("c1"), .coins(perUnit: 100))])
         let holder = Holder(accountId: Self.alice, scope: .production)

@@ -199,10 +199,15 @@ import Testing
             disposition: .bringToAppleState, type: .unknown("googlePlay"), snapshot: nil, current: two, scope: .production,
             rule: .timeLimited(entitlement: "season-pass", durationDays: 30))
         let first = NotificationRules.decide(facts, stored: .init(processed: granted, owner: Self.alice, grantedUnits: 3))
-        #expect(first.effects == [.shortenPass(transactionId: "GPA.2", keepUnits: 2, ofUnits: 3)])
+        #expect(first.effects == [.shortenPass(transactionId: "GPA.2", keepUnits: 2, ofUnits: 3, unitMs: 30 * 86_400_000)])
         // The same word again: the units kept say it was done.
         let again = NotificationRules.decide(facts, stored: .init(processed: granted, owner: Self.alice, grantedUnits: 2))
         #expect(again.effects.isEmpty && !again.applied)
+        // A product the catalog no longer sells as a pass: its unit's length is unknown, nothing is cut.
+        var unknown = facts
+        unknown.rule = nil
+        let unsold = NotificationRules.decide(unknown, stored: .init(processed: granted, owner: Self.alice, grantedUnits: 3))
+        #expect(unsold.effects.isEmpty && !unsold.applied)
     }
 
     @Test func googlesPartialRefundKeepsTheUnrefundedUnitsCoinsOnceAndAFullRefundTakesTheRest() {

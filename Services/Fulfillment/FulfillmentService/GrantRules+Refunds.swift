@@ -99,15 +99,17 @@ extension GrantRules {
     }
 
     /// A pass (time-limited) bought in several units, some of them refunded (Google's quantity-based partial refund): it
-    /// now ends `keepUnits` of `ofUnits` of its length after its start, the passes queued behind it move up, and the units
-    /// are kept, so the same refund again shortens nothing. False when there is nothing (more) to shorten.
+    /// now ends at most `keepUnits` units of `unitMs` after its start (a pass granted as one unit whatever was bought,
+    /// before 2026-11-30, keeps what it has), the passes queued behind it move up, and the units are kept, so the same
+    /// refund again shortens nothing. False when there is nothing (more) to shorten.
     public static func shortenPass(
-        _ transactionId: String, keepUnits: Int64, ofUnits: Int64, nowMs: Int64, in tx: some FulfillmentTransaction
+        _ transactionId: String, keepUnits: Int64, ofUnits: Int64, unitMs: Int64, nowMs: Int64, in tx: some FulfillmentTransaction
     ) throws -> Bool {
-        guard let record = try tx.processed(transactionId), record.revokedAtMs == nil, keepUnits > 0, ofUnits > keepUnits,
+        guard let record = try tx.processed(transactionId), record.revokedAtMs == nil, keepUnits > 0, ofUnits > keepUnits, unitMs > 0,
             var pass = try tx.entitlement(original: record.originalTransactionId), pass.revokedAtMs == nil, let ends = pass.expiresAtMs
         else { return false }
-        pass.expiresAtMs = pass.startsAtMs + (ends - pass.startsAtMs) / ofUnits * keepUnits
+        let (kept, overflow) = unitMs.multipliedReportingOverflow(by: keepUnits)
+        if !overflow, case (let end, false) = pass.startsAtMs.addingReportingOverflow(kept) { pass.expiresAtMs = min(ends, end) }
         try tx.updateEntitlement(pass)
         try tx.setGrantedUnits(transactionId, units: keepUnits)
         try append(

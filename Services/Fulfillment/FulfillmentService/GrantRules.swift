@@ -444,7 +444,9 @@ public enum GrantRules {
             // As long as the units bought (a multi-quantity purchase; until 2026-11-30 one unit's, the rest paid for nothing).
             let start = max(nowMs, currentEnd)
             let (length, overflow) = (Int64(days) * 86_400_000).multipliedReportingOverflow(by: max(p.quantity, 1))
-            guard !overflow, case (let ends, false) = start.addingReportingOverflow(length) else { throw LedgerLimit.grantTooLarge }
+            guard !overflow, length <= GrantRule.longestPassMs, case (let ends, false) = start.addingReportingOverflow(length) else {
+                throw LedgerLimit.grantTooLarge
+            }
             let record = entitlement(p, holder, name, startsAtMs: start, expiresAtMs: ends)
             try insert(record, .purchaseGranted, p, nowMs: nowMs, in: tx)
             return .granted

@@ -283,9 +283,9 @@ public struct NotificationProcessor: FulfillmentPart {
         }
         try SupportDesk.checkOperator(p.operatorName)
         guard [.parked, .pending].contains(entry.state) else { return entry.summary }
-        // Audited before it runs (what it changes is in the ledger and the events): who retried what, from which state.
-        // Audited after it, an audit write that failed left a grant nobody was named for, and the operator's second try
-        // found the notification applied and wrote nothing (until 2026-11-30).
+        // Audited before it runs (what it changes is in the ledger and the events): who retried what, from which state;
+        // then where it ended. Audited only after it, an audit write that failed left a grant nobody was named for, and
+        // the operator's second try found the notification applied and wrote nothing (until 2026-11-30).
         var owner: String?
         if let original = entry.originalTransactionId {
             owner = try await storeCall { try await self.store.owner(originalTransactionId: original)?.accountId }
@@ -296,7 +296,16 @@ public struct NotificationProcessor: FulfillmentPart {
             operatorName: p.operatorName)
         logger.notice("notification retried by an administrator", metadata: ["notificationUUID": "\(p.notificationUUID)"])
         _ = await process(entry, reverify: true)
-        return (try await storeCall({ try await self.store.notification(p.notificationUUID) }) ?? entry).summary
+        let after = try await storeCall({ try await self.store.notification(p.notificationUUID) }) ?? entry
+        // And where it ended, naming the account it granted to when it made the first grant (unknown before it ran).
+        if owner == nil, let original = entry.originalTransactionId {
+            owner = try await storeCall { try await self.store.owner(originalTransactionId: original)?.accountId }
+        }
+        try await service.support.audit(
+            "retryNotification", accountId: owner, transactionId: entry.originalTransactionId,
+            reason: "\(entry.notificationType) \(p.notificationUUID): \(entry.state.rawValue) -> \(after.state.rawValue)", token: p.adminToken,
+            operatorName: p.operatorName)
+        return after.summary
     }
 
     /// Records a purchase Apple told us about (a notification, a status) for its account, as a redeem would:

@@ -45,8 +45,8 @@ extension FulfillmentRecords {
             _ = try GrantRules.extendRenewal(original: original, expiresAtMs: expiresAtMs, nowMs: nowMs, in: self)
         case .takeBackRefundedUnits(let transactionId, let keepCoins):
             _ = try GrantRules.takeBackRefundedUnits(transactionId, keepCoins: keepCoins, nowMs: nowMs, in: self)
-        case .shortenPass(let transactionId, let keepUnits, let ofUnits):
-            _ = try GrantRules.shortenPass(transactionId, keepUnits: keepUnits, ofUnits: ofUnits, nowMs: nowMs, in: self)
+        case .shortenPass(let transactionId, let keepUnits, let ofUnits, let unitMs):
+            _ = try GrantRules.shortenPass(transactionId, keepUnits: keepUnits, ofUnits: ofUnits, unitMs: unitMs, nowMs: nowMs, in: self)
         case .endSubscription(let original, let replacement, let atMs):
             _ = try GrantRules.endSubscription(original: original, replacement: replacement, atMs: atMs, nowMs: nowMs, in: self)
         case .recordExtensionSummary(let summary):

@@ -110,8 +110,9 @@ public enum NotificationRules {
         /// Google Play's quantity-based partial refund: the transaction keeps `keepCoins` of its grant, the rest is taken back
         /// with the debt rules of a refund (`GrantRules.takeBackRefundedUnits`).
         case takeBackRefundedUnits(transactionId: String, keepCoins: Int64)
-        /// The same for a pass bought in several units: it keeps `keepUnits` of `ofUnits` of its length (`GrantRules.shortenPass`).
-        case shortenPass(transactionId: String, keepUnits: Int64, ofUnits: Int64)
+        /// The same for a pass bought in several units: it keeps `keepUnits` of `ofUnits`, each `unitMs` long
+        /// (`GrantRules.shortenPass`).
+        case shortenPass(transactionId: String, keepUnits: Int64, ofUnits: Int64, unitMs: Int64)
 
         public var isGrant: Bool { if case .grant = self { true } else { false } }
     }
@@ -238,7 +239,7 @@ public enum NotificationRules {
         if let processed = stored.processed, let bought = purchase.play?.purchasedQuantity, purchase.quantity < bought,
             processed.revokedAtMs == nil
         {
-            partialRefund(purchase, processed, bought: bought, stored, &decision)
+            partialRefund(purchase, processed, bought: bought, rule: facts.rule, stored, &decision)
             return
         }
         if let processed = stored.processed, reinstates, purchase.play == nil, processed.revokedAtMs == nil,
@@ -279,7 +280,8 @@ public enum NotificationRules {
     /// the transaction keeps its grant's coins for those units only. State-based: any number of refunds, pushes and
     /// deliveries end the same, and a later full refund takes back only what is left.
     private static func partialRefund(
-        _ purchase: VerifiedPurchase, _ processed: ProcessedTransaction, bought: Int64, _ stored: Stored, _ decision: inout Decision
+        _ purchase: VerifiedPurchase, _ processed: ProcessedTransaction, bought: Int64, rule: GrantRule?, _ stored: Stored,
+        _ decision: inout Decision
     ) {
         // The grant paid for the units Google counted as refundable when it was made (all of them, unless it came after a
         // partial refund); granted before that was recorded: all bought.
@@ -291,7 +293,14 @@ public enum NotificationRules {
                 decision.ignoredBecause = "its refunded units were already taken back"
                 return
             }
-            decision.effects.append(.shortenPass(transactionId: purchase.transactionId, keepUnits: keep, ofUnits: units))
+            // A unit's length as the catalog sells it (a pass granted before 2026-11-30 lasted one unit whatever was bought:
+            // it keeps what it has, never more than the units left).
+            guard case .timeLimited(_, let days)? = rule else {
+                decision.ignoredBecause = "a partial refund of a pass the catalog no longer sells as one"
+                return
+            }
+            decision.effects.append(
+                .shortenPass(transactionId: purchase.transactionId, keepUnits: keep, ofUnits: units, unitMs: Int64(days) * 86_400_000))
             return
         }
         guard let granted = stored.grantedCoins, granted > 0, units > 0, granted % units == 0 else {

@@ -165,6 +165,9 @@ public enum GrantRule: Sendable, Equatable {
     }
 
     static let timeLimitedKind = "timeLimited"
+    /// The longest one purchase of a pass may last (its length times the units bought): a hundred years, as the coins'
+    /// `CoinLimits.maxGrant` bounds a grant (an Xcode-signed copy can claim any quantity).
+    static let longestPassMs: Int64 = 36_500 * 86_400_000
 }
 
 /// What fulfillment keeps of a verified Google Play purchase beyond the common fields: where to acknowledge it, and
