@@ -28,18 +28,22 @@ import Testing
         return #"{"message":{"data":"\#(data)","messageId":"\#(messageId)","attributes":{}},"subscription":"projects/p/subscriptions/s"}"#
     }
 
-    /// A voided purchase push about `purchaseToken` naming `orderId`, signed as Google signs pushes, POSTed to the edge:
-    /// its HTTP status.
+    /// A DeveloperNotification carrying `field` (`voidedPurchaseNotification`, `subscriptionNotification`, ...), signed as
+    /// Google signs pushes, POSTed to the edge: its HTTP status.
+    static func postPush(_ play: PlayStand, _ base: String, _ field: String, _ value: [String: Any], messageId: String) async throws -> Int {
+        let body = try pushBody(
+            ["version": "1.0", "packageName": PlayStand.packageName, "eventTimeMillis": "1", field: value], messageId: messageId)
+        let bearer = try play.simulator.accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: Int64(Date().timeIntervalSince1970))
+        return try await EdgeTests.post(base + "/v1/notifications/googleplay", body, bearer: bearer).status
+    }
+
+    /// A voided purchase push about `purchaseToken` naming `orderId`: its HTTP status.
     static func postVoidedPush(
         _ play: PlayStand, _ base: String, purchaseToken: String, orderId: String, productType: Int, messageId: String
     ) async throws -> Int {
-        let body = try pushBody(
-            [
-                "version": "1.0", "packageName": PlayStand.packageName, "eventTimeMillis": "1",
-                "voidedPurchaseNotification": ["purchaseToken": purchaseToken, "orderId": orderId, "productType": productType, "refundType": 1],
-            ], messageId: messageId)
-        let bearer = try play.simulator.accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: Int64(Date().timeIntervalSince1970))
-        return try await EdgeTests.post(base + "/v1/notifications/googleplay", body, bearer: bearer).status
+        try await postPush(
+            play, base, "voidedPurchaseNotification",
+            ["purchaseToken": purchaseToken, "orderId": orderId, "productType": productType, "refundType": 1], messageId: messageId)
     }
 
     @Test func aPurchaseWhoseNotificationArrivesFirstIsGrantedOnceToTheAccountTheAppBoundItTo() async throws {
@@ -213,15 +217,10 @@ import Testing
             #expect(try await suite.entitlements(ann.session).map(\.entitlement) == ["premium"])
             _ = try await play.client.call(PlaySetPushFault.self, .init(dropPercent: 100))
             _ = try await play.client.call(PlayRefund.self, .init(purchaseToken: sub.purchaseToken))
-            let body = try Self.pushBody(
-                [
-                    "version": "1.0", "packageName": PlayStand.packageName, "eventTimeMillis": "1",
-                    "subscriptionNotification": [
-                        "version": "1.0", "notificationType": 12, "purchaseToken": sub.purchaseToken, "subscriptionId": "sub.premium.addon",
-                    ],
-                ], messageId: "777020")
-            let bearer = try play.simulator.accounts.pushToken(audience: PlayStand.pushAudience, nowSeconds: Int64(Date().timeIntervalSince1970))
-            #expect(try await EdgeTests.post(base + "/v1/notifications/googleplay", body, bearer: bearer).status == 200)
+            let revoked: [String: Any] = [
+                "version": "1.0", "notificationType": 12, "purchaseToken": sub.purchaseToken, "subscriptionId": "sub.premium.addon",
+            ]
+            #expect(try await Self.postPush(play, base, "subscriptionNotification", revoked, messageId: "777020") == 200)
             #expect(try await suite.entitlements(ann.session).isEmpty)
             let rows = try await Self.playRows(suite)
             #expect(rows.filter { $0.notificationUUID.contains(":777020@") }.map(\.state) == [.applied], "\(rows)")

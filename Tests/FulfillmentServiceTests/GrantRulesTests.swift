@@ -49,6 +49,8 @@ import Testing
         #expect(try apply([(copy("held", signedAt: nil), coins)]).results.map(\.outcome) == [.revoked], "no signed time: the refund holds")
         #expect(try apply([(copy("unseen", signedAt: 110), coins)]).results.map(\.outcome) == [.revoked], "a refund after the reversal")
         #expect(ledger.wallet(Holder(accountId: Self.alice, scope: .production)).balance == 0)
+        // The refunds applied keep when Apple signed them (none for the copy without a signed time).
+        #expect(ledger.refunds == ["unseen": 110])
     }
 
     @Test func grantedPurchasesWithoutATokenAreTiedToTheAccountOnceEach() throws {
@@ -440,7 +442,8 @@ import Testing
         try apply([(purchase("p1", product: "pass", quantity: 3), rule)])
         #expect(ledger.entitlementRows["p1"]?.expiresAtMs == 10 + 90 * day)
         #expect(try GrantRules.shortenPass("p1", keepUnits: 2, ofUnits: 3, unitMs: 30 * day, nowMs: 20, in: ledger))
-        #expect(ledger.entitlementRows["p1"]?.expiresAtMs == 10 + 60 * day)
+        #expect(ledger.entitlementRows["p1"]?.expiresAtMs == 10 + 60 * day && ledger.grantedUnitsByTransaction["p1"] == 2)
+        #expect(try !GrantRules.shortenPass("p1", keepUnits: 2, ofUnits: 2, unitMs: 30 * day, nowMs: 21, in: ledger), "nothing more")
         // One lasting a single unit's length though three were bought: two units left keep all of it.
         try apply([(purchase("p2", product: "pass"), rule)], for: Self.bob)
         #expect(try GrantRules.shortenPass("p2", keepUnits: 2, ofUnits: 3, unitMs: 30 * day, nowMs: 20, in: ledger))

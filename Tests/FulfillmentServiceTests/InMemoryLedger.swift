@@ -79,7 +79,6 @@ final class InMemoryLedger: FulfillmentTransaction {
     func recordRefundSigned(_ transactionId: String, signedMs: Int64) {
         refunds[transactionId] = max(refunds[transactionId] ?? .min, signedMs)
     }
-    func refundSignedMs(_ transactionId: String) -> Int64? { refunds[transactionId] }
 
     func setCoinsGranted(_ transactionId: String, coins: Int64) { processedRows[transactionId]?.coinsGranted = coins }
     func setGrantedUnits(_ transactionId: String, units: Int64) { grantedUnitsByTransaction[transactionId] = units }

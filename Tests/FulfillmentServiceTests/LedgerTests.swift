@@ -161,7 +161,7 @@ import Testing
     @Test(.disabled(if: TestPostgres.suiteUsesPostgres, "the SQLite file's own schema"))
     func theSchemaRefusesWhatTheCodeMustNeverDo() async throws {
         try await Self.withFunded(100) { suite, alice in
-            let path = suite.directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path
+            let path = suite.fulfillmentSQLitePath
             let db = try DatabaseQueue(path: path)
             try await db.write { db in
                 #expect(throws: DatabaseError.self) { try db.execute(sql: "UPDATE ledger SET delta = 1000") }

@@ -414,12 +414,15 @@ public final class SuiteFixture: Sendable {
 
     // MARK: the database, read directly (the real file)
 
+    /// Fulfillment's SQLite file (the SQLite engine's).
+    public var fulfillmentSQLitePath: String { directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path }
+
     /// `sql` may name tables and columns in camelCase (`processedTransaction`): both engines' schemas spell them in
     /// snake_case (`processed_transaction`).
     public func count(_ sql: String) async throws -> Int {
         let snake = sql.replacing(/([a-z0-9])([A-Z])/) { "\($0.output.1)_\($0.output.2.lowercased())" }
         if let postgres = store as? PostgresFulfillmentStore { return try await postgres.count(snake) }
-        let queue = try DatabaseQueue(path: directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path)
+        let queue = try DatabaseQueue(path: fulfillmentSQLitePath)
         return try await queue.read { db in try Int.fetchOne(db, sql: snake) ?? 0 }
     }
 
@@ -427,7 +430,7 @@ public final class SuiteFixture: Sendable {
     /// on PostgreSQL, where nothing is run.
     public func executeOnSQLite(_ sql: String) async throws -> Bool {
         guard !(store is PostgresFulfillmentStore) else { return false }
-        let queue = try DatabaseQueue(path: directory.appendingPathComponent("fulfillment/fulfillment.sqlite").path)
+        let queue = try DatabaseQueue(path: fulfillmentSQLitePath)
         try await queue.write { db in try db.execute(sql: sql) }
         return true
     }

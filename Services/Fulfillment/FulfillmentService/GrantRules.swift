@@ -36,7 +36,6 @@ public protocol FulfillmentTransaction {
     /// Keeps when Apple signed that the transaction is refunded (a copy that said so, applied here), forward only: a
     /// reversal Apple signed before it does not give the purchase back.
     func recordRefundSigned(_ transactionId: String, signedMs: Int64) throws
-    func refundSignedMs(_ transactionId: String) throws -> Int64?
     /// The reason of a refund or revocation Apple announced before this transaction was ever redeemed here.
     func earlyRevocation(_ transactionId: String) throws -> String?
     /// The share (milliunits) of an Apple prorated refund remembered as an early revocation; nil for a whole one or none.

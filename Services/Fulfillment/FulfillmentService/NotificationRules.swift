@@ -257,9 +257,7 @@ public enum NotificationRules {
             }
             return
         }
-        if stored.processed == nil, reinstates {
-            decision.effects.append(.reinstate(transactionId: purchase.transactionId))
-        }
+        if stored.processed == nil, reinstates { decision.effects.append(.reinstate(transactionId: purchase.transactionId)) }
         guard let grant = grant(purchase, facts, stored) else {
             decision.ignoredBecause = "its account is not known here (no owner, no matching appAccountToken)"
             return
