@@ -376,8 +376,8 @@ let package = Package(
         .executableTarget(
             name: "IAPBench",
             dependencies: [
-                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport",
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                "JSONRPC", "IAPProtocol", "RPCTransport", "Receipts", "ServiceSupport", "PostgresSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 // The Play benchmarks' receivers; the event benchmarks' webhook receiver is plain NIO (NIOHTTP1).
                 .product(name: "Hummingbird", package: "hummingbird"),

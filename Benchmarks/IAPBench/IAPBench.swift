@@ -11,6 +11,6 @@ struct IAPBench: AsyncParsableCommand {
             RedeemBenchmark.self, SpendBenchmark.self, MixedBenchmark.self, PreloadBenchmark.self, HostileBenchmark.self, ServeFixture.self,
             LoginLatency.self, MintReceipt.self, FuzzReceipts.self, EdgeRPCBenchmark.self, DownloadBenchmark.self, ContentURLCommand.self,
             WebhookBenchmark.self, OffersBenchmark.self, VerifyTransactionBenchmark.self, WebhookDeliveryBenchmark.self, EventTailBenchmark.self,
-            RetentionBenchmark.self, PlayWebhookBenchmark.self,
+            RetentionBenchmark.self, PlayWebhookBenchmark.self, PostgresRoundTripsBenchmark.self,
         ])
 }
