@@ -64,22 +64,24 @@ struct PostgresRoundTripsBenchmark: AsyncParsableCommand {
         let calls = NIOLockedValueBox(0)
         let deadline = ContinuousClock.now + .seconds(1 + duration)
         let timing = ContinuousClock.now + .seconds(1)
-        let cpuAtStart = NIOLockedValueBox<(Double, Int)?>(nil)
+        let cpuAtStart = NIOLockedValueBox<Double?>(nil)
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<inFlight {
                 group.addTask {
                     while ContinuousClock.now < deadline {
                         try await call()
                         if ContinuousClock.now >= timing {
-                            let counted = calls.withLockedValue { $0 += 1; return $0 }
-                            if counted == 1 { cpuAtStart.withLockedValue { $0 = (Self.processCPUSeconds(), 0) } }
+                            let counted = calls.withLockedValue {
+                                $0 += 1; return $0
+                            }
+                            if counted == 1 { cpuAtStart.withLockedValue { $0 = Self.processCPUSeconds() } }
                         }
                     }
                 }
             }
             try await group.waitForAll()
         }
-        let cpu = Self.processCPUSeconds() - (cpuAtStart.withLockedValue { $0 }?.0 ?? 0)
+        let cpu = Self.processCPUSeconds() - (cpuAtStart.withLockedValue { $0 } ?? 0)
         let done = calls.withLockedValue { $0 }
         await stop()
         let perStatement = cpu / Double(max(1, done * statements)) * 1_000_000

@@ -140,14 +140,15 @@ public final class PostgresPool: Sendable {
         try blocking(begin: nil, body)
     }
 
-    private func run<T: Sendable>(
+    func run<T: Sendable>(
         begin: String?, locking keys: [String] = [], yieldingTo: [String] = [], optimistically: Bool = false, firstAlone: Bool = false,
-        _ body: @escaping @Sendable (PostgresSession) throws -> T
+        afterAFailure: Bool = false, _ body: @escaping @Sendable (PostgresSession) throws -> T
     ) async throws -> T {
         do {
             return try await threads.runIfActive {
                 try self.blocking(
-                    begin: begin, locking: keys, yieldingTo: yieldingTo, optimistically: optimistically, firstAlone: firstAlone, body)
+                    begin: begin, locking: keys, yieldingTo: yieldingTo, optimistically: optimistically, firstAlone: firstAlone,
+                    afterAFailure: afterAFailure, body)
             }
         } catch let error as NIOThreadPoolError.ThreadPoolInactive {
             _ = error
@@ -155,13 +156,14 @@ public final class PostgresPool: Sendable {
         }
     }
 
-    /// On a pool thread: one connection, attempts until one commits or a failure is final.
+    /// On a pool thread: one connection, attempts until one commits or a failure is final. `afterAFailure`: a first attempt
+    /// already failed elsewhere (`writeFirstOnTask`), so this one is the second.
     private func blocking<T>(
         begin transaction: String?, locking allKeys: [String] = [], yieldingTo: [String] = [], optimistically: Bool = false,
-        firstAlone: Bool = false, _ body: (PostgresSession) throws -> T
+        firstAlone: Bool = false, afterAFailure: Bool = false, _ body: (PostgresSession) throws -> T
     ) throws -> T {
         let yields = Set(yieldingTo).sorted()
-        var attempt = 0
+        var attempt = afterAFailure ? 1 : 0
         var alone = firstAlone && optimistically && transaction != nil
         while true {
             attempt += 1
@@ -246,6 +248,14 @@ public final class PostgresPool: Sendable {
         }
     }
 
+    /// An open connection nobody uses, if there is one (never a new one).
+    func idleConnection() -> PooledConnection? {
+        while let pooled = idle.withLockedValue({ $0?.popLast() }) {
+            if !pooled.connection.isClosed { return pooled }
+        }
+        return nil
+    }
+
     private func checkout() throws -> PooledConnection {
         while true {
             let (closed, pooled) = idle.withLockedValue { list in (list == nil, list?.popLast()) }
@@ -320,7 +330,7 @@ public final class PostgresPool: Sendable {
         threads.shutdownGracefully { _ in }
     }
 
-    private func checkin(_ pooled: PooledConnection) {
+    func checkin(_ pooled: PooledConnection) {
         guard !pooled.connection.isClosed else { return }
         let kept = idle.withLockedValue { list in
             guard list != nil else { return false }
@@ -391,6 +401,8 @@ final class RoundTrips: Sendable {
     let retries = NIOLockedValueBox(0)
     let retriesCounter: Counter
     let preparedCount = NIOLockedValueBox(0)
+    /// First attempts running on their callers' tasks now, and so far (`PostgresPool.writeFirstOnTask`).
+    let onTask = NIOLockedValueBox((inFlight: 0, total: 0))
     let preparedCounter: Counter
 
     init(schema: String) {
@@ -433,10 +445,13 @@ public struct PostgresSession {
     /// holds the lock or waits for it). So a writer that lost once and now queues on the lock never loses again to writers
     /// that skip it; they yield and queue behind it. Fulfillment does it in its held writes' call (`yield_to_lock_holders`).
     public let yieldingTo: [String]
+    /// Set when the attempt runs on its caller's task rather than a pool thread (`PostgresPool.writeFirstOnTask`): its
+    /// read and its write are sent by the caller, not here.
+    let onTask: OnTask?
 
     init(
         connection: PostgresConnection, logger: Logger, roundTrips: RoundTrips, prepared: PreparedReads?, alone: Alone? = nil,
-        yieldingTo: [String] = []
+        yieldingTo: [String] = [], onTask: OnTask? = nil
     ) {
         self.connection = connection
         self.logger = logger
@@ -444,6 +459,7 @@ public struct PostgresSession {
         self.prepared = prepared
         self.alone = alone
         self.yieldingTo = yieldingTo
+        self.onTask = onTask
     }
 
     /// An attempt without a transaction: its caller says when it sends the statement that writes (from then on, a lost
@@ -466,6 +482,7 @@ public struct PostgresSession {
 
     /// Every row of the answer.
     public func query(_ query: PostgresQuery) throws -> [PostgresRandomAccessRow] {
+        if let onTask { throw onTask.needsThread() }  // only prepared reads are sent from a task
         roundTrips.one()
         return try bounded(connection.query(query, logger: logger)).rows.map { $0.makeRandomAccess() }
     }
@@ -501,6 +518,12 @@ public struct PostgresSession {
     /// Runs a statement; answers how many rows it changed.
     @discardableResult
     public func execute(_ query: PostgresQuery) throws -> Int {
+        if let onTask {
+            // The attempt's one write: its caller sends it once the body has returned.
+            guard onTask.write == nil else { throw onTask.needsThread() }
+            onTask.write = query
+            return 0
+        }
         roundTrips.one()
         return try bounded(connection.query(query, logger: logger)).metadata.rows ?? 0
     }

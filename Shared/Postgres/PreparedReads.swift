@@ -83,6 +83,12 @@ extension PostgresSession {
             for value in values { binds.append(value) }
             return try query(PostgresQuery(unsafeSQL: sql, binds: binds)).map { Array($0) }
         }
+        if let onTask {
+            // Its answer, once the caller has sent it; else the read the caller is to send (then the body runs again).
+            guard onTask.read == nil || onTask.read?.sql == sql, let known else { throw onTask.needsThread() }
+            if let answer = onTask.answer { return answer }
+            throw onTask.needsRead(.init(sql: sql, statement: known, values: values))
+        }
         let statement: PreparedQuery
         if let known {
             statement = known
@@ -99,8 +105,13 @@ extension PostgresSession {
             prepared.forget(sql)
             throw error
         }
-        // postgres-nio 1.33 asks for binary results (Bind) but labels them with the Describe's text formats.
-        return rows.map { row in
+        return Self.relabelled(rows)
+    }
+
+    /// The rows of a prepared read as they are: postgres-nio 1.33 asks for binary results (Bind) but labels them with the
+    /// Describe's text formats.
+    static func relabelled(_ rows: [PostgresRow]) -> [[PostgresCell]] {
+        rows.map { row in
             row.map { cell in
                 var cell = cell
                 cell.format = .binary
@@ -110,7 +121,7 @@ extension PostgresSession {
     }
 
     /// `body`, its postgres-nio failures as `PreparedReadFailed` (a statement that got no answer stays `StatementTimedOut`).
-    private static func answering<T>(executing: Bool, _ body: () throws -> T) throws -> T {
+    static func answering<T>(executing: Bool, _ body: () throws -> T) throws -> T {
         do {
             return try body()
         } catch let error as PostgresPool.StatementTimedOut {

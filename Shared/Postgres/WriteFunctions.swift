@@ -134,6 +134,7 @@ extension PostgresSession {
         guard let prepared, let name = WriteFunctions.name(body) else { return nil }
         guard let known = prepared.functions.withLockedValue({ $0 }) else { return nil }
         if known.contains(name) { return name }
+        if let onTask { throw onTask.needsThread() }  // created on a pool thread, once per connection
         guard let alone, !alone.writing else { return nil }
         roundTrips.prepared()
         do {

@@ -56,7 +56,8 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     }
 
     /// `write(locking:)` whose first attempt runs without a transaction (`PostgresPool.write(locking:optimistically:firstAlone:)`):
-    /// its one read and its held writes are two statements, without BEGIN and COMMIT. The body must read the account's
+    /// its one read and its held writes are two statements, without BEGIN and COMMIT, sent from the caller's task
+    /// (`PostgresPool.writeFirstOnTask`). The body must read the account's
     /// last event sequence in that read (`WalletMemo.sequences`), so that its event takes the next one by number: a change
     /// of the account committed between the read and the writes then fails them (23505), as at REPEATABLE READ.
     public func writeAfterOneRead<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T)
@@ -64,9 +65,7 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
     {
         defer { forgetKnownWallets(keys) }
         return try await turns.inTurn(keys) {
-            try await pool.write(locking: keys, optimistically: true, firstAlone: true) { s in
-                try Self.run(body, in: PostgresSQLSession(session: s))
-            }
+            try await pool.writeFirstOnTask(locking: keys) { s in try Self.run(body, in: PostgresSQLSession(session: s)) }
         }
     }
 
@@ -136,7 +135,7 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
             }
         }
         do {
-            let (value, after) = try await pool.write(locking: keys, optimistically: true, firstAlone: true) { session in
+            let (value, after) = try await pool.writeFirstOnTask(locking: keys) { session in
                 let s = PostgresSQLSession(session: session)
                 return (try Self.run(body, in: s), Self.known(holder, in: s))
             }
