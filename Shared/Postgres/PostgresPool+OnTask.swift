@@ -23,8 +23,15 @@ extension PostgresPool {
     ) async throws -> T {
         let begin = "BEGIN ISOLATION LEVEL REPEATABLE READ"
         if let pooled = takeForTask() {
-            defer { roundTripCount.onTask.withLockedValue { $0.inFlight -= 1 } }
-            switch try await attemptOnTask(pooled, yieldingTo: Set(keys).sorted(), body) {
+            let outcome: OnTaskOutcome<T>
+            do {
+                outcome = try await attemptOnTask(pooled, yieldingTo: Set(keys).sorted(), body)
+                roundTripCount.onTask.withLockedValue { $0.inFlight -= 1 }  // before a pool thread's attempt, if any
+            } catch {
+                roundTripCount.onTask.withLockedValue { $0.inFlight -= 1 }
+                throw error
+            }
+            switch outcome {
             case .done(let value): return value
             case .nothingSent: break
             case .needsTransaction:
@@ -73,12 +80,14 @@ extension PostgresPool {
         do {
             var value: T
             while true {
-                onTask.asked = false
+                onTask.startRun()
                 do {
                     value = try body(session)
                     // A body that went on past a read it did not get (or anything else a thread must do) decided on nothing.
                     guard !onTask.asked else { throw PostgresSession.OnTask.NeedsThread() }
                     break
+                } catch let error where onTask.asked && !(error is PostgresSession.OnTask.NeedsRead) {
+                    throw PostgresSession.OnTask.NeedsThread()  // whatever it threw, it decided on nothing
                 } catch is PostgresSession.OnTask.NeedsRead {
                     guard let read = onTask.read, onTask.answer == nil else { throw PostgresSession.OnTask.NeedsThread() }
                     roundTripCount.one()
@@ -106,7 +115,7 @@ extension PostgresPool {
             roundTripCount.one()
             do {
                 _ = try await answer(pooled.connection, pooled.connection.query(write, logger: logger))
-            } catch let error as PSQLError where WriteFunctions.isMissing(error) {
+            } catch let error as PSQLError where write.sql.hasPrefix("SELECT \(WriteFunctions.prefix)") && WriteFunctions.isMissing(error) {
                 // The statement failed whole, so nothing of it was written: run again, the generic way (as on a thread).
                 logger.warning("a write function is missing; using run_writes", metadata: ["error": "\(Self.describe(error))"])
                 pooled.prepared.functions.withLockedValue { $0 = nil }
@@ -176,6 +185,27 @@ extension PostgresSession {
         var write: PostgresQuery?
         /// Set when this run of the body was refused something (`needsRead`, `needsThread`), even if it caught the error.
         var asked = false
+        /// Whether this run of the body got the answer already: a read gets it once.
+        var answered = false
+
+        /// Before each run of the body: what a run before it held or was refused does not carry over; the read and its
+        /// answer do.
+        func startRun() {
+            write = nil
+            asked = false
+            answered = false
+        }
+
+        /// The answer to the read the caller sent, for the same statement with the same values, once per run; nil: this
+        /// read is the one to send (none asked yet).
+        func answer(_ sql: String, _ values: [PostgresData]) throws -> [[PostgresCell]]? {
+            guard let read else { return nil }
+            guard let answer, !answered, read.sql == sql, read.values.count == values.count,
+                zip(read.values, values).allSatisfy({ $0.type == $1.type && $0.value == $1.value })
+            else { throw needsThread() }
+            answered = true
+            return answer
+        }
 
         func needsRead(_ read: Read) -> NeedsRead {
             self.read = read

@@ -85,8 +85,8 @@ extension PostgresSession {
         }
         if let onTask {
             // Its answer, once the caller has sent it; else the read the caller is to send (then the body runs again).
-            guard onTask.read == nil || onTask.read?.sql == sql, let known else { throw onTask.needsThread() }
-            if let answer = onTask.answer { return answer }
+            if let answer = try onTask.answer(sql, values) { return answer }
+            guard let known else { throw onTask.needsThread() }
             throw onTask.needsRead(.init(sql: sql, statement: known, values: values))
         }
         let statement: PreparedQuery

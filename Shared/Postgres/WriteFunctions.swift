@@ -88,6 +88,8 @@ package enum WriteFunctions {
     }
 
     static let quote = "$iap_writes$"
+    /// How every write function's name begins.
+    static let prefix = "pg_temp.iap_writes_"
 
     /// What every write function is besides its body: the digest covers it too, so a name means one whole function.
     static let signature = "(TEXT[]) RETURNS VOID LANGUAGE plpgsql"
@@ -99,7 +101,7 @@ package enum WriteFunctions {
             if let known = names[body] { return known }
             guard names.count < limit else { return nil }
             let digest = SHA256.hash(data: Array((signature + "\n" + body).utf8)).prefix(16).map { String(format: "%02x", $0) }
-            let name = "pg_temp.iap_writes_" + digest.joined()
+            let name = prefix + digest.joined()
             names[body] = name
             return name
         }

@@ -47,6 +47,30 @@ struct PostgresOnTaskTests {
         #expect(try await Self.recorded(pool) == [0, 1, 2], "each decided on what it read")
     }
 
+    /// A run of the body gets the answer to the read the caller sent once, for that statement with those values: a second
+    /// read (here the same statement with another value) runs the attempt on a pool thread, where each read is answered.
+    @Test func aSecondReadIsNotAnsweredWithTheFirstOnesRows() async throws {
+        let database = try await TestDatabase.make(label: "on-task-reads-test")
+        let pool = database.pool
+        defer { pool.close() }
+        try await pool.withSession { s in try s.execute("CREATE TABLE seen (id int8 PRIMARY KEY, count int8 NOT NULL)") }
+        try await Self.record(pool, 1)
+        try await Self.record(pool, 2)
+        let onTask = pool.attemptsOnTask
+        try await pool.writeFirstOnTask(locking: ["seen"]) { s in
+            func count(from id: Int64) throws -> Int64 {
+                try s.queryPrepared(Self.read, [PostgresData(int64: id)]).first?.get("n", as: Int64.self) ?? -1
+            }
+            let (all, later) = (try count(from: 0), try count(from: 2))
+            var binds = PostgresBindings(capacity: 2)
+            binds.append(Int64(3))
+            binds.append(all * 10 + later)
+            try s.execute(PostgresQuery(unsafeSQL: "INSERT INTO seen (id, count) VALUES ($1, $2)", binds: binds))
+        }
+        #expect(pool.attemptsOnTask == onTask, "not on the task")
+        #expect(try await Self.recorded(pool) == [0, 1, 21], "two rows from 0, one from 2")
+    }
+
     /// A first attempt on a task that fails in a way another may not (here a unique violation, every time) is the first of
     /// the pool's eight: the second runs on a pool thread under the lock, and the caller gets the same answer as before.
     @Test func aFailedFirstAttemptOnATaskIsTheFirstOfEight() async throws {
