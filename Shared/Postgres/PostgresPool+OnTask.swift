@@ -148,9 +148,6 @@ extension PostgresPool {
             // Contending transactions: a short jittered pause before the next attempt, as on a pool thread.
             try? await Task.sleep(nanoseconds: UInt64.random(in: 0...400) * 1_000)
             return .failed
-        } catch  where onTask.asked && !writing {
-            checkin(pooled)  // an error of a body that went on past what it asked for: decided on nothing
-            return .nothingSent
         } catch {
             checkin(pooled)  // the body's own error (a rule refusing): nothing was sent that writes
             throw error

@@ -55,8 +55,10 @@ struct PostgresOnTaskTests {
         defer { pool.close() }
         try await pool.withSession { s in try s.execute("CREATE TABLE seen (id int8 PRIMARY KEY, count int8 NOT NULL)") }
         try await Self.record(pool, 1)
-        try await Self.record(pool, 2)
         let onTask = pool.attemptsOnTask
+        try await Self.record(pool, 2)
+        #expect(pool.attemptsOnTask == onTask + 1, "the read prepared on the connection a task is given")
+        let roundTrips = pool.roundTrips
         try await pool.writeFirstOnTask(locking: ["seen"]) { s in
             func count(from id: Int64) throws -> Int64 {
                 try s.queryPrepared(Self.read, [PostgresData(int64: id)]).first?.get("n", as: Int64.self) ?? -1
@@ -67,7 +69,8 @@ struct PostgresOnTaskTests {
             binds.append(all * 10 + later)
             try s.execute(PostgresQuery(unsafeSQL: "INSERT INTO seen (id, count) VALUES ($1, $2)", binds: binds))
         }
-        #expect(pool.attemptsOnTask == onTask, "not on the task")
+        #expect(pool.attemptsOnTask == onTask + 1, "not on the task")
+        #expect(pool.roundTrips == roundTrips + 4, "the first read from the task; both reads and the write on a pool thread")
         #expect(try await Self.recorded(pool) == [0, 1, 21], "two rows from 0, one from 2")
     }
 
