@@ -1,4 +1,3 @@
-import JSONRPC
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
@@ -15,9 +14,10 @@ extension PostgresPool {
     /// then again with the answer (a body is a function of what it reads), until its write, which the caller sends.
     /// Whatever the attempt cannot do from a task goes to a pool thread before anything was sent (`OnTask.NeedsThread`: a
     /// read not yet prepared on the connection, a write function not yet created, an unnamed read, a second write); a
-    /// body that needs a transaction runs in one there from the start (as after its read alone on a thread); an attempt that failed in a way another may not goes on there as the second
-    /// (with the lock, in a transaction). Only idle connections are taken, and at most `size` attempts at once run on
-    /// tasks, so a pool has at most twice `size` connections.
+    /// body that needs a transaction runs in one there from the start (as after its read alone on a thread); an attempt
+    /// that failed in a way another may not goes on there as the second (with the lock, in a transaction). Only idle
+    /// connections are taken, and at most `size` attempts at once run on tasks, so a pool has at most twice `size`
+    /// connections.
     public func writeFirstOnTask<T: Sendable>(
         locking keys: [String], _ body: @escaping @Sendable (PostgresSession) throws -> T
     ) async throws -> T {
@@ -94,13 +94,9 @@ extension PostgresPool {
                     let rows: [PostgresRow]
                     do {
                         rows = try await answer(pooled.connection, read.statement.execute(read.values))
-                    } catch let error as PostgresPool.StatementTimedOut {
-                        throw error
-                    } catch let error as PSQLError {
-                        throw error
                     } catch {
-                        let failed = PreparedReadFailed(error, executing: true)
-                        if failed.staleStatement { pooled.prepared.forget(read.sql) }
+                        let failed = PreparedReadFailed.reading(error, executing: true)
+                        if (failed as? PreparedReadFailed)?.staleStatement == true { pooled.prepared.forget(read.sql) }
                         throw failed
                     }
                     onTask.answer = PostgresSession.relabelled(rows)
@@ -134,19 +130,13 @@ extension PostgresPool {
         } catch let error where Self.failure(error) != nil {
             let failure = Self.failure(error)!
             if failure.connectionLost { discard(pooled.connection) } else { checkin(pooled) }
-            if failure.connectionLost && writing {
-                logger.error("database connection lost during COMMIT", metadata: ["database": "\(url.redacted)"])
-                throw RPCError.unavailable(
-                    "the database connection was lost while committing; the change may or may not be recorded: retry it",
-                    reason: "storageOutcomeUnknown")
-            }
+            if failure.connectionLost && writing { throw outcomeUnknown() }
             guard failure.connectionLost || failure.transient else {
                 logger.error("database statement failed", metadata: ["error": "\(Self.describe(error))"])
                 throw error
             }
             roundTripCount.retried()
-            // Contending transactions: a short jittered pause before the next attempt, as on a pool thread.
-            try? await Task.sleep(nanoseconds: UInt64.random(in: 0...400) * 1_000)
+            try? await Task.sleep(nanoseconds: UInt64(Self.pauseMicros(after: 1)) * 1_000)
             return .failed
         } catch {
             checkin(pooled)  // the body's own error (a rule refusing): nothing was sent that writes
@@ -154,17 +144,12 @@ extension PostgresPool {
         }
     }
 
-    /// Waits for `future` at most `PostgresSession.deadline`; past it the connection is closed and the wait fails.
+    /// Awaits `future` at most `PostgresSession.deadline`; past it the connection is closed and the wait fails.
     private func answer<V: Sendable>(_ connection: PostgresConnection, _ future: EventLoopFuture<V>) async throws -> V {
-        let promise = future.eventLoop.makePromise(of: V.self)
-        future.cascade(to: promise)
-        let timer = future.eventLoop.scheduleTask(in: PostgresSession.deadline) {
-            promise.fail(PostgresPool.StatementTimedOut())
+        try await PostgresSession.bounded(future, deadline: PostgresSession.deadline) {
             let closing: EventLoopFuture<Void> = connection.close()
             _ = closing
         }
-        defer { timer.cancel() }
-        return try await promise.futureResult.get()
     }
 }
 

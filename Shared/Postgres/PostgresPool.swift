@@ -217,12 +217,7 @@ public final class PostgresPool: Sendable {
                 } else {
                     checkin()  // a failed COMMIT has ended the transaction
                 }
-                if failure.connectionLost && committing {
-                    logger.error("database connection lost during COMMIT", metadata: ["database": "\(url.redacted)"])
-                    throw RPCError.unavailable(
-                        "the database connection was lost while committing; the change may or may not be recorded: retry it",
-                        reason: "storageOutcomeUnknown")
-                }
+                if failure.connectionLost && committing { throw outcomeUnknown() }
                 let retryable = failure.connectionLost || failure.transient
                 guard retryable, attempt < attempts else {
                     if retryable {
@@ -233,9 +228,7 @@ public final class PostgresPool: Sendable {
                     throw error
                 }
                 roundTripCount.retried()
-                // Contending transactions: a short, growing, jittered pause before the next attempt.
-                let pauseMicros = UInt32.random(in: 0...(UInt32(200) << UInt32(min(attempt, 6))))
-                usleep(pauseMicros)
+                usleep(Self.pauseMicros(after: attempt))
             } catch {
                 // The body's own error (a rule refusing): nothing of it may commit.
                 if begin != nil, (try? session.execute("ROLLBACK")) == nil {
@@ -254,6 +247,17 @@ public final class PostgresPool: Sendable {
             if !pooled.connection.isClosed { return pooled }
         }
         return nil
+    }
+
+    /// Contending transactions: a short, growing, jittered pause before the attempt after `attempt`.
+    static func pauseMicros(after attempt: Int) -> UInt32 { UInt32.random(in: 0...(UInt32(200) << UInt32(min(attempt, 6)))) }
+
+    /// The answer when the connection was lost while the change was committing (or, alone, while its write was sent).
+    func outcomeUnknown() -> RPCError {
+        logger.error("database connection lost during COMMIT", metadata: ["database": "\(url.redacted)"])
+        return RPCError.unavailable(
+            "the database connection was lost while committing; the change may or may not be recorded: retry it",
+            reason: "storageOutcomeUnknown")
     }
 
     private func checkout() throws -> PooledConnection {
@@ -500,14 +504,31 @@ public struct PostgresSession {
     static func bounded<T: Sendable>(
         _ future: EventLoopFuture<T>, deadline: TimeAmount, onTimeout: @escaping @Sendable () -> Void
     ) throws -> T {
+        let (answer, timer) = deadlined(future, deadline: deadline, onTimeout: onTimeout)
+        defer { timer.cancel() }
+        return try answer.wait()
+    }
+
+    /// `bounded` for a caller on a task (`PostgresPool.writeFirstOnTask`): awaits rather than waits.
+    static func bounded<T: Sendable>(
+        _ future: EventLoopFuture<T>, deadline: TimeAmount, onTimeout: @escaping @Sendable () -> Void
+    ) async throws -> T {
+        let (answer, timer) = deadlined(future, deadline: deadline, onTimeout: onTimeout)
+        defer { timer.cancel() }
+        return try await answer.get()
+    }
+
+    /// `future`'s answer, or `StatementTimedOut` once `deadline` passed (then `onTimeout` runs); cancel the timer after.
+    private static func deadlined<T: Sendable>(
+        _ future: EventLoopFuture<T>, deadline: TimeAmount, onTimeout: @escaping @Sendable () -> Void
+    ) -> (EventLoopFuture<T>, Scheduled<Void>) {
         let promise = future.eventLoop.makePromise(of: T.self)
         future.cascade(to: promise)
         let timer = future.eventLoop.scheduleTask(in: deadline) {
             promise.fail(PostgresPool.StatementTimedOut())
             onTimeout()
         }
-        defer { timer.cancel() }
-        return try promise.futureResult.wait()
+        return (promise.futureResult, timer)
     }
 
     /// The first row of the answer, if any.

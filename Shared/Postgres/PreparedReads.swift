@@ -49,6 +49,13 @@ public struct PreparedReadFailed: Error, CustomStringConvertible {
 
     public var description: String { "PostgreSQL refused a prepared read (SQLSTATE \(sqlState ?? "none"))" }
 
+    /// A prepared read's failure as the pool's retry rules read it: a statement that got no answer stays
+    /// `StatementTimedOut`, a failure postgres-nio did not translate stays `PSQLError`, anything else is one of these.
+    static func reading(_ error: any Error, executing: Bool) -> any Error {
+        if error is PostgresPool.StatementTimedOut || error is PSQLError { return error }
+        return PreparedReadFailed(error, executing: executing)
+    }
+
     /// `executing`: the failure came from running a statement already prepared (not from preparing it).
     init(_ error: any Error, executing: Bool) {
         if let error = error as? PostgresError, case .server(let answer) = error {
@@ -120,16 +127,12 @@ extension PostgresSession {
         }
     }
 
-    /// `body`, its postgres-nio failures as `PreparedReadFailed` (a statement that got no answer stays `StatementTimedOut`).
-    static func answering<T>(executing: Bool, _ body: () throws -> T) throws -> T {
+    /// `body`, its postgres-nio failures as `PreparedReadFailed` (`PreparedReadFailed.reading`).
+    private static func answering<T>(executing: Bool, _ body: () throws -> T) throws -> T {
         do {
             return try body()
-        } catch let error as PostgresPool.StatementTimedOut {
-            throw error
-        } catch let error as PSQLError {
-            throw error  // a failure postgres-nio did not translate (the pool's own rules read it)
         } catch {
-            throw PreparedReadFailed(error, executing: executing)
+            throw PreparedReadFailed.reading(error, executing: executing)
         }
     }
 }

@@ -57,9 +57,9 @@ public final class PostgresFulfillmentStore: FulfillmentDatabase, FulfillmentSto
 
     /// `write(locking:)` whose first attempt runs without a transaction (`PostgresPool.write(locking:optimistically:firstAlone:)`):
     /// its one read and its held writes are two statements, without BEGIN and COMMIT, sent from the caller's task
-    /// (`PostgresPool.writeFirstOnTask`). The body must read the account's
-    /// last event sequence in that read (`WalletMemo.sequences`), so that its event takes the next one by number: a change
-    /// of the account committed between the read and the writes then fails them (23505), as at REPEATABLE READ.
+    /// (`PostgresPool.writeFirstOnTask`). The body must read the account's last event sequence in that read
+    /// (`WalletMemo.sequences`), so that its event takes the next one by number: a change of the account committed between
+    /// the read and the writes then fails them (23505), as at REPEATABLE READ.
     public func writeAfterOneRead<T: Sendable>(locking keys: [String], _ body: @escaping @Sendable (any SQLSession) throws -> T)
         async throws -> T
     {
